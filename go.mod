@@ -1,0 +1,3 @@
+module github.com/shoal-dev/shoal
+
+go 1.26

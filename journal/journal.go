@@ -1,0 +1,96 @@
+// Package journal defines the event journal: an append-only log per
+// persistence id, with atomic batch writes, ordered replay, the highest
+// sequence number, and deletion of a prefix.
+//
+// Implementations live in subpackages (memory, postgres); journaltest holds
+// the conformance suite every implementation passes.
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Event is one stored event: the payload as the codec produced it plus the
+// bookkeeping the journal needs.
+type Event struct {
+	PersistenceID string
+	SeqNr         uint64
+	Manifest      string
+	Payload       []byte
+	Tags          []string
+	// WriterID identifies the entity incarnation that wrote the event.
+	WriterID string
+	// Timestamp is the writer's clock at persist time.
+	Timestamp time.Time
+	// Ordering is a journal-wide position assigned on write; replay fills it in.
+	Ordering int64
+}
+
+// Journal is the event log. Implementations are safe for concurrent use.
+type Journal interface {
+	// Write stores events atomically: all of them or none. They belong to
+	// one persistence id and carry consecutive sequence numbers. If any
+	// (persistence id, seq nr) already exists the whole write fails with an
+	// error matching ErrWriteConflict. An ill-formed batch fails with an
+	// error matching ErrRejected.
+	Write(ctx context.Context, events []Event) error
+
+	// Replay calls fn, in sequence order, for each stored event of pid with
+	// from <= SeqNr <= to. An error from fn stops the replay and is returned.
+	// Implementations stream: they never hold the whole range in memory.
+	Replay(ctx context.Context, pid string, from, to uint64, fn func(Event) error) error
+
+	// HighestSeqNr is the highest sequence number ever written for pid, even
+	// if those events were deleted since; 0 if none.
+	HighestSeqNr(ctx context.Context, pid string) (uint64, error)
+
+	// DeleteTo removes pid's events with SeqNr <= to. HighestSeqNr is unaffected.
+	DeleteTo(ctx context.Context, pid string, to uint64) error
+}
+
+// ErrWriteConflict means another writer already stored an event at one of the
+// sequence numbers: two incarnations of one entity are alive.
+var ErrWriteConflict = errors.New("journal: write conflict")
+
+// ErrRejected means the journal refused a batch as ill-formed; retrying it
+// unchanged cannot succeed.
+var ErrRejected = errors.New("journal: write rejected")
+
+// WriteConflictError names the sequence number another writer already holds.
+type WriteConflictError struct {
+	PersistenceID string
+	SeqNr         uint64
+}
+
+func (e *WriteConflictError) Error() string {
+	return fmt.Sprintf("journal: write conflict on %s seq %d", e.PersistenceID, e.SeqNr)
+}
+
+func (e *WriteConflictError) Unwrap() error { return ErrWriteConflict }
+
+// Validate checks the shape Write requires: non-empty, one persistence id,
+// consecutive sequence numbers starting above zero.
+func Validate(events []Event) error {
+	if len(events) == 0 {
+		return fmt.Errorf("%w: empty batch", ErrRejected)
+	}
+	pid := events[0].PersistenceID
+	if pid == "" {
+		return fmt.Errorf("%w: empty persistence id", ErrRejected)
+	}
+	if events[0].SeqNr == 0 {
+		return fmt.Errorf("%w: %s: sequence numbers start at 1", ErrRejected, pid)
+	}
+	for i, e := range events {
+		if e.PersistenceID != pid {
+			return fmt.Errorf("%w: batch mixes %s and %s", ErrRejected, pid, e.PersistenceID)
+		}
+		if e.SeqNr != events[0].SeqNr+uint64(i) {
+			return fmt.Errorf("%w: %s: seq %d follows %d", ErrRejected, pid, e.SeqNr, events[0].SeqNr+uint64(i)-1)
+		}
+	}
+	return nil
+}
