@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Placeholder until the Postgres integration lands: nothing to build yet.
+exit 0
