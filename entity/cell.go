@@ -1,0 +1,552 @@
+package entity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/ring"
+	"github.com/shoal-dev/shoal/stash"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// Props describes how to run entities of one type. One Props is shared by
+// every entity spawned from it, so per-entity memory stays small.
+type Props[C any] struct {
+	Key TypeKey[C]
+	// Create builds the behavior of a new incarnation, on its goroutine.
+	Create func(ctx Context[C]) Behavior[C]
+	// StashCapacity bounds Context.Stash. Default: stash.DefaultCapacity.
+	StashCapacity int
+	// MailboxCapacity bounds the mailbox; Tell beyond it fails with
+	// ErrMailboxFull. Default 0: unbounded.
+	MailboxCapacity int
+	// Owner, when set, handles passivation requests and learns of stops.
+	Owner Owner[C]
+}
+
+// Owner supervises entities, as a shard does: it decides what passivation
+// means and learns when an incarnation has stopped.
+type Owner[C any] interface {
+	// Passivate is called on the entity's goroutine when it calls Context.Passivate.
+	Passivate(c *Cell[C])
+	// Stopped is called once, after c has stopped; err is nil for a normal stop.
+	Stopped(c *Cell[C], err error)
+}
+
+// Cell is one running incarnation of an entity: its mailbox, its behavior
+// and its share of the runtime. It implements Ref and, for its own handlers, Context.
+type Cell[C any] struct {
+	sys   *System
+	props *Props[C]
+	id    string
+
+	mu      sync.Mutex
+	status  status
+	mailbox ring.Queue[envelope[C]]
+	control *ring.Queue[func()] // runtime work that bypasses suspension; allocated on first use
+	term    *termination
+
+	// Owned by the goroutine running the cell.
+	behavior Behavior[C]
+	stopping bool  // stop after the current message
+	stopErr  error // the reason, when stopping because of a failure
+	dead     bool  // terminated; mirrors status&terminated for lock-free reads
+	x        *extras[C]
+}
+
+type status uint8
+
+const (
+	scheduled status = 1 << iota
+	suspended
+	terminated
+)
+
+type termination struct {
+	done chan struct{}
+	err  error
+}
+
+// envelope is a mailbox entry: a command, or a runtime message (timer tick,
+// receive timeout, ordered function) that takes its place in the queue.
+type envelope[C any] struct {
+	msg C
+	ctl *control
+}
+
+type controlKind uint8
+
+const (
+	timerTick controlKind = iota
+	receiveTimeoutTick
+	orderedFunc
+)
+
+type control struct {
+	kind controlKind
+	tick timers.Tick
+	gen  uint64
+	fn   func()
+}
+
+// extras holds what few entities use, so an idle entity does not pay for it.
+type extras[C any] struct {
+	timers    *timers.Scheduler[C]
+	stash     *stash.Buffer[C]
+	unstashed ring.Queue[C]
+	timeout   *receiveTimeout[C]
+	life      context.Context
+	cancel    context.CancelFunc
+	log       *slog.Logger
+}
+
+type receiveTimeout[C any] struct {
+	d       time.Duration
+	msg     C
+	gen     uint64
+	last    time.Time
+	pending timers.Timer
+}
+
+// Spawn starts an incarnation of the entity id. Its behavior is created on
+// its own goroutine before its first message.
+func Spawn[C any](sys *System, props *Props[C], id string) *Cell[C] {
+	c := &Cell[C]{sys: sys, props: props, id: id}
+	c.behavior = Setup(props.Create)
+	c.post(func() { c.become(c.behavior) })
+	return c
+}
+
+// EntityID implements Context.
+func (c *Cell[C]) EntityID() string { return c.id }
+
+// Self implements Context.
+func (c *Cell[C]) Self() Ref[C] { return c }
+
+// System implements Ref and Context.
+func (c *Cell[C]) System() *System { return c.sys }
+
+// Clock implements Context.
+func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
+
+// Tell implements Ref.
+func (c *Cell[C]) Tell(msg C) error {
+	if c.sys.cfg.ForceSerialization {
+		copied, err := codec.RoundTrip(c.sys.cfg.Codec, msg)
+		if err != nil {
+			return fmt.Errorf("entity: %s/%s: message does not serialize: %w", c.props.Key.name, c.id, err)
+		}
+		msg = copied
+	}
+	c.mu.Lock()
+	if c.status&terminated != 0 {
+		c.mu.Unlock()
+		c.sys.deadLetter("entity stopped", msg)
+		return fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
+	}
+	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %s/%s (capacity %d)", ErrMailboxFull, c.props.Key.name, c.id, limit)
+	}
+	c.mailbox.Push(envelope[C]{msg: msg})
+	start := c.status&(scheduled|suspended) == 0
+	if start {
+		c.status |= scheduled
+	}
+	c.mu.Unlock()
+	if start {
+		c.sys.dispatch.submit(c)
+	}
+	return nil
+}
+
+// enqueueControl puts a runtime message into the mailbox, in order with
+// commands. It reports false when the entity has stopped.
+func (c *Cell[C]) enqueueControl(ctl *control) bool {
+	c.mu.Lock()
+	if c.status&terminated != 0 {
+		c.mu.Unlock()
+		return false
+	}
+	c.mailbox.Push(envelope[C]{ctl: ctl})
+	start := c.status&(scheduled|suspended) == 0
+	if start {
+		c.status |= scheduled
+	}
+	c.mu.Unlock()
+	if start {
+		c.sys.dispatch.submit(c)
+	}
+	return true
+}
+
+// post runs fn on the entity's goroutine ahead of the mailbox, even while
+// the mailbox is suspended. It reports false when the entity has stopped.
+func (c *Cell[C]) post(fn func()) bool {
+	c.mu.Lock()
+	if c.status&terminated != 0 {
+		c.mu.Unlock()
+		return false
+	}
+	if c.control == nil {
+		c.control = new(ring.Queue[func()])
+	}
+	c.control.Push(fn)
+	start := c.status&scheduled == 0
+	if start {
+		c.status |= scheduled
+	}
+	c.mu.Unlock()
+	if start {
+		c.sys.dispatch.submit(c)
+	}
+	return true
+}
+
+// run handles up to Throughput messages, then yields the worker.
+func (c *Cell[C]) run() {
+	defer c.recoverPanic()
+	for range c.sys.cfg.Throughput {
+		c.mu.Lock()
+		if c.control != nil && c.control.Len() > 0 {
+			fn, _ := c.control.Pop()
+			c.mu.Unlock()
+			fn()
+		} else if c.status&suspended == 0 && c.x != nil && c.x.unstashed.Len() > 0 {
+			c.mu.Unlock()
+			msg, _ := c.x.unstashed.Pop()
+			c.deliver(msg)
+		} else if e, ok := c.popMailbox(); ok {
+			c.mu.Unlock()
+			c.handle(e)
+		} else {
+			c.status &^= scheduled
+			c.mailbox.Release()
+			c.mu.Unlock()
+			return
+		}
+		if c.stopping {
+			c.terminate(c.stopErr)
+		}
+		if c.dead {
+			return
+		}
+	}
+	c.sys.dispatch.submit(c)
+}
+
+// popMailbox is called with c.mu held.
+func (c *Cell[C]) popMailbox() (envelope[C], bool) {
+	if c.status&suspended != 0 {
+		return envelope[C]{}, false
+	}
+	return c.mailbox.Pop()
+}
+
+func (c *Cell[C]) handle(e envelope[C]) {
+	if e.ctl == nil {
+		c.deliver(e.msg)
+		return
+	}
+	switch e.ctl.kind {
+	case timerTick:
+		if c.x != nil && c.x.timers != nil {
+			if msg, ok := c.x.timers.Accept(e.ctl.tick); ok {
+				c.deliver(msg)
+			}
+		}
+	case receiveTimeoutTick:
+		c.receiveTimeoutFired(e.ctl.gen)
+	case orderedFunc:
+		e.ctl.fn()
+	}
+}
+
+func (c *Cell[C]) deliver(msg C) {
+	if c.x != nil && c.x.timeout != nil {
+		c.x.timeout.last = c.sys.cfg.Clock.Now()
+	}
+	next := c.behavior.Receive(c, msg)
+	if _, ok := next.(unhandled[C]); ok {
+		c.sys.deadLetter("unhandled", msg)
+		return
+	}
+	c.become(next)
+}
+
+// become installs next as the behavior for the following message.
+func (c *Cell[C]) become(next Behavior[C]) {
+	for {
+		switch b := next.(type) {
+		case same[C]:
+			return
+		case unhandled[C]:
+			panic("entity: Unhandled is a reply to a message, not an initial behavior")
+		case stopped[C]:
+			c.stopping = true
+			return
+		case setup[C]:
+			next = b.f(c)
+			if _, ok := next.(same[C]); ok {
+				panic("entity: Setup returned Same")
+			}
+		case nil:
+			panic("entity: behavior returned nil; use Same")
+		default:
+			c.behavior = next
+			return
+		}
+	}
+}
+
+func (c *Cell[C]) recoverPanic() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	err := &PanicError{Value: v, Stack: debug.Stack()}
+	c.Log().Error("entity handler panicked; stopping it", "panic", v, "stack", string(err.Stack))
+	c.terminate(err)
+}
+
+// terminate ends this incarnation: PostStop, timers off, mailbox to dead
+// letters, owner told. It runs on the entity's goroutine.
+func (c *Cell[C]) terminate(err error) {
+	if c.dead {
+		return
+	}
+	c.dead, c.stopping = true, false
+	if h, ok := c.behavior.(SignalHandler[C]); ok {
+		c.signalPostStop(h, err)
+	}
+	if x := c.x; x != nil {
+		if x.timers != nil {
+			x.timers.CancelAll()
+		}
+		if x.timeout != nil {
+			x.timeout.pending.Stop()
+			x.timeout = nil
+		}
+		if x.cancel != nil {
+			x.cancel()
+		}
+	}
+	c.mu.Lock()
+	c.status = terminated
+	left := c.mailbox
+	c.mailbox = ring.Queue[envelope[C]]{}
+	c.control = nil
+	if c.term == nil {
+		c.term = &termination{done: make(chan struct{})}
+	}
+	c.term.err = err
+	close(c.term.done)
+	c.mu.Unlock()
+	left.Drain(func(e envelope[C]) {
+		if e.ctl == nil {
+			c.sys.deadLetter("left in mailbox of stopped entity", e.msg)
+		}
+	})
+	if c.props.Owner != nil {
+		c.props.Owner.Stopped(c, err)
+	}
+}
+
+func (c *Cell[C]) signalPostStop(h SignalHandler[C], err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.Log().Error("PostStop handler panicked", "panic", v)
+		}
+	}()
+	h.OnSignal(c, PostStop{Err: err})
+}
+
+// Done is closed when this incarnation has stopped. Safe from any goroutine.
+func (c *Cell[C]) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.term == nil {
+		c.term = &termination{done: make(chan struct{})}
+	}
+	return c.term.done
+}
+
+// Err is why the incarnation stopped: nil while running or after a normal stop.
+func (c *Cell[C]) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status&terminated == 0 {
+		return nil
+	}
+	return c.term.err
+}
+
+// StopNow stops the incarnation from outside, ahead of its queued mail,
+// which becomes dead letters. Safe from any goroutine.
+func (c *Cell[C]) StopNow() { c.post(func() { c.stopping = true }) }
+
+// Stop implements Context.
+func (c *Cell[C]) Stop() { c.stopping = true }
+
+// Fail stops the entity after the current message with err as the reason
+// its owner sees, so a supervisor can tell a crash from a normal stop. Call
+// it from the entity's goroutine.
+func (c *Cell[C]) Fail(err error) {
+	c.stopping = true
+	if c.stopErr == nil {
+		c.stopErr = err
+	}
+}
+
+// Behavior is the behavior that will handle the next message. Call it from
+// the entity's goroutine (PostOrdered), or after Done.
+func (c *Cell[C]) Behavior() Behavior[C] { return c.behavior }
+
+// Passivate implements Context.
+func (c *Cell[C]) Passivate() {
+	if c.props.Owner == nil {
+		c.stopping = true
+		return
+	}
+	c.props.Owner.Passivate(c)
+}
+
+func (c *Cell[C]) extras() *extras[C] {
+	if c.x == nil {
+		c.x = &extras[C]{}
+	}
+	return c.x
+}
+
+// Log implements Context.
+func (c *Cell[C]) Log() *slog.Logger {
+	x := c.extras()
+	if x.log == nil {
+		x.log = c.sys.log.With("entity_type", c.props.Key.name, "entity_id", c.id)
+	}
+	return x.log
+}
+
+// Timers implements Context.
+func (c *Cell[C]) Timers() *timers.Scheduler[C] {
+	x := c.extras()
+	if x.timers == nil {
+		x.timers = timers.New[C](c.sys.cfg.Clock, func(t timers.Tick) {
+			c.enqueueControl(&control{kind: timerTick, tick: t})
+		})
+	}
+	return x.timers
+}
+
+// Stash implements Context.
+func (c *Cell[C]) Stash() *stash.Buffer[C] {
+	x := c.extras()
+	if x.stash == nil {
+		x.stash = stash.New(c.props.StashCapacity, func(items []C) {
+			// Ahead of anything unstashed earlier and still waiting: these
+			// were stashed before it was handed back.
+			x.unstashed.PushFront(items)
+		})
+	}
+	return x.stash
+}
+
+// PipeToSelf implements Context.
+func (c *Cell[C]) PipeToSelf(work func(context.Context) C) {
+	x := c.extras()
+	if x.life == nil {
+		x.life, x.cancel = context.WithCancel(context.Background())
+	}
+	life := x.life
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				err := &PanicError{Value: v, Stack: debug.Stack()}
+				c.post(func() {
+					c.Log().Error("PipeToSelf work panicked; stopping entity", "panic", v)
+					c.terminate(err)
+				})
+			}
+		}()
+		msg := work(life)
+		if err := c.Tell(msg); err != nil && life.Err() == nil {
+			c.sys.log.Warn("PipeToSelf result not delivered", "entity_type", c.props.Key.name, "entity_id", c.id, "err", err)
+		}
+	}()
+}
+
+// SetReceiveTimeout implements Context.
+func (c *Cell[C]) SetReceiveTimeout(d time.Duration, msg C) {
+	x := c.extras()
+	gen := uint64(1)
+	if x.timeout != nil {
+		x.timeout.pending.Stop()
+		gen = x.timeout.gen + 1
+	}
+	x.timeout = &receiveTimeout[C]{d: d, msg: msg, gen: gen, last: c.sys.cfg.Clock.Now()}
+	c.armReceiveTimeout(d)
+}
+
+func (c *Cell[C]) armReceiveTimeout(delay time.Duration) {
+	rt := c.x.timeout
+	gen := rt.gen
+	rt.pending = c.sys.cfg.Clock.AfterFunc(delay, func() {
+		c.enqueueControl(&control{kind: receiveTimeoutTick, gen: gen})
+	})
+}
+
+// CancelReceiveTimeout implements Context.
+func (c *Cell[C]) CancelReceiveTimeout() {
+	if c.x == nil || c.x.timeout == nil {
+		return
+	}
+	c.x.timeout.pending.Stop()
+	c.x.timeout = nil
+}
+
+func (c *Cell[C]) receiveTimeoutFired(gen uint64) {
+	rt := c.x.timeout
+	if rt == nil || rt.gen != gen {
+		return // cancelled or replaced
+	}
+	idle := c.sys.cfg.Clock.Now().Sub(rt.last)
+	if idle < rt.d {
+		c.armReceiveTimeout(rt.d - idle)
+		return
+	}
+	c.armReceiveTimeout(rt.d)
+	c.deliver(rt.msg)
+}
+
+// Suspend holds the mailbox: until Resume, only runtime work posted with
+// Post runs. Event-sourced behaviors suspend while they recover or persist,
+// so commands wait in order in the mailbox. Call it from the entity's goroutine.
+func (c *Cell[C]) Suspend() {
+	c.mu.Lock()
+	c.status |= suspended
+	c.mu.Unlock()
+}
+
+// Resume releases the mailbox held by Suspend. Call it from the entity's goroutine.
+func (c *Cell[C]) Resume() {
+	c.mu.Lock()
+	c.status &^= suspended
+	c.mu.Unlock()
+}
+
+// Post runs fn on the entity's goroutine, ahead of its mailbox and even while
+// it is suspended. It reports false, and fn never runs, when the entity has
+// stopped. Safe from any goroutine.
+func (c *Cell[C]) Post(fn func()) bool { return c.post(fn) }
+
+// PostOrdered runs fn on the entity's goroutine in mailbox order: after every
+// message already queued, and not while the mailbox is suspended. It reports
+// false when the entity has stopped. Safe from any goroutine.
+func (c *Cell[C]) PostOrdered(fn func()) bool {
+	return c.enqueueControl(&control{kind: orderedFunc, fn: fn})
+}

@@ -1,0 +1,76 @@
+// Package ring is a growable FIFO queue on a circular buffer, used for
+// mailboxes and run queues where a slice would keep growing at the head.
+package ring
+
+// Queue is a FIFO of T. The zero value is an empty queue ready to use. It is
+// not safe for concurrent use.
+type Queue[T any] struct {
+	buf  []T
+	head int
+	n    int
+}
+
+// Len is the number of queued items.
+func (q *Queue[T]) Len() int { return q.n }
+
+// Push appends v.
+func (q *Queue[T]) Push(v T) {
+	if q.n == len(q.buf) {
+		q.grow()
+	}
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = v
+	q.n++
+}
+
+// Pop removes and returns the oldest item.
+func (q *Queue[T]) Pop() (T, bool) {
+	var zero T
+	if q.n == 0 {
+		return zero, false
+	}
+	v := q.buf[q.head]
+	q.buf[q.head] = zero
+	q.head = (q.head + 1) & (len(q.buf) - 1)
+	q.n--
+	return v, true
+}
+
+// PushFront prepends items, keeping their order, ahead of everything queued.
+func (q *Queue[T]) PushFront(items []T) {
+	for len(q.buf)-q.n < len(items) {
+		q.grow()
+	}
+	for i := len(items) - 1; i >= 0; i-- {
+		q.head = (q.head - 1) & (len(q.buf) - 1)
+		q.buf[q.head] = items[i]
+	}
+	q.n += len(items)
+}
+
+// Drain removes every item, passing each to fn in order.
+func (q *Queue[T]) Drain(fn func(T)) {
+	for q.n > 0 {
+		v, _ := q.Pop()
+		fn(v)
+	}
+}
+
+// Release drops the buffer when the queue is empty, so an idle owner keeps
+// no memory for it.
+func (q *Queue[T]) Release() {
+	if q.n == 0 {
+		q.buf, q.head = nil, 0
+	}
+}
+
+func (q *Queue[T]) grow() {
+	size := len(q.buf) * 2
+	if size == 0 {
+		size = 2
+	}
+	buf := make([]T, size)
+	for i := 0; i < q.n; i++ {
+		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
+	}
+	q.buf, q.head = buf, 0
+}
