@@ -116,6 +116,13 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 		}
 		return r, nil
 	case <-ctx.Done():
+		select {
+		case v := <-ch: // a reply that raced the deadline still counts
+			if r, ok := v.(R); ok {
+				return r, nil
+			}
+		default:
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return zero, fmt.Errorf("%w: %w", ErrAskTimeout, ctx.Err())
 		}

@@ -1,0 +1,400 @@
+package eventsourced
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/snapshot"
+)
+
+// cell is what the behavior needs from the runtime beyond entity.Context:
+// holding the mailbox while it waits for IO, and running IO completions on
+// the entity's goroutine. *entity.Cell provides it.
+type cell interface {
+	Suspend()
+	Resume()
+	Post(fn func()) bool
+	Fail(err error)
+	Done() <-chan struct{}
+}
+
+// New returns the behavior described by cfg. Recovery starts when the
+// entity starts; commands wait until it has completed.
+func New[C, E, S any](cfg Config[C, E, S]) entity.Behavior[C] {
+	return entity.Setup(func(ec entity.Context[C]) entity.Behavior[C] {
+		b := &behavior[C, E, S]{cfg: cfg, state: cfg.EmptyState}
+		b.start(ec)
+		return b
+	})
+}
+
+type behavior[C, E, S any] struct {
+	cfg       Config[C, E, S]
+	ctx       *esContext[C]
+	cell      cell
+	journal   journal.Journal
+	snapshots snapshot.Store
+	codec     *codec.Registry
+	pid       string
+	writerID  string
+
+	state S
+}
+
+type esContext[C any] struct {
+	entity.Context[C]
+	pid        PersistenceID
+	seqNr      uint64
+	recovering bool
+}
+
+func (c *esContext[C]) PersistenceID() PersistenceID { return c.pid }
+func (c *esContext[C]) LastSeqNr() uint64            { return c.seqNr }
+func (c *esContext[C]) Recovering() bool             { return c.recovering }
+
+// State is the current state; for tests, on the entity's goroutine or after it stopped.
+func (b *behavior[C, E, S]) State() S { return b.state }
+
+// LastSeqNr is the sequence number of the last applied event; as State.
+func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.ctx.seqNr }
+
+func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
+	cl, ok := ec.(cell)
+	if !ok {
+		panic(fmt.Sprintf("eventsourced: context %T does not come from the entity runtime", ec))
+	}
+	sys := ec.System()
+	b.cell = cl
+	b.ctx = &esContext[C]{Context: ec, pid: b.cfg.PersistenceID, recovering: true}
+	b.journal = firstNonNil(b.cfg.Journal, sys.Journal())
+	b.snapshots = firstNonNil(b.cfg.Snapshots, sys.Snapshots())
+	b.codec = b.cfg.Codec
+	if b.codec == nil {
+		b.codec = sys.Codec()
+	}
+	b.pid = b.cfg.PersistenceID.String()
+	b.writerID = newWriterID()
+	if b.cfg.WriteTimeout <= 0 {
+		b.cfg.WriteTimeout = 10 * time.Second
+	}
+	if b.cfg.ReplayBatch <= 0 {
+		b.cfg.ReplayBatch = 256
+	}
+	switch {
+	case b.cfg.PersistenceID.Err() != nil:
+		b.failRecovery(b.cfg.PersistenceID.Err())
+		return
+	case b.journal == nil:
+		b.failRecovery(ErrNoJournal)
+		return
+	case b.codec == nil:
+		b.failRecovery(fmt.Errorf("eventsourced: no codec configured"))
+		return
+	}
+	cl.Suspend()
+	go b.recover()
+}
+
+func firstNonNil[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
+		return a
+	}
+	return b
+}
+
+func newWriterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// onEntity runs fn on the entity's goroutine and waits for it. It reports
+// false if the entity stopped first.
+func (b *behavior[C, E, S]) onEntity(fn func()) bool {
+	done := make(chan struct{})
+	if !b.cell.Post(func() { fn(); close(done) }) {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-b.cell.Done():
+		return false
+	}
+}
+
+type replayed[E any] struct {
+	event E
+	seqNr uint64
+}
+
+// recover runs on its own goroutine: it reads the snapshot and the events
+// after it, decoding off the entity, and hands them over a page at a time so
+// a long history is never held in memory at once.
+func (b *behavior[C, E, S]) recover() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // stop reading when the entity stops
+
+		select {
+		case <-b.cell.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	var from uint64 = 1
+	if b.snapshots != nil {
+		snap, ok, err := b.snapshots.Load(ctx, b.pid, snapshot.Latest())
+		if err != nil {
+			b.onEntity(func() { b.failRecovery(&RecoveryError{PersistenceID: b.pid, Err: fmt.Errorf("load snapshot: %w", err)}) })
+			return
+		}
+		if ok {
+			state, err := codec.DecodeAs[S](b.codec, snap.Manifest, snap.Payload)
+			if err != nil {
+				b.onEntity(func() {
+					b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: snap.SeqNr, Err: fmt.Errorf("decode snapshot: %w", err)})
+				})
+				return
+			}
+			if !b.onEntity(func() { b.state, b.ctx.seqNr = state, snap.SeqNr }) {
+				return
+			}
+			from = snap.SeqNr + 1
+		}
+	}
+
+	page := make([]replayed[E], 0, b.cfg.ReplayBatch)
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		ok := b.onEntity(func() {
+			for _, r := range page {
+				b.state = b.cfg.OnEvent(b.ctx, b.state, r.event)
+				b.ctx.seqNr = r.seqNr
+			}
+		})
+		page = page[:0]
+		if !ok {
+			return context.Canceled
+		}
+		return nil
+	}
+	err := b.journal.Replay(ctx, b.pid, from, math.MaxUint64, func(ev journal.Event) error {
+		e, err := codec.DecodeAs[E](b.codec, ev.Manifest, ev.Payload)
+		if err != nil {
+			return &RecoveryError{PersistenceID: b.pid, SeqNr: ev.SeqNr, Err: err}
+		}
+		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
+		if len(page) == cap(page) {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	var highest uint64
+	if err == nil {
+		highest, err = b.journal.HighestSeqNr(ctx, b.pid)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the entity stopped
+		}
+		if _, ok := errors.AsType[*RecoveryError](err); !ok {
+			err = &RecoveryError{PersistenceID: b.pid, Err: err}
+		}
+		b.onEntity(func() { b.failRecovery(err) })
+		return
+	}
+	b.onEntity(func() { b.completeRecovery(highest) })
+}
+
+func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
+	b.ctx.seqNr = max(b.ctx.seqNr, highest)
+	b.ctx.recovering = false
+	b.signal(RecoveryCompleted{SeqNr: b.ctx.seqNr})
+	b.cell.Resume()
+}
+
+func (b *behavior[C, E, S]) failRecovery(err error) {
+	b.ctx.Log().Error("recovery failed; stopping", "persistence_id", b.pid, "err", err)
+	b.signal(RecoveryFailed{Err: err})
+	b.cell.Fail(err)
+}
+
+func (b *behavior[C, E, S]) signal(sig Signal) {
+	if b.cfg.OnSignal != nil {
+		b.cfg.OnSignal(b.ctx, b.state, sig)
+	}
+}
+
+// Receive implements entity.Behavior.
+func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[C] {
+	eff := b.cfg.OnCommand(b.ctx, b.state, cmd)
+	if eff.e == nil {
+		return entity.Same[C]()
+	}
+	switch eff.e.kind {
+	case kindPersist:
+		b.persist(eff.e)
+		return entity.Same[C]()
+	case kindStash:
+		if err := b.ctx.Stash().Stash(cmd); err != nil {
+			b.ctx.Log().Error("stash full; stopping", "err", err)
+			b.cell.Fail(fmt.Errorf("eventsourced: %s: %w", b.pid, err))
+			return entity.Same[C]()
+		}
+	}
+	b.runSideEffects(eff.e.then)
+	if eff.e.kind == kindUnhandled {
+		return entity.Unhandled[C]()
+	}
+	return entity.Same[C]()
+}
+
+func (b *behavior[C, E, S]) persist(eff *effect[E, S]) {
+	first := b.ctx.seqNr + 1
+	now := b.ctx.Clock().Now()
+	batch := make([]journal.Event, len(eff.events))
+	for i, e := range eff.events {
+		manifest, payload, err := b.codec.Encode(e)
+		if err != nil {
+			b.rejectPersist(first, err)
+			return
+		}
+		ev := journal.Event{
+			PersistenceID: b.pid,
+			SeqNr:         first + uint64(i),
+			Manifest:      manifest,
+			Payload:       payload,
+			WriterID:      b.writerID,
+			Timestamp:     now,
+		}
+		if b.cfg.Tagger != nil {
+			ev.Tags = b.cfg.Tagger(e)
+		}
+		batch[i] = ev
+	}
+	b.cell.Suspend()
+	j, timeout := b.journal, b.cfg.WriteTimeout
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := j.Write(ctx, batch)
+		cancel()
+		b.cell.Post(func() { b.persisted(eff, first, err) })
+	}()
+}
+
+func (b *behavior[C, E, S]) rejectPersist(first uint64, err error) {
+	perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: ErrPersistRejected, Err: err}
+	b.ctx.Log().Error("events rejected; stopping", "err", perr)
+	b.signal(PersistRejected{Err: perr})
+	b.cell.Fail(perr)
+}
+
+func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error) {
+	if err != nil {
+		if errors.Is(err, journal.ErrRejected) {
+			b.rejectPersist(first, err)
+			return
+		}
+		perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: ErrPersistFailed, Err: err}
+		b.ctx.Log().Error("persist failed; stopping", "err", perr)
+		b.signal(PersistFailed{Err: perr})
+		b.cell.Fail(perr)
+		return
+	}
+	snapshotDue := false
+	for i, e := range eff.events {
+		seqNr := first + uint64(i)
+		b.state = b.cfg.OnEvent(b.ctx, b.state, e)
+		b.ctx.seqNr = seqNr
+		if every := b.cfg.Retention.SnapshotEvery; every > 0 && seqNr%every == 0 {
+			snapshotDue = true
+		}
+		if b.cfg.SnapshotWhen != nil && b.cfg.SnapshotWhen(b.state, e, seqNr) {
+			snapshotDue = true
+		}
+	}
+	b.cell.Resume()
+	b.runSideEffects(eff.then)
+	if snapshotDue {
+		b.saveSnapshot()
+	}
+}
+
+func (b *behavior[C, E, S]) runSideEffects(then []sideEffect[S]) {
+	stop := false
+	for _, s := range then {
+		switch s.kind {
+		case sideRun:
+			s.run(b.state)
+		case sideReply:
+			s.reply(b.ctx, b.state)
+		case sideUnstashAll:
+			b.ctx.Stash().UnstashAll()
+		case sideStop:
+			stop = true
+		}
+	}
+	if stop {
+		b.ctx.Stop()
+	}
+}
+
+// saveSnapshot stores the current state without holding the mailbox, then
+// applies retention.
+func (b *behavior[C, E, S]) saveSnapshot() {
+	seqNr := b.ctx.seqNr
+	if b.snapshots == nil {
+		b.signal(SnapshotFailed{SeqNr: seqNr, Err: fmt.Errorf("eventsourced: no snapshot store configured")})
+		return
+	}
+	manifest, payload, err := b.codec.Encode(b.state)
+	if err != nil {
+		b.signal(SnapshotFailed{SeqNr: seqNr, Err: err})
+		return
+	}
+	snap := snapshot.Snapshot{PersistenceID: b.pid, SeqNr: seqNr, Timestamp: b.ctx.Clock().Now(), Manifest: manifest, Payload: payload}
+	upTo := b.cfg.Retention.deleteUpTo(seqNr)
+	deleteEvents := b.cfg.Retention.DeleteEventsOnSnapshot
+	store, j, timeout, pid := b.snapshots, b.journal, b.cfg.WriteTimeout, b.pid
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := store.Save(ctx, snap); err != nil {
+			b.cell.Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
+			return
+		}
+		b.cell.Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
+		if upTo == 0 {
+			return
+		}
+		if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
+			b.cell.Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+		} else {
+			b.cell.Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
+		}
+		if !deleteEvents {
+			return
+		}
+		if err := j.DeleteTo(ctx, pid, upTo); err != nil {
+			b.cell.Post(func() { b.signal(DeleteEventsFailed{UpTo: upTo, Err: err}) })
+		} else {
+			b.cell.Post(func() { b.signal(DeleteEventsCompleted{UpTo: upTo}) })
+		}
+	}()
+}

@@ -1,0 +1,251 @@
+// Package eventsourced runs entities whose state is the fold of their
+// events: a command handler decides which events to persist, an event
+// handler applies them, and recovery rebuilds the state from the latest
+// snapshot plus the events after it.
+//
+// A behavior is built from a Config and runs on the entity runtime like any
+// other. While it recovers or waits for a write, its mailbox is held: later
+// commands wait there, in order, and are handled once the state is current.
+// Writes are single-writer per persistence id: if another incarnation has
+// written the same sequence number, the entity stops with an error matching
+// ErrWriteConflict instead of interleaving its history with the other's.
+package eventsourced
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/snapshot"
+)
+
+// Separator joins the entity type and the entity id in a PersistenceID.
+const Separator = "|"
+
+// ErrInvalidPersistenceID is the stop reason of an entity whose persistence
+// id is empty or whose entity id contains the Separator.
+var ErrInvalidPersistenceID = errors.New("eventsourced: invalid persistence id")
+
+// PersistenceID names one entity's event stream: "Type|id".
+type PersistenceID struct {
+	value string
+	err   error
+}
+
+// NewPersistenceID joins typeName and entityID, rejecting ids that would
+// make the joined form ambiguous.
+func NewPersistenceID(typeName, entityID string) (PersistenceID, error) {
+	switch {
+	case typeName == "" || entityID == "":
+		return PersistenceID{}, fmt.Errorf("%w: empty type %q or id %q", ErrInvalidPersistenceID, typeName, entityID)
+	case strings.Contains(typeName, Separator), strings.Contains(entityID, Separator):
+		return PersistenceID{}, fmt.Errorf("%w: %q or %q contains %q", ErrInvalidPersistenceID, typeName, entityID, Separator)
+	}
+	return PersistenceID{value: typeName + Separator + entityID}, nil
+}
+
+// PersistenceIDOf is NewPersistenceID for the entity type of key, in a form
+// that fits a Config literal: an invalid id is reported when the entity
+// starts, which then stops with ErrInvalidPersistenceID.
+func PersistenceIDOf[C any](key entity.TypeKey[C], entityID string) PersistenceID {
+	pid, err := NewPersistenceID(key.Name(), entityID)
+	if err != nil {
+		return PersistenceID{err: err}
+	}
+	return pid
+}
+
+// RawPersistenceID uses s as the persistence id as is, for streams not
+// named Type|id (for example ones written by another system).
+func RawPersistenceID(s string) PersistenceID {
+	if s == "" {
+		return PersistenceID{err: fmt.Errorf("%w: empty", ErrInvalidPersistenceID)}
+	}
+	return PersistenceID{value: s}
+}
+
+func (p PersistenceID) String() string { return p.value }
+
+// Err reports why the id is invalid; nil for a valid id.
+func (p PersistenceID) Err() error {
+	if p.err == nil && p.value == "" {
+		return fmt.Errorf("%w: not set", ErrInvalidPersistenceID)
+	}
+	return p.err
+}
+
+// Context is the entity context of an event-sourced behavior.
+type Context[C any] interface {
+	entity.Context[C]
+	PersistenceID() PersistenceID
+	// LastSeqNr is the sequence number of the last event applied to the state.
+	LastSeqNr() uint64
+	// Recovering is true while the event handler replays stored events.
+	Recovering() bool
+}
+
+// Config describes an event-sourced entity. C is its command type, E its
+// event type and S its state.
+type Config[C, E, S any] struct {
+	PersistenceID PersistenceID
+	// EmptyState is the state before the first event.
+	EmptyState S
+	// OnCommand decides what to do with a command in the current state.
+	OnCommand func(ctx Context[C], state S, cmd C) Effect[E, S]
+	// OnEvent applies an event. It runs for new events and during replay,
+	// with the same context, so timers it starts are restored by recovery.
+	OnEvent func(ctx Context[C], state S, event E) S
+	// OnSignal, if set, observes lifecycle signals (RecoveryCompleted, ...).
+	OnSignal func(ctx Context[C], state S, sig Signal)
+
+	// Tagger, if set, returns the tags stored with each event.
+	Tagger func(event E) []string
+	// SnapshotWhen, if set, takes a snapshot after an event for which it is true.
+	SnapshotWhen func(state S, event E, seqNr uint64) bool
+	// Retention takes snapshots every N events and prunes old ones.
+	Retention Retention
+
+	// Journal, Snapshots and Codec default to the System's.
+	Journal   journal.Journal
+	Snapshots snapshot.Store
+	Codec     *codec.Registry
+	// WriteTimeout bounds each journal write and snapshot save. Default 10s.
+	WriteTimeout time.Duration
+	// ReplayBatch is how many events recovery hands to the entity at once. Default 256.
+	ReplayBatch int
+}
+
+// Retention is a count-based snapshot policy.
+type Retention struct {
+	// SnapshotEvery takes a snapshot each time the sequence number passes a
+	// multiple of it; 0 turns count-based snapshots off.
+	SnapshotEvery uint64
+	// KeepSnapshots is how many count-based snapshots to keep; older ones
+	// are deleted after each new one. 0 keeps all.
+	KeepSnapshots uint64
+	// DeleteEventsOnSnapshot deletes events older than the oldest kept snapshot.
+	DeleteEventsOnSnapshot bool
+}
+
+// SnapshotEvery is Retention{SnapshotEvery: n, KeepSnapshots: keep}.
+func SnapshotEvery(n, keep uint64) Retention {
+	return Retention{SnapshotEvery: n, KeepSnapshots: keep}
+}
+
+// WithDeleteEventsOnSnapshot also deletes events no kept snapshot needs.
+func (r Retention) WithDeleteEventsOnSnapshot() Retention {
+	r.DeleteEventsOnSnapshot = true
+	return r
+}
+
+// deleteUpTo is the highest sequence number no kept snapshot needs, after a
+// snapshot at seqNr; 0 when nothing is to be deleted.
+func (r Retention) deleteUpTo(seqNr uint64) uint64 {
+	if r.SnapshotEvery == 0 || r.KeepSnapshots == 0 {
+		return 0
+	}
+	keep := r.KeepSnapshots * r.SnapshotEvery
+	if seqNr <= keep {
+		return 0
+	}
+	return seqNr - keep
+}
+
+// Signal is a lifecycle notification passed to Config.OnSignal.
+type Signal interface{ isSignal() }
+
+type (
+	// RecoveryCompleted: the state is current; commands flow from now on.
+	RecoveryCompleted struct{ SeqNr uint64 }
+	// RecoveryFailed: the entity stops with Err.
+	RecoveryFailed struct{ Err error }
+	// SnapshotCompleted: a snapshot at SeqNr is stored.
+	SnapshotCompleted struct{ SeqNr uint64 }
+	// SnapshotFailed: saving the snapshot at SeqNr failed; the entity carries on.
+	SnapshotFailed struct {
+		SeqNr uint64
+		Err   error
+	}
+	// PersistFailed: the journal could not store events; the entity stops with Err.
+	PersistFailed struct{ Err error }
+	// PersistRejected: the events could not be encoded or were refused; the
+	// entity stops with Err.
+	PersistRejected struct{ Err error }
+	// DeleteSnapshotsCompleted / Failed report retention's snapshot pruning.
+	DeleteSnapshotsCompleted struct{ UpTo uint64 }
+	DeleteSnapshotsFailed    struct {
+		UpTo uint64
+		Err  error
+	}
+	// DeleteEventsCompleted / Failed report retention's event pruning.
+	DeleteEventsCompleted struct{ UpTo uint64 }
+	DeleteEventsFailed    struct {
+		UpTo uint64
+		Err  error
+	}
+)
+
+func (RecoveryCompleted) isSignal()        {}
+func (RecoveryFailed) isSignal()           {}
+func (SnapshotCompleted) isSignal()        {}
+func (SnapshotFailed) isSignal()           {}
+func (PersistFailed) isSignal()            {}
+func (PersistRejected) isSignal()          {}
+func (DeleteSnapshotsCompleted) isSignal() {}
+func (DeleteSnapshotsFailed) isSignal()    {}
+func (DeleteEventsCompleted) isSignal()    {}
+func (DeleteEventsFailed) isSignal()       {}
+
+var (
+	// ErrPersistFailed matches the stop reason of an entity whose write failed.
+	ErrPersistFailed = errors.New("eventsourced: persist failed")
+	// ErrPersistRejected matches the stop reason of an entity whose events
+	// could not be encoded or were refused by the journal.
+	ErrPersistRejected = errors.New("eventsourced: persist rejected")
+	// ErrWriteConflict matches the stop reason of an entity that found
+	// another incarnation's events at its next sequence number.
+	ErrWriteConflict = journal.ErrWriteConflict
+	// ErrRecoveryFailed matches the stop reason of an entity that could not
+	// rebuild its state.
+	ErrRecoveryFailed = errors.New("eventsourced: recovery failed")
+	// ErrNoJournal is the stop reason when neither Config nor System has a journal.
+	ErrNoJournal = errors.New("eventsourced: no journal configured")
+)
+
+// PersistError is why an entity stopped after a failed write. It matches
+// ErrPersistFailed or ErrPersistRejected, and the journal's error
+// (ErrWriteConflict for a conflict).
+type PersistError struct {
+	PersistenceID string
+	SeqNr         uint64 // first sequence number of the failed write
+	Kind          error  // ErrPersistFailed or ErrPersistRejected
+	Err           error
+}
+
+func (e *PersistError) Error() string {
+	return fmt.Sprintf("%v: %s at seq %d: %v", e.Kind, e.PersistenceID, e.SeqNr, e.Err)
+}
+
+func (e *PersistError) Unwrap() []error { return []error{e.Kind, e.Err} }
+
+// RecoveryError is why an entity could not recover: which stored event (or
+// snapshot) could not be read or applied. It matches ErrRecoveryFailed and
+// the cause (codec.ErrUnknownManifest for an event of an unknown type).
+type RecoveryError struct {
+	PersistenceID string
+	SeqNr         uint64 // 0 when the failure was not at a specific event
+	Err           error
+}
+
+func (e *RecoveryError) Error() string {
+	if e.SeqNr == 0 {
+		return fmt.Sprintf("eventsourced: recovery of %s failed: %v", e.PersistenceID, e.Err)
+	}
+	return fmt.Sprintf("eventsourced: recovery of %s failed at seq %d: %v", e.PersistenceID, e.SeqNr, e.Err)
+}
+
+func (e *RecoveryError) Unwrap() []error { return []error{ErrRecoveryFailed, e.Err} }

@@ -1,0 +1,94 @@
+package eventsourcedtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/shoal-dev/shoal/journal"
+)
+
+// Journal wraps a journal.Journal with fault injection and a record of every
+// event it stored. It is safe for concurrent use.
+type Journal struct {
+	journal.Journal
+
+	mu          sync.Mutex
+	failWrite   error
+	rejectWrite error
+	failRead    error
+	written     []journal.Event
+}
+
+// NewJournal wraps j.
+func NewJournal(j journal.Journal) *Journal { return &Journal{Journal: j} }
+
+// FailNextPersist makes the next Write fail with err, storing nothing.
+func (j *Journal) FailNextPersist(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.failWrite = err
+}
+
+// RejectNextPersist makes the next Write fail with an error matching
+// journal.ErrRejected and err, storing nothing.
+func (j *Journal) RejectNextPersist(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.rejectWrite = err
+}
+
+// FailNextRead makes the next Replay or HighestSeqNr fail with err.
+func (j *Journal) FailNextRead(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.failRead = err
+}
+
+// Written returns a copy of every event stored through this wrapper, in write order.
+func (j *Journal) Written() []journal.Event {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]journal.Event(nil), j.written...)
+}
+
+func (j *Journal) takeFault(f *error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := *f
+	*f = nil
+	return err
+}
+
+// Write implements journal.Journal.
+func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	if err := j.takeFault(&j.failWrite); err != nil {
+		return err
+	}
+	if err := j.takeFault(&j.rejectWrite); err != nil {
+		return fmt.Errorf("%w: %w", journal.ErrRejected, err)
+	}
+	if err := j.Journal.Write(ctx, events); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	j.written = append(j.written, events...)
+	j.mu.Unlock()
+	return nil
+}
+
+// Replay implements journal.Journal.
+func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
+	if err := j.takeFault(&j.failRead); err != nil {
+		return err
+	}
+	return j.Journal.Replay(ctx, pid, from, to, fn)
+}
+
+// HighestSeqNr implements journal.Journal.
+func (j *Journal) HighestSeqNr(ctx context.Context, pid string) (uint64, error) {
+	if err := j.takeFault(&j.failRead); err != nil {
+		return 0, err
+	}
+	return j.Journal.HighestSeqNr(ctx, pid)
+}
