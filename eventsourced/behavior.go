@@ -156,7 +156,9 @@ func (b *behavior[C, E, S]) recover() {
 	if b.snapshots != nil {
 		snap, ok, err := b.snapshots.Load(ctx, b.pid, snapshot.Latest())
 		if err != nil {
-			b.onEntity(func() { b.failRecovery(&RecoveryError{PersistenceID: b.pid, Err: fmt.Errorf("load snapshot: %w", err)}) })
+			b.onEntity(func() {
+				b.failRecovery(&RecoveryError{PersistenceID: b.pid, Err: fmt.Errorf("load snapshot: %w", err)})
+			})
 			return
 		}
 		if ok {
