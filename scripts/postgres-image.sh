@@ -25,6 +25,12 @@ if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
 	exit 0
 fi
 
+# Test packages may run this at once: one builds, the others wait and find it.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"${TMPDIR:-/tmp}/shoal-postgres-image.lock"
+	flock 9
+fi
+
 if [ "${1:-}" != "--force" ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
 	have="$(docker image inspect -f '{{index .Config.Labels "dev.shoal.postgres-image.version"}}' "$IMAGE")"
 	# Current, or an image of that name this script did not build (say the
