@@ -1,0 +1,655 @@
+// Package postgres is a journal.Journal on PostgreSQL (pgx/v5, pgxpool),
+// using the event_journal tables of package migrations.
+//
+// # Group commit
+//
+// Write does not talk to the database itself: it queues its events and
+// waits. A few writer goroutines (Config.Writers) each take whatever writes
+// are queued, up to Config.MaxBatchEvents events, and store them with one
+// multi-row INSERT — one round trip and one commit for many entities. While
+// one batch is in flight the next one fills, so under load batches grow and
+// at rest a lone write goes out at once (unless Config.MaxBatchWait asks to
+// wait for company).
+//
+// Each Write is atomic and gets its own result: a conflict on one
+// persistence id never fails the other writes in its batch. The common case
+// (no conflict) is one statement; if it hits a unique violation the batch is
+// retried in a transaction with ON CONFLICT DO NOTHING, the rows of writes
+// that did not go in whole are removed again, and those writes alone get a
+// *journal.WriteConflictError.
+//
+// Rows are inserted in (persistence id, seq nr) order, so concurrent batches
+// take their index locks in one order and cannot deadlock.
+//
+// # Outcomes
+//
+// Once a write has been handed to a writer goroutine, Write waits for the
+// outcome even when its context ends, so that a nil error means stored and
+// an error means not stored. The one exception is a connection lost after
+// the statement was sent and before its answer came back: then the write
+// may or may not be stored, as with any database client.
+//
+// # Deleted events
+//
+// DeleteTo records the highest deleted seq nr in event_journal_deleted.
+// HighestSeqNr is the greater of that and the highest stored event, and a
+// write at or below it is a conflict: a stale incarnation cannot reuse
+// deleted sequence numbers.
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/journal"
+)
+
+// Config tunes the journal. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// MaxBatchEvents bounds the events sent in one round trip. A single
+	// Write with more events is still sent whole, alone. Default 2000.
+	MaxBatchEvents int
+	// MaxBatchWait is how long a writer goroutine holding a batch that is
+	// not full waits for more writes before sending it. Zero (the default)
+	// sends at once: batching then comes from the writes that queue while
+	// other batches are in flight, which adds no latency at low load.
+	MaxBatchWait time.Duration
+	// Writers is the number of batches in flight at once; each holds a pool
+	// connection while in flight, so the pool needs more connections than
+	// this for reads to proceed. Default 4.
+	Writers int
+	// WriteTimeout bounds one batch's round trip. Default 30s.
+	WriteTimeout time.Duration
+	// ReplayPageSize is the number of events Replay fetches per query; at
+	// most two pages are held in memory. Default 2000.
+	ReplayPageSize int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		MaxBatchEvents: 2000,
+		MaxBatchWait:   0,
+		Writers:        4,
+		WriteTimeout:   30 * time.Second,
+		ReplayPageSize: 2000,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBatchEvents <= 0 {
+		c.MaxBatchEvents = d.MaxBatchEvents
+	}
+	if c.MaxBatchWait < 0 {
+		c.MaxBatchWait = 0
+	}
+	if c.Writers <= 0 {
+		c.Writers = d.Writers
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.ReplayPageSize <= 0 {
+		c.ReplayPageSize = d.ReplayPageSize
+	}
+	return c
+}
+
+// Stats counts what the writer goroutines did since New.
+type Stats struct {
+	Batches uint64 // round trips that stored writes
+	Writes  uint64 // Write calls stored or refused in them
+	Events  uint64 // events in them
+	// ConflictBatches counts batches that met a unique violation and were
+	// retried in a transaction to find the conflicting writes.
+	ConflictBatches uint64
+}
+
+// Stats returns the journal's counters; Events/Batches is the mean batch size.
+func (j *Journal) Stats() Stats {
+	return Stats{
+		Batches:         j.stats.batches.Load(),
+		Writes:          j.stats.writes.Load(),
+		Events:          j.stats.events.Load(),
+		ConflictBatches: j.stats.conflictBatches.Load(),
+	}
+}
+
+// ErrClosed is returned by Write after Close.
+var ErrClosed = errors.New("journal/postgres: journal closed")
+
+// Journal is a journal.Journal on PostgreSQL. Create it with New and stop
+// its writer goroutines with Close; the pool stays the caller's.
+type Journal struct {
+	pool *pgxpool.Pool
+	cfg  Config
+
+	queue     chan *request
+	closed    chan struct{}
+	stats     struct{ batches, writes, events, conflictBatches atomic.Uint64 }
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+var _ journal.Journal = (*Journal)(nil)
+
+// New returns a journal on pool, whose search_path must reach the tables of
+// package migrations, and starts its writer goroutines.
+func New(pool *pgxpool.Pool, cfg Config) *Journal {
+	cfg = cfg.withDefaults()
+	j := &Journal{
+		pool:   pool,
+		cfg:    cfg,
+		queue:  make(chan *request, 4*cfg.MaxBatchEvents),
+		closed: make(chan struct{}),
+	}
+	j.wg.Add(cfg.Writers)
+	for range cfg.Writers {
+		go j.writer()
+	}
+	return j
+}
+
+// Close stops the writer goroutines after their batches in flight; writes
+// still queued fail with ErrClosed. It does not close the pool.
+func (j *Journal) Close() error {
+	j.closeOnce.Do(func() {
+		close(j.closed)
+		j.wg.Wait()
+		for {
+			select {
+			case r := <-j.queue:
+				if r.take() {
+					r.done <- ErrClosed
+				}
+			default:
+				return
+			}
+		}
+	})
+	return nil
+}
+
+const (
+	queued int32 = iota
+	taken
+	abandoned
+)
+
+type request struct {
+	events []journal.Event
+	state  atomic.Int32
+	done   chan error // buffered: the writer never blocks on a caller
+}
+
+// take claims r for a batch; false if its caller gave up first.
+func (r *request) take() bool { return r.state.CompareAndSwap(queued, taken) }
+
+// abandon withdraws r before a writer takes it; false if one already did.
+func (r *request) abandon() bool { return r.state.CompareAndSwap(queued, abandoned) }
+
+// Write implements journal.Journal.
+func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := journal.Validate(events); err != nil {
+		return err
+	}
+	pid := events[0].PersistenceID
+	if last := events[len(events)-1].SeqNr; last > math.MaxInt64 {
+		return fmt.Errorf("%w: %s: seq %d beyond the journal's range", journal.ErrRejected, pid, last)
+	}
+	r := &request{events: events, done: make(chan error, 1)}
+	select {
+	case j.queue <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-j.closed:
+		return ErrClosed
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		if r.abandon() {
+			return ctx.Err()
+		}
+	case <-j.closed:
+		if r.abandon() {
+			return ErrClosed
+		}
+	}
+	// A writer holds it: its outcome is the truth, wait for it.
+	return <-r.done
+}
+
+// writer is one group-commit loop.
+func (j *Journal) writer() {
+	defer j.wg.Done()
+	var carry *request
+	for {
+		batch, n := make([]*request, 0, 64), 0
+		add := func(r *request) bool { // false when r does not fit
+			if n > 0 && n+len(r.events) > j.cfg.MaxBatchEvents {
+				return false
+			}
+			if r.take() {
+				batch = append(batch, r)
+				n += len(r.events)
+			}
+			return true
+		}
+		if carry != nil {
+			add(carry)
+			carry = nil
+		}
+		if len(batch) == 0 {
+			select {
+			case r := <-j.queue:
+				add(r)
+			case <-j.closed:
+				return
+			}
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if j.cfg.MaxBatchWait > 0 && n < j.cfg.MaxBatchEvents {
+			t = time.NewTimer(j.cfg.MaxBatchWait)
+			timer = t.C
+		}
+	fill:
+		for n < j.cfg.MaxBatchEvents {
+			select {
+			case r := <-j.queue:
+				if !add(r) {
+					carry = r
+					break fill
+				}
+				continue
+			default:
+			}
+			if timer == nil {
+				break
+			}
+			select {
+			case r := <-j.queue:
+				if !add(r) {
+					carry = r
+					break fill
+				}
+			case <-timer:
+				break fill
+			case <-j.closed:
+				break fill
+			}
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if len(batch) > 0 {
+			j.flush(batch, n)
+		}
+	}
+}
+
+const insertSQL = `INSERT INTO event_journal
+	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
+SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(i.tags::text[], '{}'), i.writer
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
+	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, n)
+WHERE NOT EXISTS (
+	SELECT 1 FROM event_journal_deleted d
+	WHERE d.persistence_id = i.pid AND d.deleted_to >= i.first_seq)
+ORDER BY i.n`
+
+// insertArgs are the column arrays of one batch.
+type insertArgs struct {
+	pids, manifests, writers []string
+	seqs, firsts             []int64
+	ts                       []time.Time
+	payloads                 [][]byte
+	tags                     []*string
+	req                      []int // request index of each row
+}
+
+func buildArgs(batch []*request, n int) *insertArgs {
+	type row struct {
+		e   *journal.Event
+		req int
+	}
+	rows := make([]row, 0, n)
+	for i, r := range batch {
+		for k := range r.events {
+			rows = append(rows, row{&r.events[k], i})
+		}
+	}
+	// One lock order for every batch: no deadlocks between writers.
+	slices.SortStableFunc(rows, func(a, b row) int {
+		return cmp.Or(strings.Compare(a.e.PersistenceID, b.e.PersistenceID), cmp.Compare(a.e.SeqNr, b.e.SeqNr))
+	})
+	a := &insertArgs{
+		pids: make([]string, n), manifests: make([]string, n), writers: make([]string, n),
+		seqs: make([]int64, n), firsts: make([]int64, n), ts: make([]time.Time, n),
+		payloads: make([][]byte, n), tags: make([]*string, n), req: make([]int, n),
+	}
+	for i, rw := range rows {
+		e := rw.e
+		a.pids[i] = e.PersistenceID
+		a.seqs[i] = int64(e.SeqNr)
+		a.firsts[i] = int64(batch[rw.req].events[0].SeqNr)
+		a.ts[i] = e.Timestamp
+		a.manifests[i] = e.Manifest
+		a.payloads[i] = e.Payload
+		if a.payloads[i] == nil {
+			a.payloads[i] = []byte{}
+		}
+		a.tags[i] = tagsLiteral(e.Tags)
+		a.writers[i] = e.WriterID
+		a.req[i] = rw.req
+	}
+	return a
+}
+
+func (a *insertArgs) values() []any {
+	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts}
+}
+
+// tagsLiteral renders tags as a PostgreSQL array literal; nil for none.
+func tagsLiteral(tags []string) *string {
+	if len(tags) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, t := range tags {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, c := range []byte(t) {
+			if c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(c)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	s := b.String()
+	return &s
+}
+
+// flush stores one batch and answers its writes.
+func (j *Journal) flush(batch []*request, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), j.cfg.WriteTimeout)
+	defer cancel()
+	args := buildArgs(batch, n)
+	results := make([]error, len(batch))
+	tag, err := j.pool.Exec(ctx, insertSQL, args.values()...)
+	switch {
+	case err == nil && tag.RowsAffected() == int64(n):
+		// The common case: everything stored.
+	case err == nil:
+		// Some writes were below their pid's deletion mark and stored nothing.
+		err = j.markDeleted(ctx, batch, results)
+	case isCode(err, "23505"): // unique_violation: find whose
+		j.stats.conflictBatches.Add(1)
+		err = j.flushConflicting(ctx, batch, args, results)
+	}
+	j.stats.batches.Add(1)
+	j.stats.writes.Add(uint64(len(batch)))
+	j.stats.events.Add(uint64(n))
+	for i, r := range batch {
+		switch {
+		case err != nil:
+			ev := r.events
+			r.done <- fmt.Errorf("journal/postgres: write %s seq %d..%d: %w", ev[0].PersistenceID, ev[0].SeqNr, ev[len(ev)-1].SeqNr, err)
+		default:
+			r.done <- results[i]
+		}
+	}
+}
+
+// markDeleted sets a conflict on the writes of batch at or below their
+// pid's deletion mark: the statement stored none of their rows.
+func (j *Journal) markDeleted(ctx context.Context, batch []*request, results []error) error {
+	pids := make([]string, len(batch))
+	for i, r := range batch {
+		pids[i] = r.events[0].PersistenceID
+	}
+	rows, err := j.pool.Query(ctx, `SELECT persistence_id, deleted_to FROM event_journal_deleted WHERE persistence_id = ANY($1)`, pids)
+	if err != nil {
+		return fmt.Errorf("read deletion marks: %w", err)
+	}
+	marks := map[string]int64{}
+	var pid string
+	var to int64
+	_, err = pgx.ForEachRow(rows, []any{&pid, &to}, func() error {
+		marks[pid] = to
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read deletion marks: %w", err)
+	}
+	for i, r := range batch {
+		first := r.events[0]
+		if to, ok := marks[first.PersistenceID]; ok && int64(first.SeqNr) <= to {
+			results[i] = &journal.WriteConflictError{PersistenceID: first.PersistenceID, SeqNr: first.SeqNr}
+		}
+	}
+	return nil
+}
+
+// flushConflicting stores the batch in a transaction that skips conflicting
+// rows, then removes the rows of writes that did not go in whole.
+func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *insertArgs, results []error) error {
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	rows, err := tx.Query(ctx, insertSQL+"\nON CONFLICT DO NOTHING RETURNING persistence_id, seq_nr", args.values()...)
+	if err != nil {
+		return err
+	}
+	type key struct {
+		pid string
+		seq int64
+	}
+	inserted := map[key]bool{}
+	var k key
+	if _, err := pgx.ForEachRow(rows, []any{&k.pid, &k.seq}, func() error {
+		inserted[k] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Rows went in in args order, so a (pid, seq) that two writes of this
+	// batch share belongs to the first of them.
+	mine := make([][]int, len(batch)) // row indexes each write stored
+	missing := make([]int64, len(batch))
+	for i := range missing {
+		missing[i] = -1
+	}
+	for row, req := range args.req {
+		k := key{args.pids[row], args.seqs[row]}
+		if inserted[k] {
+			delete(inserted, k)
+			mine[req] = append(mine[req], row)
+		} else if missing[req] < 0 || args.seqs[row] < missing[req] {
+			missing[req] = args.seqs[row]
+		}
+	}
+	var delPids []string
+	var delSeqs []int64
+	for i, r := range batch {
+		if missing[i] < 0 {
+			continue
+		}
+		results[i] = &journal.WriteConflictError{PersistenceID: r.events[0].PersistenceID, SeqNr: uint64(missing[i])}
+		for _, row := range mine[i] {
+			delPids = append(delPids, args.pids[row])
+			delSeqs = append(delSeqs, args.seqs[row])
+		}
+	}
+	if len(delPids) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM event_journal
+			WHERE (persistence_id, seq_nr) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`, delPids, delSeqs); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// clamp maps a seq nr range onto the bigint column; ok is false when empty.
+func clamp(from, to uint64) (int64, int64, bool) {
+	if from == 0 {
+		from = 1
+	}
+	if to > math.MaxInt64 {
+		to = math.MaxInt64
+	}
+	if from > to {
+		return 0, 0, false
+	}
+	return int64(from), int64(to), true
+}
+
+const replaySQL = `SELECT seq_nr, ordering, write_timestamp, manifest, payload, tags, writer_id
+FROM event_journal
+WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3
+ORDER BY seq_nr
+LIMIT $4`
+
+type page struct {
+	events []journal.Event
+	err    error
+}
+
+// Replay implements journal.Journal. It reads pages of
+// Config.ReplayPageSize events, fetching the next page while fn runs over
+// the current one; no connection is held while fn runs.
+func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	lo, hi, ok := clamp(from, to)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	size := j.cfg.ReplayPageSize
+	fetch := func(lo int64) <-chan page {
+		ch := make(chan page, 1)
+		go func() {
+			evs, err := j.page(ctx, pid, lo, hi, size)
+			ch <- page{evs, err}
+		}()
+		return ch
+	}
+	next := fetch(lo)
+	for {
+		p := <-next
+		if p.err != nil {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("journal/postgres: replay %s from %d: %w", pid, lo, p.err)
+		}
+		more := len(p.events) == size && p.events[len(p.events)-1].SeqNr < uint64(hi)
+		if more {
+			lo = int64(p.events[len(p.events)-1].SeqNr) + 1
+			next = fetch(lo)
+		}
+		for _, e := range p.events {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if !more {
+			return ctx.Err()
+		}
+	}
+}
+
+func (j *Journal) page(ctx context.Context, pid string, lo, hi int64, size int) ([]journal.Event, error) {
+	rows, err := j.pool.Query(ctx, replaySQL, pid, lo, hi, size)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	evs := make([]journal.Event, 0, min(size, 256))
+	for rows.Next() {
+		e := journal.Event{PersistenceID: pid}
+		var seq int64
+		if err := rows.Scan(&seq, &e.Ordering, &e.Timestamp, &e.Manifest, &e.Payload, &e.Tags, &e.WriterID); err != nil {
+			return nil, err
+		}
+		e.SeqNr = uint64(seq)
+		evs = append(evs, e)
+	}
+	return evs, rows.Err()
+}
+
+// HighestSeqNr implements journal.Journal.
+func (j *Journal) HighestSeqNr(ctx context.Context, pid string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var h *int64
+	err := j.pool.QueryRow(ctx, `SELECT greatest(
+		(SELECT max(seq_nr) FROM event_journal WHERE persistence_id = $1),
+		(SELECT deleted_to FROM event_journal_deleted WHERE persistence_id = $1))`, pid).Scan(&h)
+	if err != nil {
+		return 0, fmt.Errorf("journal/postgres: highest seq nr of %s: %w", pid, err)
+	}
+	if h == nil {
+		return 0, nil
+	}
+	return uint64(*h), nil
+}
+
+// DeleteTo implements journal.Journal. It removes the events and raises the
+// pid's deletion mark to the highest seq nr removed, in one statement.
+func (j *Journal) DeleteTo(ctx context.Context, pid string, to uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, hi, ok := clamp(1, to)
+	if !ok {
+		return nil
+	}
+	_, err := j.pool.Exec(ctx, `WITH del AS (
+		DELETE FROM event_journal WHERE persistence_id = $1 AND seq_nr <= $2 RETURNING seq_nr)
+	INSERT INTO event_journal_deleted (persistence_id, deleted_to)
+	SELECT $1, max(seq_nr) FROM del HAVING max(seq_nr) IS NOT NULL
+	ON CONFLICT (persistence_id) DO UPDATE
+		SET deleted_to = greatest(event_journal_deleted.deleted_to, excluded.deleted_to)`, pid, hi)
+	if err != nil {
+		return fmt.Errorf("journal/postgres: delete %s to %d: %w", pid, to, err)
+	}
+	return nil
+}
