@@ -17,7 +17,7 @@ set -Eeuo pipefail
 
 IMAGE="${SHOAL_POSTGRES_IMAGE:-shoal-postgres:15}"
 # Bump when the Dockerfile or entrypoint changes, so stale images are rebuilt.
-VERSION=1
+VERSION=2
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
@@ -47,49 +47,65 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 	exit 0
 fi
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-	echo "postgres-image: installing debootstrap" >&2
-	apt-get install -y debootstrap >/dev/null 2>&1 || {
-		apt-get update >/dev/null
-		apt-get install -y debootstrap >/dev/null
-	}
-fi
-
-mirror="${SHOAL_DEBIAN_MIRROR:-}"
-if [ -z "$mirror" ]; then
+# find_mirror prints the Debian mirror of this machine's apt sources.
+find_mirror() {
+	if [ -n "${SHOAL_DEBIAN_MIRROR:-}" ]; then
+		echo "$SHOAL_DEBIAN_MIRROR"
+		return
+	fi
+	local f m
 	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
 		[ -r "$f" ] || continue
-		mirror="$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f")"
-		[ -n "$mirror" ] && break
+		m="$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f")"
+		if [ -n "$m" ]; then
+			echo "$m"
+			return
+		fi
 	done
-fi
-if [ -z "$mirror" ] && [ -r /etc/apt/sources.list ]; then
-	mirror="$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list)"
-fi
-if [ -z "$mirror" ]; then
-	echo "postgres-image: no Debian mirror found in the apt sources; set SHOAL_DEBIAN_MIRROR" >&2
-	exit 1
-fi
+	if [ -r /etc/apt/sources.list ]; then
+		awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list
+	fi
+}
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-rootfs="$work/rootfs"
-echo "postgres-image: building $IMAGE (debootstrap bookworm with postgresql-15, about a minute)" >&2
-debootstrap --variant=minbase --include=postgresql-15 bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-	tail -n 30 "$work/debootstrap.log" >&2
-	exit 1
-}
-# The package's own cluster and caches are not needed in the image.
-rm -rf "$rootfs"/var/lib/postgresql/15 "$rootfs"/etc/postgresql/15/main \
-	"$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 
-base="${IMAGE%%:*}-base:build"
-tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+# The debootstrapped base is kept, so a change of the Dockerfile or the
+# entrypoint rebuilds in seconds.
+base="${IMAGE%%:*}-base:${IMAGE##*:}"
+if ! docker image inspect "$base" >/dev/null 2>&1 || [ "${1:-}" = "--force" ]; then
+	if ! command -v debootstrap >/dev/null 2>&1; then
+		echo "postgres-image: installing debootstrap" >&2
+		apt-get install -y debootstrap >/dev/null 2>&1 || {
+			apt-get update >/dev/null
+			apt-get install -y debootstrap >/dev/null
+		}
+	fi
+	mirror="$(find_mirror)"
+	if [ -z "$mirror" ]; then
+		echo "postgres-image: no Debian mirror found in the apt sources; set SHOAL_DEBIAN_MIRROR" >&2
+		exit 1
+	fi
+	rootfs="$work/rootfs"
+	echo "postgres-image: building $base (debootstrap bookworm with postgresql-15, about a minute)" >&2
+	debootstrap --variant=minbase --include=postgresql-15 bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+		tail -n 30 "$work/debootstrap.log" >&2
+		exit 1
+	}
+	# The package's own cluster and the apt caches are not needed.
+	rm -rf "$rootfs"/var/lib/postgresql/15 "$rootfs"/etc/postgresql/15/main \
+		"$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+	tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+fi
+
+old="$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 DOCKER_BUILDKIT=0 docker build -q \
 	--build-arg BASE="$base" --build-arg VERSION="$VERSION" \
 	-t "$IMAGE" "$HERE/postgres-image" >/dev/null 2>"$work/build.log" || {
 	cat "$work/build.log" >&2
 	exit 1
 }
-docker rmi "$base" >/dev/null 2>&1 || true
+if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$IMAGE")" ]; then
+	docker rmi "$old" >/dev/null 2>&1 || true
+fi
 echo "postgres-image: built $IMAGE" >&2

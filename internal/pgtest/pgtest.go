@@ -105,23 +105,37 @@ func New(opts ...Option) *Server {
 
 // Run runs the tests and then terminates the container if one was started.
 // Call it from TestMain: os.Exit(pg.Run(m)).
-func (s *Server) Run(m *testing.M) int {
-	s.mu.Lock()
-	s.inRun = true
-	s.mu.Unlock()
+func (s *Server) Run(m *testing.M) int { return Main(m, s) }
+
+// Main is Run for a package with several servers (say one with fsync on
+// for benchmarks): it runs the tests and terminates every container started.
+func Main(m *testing.M, servers ...*Server) int {
+	for _, s := range servers {
+		s.mu.Lock()
+		s.inRun = true
+		s.mu.Unlock()
+	}
 	code := m.Run()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.container != nil {
-		if err := testcontainers.TerminateContainer(s.container); err != nil {
+	for _, s := range servers {
+		if err := s.terminate(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: terminate container: %v\n", err)
 			if code == 0 {
 				code = 1
 			}
 		}
-		s.container = nil
 	}
 	return code
+}
+
+func (s *Server) terminate() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.container == nil {
+		return nil
+	}
+	err := testcontainers.TerminateContainer(s.container)
+	s.container = nil
+	return err
 }
 
 // Start starts a container owned by t: it is terminated when t ends. Use it
@@ -130,17 +144,12 @@ func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s := New(opts...)
 	s.inRun = true
-	s.ensure(t)
 	t.Cleanup(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.container != nil {
-			if err := testcontainers.TerminateContainer(s.container); err != nil {
-				t.Errorf("pgtest: terminate container: %v", err)
-			}
-			s.container = nil
+		if err := s.terminate(); err != nil {
+			t.Errorf("pgtest: terminate container: %v", err)
 		}
 	})
+	s.ensure(t)
 	return s
 }
 

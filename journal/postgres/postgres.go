@@ -534,7 +534,9 @@ func clamp(from, to uint64) (int64, int64, bool) {
 	return int64(from), int64(to), true
 }
 
-const replaySQL = `SELECT seq_nr, ordering, write_timestamp, manifest, payload, tags, writer_id
+// replaySQL returns NULL for no tags: scanning it is cheaper than an empty array.
+const replaySQL = `SELECT seq_nr, ordering, write_timestamp, manifest, payload,
+	CASE WHEN cardinality(tags) = 0 THEN NULL ELSE tags END, writer_id
 FROM event_journal
 WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3
 ORDER BY seq_nr

@@ -10,9 +10,12 @@ import (
 	"github.com/shoal-dev/shoal/journal/postgres"
 )
 
-var pg = pgtest.New()
+var (
+	pg      = pgtest.New()
+	pgBench = pgtest.New(pgtest.WithFsync()) // benchmarks: fsync on, as in production
+)
 
-func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pg, pgBench)) }
 
 func newJournal(t *testing.T, cfg postgres.Config) *postgres.Journal {
 	t.Helper()
