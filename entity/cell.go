@@ -227,6 +227,7 @@ func (c *Cell[C]) run() {
 		} else {
 			c.status &^= scheduled
 			c.mailbox.Release()
+			c.control = nil // empty here; idle entities keep no queues
 			c.mu.Unlock()
 			return
 		}

@@ -291,6 +291,10 @@ func (b *behavior[C, E, S]) persist(eff *effect[E, S]) {
 		batch[i] = ev
 	}
 	b.cell.Suspend()
+	if aw, ok := b.journal.(journal.AsyncWriter); ok {
+		aw.WriteAsync(batch, func(err error) { b.cell.Post(func() { b.persisted(eff, first, err) }) })
+		return
+	}
 	j, timeout := b.journal, b.cfg.WriteTimeout
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -206,3 +206,18 @@ func itemsOf(s state) string {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// counterEntity persists like the list entity but keeps only a count, so
+// benchmarks measure the runtime rather than a growing state.
+func counterEntity(ec entity.Context[cmd]) entity.Behavior[cmd] {
+	return eventsourced.New(eventsourced.Config[cmd, event, int]{
+		PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
+		OnCommand: func(ctx eventsourced.Context[cmd], n int, c cmd) eventsourced.Effect[event, int] {
+			if c, ok := c.(addAndReply); ok {
+				return eventsourced.ThenReply(eventsourced.Persist[event, int](added{Item: c.Item}), c.ReplyTo, func(n int) int { return n })
+			}
+			return eventsourced.Unhandled[event, int]()
+		},
+		OnEvent: func(_ eventsourced.Context[cmd], n int, _ event) int { return n + 1 },
+	})
+}

@@ -51,6 +51,16 @@ type Journal interface {
 	DeleteTo(ctx context.Context, pid string, to uint64) error
 }
 
+// AsyncWriter is an optional extension of Journal for implementations that
+// can report a write's outcome through a callback instead of holding the
+// caller's goroutine, such as the memory journal, which completes inline.
+// done is called exactly once, possibly before WriteAsync returns, with the
+// error Write would have returned. Implementations bound the write's
+// duration themselves.
+type AsyncWriter interface {
+	WriteAsync(events []Event, done func(error))
+}
+
 // ErrWriteConflict means another writer already stored an event at one of the
 // sequence numbers: two incarnations of one entity are alive.
 var ErrWriteConflict = errors.New("journal: write conflict")

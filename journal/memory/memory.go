@@ -4,6 +4,7 @@ package memory
 
 import (
 	"context"
+	"math"
 	"sort"
 	"sync"
 
@@ -17,12 +18,40 @@ type Journal struct {
 	ordering int64
 }
 
+// log holds one persistence id's events in fixed-size chunks, so appending
+// to a long history never copies it.
 type log struct {
-	events  []journal.Event // ascending SeqNr, contiguous after the deleted prefix
+	chunks  [][]journal.Event // ascending SeqNr across chunks
 	highest uint64
 }
 
-var _ journal.Journal = (*Journal)(nil)
+const chunkSize = 512
+
+func (l *log) append(e journal.Event) {
+	if n := len(l.chunks); n == 0 || len(l.chunks[n-1]) == chunkSize {
+		l.chunks = append(l.chunks, make([]journal.Event, 0, chunkSize))
+	}
+	last := &l.chunks[len(l.chunks)-1]
+	*last = append(*last, e)
+}
+
+// position finds the first event with SeqNr >= seq.
+func (l *log) position(seq uint64) (chunk, index int) {
+	chunk = sort.Search(len(l.chunks), func(i int) bool {
+		c := l.chunks[i]
+		return c[len(c)-1].SeqNr >= seq
+	})
+	if chunk == len(l.chunks) {
+		return chunk, 0
+	}
+	c := l.chunks[chunk]
+	return chunk, sort.Search(len(c), func(i int) bool { return c[i].SeqNr >= seq })
+}
+
+var (
+	_ journal.Journal     = (*Journal)(nil)
+	_ journal.AsyncWriter = (*Journal)(nil)
+)
 
 // New returns an empty journal.
 func New() *Journal { return &Journal{logs: make(map[string]*log)} }
@@ -51,10 +80,15 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 		e.Ordering = j.ordering
 		e.Payload = append([]byte(nil), e.Payload...)
 		e.Tags = append([]string(nil), e.Tags...)
-		l.events = append(l.events, e)
+		l.append(e)
 	}
 	l.highest = events[len(events)-1].SeqNr
 	return nil
+}
+
+// WriteAsync implements journal.AsyncWriter; it completes before returning.
+func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
+	done(j.Write(context.Background(), events))
 }
 
 // Replay implements journal.Journal. It copies one page at a time so fn may
@@ -90,13 +124,17 @@ func (j *Journal) page(pid string, from, to uint64, n int) []journal.Event {
 	if l == nil {
 		return nil
 	}
-	i := sort.Search(len(l.events), func(i int) bool { return l.events[i].SeqNr >= from })
 	var out []journal.Event
-	for ; i < len(l.events) && len(out) < n && l.events[i].SeqNr <= to; i++ {
-		e := l.events[i]
-		e.Payload = append([]byte(nil), e.Payload...)
-		e.Tags = append([]string(nil), e.Tags...)
-		out = append(out, e)
+	for ci, i := l.position(from); ci < len(l.chunks) && len(out) < n; ci, i = ci+1, 0 {
+		for c := l.chunks[ci]; i < len(c) && len(out) < n; i++ {
+			e := c[i]
+			if e.SeqNr > to {
+				return out
+			}
+			e.Payload = append([]byte(nil), e.Payload...)
+			e.Tags = append([]string(nil), e.Tags...)
+			out = append(out, e)
+		}
 	}
 	return out
 }
@@ -125,7 +163,12 @@ func (j *Journal) DeleteTo(ctx context.Context, pid string, to uint64) error {
 	if l == nil {
 		return nil
 	}
-	i := sort.Search(len(l.events), func(i int) bool { return l.events[i].SeqNr > to })
-	l.events = append([]journal.Event(nil), l.events[i:]...)
+	ci, i := l.position(to + 1)
+	if to == math.MaxUint64 || ci == len(l.chunks) {
+		l.chunks = nil
+		return nil
+	}
+	l.chunks[ci] = append([]journal.Event(nil), l.chunks[ci][i:]...)
+	l.chunks = append([][]journal.Event(nil), l.chunks[ci:]...)
 	return nil
 }
