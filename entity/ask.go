@@ -58,10 +58,11 @@ func (s *System) System() *System { return s }
 // Reply sends v to the Ask waiting behind to. A reply to an Ask that has
 // already returned, or to a zero ReplyTo, is a dead letter.
 func Reply[R any](via Replier, to ReplyTo[R], v R) {
+	sys := via.System()
 	if to.IsZero() {
+		sys.deadLetter("reply to a zero address", v)
 		return
 	}
-	sys := via.System()
 	if to.node != sys.cfg.NodeID {
 		// Remote reply routing arrives with the cluster transport.
 		sys.deadLetter("reply to unknown node "+to.node, v)

@@ -96,13 +96,14 @@ type control struct {
 
 // extras holds what few entities use, so an idle entity does not pay for it.
 type extras[C any] struct {
-	timers    *timers.Scheduler[C]
-	stash     *stash.Buffer[C]
-	unstashed ring.Queue[C]
-	timeout   *receiveTimeout[C]
-	life      context.Context
-	cancel    context.CancelFunc
-	log       *slog.Logger
+	timers     *timers.Scheduler[C]
+	stash      *stash.Buffer[C]
+	unstashed  ring.Queue[C]
+	timeout    *receiveTimeout[C]
+	timeoutGen uint64
+	life       context.Context
+	cancel     context.CancelFunc
+	log        *slog.Logger
 }
 
 type receiveTimeout[C any] struct {
@@ -269,10 +270,10 @@ func (c *Cell[C]) handle(e envelope[C]) {
 }
 
 func (c *Cell[C]) deliver(msg C) {
-	if c.x != nil && c.x.timeout != nil {
+	next := c.behavior.Receive(c, msg)
+	if c.x != nil && c.x.timeout != nil { // idle time starts when the handler returns
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
 	}
-	next := c.behavior.Receive(c, msg)
 	if _, ok := next.(unhandled[C]); ok {
 		c.sys.deadLetter("unhandled", msg)
 		return
@@ -348,6 +349,14 @@ func (c *Cell[C]) terminate(err error) {
 	c.term.err = err
 	close(c.term.done)
 	c.mu.Unlock()
+	if x := c.x; x != nil {
+		x.unstashed.Drain(func(m C) { c.sys.deadLetter("unstashed, not handled before stop", m) })
+		if x.stash != nil {
+			for _, m := range x.stash.Clear() {
+				c.sys.deadLetter("stashed when the entity stopped", m)
+			}
+		}
+	}
 	left.Drain(func(e envelope[C]) {
 		if e.ctl == nil {
 			c.sys.deadLetter("left in mailbox of stopped entity", e.msg)
@@ -484,12 +493,11 @@ func (c *Cell[C]) PipeToSelf(work func(context.Context) C) {
 // SetReceiveTimeout implements Context.
 func (c *Cell[C]) SetReceiveTimeout(d time.Duration, msg C) {
 	x := c.extras()
-	gen := uint64(1)
 	if x.timeout != nil {
 		x.timeout.pending.Stop()
-		gen = x.timeout.gen + 1
 	}
-	x.timeout = &receiveTimeout[C]{d: d, msg: msg, gen: gen, last: c.sys.cfg.Clock.Now()}
+	x.timeoutGen++ // never reused, so a tick of a cancelled timeout stays stale
+	x.timeout = &receiveTimeout[C]{d: d, msg: msg, gen: x.timeoutGen, last: c.sys.cfg.Clock.Now()}
 	c.armReceiveTimeout(d)
 }
 

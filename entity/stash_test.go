@@ -202,7 +202,6 @@ func TestUnstashedMessagesWaitWhileSuspended(t *testing.T) {
 // Messages handed back by UnstashAll but not yet handled when the entity
 // stops are, like mail left in the mailbox, dead letters.
 func TestUnstashedButUnhandledAtStopAreDeadLetters(t *testing.T) {
-	t.Skip("bug: terminate drops the unstashed queue (and the stash) without counting dead letters (cell.go terminate)")
 	synctest.Test(t, func(t *testing.T) {
 		sys := newSystem(t)
 		s := newStasher()

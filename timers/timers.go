@@ -75,7 +75,7 @@ func (s *Scheduler[C]) StartSingleTimer(key string, msg C, delay time.Duration) 
 }
 
 // StartTimerWithFixedDelay delivers msg after initialDelay, then again
-// delay after each delivery has been handled, so a busy entity never
+// delay after each tick is taken from the mailbox, so a busy entity never
 // accumulates ticks.
 func (s *Scheduler[C]) StartTimerWithFixedDelay(key string, msg C, initialDelay, delay time.Duration) {
 	s.start(key, &timer[C]{msg: msg, mode: fixedDelay, interval: delay}, initialDelay)
