@@ -1,0 +1,289 @@
+package sharding
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// coordinatorCore is the coordinator's bookkeeping as a pure state machine:
+// step takes one message and returns the store changes to make and the
+// messages to send, in order. The runner around it does the IO, writing
+// the changes before sending anything that depends on them.
+type coordinatorCore struct {
+	self       string // the coordinator's node
+	epoch      uint64
+	strategy   allocation.Strategy
+	minMembers int
+
+	members      map[string]Member
+	regions      map[string]bool     // registered hosting regions
+	proxies      map[string]bool     // registered routing-only regions
+	shards       map[string]string   // shard → region
+	byRegion     map[string][]string // region → shards, in allocation order
+	handoffs     map[string]*handoff // shards being moved
+	leaving      map[string]bool     // regions that asked for a graceful shutdown
+	waitingHomes map[string]bool     // shards asked for before enough regions registered
+}
+
+type handoff struct {
+	from    string
+	pending map[string]bool // regions whose BeginHandOffAck is outstanding
+	handing bool            // HandOff sent to from
+}
+
+// change is a store write the runner makes before sending step's output.
+type change struct {
+	shard, region string // region "" deallocates
+}
+
+// outbound is one message to send.
+type outbound struct {
+	to  string // a region's node; its address is (to, type, region)
+	msg Message
+}
+
+func newCoordinatorCore(self string, epoch uint64, shards map[string]string, strategy allocation.Strategy, minMembers int) *coordinatorCore {
+	c := &coordinatorCore{
+		self: self, epoch: epoch, strategy: strategy, minMembers: max(minMembers, 1),
+		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
+		shards: make(map[string]string), byRegion: make(map[string][]string),
+		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
+	}
+	for _, shard := range slices.Sorted(maps.Keys(shards)) {
+		c.place(shard, shards[shard])
+	}
+	return c
+}
+
+func (c *coordinatorCore) place(shard, region string) {
+	c.shards[shard] = region
+	c.byRegion[region] = append(c.byRegion[region], shard)
+}
+
+func (c *coordinatorCore) unplace(shard string) {
+	region, ok := c.shards[shard]
+	if !ok {
+		return
+	}
+	delete(c.shards, shard)
+	list := slices.DeleteFunc(c.byRegion[region], func(s string) bool { return s == shard })
+	if len(list) == 0 {
+		delete(c.byRegion, region)
+	} else {
+		c.byRegion[region] = list
+	}
+}
+
+// everyone is every registered region and proxy, sorted for determinism.
+func (c *coordinatorCore) everyone() []string {
+	all := slices.Collect(maps.Keys(c.regions))
+	for p := range c.proxies {
+		all = append(all, p)
+	}
+	slices.Sort(all)
+	return all
+}
+
+func (c *coordinatorCore) broadcast(msg Message) []outbound {
+	var out []outbound
+	for _, r := range c.everyone() {
+		out = append(out, outbound{to: r, msg: msg})
+	}
+	return out
+}
+
+// allocationState is what strategies see: registered hosting regions with
+// their member information; leaving regions are marked Leaving.
+func (c *coordinatorCore) allocationState() allocation.State {
+	st := allocation.State{Shards: make(map[string][]string)}
+	for _, r := range slices.Sorted(maps.Keys(c.regions)) {
+		m, known := c.members[r]
+		reg := allocation.Region{ID: r, JoinedAt: m.JoinedAt, AppVersion: m.AppVersion, Status: m.Status, Reachable: m.Reachable}
+		if !known {
+			reg.Status, reg.Reachable = allocation.Up, true
+		}
+		if c.leaving[r] {
+			reg.Status = allocation.Leaving
+		}
+		st.Regions = append(st.Regions, reg)
+		st.Shards[r] = slices.Clone(c.byRegion[r])
+	}
+	return st
+}
+
+func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
+	switch m := msg.(type) {
+	case Register:
+		c.regions[m.Region] = true
+		out = append(out, c.welcome(m.Region)...)
+		ch, o := c.allocateWaiting()
+		return append(changes, ch...), append(out, o...)
+	case RegisterProxy:
+		c.proxies[m.Region] = true
+		return nil, c.welcome(m.Region)
+	case GetShardHome:
+		if region, ok := c.shards[m.Shard]; ok {
+			return nil, []outbound{{to: m.Region, msg: ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
+		}
+		if c.handoffs[m.Shard] != nil {
+			return nil, nil // its new home is pushed to everyone when the hand-off ends
+		}
+		if len(c.regions) < c.minMembers {
+			c.waitingHomes[m.Shard] = true
+			return nil, nil
+		}
+		return c.allocate(m.Region, m.Shard)
+	case ShardStarted:
+		return nil, nil
+	case BeginHandOffAck:
+		if h := c.handoffs[m.Shard]; h != nil {
+			delete(h.pending, m.Region)
+			return nil, c.maybeHandOff(m.Shard)
+		}
+	case ShardStopped:
+		h := c.handoffs[m.Shard]
+		if h == nil || h.from != m.Region {
+			return nil, nil
+		}
+		delete(c.handoffs, m.Shard)
+		c.unplace(m.Shard)
+		changes = append(changes, change{shard: m.Shard})
+		ch, o := c.allocate("", m.Shard)
+		return append(changes, ch...), o
+	case GracefulShutdownReq:
+		c.leaving[m.Region] = true
+		for _, shard := range slices.Clone(c.byRegion[m.Region]) {
+			out = append(out, c.beginHandOff(shard)...)
+		}
+		return nil, out
+	case RegionStopped:
+		return c.removeRegion(m.Region)
+	case rebalanceTick:
+		inProgress := make(map[string]bool, len(c.handoffs))
+		for s := range c.handoffs {
+			inProgress[s] = true
+		}
+		for _, shard := range c.strategy.Rebalance(c.allocationState(), inProgress) {
+			out = append(out, c.beginHandOff(shard)...)
+		}
+		return nil, out
+	case membersChanged:
+		c.members = make(map[string]Member, len(m.members))
+		for _, mem := range m.members {
+			c.members[mem.Node] = mem
+		}
+		for _, r := range c.everyone() {
+			if mem, ok := c.members[r]; !ok || mem.Status == allocation.Down {
+				ch, o := c.removeRegion(r)
+				changes, out = append(changes, ch...), append(out, o...)
+			}
+		}
+		return changes, out
+	}
+	return nil, nil
+}
+
+// welcome is what a region gets on registration: the ack and every known home.
+func (c *coordinatorCore) welcome(region string) []outbound {
+	homes := make(map[string][]string, len(c.byRegion))
+	for r, shards := range c.byRegion {
+		homes[r] = slices.Clone(shards)
+	}
+	return []outbound{
+		{to: region, msg: RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
+		{to: region, msg: ShardHomes{Homes: homes, Epoch: c.epoch}},
+	}
+}
+
+func (c *coordinatorCore) allocateWaiting() ([]change, []outbound) {
+	if len(c.regions) < c.minMembers {
+		return nil, nil
+	}
+	var changes []change
+	var out []outbound
+	for _, shard := range slices.Sorted(maps.Keys(c.waitingHomes)) {
+		delete(c.waitingHomes, shard)
+		if _, ok := c.shards[shard]; ok {
+			continue
+		}
+		ch, o := c.allocate("", shard)
+		changes, out = append(changes, ch...), append(out, o...)
+	}
+	return changes, out
+}
+
+// allocate picks a home for shard and tells every region about it.
+func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outbound) {
+	region, err := c.strategy.Allocate(requester, shard, c.allocationState())
+	if err != nil || !c.regions[region] {
+		c.waitingHomes[shard] = true // retried when a region registers
+		return nil, nil
+	}
+	c.place(shard, region)
+	out := []outbound{{to: region, msg: HostShard{Shard: shard, Epoch: c.epoch}}}
+	out = append(out, c.broadcast(ShardHome{Shard: shard, Region: region, Epoch: c.epoch})...)
+	return []change{{shard: shard, region: region}}, out
+}
+
+func (c *coordinatorCore) beginHandOff(shard string) []outbound {
+	from, ok := c.shards[shard]
+	if !ok || c.handoffs[shard] != nil {
+		return nil
+	}
+	h := &handoff{from: from, pending: make(map[string]bool)}
+	for _, r := range c.everyone() {
+		h.pending[r] = true
+	}
+	c.handoffs[shard] = h
+	return append(c.broadcast(BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+}
+
+func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
+	h := c.handoffs[shard]
+	if h == nil || h.handing || len(h.pending) > 0 {
+		return nil
+	}
+	h.handing = true
+	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch}}}
+}
+
+// removeRegion forgets a region that stopped or vanished; shards it still
+// held are allocated anew, and hand-offs stop waiting for its ack.
+func (c *coordinatorCore) removeRegion(region string) (changes []change, out []outbound) {
+	delete(c.regions, region)
+	delete(c.proxies, region)
+	delete(c.leaving, region)
+	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
+		h := c.handoffs[shard]
+		if h.from == region {
+			delete(c.handoffs, shard) // its entities are gone with it
+			continue
+		}
+		delete(h.pending, region)
+		out = append(out, c.maybeHandOff(shard)...)
+	}
+	for _, shard := range slices.Clone(c.byRegion[region]) {
+		c.unplace(shard)
+		changes = append(changes, change{shard: shard})
+		ch, o := c.allocate("", shard)
+		changes, out = append(changes, ch...), append(out, o...)
+	}
+	return changes, out
+}
+
+// membersChanged carries a new membership view into the coordinator.
+type membersChanged struct{ members []Member }
+
+func (membersChanged) protocolMessage() {}
+
+// sortedShards returns the allocation as region → sorted shards, for queries.
+func sortedShards(byRegion map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(byRegion))
+	for r, s := range byRegion {
+		out[r] = slices.SortedFunc(slices.Values(s), cmp.Compare[string])
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package sharding
+
+// The messages regions and coordinators exchange, named as in Akka's
+// ShardCoordinator protocol. Messages the coordinator sends carry its
+// fencing epoch; a region ignores a message from an epoch older than the
+// newest it has seen, so a deposed coordinator cannot move shards.
+type Message interface{ protocolMessage() }
+
+type (
+	// Register announces a region that hosts shards. The coordinator
+	// answers RegisterAck followed by ShardHomes.
+	Register struct{ Region string }
+	// RegisterProxy announces a region that only routes (its node lacks the role).
+	RegisterProxy struct{ Region string }
+	// RegisterAck confirms registration.
+	RegisterAck struct {
+		Coordinator string
+		Epoch       uint64
+	}
+	// GetShardHome asks where a shard lives.
+	GetShardHome struct{ Shard, Region string }
+	// ShardHome tells where a shard lives. The coordinator sends it to
+	// every region on each allocation.
+	ShardHome struct {
+		Shard, Region string
+		Epoch         uint64
+	}
+	// ShardHomes tells every known shard home: region → shards.
+	ShardHomes struct {
+		Homes map[string][]string
+		Epoch uint64
+	}
+	// HostShard tells a region to start a shard allocated to it.
+	HostShard struct {
+		Shard string
+		Epoch uint64
+	}
+	// ShardStarted confirms HostShard.
+	ShardStarted struct{ Shard, Region string }
+	// BeginHandOff tells every region to stop routing to a shard and
+	// buffer its messages.
+	BeginHandOff struct {
+		Shard string
+		Epoch uint64
+	}
+	// BeginHandOffAck confirms BeginHandOff.
+	BeginHandOffAck struct{ Shard, Region string }
+	// HandOff tells the owning region to stop the shard's entities.
+	HandOff struct {
+		Shard string
+		Epoch uint64
+	}
+	// ShardStopped confirms HandOff: every entity of the shard has stopped.
+	ShardStopped struct{ Shard, Region string }
+	// GracefulShutdownReq asks the coordinator to hand off all of a
+	// region's shards before the region leaves.
+	GracefulShutdownReq struct{ Region string }
+	// RegionStopped tells the coordinator a region is gone.
+	RegionStopped struct{ Region string }
+	// Deliver carries an entity message from one region to another.
+	Deliver struct {
+		Shard, EntityID string
+		Msg             any
+	}
+	// rebalanceTick starts a rebalance round; the coordinator's own timer sends it.
+	rebalanceTick struct{}
+)
+
+func (Register) protocolMessage()            {}
+func (RegisterProxy) protocolMessage()       {}
+func (RegisterAck) protocolMessage()         {}
+func (GetShardHome) protocolMessage()        {}
+func (ShardHome) protocolMessage()           {}
+func (ShardHomes) protocolMessage()          {}
+func (HostShard) protocolMessage()           {}
+func (ShardStarted) protocolMessage()        {}
+func (BeginHandOff) protocolMessage()        {}
+func (BeginHandOffAck) protocolMessage()     {}
+func (HandOff) protocolMessage()             {}
+func (ShardStopped) protocolMessage()        {}
+func (GracefulShutdownReq) protocolMessage() {}
+func (RegionStopped) protocolMessage()       {}
+func (Deliver) protocolMessage()             {}
+func (rebalanceTick) protocolMessage()       {}

@@ -1,0 +1,619 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// Region routes the messages of one entity type on one node and hosts the
+// shards allocated to it. Data messages take a lock-protected fast path
+// straight to the entity; protocol messages are handled one at a time by
+// the region's control entity.
+type Region[C any] struct {
+	s        *Sharding
+	typ      string
+	ent      Entity[C]
+	settings Settings
+	self     Address
+	proxy    bool
+	clock    timers.Clock
+
+	mu          sync.RWMutex
+	table       map[string]*shardEntry[C]
+	buffered    int
+	epoch       uint64
+	coordinator string // node of the coordinator we registered with; "" if none
+	registered  bool
+	stopped     bool
+	leaving     bool
+	leftAll     chan struct{} // closed when a leaving region holds no shard
+
+	ctl         *entity.Cell[Message]
+	coord       *entity.Cell[Message] // the coordinator, while this node hosts it
+	unlisten    func()
+	unlistenCo  func()
+	idleTick    uint64
+	coordinated sync.Mutex // serializes coordinator start/stop
+}
+
+type shardEntry[C any] struct {
+	home       string // node of the hosting region; "" while unknown
+	local      *shard[C]
+	buffer     []pending[C]
+	handingOff bool
+	requested  bool
+}
+
+type pending[C any] struct {
+	entityID string
+	msg      C
+}
+
+func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
+	r := &Region[C]{
+		s: s, typ: e.Key.Name(), ent: e, settings: e.Settings.withDefaults(),
+		self:  Address{Node: s.self, Type: e.Key.Name()},
+		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
+		clock: s.sys.Clock(),
+		table: make(map[string]*shardEntry[C]),
+	}
+	return r
+}
+
+func (r *Region[C]) typeName() string { return r.typ }
+
+// idleTickNow is the passivation clock; r.mu is held.
+func (r *Region[C]) idleTickNow() uint64 { return r.idleTick }
+
+// EntityRefFor addresses entity id through this region.
+func (r *Region[C]) EntityRefFor(id string) EntityRef[C] { return EntityRef[C]{region: r, id: id} }
+
+// ShardID is the shard entity id belongs to.
+func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(entityID) }
+
+func (r *Region[C]) start() error {
+	r.ctl = entity.Spawn(r.s.sys, &entity.Props[Message]{
+		Key:    entity.NewTypeKey[Message]("sharding-region-" + r.typ),
+		Create: func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
+	}, r.self.String())
+	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error { return r.ctl.Tell(m) })
+	if err != nil {
+		r.ctl.StopNow()
+		return err
+	}
+	r.unlisten = stop
+	r.membershipChanged()
+	return r.ctl.Tell(retryTick{})
+}
+
+// retryTick re-sends what is unanswered and drives idle passivation.
+type retryTick struct{}
+
+func (retryTick) protocolMessage() {}
+
+// coordinatorMoved makes the region register with the current coordinator.
+type coordinatorMoved struct{}
+
+func (coordinatorMoved) protocolMessage() {}
+
+func (r *Region[C]) membershipChanged() {
+	r.hostCoordinatorIfOldest()
+	_ = r.ctl.Tell(coordinatorMoved{})
+	if r.coord != nil {
+		_ = r.coord.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
+	}
+}
+
+func (r *Region[C]) coordinatorNode() string {
+	m, ok := Oldest(r.s.cfg.Membership.Members(), r.ent.Role)
+	if !ok {
+		return ""
+	}
+	return m.Node
+}
+
+// tell is the data path of EntityRef.Tell.
+func (r *Region[C]) tell(entityID string, msg C) error {
+	if entityID == "" {
+		return ErrInvalidEntityID
+	}
+	shardID := r.settings.ShardID(entityID)
+	r.mu.RLock()
+	if e := r.table[shardID]; e != nil && e.routable() && !r.stopped {
+		if e.local != nil {
+			err := e.local.deliver(entityID, msg)
+			r.mu.RUnlock()
+			return err
+		}
+		home := e.home
+		r.mu.RUnlock()
+		return r.forward(home, shardID, entityID, msg)
+	}
+	r.mu.RUnlock()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.route(shardID, entityID, msg)
+}
+
+func (e *shardEntry[C]) routable() bool {
+	return e.home != "" && !e.handingOff && len(e.buffer) == 0
+}
+
+// route delivers or buffers; r.mu is held for writing.
+func (r *Region[C]) route(shardID, entityID string, msg C) error {
+	if r.stopped {
+		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
+	}
+	e := r.entry(shardID)
+	if e.routable() {
+		if e.local != nil {
+			return e.local.deliver(entityID, msg)
+		}
+		return r.forward(e.home, shardID, entityID, msg)
+	}
+	if r.buffered >= r.settings.BufferSize {
+		return fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.buffered)
+	}
+	e.buffer = append(e.buffer, pending[C]{entityID: entityID, msg: msg})
+	r.buffered++
+	if e.home == "" && !e.handingOff && !e.requested {
+		e.requested = true
+		r.toCoordinator(GetShardHome{Shard: shardID, Region: r.s.self})
+	}
+	return nil
+}
+
+func (r *Region[C]) entry(shardID string) *shardEntry[C] {
+	e := r.table[shardID]
+	if e == nil {
+		e = &shardEntry[C]{}
+		r.table[shardID] = e
+	}
+	return e
+}
+
+func (r *Region[C]) forward(home, shardID, entityID string, msg C) error {
+	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, Deliver{Shard: shardID, EntityID: entityID, Msg: msg})
+	if err != nil {
+		return fmt.Errorf("sharding: forward to %s: %w", home, err)
+	}
+	return nil
+}
+
+func (r *Region[C]) toCoordinator(m Message) {
+	node := r.coordinator
+	if node == "" {
+		node = r.coordinatorNode()
+	}
+	if node == "" {
+		return // retried on the next tick
+	}
+	if err := r.s.cfg.Transport.Send(Address{Node: node, Type: r.typ, Coordinator: true}, m); err != nil {
+		r.s.log.Debug("sharding: coordinator unreachable; will retry", "type", r.typ, "err", err)
+	}
+}
+
+func (r *Region[C]) toRegion(node string, m Message) {
+	if err := r.s.cfg.Transport.Send(Address{Node: node, Type: r.typ}, m); err != nil {
+		r.s.log.Debug("sharding: region unreachable", "type", r.typ, "node", node, "err", err)
+	}
+}
+
+// receive handles protocol messages on the region's control entity.
+func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	switch m := m.(type) {
+	case retryTick:
+		r.retry()
+		ctx.Timers().StartSingleTimer("retry", retryTick{}, r.tickInterval())
+	case coordinatorMoved:
+		r.mu.Lock()
+		node := r.coordinatorNode()
+		if node != r.coordinator {
+			r.coordinator, r.registered = node, false
+		}
+		r.mu.Unlock()
+		r.register()
+	case RegisterAck:
+		r.mu.Lock()
+		if r.fresh(m.Epoch) {
+			r.coordinator, r.registered = m.Coordinator, true
+		}
+		r.mu.Unlock()
+	case ShardHomes:
+		r.mu.Lock()
+		if r.fresh(m.Epoch) {
+			for region, shards := range m.Homes {
+				for _, s := range shards {
+					r.setHome(s, region)
+				}
+			}
+		}
+		r.mu.Unlock()
+	case ShardHome:
+		r.mu.Lock()
+		if r.fresh(m.Epoch) {
+			r.setHome(m.Shard, m.Region)
+		}
+		r.mu.Unlock()
+	case HostShard:
+		r.mu.Lock()
+		ok := r.fresh(m.Epoch)
+		if ok {
+			r.setHome(m.Shard, r.s.self)
+		}
+		r.mu.Unlock()
+		if ok {
+			r.toCoordinator(ShardStarted{Shard: m.Shard, Region: r.s.self})
+		}
+	case BeginHandOff:
+		r.mu.Lock()
+		ok := r.fresh(m.Epoch)
+		if ok {
+			r.entry(m.Shard).handingOff = true
+		}
+		r.mu.Unlock()
+		if ok {
+			r.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: r.s.self})
+		}
+	case HandOff:
+		r.handOff(m)
+	case shardHandedOff:
+		r.finishHandOff(m)
+	case Deliver:
+		msg, ok := m.Msg.(C)
+		if !ok {
+			r.s.log.Error("sharding: message of the wrong type for entity type", "type", r.typ, "got", fmt.Sprintf("%T", m.Msg))
+			break
+		}
+		r.mu.Lock()
+		if err := r.route(m.Shard, m.EntityID, msg); err != nil {
+			r.s.log.Warn("sharding: forwarded message not delivered", "type", r.typ, "entity", m.EntityID, "err", err)
+		}
+		r.mu.Unlock()
+	}
+	return entity.Same[Message]()
+}
+
+// fresh reports whether a coordinator message's epoch is current, and
+// adopts a newer one. r.mu is held.
+func (r *Region[C]) fresh(epoch uint64) bool {
+	if epoch < r.epoch {
+		r.s.log.Warn("sharding: ignoring message from a stale coordinator", "type", r.typ, "epoch", epoch, "current", r.epoch)
+		return false
+	}
+	r.epoch = epoch
+	return true
+}
+
+func (r *Region[C]) register() {
+	r.mu.RLock()
+	done := r.registered || r.stopped
+	r.mu.RUnlock()
+	if done {
+		return
+	}
+	if r.proxy {
+		r.toCoordinator(RegisterProxy{Region: r.s.self})
+	} else {
+		r.toCoordinator(Register{Region: r.s.self})
+	}
+}
+
+func (r *Region[C]) tickInterval() time.Duration {
+	d := r.settings.RetryInterval
+	if idle := r.settings.PassivateIdleAfter; idle > 0 && idle/2 < d {
+		d = idle / 2
+	}
+	return d
+}
+
+// retry re-registers, re-asks for the homes of shards with waiting
+// messages, and ages entities for idle passivation.
+func (r *Region[C]) retry() {
+	r.register()
+	r.mu.Lock()
+	var ask []string
+	for id, e := range r.table {
+		if e.home == "" && !e.handingOff && len(e.buffer) > 0 {
+			ask = append(ask, id)
+		}
+	}
+	r.idleTick++
+	tick := r.idleTick
+	locals := make([]*shard[C], 0)
+	for _, e := range r.table {
+		if e.local != nil {
+			locals = append(locals, e.local)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(ask)
+	for _, id := range ask {
+		r.toCoordinator(GetShardHome{Shard: id, Region: r.s.self})
+	}
+	if idle := r.settings.PassivateIdleAfter; idle > 0 {
+		ticks := uint64((idle + r.tickInterval() - 1) / r.tickInterval())
+		for _, sh := range locals {
+			sh.passivateIdle(tick, ticks)
+		}
+	}
+}
+
+// setHome records a shard's home, starts the shard when the home is this
+// region, and releases the shard's buffered messages. r.mu is held.
+func (r *Region[C]) setHome(shardID, home string) {
+	e := r.entry(shardID)
+	if e.handingOff && e.local != nil {
+		return // our own hand-off is still running
+	}
+	e.home, e.requested, e.handingOff = home, false, false
+	if home == r.s.self && e.local == nil {
+		if r.proxy || r.leaving {
+			r.s.log.Error("sharding: coordinator allocated a shard to a region that cannot host it", "type", r.typ, "shard", shardID)
+			return
+		}
+		e.local = newShard(r, shardID)
+	}
+	if home != r.s.self && e.local != nil {
+		r.s.log.Error("sharding: shard moved without a hand-off", "type", r.typ, "shard", shardID, "to", home)
+	}
+	r.drain(shardID, e)
+}
+
+// drain delivers a shard's buffered messages in arrival order. r.mu is held.
+func (r *Region[C]) drain(shardID string, e *shardEntry[C]) {
+	buf := e.buffer
+	e.buffer = nil
+	r.buffered -= len(buf)
+	for _, p := range buf {
+		var err error
+		if e.local != nil {
+			err = e.local.deliver(p.entityID, p.msg)
+		} else {
+			err = r.forward(e.home, shardID, p.entityID, p.msg)
+		}
+		if err != nil {
+			r.s.log.Warn("sharding: buffered message not delivered", "type", r.typ, "entity", p.entityID, "err", err)
+		}
+	}
+}
+
+// shardHandedOff reports that a local shard's entities have all stopped.
+type shardHandedOff struct {
+	shard    string
+	leftover []pending[any]
+}
+
+func (shardHandedOff) protocolMessage() {}
+
+func (r *Region[C]) handOff(m HandOff) {
+	r.mu.Lock()
+	if !r.fresh(m.Epoch) {
+		r.mu.Unlock()
+		return
+	}
+	e := r.entry(m.Shard)
+	e.handingOff = true
+	local := e.local
+	r.mu.Unlock()
+	if local == nil {
+		r.toCoordinator(ShardStopped{Shard: m.Shard, Region: r.s.self})
+		return
+	}
+	local.handOff(func(leftover []pending[C]) {
+		left := make([]pending[any], len(leftover))
+		for i, p := range leftover {
+			left[i] = pending[any]{entityID: p.entityID, msg: p.msg}
+		}
+		_ = r.ctl.Tell(shardHandedOff{shard: m.Shard, leftover: left})
+	})
+}
+
+func (r *Region[C]) finishHandOff(m shardHandedOff) {
+	r.mu.Lock()
+	e := r.entry(m.shard)
+	e.local, e.home = nil, ""
+	// Messages the shard held for passivating entities arrived before
+	// anything the region buffered since BeginHandOff.
+	front := make([]pending[C], len(m.leftover))
+	for i, p := range m.leftover {
+		front[i] = pending[C]{entityID: p.entityID, msg: p.msg.(C)}
+	}
+	e.buffer = append(front, e.buffer...)
+	r.buffered += len(front)
+	r.checkLeft()
+	r.mu.Unlock()
+	r.toCoordinator(ShardStopped{Shard: m.shard, Region: r.s.self})
+}
+
+// checkLeft signals a leaving region's shutdown once it hosts nothing. r.mu is held.
+func (r *Region[C]) checkLeft() {
+	if !r.leaving || r.leftAll == nil {
+		return
+	}
+	for _, e := range r.table {
+		if e.local != nil {
+			return
+		}
+	}
+	close(r.leftAll)
+	r.leftAll = nil
+}
+
+func (r *Region[C]) shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.leaving = true
+	left := make(chan struct{})
+	r.leftAll = left
+	r.checkLeft()
+	r.mu.Unlock()
+	r.toCoordinator(GracefulShutdownReq{Region: r.s.self})
+	var err error
+	select {
+	case <-left:
+	case <-ctx.Done():
+		err = fmt.Errorf("hand-off incomplete: %w", ctx.Err())
+	}
+	r.toCoordinator(RegionStopped{Region: r.s.self})
+	r.mu.Lock()
+	r.stopped = true
+	dropped := r.buffered
+	r.mu.Unlock()
+	if dropped > 0 {
+		r.s.log.Warn("sharding: region stopped with undelivered buffered messages", "type", r.typ, "count", dropped)
+	}
+	r.unlisten()
+	r.stopCoordinator()
+	r.ctl.StopNow()
+	<-r.ctl.Done()
+	return err
+}
+
+// State is a snapshot of what a region hosts.
+type State struct {
+	// Shards maps each hosted shard to its entity ids, sorted.
+	Shards map[string][]string
+}
+
+// State reports the shards this region hosts and their entities.
+func (r *Region[C]) State() State {
+	r.mu.RLock()
+	locals := make(map[string]*shard[C])
+	for id, e := range r.table {
+		if e.local != nil {
+			locals[id] = e.local
+		}
+	}
+	r.mu.RUnlock()
+	st := State{Shards: make(map[string][]string, len(locals))}
+	for id, sh := range locals {
+		st.Shards[id] = sh.entityIDs()
+	}
+	return st
+}
+
+// Stats counts entities per hosted shard.
+func (r *Region[C]) Stats() map[string]int {
+	st := r.State()
+	out := make(map[string]int, len(st.Shards))
+	for id, ids := range st.Shards {
+		out[id] = len(ids)
+	}
+	return out
+}
+
+// Homes reports every shard home this region knows: shard → node.
+func (r *Region[C]) Homes() map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make(map[string]string)
+	for id, e := range r.table {
+		if e.home != "" {
+			out[id] = e.home
+		}
+	}
+	return out
+}
+
+// hostCoordinatorIfOldest starts this node's coordinator when the node is
+// the oldest with the role, and stops it when it no longer is.
+func (r *Region[C]) hostCoordinatorIfOldest() {
+	r.coordinated.Lock()
+	defer r.coordinated.Unlock()
+	r.mu.RLock()
+	stopping := r.stopped
+	r.mu.RUnlock()
+	oldest := r.coordinatorNode() == r.s.self && !stopping
+	switch {
+	case oldest && r.coord == nil:
+		r.startCoordinator()
+	case !oldest && r.coord != nil:
+		r.stopCoordinatorLocked()
+	}
+}
+
+func (r *Region[C]) stopCoordinator() {
+	r.coordinated.Lock()
+	defer r.coordinated.Unlock()
+	r.stopCoordinatorLocked()
+}
+
+func (r *Region[C]) stopCoordinatorLocked() {
+	if r.coord == nil {
+		return
+	}
+	r.unlistenCo()
+	r.coord.StopNow()
+	<-r.coord.Done()
+	r.coord = nil
+}
+
+func (r *Region[C]) startCoordinator() {
+	addr := Address{Node: r.s.self, Type: r.typ, Coordinator: true}
+	props := &entity.Props[Message]{
+		Key: entity.NewTypeKey[Message]("sharding-coordinator-" + r.typ),
+		Create: func(ctx entity.Context[Message]) entity.Behavior[Message] {
+			return newCoordinatorRunner(ctx, r)
+		},
+	}
+	cell := entity.Spawn(r.s.sys, props, addr.String())
+	stop, err := r.s.cfg.Transport.Listen(addr, func(m Message) error { return cell.Tell(m) })
+	if err != nil {
+		r.s.log.Error("sharding: cannot listen as coordinator", "type", r.typ, "err", err)
+		cell.StopNow()
+		return
+	}
+	r.coord, r.unlistenCo = cell, stop
+	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
+}
+
+// newCoordinatorRunner acquires the coordinator role in the store and
+// returns the behavior that steps the core and does its IO.
+func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
+	bg := context.Background()
+	epoch, shards, err := r.s.cfg.CoordinatorStore.Acquire(bg, r.typ, r.s.self)
+	if err != nil {
+		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
+		return entity.Stopped[Message]()
+	}
+	core := newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
+	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+		changes, out := core.step(m)
+		for _, c := range changes {
+			var err error
+			if c.region == "" {
+				err = r.s.cfg.CoordinatorStore.Deallocate(bg, r.typ, epoch, c.shard)
+			} else {
+				err = r.s.cfg.CoordinatorStore.Allocate(bg, r.typ, epoch, c.shard, c.region)
+			}
+			if err != nil {
+				// A deposed or failing coordinator must not announce what it
+				// could not record; its successor rebuilds from the store.
+				r.s.log.Error("sharding: coordinator store write failed; stopping coordinator", "type", r.typ,
+					"deposed", errors.Is(err, ErrStaleEpoch), "err", err)
+				return entity.Stopped[Message]()
+			}
+		}
+		for _, o := range out {
+			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
+				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
+			}
+		}
+		return entity.Same[Message]()
+	})
+}
+
+// hostedShards lists local shards, sorted; for tests.
+func (r *Region[C]) hostedShards() []string {
+	return slices.Sorted(maps.Keys(r.State().Shards))
+}

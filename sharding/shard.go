@@ -1,0 +1,332 @@
+package sharding
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// shard runs the entities of one shard on this node. It is the Owner of
+// their cells: it decides what passivation means and what happens when an
+// incarnation stops.
+type shard[C any] struct {
+	r     *Region[C]
+	id    string
+	props *entity.Props[C]
+
+	mu         sync.Mutex
+	entities   map[string]*entityEntry[C]
+	handingOff bool
+	handedOff  func(leftover []pending[C])
+	leftover   []pending[C]
+	forceStop  timers.Timer
+}
+
+type entityState uint8
+
+const (
+	active      entityState = iota
+	passivating             // stop message sent; new messages wait in buffer
+	backingOff              // failed; restarts after a back-off
+)
+
+type entityEntry[C any] struct {
+	cell     *entity.Cell[C]
+	state    entityState
+	buffer   []C
+	lastTick uint64
+	backoff  *backoff.ExponentialBackOff // allocated on the first failure
+	timer    timers.Timer                // stop timeout or restart back-off
+}
+
+func newShard[C any](r *Region[C], id string) *shard[C] {
+	sh := &shard[C]{r: r, id: id, entities: make(map[string]*entityEntry[C])}
+	sh.props = &entity.Props[C]{
+		Key: r.ent.Key, Create: r.ent.Create, Owner: sh,
+		StashCapacity: r.settings.StashCapacity, MailboxCapacity: r.settings.MailboxCapacity,
+	}
+	if r.settings.RememberEntities {
+		go sh.restartRemembered()
+	}
+	return sh
+}
+
+// deliver hands msg to the entity, starting it if needed.
+func (sh *shard[C]) deliver(entityID string, msg C) error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entities[entityID]
+	if e == nil {
+		if sh.handingOff { // the region buffers during hand-offs; this is a late straggler
+			sh.leftover = append(sh.leftover, pending[C]{entityID: entityID, msg: msg})
+			return nil
+		}
+		e = sh.spawn(entityID)
+	}
+	e.lastTick = sh.r.idleTickNow()
+	if e.state != active {
+		e.buffer = append(e.buffer, msg)
+		return nil
+	}
+	if err := e.cell.Tell(msg); err != nil {
+		// Stopped but not yet reported: keep msg for the next incarnation.
+		e.buffer = append(e.buffer, msg)
+	}
+	return nil
+}
+
+// spawn starts an incarnation; sh.mu is held.
+func (sh *shard[C]) spawn(entityID string) *entityEntry[C] {
+	e := sh.entities[entityID]
+	if e == nil {
+		e = &entityEntry[C]{}
+		sh.entities[entityID] = e
+		if sh.r.settings.RememberEntities {
+			sh.remember(entityID, true)
+		}
+	}
+	e.cell = entity.Spawn(sh.r.s.sys, sh.props, entityID)
+	e.state = active
+	return e
+}
+
+func (sh *shard[C]) remember(entityID string, add bool) {
+	store, typ, id := sh.r.s.cfg.RememberStore, sh.r.typ, sh.id
+	go func() {
+		var err error
+		if add {
+			err = store.Add(context.Background(), typ, id, entityID)
+		} else {
+			err = store.Remove(context.Background(), typ, id, entityID)
+		}
+		if err != nil {
+			sh.r.s.log.Error("sharding: remember-entities store write failed", "type", typ, "shard", id, "entity", entityID, "err", err)
+		}
+	}()
+}
+
+func (sh *shard[C]) restartRemembered() {
+	ids, err := sh.r.s.cfg.RememberStore.Entities(context.Background(), sh.r.typ, sh.id)
+	if err != nil {
+		sh.r.s.log.Error("sharding: cannot read remembered entities", "type", sh.r.typ, "shard", sh.id, "err", err)
+		return
+	}
+	rate := sh.r.settings.RecoveryRate
+	for i := 0; i < len(ids); {
+		n := len(ids) - i
+		if rate > 0 {
+			n = min(n, rate)
+		}
+		sh.mu.Lock()
+		if sh.handingOff {
+			sh.mu.Unlock()
+			return
+		}
+		for _, id := range ids[i : i+n] {
+			if sh.entities[id] == nil {
+				sh.spawn(id)
+			}
+		}
+		sh.mu.Unlock()
+		i += n
+		if i < len(ids) {
+			done := make(chan struct{})
+			sh.r.clock.AfterFunc(sh.r.settings.RecoveryInterval, func() { close(done) })
+			<-done
+		}
+	}
+}
+
+// Passivate implements entity.Owner: buffer the entity's new messages and
+// send it the stop message.
+func (sh *shard[C]) Passivate(c *entity.Cell[C]) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.entities[c.EntityID()]; e != nil && e.cell == c && e.state == active {
+		sh.stopEntity(e, sh.r.settings.StopTimeout, "passivation")
+	}
+}
+
+// stopEntity sends the stop message and arms the force-stop; sh.mu is held.
+func (sh *shard[C]) stopEntity(e *entityEntry[C], timeout time.Duration, why string) {
+	e.state = passivating
+	cell := e.cell
+	if isNil(sh.r.ent.StopMessage) {
+		cell.StopNow()
+		return
+	}
+	if err := cell.Tell(sh.r.ent.StopMessage); err != nil {
+		return // already stopping; Stopped follows
+	}
+	e.timer = sh.r.clock.AfterFunc(timeout, func() {
+		sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
+			"type", sh.r.typ, "entity", cell.EntityID(), "during", why, "after", timeout)
+		cell.StopNow()
+	})
+}
+
+func isNil[C any](v C) bool {
+	rv := reflect.ValueOf(any(v))
+	if !rv.IsValid() {
+		return true
+	}
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Stopped implements entity.Owner.
+func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	id := c.EntityID()
+	e := sh.entities[id]
+	if e == nil || e.cell != c {
+		return // an earlier incarnation
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if sh.handingOff {
+		sh.drop(id, e)
+		sh.maybeHandedOff()
+		return
+	}
+	switch {
+	case err != nil:
+		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id, "err", err)
+		sh.backOff(id, e)
+	case e.state == passivating && len(e.buffer) > 0:
+		sh.restart(e)
+	case e.state == passivating:
+		sh.drop(id, e)
+		if sh.r.settings.RememberEntities {
+			sh.remember(id, false)
+		}
+	case sh.r.settings.RememberEntities:
+		sh.backOff(id, e) // stopped without passivating: remembered entities come back
+	case len(e.buffer) > 0:
+		sh.restart(e)
+	default:
+		sh.drop(id, e)
+	}
+}
+
+func (sh *shard[C]) drop(id string, e *entityEntry[C]) {
+	// Only a hand-off drops an entity with waiting messages; the region
+	// delivers them at the shard's next home.
+	for _, m := range e.buffer {
+		sh.leftover = append(sh.leftover, pending[C]{entityID: id, msg: m})
+	}
+	delete(sh.entities, id)
+}
+
+// restart starts a new incarnation and hands it the buffered messages in
+// order; sh.mu is held.
+func (sh *shard[C]) restart(e *entityEntry[C]) {
+	buf := e.buffer
+	e.buffer = nil
+	sh.spawn(e.cell.EntityID())
+	for _, m := range buf {
+		if err := e.cell.Tell(m); err != nil {
+			e.buffer = append(e.buffer, m)
+		}
+	}
+}
+
+func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
+	if e.backoff == nil {
+		e.backoff = backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(sh.r.settings.RestartBackoffMin),
+			backoff.WithMaxInterval(sh.r.settings.RestartBackoffMax),
+			backoff.WithMaxElapsedTime(0))
+	}
+	e.state = backingOff
+	failed := e.cell
+	e.timer = sh.r.clock.AfterFunc(e.backoff.NextBackOff(), func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if cur := sh.entities[id]; cur != e || e.cell != failed || e.state != backingOff || sh.handingOff {
+			return
+		}
+		e.timer = nil
+		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities {
+			delete(sh.entities, id) // nobody waits; the next message starts it
+			return
+		}
+		sh.restart(e)
+	})
+}
+
+// passivateIdle stops entities that received nothing through sharding for
+// at least ticks region ticks.
+func (sh *shard[C]) passivateIdle(now, ticks uint64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.handingOff {
+		return
+	}
+	for _, e := range sh.entities {
+		if e.state == active && now-e.lastTick >= ticks {
+			sh.stopEntity(e, sh.r.settings.StopTimeout, "idle passivation")
+		}
+	}
+}
+
+// handOff stops every entity through its stop message; done gets the
+// messages that were waiting for entities, in order, once all have stopped.
+func (sh *shard[C]) handOff(done func(leftover []pending[C])) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.handingOff, sh.handedOff = true, done
+	for _, id := range slices.Sorted(maps.Keys(sh.entities)) {
+		e := sh.entities[id]
+		switch e.state {
+		case active:
+			sh.stopEntity(e, sh.r.settings.HandOffTimeout, "hand-off")
+		case backingOff:
+			if e.timer != nil {
+				e.timer.Stop()
+			}
+			sh.drop(id, e)
+		}
+	}
+	sh.forceStop = sh.r.clock.AfterFunc(sh.r.settings.HandOffTimeout, func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		for id, e := range sh.entities {
+			sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "type", sh.r.typ, "shard", sh.id, "entity", id)
+			e.cell.StopNow()
+		}
+	})
+	sh.maybeHandedOff()
+}
+
+// maybeHandedOff completes the hand-off when no entity is left; sh.mu is held.
+func (sh *shard[C]) maybeHandedOff() {
+	if !sh.handingOff || len(sh.entities) > 0 || sh.handedOff == nil {
+		return
+	}
+	if sh.forceStop != nil {
+		sh.forceStop.Stop()
+	}
+	done, left := sh.handedOff, sh.leftover
+	sh.handedOff, sh.leftover = nil, nil
+	done(left)
+}
+
+func (sh *shard[C]) entityIDs() []string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return slices.Sorted(maps.Keys(sh.entities))
+}

@@ -1,0 +1,326 @@
+// Package sharding spreads the entities of a type over the nodes of a
+// cluster and routes each message to the one incarnation of its entity.
+//
+// Per entity type, every node runs a Region (or a routing-only proxy where
+// the node lacks the type's role). A region groups entities into shards;
+// one Coordinator, on the oldest node, decides which region hosts each
+// shard, moves shards when regions come and go, and pushes every shard
+// home to every region, so a region that loses the coordinator still
+// routes every known shard. Regions and coordinators talk only through
+// protocol messages over a Transport; the allocation decisions are the pure
+// functions of package allocation.
+//
+// A shard starts an entity on its first message, passivates it after idle
+// time or on request (buffering its messages meanwhile and handing them to
+// the next incarnation), hands it off through its stop message when the
+// shard moves (delivering the messages buffered meanwhile at the new home,
+// in order), and can remember its entities so that they restart wherever
+// the shard starts next.
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+var (
+	// ErrBufferFull is returned by Tell when the region's buffer for
+	// messages awaiting a shard home (or a hand-off) is full.
+	ErrBufferFull = errors.New("sharding: region buffer full")
+	// ErrUnknownEntityType is returned when no region was started for an entity type.
+	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
+	// ErrRegionStopped is returned by Tell after the region shut down.
+	ErrRegionStopped = errors.New("sharding: region stopped")
+	// ErrInvalidEntityID is returned for an empty entity id.
+	ErrInvalidEntityID = errors.New("sharding: invalid entity id")
+)
+
+// Config configures sharding on one node. The zero value runs a single node.
+type Config struct {
+	// Transport carries protocol messages. Default: a private LocalTransport.
+	Transport Transport
+	// Membership is this node's view of the cluster. Default: a
+	// single-member LocalCluster named after the System's node id.
+	Membership Membership
+	// CoordinatorStore keeps allocations. Default: in memory.
+	CoordinatorStore CoordinatorStore
+	// RememberStore records remembered entities. Default: in memory.
+	RememberStore RememberStore
+	// Logger defaults to the System's.
+	Logger *slog.Logger
+}
+
+// Sharding is the sharding layer of one node.
+type Sharding struct {
+	sys  *entity.System
+	cfg  Config
+	self string
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	regions map[string]regionRuntime
+	stopped bool
+	unsub   func()
+}
+
+// regionRuntime is what the node needs of a Region, whatever its command type.
+type regionRuntime interface {
+	typeName() string
+	membershipChanged()
+	shutdown(ctx context.Context) error
+}
+
+// New starts the sharding layer of the node running sys.
+func New(sys *entity.System, cfg Config) (*Sharding, error) {
+	if cfg.Transport == nil {
+		cfg.Transport = NewLocalTransport()
+	}
+	if cfg.Membership == nil {
+		cfg.Membership = NewLocalCluster().Join(sys.NodeID())
+	}
+	if cfg.CoordinatorStore == nil {
+		cfg.CoordinatorStore = NewMemoryCoordinatorStore()
+	}
+	if cfg.RememberStore == nil {
+		cfg.RememberStore = NewMemoryRememberStore()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = sys.Logger()
+	}
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, log: cfg.Logger, regions: make(map[string]regionRuntime)}
+	if s.self == "" {
+		return nil, errors.New("sharding: membership has no self node")
+	}
+	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
+	return s, nil
+}
+
+// Node is this node's name in the membership.
+func (s *Sharding) Node() string { return s.self }
+
+// System is the entity runtime of this node.
+func (s *Sharding) System() *entity.System { return s.sys }
+
+func (s *Sharding) membershipChanged() {
+	s.mu.Lock()
+	regions := make([]regionRuntime, 0, len(s.regions))
+	for _, r := range s.regions {
+		regions = append(regions, r)
+	}
+	s.mu.Unlock()
+	for _, r := range regions {
+		r.membershipChanged()
+	}
+}
+
+// Entity describes an entity type to shard.
+type Entity[C any] struct {
+	Key entity.TypeKey[C]
+	// Create builds an incarnation of an entity.
+	Create func(ctx entity.Context[C]) entity.Behavior[C]
+	// StopMessage is sent to an entity to passivate it or hand it off; the
+	// entity stops when it is ready. Without one (the zero value of C is
+	// nil) the entity is stopped at once.
+	StopMessage C
+	// Role restricts hosting to members with this role; elsewhere the
+	// region is a proxy. Empty: every member.
+	Role     string
+	Settings Settings
+}
+
+// Settings tune one entity type. Zero fields take the documented defaults.
+type Settings struct {
+	// NumberOfShards for the default shard id function. Default 1000.
+	NumberOfShards int
+	// ShardID maps an entity id to its shard. Default: a stable FNV-1a
+	// hash of the id modulo NumberOfShards.
+	ShardID func(entityID string) string
+	// BufferSize bounds the messages a region holds while shard homes are
+	// unknown or hand-offs run. Default 100 000.
+	BufferSize int
+	// PassivateIdleAfter stops entities idle this long (only messages
+	// through sharding count). Default 120 s; negative turns it off. Off
+	// when RememberEntities is on.
+	PassivateIdleAfter time.Duration
+	// StopTimeout bounds how long a passivating entity may take to stop
+	// before it is stopped by force. Default 30 s.
+	StopTimeout time.Duration
+	// HandOffTimeout bounds a shard's hand-off; entities still running
+	// then are stopped by force. Default 60 s.
+	HandOffTimeout time.Duration
+	// RebalanceInterval is how often the coordinator rebalances. Default 10 s.
+	RebalanceInterval time.Duration
+	// RetryInterval is how often a region re-sends unanswered requests. Default 2 s.
+	RetryInterval time.Duration
+	// MinMembers is how many hosting regions must register before the
+	// coordinator allocates. Default 1.
+	MinMembers int
+	// RememberEntities restarts a shard's entities wherever the shard starts.
+	RememberEntities bool
+	// RecoveryRate limits how many remembered entities a starting shard
+	// restarts per RecoveryInterval; 0 restarts all at once.
+	RecoveryRate     int
+	RecoveryInterval time.Duration
+	// RestartBackoff bounds the exponential back-off before restarting an
+	// entity that failed. Defaults 200 ms to 10 s.
+	RestartBackoffMin, RestartBackoffMax time.Duration
+	// Strategy allocates and rebalances shards. Default: least-shard.
+	Strategy allocation.Strategy
+	// StashCapacity and MailboxCapacity are passed to each entity's Props.
+	StashCapacity, MailboxCapacity int
+}
+
+func (st Settings) withDefaults() Settings {
+	if st.NumberOfShards <= 0 {
+		st.NumberOfShards = 1000
+	}
+	if st.ShardID == nil {
+		n := uint32(st.NumberOfShards)
+		st.ShardID = func(id string) string {
+			h := fnv.New32a()
+			h.Write([]byte(id))
+			return strconv.FormatUint(uint64(h.Sum32()%n), 10)
+		}
+	}
+	if st.BufferSize <= 0 {
+		st.BufferSize = 100_000
+	}
+	if st.PassivateIdleAfter == 0 {
+		st.PassivateIdleAfter = 120 * time.Second
+	}
+	if st.RememberEntities {
+		st.PassivateIdleAfter = -1
+	}
+	if st.StopTimeout <= 0 {
+		st.StopTimeout = 30 * time.Second
+	}
+	if st.HandOffTimeout <= 0 {
+		st.HandOffTimeout = 60 * time.Second
+	}
+	if st.RebalanceInterval <= 0 {
+		st.RebalanceInterval = 10 * time.Second
+	}
+	if st.RetryInterval <= 0 {
+		st.RetryInterval = 2 * time.Second
+	}
+	if st.RecoveryInterval <= 0 {
+		st.RecoveryInterval = 100 * time.Millisecond
+	}
+	if st.RestartBackoffMin <= 0 {
+		st.RestartBackoffMin = 200 * time.Millisecond
+	}
+	if st.RestartBackoffMax <= 0 {
+		st.RestartBackoffMax = 10 * time.Second
+	}
+	if st.Strategy == nil {
+		st.Strategy = allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	}
+	return st
+}
+
+// Init starts the region of entity type e on this node (a proxy when the
+// node lacks e.Role) and returns it. Calling Init twice for one type is an error.
+func Init[C any](s *Sharding, e Entity[C]) (*Region[C], error) {
+	if e.Key.Name() == "" || e.Create == nil {
+		return nil, errors.New("sharding: Entity needs a Key and a Create function")
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil, ErrRegionStopped
+	}
+	if _, dup := s.regions[e.Key.Name()]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sharding: entity type %q already started", e.Key.Name())
+	}
+	r := newRegion(s, e)
+	if err := r.start(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.regions[e.Key.Name()] = r
+	s.mu.Unlock()
+	return r, nil
+}
+
+// Lookup returns the region started for key.
+func Lookup[C any](s *Sharding, key entity.TypeKey[C]) (*Region[C], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.regions[key.Name()].(*Region[C])
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownEntityType, key.Name())
+	}
+	return r, nil
+}
+
+// EntityRefFor addresses entity id of the type key through its region on s.
+func EntityRefFor[C any](s *Sharding, key entity.TypeKey[C], id string) (EntityRef[C], error) {
+	r, err := Lookup(s, key)
+	if err != nil {
+		return EntityRef[C]{}, err
+	}
+	return r.EntityRefFor(id), nil
+}
+
+// Shutdown leaves gracefully: each region hands its shards off to other
+// regions (entities get their stop message) and then stops; a coordinator
+// on this node goes last, so other regions never lose shard homes and the
+// coordinator at once. It returns when every region has stopped or ctx ends.
+func (s *Sharding) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	regions := make([]regionRuntime, 0, len(s.regions))
+	for _, r := range s.regions {
+		regions = append(regions, r)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, r := range regions {
+		if err := r.shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("sharding: shut down %s: %w", r.typeName(), err))
+		}
+	}
+	s.unsub()
+	if l, ok := s.cfg.Membership.(interface{ Leave() }); ok {
+		l.Leave()
+	}
+	return errors.Join(errs...)
+}
+
+// EntityRef addresses one sharded entity. It is a small value: make one
+// per use or keep it, as convenient.
+type EntityRef[C any] struct {
+	region *Region[C]
+	id     string
+}
+
+// EntityID is the addressed entity's id.
+func (r EntityRef[C]) EntityID() string { return r.id }
+
+// Tell implements entity.Ref: it routes msg to the entity wherever its shard
+// lives, starting it if needed. It fails with ErrBufferFull when the
+// region cannot hold the message while the shard's home is unknown, and
+// with ErrRegionStopped after shutdown.
+func (r EntityRef[C]) Tell(msg C) error {
+	if r.region == nil {
+		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
+	}
+	return r.region.tell(r.id, msg)
+}
+
+// System implements entity.Ref.
+func (r EntityRef[C]) System() *entity.System { return r.region.s.sys }

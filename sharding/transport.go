@@ -1,0 +1,73 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Address names a region or a coordinator: one of each per entity type per node.
+type Address struct {
+	Node, Type string
+	Coordinator bool
+}
+
+func (a Address) String() string {
+	if a.Coordinator {
+		return a.Node + "/" + a.Type + "/coordinator"
+	}
+	return a.Node + "/" + a.Type
+}
+
+// ErrUnreachable is returned by Send when nothing listens at the address.
+var ErrUnreachable = errors.New("sharding: address unreachable")
+
+// Transport carries protocol messages between regions and coordinators.
+// Messages from one sender to one address arrive in send order. The
+// in-process LocalTransport serves one process; the cluster's network
+// transport implements the same interface.
+type Transport interface {
+	// Send enqueues msg for the handler at to; it does not wait for handling.
+	Send(to Address, msg Message) error
+	// Listen routes messages for addr to handle, which must not block.
+	// The returned function stops listening.
+	Listen(addr Address, handle func(Message) error) (stop func(), err error)
+}
+
+// LocalTransport is a Transport within one process: several nodes of a
+// simulation share one.
+type LocalTransport struct {
+	mu       sync.RWMutex
+	handlers map[Address]func(Message) error
+}
+
+// NewLocalTransport returns an empty in-process transport.
+func NewLocalTransport() *LocalTransport {
+	return &LocalTransport{handlers: make(map[Address]func(Message) error)}
+}
+
+// Send implements Transport.
+func (t *LocalTransport) Send(to Address, msg Message) error {
+	t.mu.RLock()
+	h := t.handlers[to]
+	t.mu.RUnlock()
+	if h == nil {
+		return fmt.Errorf("%w: %s", ErrUnreachable, to)
+	}
+	return h(msg)
+}
+
+// Listen implements Transport.
+func (t *LocalTransport) Listen(addr Address, handle func(Message) error) (func(), error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, taken := t.handlers[addr]; taken {
+		return nil, fmt.Errorf("sharding: %s already has a listener", addr)
+	}
+	t.handlers[addr] = handle
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.handlers, addr)
+	}, nil
+}
