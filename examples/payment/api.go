@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// Principal is who a bearer token stands for.
+type Principal struct {
+	CustomerID string
+	ClientID   int64
+}
+
+// Authorizer resolves a bearer token (OAuth2 in the original).
+type Authorizer interface {
+	Authorize(ctx context.Context, token string) (Principal, error)
+}
+
+// StubAuthorizer accepts every token as customer "dummy" of client 0, as
+// the original sample did.
+type StubAuthorizer struct{}
+
+// Authorize implements Authorizer.
+func (StubAuthorizer) Authorize(context.Context, string) (Principal, error) {
+	return Principal{CustomerID: "dummy", ClientID: 0}, nil
+}
+
+// API is the client-facing HTTP API:
+//
+//	PUT /00/ec/settlements/{walletShopId}/{orderId}/payment   {"amount": 1000}
+//	PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel
+//
+// with headers X-Tenant-Id (example or tenant-a) and Authorization: Bearer.
+type API struct {
+	Entities Entities
+	Auth     Authorizer
+	// AskTimeout bounds the wait for the entity's answer; past it the
+	// client gets 500 CODE-012. Default 15s.
+	AskTimeout time.Duration
+	Log        *slog.Logger
+}
+
+// Handler routes the API's endpoints.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/payment", a.settle)
+	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel", a.cancel)
+	return mux
+}
+
+// statusOf maps an error code to its HTTP status (AppExceptionHandler).
+var statusOf = map[Code]int{
+	CodeForbidden:                 http.StatusForbidden,
+	CodeNotFound:                  http.StatusNotFound,
+	CodeValidation:                http.StatusBadRequest,
+	CodeTimeOut:                   http.StatusGatewayTimeout,
+	CodeIssuingServiceBadRequest:  http.StatusInternalServerError,
+	CodeIssuingServiceUnavailable: http.StatusServiceUnavailable,
+	CodeIssuingServiceServerError: http.StatusInternalServerError,
+	CodeIssuingServiceTimeout:     http.StatusInternalServerError,
+	CodeAlreadyCanceled:           http.StatusBadRequest,
+	CodeUnpredictable:             http.StatusInternalServerError,
+}
+
+// request is what every endpoint validates first.
+type request struct {
+	key       OrderKey
+	principal Principal
+	traceID   string
+}
+
+func (a *API) settle(w http.ResponseWriter, r *http.Request) {
+	req, ok := a.validate(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		Amount *int64 `json:"amount"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	if err := dec.Decode(&body); err != nil || body.Amount == nil {
+		writeFailure(w, ValidationFailure("body must be {\"amount\": <integer>}"))
+		return
+	}
+	if amount := *body.Amount; amount <= 0 || amount > 9_999_999_999 {
+		writeFailure(w, ValidationFailure("amount must be between 1 and 9999999999"))
+		return
+	}
+	a.ask(w, r, req, func(to entity.ReplyTo[Response]) Command {
+		return Settle{
+			SettleRequest: SettleRequest{
+				ClientID:     req.principal.ClientID,
+				CustomerID:   req.principal.CustomerID,
+				WalletShopID: req.key.WalletShopID,
+				OrderID:      req.key.OrderID,
+				Amount:       *body.Amount,
+			},
+			TraceID: req.traceID,
+			ReplyTo: to,
+		}
+	})
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	req, ok := a.validate(w, r)
+	if !ok {
+		return
+	}
+	a.ask(w, r, req, func(to entity.ReplyTo[Response]) Command {
+		return Cancel{
+			CancelRequest: CancelRequest{
+				ClientID:     req.principal.ClientID,
+				CustomerID:   req.principal.CustomerID,
+				WalletShopID: req.key.WalletShopID,
+				OrderID:      req.key.OrderID,
+			},
+			TraceID: req.traceID,
+			ReplyTo: to,
+		}
+	})
+}
+
+// validate checks the headers and the path; on failure it has answered.
+func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "bearer token required"})
+		return request{}, false
+	}
+	principal, err := a.Auth.Authorize(r.Context(), token)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "invalid bearer token"})
+		return request{}, false
+	}
+	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))
+	if err != nil {
+		writeFailure(w, ValidationFailure("X-Tenant-Id must be one of example, tenant-a"))
+		return request{}, false
+	}
+	shop, order := r.PathValue("walletShopId"), r.PathValue("orderId")
+	if shop == "" || len(shop) > 40 || !halfWidth(shop) {
+		writeFailure(w, ValidationFailure("walletShopId must be 1 to 40 half-width characters"))
+		return request{}, false
+	}
+	if order == "" || len(order) > 27 || !alphanumeric(order) {
+		writeFailure(w, ValidationFailure("orderId must be 1 to 27 half-width alphanumeric characters"))
+		return request{}, false
+	}
+	return request{
+		key:       OrderKey{Tenant: tenant, ClientID: principal.ClientID, WalletShopID: shop, OrderID: order},
+		principal: principal,
+		traceID:   newTraceID(),
+	}, true
+}
+
+// halfWidth: printable ASCII.
+func halfWidth(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func alphanumeric(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build func(entity.ReplyTo[Response]) Command) {
+	timeout := a.AskTimeout
+	if timeout <= 0 {
+		timeout = DefaultSettings().AskTimeout
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	resp, err := entity.Ask(ctx, a.Entities.RefFor(req.key.EntityID()), build)
+	if err != nil {
+		// An ask timeout, or no entity to ask: not a business failure.
+		a.log().Warn("payment request failed", "entity_id", req.key.EntityID(), "trace_id", req.traceID, "err", err)
+		if errors.Is(err, context.Canceled) {
+			return // the client went away
+		}
+		writeFailure(w, Unpredictable())
+		return
+	}
+	if !resp.OK() {
+		writeFailure(w, *resp.Failure)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"walletShopId": req.key.WalletShopID, "orderId": req.key.OrderID})
+}
+
+func (a *API) log() *slog.Logger {
+	if a.Log != nil {
+		return a.Log
+	}
+	return slog.Default()
+}
+
+func writeFailure(w http.ResponseWriter, f Failure) {
+	status, ok := statusOf[f.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, map[string]string{"code": string(f.Code), "message": f.Message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newTraceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Reaction is how the issuer simulator answers a request.
+type Reaction struct {
+	// Latency delays the answer.
+	Latency time.Duration
+	// Hang never answers: the request ends when the client gives up.
+	Hang bool
+	// Status is the HTTP status; 0 means 200.
+	Status int
+	// ErrCode is rErrcode of a 200 answer; "" means "00000".
+	ErrCode string
+	// Garbage answers 200 with a body that is not JSON.
+	Garbage bool
+}
+
+// Rule picks a Reaction for the requests it matches: MTI "" matches every
+// MTI, Amount 0 every amount.
+type Rule struct {
+	MTI      string
+	Amount   int64
+	Reaction Reaction
+}
+
+// Simulator is a card issuer for the example and its tests: it answers
+// POSTs of IssuerRequest bodies by its rules, records what it received, and
+// can be told to be slow, to fail, or to hang. Its zero value answers
+// "00000" at once. It is safe for concurrent use.
+type Simulator struct {
+	mu       sync.Mutex
+	rules    []Rule
+	received []IssuerRequest
+	authID   int
+	closed   chan struct{}
+	once     sync.Once
+}
+
+// NewSimulator returns a simulator that approves everything.
+func NewSimulator() *Simulator { return &Simulator{closed: make(chan struct{})} }
+
+// SetRules replaces the rules; the first matching rule applies, and no match
+// means success.
+func (s *Simulator) SetRules(rules ...Rule) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules = append([]Rule(nil), rules...)
+}
+
+// Received returns the requests received so far, in order.
+func (s *Simulator) Received() []IssuerRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]IssuerRequest(nil), s.received...)
+}
+
+// Close releases hanging requests.
+func (s *Simulator) Close() { s.once.Do(func() { close(s.closed) }) }
+
+// ServeHTTP implements http.Handler for POST /payment.
+func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	var req IssuerRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	amount, _ := strconv.ParseInt(req.AmountTran, 10, 64)
+	s.mu.Lock()
+	s.received = append(s.received, req)
+	react := Reaction{}
+	for _, rule := range s.rules {
+		if (rule.MTI == "" || rule.MTI == req.MTI) && (rule.Amount == 0 || rule.Amount == amount) {
+			react = rule.Reaction
+			break
+		}
+	}
+	s.authID++
+	authID := s.authID
+	s.mu.Unlock()
+
+	if react.Hang {
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return
+	}
+	if react.Latency > 0 {
+		t := time.NewTimer(react.Latency)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		case <-s.closed:
+			return
+		}
+	}
+	switch {
+	case react.Status != 0 && react.Status != http.StatusOK:
+		http.Error(w, http.StatusText(react.Status), react.Status)
+	case react.Garbage:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{not json"))
+	default:
+		code := react.ErrCode
+		if code == "" {
+			code = ErrCodeOK
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(IssuerResponse{
+			IntranID: "I" + req.TransactionID,
+			AuthID:   strconv.Itoa(authID),
+			ErrCode:  code,
+		})
+	}
+}
