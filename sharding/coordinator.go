@@ -175,7 +175,16 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		for _, mem := range m.members {
 			c.members[mem.Node] = mem
 		}
-		for _, r := range c.everyone() {
+		// Regions that are gone, registered or only named by stored
+		// allocations (a predecessor's regions that never re-registered).
+		candidates := c.everyone()
+		for r := range c.byRegion {
+			if !slices.Contains(candidates, r) {
+				candidates = append(candidates, r)
+			}
+		}
+		slices.Sort(candidates)
+		for _, r := range candidates {
 			if mem, ok := c.members[r]; !ok || mem.Status == allocation.Down {
 				ch, o := c.removeRegion(r)
 				changes, out = append(changes, ch...), append(out, o...)

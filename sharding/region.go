@@ -552,7 +552,11 @@ func (r *Region[C]) stopCoordinatorLocked() {
 		return
 	}
 	r.unlistenCo()
-	r.coord.StopNow()
+	// In mailbox order, so that what regions already sent it (the last
+	// ShardStopped of a graceful leave) is recorded before it goes.
+	if err := r.coord.Tell(stopCoordinator{}); err != nil {
+		r.coord.StopNow()
+	}
 	<-r.coord.Done()
 	r.coord = nil
 }
@@ -576,6 +580,11 @@ func (r *Region[C]) startCoordinator() {
 	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
 }
 
+// stopCoordinator stops a coordinator after the messages queued before it.
+type stopCoordinator struct{}
+
+func (stopCoordinator) protocolMessage() {}
+
 // newCoordinatorRunner acquires the coordinator role in the store and
 // returns the behavior that steps the core and does its IO.
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
@@ -588,6 +597,9 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 	core := newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+		if _, ok := m.(stopCoordinator); ok {
+			return entity.Stopped[Message]()
+		}
 		changes, out := core.step(m)
 		for _, c := range changes {
 			var err error

@@ -1,0 +1,209 @@
+package sharding_test
+
+import (
+	"context"
+	"fmt"
+	"github.com/shoal-dev/shoal/sharding"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// These scenarios run several regions in one process over the in-process
+// transport, in a synctest bubble: time advances only when every goroutine
+// waits, so rebalance rounds and hand-off timeouts are deterministic.
+
+// traffic sends numbered notes to entities through given nodes and
+// remembers what it sent, to check later that each entity got every note
+// and, per sender, in send order (the guarantee: one sender, one region).
+type traffic struct {
+	sent map[[2]string]int // (entity, via) → notes sent
+}
+
+func newTraffic() *traffic { return &traffic{sent: map[[2]string]int{}} }
+
+func (tr *traffic) round(t *testing.T, via *node, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		k := [2]string{id, via.name}
+		tr.sent[k]++
+		via.tell(t, id, note{Text: fmt.Sprintf("%s:%d", via.name, tr.sent[k])})
+	}
+}
+
+func (tr *traffic) check(t *testing.T, s *sim) {
+	t.Helper()
+	for k, n := range tr.sent {
+		id, via := k[0], k[1]
+		var got []string
+		for _, text := range s.log.notes(id) {
+			if v, seq, _ := strings.Cut(text, ":"); v == via {
+				got = append(got, seq)
+			}
+		}
+		if !slices.Equal(got, notes(1, n)) {
+			t.Fatalf("%s received from %s %v, want 1..%d in order", id, via, got, n)
+		}
+	}
+}
+
+func entityIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("entity-%03d", i)
+	}
+	return ids
+}
+
+func shardCounts(s *sim) map[string]int {
+	out := map[string]int{}
+	for name, n := range s.nodes {
+		out[name] = len(n.region.State().Shards)
+	}
+	return out
+}
+
+func TestRebalanceWhenARegionJoins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 10, RebalanceInterval: 10 * time.Second})
+		a := s.join("a", "host")
+		ids := entityIDs(50)
+		tr := newTraffic()
+		tr.round(t, a, ids)
+		synctest.Wait()
+		if c := shardCounts(s); c["a"] != 10 {
+			t.Fatalf("before join: %v", c)
+		}
+		b := s.join("b", "host")
+		for range 12 { // two minutes of rebalance rounds with traffic through both nodes
+			time.Sleep(10 * time.Second)
+			tr.round(t, a, ids)
+			tr.round(t, b, ids)
+			synctest.Wait()
+		}
+		if c := shardCounts(s); c["a"] != 5 || c["b"] != 5 {
+			t.Fatalf("after rebalance: %v, want 5 and 5", c)
+		}
+		tr.check(t, s)
+		// Every region knows every home (pushed on allocation).
+		if ha, hb := a.region.Homes(), b.region.Homes(); !maps.Equal(ha, hb) || len(ha) != 10 {
+			t.Fatalf("homes differ: a %v, b %v", ha, hb)
+		}
+		_ = b.sh.Shutdown(context.Background())
+		_ = a.sh.Shutdown(context.Background())
+	})
+}
+
+func TestGracefulLeaveOfARegion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 12})
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		c := s.join("c", "host")
+		synctest.Wait() // all three registered
+		ids := entityIDs(60)
+		tr := newTraffic()
+		// Send through each node so that allocations spread over all three.
+		for _, n := range []*node{c, b, a} {
+			tr.round(t, n, ids)
+		}
+		synctest.Wait()
+		if cs := shardCounts(s); cs["c"] == 0 {
+			t.Fatalf("c hosts nothing to hand off: %v", cs)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.sh.Shutdown(context.Background()) }()
+		tr.round(t, a, ids) // traffic during the hand-off
+		tr.round(t, b, ids)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		delete(s.nodes, "c")
+		synctest.Wait()
+		tr.round(t, a, ids)
+		synctest.Wait()
+		cs := shardCounts(s)
+		if cs["a"]+cs["b"] != 12 {
+			t.Fatalf("after c left: %v", cs)
+		}
+		if s.log.stopsByNode["c"] == 0 {
+			t.Fatal("entities on c never received their stop message")
+		}
+		tr.check(t, s)
+		_ = b.sh.Shutdown(context.Background())
+		_ = a.sh.Shutdown(context.Background())
+	})
+}
+
+func TestGracefulLeaveOfTheCoordinatorsRegion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 12})
+		a := s.join("a", "host") // oldest: hosts the coordinator
+		b := s.join("b", "host")
+		c := s.join("c", "host")
+		ids := entityIDs(60)
+		tr := newTraffic()
+		for _, n := range []*node{a, b, c} {
+			tr.round(t, n, ids)
+		}
+		synctest.Wait()
+		if err := a.sh.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		delete(s.nodes, "a")
+		synctest.Wait()
+		// b is now the oldest; its coordinator took over from the store.
+		tr.round(t, b, ids)
+		tr.round(t, c, ids)
+		// New entities in shards never allocated still get a home.
+		fresh := []string{"fresh-1", "fresh-2", "fresh-3"}
+		tr.round(t, c, fresh)
+		synctest.Wait()
+		cs := shardCounts(s)
+		if cs["b"]+cs["c"] != 12 {
+			t.Fatalf("after a left: %v", cs)
+		}
+		tr.check(t, s)
+		if hb, hc := b.region.Homes(), c.region.Homes(); !maps.Equal(hb, hc) {
+			t.Fatalf("homes differ: b %v, c %v", hb, hc)
+		}
+		_ = c.sh.Shutdown(context.Background())
+		_ = b.sh.Shutdown(context.Background())
+	})
+}
+
+func TestHandOffWaitsForSlowEntityThenDeliversBufferedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 1, HandOffTimeout: 20 * time.Second})
+		a := s.join("a", "host")
+		a.tell(t, "slow", note{Text: "1"})
+		a.tell(t, "slow", slowStop{}) // it will stash its stop message
+		synctest.Wait()
+		b := s.join("b", "host")
+		synctest.Wait()
+		done := make(chan error, 1)
+		go func() { done <- a.sh.Shutdown(context.Background()) }()
+		synctest.Wait()
+		for i := 2; i <= 5; i++ { // buffered while the hand-off runs
+			b.tell(t, "slow", note{Text: fmt.Sprint(i)})
+		}
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("hand-off finished although the entity holds its stop message")
+		default:
+		}
+		time.Sleep(20 * time.Second) // hand-off timeout: stopped by force
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got := b.ask(t, "slow"); !slices.Equal(got, notes(1, 5)) {
+			t.Fatalf("slow got %v, want 1..5 (buffered messages delivered at the new home, in order)", got)
+		}
+		_ = b.sh.Shutdown(context.Background())
+	})
+}
