@@ -114,7 +114,15 @@ func benchRaw(b *testing.B, pool *pgxpool.Pool, rows, clients int, payload []byt
 // benchJournal runs writers goroutines, each appending one event at a time
 // to its own persistence id, for b.N writes in all.
 func benchJournal(b *testing.B, pool *pgxpool.Pool, writers int, payload []byte) {
-	j := postgres.New(pool, postgres.DefaultConfig())
+	cfg := postgres.DefaultConfig()
+	// Tuning aids: try other settings without editing the code.
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_WRITERS")); err == nil {
+		cfg.Writers = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_BATCH")); err == nil {
+		cfg.MaxBatchEvents = v
+	}
+	j := postgres.New(pool, cfg)
 	defer j.Close()
 	run := benchRun.Add(1)
 	var left atomic.Int64
