@@ -26,12 +26,13 @@ func newSim(t testing.TB, s Strategy, limit func(int) int) *sim {
 	return &sim{t: t, strategy: s, limit: limit, shards: map[string][]string{}}
 }
 
-// state returns a deep copy, so that a strategy that modified its input
-// would not corrupt the simulation.
+// state returns the state to give the strategy: fresh Regions and Shards
+// containers, and clipped shard slices, so that a strategy appending to its
+// input could not corrupt the simulation.
 func (s *sim) state() State {
-	st := State{Regions: slices.Clone(s.regions), Shards: map[string][]string{}}
+	st := State{Regions: slices.Clone(s.regions), Shards: make(map[string][]string, len(s.shards))}
 	for id, sh := range s.shards {
-		st.Shards[id] = slices.Clone(sh)
+		st.Shards[id] = slices.Clip(sh)
 	}
 	return st
 }
