@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// demoTimeouts keeps the original's proportions at a tenth of the time, so
+// the demo's hanging issuer times out in seconds: the client gives up after
+// 1.5s, the entity after 2s. The issuer client waits longer than both, so
+// the entity's processing timeout is what ends the hang.
+func demoTimeouts() (Settings, IssuerClientConfig) {
+	return Settings{
+			AskTimeout:     1500 * time.Millisecond,
+			FailSafeMargin: 500 * time.Millisecond,
+			ReceiveTimeout: 3 * time.Second,
+		}, IssuerClientConfig{
+			ResponseTimeout: 10 * time.Second,
+			RetryAttempts:   2,
+			RetryDelay:      100 * time.Millisecond,
+		}
+}
+
+// demoStep is one request of the demo and the status it should get.
+type demoStep struct {
+	say    string
+	before func(*Simulator)
+	path   string // after /00/ec/settlements/
+	body   string
+	want   int
+}
+
+// runDemo drives node's API through a settlement's life and prints every
+// request and response. It fails if a response has an unexpected status.
+func runDemo(ctx context.Context, node *Node, out io.Writer) error {
+	// Order ids unique per run, so a demo against Postgres can be repeated.
+	run := time.Now().UnixNano() % 1e9
+	paid, hung := fmt.Sprintf("demo%dA", run), fmt.Sprintf("demo%dB", run)
+	steps := []demoStep{
+		{say: "settle an order", path: "shop-1/" + paid + "/payment", body: `{"amount":1000}`, want: 200},
+		{say: "the same settle again: answered from the stored outcome, the issuer is not called",
+			path: "shop-1/" + paid + "/payment", body: `{"amount":1000}`, want: 200},
+		{say: "cancel it: a reversal at the issuer", path: "shop-1/" + paid + "/cancel", want: 200},
+		{say: "cancel it again: already canceled, same customer", path: "shop-1/" + paid + "/cancel", want: 200},
+		{say: "the issuer now hangs; settle another order: the API gives up after 1.5s (CODE-012)",
+			before: func(s *Simulator) { s.SetRules(Rule{Reaction: Reaction{Hang: true}}) },
+			path:   "shop-1/" + hung + "/payment", body: `{"amount":2500}`, want: 500},
+		{say: "settle it again: stashed until the entity's processing timeout (2s) moves it to Failed, then the stored CODE-012",
+			path: "shop-1/" + hung + "/payment", body: `{"amount":2500}`, want: 500},
+		{say: "cancel it: a failed settlement cannot be canceled (CODE-003)",
+			before: func(s *Simulator) { s.SetRules() },
+			path:   "shop-1/" + hung + "/cancel", want: 400},
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i, step := range steps {
+		fmt.Fprintf(out, "\n%d. %s\n", i+1, step.say)
+		if step.before != nil {
+			step.before(node.Simulator)
+		}
+		status, err := demoRequest(ctx, client, node.APIURL+"/00/ec/settlements/"+step.path, step.body, out)
+		if err != nil {
+			return err
+		}
+		if status != step.want {
+			return fmt.Errorf("demo step %d: status %d, want %d", i+1, status, step.want)
+		}
+	}
+	fmt.Fprintf(out, "\nthe issuer received %d requests\n", len(node.Simulator.Received()))
+	return nil
+}
+
+func demoRequest(ctx context.Context, client *http.Client, url, body string, out io.Writer) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Tenant-Id", string(TenantExample))
+	req.Header.Set("Authorization", "Bearer demo-token")
+	req.Header.Set("Content-Type", "application/json")
+	fmt.Fprintf(out, "   → PUT %s %s\n", req.URL.Path, body)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(out, "   ← %d %s (%v)\n", resp.StatusCode, bytes.TrimSpace(got), time.Since(start).Round(time.Millisecond))
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/journal/memory"
+	"github.com/shoal-dev/shoal/journal/postgres"
+	"github.com/shoal-dev/shoal/migrations"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// Config configures a Node. DefaultConfig gives the original's timeouts on
+// loopback ports chosen by the system.
+type Config struct {
+	// APIAddr is where the payment API listens. Default 127.0.0.1:0.
+	APIAddr string
+	// IssuerURL is the issuer to call. Empty: start the simulator on
+	// SimulatorAddr and call it.
+	IssuerURL     string
+	SimulatorAddr string
+	// PostgresDSN selects the Postgres journal (migrations applied at
+	// start); empty keeps events in memory.
+	PostgresDSN string
+
+	Settings Settings
+	Issuer   IssuerClientConfig
+	// Tables holds credentials and sequences. Default: memory tables with
+	// SeedDemo's rows.
+	Tables interface {
+		Credentials
+		Sequences
+	}
+	// Clock is the entities' time source. Default: the wall clock.
+	Clock  timers.Clock
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		APIAddr:       "127.0.0.1:0",
+		SimulatorAddr: "127.0.0.1:0",
+		Settings:      DefaultSettings(),
+		Issuer:        DefaultIssuerClientConfig(),
+	}
+}
+
+// Node is one running payment service: the issuer simulator (unless an
+// issuer URL was given), the entities and the HTTP API.
+type Node struct {
+	APIURL    string
+	IssuerURL string
+	// Simulator is nil when the node calls an external issuer.
+	Simulator *Simulator
+	Entities  *LocalEntities
+	Journal   journal.Journal
+
+	cfg      Config
+	api      *http.Server
+	sim      *http.Server
+	pool     *pgxpool.Pool
+	pgJ      *postgres.Journal
+	log      *slog.Logger
+	serveErr chan error
+}
+
+// Start starts a node. Stop it with Shutdown (graceful) or Kill.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tables == nil {
+		t := NewMemoryTables()
+		SeedDemo(t)
+		cfg.Tables = t
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			n.Kill()
+		}
+	}()
+
+	if err := n.openJournal(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.IssuerURL == "" {
+		ln, err := net.Listen("tcp", cfg.SimulatorAddr)
+		if err != nil {
+			return nil, fmt.Errorf("issuer simulator: %w", err)
+		}
+		n.Simulator = NewSimulator()
+		mux := http.NewServeMux()
+		mux.Handle("/payment", n.Simulator)
+		n.sim = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go n.serve(n.sim, ln)
+		cfg.IssuerURL = "http://" + ln.Addr().String() + "/payment"
+	}
+	n.IssuerURL = cfg.IssuerURL
+
+	reg := codec.NewRegistry()
+	Register(reg)
+	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: n.Journal, Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	issuerCfg := cfg.Issuer
+	issuerCfg.URL = cfg.IssuerURL
+	payments := &Payments{
+		Settings:    cfg.Settings,
+		Issuer:      NewIssuerClient(issuerCfg, nil),
+		Credentials: cfg.Tables,
+		Sequences:   cfg.Tables,
+	}
+	n.Entities = NewLocalEntities(sys, payments.Create)
+
+	ln, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("payment API: %w", err)
+	}
+	api := &API{Entities: n.Entities, Auth: StubAuthorizer{}, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	n.api = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go n.serve(n.api, ln)
+	n.APIURL = "http://" + ln.Addr().String()
+	return n, nil
+}
+
+func (n *Node) openJournal(ctx context.Context) error {
+	if n.cfg.PostgresDSN == "" {
+		n.Journal = memory.New()
+		return nil
+	}
+	pool, err := pgxpool.New(ctx, n.cfg.PostgresDSN)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	n.pool = pool
+	applied, err := migrations.Apply(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if len(applied) > 0 {
+		n.log.Info("applied migrations", "versions", applied)
+	}
+	n.pgJ = postgres.New(pool, postgres.Config{})
+	n.Journal = n.pgJ
+	return nil
+}
+
+func (n *Node) serve(s *http.Server, ln net.Listener) {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		n.serveErr <- err
+	}
+}
+
+// Err reports a listener that failed while serving.
+func (n *Node) Err() <-chan error { return n.serveErr }
+
+// Shutdown stops the node gracefully: the API stops taking requests and
+// finishes those in flight, then every entity gets its stop message (so one
+// waiting for the issuer stops only after its answer or its processing
+// timeout), then the simulator and the journal close.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var errs []error
+	if n.api != nil {
+		errs = append(errs, n.api.Shutdown(ctx))
+	}
+	if n.Entities != nil {
+		errs = append(errs, n.Entities.Shutdown(ctx))
+	}
+	n.closeRest()
+	return errors.Join(errs...)
+}
+
+// Kill stops the node as a crash would: entities stop at once, whatever
+// they were doing; the journal keeps what was written.
+func (n *Node) Kill() {
+	if n.api != nil {
+		_ = n.api.Close()
+	}
+	if n.Entities != nil {
+		n.Entities.Kill()
+	}
+	n.closeRest()
+}
+
+func (n *Node) closeRest() {
+	if n.Simulator != nil {
+		n.Simulator.Close()
+	}
+	if n.sim != nil {
+		_ = n.sim.Close()
+	}
+	if n.pgJ != nil {
+		_ = n.pgJ.Close()
+	}
+	if n.pool != nil {
+		n.pool.Close()
+	}
+}
