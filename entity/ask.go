@@ -64,8 +64,10 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) {
 		return
 	}
 	if to.node != sys.cfg.NodeID {
-		// Remote reply routing arrives with the cluster transport.
-		sys.deadLetter("reply to unknown node "+to.node, v)
+		router := sys.router.Load()
+		if router == nil || !(*router).RouteReply(to.node, to.id, v) {
+			sys.deadLetter("reply to unreachable node "+to.node, v)
+		}
 		return
 	}
 	if sys.cfg.ForceSerialization {
@@ -129,6 +131,27 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 		}
 		return zero, fmt.Errorf("entity: ask: %w", ctx.Err())
 	}
+}
+
+// ReplyRouter carries replies to asks of other nodes. The transport that
+// connects nodes installs one with System.SetReplyRouter; it serializes v
+// when it leaves the process.
+type ReplyRouter interface {
+	// RouteReply delivers v to ask id on node; false if it cannot.
+	RouteReply(node string, id uint64, v any) bool
+}
+
+// SetReplyRouter installs the router for replies to other nodes' asks.
+func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
+
+// DeliverReply hands v to this node's ask id, for a ReplyRouter that
+// carried it here. It reports false when nobody waits for it any more.
+func (s *System) DeliverReply(id uint64, v any) bool {
+	if s.replies.deliver(id, v) {
+		return true
+	}
+	s.deadLetter("reply to an ask that has returned", v)
+	return false
 }
 
 // replyTable holds the asks waiting for a reply.

@@ -50,6 +50,7 @@ type System struct {
 	log         *slog.Logger
 	dispatch    dispatcher
 	replies     replyTable
+	router      atomic.Pointer[ReplyRouter]
 	deadLetters atomic.Uint64
 }
 

@@ -29,6 +29,7 @@ type coordinatorCore struct {
 }
 
 type handoff struct {
+	stop    bool // StopShards: deallocate, do not move
 	from    string
 	pending map[string]bool // regions whose BeginHandOffAck is outstanding
 	handing bool            // HandOff sent to from
@@ -151,6 +152,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		delete(c.handoffs, m.Shard)
 		c.unplace(m.Shard)
 		changes = append(changes, change{shard: m.Shard})
+		if h.stop {
+			return changes, c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch})
+		}
 		ch, o := c.allocate("", m.Shard)
 		return append(changes, ch...), o
 	case GracefulShutdownReq:
@@ -161,6 +165,14 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, out
 	case RegionStopped:
 		return c.removeRegion(m.Region)
+	case StopShards:
+		for _, shard := range m.Shards {
+			out = append(out, c.beginHandOff(shard)...)
+			if h := c.handoffs[shard]; h != nil {
+				h.stop = true
+			}
+		}
+		return nil, out
 	case rebalanceTick:
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {

@@ -20,7 +20,8 @@ type (
 	// GetShardHome asks where a shard lives.
 	GetShardHome struct{ Shard, Region string }
 	// ShardHome tells where a shard lives. The coordinator sends it to
-	// every region on each allocation.
+	// every region on each allocation; an empty Region means the shard was
+	// stopped and has no home until it is asked for again.
 	ShardHome struct {
 		Shard, Region string
 		Epoch         uint64
@@ -55,12 +56,17 @@ type (
 	// GracefulShutdownReq asks the coordinator to hand off all of a
 	// region's shards before the region leaves.
 	GracefulShutdownReq struct{ Region string }
+	// StopShards asks the coordinator to hand shards off without moving
+	// them: they start again, wherever allocated, on their next message.
+	StopShards struct{ Shards []string }
 	// RegionStopped tells the coordinator a region is gone.
 	RegionStopped struct{ Region string }
-	// Deliver carries an entity message from one region to another.
+	// Deliver carries an entity message from one region to another; with
+	// Start it only starts the entity (StartEntity) and Msg is nil.
 	Deliver struct {
 		Shard, EntityID string
 		Msg             any
+		Start           bool
 	}
 	// rebalanceTick starts a rebalance round; the coordinator's own timer sends it.
 	rebalanceTick struct{}
@@ -80,5 +86,6 @@ func (HandOff) protocolMessage()             {}
 func (ShardStopped) protocolMessage()        {}
 func (GracefulShutdownReq) protocolMessage() {}
 func (RegionStopped) protocolMessage()       {}
+func (StopShards) protocolMessage()          {}
 func (Deliver) protocolMessage()             {}
 func (rebalanceTick) protocolMessage()       {}

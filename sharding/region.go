@@ -55,6 +55,7 @@ type shardEntry[C any] struct {
 type pending[C any] struct {
 	entityID string
 	msg      C
+	start    bool // StartEntity: no message, just make sure it runs
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -120,8 +121,9 @@ func (r *Region[C]) coordinatorNode() string {
 	return m.Node
 }
 
-// tell is the data path of EntityRef.Tell.
-func (r *Region[C]) tell(entityID string, msg C) error {
+// tell is the data path of EntityRef.Tell; with start, msg is ignored and
+// the entity is only started.
+func (r *Region[C]) tell(entityID string, msg C, start bool) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
@@ -129,19 +131,19 @@ func (r *Region[C]) tell(entityID string, msg C) error {
 	r.mu.RLock()
 	if e := r.table[shardID]; e != nil && e.routable() && !r.stopped {
 		if e.local != nil {
-			err := e.local.deliver(entityID, msg)
+			err := e.local.deliver(entityID, msg, start)
 			r.mu.RUnlock()
 			return err
 		}
 		home := e.home
 		r.mu.RUnlock()
-		return r.forward(home, shardID, entityID, msg)
+		return r.forward(home, shardID, pending[C]{entityID, msg, start})
 	}
 	r.mu.RUnlock()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.route(shardID, entityID, msg)
+	return r.route(shardID, pending[C]{entityID, msg, start})
 }
 
 func (e *shardEntry[C]) routable() bool {
@@ -149,21 +151,21 @@ func (e *shardEntry[C]) routable() bool {
 }
 
 // route delivers or buffers; r.mu is held for writing.
-func (r *Region[C]) route(shardID, entityID string, msg C) error {
+func (r *Region[C]) route(shardID string, p pending[C]) error {
 	if r.stopped {
 		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
 	}
 	e := r.entry(shardID)
 	if e.routable() {
 		if e.local != nil {
-			return e.local.deliver(entityID, msg)
+			return e.local.deliver(p.entityID, p.msg, p.start)
 		}
-		return r.forward(e.home, shardID, entityID, msg)
+		return r.forward(e.home, shardID, p)
 	}
 	if r.buffered >= r.settings.BufferSize {
 		return fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.buffered)
 	}
-	e.buffer = append(e.buffer, pending[C]{entityID: entityID, msg: msg})
+	e.buffer = append(e.buffer, p)
 	r.buffered++
 	if e.home == "" && !e.handingOff && !e.requested {
 		e.requested = true
@@ -181,8 +183,12 @@ func (r *Region[C]) entry(shardID string) *shardEntry[C] {
 	return e
 }
 
-func (r *Region[C]) forward(home, shardID, entityID string, msg C) error {
-	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, Deliver{Shard: shardID, EntityID: entityID, Msg: msg})
+func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
+	var msg any = p.msg
+	if p.start {
+		msg = nil
+	}
+	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, Deliver{Shard: shardID, EntityID: p.entityID, Msg: msg, Start: p.start})
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
 	}
@@ -270,12 +276,12 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		r.finishHandOff(m)
 	case Deliver:
 		msg, ok := m.Msg.(C)
-		if !ok {
+		if !ok && !m.Start {
 			r.s.log.Error("sharding: message of the wrong type for entity type", "type", r.typ, "got", fmt.Sprintf("%T", m.Msg))
 			break
 		}
 		r.mu.Lock()
-		if err := r.route(m.Shard, m.EntityID, msg); err != nil {
+		if err := r.route(m.Shard, pending[C]{m.EntityID, msg, m.Start}); err != nil {
 			r.s.log.Warn("sharding: forwarded message not delivered", "type", r.typ, "entity", m.EntityID, "err", err)
 		}
 		r.mu.Unlock()
@@ -356,6 +362,13 @@ func (r *Region[C]) setHome(shardID, home string) {
 		return // our own hand-off is still running
 	}
 	e.home, e.requested, e.handingOff = home, false, false
+	if home == "" { // stopped shard: ask again if anything waits for it
+		if len(e.buffer) > 0 {
+			e.requested = true
+			r.toCoordinator(GetShardHome{Shard: shardID, Region: r.s.self})
+		}
+		return
+	}
 	if home == r.s.self && e.local == nil {
 		if r.proxy || r.leaving {
 			r.s.log.Error("sharding: coordinator allocated a shard to a region that cannot host it", "type", r.typ, "shard", shardID)
@@ -377,9 +390,9 @@ func (r *Region[C]) drain(shardID string, e *shardEntry[C]) {
 	for _, p := range buf {
 		var err error
 		if e.local != nil {
-			err = e.local.deliver(p.entityID, p.msg)
+			err = e.local.deliver(p.entityID, p.msg, p.start)
 		} else {
-			err = r.forward(e.home, shardID, p.entityID, p.msg)
+			err = r.forward(e.home, shardID, p)
 		}
 		if err != nil {
 			r.s.log.Warn("sharding: buffered message not delivered", "type", r.typ, "entity", p.entityID, "err", err)
@@ -412,7 +425,7 @@ func (r *Region[C]) handOff(m HandOff) {
 	local.handOff(func(leftover []pending[C]) {
 		left := make([]pending[any], len(leftover))
 		for i, p := range leftover {
-			left[i] = pending[any]{entityID: p.entityID, msg: p.msg}
+			left[i] = pending[any]{entityID: p.entityID, msg: p.msg, start: p.start}
 		}
 		_ = r.ctl.Tell(shardHandedOff{shard: m.Shard, leftover: left})
 	})
@@ -426,7 +439,8 @@ func (r *Region[C]) finishHandOff(m shardHandedOff) {
 	// anything the region buffered since BeginHandOff.
 	front := make([]pending[C], len(m.leftover))
 	for i, p := range m.leftover {
-		front[i] = pending[C]{entityID: p.entityID, msg: p.msg.(C)}
+		msg, _ := p.msg.(C)
+		front[i] = pending[C]{entityID: p.entityID, msg: msg, start: p.start}
 	}
 	e.buffer = append(front, e.buffer...)
 	r.buffered += len(front)
@@ -476,6 +490,13 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	r.ctl.StopNow()
 	<-r.ctl.Done()
 	return err
+}
+
+// StopShards hands the given shards off without moving them: their
+// entities get the stop message, and the shards start again on their next
+// message. It returns once the request is sent.
+func (r *Region[C]) StopShards(shards ...string) {
+	r.toCoordinator(StopShards{Shards: shards})
 }
 
 // State is a snapshot of what a region hosts.

@@ -58,17 +58,21 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 	return sh
 }
 
-// deliver hands msg to the entity, starting it if needed.
-func (sh *shard[C]) deliver(entityID string, msg C) error {
+// deliver hands msg to the entity, starting it if needed; with start it
+// only makes sure the entity runs.
+func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entities[entityID]
 	if e == nil {
 		if sh.handingOff { // the region buffers during hand-offs; this is a late straggler
-			sh.leftover = append(sh.leftover, pending[C]{entityID: entityID, msg: msg})
+			sh.leftover = append(sh.leftover, pending[C]{entityID, msg, start})
 			return nil
 		}
 		e = sh.spawn(entityID)
+	}
+	if start {
+		return nil
 	}
 	e.lastTick = sh.r.idleTickNow()
 	if e.state != active {
@@ -228,6 +232,7 @@ func (sh *shard[C]) drop(id string, e *entityEntry[C]) {
 	for _, m := range e.buffer {
 		sh.leftover = append(sh.leftover, pending[C]{entityID: id, msg: m})
 	}
+
 	delete(sh.entities, id)
 }
 

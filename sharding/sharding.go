@@ -100,6 +100,9 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if s.self == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
+	if lt, ok := cfg.Transport.(*LocalTransport); ok {
+		lt.Attach(sys.NodeID(), sys)
+	}
 	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
 	return s, nil
 }
@@ -319,8 +322,25 @@ func (r EntityRef[C]) Tell(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, msg)
+	return r.region.tell(r.id, msg, false)
 }
 
 // System implements entity.Ref.
 func (r EntityRef[C]) System() *entity.System { return r.region.s.sys }
+
+// Envelope carries a message with the id of its entity, for code that
+// routes by data rather than holding an EntityRef.
+type Envelope[C any] struct {
+	EntityID string
+	Message  C
+}
+
+// Tell routes env.Message to entity env.EntityID.
+func (r *Region[C]) Tell(env Envelope[C]) error { return r.tell(env.EntityID, env.Message, false) }
+
+// StartEntity starts entity id, in its shard wherever that lives, without
+// a message; an entity that runs already is left alone.
+func (r *Region[C]) StartEntity(id string) error {
+	var none C
+	return r.tell(id, none, true)
+}

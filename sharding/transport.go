@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/shoal-dev/shoal/entity"
 )
 
 // Address names a region or a coordinator: one of each per entity type per node.
@@ -39,11 +41,29 @@ type Transport interface {
 type LocalTransport struct {
 	mu       sync.RWMutex
 	handlers map[Address]func(Message) error
+	systems  map[string]*entity.System // node → runtime, for replies
 }
 
 // NewLocalTransport returns an empty in-process transport.
 func NewLocalTransport() *LocalTransport {
-	return &LocalTransport{handlers: make(map[Address]func(Message) error)}
+	return &LocalTransport{handlers: make(map[Address]func(Message) error), systems: make(map[string]*entity.System)}
+}
+
+// Attach lets the nodes of this transport answer each other's asks: sys
+// routes replies for other nodes through it.
+func (t *LocalTransport) Attach(node string, sys *entity.System) {
+	t.mu.Lock()
+	t.systems[node] = sys
+	t.mu.Unlock()
+	sys.SetReplyRouter(t)
+}
+
+// RouteReply implements entity.ReplyRouter.
+func (t *LocalTransport) RouteReply(node string, id uint64, v any) bool {
+	t.mu.RLock()
+	sys := t.systems[node]
+	t.mu.RUnlock()
+	return sys != nil && sys.DeliverReply(id, v)
 }
 
 // Send implements Transport.
