@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
+	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/journal/memory"
+)
+
+// fakeIssuer answers in-process, so entity tests run inside a synctest
+// bubble: by default "00000" at once; Code and Err change the answer, and
+// an open gate (Hold) holds every call until Release or until the entity
+// stops.
+type fakeIssuer struct {
+	mu           sync.Mutex
+	authCode     string
+	revCode      string
+	authErr      error
+	revErr       error
+	gate         chan struct{}
+	auths, revrs []IssuerRequest
+}
+
+func (f *fakeIssuer) Authorize(ctx context.Context, req IssuerRequest) (IssuerResponse, error) {
+	f.mu.Lock()
+	f.auths = append(f.auths, req)
+	code, err, gate := f.authCode, f.authErr, f.gate
+	f.mu.Unlock()
+	return f.answer(ctx, gate, code, err)
+}
+
+func (f *fakeIssuer) Reverse(ctx context.Context, req IssuerRequest) (IssuerResponse, error) {
+	f.mu.Lock()
+	f.revrs = append(f.revrs, req)
+	code, err, gate := f.revCode, f.revErr, f.gate
+	f.mu.Unlock()
+	return f.answer(ctx, gate, code, err)
+}
+
+func (f *fakeIssuer) answer(ctx context.Context, gate chan struct{}, code string, err error) (IssuerResponse, error) {
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return IssuerResponse{}, ctx.Err()
+		}
+	}
+	if err != nil {
+		return IssuerResponse{}, err
+	}
+	if code == "" {
+		code = ErrCodeOK
+	}
+	return IssuerResponse{IntranID: "intran", AuthID: "1", ErrCode: code}, nil
+}
+
+// Hold makes calls wait until Release.
+func (f *fakeIssuer) Hold() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate = make(chan struct{})
+}
+
+// Release lets held and later calls through.
+func (f *fakeIssuer) Release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.gate)
+	f.gate = nil
+}
+
+func (f *fakeIssuer) calls() (auths, reversals int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.auths), len(f.revrs)
+}
+
+var (
+	testKey = OrderKey{Tenant: TenantExample, ClientID: 7, WalletShopID: "shop-1", OrderID: "order1"}
+	// alice pays; bob is another customer of the same client.
+	aliceSettle = SettleRequest{ClientID: 7, CustomerID: "alice", WalletShopID: "shop-1", OrderID: "order1", Amount: 1000}
+	aliceCancel = CancelRequest{ClientID: 7, CustomerID: "alice", WalletShopID: "shop-1", OrderID: "order1"}
+	bobCancel   = CancelRequest{ClientID: 7, CustomerID: "bob", WalletShopID: "shop-1", OrderID: "order1"}
+)
+
+func testTables() *MemoryTables {
+	t := NewMemoryTables()
+	for _, customer := range []string{"alice", "bob"} {
+		t.Put(CredentialKey{Tenant: TenantExample, CustomerID: customer, ClientID: 7, WalletShopID: "shop-1"},
+			PayCredential{MemberStoreID: "store1", HousePAN: "4000" + customer, TerminalID: "T-" + customer})
+	}
+	return t
+}
+
+func testRegistry() *codec.Registry {
+	r := codec.NewRegistry()
+	Register(r)
+	return r
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// fixture runs one payment entity in the testkit, inside a synctest bubble.
+// The testkit's entity has no owner, so passivating stops it; the next
+// request starts a new incarnation, as a shard would.
+type fixture struct {
+	t      *testing.T
+	kit    *eventsourcedtest.Kit[Command, Event, State]
+	issuer *fakeIssuer
+	tables *MemoryTables
+	reg    *codec.Registry
+}
+
+func newFixture(t *testing.T, settings Settings) *fixture {
+	f := &fixture{t: t, issuer: &fakeIssuer{}, tables: testTables(), reg: testRegistry()}
+	p := &Payments{Settings: settings, Issuer: f.issuer, Credentials: f.tables, Sequences: f.tables}
+	f.kit = eventsourcedtest.New[Command, Event, State](t, TypeKey, p.Create,
+		eventsourcedtest.Options{Codec: f.reg, EntityID: testKey.EntityID()})
+	t.Cleanup(func() { // end the issuer calls still held, so the bubble can end
+		cell := f.kit.Cell()
+		cell.StopNow()
+		<-cell.Done()
+	})
+	return f
+}
+
+// ref is the running incarnation, started anew if the last one passivated.
+func (f *fixture) ref() entity.Ref[Command] {
+	if stopped, err := f.kit.Stopped(); stopped {
+		if err != nil {
+			f.t.Fatalf("entity failed: %v", err)
+		}
+		f.kit.Restart()
+	}
+	return f.kit.Ref()
+}
+
+// ask sends the request and returns where its answer will arrive.
+func ask[R any](f *fixture, build func(entity.ReplyTo[R]) Command) <-chan R {
+	ch := make(chan R, 1)
+	ref := f.ref()
+	go func() {
+		ctx, cancel := context.WithTimeout(f.t.Context(), time.Hour)
+		defer cancel()
+		if r, err := entity.Ask(ctx, ref, build); err == nil {
+			ch <- r
+		}
+	}()
+	return ch
+}
+
+func (f *fixture) settle(req SettleRequest) <-chan Response {
+	return ask(f, func(r entity.ReplyTo[Response]) Command { return Settle{SettleRequest: req, TraceID: "t", ReplyTo: r} })
+}
+
+func (f *fixture) cancel(req CancelRequest) <-chan Response {
+	return ask(f, func(r entity.ReplyTo[Response]) Command { return Cancel{CancelRequest: req, TraceID: "t", ReplyTo: r} })
+}
+
+// answer waits until everything in the bubble has settled and returns the
+// answer, failing if there is none.
+func (f *fixture) answer(ch <-chan Response) Response {
+	f.t.Helper()
+	synctest.Wait()
+	select {
+	case r := <-ch:
+		return r
+	default:
+		f.t.Fatal("no answer")
+		return Response{}
+	}
+}
+
+// noAnswer checks that ch has no answer once everything has settled.
+func (f *fixture) noAnswer(ch <-chan Response) {
+	f.t.Helper()
+	synctest.Wait()
+	select {
+	case r := <-ch:
+		f.t.Fatalf("unexpected answer %v", r)
+	default:
+	}
+}
+
+// events are the types of the events stored so far.
+func (f *fixture) events() []string {
+	return manifests(f.kit.Journal().Written())
+}
+
+func manifests(evs []journal.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Manifest
+	}
+	return out
+}
+
+// state is the entity's state: the running incarnation's, or a fresh one's
+// recovered from the journal if the last one passivated.
+func (f *fixture) state() State {
+	f.ref()
+	return f.kit.State()
+}
+
+// passivated reports whether the incarnation has stopped (the testkit's
+// entity has no owner, so Passivate stops it).
+func (f *fixture) passivated() bool {
+	synctest.Wait()
+	stopped, err := f.kit.Stopped()
+	if err != nil {
+		f.t.Fatalf("entity failed: %v", err)
+	}
+	return stopped
+}
+
+// timerActive reports whether the processing timeout t is scheduled.
+func (f *fixture) timerActive(t ProcessingTimeout) bool {
+	done := make(chan bool, 1)
+	cell := f.kit.Cell()
+	if !cell.PostOrdered(func() { done <- cell.Timers().IsActive(t.timerKey()) }) {
+		return false
+	}
+	synctest.Wait()
+	select {
+	case active := <-done:
+		return active
+	case <-cell.Done():
+		return false
+	}
+}
+
+func wantEvents(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != "payment."+want[i] {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+}
+
+func wantOK(t *testing.T, r Response) {
+	t.Helper()
+	if !r.OK() {
+		t.Fatalf("answer %v, want success", r)
+	}
+}
+
+func wantFailure(t *testing.T, r Response, code Code) {
+	t.Helper()
+	if r.OK() || r.Failure.Code != code {
+		t.Fatalf("answer %v, want %s", r, code)
+	}
+}
+
+// localNode runs payment entities through LocalEntities, whose passivation
+// sends StopActor as a shard does, inside a synctest bubble.
+type localNode struct {
+	t        *testing.T
+	issuer   *fakeIssuer
+	journal  *memory.Journal
+	entities *LocalEntities
+}
+
+func newLocalNode(t *testing.T, settings Settings) *localNode {
+	reg := testRegistry()
+	j := memory.New()
+	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: j, ForceSerialization: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := testTables()
+	n := &localNode{t: t, issuer: &fakeIssuer{}, journal: j}
+	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
+	n.entities = NewLocalEntities(sys, p.Create)
+	t.Cleanup(n.entities.Kill)
+	return n
+}
+
+func (n *localNode) ask(build func(entity.ReplyTo[Response]) Command) <-chan Response {
+	ch := make(chan Response, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(n.t.Context(), time.Hour)
+		defer cancel()
+		if r, err := entity.Ask(ctx, n.entities.RefFor(testKey.EntityID()), build); err == nil {
+			ch <- r
+		}
+	}()
+	return ch
+}
+
+func (n *localNode) settle(req SettleRequest) <-chan Response {
+	return n.ask(func(r entity.ReplyTo[Response]) Command { return Settle{SettleRequest: req, ReplyTo: r} })
+}
+
+func (n *localNode) cancel(req CancelRequest) <-chan Response {
+	return n.ask(func(r entity.ReplyTo[Response]) Command { return Cancel{CancelRequest: req, ReplyTo: r} })
+}
+
+func (n *localNode) events() []string {
+	var out []journal.Event
+	err := n.journal.Replay(context.Background(), "ec-house-money|"+testKey.EntityID(), 1, 1<<62, func(e journal.Event) error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return manifests(out)
+}
