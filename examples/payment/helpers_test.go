@@ -155,6 +155,7 @@ func ask[R any](f *fixture, build func(entity.ReplyTo[R]) Command) <-chan R {
 			ch <- r
 		}
 	}()
+	synctest.Wait() // sent, and handled as far as it goes: requests keep their order
 	return ch
 }
 
@@ -297,6 +298,7 @@ func (n *localNode) ask(build func(entity.ReplyTo[Response]) Command) <-chan Res
 			ch <- r
 		}
 	}()
+	synctest.Wait()
 	return ch
 }
 

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The four processing-timeout points of DESIGN §6, one test each, plus
+// recovery. The issuer is held, so the entity stays in Settling or
+// Canceling until its timeout; time is synctest's.
+
+// Point 1: the event handler schedules the timeout with the time left.
+func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		f.settle(aliceSettle)
+		synctest.Wait()
+		s := f.kit.State().(Settling)
+		if want := s.AcceptedAt.Add(20 * time.Second); !s.Timeout.Deadline.Equal(want) {
+			t.Fatalf("deadline %v, want accepted + ask timeout + margin = %v", s.Timeout.Deadline, want)
+		}
+		if !f.timerActive(s.Timeout) {
+			t.Fatal("processing timeout not scheduled")
+		}
+		time.Sleep(20*time.Second - time.Nanosecond)
+		synctest.Wait()
+		if _, ok := f.kit.State().(Settling); !ok {
+			t.Fatalf("left Settling before the deadline: %T", f.kit.State())
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+	})
+}
+
+func TestTimeLeftIsNeverNegative(t *testing.T) {
+	now := time.Date(2026, 1, 1, 17, 0, 0, 0, time.UTC)
+	pt := DefaultSettings().processingTimeout(now)
+	for _, tc := range []struct {
+		at   time.Time
+		want time.Duration
+	}{
+		{now, 20 * time.Second},
+		{now.Add(time.Second), 19 * time.Second},
+		{now.Add(time.Hour), 0},
+	} {
+		if got := pt.TimeLeft(tc.at); got != tc.want {
+			t.Errorf("TimeLeft(%v) = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}
+
+// Point 2: only the timeout stored in the state is handled.
+func TestTimeoutPoint2OnlyTheStatesTimeoutCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		f.settle(aliceSettle)
+		synctest.Wait()
+		s := f.kit.State().(Settling)
+		for _, stale := range []ProcessingTimeout{
+			{Deadline: s.Timeout.Deadline.Add(-time.Minute)},
+			{Deadline: s.Timeout.Deadline.Add(time.Nanosecond)},
+		} {
+			f.kit.RunCommand(stale)
+			wantEvents(t, f.events(), "SettlementAccepted")
+		}
+		if _, ok := f.kit.State().(Settling); !ok {
+			t.Fatalf("state %T after stale timeouts", f.kit.State())
+		}
+		// The same deadline, as it comes back from the journal (another
+		// location, no monotonic reading), is the state's.
+		same := ProcessingTimeout{Deadline: s.Timeout.Deadline.In(time.FixedZone("JST", 9*3600))}
+		f.kit.RunCommand(same)
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+	})
+}
+
+// Point 2 as recovery needs it: replaying a settlement and a later cancel
+// re-arms the settlement's timer too (its event handler runs again); it
+// fires at once, stale, and must not end Canceling.
+func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		wantOK(t, f.answer(f.settle(aliceSettle)))
+		time.Sleep(time.Minute) // past the settlement's deadline
+		f.issuer.Hold()
+		f.cancel(aliceCancel)
+		synctest.Wait()
+		f.kit.Restart()
+		synctest.Wait() // the settlement's timer has fired, stale
+		c, ok := f.kit.State().(Canceling)
+		if !ok {
+			t.Fatalf("state %T after recovery, want Canceling", f.kit.State())
+		}
+		time.Sleep(c.Timeout.TimeLeft(time.Now()))
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementSuccessConfirmed", "CancelAccepted", "CancelTimeoutDetected")
+	})
+}
+
+// Point 3: handling the timeout persists a leaving event, passivates, and
+// unstashes. Passivation needs an owner (the testkit has none and would
+// stop at once, dropping the stash), so this runs on LocalEntities.
+func TestTimeoutPoint3LeavesPassivatesUnstashes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		n.issuer.Hold()
+		first := n.settle(aliceSettle)
+		second := n.settle(aliceSettle) // stashed
+		cancel := n.cancel(aliceCancel) // stashed
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		wantEvents(t, n.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+		select {
+		case r := <-first:
+			t.Fatalf("the timed-out request was answered: %v", r)
+		default:
+		}
+		wantFailure(t, <-second, CodeUnpredictable)
+		wantFailure(t, <-cancel, CodeValidation)
+		if l := n.entities.Len(); l != 0 {
+			t.Fatalf("%d entities alive, want 0 (passivated)", l)
+		}
+		n.issuer.Release()
+	})
+}
+
+// Point 3 for a cancel: back to Completed, where a new cancel can run.
+func TestTimeoutPoint3CancelTimeoutReturnsToCompleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		wantOK(t, f.answer(f.settle(aliceSettle)))
+		f.issuer.Hold()
+		f.noAnswer(f.cancel(aliceCancel))
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if !f.passivated() {
+			t.Fatal("timeout did not passivate")
+		}
+		f.issuer.Release()
+		if _, ok := f.state().(Completed); !ok {
+			t.Fatalf("state %T, want Completed", f.state())
+		}
+		wantOK(t, f.answer(f.cancel(aliceCancel)))
+	})
+}
+
+// Point 4: the result cancels the timer.
+func TestTimeoutPoint4CancelledWhenTheResultArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		answer := f.settle(aliceSettle)
+		synctest.Wait()
+		s := f.kit.State().(Settling)
+		if !f.timerActive(s.Timeout) {
+			t.Fatal("processing timeout not scheduled")
+		}
+		f.issuer.Release()
+		wantOK(t, f.answer(answer))
+		if f.timerActive(s.Timeout) {
+			t.Fatal("processing timeout still scheduled after the result")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementSuccessConfirmed")
+	})
+}
+
+// Recovery: the node stops while Settling and the entity comes back after
+// its deadline: the re-armed timeout fires at once and it leaves Settling.
+func TestRecoveryAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		f.settle(aliceSettle)
+		synctest.Wait()
+		f.kit.Cell().StopNow() // the node dies; the issuer call is lost
+		<-f.kit.Cell().Done()
+		time.Sleep(time.Hour)
+		start := time.Now()
+		f.kit.Restart()
+		synctest.Wait()
+		if time.Since(start) != 0 {
+			t.Fatalf("timeout took %v after recovery, want 0", time.Since(start))
+		}
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+		wantFailure(t, f.answer(f.settle(aliceSettle)), CodeUnpredictable)
+	})
+}
+
+// Recovery before the deadline waits only for the time left.
+func TestRecoveryBeforeTheDeadlineWaitsForTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		f.settle(aliceSettle)
+		synctest.Wait()
+		time.Sleep(5 * time.Second)
+		f.kit.Restart()
+		time.Sleep(15*time.Second - time.Nanosecond)
+		synctest.Wait()
+		if _, ok := f.kit.State().(Settling); !ok {
+			t.Fatalf("state %T before the deadline", f.kit.State())
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+	})
+}
+
+// StopActor is stashed while Settling and honoured once the result is in.
+func TestStopActorStashedWhileSettling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		n.issuer.Hold()
+		answer := n.settle(aliceSettle)
+		synctest.Wait()
+		if err := n.entities.RefFor(testKey.EntityID()).Tell(StopActor{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l := n.entities.Len(); l != 1 {
+			t.Fatalf("entity stopped while Settling (%d alive)", l)
+		}
+		n.issuer.Release()
+		synctest.Wait()
+		wantOK(t, <-answer)
+		if l := n.entities.Len(); l != 0 {
+			t.Fatalf("entity not stopped after the result (%d alive)", l)
+		}
+		wantEvents(t, n.events(), "SettlementAccepted", "SettlementSuccessConfirmed")
+	})
+}
+
+// StopActor is stashed while Canceling too; Shutdown waits for it.
+func TestShutdownWaitsForCanceling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		wantOK(t, <-n.settle(aliceSettle))
+		n.issuer.Hold()
+		answer := n.cancel(aliceCancel)
+		synctest.Wait()
+		done := make(chan error, 1)
+		go func() { done <- n.entities.Shutdown(t.Context()) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Shutdown returned while Canceling: %v", err)
+		default:
+		}
+		n.issuer.Release()
+		synctest.Wait()
+		wantOK(t, <-answer)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		wantEvents(t, n.events(), "SettlementAccepted", "SettlementSuccessConfirmed", "CancelAccepted", "CancelSuccessConfirmed")
+	})
+}
+
+// The receive timeout passivates an idle entity through StopActor.
+func TestReceiveTimeoutPassivates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		wantOK(t, <-n.settle(aliceSettle))
+		time.Sleep(30*time.Second - time.Nanosecond)
+		synctest.Wait()
+		if l := n.entities.Len(); l != 1 {
+			t.Fatalf("passivated before 30s idle (%d alive)", l)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if l := n.entities.Len(); l != 0 {
+			t.Fatalf("not passivated after 30s idle (%d alive)", l)
+		}
+		wantOK(t, <-n.settle(aliceSettle)) // a new incarnation answers
+	})
+}
+
+// A receive timeout while Settling passivates too, but the StopActor it
+// brings is stashed until the phase ends.
+func TestReceiveTimeoutWhileSettlingWaitsForThePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		settings := DefaultSettings()
+		settings.ReceiveTimeout = 5 * time.Second
+		n := newLocalNode(t, settings)
+		n.issuer.Hold()
+		answer := n.settle(aliceSettle)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if l := n.entities.Len(); l != 1 {
+			t.Fatalf("entity stopped while Settling (%d alive)", l)
+		}
+		n.issuer.Release()
+		synctest.Wait()
+		wantOK(t, <-answer)
+		if l := n.entities.Len(); l != 0 {
+			t.Fatalf("stashed StopActor not honoured (%d alive)", l)
+		}
+	})
+}
+
+// Mail that arrives while an entity passivates goes to the next incarnation.
+func TestMailDuringPassivationReachesTheNextIncarnation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		n.issuer.Hold()
+		first := n.settle(aliceSettle)
+		synctest.Wait()
+		ref := n.entities.RefFor(testKey.EntityID())
+		if err := ref.Tell(ReceiveTimeout{}); err != nil { // passivate: StopActor is stashed
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		later := n.settle(aliceSettle) // buffered by the owner, not the entity
+		n.issuer.Release()
+		synctest.Wait()
+		wantOK(t, <-first)
+		wantOK(t, <-later)
+	})
+}
