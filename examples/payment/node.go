@@ -41,6 +41,8 @@ type Config struct {
 		Credentials
 		Sequences
 	}
+	// Auth resolves bearer tokens. Default: StubAuthorizer.
+	Auth Authorizer
 	// Clock is the entities' time source. Default: the wall clock.
 	Clock  timers.Clock
 	Logger *slog.Logger
@@ -79,6 +81,9 @@ type Node struct {
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Auth == nil {
+		cfg.Auth = StubAuthorizer{}
 	}
 	if cfg.Tables == nil {
 		t := NewMemoryTables()
@@ -129,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
-	api := &API{Entities: n.Entities, Auth: StubAuthorizer{}, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	api := &API{Entities: n.Entities, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
 	n.api = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go n.serve(n.api, ln)
 	n.APIURL = "http://" + ln.Addr().String()

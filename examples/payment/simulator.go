@@ -23,10 +23,12 @@ type Reaction struct {
 }
 
 // Rule picks a Reaction for the requests it matches: MTI "" matches every
-// MTI, Amount 0 every amount.
+// MTI, Amount 0 every amount. Times > 0 makes the rule apply to its next
+// Times matches only.
 type Rule struct {
 	MTI      string
 	Amount   int64
+	Times    int
 	Reaction Reaction
 }
 
@@ -79,8 +81,15 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.received = append(s.received, req)
 	react := Reaction{}
-	for _, rule := range s.rules {
+	for i := range s.rules {
+		rule := &s.rules[i]
 		if (rule.MTI == "" || rule.MTI == req.MTI) && (rule.Amount == 0 || rule.Amount == amount) {
+			if rule.Times > 0 {
+				rule.Times--
+				if rule.Times == 0 {
+					s.rules = append(s.rules[:i:i], s.rules[i+1:]...)
+				}
+			}
 			react = rule.Reaction
 			break
 		}
