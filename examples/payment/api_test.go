@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// HTTP tests through the real API and the simulator, on loopback
+// listeners, with the node's memory journal. Timeouts are shortened where a
+// test waits for one.
+
+// tokenAuthorizer treats the token as the customer id, so tests can act as
+// different customers; "bad" is an invalid token.
+type tokenAuthorizer struct{}
+
+func (tokenAuthorizer) Authorize(_ context.Context, token string) (Principal, error) {
+	if token == "bad" {
+		return Principal{}, errors.New("invalid token")
+	}
+	return Principal{CustomerID: token, ClientID: 0}, nil
+}
+
+func startNode(t *testing.T, mutate func(*Config)) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Logger = quietLogger()
+	cfg.Auth = tokenAuthorizer{}
+	tables := NewMemoryTables()
+	SeedDemo(tables) // customer "dummy" at shop-1 … shop-3
+	for _, tenant := range Tenants {
+		tables.Put(CredentialKey{Tenant: tenant, CustomerID: "carol", ClientID: 0, WalletShopID: "shop-1"},
+			PayCredential{MemberStoreID: "store1", HousePAN: "4000carol", TerminalID: "T9"})
+	}
+	cfg.Tables = tables
+	cfg.Issuer = IssuerClientConfig{ResponseTimeout: 200 * time.Millisecond, RetryAttempts: 2, RetryDelay: time.Millisecond}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Kill)
+	return n
+}
+
+type apiResult struct {
+	Status int
+	Body   map[string]string
+}
+
+// put sends a request as customer (the bearer token) of tenant.
+func put(t *testing.T, n *Node, tenant, customer, path, body string) apiResult {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, n.APIURL+"/00/ec/settlements/"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tenant != "" {
+		req.Header.Set("X-Tenant-Id", tenant)
+	}
+	if customer != "" {
+		req.Header.Set("Authorization", "Bearer "+customer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	res := apiResult{Status: resp.StatusCode}
+	if err := json.Unmarshal(data, &res.Body); err != nil {
+		t.Fatalf("body %q: %v", data, err)
+	}
+	return res
+}
+
+func (r apiResult) want(t *testing.T, status int, code Code) {
+	t.Helper()
+	if r.Status != status || r.Body["code"] != string(code) {
+		t.Fatalf("got %d %v, want %d %q", r.Status, r.Body, status, code)
+	}
+}
+
+const amount1000 = `{"amount":1000}`
+
+func TestAPISettleAndCancel(t *testing.T) {
+	n := startNode(t, nil)
+	ok := put(t, n, "example", "dummy", "shop-1/order1/payment", amount1000)
+	ok.want(t, 200, "")
+	if ok.Body["walletShopId"] != "shop-1" || ok.Body["orderId"] != "order1" {
+		t.Fatalf("body %v", ok.Body)
+	}
+	put(t, n, "example", "dummy", "shop-1/order1/payment", `{"amount":5}`).want(t, 200, "")
+	put(t, n, "example", "dummy", "shop-1/order1/cancel", "").want(t, 200, "")
+	put(t, n, "example", "dummy", "shop-1/order1/cancel", "").want(t, 200, "")
+	put(t, n, "example", "carol", "shop-1/order1/cancel", "").want(t, 403, CodeForbidden)
+	put(t, n, "example", "dummy", "shop-1/order1/payment", amount1000).want(t, 400, CodeValidation)
+	if got := mtis(n.Simulator.Received()); !equalStrings(got, []string{"0100", "0400"}) {
+		t.Fatalf("issuer received %v", got)
+	}
+	// Another tenant's order with the same ids is another payment.
+	put(t, n, "tenant-a", "dummy", "shop-1/order1/payment", amount1000).want(t, 200, "")
+	put(t, n, "tenant-a", "dummy", "shop-1/order1/payment", amount1000).want(t, 200, "")
+	if got := len(n.Simulator.Received()); got != 3 {
+		t.Fatalf("issuer received %d requests, want 3", got)
+	}
+}
+
+func TestAPIValidation(t *testing.T) {
+	n := startNode(t, nil)
+	for _, tc := range []struct {
+		name, tenant, customer, path, body string
+		status                             int
+		code                               Code
+	}{
+		{"no token", "example", "", "shop-1/o1/payment", amount1000, 401, ""},
+		{"invalid token", "example", "bad", "shop-1/o1/payment", amount1000, 401, ""},
+		{"no tenant", "", "dummy", "shop-1/o1/payment", amount1000, 400, CodeValidation},
+		{"unknown tenant", "tenant-b", "dummy", "shop-1/o1/payment", amount1000, 400, CodeValidation},
+		{"no body", "example", "dummy", "shop-1/o1/payment", "", 400, CodeValidation},
+		{"zero amount", "example", "dummy", "shop-1/o1/payment", `{"amount":0}`, 400, CodeValidation},
+		{"11 digits", "example", "dummy", "shop-1/o1/payment", `{"amount":10000000000}`, 400, CodeValidation},
+		{"not a number", "example", "dummy", "shop-1/o1/payment", `{"amount":"1"}`, 400, CodeValidation},
+		{"order id not alphanumeric", "example", "dummy", "shop-1/o-1/payment", amount1000, 400, CodeValidation},
+		{"order id too long", "example", "dummy", "shop-1/" + strings.Repeat("o", 28) + "/payment", amount1000, 400, CodeValidation},
+		{"shop id too long", "example", "dummy", strings.Repeat("s", 41) + "/o1/payment", amount1000, 400, CodeValidation},
+		{"unknown shop", "example", "dummy", "shop-9/o1/payment", amount1000, 404, CodeNotFound},
+		{"cancel before settle", "example", "dummy", "shop-1/o2/cancel", "", 404, CodeNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			put(t, n, tc.tenant, tc.customer, tc.path, tc.body).want(t, tc.status, tc.code)
+		})
+	}
+	put(t, n, "example", "dummy", "shop-1/o28ok/payment", `{"amount":9999999999}`).want(t, 200, "")
+}
+
+func TestAPIIssuerFailures(t *testing.T) {
+	n := startNode(t, nil)
+	for _, tc := range []struct {
+		order  string
+		rules  []Rule
+		status int
+		code   Code
+	}{
+		{"bad", []Rule{{Reaction: Reaction{Status: 400}}}, 500, CodeIssuingServiceBadRequest},
+		{"down", []Rule{{MTI: "0100", Reaction: Reaction{Status: 503}}}, 503, CodeIssuingServiceUnavailable},
+		{"errcode", []Rule{{Reaction: Reaction{ErrCode: "E1234"}}}, 500, CodeIssuingServiceServerError},
+		{"hang", []Rule{{Reaction: Reaction{Hang: true}}}, 504, CodeTimeOut},
+	} {
+		t.Run(tc.order, func(t *testing.T) {
+			n.Simulator.SetRules(tc.rules...)
+			put(t, n, "example", "dummy", "shop-1/"+tc.order+"/payment", amount1000).want(t, tc.status, tc.code)
+			n.Simulator.SetRules()
+			// The stored failure, although the issuer is fine again.
+			put(t, n, "example", "dummy", "shop-1/"+tc.order+"/payment", amount1000).want(t, tc.status, tc.code)
+		})
+	}
+}
+
+func TestAPICancelTW005(t *testing.T) {
+	n := startNode(t, nil)
+	put(t, n, "example", "dummy", "shop-2/tw/payment", amount1000).want(t, 200, "")
+	n.Simulator.SetRules(Rule{MTI: MTIReversal, Reaction: Reaction{ErrCode: ErrCodeAlreadyCanceled}})
+	put(t, n, "example", "dummy", "shop-2/tw/cancel", "").want(t, 400, CodeAlreadyCanceled)
+	// The entity is Canceled: a repeated cancel succeeds without the issuer.
+	put(t, n, "example", "dummy", "shop-2/tw/cancel", "").want(t, 200, "")
+	if got := len(n.Simulator.Received()); got != 2 {
+		t.Fatalf("issuer received %d requests, want 2", got)
+	}
+}
+
+// The ask gives up after AskTimeout (CODE-012/500); the entity's processing
+// timeout follows FailSafeMargin later and stores Failed(CODE-012).
+func TestAPIAskTimeout(t *testing.T) {
+	n := startNode(t, func(c *Config) {
+		c.Settings.AskTimeout = 200 * time.Millisecond
+		c.Settings.FailSafeMargin = 100 * time.Millisecond
+		c.Issuer.ResponseTimeout = time.Minute // the processing timeout ends the hang
+	})
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Hang: true}})
+	put(t, n, "example", "dummy", "shop-1/slow/payment", amount1000).want(t, 500, CodeUnpredictable)
+	// Stashed until the processing timeout, then answered from Failed.
+	put(t, n, "example", "dummy", "shop-1/slow/payment", amount1000).want(t, 500, CodeUnpredictable)
+}
+
+// Shutdown hands entities off through StopActor: one waiting for the issuer
+// finishes first, and its answer reaches the client.
+func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
+	n := startNode(t, nil)
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 100 * time.Millisecond}})
+	done := make(chan apiResult, 1)
+	go func() { done <- put(t, n, "example", "dummy", "shop-1/handoff/payment", amount1000) }()
+	for len(n.Simulator.Received()) == 0 {
+		time.Sleep(time.Millisecond) // until the issuer has the request
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	(<-done).want(t, 200, "")
+	if l := n.Entities.Len(); l != 0 {
+		t.Fatalf("%d entities alive after shutdown", l)
+	}
+}
+
+func TestAPIUnknownRoute(t *testing.T) {
+	n := startNode(t, nil)
+	resp, err := http.Post(n.APIURL+"/00/ec/settlements/shop-1/o1/payment", "application/json", bytes.NewReader([]byte(amount1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// The demo is the README's second command; it must keep working.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo waits for its timeouts (about 2s)")
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-demo"}, &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"payment API listening on http://127.0.0.1:",
+		"← 200",
+		`← 500 {"code":"CODE-012"`,
+		`← 400 {"code":"CODE-003"`,
+		"the issuer received 3 requests",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	if err := run(context.Background(), []string{"-nope"}, io.Discard, io.Discard); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+	if err := run(context.Background(), []string{"-demo", "-issuer-url", "http://127.0.0.1:1"}, io.Discard, io.Discard); err == nil {
+		t.Fatal("-demo with -issuer-url accepted")
+	}
+}
