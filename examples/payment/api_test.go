@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestAPISettleAndCancel(t *testing.T) {
 	put(t, n, "example", "dummy", "shop-1/order1/cancel", "").want(t, 200, "")
 	put(t, n, "example", "carol", "shop-1/order1/cancel", "").want(t, 403, CodeForbidden)
 	put(t, n, "example", "dummy", "shop-1/order1/payment", amount1000).want(t, 400, CodeValidation)
-	if got := mtis(n.Simulator.Received()); !equalStrings(got, []string{"0100", "0400"}) {
+	if got := mtis(n.Simulator.Received()); !slices.Equal(got, []string{"0100", "0400"}) {
 		t.Fatalf("issuer received %v", got)
 	}
 	// Another tenant's order with the same ids is another payment.
@@ -191,22 +192,26 @@ func TestAPIAskTimeout(t *testing.T) {
 	put(t, n, "example", "dummy", "shop-1/slow/payment", amount1000).want(t, 500, CodeUnpredictable)
 }
 
-// Shutdown hands entities off through StopActor: one waiting for the issuer
-// finishes first, and its answer reaches the client.
+// Shutdown hands entities off through StopActor: an entity still waiting
+// for the issuer (its client has given up) stashes it and stops only once
+// the answer is stored.
 func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
-	n := startNode(t, nil)
-	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 100 * time.Millisecond}})
-	done := make(chan apiResult, 1)
-	go func() { done <- put(t, n, "example", "dummy", "shop-1/handoff/payment", amount1000) }()
-	for len(n.Simulator.Received()) == 0 {
-		time.Sleep(time.Millisecond) // until the issuer has the request
-	}
+	n := startNode(t, func(c *Config) {
+		c.Settings.AskTimeout = 100 * time.Millisecond
+		c.Issuer.ResponseTimeout = 5 * time.Second
+	})
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 500 * time.Millisecond}})
+	put(t, n, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 500, CodeUnpredictable)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	(<-done).want(t, 200, "")
+	key := OrderKey{Tenant: TenantExample, WalletShopID: "shop-1", OrderID: "handoff"}
+	if got := storedEvents(t, n.Journal, key); !slices.Equal(got,
+		[]string{"payment.SettlementAccepted", "payment.SettlementSuccessConfirmed"}) {
+		t.Fatalf("after shutdown: %v", got)
+	}
 	if l := n.Entities.Len(); l != 0 {
 		t.Fatalf("%d entities alive after shutdown", l)
 	}
@@ -222,16 +227,4 @@ func TestAPIUnknownRoute(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", resp.StatusCode)
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

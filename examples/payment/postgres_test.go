@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// pg starts a PostgreSQL container on first use; tests that use it skip
+// when no Docker daemon is reachable.
+var pg = pgtest.New()
+
+func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }
+
+// laterClock is the wall clock shifted forward: a node started with it
+// recovers entities as if it came back that much later.
+type laterClock struct{ by time.Duration }
+
+func (c laterClock) Now() time.Time { return time.Now().Add(c.by) }
+func (c laterClock) AfterFunc(d time.Duration, f func()) timers.Timer {
+	return time.AfterFunc(d, f)
+}
+
+func storedEvents(t *testing.T, j journal.Journal, key OrderKey) []string {
+	t.Helper()
+	var evs []journal.Event
+	err := j.Replay(context.Background(), TypeKey.Name()+"|"+key.EntityID(), 1, math.MaxUint64, func(e journal.Event) error {
+		evs = append(evs, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifests(evs)
+}
+
+// A node dies while an entity waits for the issuer; the node that takes
+// over after the deadline recovers the entity in Settling, its processing
+// timeout fires at once, and the payment is Failed (CODE-012) — the
+// original's stuck-after-crash semantics. A graceful shutdown instead lets
+// the call in flight finish (StopActor is stashed), and the next node
+// answers from the stored outcome.
+func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	dsn := pg.MigratedDSN(t)
+	onPostgres := func(clock timers.Clock) func(*Config) {
+		return func(c *Config) {
+			c.PostgresDSN = dsn
+			c.Clock = clock
+			c.Settings.AskTimeout = 300 * time.Millisecond
+			c.Settings.FailSafeMargin = time.Minute // the crash comes well before the deadline
+			c.Issuer.ResponseTimeout = time.Hour    // only the processing timeout ends a hang
+		}
+	}
+	crashed := OrderKey{Tenant: TenantExample, ClientID: 0, WalletShopID: "shop-1", OrderID: "crash"}
+	handedOff := OrderKey{Tenant: TenantExample, ClientID: 0, WalletShopID: "shop-1", OrderID: "handoff"}
+
+	first := startNode(t, onPostgres(nil))
+	first.Simulator.SetRules(Rule{Reaction: Reaction{Hang: true}})
+	put(t, first, "example", "dummy", "shop-1/crash/payment", amount1000).want(t, 500, CodeUnpredictable)
+	if got := storedEvents(t, first.Journal, crashed); !slices.Equal(got, []string{"payment.SettlementAccepted"}) {
+		t.Fatalf("before the crash: %v", got)
+	}
+	first.Kill()
+
+	second := startNode(t, onPostgres(laterClock{by: time.Hour}))
+	put(t, second, "example", "dummy", "shop-1/crash/payment", amount1000).want(t, 500, CodeUnpredictable)
+	if got := storedEvents(t, second.Journal, crashed); !slices.Equal(got,
+		[]string{"payment.SettlementAccepted", "payment.SettlementTimeoutDetected"}) {
+		t.Fatalf("after recovery: %v", got)
+	}
+	if n := len(second.Simulator.Received()); n != 0 {
+		t.Fatalf("the recovered entity called the issuer %d times", n)
+	}
+
+	// Graceful: the client gives up, the entity still waits for the issuer
+	// when the node shuts down; StopActor waits in its stash until the answer.
+	second.Simulator.SetRules(Rule{Reaction: Reaction{Latency: time.Second}})
+	put(t, second, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 500, CodeUnpredictable)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := second.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	third := startNode(t, onPostgres(nil))
+	put(t, third, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 200, "")
+	if got := storedEvents(t, third.Journal, handedOff); !slices.Equal(got,
+		[]string{"payment.SettlementAccepted", "payment.SettlementSuccessConfirmed"}) {
+		t.Fatalf("after hand-off: %v", got)
+	}
+	if n := len(third.Simulator.Received()); n != 0 {
+		t.Fatalf("the issuer was called again %d times", n)
+	}
+}
