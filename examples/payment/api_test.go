@@ -39,7 +39,7 @@ func startNode(t *testing.T, mutate func(*Config)) *Node {
 		tables.Put(CredentialKey{Tenant: tenant, CustomerID: "carol", ClientID: 0, WalletShopID: "shop-1"},
 			PayCredential{MemberStoreID: "store1", HousePAN: "4000carol", TerminalID: "T9"})
 	}
-	cfg.Tables = tables
+	cfg.Credentials, cfg.Sequences = tables, tables
 	cfg.Issuer = IssuerClientConfig{ResponseTimeout: 200 * time.Millisecond, RetryAttempts: 2, RetryDelay: time.Millisecond}
 	if mutate != nil {
 		mutate(&cfg)

@@ -35,12 +35,10 @@ type Config struct {
 
 	Settings Settings
 	Issuer   IssuerClientConfig
-	// Tables holds credentials and sequences. Default: memory tables with
-	// SeedDemo's rows.
-	Tables interface {
-		Credentials
-		Sequences
-	}
+	// Credentials default to memory tables with SeedDemo's rows.
+	Credentials Credentials
+	// Sequences default to PostgresSequences on Postgres, else to memory.
+	Sequences Sequences
 	// Auth resolves bearer tokens. Default: StubAuthorizer.
 	Auth Authorizer
 	// Clock is the entities' time source. Default: the wall clock.
@@ -85,11 +83,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Auth == nil {
 		cfg.Auth = StubAuthorizer{}
 	}
-	if cfg.Tables == nil {
-		t := NewMemoryTables()
-		SeedDemo(t)
-		cfg.Tables = t
-	}
 	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
 	defer func() {
 		if err != nil {
@@ -99,6 +92,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	if err := n.openJournal(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Credentials == nil || cfg.Sequences == nil {
+		mem := NewMemoryTables()
+		SeedDemo(mem)
+		if cfg.Credentials == nil {
+			cfg.Credentials = mem
+		}
+		if cfg.Sequences == nil {
+			cfg.Sequences = mem
+			if n.pool != nil {
+				if cfg.Sequences, err = NewPostgresSequences(ctx, n.pool); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	if cfg.IssuerURL == "" {
 		ln, err := net.Listen("tcp", cfg.SimulatorAddr)
@@ -125,8 +133,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	payments := &Payments{
 		Settings:    cfg.Settings,
 		Issuer:      NewIssuerClient(issuerCfg, nil),
-		Credentials: cfg.Tables,
-		Sequences:   cfg.Tables,
+		Credentials: cfg.Credentials,
+		Sequences:   cfg.Sequences,
 	}
 	n.Entities = NewLocalEntities(sys, payments.Create)
 

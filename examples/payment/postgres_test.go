@@ -55,6 +55,7 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 	onPostgres := func(clock timers.Clock) func(*Config) {
 		return func(c *Config) {
 			c.PostgresDSN = dsn
+			c.Sequences = nil // PostgresSequences
 			c.Clock = clock
 			c.Settings.AskTimeout = 300 * time.Millisecond
 			c.Settings.FailSafeMargin = time.Minute // the crash comes well before the deadline
@@ -90,6 +91,12 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 	defer cancel()
 	if err := second.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+
+	// The ids come from Postgres: they go on across nodes.
+	if a, b := first.Simulator.Received()[0], second.Simulator.Received()[0]; a.TransactionID != "000000000001" ||
+		b.TransactionID != "000000000002" || a.PaymentID != "00001" || b.PaymentID != "00002" {
+		t.Fatalf("ids %s/%s then %s/%s", a.TransactionID, a.PaymentID, b.TransactionID, b.PaymentID)
 	}
 
 	third := startNode(t, onPostgres(nil))
