@@ -204,7 +204,11 @@ func BenchmarkReplay(b *testing.B) {
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE event_journal`); err != nil {
 		b.Fatal(err)
 	}
-	j := postgres.New(pool, postgres.DefaultConfig())
+	cfg := postgres.DefaultConfig()
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_PAGE")); err == nil {
+		cfg.ReplayPageSize = v
+	}
+	j := postgres.New(pool, cfg)
 	defer j.Close()
 
 	runtime.GC()

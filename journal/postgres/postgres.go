@@ -603,17 +603,7 @@ func (j *Journal) page(ctx context.Context, pid string, lo, hi int64, size int) 
 		return nil, err
 	}
 	defer rows.Close()
-	evs := make([]journal.Event, 0, min(size, 256))
-	for rows.Next() {
-		e := journal.Event{PersistenceID: pid}
-		var seq int64
-		if err := rows.Scan(&seq, &e.Ordering, &e.Timestamp, &e.Manifest, &e.Payload, &e.Tags, &e.WriterID); err != nil {
-			return nil, err
-		}
-		e.SeqNr = uint64(seq)
-		evs = append(evs, e)
-	}
-	return evs, rows.Err()
+	return decodePage(rows, pid, size)
 }
 
 // HighestSeqNr implements journal.Journal.
