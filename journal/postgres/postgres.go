@@ -308,7 +308,7 @@ func (j *Journal) writer() {
 
 const insertSQL = `INSERT INTO event_journal
 	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
-SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(i.tags::text[], '{}'), i.writer
+SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(nullif(i.tags, '')::text[], '{}'), i.writer
 FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
 	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, n)
 WHERE NOT EXISTS (
@@ -322,44 +322,45 @@ type insertArgs struct {
 	seqs, firsts             []int64
 	ts                       []time.Time
 	payloads                 [][]byte
-	tags                     []*string
+	tags                     []string // array literals, "" for none
 	req                      []int // request index of each row
 }
 
 func buildArgs(batch []*request, n int) *insertArgs {
-	type row struct {
-		e   *journal.Event
-		req int
+	// One lock order for every batch: by persistence id, then seq nr (the
+	// events of a write are consecutive), so writers cannot deadlock. Ties
+	// (two writes claiming the same seq nrs) keep queue order.
+	order := make([]int, len(batch))
+	for i := range order {
+		order[i] = i
 	}
-	rows := make([]row, 0, n)
-	for i, r := range batch {
-		for k := range r.events {
-			rows = append(rows, row{&r.events[k], i})
-		}
-	}
-	// One lock order for every batch: no deadlocks between writers.
-	slices.SortStableFunc(rows, func(a, b row) int {
-		return cmp.Or(strings.Compare(a.e.PersistenceID, b.e.PersistenceID), cmp.Compare(a.e.SeqNr, b.e.SeqNr))
+	slices.SortFunc(order, func(a, b int) int {
+		ea, eb := &batch[a].events[0], &batch[b].events[0]
+		return cmp.Or(strings.Compare(ea.PersistenceID, eb.PersistenceID), cmp.Compare(ea.SeqNr, eb.SeqNr), cmp.Compare(a, b))
 	})
 	a := &insertArgs{
-		pids: make([]string, n), manifests: make([]string, n), writers: make([]string, n),
-		seqs: make([]int64, n), firsts: make([]int64, n), ts: make([]time.Time, n),
-		payloads: make([][]byte, n), tags: make([]*string, n), req: make([]int, n),
+		pids: make([]string, 0, n), manifests: make([]string, 0, n), writers: make([]string, 0, n),
+		seqs: make([]int64, 0, n), firsts: make([]int64, 0, n), ts: make([]time.Time, 0, n),
+		payloads: make([][]byte, 0, n), tags: make([]string, 0, n), req: make([]int, 0, n),
 	}
-	for i, rw := range rows {
-		e := rw.e
-		a.pids[i] = e.PersistenceID
-		a.seqs[i] = int64(e.SeqNr)
-		a.firsts[i] = int64(batch[rw.req].events[0].SeqNr)
-		a.ts[i] = e.Timestamp
-		a.manifests[i] = e.Manifest
-		a.payloads[i] = e.Payload
-		if a.payloads[i] == nil {
-			a.payloads[i] = []byte{}
+	for _, i := range order {
+		first := int64(batch[i].events[0].SeqNr)
+		for k := range batch[i].events {
+			e := &batch[i].events[k]
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			a.pids = append(a.pids, e.PersistenceID)
+			a.seqs = append(a.seqs, int64(e.SeqNr))
+			a.firsts = append(a.firsts, first)
+			a.ts = append(a.ts, e.Timestamp)
+			a.manifests = append(a.manifests, e.Manifest)
+			a.payloads = append(a.payloads, payload)
+			a.tags = append(a.tags, tagsLiteral(e.Tags))
+			a.writers = append(a.writers, e.WriterID)
+			a.req = append(a.req, i)
 		}
-		a.tags[i] = tagsLiteral(e.Tags)
-		a.writers[i] = e.WriterID
-		a.req[i] = rw.req
 	}
 	return a
 }
@@ -368,10 +369,10 @@ func (a *insertArgs) values() []any {
 	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts}
 }
 
-// tagsLiteral renders tags as a PostgreSQL array literal; nil for none.
-func tagsLiteral(tags []string) *string {
+// tagsLiteral renders tags as a PostgreSQL array literal; "" for none.
+func tagsLiteral(tags []string) string {
 	if len(tags) == 0 {
-		return nil
+		return ""
 	}
 	var b strings.Builder
 	b.WriteByte('{')
@@ -389,8 +390,7 @@ func tagsLiteral(tags []string) *string {
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
-	s := b.String()
-	return &s
+	return b.String()
 }
 
 // flush stores one batch and answers its writes.
@@ -549,7 +549,9 @@ type page struct {
 
 // Replay implements journal.Journal. It reads pages of
 // Config.ReplayPageSize events, fetching the next page while fn runs over
-// the current one; no connection is held while fn runs.
+// the current one; no connection is held while fn runs, so fn may call the
+// journal. The payloads handed to fn are fn's to keep; small ones of one
+// page share backing arrays, each capped at its own length.
 func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
