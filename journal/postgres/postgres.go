@@ -323,7 +323,7 @@ type insertArgs struct {
 	ts                       []time.Time
 	payloads                 [][]byte
 	tags                     []string // array literals, "" for none
-	req                      []int // request index of each row
+	req                      []int    // request index of each row
 }
 
 func buildArgs(batch []*request, n int) *insertArgs {
