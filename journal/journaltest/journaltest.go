@@ -37,6 +37,7 @@ func Run(t *testing.T, newJournal func(t *testing.T) journal.Journal) {
 		{"ReplayRanges", testReplayRanges},
 		{"ReplayAcrossPages", testReplayAcrossPages},
 		{"ReplayCallbackErrorStops", testReplayCallbackErrorStops},
+		{"ReplayCallbackUsesJournal", testReplayCallbackUsesJournal},
 		{"HighestSeqNr", testHighestSeqNr},
 		{"HighestSeqNrSurvivesDeleteTo", testHighestSurvivesDelete},
 		{"DeleteTo", testDeleteTo},
@@ -311,6 +312,34 @@ func testReplayCallbackErrorStops(t *testing.T, j journal.Journal, pid func(stri
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Replay after cancel: err = %v (after %d events), want context.Canceled", err, calls)
 	}
+}
+
+// testReplayCallbackUsesJournal: fn may call the journal (an entity's event
+// handler might, through some service) without deadlocking the replay.
+func testReplayCallbackUsesJournal(t *testing.T, j journal.Journal, pid func(string) string) {
+	p, q := pid("a"), pid("b")
+	for first := uint64(1); first <= 3000; first += 500 {
+		write(t, j, events(p, first, 500, "w"))
+	}
+	ctx := ctxFor(t)
+	var n uint64
+	err := j.Replay(ctx, p, 1, math.MaxUint64, func(e journal.Event) error {
+		n++
+		if e.SeqNr%1000 != 0 {
+			return nil
+		}
+		if h, err := j.HighestSeqNr(ctx, p); err != nil || h != 3000 {
+			return fmt.Errorf("HighestSeqNr inside replay = %d, %v", h, err)
+		}
+		return j.Write(ctx, events(q, e.SeqNr/1000, 1, "w"))
+	})
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	if n != 3000 {
+		t.Fatalf("replayed %d events, want 3000", n)
+	}
+	wantSeqs(t, replay(t, j, q, 0, math.MaxUint64), 1, 3)
 }
 
 func testHighestSeqNr(t *testing.T, j journal.Journal, pid func(string) string) {

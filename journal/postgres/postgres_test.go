@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/journaltest"
@@ -32,5 +34,16 @@ func TestConformance(t *testing.T) {
 func TestConformanceSmallBatches(t *testing.T) {
 	journaltest.Run(t, func(t *testing.T) journal.Journal {
 		return newJournal(t, postgres.Config{MaxBatchEvents: 3, ReplayPageSize: 7, Writers: 2})
+	})
+}
+
+// One connection for everything: replay prefetching, callbacks that use the
+// journal and the writer goroutines must share it without deadlock.
+func TestConformanceOneConnection(t *testing.T) {
+	journaltest.Run(t, func(t *testing.T) journal.Journal {
+		pool := pgtest.NewPool(t, pg.MigratedDSN(t), func(c *pgxpool.Config) { c.MaxConns = 1 })
+		j := postgres.New(pool, postgres.Config{ReplayPageSize: 100})
+		t.Cleanup(func() { j.Close() })
+		return j
 	})
 }
