@@ -95,7 +95,11 @@ if ! docker image inspect "$base" >/dev/null 2>&1 || [ "${1:-}" = "--force" ]; t
 	# The package's own cluster and the apt caches are not needed.
 	rm -rf "$rootfs"/var/lib/postgresql/15 "$rootfs"/etc/postgresql/15/main \
 		"$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+	old_base="$(docker image inspect -f '{{.Id}}' "$base" 2>/dev/null || true)"
 	tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+	if [ -n "$old_base" ]; then
+		docker rmi "$old_base" >/dev/null 2>&1 || true
+	fi
 fi
 
 old="$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
