@@ -23,11 +23,15 @@
 //
 // # Outcomes
 //
-// Once a write has been handed to a writer goroutine, Write waits for the
-// outcome even when its context ends, so that a nil error means stored and
-// an error means not stored. The one exception is a connection lost after
-// the statement was sent and before its answer came back: then the write
-// may or may not be stored, as with any database client.
+// A write whose context ends while it is still queued is withdrawn and
+// returns the context's error. Once a writer goroutine has taken it, Write
+// waits for the outcome (at most Config.WriteTimeout) even when its context
+// ends, so that a nil error means stored and an error means not stored. The
+// exception, as with any database client, is a connection lost (or
+// WriteTimeout reached) after the statement was sent and before its answer
+// came back: then the write may or may not be stored. Callers treat a
+// failed persist as "maybe stored": an entity stops and recovers from the
+// journal.
 //
 // # Deleted events
 //
