@@ -47,6 +47,7 @@ func Run(t *testing.T, newJournal func(t *testing.T) journal.Journal) {
 		{"RoundTrip", testRoundTrip},
 		{"OrderingIncreases", testOrderingIncreases},
 		{"CancelledContext", testCancelledContext},
+		{"AsyncWriter", testAsyncWriter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -649,5 +650,62 @@ func testCancelledContext(t *testing.T, j journal.Journal, pid func(string) stri
 	}
 	if got := replay(t, j, p, 0, math.MaxUint64); len(got) != 0 {
 		t.Fatalf("a write with a cancelled context stored %v", seqs(got))
+	}
+}
+
+// testAsyncWriter checks journal.AsyncWriter for implementations that have
+// it: done is called exactly once with the error Write would have returned.
+func testAsyncWriter(t *testing.T, j journal.Journal, pid func(string) string) {
+	aw, ok := j.(journal.AsyncWriter)
+	if !ok {
+		t.Skip("no journal.AsyncWriter")
+	}
+	p := pid("taken")
+	write(t, j, events(p, 1, 2, "w"))
+
+	type outcome struct {
+		i   int
+		err error
+	}
+	const fresh = 20
+	batches := [][]journal.Event{
+		events(p, 2, 2, "stale"), // conflict
+		nil,                      // rejected
+	}
+	for i := range fresh {
+		batches = append(batches, events(pid(fmt.Sprint(i)), 1, 1+i%3, "w"))
+	}
+	out := make(chan outcome, 2*len(batches))
+	for i, b := range batches {
+		aw.WriteAsync(b, func(err error) { out <- outcome{i, err} })
+	}
+	got := make([]int, len(batches))
+	deadline := time.After(time.Minute)
+	for range batches {
+		select {
+		case o := <-out:
+			got[o.i]++
+			switch {
+			case o.i == 0:
+				wantConflict(t, o.err, p, 2, 2)
+			case o.i == 1:
+				if !errors.Is(o.err, journal.ErrRejected) {
+					t.Errorf("empty batch: err = %v, want ErrRejected", o.err)
+				}
+			case o.err != nil:
+				t.Errorf("write %d: %v", o.i, o.err)
+			}
+		case <-deadline:
+			t.Fatalf("WriteAsync callbacks missing: calls per write %v", got)
+		}
+	}
+	select {
+	case o := <-out:
+		t.Fatalf("done called again for write %d", o.i)
+	default:
+	}
+	wantSeqs(t, replay(t, j, p, 0, math.MaxUint64), 1, 2)
+	for i := range fresh {
+		wantSeqs(t, replay(t, j, pid(fmt.Sprint(i)), 0, math.MaxUint64), 1, uint64(1+i%3))
 	}
 }

@@ -177,7 +177,7 @@ func (j *Journal) Close() error {
 			select {
 			case r := <-j.queue:
 				if r.take() {
-					r.done <- ErrClosed
+					r.reply(ErrClosed)
 				}
 			default:
 				return
@@ -196,7 +196,17 @@ const (
 type request struct {
 	events []journal.Event
 	state  atomic.Int32
-	done   chan error // buffered: the writer never blocks on a caller
+	done   chan error  // Write: buffered, so the writer never blocks on a caller
+	cb     func(error) // WriteAsync
+}
+
+// reply hands r its outcome.
+func (r *request) reply(err error) {
+	if r.cb != nil {
+		r.cb(err)
+		return
+	}
+	r.done <- err
 }
 
 // take claims r for a batch; false if its caller gave up first.
@@ -205,17 +215,24 @@ func (r *request) take() bool { return r.state.CompareAndSwap(queued, taken) }
 // abandon withdraws r before a writer takes it; false if one already did.
 func (r *request) abandon() bool { return r.state.CompareAndSwap(queued, abandoned) }
 
+// check is journal.Validate plus the bigint range of the seq_nr column.
+func check(events []journal.Event) error {
+	if err := journal.Validate(events); err != nil {
+		return err
+	}
+	if last := events[len(events)-1].SeqNr; last > math.MaxInt64 {
+		return fmt.Errorf("%w: %s: seq %d beyond the journal's range", journal.ErrRejected, events[0].PersistenceID, last)
+	}
+	return nil
+}
+
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := journal.Validate(events); err != nil {
+	if err := check(events); err != nil {
 		return err
-	}
-	pid := events[0].PersistenceID
-	if last := events[len(events)-1].SeqNr; last > math.MaxInt64 {
-		return fmt.Errorf("%w: %s: seq %d beyond the journal's range", journal.ErrRejected, pid, last)
 	}
 	r := &request{events: events, done: make(chan error, 1)}
 	select {
@@ -239,6 +256,37 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	}
 	// A writer holds it: its outcome is the truth, wait for it.
 	return <-r.done
+}
+
+var _ journal.AsyncWriter = (*Journal)(nil)
+
+// WriteAsync implements journal.AsyncWriter: the write joins the same
+// batches as Write's, and done is called with its outcome from a writer
+// goroutine (or at once for an ill-formed batch or a closed journal), so no
+// goroutine waits for it. done must return quickly and must not wait for
+// another write of this journal. events must not change until done is
+// called. WriteAsync blocks only while the queue is full (4 ×
+// Config.MaxBatchEvents writes).
+func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
+	if err := check(events); err != nil {
+		done(err)
+		return
+	}
+	r := &request{events: events, cb: done}
+	select {
+	case j.queue <- r:
+	case <-j.closed:
+		done(ErrClosed)
+		return
+	}
+	// Close may have drained the queue before r went in.
+	select {
+	case <-j.closed:
+		if r.abandon() {
+			done(ErrClosed)
+		}
+	default:
+	}
 }
 
 // writer is one group-commit loop.
@@ -421,9 +469,9 @@ func (j *Journal) flush(batch []*request, n int) {
 		switch {
 		case err != nil:
 			ev := r.events
-			r.done <- fmt.Errorf("journal/postgres: write %s seq %d..%d: %w", ev[0].PersistenceID, ev[0].SeqNr, ev[len(ev)-1].SeqNr, err)
+			r.reply(fmt.Errorf("journal/postgres: write %s seq %d..%d: %w", ev[0].PersistenceID, ev[0].SeqNr, ev[len(ev)-1].SeqNr, err))
 		default:
-			r.done <- results[i]
+			r.reply(results[i])
 		}
 	}
 }
