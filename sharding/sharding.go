@@ -77,6 +77,7 @@ type regionRuntime interface {
 	typeName() string
 	membershipChanged()
 	shutdown(ctx context.Context) error
+	terminate()
 }
 
 // New starts the sharding layer of the node running sys.

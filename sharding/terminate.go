@@ -1,0 +1,78 @@
+package sharding
+
+// Terminate stops this node's sharding as a crash would: every entity stops
+// at once without its stop message, whatever it was doing; buffered
+// messages are dropped; the coordinator hosted here stops; nobody is told.
+// Other nodes learn of it as they learn of any vanished node, through the
+// membership. Entities that persist keep only what they had written, so
+// tests use Terminate to show what recovery makes of a crash. Use Shutdown
+// to leave gracefully.
+func (s *Sharding) Terminate() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	regions := make([]regionRuntime, 0, len(s.regions))
+	for _, r := range s.regions {
+		regions = append(regions, r)
+	}
+	s.mu.Unlock()
+	s.unsub()
+	for _, r := range regions {
+		r.terminate()
+	}
+}
+
+func (r *Region[C]) terminate() {
+	r.mu.Lock()
+	r.stopped = true
+	shards := make([]*shard[C], 0, len(r.table))
+	for _, e := range r.table {
+		if e.local != nil {
+			shards = append(shards, e.local)
+		}
+		e.buffer = nil
+	}
+	r.buffered = 0
+	r.mu.Unlock()
+	r.unlisten()
+	r.coordinated.Lock()
+	if r.coord != nil {
+		r.unlistenCo()
+		r.coord.StopNow()
+		<-r.coord.Done()
+		r.coord = nil
+	}
+	r.coordinated.Unlock()
+	for _, sh := range shards {
+		sh.terminate()
+	}
+	r.ctl.StopNow()
+	<-r.ctl.Done()
+}
+
+// terminate stops every entity at once and waits for them. The shard stays
+// in hand-off with nobody to tell, so nothing restarts: not a failed
+// entity's back-off, not remembered entities, not idle passivation.
+func (sh *shard[C]) terminate() {
+	sh.mu.Lock()
+	sh.handingOff, sh.handedOff, sh.leftover = true, nil, nil
+	if sh.forceStop != nil {
+		sh.forceStop.Stop()
+	}
+	cells := make([]interface{ Done() <-chan struct{} }, 0, len(sh.entities))
+	for _, e := range sh.entities {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		e.buffer = nil
+		e.cell.StopNow()
+		cells = append(cells, e.cell)
+	}
+	sh.mu.Unlock()
+	for _, c := range cells {
+		<-c.Done()
+	}
+}

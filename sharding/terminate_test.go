@@ -1,0 +1,53 @@
+package sharding_test
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// Terminate is a crash: entities stop without their stop message, nothing
+// restarts them on the dead node, and remembered entities come back on the
+// node that takes the shards over once the membership drops the dead one.
+func TestTerminateStopsEverythingAtOnceLikeACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{RememberEntities: true})
+		a := s.join("a", "host")
+		a.tell(t, "busy", slowStop{}) // would stash a stop message
+		a.tell(t, "idle", note{Text: "1"})
+		a.tell(t, "failing", crash{}) // backing off when the crash comes
+		synctest.Wait()
+
+		a.sh.Terminate()
+		if got := s.log.stopsByNode["a"]; got != 0 {
+			t.Fatalf("%d entities handled a stop message, want 0", got)
+		}
+		if err := a.region.EntityRefFor("idle").Tell(note{Text: "2"}); !errors.Is(err, sharding.ErrRegionStopped) {
+			t.Fatalf("tell after Terminate: %v, want ErrRegionStopped", err)
+		}
+		time.Sleep(time.Minute) // past every back-off and recovery tick
+		synctest.Wait()
+		for _, id := range []string{"busy", "idle", "failing"} {
+			if n := s.log.startCount(id); n != 1 {
+				t.Fatalf("%s started %d times on the dead node, want 1", id, n)
+			}
+		}
+
+		s.cluster.Remove("a") // the failure detector's verdict
+		b := s.join("b", "host")
+		b.tell(t, "idle", note{Text: "2"})
+		synctest.Wait()
+		if got := b.ask(t, "idle"); len(got) != 2 || got[1] != "2" {
+			t.Fatalf("idle on b has %v, want [1 2]", got)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := s.log.startCount("busy"); n != 2 {
+			t.Fatalf("remembered busy started %d times, want 2 (again on b)", n)
+		}
+		b.sh.Terminate()
+	})
+}
