@@ -487,6 +487,13 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	}
 	r.unlisten()
 	r.stopCoordinator()
+	if err != nil {
+		// Out of time: what still runs stops now, as in a crash, rather
+		// than outlive its region.
+		for _, sh := range r.localShards() {
+			sh.terminate()
+		}
+	}
 	r.ctl.StopNow()
 	<-r.ctl.Done()
 	return err

@@ -28,15 +28,12 @@ func (s *Sharding) Terminate() {
 func (r *Region[C]) terminate() {
 	r.mu.Lock()
 	r.stopped = true
-	shards := make([]*shard[C], 0, len(r.table))
 	for _, e := range r.table {
-		if e.local != nil {
-			shards = append(shards, e.local)
-		}
 		e.buffer = nil
 	}
 	r.buffered = 0
 	r.mu.Unlock()
+	shards := r.localShards()
 	r.unlisten()
 	r.coordinated.Lock()
 	if r.coord != nil {
@@ -75,4 +72,16 @@ func (sh *shard[C]) terminate() {
 	for _, c := range cells {
 		<-c.Done()
 	}
+}
+
+func (r *Region[C]) localShards() []*shard[C] {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	shards := make([]*shard[C], 0, len(r.table))
+	for _, e := range r.table {
+		if e.local != nil {
+			shards = append(shards, e.local)
+		}
+	}
+	return shards
 }

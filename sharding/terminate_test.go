@@ -1,6 +1,7 @@
 package sharding_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -49,5 +50,30 @@ func TestTerminateStopsEverythingAtOnceLikeACrash(t *testing.T) {
 			t.Fatalf("remembered busy started %d times, want 2 (again on b)", n)
 		}
 		b.sh.Terminate()
+	})
+}
+
+// A graceful shutdown that runs out of time stops what still runs, rather
+// than leave entities running without a region.
+func TestShutdownPastItsDeadlineStopsTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{})
+		a := s.join("a", "host")
+		a.tell(t, "busy", slowStop{}) // stashes its stop message
+		a.tell(t, "quick", note{Text: "1"})
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := a.sh.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want DeadlineExceeded", err)
+		}
+		for shard, ids := range a.region.State().Shards {
+			if len(ids) > 0 {
+				t.Fatalf("shard %s still runs %v after Shutdown returned", shard, ids)
+			}
+		}
+		if got := s.log.stopsByNode["a"]; got != 1 {
+			t.Fatalf("%d entities honoured the stop message, want 1 (quick)", got)
+		}
 	})
 }
