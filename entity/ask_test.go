@@ -327,6 +327,22 @@ func TestForceSerializationRejectsUnregistered(t *testing.T) {
 	}
 }
 
+// A LocalOnly entity, such as a runtime control entity, is exempt: its
+// messages never cross the network, so they need no codec.
+func TestForceSerializationSkipsLocalOnlyEntities(t *testing.T) {
+	sys := forcedSystem(t)
+	c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter, LocalOnly: true}, "c")
+	if err := c.Tell(add{N: 2}); err != nil {
+		t.Fatalf("Tell to a LocalOnly entity: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := entity.Ask(ctx, c, func(r entity.ReplyTo[int]) cmd { return get{ReplyTo: r} })
+	if err != nil || n != 2 {
+		t.Fatalf("Ask = %d, %v; want 2", n, err)
+	}
+}
+
 func TestForceSerializationUnserializableReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sys := forcedSystem(t)

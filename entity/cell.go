@@ -27,6 +27,10 @@ type Props[C any] struct {
 	MailboxCapacity int
 	// Owner, when set, handles passivation requests and learns of stops.
 	Owner Owner[C]
+	// LocalOnly marks an entity whose messages never cross the network,
+	// such as the runtime's own control entities: Config.ForceSerialization
+	// does not apply to it.
+	LocalOnly bool
 }
 
 // Owner supervises entities, as a shard does: it decides what passivation
@@ -137,7 +141,7 @@ func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
 
 // Tell implements Ref.
 func (c *Cell[C]) Tell(msg C) error {
-	if c.sys.cfg.ForceSerialization {
+	if c.sys.cfg.ForceSerialization && !c.props.LocalOnly {
 		copied, err := codec.RoundTrip(c.sys.cfg.Codec, msg)
 		if err != nil {
 			return fmt.Errorf("entity: %s/%s: message does not serialize: %w", c.props.Key.name, c.id, err)

@@ -82,8 +82,9 @@ func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(
 
 func (r *Region[C]) start() error {
 	r.ctl = entity.Spawn(r.s.sys, &entity.Props[Message]{
-		Key:    entity.NewTypeKey[Message]("sharding-region-" + r.typ),
-		Create: func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
+		LocalOnly: true,
+		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
+		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
 	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error { return r.ctl.Tell(m) })
 	if err != nil {
@@ -592,7 +593,8 @@ func (r *Region[C]) stopCoordinatorLocked() {
 func (r *Region[C]) startCoordinator() {
 	addr := Address{Node: r.s.self, Type: r.typ, Coordinator: true}
 	props := &entity.Props[Message]{
-		Key: entity.NewTypeKey[Message]("sharding-coordinator-" + r.typ),
+		LocalOnly: true,
+		Key:       entity.NewTypeKey[Message]("sharding-coordinator-" + r.typ),
 		Create: func(ctx entity.Context[Message]) entity.Behavior[Message] {
 			return newCoordinatorRunner(ctx, r)
 		},

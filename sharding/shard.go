@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
@@ -80,6 +81,9 @@ func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 		return nil
 	}
 	if err := e.cell.Tell(msg); err != nil {
+		if !errors.Is(err, entity.ErrStopped) {
+			return err // the message itself is refused: a full mailbox, no codec
+		}
 		// Stopped but not yet reported: keep msg for the next incarnation.
 		e.buffer = append(e.buffer, msg)
 	}
@@ -243,8 +247,12 @@ func (sh *shard[C]) restart(e *entityEntry[C]) {
 	e.buffer = nil
 	sh.spawn(e.cell.EntityID())
 	for _, m := range buf {
-		if err := e.cell.Tell(m); err != nil {
+		switch err := e.cell.Tell(m); {
+		case errors.Is(err, entity.ErrStopped):
 			e.buffer = append(e.buffer, m)
+		case err != nil:
+			sh.r.s.log.Warn("sharding: buffered message refused by the new incarnation; dropped",
+				"type", sh.r.typ, "entity", e.cell.EntityID(), "err", err)
 		}
 	}
 }
