@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding"
 )
 
 // Principal is who a bearer token stands for.
@@ -43,7 +43,7 @@ func (StubAuthorizer) Authorize(context.Context, string) (Principal, error) {
 //
 // with headers X-Tenant-Id (example or tenant-a) and Authorization: Bearer.
 type API struct {
-	Entities Entities
+	Payments *sharding.Region[Command]
 	Auth     Authorizer
 	// AskTimeout bounds the wait for the entity's answer; past it the
 	// client gets 500 CODE-012. Default 15s.
@@ -193,7 +193,7 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	resp, err := entity.Ask(ctx, a.Entities.RefFor(req.key.EntityID()), build)
+	resp, err := entity.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
 	if err != nil {
 		// An ask timeout, or no entity to ask: not a business failure.
 		a.log().Warn("payment request failed", "entity_id", req.key.EntityID(), "trace_id", req.traceID, "err", err)

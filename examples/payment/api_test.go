@@ -212,7 +212,7 @@ func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
 		[]string{"payment.SettlementAccepted", "payment.SettlementSuccessConfirmed"}) {
 		t.Fatalf("after shutdown: %v", got)
 	}
-	if l := n.Entities.Len(); l != 0 {
+	if l := residentEntities(n.Payments); l != 0 {
 		t.Fatalf("%d entities alive after shutdown", l)
 	}
 }

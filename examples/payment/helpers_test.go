@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
+	"github.com/shoal-dev/shoal/sharding"
 )
 
 // fakeIssuer answers in-process, so entity tests run inside a synctest
@@ -265,13 +266,14 @@ func wantFailure(t *testing.T, r Response, code Code) {
 	}
 }
 
-// localNode runs payment entities through LocalEntities, whose passivation
-// sends StopActor as a shard does, inside a synctest bubble.
+// localNode runs payment entities on single-node sharding, whose
+// passivation and hand-off send StopActor, inside a synctest bubble.
 type localNode struct {
 	t        *testing.T
 	issuer   *fakeIssuer
 	journal  *memory.Journal
-	entities *LocalEntities
+	sharding *sharding.Sharding
+	entities *sharding.Region[Command]
 }
 
 func newLocalNode(t *testing.T, settings Settings) *localNode {
@@ -283,10 +285,22 @@ func newLocalNode(t *testing.T, settings Settings) *localNode {
 	}
 	tables := testTables()
 	n := &localNode{t: t, issuer: &fakeIssuer{}, journal: j}
+	if n.sharding, err = sharding.New(sys, sharding.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.sharding.Terminate)
 	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
-	n.entities = NewLocalEntities(sys, p.Create)
-	t.Cleanup(n.entities.Kill)
+	if n.entities, err = InitPayments(n.sharding, p); err != nil {
+		t.Fatal(err)
+	}
 	return n
+}
+
+// resident is how many payment entities run.
+func (n *localNode) resident() int { return residentEntities(n.entities) }
+
+func (n *localNode) ref() sharding.EntityRef[Command] {
+	return n.entities.EntityRefFor(testKey.EntityID())
 }
 
 func (n *localNode) ask(build func(entity.ReplyTo[Response]) Command) <-chan Response {
@@ -294,7 +308,7 @@ func (n *localNode) ask(build func(entity.ReplyTo[Response]) Command) <-chan Res
 	go func() {
 		ctx, cancel := context.WithTimeout(n.t.Context(), time.Hour)
 		defer cancel()
-		if r, err := entity.Ask(ctx, n.entities.RefFor(testKey.EntityID()), build); err == nil {
+		if r, err := entity.Ask(ctx, n.ref(), build); err == nil {
 			ch <- r
 		}
 	}()

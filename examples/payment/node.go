@@ -17,6 +17,7 @@ import (
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
+	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -57,13 +58,14 @@ func DefaultConfig() Config {
 }
 
 // Node is one running payment service: the issuer simulator (unless an
-// issuer URL was given), the entities and the HTTP API.
+// issuer URL was given), the payment entities on sharding and the HTTP API.
 type Node struct {
 	APIURL    string
 	IssuerURL string
 	// Simulator is nil when the node calls an external issuer.
 	Simulator *Simulator
-	Entities  *LocalEntities
+	Sharding  *sharding.Sharding
+	Payments  *sharding.Region[Command]
 	Journal   journal.Journal
 
 	cfg      Config
@@ -136,13 +138,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Credentials: cfg.Credentials,
 		Sequences:   cfg.Sequences,
 	}
-	n.Entities = NewLocalEntities(sys, payments.Create)
+	if n.Sharding, err = sharding.New(sys, sharding.Config{}); err != nil {
+		return nil, err
+	}
+	if n.Payments, err = InitPayments(n.Sharding, payments); err != nil {
+		return nil, err
+	}
 
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
-	api := &API{Entities: n.Entities, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
 	n.api = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go n.serve(n.api, ln)
 	n.APIURL = "http://" + ln.Addr().String()
@@ -181,16 +188,17 @@ func (n *Node) serve(s *http.Server, ln net.Listener) {
 func (n *Node) Err() <-chan error { return n.serveErr }
 
 // Shutdown stops the node gracefully: the API stops taking requests and
-// finishes those in flight, then every entity gets its stop message (so one
-// waiting for the issuer stops only after its answer or its processing
-// timeout), then the simulator and the journal close.
+// finishes those in flight, then sharding hands every entity off through
+// its stop message (so one waiting for the issuer stops only after its
+// answer or its processing timeout), then the simulator and the journal
+// close. When ctx ends first, the entities still running stop at once.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
 	if n.api != nil {
 		errs = append(errs, n.api.Shutdown(ctx))
 	}
-	if n.Entities != nil {
-		errs = append(errs, n.Entities.Shutdown(ctx))
+	if n.Sharding != nil {
+		errs = append(errs, n.Sharding.Shutdown(ctx))
 	}
 	n.closeRest()
 	return errors.Join(errs...)
@@ -202,8 +210,8 @@ func (n *Node) Kill() {
 	if n.api != nil {
 		_ = n.api.Close()
 	}
-	if n.Entities != nil {
-		n.Entities.Kill()
+	if n.Sharding != nil {
+		n.Sharding.Terminate()
 	}
 	n.closeRest()
 }

@@ -103,7 +103,7 @@ func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
 
 // Point 3: handling the timeout persists a leaving event, passivates, and
 // unstashes. Passivation needs an owner (the testkit has none and would
-// stop at once, dropping the stash), so this runs on LocalEntities.
+// stop at once, dropping the stash), so this runs on sharding.
 func TestTimeoutPoint3LeavesPassivatesUnstashes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newLocalNode(t, DefaultSettings())
@@ -121,7 +121,7 @@ func TestTimeoutPoint3LeavesPassivatesUnstashes(t *testing.T) {
 		}
 		wantFailure(t, <-second, CodeUnpredictable)
 		wantFailure(t, <-cancel, CodeValidation)
-		if l := n.entities.Len(); l != 0 {
+		if l := n.resident(); l != 0 {
 			t.Fatalf("%d entities alive, want 0 (passivated)", l)
 		}
 		n.issuer.Release()
@@ -219,17 +219,17 @@ func TestStopActorStashedWhileSettling(t *testing.T) {
 		n.issuer.Hold()
 		answer := n.settle(aliceSettle)
 		synctest.Wait()
-		if err := n.entities.RefFor(testKey.EntityID()).Tell(StopActor{}); err != nil {
+		if err := n.ref().Tell(StopActor{}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if l := n.entities.Len(); l != 1 {
+		if l := n.resident(); l != 1 {
 			t.Fatalf("entity stopped while Settling (%d alive)", l)
 		}
 		n.issuer.Release()
 		synctest.Wait()
 		wantOK(t, <-answer)
-		if l := n.entities.Len(); l != 0 {
+		if l := n.resident(); l != 0 {
 			t.Fatalf("entity not stopped after the result (%d alive)", l)
 		}
 		wantEvents(t, n.events(), "SettlementAccepted", "SettlementSuccessConfirmed")
@@ -245,7 +245,7 @@ func TestShutdownWaitsForCanceling(t *testing.T) {
 		answer := n.cancel(aliceCancel)
 		synctest.Wait()
 		done := make(chan error, 1)
-		go func() { done <- n.entities.Shutdown(t.Context()) }()
+		go func() { done <- n.sharding.Shutdown(t.Context()) }()
 		synctest.Wait()
 		select {
 		case err := <-done:
@@ -269,12 +269,12 @@ func TestReceiveTimeoutPassivates(t *testing.T) {
 		wantOK(t, <-n.settle(aliceSettle))
 		time.Sleep(30*time.Second - time.Nanosecond)
 		synctest.Wait()
-		if l := n.entities.Len(); l != 1 {
+		if l := n.resident(); l != 1 {
 			t.Fatalf("passivated before 30s idle (%d alive)", l)
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
-		if l := n.entities.Len(); l != 0 {
+		if l := n.resident(); l != 0 {
 			t.Fatalf("not passivated after 30s idle (%d alive)", l)
 		}
 		wantOK(t, <-n.settle(aliceSettle)) // a new incarnation answers
@@ -292,13 +292,13 @@ func TestReceiveTimeoutWhileSettlingWaitsForThePhase(t *testing.T) {
 		answer := n.settle(aliceSettle)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		if l := n.entities.Len(); l != 1 {
+		if l := n.resident(); l != 1 {
 			t.Fatalf("entity stopped while Settling (%d alive)", l)
 		}
 		n.issuer.Release()
 		synctest.Wait()
 		wantOK(t, <-answer)
-		if l := n.entities.Len(); l != 0 {
+		if l := n.resident(); l != 0 {
 			t.Fatalf("stashed StopActor not honoured (%d alive)", l)
 		}
 	})
@@ -311,7 +311,7 @@ func TestMailDuringPassivationReachesTheNextIncarnation(t *testing.T) {
 		n.issuer.Hold()
 		first := n.settle(aliceSettle)
 		synctest.Wait()
-		ref := n.entities.RefFor(testKey.EntityID())
+		ref := n.ref()
 		if err := ref.Tell(ReceiveTimeout{}); err != nil { // passivate: StopActor is stashed
 			t.Fatal(err)
 		}
