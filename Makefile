@@ -5,7 +5,7 @@ GO ?= go
 .PHONY: test run bench
 
 run:
-	$(GO) run ./examples/counter
+	$(GO) run ./examples/payment
 
 test:
 	./scripts/postgres-image.sh
