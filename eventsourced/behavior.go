@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -181,15 +182,11 @@ func (b *behavior[C, E, S]) recover() {
 		if len(page) == 0 {
 			return nil
 		}
-		ok := b.onEntity(func() {
-			for _, r := range page {
-				b.state = b.cfg.OnEvent(b.ctx, b.state, r.event)
-				b.ctx.seqNr = r.seqNr
-			}
-		})
+		failed := false
+		ok := b.onEntity(func() { failed = !b.applyReplayed(page) })
 		page = page[:0]
-		if !ok {
-			return context.Canceled
+		if !ok || failed {
+			return errAbandoned
 		}
 		return nil
 	}
@@ -212,8 +209,8 @@ func (b *behavior[C, E, S]) recover() {
 		highest, err = b.journal.HighestSeqNr(ctx, b.pid)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return // the entity stopped
+		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
+			return // the entity stopped, or recovery failed on the entity
 		}
 		if _, ok := errors.AsType[*RecoveryError](err); !ok {
 			err = &RecoveryError{PersistenceID: b.pid, Err: err}
@@ -222,6 +219,30 @@ func (b *behavior[C, E, S]) recover() {
 		return
 	}
 	b.onEntity(func() { b.completeRecovery(highest) })
+}
+
+// errAbandoned ends a replay whose failure the entity has already handled.
+var errAbandoned = errors.New("eventsourced: replay abandoned")
+
+// applyReplayed runs the event handler over a page of replayed events, on the
+// entity's goroutine. A panic in the handler fails the recovery, naming the
+// event, like an event that cannot be decoded: RecoveryFailed is signalled
+// and the entity stops with a RecoveryError wrapping the *entity.PanicError.
+func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
+	var at uint64
+	defer func() {
+		if v := recover(); v != nil {
+			perr := &entity.PanicError{Value: v, Stack: debug.Stack()}
+			b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: at, Err: perr})
+			ok = false
+		}
+	}()
+	for _, r := range page {
+		at = r.seqNr
+		b.state = b.cfg.OnEvent(b.ctx, b.state, r.event)
+		b.ctx.seqNr = r.seqNr
+	}
+	return true
 }
 
 func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
@@ -317,8 +338,14 @@ func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error
 			b.rejectPersist(first, err)
 			return
 		}
-		perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: ErrPersistFailed, Err: err}
-		b.ctx.Log().Error("persist failed; stopping", "err", perr)
+		kind, msg := ErrPersistFailed, "persist failed; stopping"
+		if errors.Is(err, journal.ErrWriteConflict) {
+			// Another incarnation holds this sequence number: not an
+			// outage to retry through, but a second writer to stop for.
+			kind, msg = ErrWriteConflict, "write conflict: another incarnation wrote this entity's next event; stopping"
+		}
+		perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: kind, Err: err}
+		b.ctx.Log().Error(msg, "err", perr)
 		b.signal(PersistFailed{Err: perr})
 		b.cell.Fail(perr)
 		return
@@ -376,7 +403,7 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 	}
 	snap := snapshot.Snapshot{PersistenceID: b.pid, SeqNr: seqNr, Timestamp: b.ctx.Clock().Now(), Manifest: manifest, Payload: payload}
 	upTo := b.cfg.Retention.deleteUpTo(seqNr)
-	deleteEvents := b.cfg.Retention.DeleteEventsOnSnapshot
+	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
 	store, j, timeout, pid := b.snapshots, b.journal, b.cfg.WriteTimeout, b.pid
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -386,21 +413,20 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 			return
 		}
 		b.cell.Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
-		if upTo == 0 {
+		if upTo > 0 {
+			if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
+				b.cell.Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+			} else {
+				b.cell.Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
+			}
+		}
+		if eventsUpTo == 0 {
 			return
 		}
-		if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
-			b.cell.Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+		if err := j.DeleteTo(ctx, pid, eventsUpTo); err != nil {
+			b.cell.Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
 		} else {
-			b.cell.Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
-		}
-		if !deleteEvents {
-			return
-		}
-		if err := j.DeleteTo(ctx, pid, upTo); err != nil {
-			b.cell.Post(func() { b.signal(DeleteEventsFailed{UpTo: upTo, Err: err}) })
-		} else {
-			b.cell.Post(func() { b.signal(DeleteEventsCompleted{UpTo: upTo}) })
+			b.cell.Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
 	}()
 }

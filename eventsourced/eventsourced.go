@@ -119,15 +119,19 @@ type Config[C, E, S any] struct {
 	ReplayBatch int
 }
 
-// Retention is a count-based snapshot policy.
+// Retention is a count-based snapshot policy, and what to delete after each
+// snapshot (whatever triggered it: the count or Config.SnapshotWhen).
 type Retention struct {
 	// SnapshotEvery takes a snapshot each time the sequence number passes a
 	// multiple of it; 0 turns count-based snapshots off.
 	SnapshotEvery uint64
 	// KeepSnapshots is how many count-based snapshots to keep; older ones
-	// are deleted after each new one. 0 keeps all.
+	// are deleted after each new one. 0 keeps all. It needs SnapshotEvery.
 	KeepSnapshots uint64
-	// DeleteEventsOnSnapshot deletes events older than the oldest kept snapshot.
+	// DeleteEventsOnSnapshot deletes events older than the oldest kept
+	// snapshot. Without SnapshotEvery (snapshots only from SnapshotWhen),
+	// it deletes every event the new snapshot covers, as Akka's
+	// snapshotWhen(predicate, deleteEventsOnSnapshot = true) does.
 	DeleteEventsOnSnapshot bool
 }
 
@@ -155,6 +159,18 @@ func (r Retention) deleteUpTo(seqNr uint64) uint64 {
 	return seqNr - keep
 }
 
+// deleteEventsUpTo is the highest sequence number of the events to delete
+// after a snapshot at seqNr; 0 when none are.
+func (r Retention) deleteEventsUpTo(seqNr uint64) uint64 {
+	switch {
+	case !r.DeleteEventsOnSnapshot:
+		return 0
+	case r.SnapshotEvery == 0:
+		return seqNr
+	}
+	return r.deleteUpTo(seqNr)
+}
+
 // Signal is a lifecycle notification passed to Config.OnSignal.
 type Signal interface{ isSignal() }
 
@@ -170,7 +186,9 @@ type (
 		SeqNr uint64
 		Err   error
 	}
-	// PersistFailed: the journal could not store events; the entity stops with Err.
+	// PersistFailed: the journal could not store events; the entity stops
+	// with Err, which matches ErrWriteConflict instead of ErrPersistFailed
+	// when another incarnation had already written the sequence number.
 	PersistFailed struct{ Err error }
 	// PersistRejected: the events could not be encoded or were refused; the
 	// entity stops with Err.
@@ -201,13 +219,18 @@ func (DeleteEventsCompleted) isSignal()    {}
 func (DeleteEventsFailed) isSignal()       {}
 
 var (
-	// ErrPersistFailed matches the stop reason of an entity whose write failed.
+	// ErrPersistFailed matches the stop reason of an entity whose write
+	// failed (the journal was unreachable, timed out, ...): restarting it
+	// after a back-off is the remedy. A write conflict does not match it.
 	ErrPersistFailed = errors.New("eventsourced: persist failed")
 	// ErrPersistRejected matches the stop reason of an entity whose events
 	// could not be encoded or were refused by the journal.
 	ErrPersistRejected = errors.New("eventsourced: persist rejected")
 	// ErrWriteConflict matches the stop reason of an entity that found
-	// another incarnation's events at its next sequence number.
+	// another incarnation's events at its next sequence number: two
+	// incarnations are alive, and restarting this one would not help until
+	// the other has stopped. It does not match ErrPersistFailed; errors.As
+	// with *journal.WriteConflictError gives the sequence number.
 	ErrWriteConflict = journal.ErrWriteConflict
 	// ErrRecoveryFailed matches the stop reason of an entity that could not
 	// rebuild its state.
@@ -217,12 +240,12 @@ var (
 )
 
 // PersistError is why an entity stopped after a failed write. It matches
-// ErrPersistFailed or ErrPersistRejected, and the journal's error
-// (ErrWriteConflict for a conflict).
+// exactly one of ErrPersistFailed, ErrPersistRejected and ErrWriteConflict
+// (its Kind), and the journal's error.
 type PersistError struct {
 	PersistenceID string
 	SeqNr         uint64 // first sequence number of the failed write
-	Kind          error  // ErrPersistFailed or ErrPersistRejected
+	Kind          error  // ErrPersistFailed, ErrPersistRejected or ErrWriteConflict
 	Err           error
 }
 

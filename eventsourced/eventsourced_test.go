@@ -287,6 +287,61 @@ func TestUnknownManifestFailsRecoveryNamingTheEvent(t *testing.T) {
 	}
 }
 
+// An event handler that panics on a stored event fails the recovery like an
+// event that cannot be decoded: RecoveryFailed, and a stop reason naming the
+// event. Other entities carry on.
+func TestPanicInEventHandlerDuringReplayFailsRecovery(t *testing.T) {
+	j := memory.New()
+	seed(t, j, "List|poisoned", added{Item: "fine"}, added{Item: "poison"}, added{Item: "never"})
+	seed(t, j, "List|healthy", added{Item: "fine"})
+	rec := &recorder{}
+	var applied []string
+	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
+		return eventsourced.New(eventsourced.Config[cmd, event, state]{
+			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
+			OnCommand:     listCommand(rec),
+			OnEvent: func(ctx eventsourced.Context[cmd], s state, e event) state {
+				if a, ok := e.(added); ok {
+					if a.Item == "poison" {
+						panic("cannot apply " + a.Item)
+					}
+					if ec.EntityID() == "poisoned" {
+						applied = append(applied, a.Item) // the entity's goroutine only; read after Done
+					}
+					s.Items = append(s.Items, a.Item)
+				}
+				return s
+			},
+			OnSignal: func(_ eventsourced.Context[cmd], _ state, sig eventsourced.Signal) {
+				if _, ok := sig.(eventsourced.RecoveryFailed); ok {
+					rec.signal(sig)
+				}
+			},
+		})
+	}
+	sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: j, Logger: quietLogger()})
+	props := &entity.Props[cmd]{Key: listKey, Create: create}
+	poisoned := entity.Spawn(sys, props, "poisoned")
+	healthy := entity.Spawn(sys, props, "healthy")
+	<-poisoned.Done()
+	err := poisoned.Err()
+	var rerr *eventsourced.RecoveryError
+	var perr *entity.PanicError
+	if !errors.Is(err, eventsourced.ErrRecoveryFailed) || !errors.As(err, &rerr) || rerr.SeqNr != 2 ||
+		!errors.As(err, &perr) || perr.Value != "cannot apply poison" {
+		t.Fatalf("stop reason = %v, want a RecoveryError at seq 2 wrapping the panic", err)
+	}
+	if n := countSignals[eventsourced.RecoveryFailed](rec); n != 1 {
+		t.Fatalf("%d RecoveryFailed signals, want 1", n)
+	}
+	if !slices.Equal(applied, []string{"fine"}) {
+		t.Fatalf("applied %q: replay went on after the failed event", applied)
+	}
+	if got := askItems(t, healthy); !slices.Equal(got, []string{"fine"}) {
+		t.Fatalf("healthy entity: %q", got)
+	}
+}
+
 func TestPersistenceIDRejectsSeparator(t *testing.T) {
 	if _, err := eventsourced.NewPersistenceID("List", "a|b"); !errors.Is(err, eventsourced.ErrInvalidPersistenceID) {
 		t.Fatalf("err = %v", err)
@@ -317,6 +372,17 @@ func TestWriteConflictStopsTheSecondIncarnation(t *testing.T) {
 	<-second.Done()
 	if !errors.Is(second.Err(), eventsourced.ErrWriteConflict) {
 		t.Fatalf("second stopped with %v, want ErrWriteConflict", second.Err())
+	}
+	// Distinct from an outage: a supervisor that restarts entities after a
+	// failed write must be able to tell a second incarnation apart.
+	if errors.Is(second.Err(), eventsourced.ErrPersistFailed) {
+		t.Fatalf("write conflict %v also matches ErrPersistFailed", second.Err())
+	}
+	var perr *eventsourced.PersistError
+	var conflict *journal.WriteConflictError
+	if !errors.As(second.Err(), &perr) || perr.Kind != eventsourced.ErrWriteConflict || perr.SeqNr != 1 ||
+		!errors.As(second.Err(), &conflict) || conflict.SeqNr != 1 || conflict.PersistenceID != "List|dup" {
+		t.Fatalf("stop reason = %#v", second.Err())
 	}
 	var stored []string
 	_ = j.Replay(context.Background(), "List|dup", 1, 100, func(e journal.Event) error {
@@ -378,6 +444,14 @@ func testSnapshotEveryWithRetention(t *testing.T) {
 	if n := countSignals[eventsourced.SnapshotCompleted](rec); n != 3 {
 		t.Fatalf("%d SnapshotCompleted signals, want 3", n)
 	}
+	for _, s := range rec.signals() {
+		if d, ok := s.(eventsourced.DeleteSnapshotsCompleted); ok && d.UpTo != 3 {
+			t.Fatalf("DeleteSnapshotsCompleted up to %d, want 3", d.UpTo)
+		}
+	}
+	if n := countSignals[eventsourced.DeleteSnapshotsCompleted](rec); n != 1 {
+		t.Fatalf("%d DeleteSnapshotsCompleted signals, want 1", n)
+	}
 	ctx := context.Background()
 	var seqs []uint64
 	for _, seq := range []uint64{3, 6, 9} {
@@ -434,6 +508,104 @@ func testSnapshotWhenPredicate(t *testing.T) {
 		t.Fatalf("recovered %+v", st)
 	}
 }
+
+// Snapshots taken only by the predicate, with DeleteEventsOnSnapshot:
+// every event the snapshot covers is deleted (Akka's snapshotWhen(pred,
+// deleteEventsOnSnapshot = true)); no snapshot is pruned.
+func TestSnapshotWhenDeletesCoveredEvents(t *testing.T) {
+	synctest.Test(t, testSnapshotWhenDeletesCoveredEvents)
+}
+
+func testSnapshotWhenDeletesCoveredEvents(t *testing.T) {
+	rec := &recorder{}
+	kit := newKit(t, listOptions{rec: rec, retention: eventsourced.Retention{DeleteEventsOnSnapshot: true},
+		when: func(_ state, e event, _ uint64) bool { _, isLock := e.(locked); return isLock }})
+	kit.RunCommand(add{Item: "a"})
+	kit.RunCommand(lock{})
+	kit.RunCommand(unlock{})
+	synctest.Wait()
+	var deleted []uint64
+	for _, s := range rec.signals() {
+		if d, ok := s.(eventsourced.DeleteEventsCompleted); ok {
+			deleted = append(deleted, d.UpTo)
+		}
+	}
+	if !slices.Equal(deleted, []uint64{2}) {
+		t.Fatalf("DeleteEventsCompleted up to %v, want [2]", deleted)
+	}
+	if n := countSignals[eventsourced.DeleteSnapshotsCompleted](rec); n != 0 {
+		t.Fatalf("%d DeleteSnapshotsCompleted signals, want 0", n)
+	}
+	var left []uint64
+	_ = kit.Journal().Replay(context.Background(), "List|test-entity", 1, 100, func(e journal.Event) error {
+		left = append(left, e.SeqNr)
+		return nil
+	})
+	if !slices.Equal(left, []uint64{3}) {
+		t.Fatalf("events left %v, want [3]", left)
+	}
+	kit.Restart()
+	if st := kit.State(); itemsOf(st) != "a" || st.Locked {
+		t.Fatalf("recovered %+v", st)
+	}
+}
+
+// A snapshot that cannot be saved is reported and changes nothing else: the
+// entity carries on, and no event is deleted on its account.
+func TestSnapshotFailedSignalAndEntityCarriesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		j := memory.New()
+		store := failingSnapshots{err: errors.New("snapshot store down")}
+		sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: j, Snapshots: store, Logger: quietLogger()})
+		cell := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{rec: rec,
+			retention: eventsourced.SnapshotEvery(2, 1).WithDeleteEventsOnSnapshot()})}, "f")
+		_ = cell.Tell(add{Item: "a"})
+		_ = cell.Tell(add{Item: "b"})
+		askItems(t, cell)
+		synctest.Wait()
+		var failed []eventsourced.SnapshotFailed
+		for _, s := range rec.signals() {
+			if f, ok := s.(eventsourced.SnapshotFailed); ok {
+				failed = append(failed, f)
+			}
+		}
+		if len(failed) != 1 || failed[0].SeqNr != 2 || !errors.Is(failed[0].Err, store.err) {
+			t.Fatalf("SnapshotFailed signals %+v, want one at seq 2 with the store's error", failed)
+		}
+		if hasSignal[eventsourced.SnapshotCompleted](rec) || hasSignal[eventsourced.DeleteEventsCompleted](rec) {
+			t.Fatalf("signals %v after a failed snapshot", rec.signals())
+		}
+		_ = cell.Tell(add{Item: "c"})
+		if got := askItems(t, cell); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("items %q after a failed snapshot", got)
+		}
+		if high, _ := j.HighestSeqNr(context.Background(), "List|f"); high != 3 {
+			t.Fatalf("highest seq %d, want 3", high)
+		}
+		var first uint64
+		_ = j.Replay(context.Background(), "List|f", 1, 100, func(e journal.Event) error {
+			if first == 0 {
+				first = e.SeqNr
+			}
+			return nil
+		})
+		if first != 1 {
+			t.Fatalf("first stored event %d, want 1 (nothing deleted)", first)
+		}
+		cell.StopNow()
+		<-cell.Done()
+	})
+}
+
+// failingSnapshots loads nothing and fails every save.
+type failingSnapshots struct{ err error }
+
+func (f failingSnapshots) Save(context.Context, snapshot.Snapshot) error { return f.err }
+func (f failingSnapshots) Load(context.Context, string, snapshot.Criteria) (snapshot.Snapshot, bool, error) {
+	return snapshot.Snapshot{}, false, nil
+}
+func (f failingSnapshots) Delete(context.Context, string, snapshot.Criteria) error { return f.err }
 
 func hasSignal[T eventsourced.Signal](r *recorder) bool { return countSignals[T](r) > 0 }
 
