@@ -73,10 +73,16 @@ func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 	return t.epoch, maps.Clone(t.shards), nil
 }
 
-func (s *MemoryCoordinatorStore) write(typeName string, epoch uint64, fn func(*storedType)) error {
+func (s *MemoryCoordinatorStore) write(ctx context.Context, typeName string, epoch uint64, fn func(*storedType)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.get(typeName)
+	t := s.types[typeName]
+	if t == nil {
+		return fmt.Errorf("%w: %s has no coordinator lease", ErrStaleEpoch, typeName)
+	}
 	if epoch != t.epoch {
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, typeName, epoch, t.epoch)
 	}
@@ -85,13 +91,13 @@ func (s *MemoryCoordinatorStore) write(typeName string, epoch uint64, fn func(*s
 }
 
 // Allocate implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Allocate(_ context.Context, typeName string, epoch uint64, shard, region string) error {
-	return s.write(typeName, epoch, func(t *storedType) { t.shards[shard] = region })
+func (s *MemoryCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
+	return s.write(ctx, typeName, epoch, func(t *storedType) { t.shards[shard] = region })
 }
 
 // Deallocate implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Deallocate(_ context.Context, typeName string, epoch uint64, shard string) error {
-	return s.write(typeName, epoch, func(t *storedType) { delete(t.shards, shard) })
+func (s *MemoryCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
+	return s.write(ctx, typeName, epoch, func(t *storedType) { delete(t.shards, shard) })
 }
 
 // MemoryRememberStore is a RememberStore for one process.
@@ -116,7 +122,10 @@ func (s *MemoryRememberStore) Entities(ctx context.Context, typeName, shard stri
 }
 
 // Add implements RememberStore.
-func (s *MemoryRememberStore) Add(_ context.Context, typeName, shard, entityID string) error {
+func (s *MemoryRememberStore) Add(ctx context.Context, typeName, shard, entityID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := [2]string{typeName, shard}
@@ -128,7 +137,10 @@ func (s *MemoryRememberStore) Add(_ context.Context, typeName, shard, entityID s
 }
 
 // Remove implements RememberStore.
-func (s *MemoryRememberStore) Remove(_ context.Context, typeName, shard, entityID string) error {
+func (s *MemoryRememberStore) Remove(ctx context.Context, typeName, shard, entityID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.entities[[2]string{typeName, shard}], entityID)

@@ -64,6 +64,7 @@ func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T) sharding.Coor
 		{"AcquiredMapIsACopy", testAcquiredMapIsACopy},
 		{"StaleEpochChangesNothing", testStaleEpoch},
 		{"UnknownEpochRejected", testUnknownEpoch},
+		{"WriteWithoutLeaseRejected", testWriteWithoutLease},
 		{"TypeIsolation", testCoordinatorIsolation},
 		{"ConcurrentAcquire", testConcurrentAcquire},
 		{"TakeoverDuringWrites", testTakeoverDuringWrites},
@@ -209,6 +210,18 @@ func testUnknownEpoch(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	wantShards(t, "after writes with unknown epochs", shards, map[string]string{"s1": "region-a"})
 }
 
+// Nobody holds the lease of a type never acquired: no epoch may write it,
+// not even the zero value of an uninitialised coordinator.
+func testWriteWithoutLease(t *testing.T, s sharding.CoordinatorStore, typ names) {
+	ctx := ctxFor(t)
+	for _, epoch := range []uint64{0, 1} {
+		wantStale(t, fmt.Sprintf("Allocate with epoch %d before any Acquire", epoch), s.Allocate(ctx, typ("T"), epoch, "s1", "region-x"))
+		wantStale(t, fmt.Sprintf("Deallocate with epoch %d before any Acquire", epoch), s.Deallocate(ctx, typ("T"), epoch, "s1"))
+	}
+	_, shards := acquire(t, s, typ("T"), "node-a")
+	wantShards(t, "after writes without a lease", shards, nil)
+}
+
 func testCoordinatorIsolation(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	ea, _ := acquire(t, s, typ("A"), "node-a")
 	eb, _ := acquire(t, s, typ("B"), "node-b")
@@ -343,6 +356,16 @@ func testCoordinatorCancelled(t *testing.T, s sharding.CoordinatorStore, typ nam
 		t.Fatal("Acquire returned epoch 0")
 	}
 	wantShards(t, "after a cancelled Acquire", shards, nil)
+	// Cancelled writes fail and change nothing.
+	if err := s.Allocate(ctx, typ("T"), e, "s1", "region-a"); err == nil {
+		t.Fatal("Allocate with a cancelled context succeeded")
+	}
+	allocate(t, s, typ("T"), e, "s2", "region-a")
+	if err := s.Deallocate(ctx, typ("T"), e, "s2"); err == nil {
+		t.Fatal("Deallocate with a cancelled context succeeded")
+	}
+	_, shards = acquire(t, s, typ("T"), "node-a")
+	wantShards(t, "after cancelled writes", shards, map[string]string{"s2": "region-a"})
 }
 
 // RunRememberStore runs the RememberStore suite as subtests of t.
@@ -503,5 +526,15 @@ func testRememberCancelled(t *testing.T, s sharding.RememberStore, typ names) {
 	cancel()
 	if _, err := s.Entities(ctx, typ("T"), "s1"); err == nil {
 		t.Fatal("Entities with a cancelled context succeeded")
+	}
+	if err := s.Add(ctx, typ("T"), "s1", "e2"); err == nil {
+		t.Fatal("Add with a cancelled context succeeded")
+	}
+	if err := s.Remove(ctx, typ("T"), "s1", "e1"); err == nil {
+		t.Fatal("Remove with a cancelled context succeeded")
+	}
+	got, err := s.Entities(ctxFor(t), typ("T"), "s1")
+	if err != nil || !slices.Equal(got, []string{"e1"}) {
+		t.Fatalf("after cancelled writes: %v, %v; want [e1]", got, err)
 	}
 }
