@@ -19,13 +19,14 @@ type coordinatorCore struct {
 	minMembers int
 
 	members      map[string]Member
-	regions      map[string]bool     // registered hosting regions
-	proxies      map[string]bool     // registered routing-only regions
-	shards       map[string]string   // shard → region
-	byRegion     map[string][]string // region → shards, in allocation order
-	handoffs     map[string]*handoff // shards being moved
-	leaving      map[string]bool     // regions that asked for a graceful shutdown
-	waitingHomes map[string]bool     // shards asked for before enough regions registered
+	regions      map[string]bool      // registered hosting regions
+	proxies      map[string]bool      // registered routing-only regions
+	shards       map[string]string    // shard → region
+	byRegion     map[string][]string  // region → shards, in allocation order
+	handoffs     map[string]*handoff  // shards being moved
+	leaving      map[string]bool      // regions that asked for a graceful shutdown
+	waitingHomes map[string]bool      // shards asked for before enough regions registered
+	carried      map[string][]Deliver // messages a handed-off shard held, for its next home
 }
 
 type handoff struct {
@@ -52,6 +53,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
+		carried: make(map[string][]Deliver),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -126,11 +128,14 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		c.proxies[m.Region] = true
 		return nil, c.welcome(m.Region)
 	case GetShardHome:
+		if c.handoffs[m.Shard] != nil {
+			// Not the old home: a region that forwarded there now would
+			// race the messages others buffer. The new home is pushed to
+			// everyone when the hand-off ends.
+			return nil, nil
+		}
 		if region, ok := c.shards[m.Shard]; ok {
 			return nil, []outbound{{to: m.Region, msg: ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
-		}
-		if c.handoffs[m.Shard] != nil {
-			return nil, nil // its new home is pushed to everyone when the hand-off ends
 		}
 		if len(c.regions) < c.minMembers {
 			c.waitingHomes[m.Shard] = true
@@ -146,13 +151,20 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 	case ShardStopped:
 		h := c.handoffs[m.Shard]
+		if h == nil && c.shards[m.Shard] == m.Region {
+			// A hand-off a predecessor started: the shard is stopped all the same.
+			h = &handoff{from: m.Region}
+		}
 		if h == nil || h.from != m.Region {
 			return nil, nil
 		}
 		delete(c.handoffs, m.Shard)
 		c.unplace(m.Shard)
 		changes = append(changes, change{shard: m.Shard})
-		if h.stop {
+		if len(m.Buffered) > 0 {
+			c.carried[m.Shard] = append(c.carried[m.Shard], m.Buffered...)
+		}
+		if h.stop && len(c.carried[m.Shard]) == 0 {
 			return changes, c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch})
 		}
 		ch, o := c.allocate("", m.Shard)
@@ -244,7 +256,10 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 		return nil, nil
 	}
 	c.place(shard, region)
-	out := []outbound{{to: region, msg: HostShard{Shard: shard, Epoch: c.epoch}}}
+	// HostShard goes first: the messages it carries reach the new home
+	// before any region, told below, forwards something of its own.
+	out := []outbound{{to: region, msg: HostShard{Shard: shard, Epoch: c.epoch, Buffered: c.carried[shard]}}}
+	delete(c.carried, shard)
 	out = append(out, c.broadcast(ShardHome{Shard: shard, Region: region, Epoch: c.epoch})...)
 	return []change{{shard: shard, region: region}}, out
 }

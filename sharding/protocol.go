@@ -31,10 +31,14 @@ type (
 		Homes map[string][]string
 		Epoch uint64
 	}
-	// HostShard tells a region to start a shard allocated to it.
+	// HostShard tells a region to start a shard allocated to it. Buffered
+	// are the messages the shard's previous home still held when it was
+	// handed off (see ShardStopped); the new home delivers them before
+	// anything it buffered itself or receives later.
 	HostShard struct {
-		Shard string
-		Epoch uint64
+		Shard    string
+		Epoch    uint64
+		Buffered []Deliver
 	}
 	// ShardStarted confirms HostShard.
 	ShardStarted struct{ Shard, Region string }
@@ -52,7 +56,16 @@ type (
 		Epoch uint64
 	}
 	// ShardStopped confirms HandOff: every entity of the shard has stopped.
-	ShardStopped struct{ Shard, Region string }
+	// Buffered are the messages the region held for the shard, in arrival
+	// order: those waiting for entities that were stopping, then those the
+	// region buffered during the hand-off. The coordinator passes them to
+	// the shard's next home in HostShard, which reaches that home before
+	// any region learns the new home, so every sender's order holds across
+	// the move (Akka drops these messages, akka/akka#30957).
+	ShardStopped struct {
+		Shard, Region string
+		Buffered      []Deliver
+	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
 	// region's shards before the region leaves.
 	GracefulShutdownReq struct{ Region string }

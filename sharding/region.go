@@ -136,9 +136,12 @@ func (r *Region[C]) tell(entityID string, msg C, start bool) error {
 			r.mu.RUnlock()
 			return err
 		}
-		home := e.home
+		// Forward under the read lock: BeginHandOff takes the write lock
+		// before this region acknowledges it, so nothing this region
+		// forwards can reach the old home after its hand-off began.
+		err := r.forward(e.home, shardID, pending[C]{entityID, msg, start})
 		r.mu.RUnlock()
-		return r.forward(home, shardID, pending[C]{entityID, msg, start})
+		return err
 	}
 	r.mu.RUnlock()
 
@@ -185,11 +188,7 @@ func (r *Region[C]) entry(shardID string) *shardEntry[C] {
 }
 
 func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
-	var msg any = p.msg
-	if p.start {
-		msg = nil
-	}
-	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, Deliver{Shard: shardID, EntityID: p.entityID, Msg: msg, Start: p.start})
+	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, p.deliver(shardID))
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
 	}
@@ -255,6 +254,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		r.mu.Lock()
 		ok := r.fresh(m.Epoch)
 		if ok {
+			r.adoptBuffered(m.Shard, m.Buffered)
 			r.setHome(m.Shard, r.s.self)
 		}
 		r.mu.Unlock()
@@ -330,7 +330,10 @@ func (r *Region[C]) retry() {
 	r.mu.Lock()
 	var ask []string
 	for id, e := range r.table {
-		if e.home == "" && !e.handingOff && len(e.buffer) > 0 {
+		// Also shards whose hand-off this region heard of: the coordinator
+		// that began it may be gone, and its successor answers (one that
+		// runs the hand-off ignores the question).
+		if e.local == nil && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
 			ask = append(ask, id)
 		}
 	}
@@ -371,8 +374,12 @@ func (r *Region[C]) setHome(shardID, home string) {
 		return
 	}
 	if home == r.s.self && e.local == nil {
-		if r.proxy || r.leaving {
-			r.s.log.Error("sharding: coordinator allocated a shard to a region that cannot host it", "type", r.typ, "shard", shardID)
+		if r.proxy || r.leaving || r.stopped {
+			// Keep its messages until the coordinator hands the shard off
+			// (a leaving region's shards all are) and homes it elsewhere;
+			// routing to ourselves would only loop.
+			r.s.log.Warn("sharding: coordinator allocated a shard to a region that cannot host it", "type", r.typ, "shard", shardID)
+			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
 		e.local = newShard(r, shardID)
@@ -401,10 +408,11 @@ func (r *Region[C]) drain(shardID string, e *shardEntry[C]) {
 	}
 }
 
-// shardHandedOff reports that a local shard's entities have all stopped.
+// shardHandedOff reports that a local shard's entities have all stopped;
+// leftover are the messages it held for entities that were stopping.
 type shardHandedOff struct {
 	shard    string
-	leftover []pending[any]
+	leftover []Deliver
 }
 
 func (shardHandedOff) protocolMessage() {}
@@ -420,13 +428,16 @@ func (r *Region[C]) handOff(m HandOff) {
 	local := e.local
 	r.mu.Unlock()
 	if local == nil {
-		r.toCoordinator(ShardStopped{Shard: m.Shard, Region: r.s.self})
+		r.mu.Lock()
+		buffered := r.takeBuffer(m.Shard, nil)
+		r.mu.Unlock()
+		r.toCoordinator(ShardStopped{Shard: m.Shard, Region: r.s.self, Buffered: buffered})
 		return
 	}
 	local.handOff(func(leftover []pending[C]) {
-		left := make([]pending[any], len(leftover))
+		left := make([]Deliver, len(leftover))
 		for i, p := range leftover {
-			left[i] = pending[any]{entityID: p.entityID, msg: p.msg, start: p.start}
+			left[i] = p.deliver(m.Shard)
 		}
 		_ = r.ctl.Tell(shardHandedOff{shard: m.Shard, leftover: left})
 	})
@@ -436,18 +447,54 @@ func (r *Region[C]) finishHandOff(m shardHandedOff) {
 	r.mu.Lock()
 	e := r.entry(m.shard)
 	e.local, e.home = nil, ""
-	// Messages the shard held for passivating entities arrived before
-	// anything the region buffered since BeginHandOff.
-	front := make([]pending[C], len(m.leftover))
-	for i, p := range m.leftover {
-		msg, _ := p.msg.(C)
-		front[i] = pending[C]{entityID: p.entityID, msg: msg, start: p.start}
-	}
-	e.buffer = append(front, e.buffer...)
-	r.buffered += len(front)
+	// Messages the shard held for stopping entities arrived before
+	// anything the region buffered since BeginHandOff; both go to the next
+	// home through the coordinator, ahead of what other regions buffered.
+	buffered := r.takeBuffer(m.shard, m.leftover)
 	r.checkLeft()
 	r.mu.Unlock()
-	r.toCoordinator(ShardStopped{Shard: m.shard, Region: r.s.self})
+	r.toCoordinator(ShardStopped{Shard: m.shard, Region: r.s.self, Buffered: buffered})
+}
+
+// deliver is p as the protocol carries it.
+func (p pending[C]) deliver(shardID string) Deliver {
+	d := Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start}
+	if !p.start {
+		d.Msg = p.msg
+	}
+	return d
+}
+
+// takeBuffer empties a shard's region buffer into front, for ShardStopped. r.mu is held.
+func (r *Region[C]) takeBuffer(shardID string, front []Deliver) []Deliver {
+	e := r.entry(shardID)
+	for _, p := range e.buffer {
+		front = append(front, p.deliver(shardID))
+	}
+	r.buffered -= len(e.buffer)
+	e.buffer = nil
+	return front
+}
+
+// adoptBuffered puts the messages a shard's previous home held ahead of
+// what this region buffered for it. They were accepted there, so the
+// buffer limit does not apply. r.mu is held.
+func (r *Region[C]) adoptBuffered(shardID string, ds []Deliver) {
+	if len(ds) == 0 {
+		return
+	}
+	front := make([]pending[C], 0, len(ds))
+	for _, d := range ds {
+		msg, ok := d.Msg.(C)
+		if !ok && !d.Start {
+			r.s.log.Error("sharding: handed-over message of the wrong type for entity type", "type", r.typ, "got", fmt.Sprintf("%T", d.Msg))
+			continue
+		}
+		front = append(front, pending[C]{entityID: d.EntityID, msg: msg, start: d.Start})
+	}
+	e := r.entry(shardID)
+	e.buffer = append(front, e.buffer...)
+	r.buffered += len(front)
 }
 
 // checkLeft signals a leaving region's shutdown once it hosts nothing. r.mu is held.

@@ -28,6 +28,17 @@ type shard[C any] struct {
 	handedOff  func(leftover []pending[C])
 	leftover   []pending[C]
 	forceStop  timers.Timer
+
+	// Remember-entities writes, applied one at a time in the order the
+	// shard made them, so that a stop never overtakes its start.
+	wmu     sync.Mutex
+	writes  []rememberWrite
+	writing bool
+}
+
+type rememberWrite struct {
+	entityID string
+	add      bool
 }
 
 type entityState uint8
@@ -105,19 +116,42 @@ func (sh *shard[C]) spawn(entityID string) *entityEntry[C] {
 	return e
 }
 
+// remember records that entityID started (add) or stopped. Writes go to
+// the store in call order, from one goroutine per shard that lives only
+// while writes wait.
 func (sh *shard[C]) remember(entityID string, add bool) {
+	sh.wmu.Lock()
+	sh.writes = append(sh.writes, rememberWrite{entityID, add})
+	start := !sh.writing
+	sh.writing = true
+	sh.wmu.Unlock()
+	if start {
+		go sh.writeRemembered()
+	}
+}
+
+func (sh *shard[C]) writeRemembered() {
 	store, typ, id := sh.r.s.cfg.RememberStore, sh.r.typ, sh.id
-	go func() {
+	for {
+		sh.wmu.Lock()
+		if len(sh.writes) == 0 {
+			sh.writing, sh.writes = false, nil
+			sh.wmu.Unlock()
+			return
+		}
+		w := sh.writes[0]
+		sh.writes = sh.writes[1:]
+		sh.wmu.Unlock()
 		var err error
-		if add {
-			err = store.Add(context.Background(), typ, id, entityID)
+		if w.add {
+			err = store.Add(context.Background(), typ, id, w.entityID)
 		} else {
-			err = store.Remove(context.Background(), typ, id, entityID)
+			err = store.Remove(context.Background(), typ, id, w.entityID)
 		}
 		if err != nil {
-			sh.r.s.log.Error("sharding: remember-entities store write failed", "type", typ, "shard", id, "entity", entityID, "err", err)
+			sh.r.s.log.Error("sharding: remember-entities store write failed", "type", typ, "shard", id, "entity", w.entityID, "err", err)
 		}
-	}()
+	}
 }
 
 func (sh *shard[C]) restartRemembered() {

@@ -122,9 +122,11 @@ type sim struct {
 	transport *sharding.LocalTransport
 	store     *sharding.MemoryCoordinatorStore
 	remember  *sharding.MemoryRememberStore
-	log       *journal
-	settings  sharding.Settings
-	nodes     map[string]*node
+	// rememberStore, when set, replaces remember for nodes that join later.
+	rememberStore sharding.RememberStore
+	log           *journal
+	settings      sharding.Settings
+	nodes         map[string]*node
 }
 
 func newSim(t testing.TB, settings sharding.Settings) *sim {
@@ -139,9 +141,13 @@ func (s *sim) join(name string, roles ...string) *node {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	var remember sharding.RememberStore = s.remember
+	if s.rememberStore != nil {
+		remember = s.rememberStore
+	}
 	sh, err := sharding.New(sys, sharding.Config{
 		Transport: s.transport, Membership: s.cluster.Join(name, roles...),
-		CoordinatorStore: s.store, RememberStore: s.remember,
+		CoordinatorStore: s.store, RememberStore: remember,
 	})
 	if err != nil {
 		s.t.Fatal(err)

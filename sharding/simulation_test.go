@@ -207,3 +207,78 @@ func TestHandOffWaitsForSlowEntityThenDeliversBufferedInOrder(t *testing.T) {
 		_ = b.sh.Shutdown(context.Background())
 	})
 }
+
+// Messages that the old home holds for a stopping entity when its shard is
+// handed off were sent before anything other regions buffer during the
+// hand-off; the new home gets them first. Here the sender is on the node
+// that takes the shard over after a graceful leave.
+func TestHandOffKeepsOrderOfMessagesHeldForAStoppingEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 1})
+		a := s.join("a", "host")
+		a.tell(t, "e", slowStop{}) // e will hold its stop message
+		synctest.Wait()
+		b := s.join("b", "host")
+		synctest.Wait()
+		b.tell(t, "e", passivate{}) // e is passivating, and slow to stop
+		synctest.Wait()
+		b.tell(t, "e", note{Text: "1"}) // held by a's shard for e's next incarnation
+		b.tell(t, "e", note{Text: "2"})
+		synctest.Wait()
+		done := make(chan error, 1)
+		go func() { done <- a.sh.Shutdown(context.Background()) }()
+		synctest.Wait()
+		b.tell(t, "e", note{Text: "3"}) // buffered by b during the hand-off
+		b.tell(t, "e", note{Text: "4"})
+		time.Sleep(time.Minute) // the stop timeout stops e by force
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got := b.ask(t, "e"); !slices.Equal(got, notes(1, 4)) {
+			t.Fatalf("e got %v, want 1..4 in send order", got)
+		}
+		_ = b.sh.Shutdown(context.Background())
+	})
+}
+
+// The same on a rebalance: the shard moves to the sender's own node, which
+// must not deliver what it buffered before what the old home held.
+func TestRebalanceKeepsOrderOfMessagesHeldForAStoppingEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 2, RebalanceInterval: 10 * time.Second})
+		a := s.join("a", "host")
+		e, other := "entity-000", ""
+		for _, id := range entityIDs(10) {
+			if a.region.ShardID(id) != a.region.ShardID(e) {
+				other = id
+				break
+			}
+		}
+		a.tell(t, e, slowStop{}) // e's shard is allocated first: rebalance moves it
+		a.tell(t, e, passivate{})
+		synctest.Wait()
+		a.tell(t, other, note{Text: "x"})
+		b := s.join("b", "host")
+		synctest.Wait()
+		b.tell(t, e, note{Text: "1"}) // forwarded to a, held for e's next incarnation
+		b.tell(t, e, note{Text: "2"})
+		time.Sleep(15 * time.Second) // the rebalance round has begun the hand-off
+		synctest.Wait()
+		if _, ok := b.region.State().Shards[b.region.ShardID(e)]; ok {
+			t.Fatal("e's shard moved before the test could send during its hand-off")
+		}
+		b.tell(t, e, note{Text: "3"}) // buffered by b during the hand-off
+		b.tell(t, e, note{Text: "4"})
+		time.Sleep(time.Minute) // the stop timeout ends the hand-off
+		synctest.Wait()
+		if _, ok := b.region.State().Shards[b.region.ShardID(e)]; !ok {
+			t.Fatalf("e's shard did not move to b: a %v, b %v", a.region.State(), b.region.State())
+		}
+		if got := b.ask(t, e); !slices.Equal(got, notes(1, 4)) {
+			t.Fatalf("e got %v, want 1..4 in send order", got)
+		}
+		_ = b.sh.Shutdown(context.Background())
+		_ = a.sh.Shutdown(context.Background())
+	})
+}

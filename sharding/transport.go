@@ -10,7 +10,7 @@ import (
 
 // Address names a region or a coordinator: one of each per entity type per node.
 type Address struct {
-	Node, Type string
+	Node, Type  string
 	Coordinator bool
 }
 
