@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
+	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -138,7 +139,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Credentials: cfg.Credentials,
 		Sequences:   cfg.Sequences,
 	}
-	if n.Sharding, err = sharding.New(sys, sharding.Config{}); err != nil {
+	var shardingCfg sharding.Config
+	if n.pool != nil {
+		// Allocations and remembered entities outlive the process, as the events do.
+		shardingCfg.CoordinatorStore = shardingpg.NewCoordinatorStore(n.pool)
+		shardingCfg.RememberStore = shardingpg.NewRememberStore(n.pool)
+	}
+	if n.Sharding, err = sharding.New(sys, shardingCfg); err != nil {
 		return nil, err
 	}
 	if n.Payments, err = InitPayments(n.Sharding, payments); err != nil {

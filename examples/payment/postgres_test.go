@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/timers"
@@ -107,5 +109,22 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 	}
 	if n := len(third.Simulator.Received()); n != 0 {
 		t.Fatalf("the issuer was called again %d times", n)
+	}
+
+	// Sharding keeps its allocations in Postgres too, under the epoch of
+	// each node's coordinator in turn.
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var shards, epoch int
+	err = conn.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(max(epoch), 0) FROM shard_allocations WHERE type_name = $1`, TypeKey.Name()).Scan(&shards, &epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shards == 0 || epoch != 3 {
+		t.Fatalf("shard_allocations: %d shards, newest epoch %d; want some, written by the third coordinator (epoch 3)", shards, epoch)
 	}
 }
