@@ -1,0 +1,210 @@
+package sharding
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// The coordinator's bookkeeping is a pure state machine: these tests step
+// it with protocol messages and look at what it would write and send.
+
+func newTestCore(minMembers int) *coordinatorCore {
+	return newCoordinatorCore("a", 7, nil, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), minMembers)
+}
+
+// sent lists (to, message type) pairs for compact comparisons.
+func sent(out []outbound) []string {
+	var s []string
+	for _, o := range out {
+		var name string
+		switch m := o.msg.(type) {
+		case HostShard:
+			name = "HostShard " + m.Shard
+		case ShardHome:
+			name = "ShardHome " + m.Shard + "@" + m.Region
+		case BeginHandOff:
+			name = "BeginHandOff " + m.Shard
+		case HandOff:
+			name = "HandOff " + m.Shard
+		case RegisterAck:
+			name = "RegisterAck"
+		case ShardHomes:
+			name = "ShardHomes"
+		default:
+			name = "?"
+		}
+		s = append(s, o.to+": "+name)
+	}
+	return s
+}
+
+func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(RegisterProxy{Region: "p"})
+	changes, out := c.step(GetShardHome{Shard: "s1", Region: "b"})
+	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
+		t.Fatalf("changes %v", changes)
+	}
+	want := []string{"a: HostShard s1", "a: ShardHome s1@a", "b: ShardHome s1@a", "p: ShardHome s1@a"}
+	if got := sent(out); !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	for _, o := range out {
+		if m, ok := o.msg.(ShardHome); ok && m.Epoch != 7 {
+			t.Fatalf("ShardHome without the coordinator's epoch: %+v", m)
+		}
+	}
+	// A known home is answered to the asker only; nothing is written.
+	changes, out = c.step(GetShardHome{Shard: "s1", Region: "p"})
+	if len(changes) != 0 || !slices.Equal(sent(out), []string{"p: ShardHome s1@a"}) {
+		t.Fatalf("known home: changes %v, sent %v", changes, sent(out))
+	}
+}
+
+func TestCoordinatorAllocatesNothingBeforeMinMembers(t *testing.T) {
+	c := newTestCore(2)
+	c.step(Register{Region: "a"})
+	c.step(RegisterProxy{Region: "p"}) // a proxy does not count
+	if changes, out := c.step(GetShardHome{Shard: "s1", Region: "a"}); len(changes)+len(out) != 0 {
+		t.Fatalf("allocated with one region: %v %v", changes, sent(out))
+	}
+	changes, out := c.step(Register{Region: "b"})
+	if len(changes) != 1 || changes[0].shard != "s1" {
+		t.Fatalf("waiting shard not allocated when the second region registered: %v", changes)
+	}
+	got := sent(out)
+	if !slices.Contains(got, "a: ShardHome s1@"+changes[0].region) || !slices.Contains(got, "p: ShardHome s1@"+changes[0].region) {
+		t.Fatalf("sent %v", got)
+	}
+}
+
+func TestCoordinatorHandOffCarriesBufferedMessagesToTheNextHome(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(Register{Region: "b"})
+	_, out := c.step(StopShards{Shards: []string{"s1"}})
+	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
+		t.Fatalf("sent %v", got)
+	}
+	// While the hand-off runs nobody learns the old home: a region that
+	// forwarded there would race the messages other regions buffer.
+	if _, out := c.step(GetShardHome{Shard: "s1", Region: "b"}); len(out) != 0 {
+		t.Fatalf("answered during the hand-off: %v", sent(out))
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
+	_, out = c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v", got)
+	}
+	held := []Deliver{{Shard: "s1", EntityID: "e", Msg: "1"}, {Shard: "s1", EntityID: "e", Msg: "2"}}
+	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Buffered: held})
+	// Stopped, not moved, but messages wait: it is allocated again at once,
+	// and the new home gets them before anyone learns where it is.
+	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
+		t.Fatalf("changes %v", changes)
+	}
+	if len(out) == 0 {
+		t.Fatal("nothing sent")
+	}
+	host, ok := out[0].msg.(HostShard)
+	if !ok || !slices.Equal(host.Buffered, held) {
+		t.Fatalf("first message %#v, want HostShard carrying %v", out[0].msg, held)
+	}
+	if len(c.carried) != 0 {
+		t.Fatalf("carried messages kept after allocation: %v", c.carried)
+	}
+}
+
+func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
+	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
+	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
+		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
+	}
+	held := []Deliver{{Shard: "s1", EntityID: "e", Msg: "1"}}
+	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Buffered: held})
+	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
+		t.Fatalf("changes %v", changes)
+	}
+	if host, ok := out[0].msg.(HostShard); !ok || !slices.Equal(host.Buffered, held) {
+		t.Fatalf("first message %#v", out[0].msg)
+	}
+}
+
+// A region forwards while it holds its lock, so that it cannot acknowledge
+// a BeginHandOff (which takes the lock) while a message it already routed
+// to the old home is still on its way there.
+type lockCheckTransport struct {
+	*LocalTransport
+	mu        atomic.Pointer[sync.RWMutex]
+	forwards  atomic.Int32
+	unlocked  atomic.Int32
+	watchNode string
+}
+
+func (t *lockCheckTransport) Send(to Address, msg Message) error {
+	if _, ok := msg.(Deliver); ok && to.Node == t.watchNode {
+		if mu := t.mu.Load(); mu != nil {
+			t.forwards.Add(1)
+			if mu.TryLock() {
+				mu.Unlock()
+				t.unlocked.Add(1)
+			}
+		}
+	}
+	return t.LocalTransport.Send(to, msg)
+}
+
+func TestRegionForwardsUnderItsLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		cluster, lt := NewLocalCluster(), NewLocalTransport()
+		key := entity.NewTypeKey[string]("Echo")
+		create := func(entity.Context[string]) entity.Behavior[string] {
+			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
+		}
+		start := func(name string, tr Transport, roles ...string) (*Sharding, *Region[string]) {
+			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := New(sys, Config{Transport: tr, Membership: cluster.Join(name, roles...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Init(s, Entity[string]{Key: key, Create: create, Role: "host"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, r
+		}
+		sb, _ := start("b", lt, "host")
+		tr := &lockCheckTransport{LocalTransport: lt, watchNode: "b"}
+		sa, ra := start("a", tr) // a proxy: every message is forwarded to b
+		tr.mu.Store(&ra.mu)
+		for range 5 {
+			if err := ra.EntityRefFor("e").Tell("x"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		if tr.forwards.Load() != 5 || tr.unlocked.Load() != 0 {
+			t.Fatalf("%d forwards, %d of them without the region lock", tr.forwards.Load(), tr.unlocked.Load())
+		}
+		sa.Terminate()
+		sb.Terminate()
+	})
+}
