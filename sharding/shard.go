@@ -316,7 +316,8 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
 }
 
 // passivateIdle stops entities that received nothing through sharding for
-// at least ticks region ticks.
+// more than ticks region ticks: a message came after tick lastTick, so
+// after tick lastTick+ticks+1 it is at least ticks intervals old.
 func (sh *shard[C]) passivateIdle(now, ticks uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -324,7 +325,7 @@ func (sh *shard[C]) passivateIdle(now, ticks uint64) {
 		return
 	}
 	for _, e := range sh.entities {
-		if e.state == active && now-e.lastTick >= ticks {
+		if e.state == active && now-e.lastTick > ticks {
 			sh.stopEntity(e, sh.r.settings.StopTimeout, "idle passivation")
 		}
 	}

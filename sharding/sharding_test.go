@@ -28,6 +28,11 @@ type (
 	slowStop  struct{} // the entity stashes its stop message until release
 	release   struct{}
 	crash     struct{}
+	// passivateGated asks for passivation, then holds the entity until
+	// the journal's gate opens: messages sent meanwhile meet a passivating entity.
+	passivateGated struct{}
+	// tickSelf starts a timer that sends the entity a note every 10 s.
+	tickSelf struct{}
 )
 
 func (note) isMsg()      {}
@@ -38,6 +43,9 @@ func (slowStop) isMsg()  {}
 func (release) isMsg()   {}
 func (crash) isMsg()     {}
 
+func (passivateGated) isMsg() {}
+func (tickSelf) isMsg()       {}
+
 var key = entity.NewTypeKey[msg]("Test")
 
 type journal struct {
@@ -45,10 +53,11 @@ type journal struct {
 	byID        map[string][]string
 	starts      map[string]int
 	stopsByNode map[string]int
+	gate        chan struct{}
 }
 
 func newJournal() *journal {
-	return &journal{byID: map[string][]string{}, starts: map[string]int{}, stopsByNode: map[string]int{}}
+	return &journal{byID: map[string][]string{}, starts: map[string]int{}, stopsByNode: map[string]int{}, gate: make(chan struct{})}
 }
 
 func (j *journal) add(id, s string) {
@@ -84,6 +93,11 @@ func (j *journal) create(node string) func(entity.Context[msg]) entity.Behavior[
 				entity.Reply(ctx, m.ReplyTo, j.notes(id))
 			case passivate:
 				ctx.Passivate()
+			case passivateGated:
+				ctx.Passivate()
+				<-j.gate
+			case tickSelf:
+				ctx.Timers().StartTimerWithFixedDelay("tick", note{Text: "tick"}, 10*time.Second, 10*time.Second)
 			case slowStop:
 				slow = true
 			case release:
@@ -127,6 +141,7 @@ type sim struct {
 	log           *journal
 	settings      sharding.Settings
 	nodes         map[string]*node
+	logger        *slog.Logger // the nodes' logger; default quiet
 }
 
 func newSim(t testing.TB, settings sharding.Settings) *sim {
@@ -137,7 +152,11 @@ func newSim(t testing.TB, settings sharding.Settings) *sim {
 
 func (s *sim) join(name string, roles ...string) *node {
 	s.t.Helper()
-	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet()})
+	logger := s.logger
+	if logger == nil {
+		logger = quiet()
+	}
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger})
 	if err != nil {
 		s.t.Fatal(err)
 	}
