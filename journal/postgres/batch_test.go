@@ -215,3 +215,57 @@ func TestSeqBeyondInt64Rejected(t *testing.T) {
 		t.Fatalf("err = %v, want ErrRejected", err)
 	}
 }
+
+// TestStaleWriteDoesNotFailValidOneInBatch: after 1..3 are stored, a stale
+// incarnation writes 3..5 and the current one 4..5, in one batch. The stale
+// write is sorted first and its rows 4 and 5 go in before its conflict at 3
+// is known; they must not make the valid write fail: it is stored, the
+// stale one alone gets the conflict.
+func TestStaleWriteDoesNotFailValidOneInBatch(t *testing.T) {
+	j, setup := batchJournal(t, 3+2+1)
+	mustWrite(t, setup, evs("split", 1, 3, "current"))
+	errs := writeOneBatch(t, j, [][]journal.Event{
+		evs("split", 3, 3, "stale"),
+		evs("split", 4, 2, "current"),
+		evs("bystander", 1, 1, "other"),
+	})
+	var wc *journal.WriteConflictError
+	if !errors.As(errs[0], &wc) || wc.PersistenceID != "split" || wc.SeqNr != 3 {
+		t.Errorf("stale write: err = %v, want a conflict at split 3", errs[0])
+	}
+	if errs[1] != nil || errs[2] != nil {
+		t.Errorf("valid writes failed: %v, %v", errs[1], errs[2])
+	}
+	got := stored(t, j, "split")
+	if len(got) != 5 {
+		t.Fatalf("split: %d events stored, want 5", len(got))
+	}
+	for _, e := range got {
+		if e.WriterID != "current" {
+			t.Errorf("split seq %d written by %s", e.SeqNr, e.WriterID)
+		}
+	}
+
+	// A chain over two rounds: the stale write takes rows of the current
+	// one, which takes a row of a third write. The current write goes in;
+	// the third then conflicts with it.
+	j2, setup2 := batchJournal(t, 3+3+2)
+	mustWrite(t, setup2, evs("chain", 1, 2, "current"))
+	errs = writeOneBatch(t, j2, [][]journal.Event{
+		evs("chain", 2, 3, "stale"),   // 2 is taken: conflict; would take 3..4
+		evs("chain", 3, 3, "current"), // 3..5
+		evs("chain", 5, 2, "third"),   // 5 belongs to the current write
+	})
+	if !errors.As(errs[0], &wc) || wc.SeqNr != 2 || errs[1] != nil || !errors.As(errs[2], &wc) || wc.SeqNr != 5 {
+		t.Fatalf("errs = %v, want conflict at 2, nil, conflict at 5", errs)
+	}
+	got = stored(t, j2, "chain")
+	if len(got) != 5 {
+		t.Fatalf("chain: %d events stored, want 5", len(got))
+	}
+	for _, e := range got {
+		if e.WriterID != "current" {
+			t.Errorf("chain seq %d written by %s", e.SeqNr, e.WriterID)
+		}
+	}
+}

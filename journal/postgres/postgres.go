@@ -16,7 +16,9 @@
 // (no conflict) is one statement; if it hits a unique violation the batch is
 // retried in a transaction with ON CONFLICT DO NOTHING, the rows of writes
 // that did not go in whole are removed again, and those writes alone get a
-// *journal.WriteConflictError.
+// *journal.WriteConflictError — except a write that only missed rows taken
+// by such a failed write (a stale incarnation's, say): it is tried again in
+// the same transaction, so it fails only if it conflicts with what stays.
 //
 // Rows are inserted in (persistence id, seq nr) order, so concurrent batches
 // take their index locks in one order and cannot deadlock.
@@ -506,65 +508,128 @@ func (j *Journal) markDeleted(ctx context.Context, batch []*request, results []e
 	return nil
 }
 
-// flushConflicting stores the batch in a transaction that skips conflicting
-// rows, then removes the rows of writes that did not go in whole.
+// flushConflicting stores the batch in a transaction that skips
+// conflicting rows and removes the rows of writes that did not go in whole,
+// in rounds. A write that misses a row another write of the batch took is
+// not necessarily in conflict: if that other write failed (say a stale
+// incarnation's, sorted first, whose own first row conflicts), its rows are
+// removed and the write is tried again in the next round. A write is in
+// conflict when a row it misses is held by an event stored before (or by
+// another transaction), or by a write of this batch that went in whole. The
+// first write of each round is decided in that round, so the rounds end.
 func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *insertArgs, results []error) error {
 	tx, err := j.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	rows, err := tx.Query(ctx, insertSQL+"\nON CONFLICT DO NOTHING RETURNING persistence_id, seq_nr", args.values()...)
-	if err != nil {
-		return err
-	}
 	type key struct {
 		pid string
 		seq int64
 	}
-	inserted := map[key]bool{}
-	var k key
-	if _, err := pgx.ForEachRow(rows, []any{&k.pid, &k.seq}, func() error {
-		inserted[k] = true
-		return nil
-	}); err != nil {
-		return err
+	pending := make([]bool, len(batch))
+	for i := range pending {
+		pending[i] = true
 	}
-	// Rows went in in args order, so a (pid, seq) that two writes of this
-	// batch share belongs to the first of them.
-	mine := make([][]int, len(batch)) // row indexes each write stored
-	missing := make([]int64, len(batch))
-	for i := range missing {
-		missing[i] = -1
-	}
-	for row, req := range args.req {
-		k := key{args.pids[row], args.seqs[row]}
-		if inserted[k] {
-			delete(inserted, k)
-			mine[req] = append(mine[req], row)
-		} else if missing[req] < 0 || args.seqs[row] < missing[req] {
-			missing[req] = args.seqs[row]
-		}
-	}
-	var delPids []string
-	var delSeqs []int64
-	for i, r := range batch {
-		if missing[i] < 0 {
-			continue
-		}
-		results[i] = &journal.WriteConflictError{PersistenceID: r.events[0].PersistenceID, SeqNr: uint64(missing[i])}
-		for _, row := range mine[i] {
-			delPids = append(delPids, args.pids[row])
-			delSeqs = append(delSeqs, args.seqs[row])
-		}
-	}
-	if len(delPids) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM event_journal
-			WHERE (persistence_id, seq_nr) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`, delPids, delSeqs); err != nil {
+	for round := args; round != nil; {
+		rows, err := tx.Query(ctx, insertSQL+"\nON CONFLICT DO NOTHING RETURNING persistence_id, seq_nr", round.values()...)
+		if err != nil {
 			return err
+		}
+		inserted := map[key]bool{}
+		var k key
+		if _, err := pgx.ForEachRow(rows, []any{&k.pid, &k.seq}, func() error {
+			inserted[k] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		// Rows went in in round order, so an inserted (pid, seq) that
+		// several writes of the round share belongs to the first of them.
+		owner := map[key]int{}
+		whole := map[int]bool{}
+		for row, req := range round.req {
+			whole[req] = true
+			if k := (key{round.pids[row], round.seqs[row]}); inserted[k] {
+				if _, taken := owner[k]; !taken {
+					owner[k] = req
+				}
+			}
+		}
+		for row, req := range round.req {
+			if owner[key{round.pids[row], round.seqs[row]}] != req || !inserted[key{round.pids[row], round.seqs[row]}] {
+				whole[req] = false
+			}
+		}
+		// The conflict of each write that did not go in whole: the lowest
+		// seq it misses to a row that stays; -1 if every row it misses
+		// belongs to writes that did not go in whole either.
+		conflict := map[int]int64{}
+		var delPids []string
+		var delSeqs []int64
+		for row, req := range round.req {
+			if whole[req] {
+				continue
+			}
+			k := key{round.pids[row], round.seqs[row]}
+			if _, seen := conflict[req]; !seen {
+				conflict[req] = -1
+			}
+			o, taken := owner[k]
+			switch {
+			case taken && o == req:
+				delPids = append(delPids, k.pid)
+				delSeqs = append(delSeqs, k.seq)
+			case !taken || whole[o]:
+				if c := conflict[req]; c < 0 || k.seq < c {
+					conflict[req] = k.seq
+				}
+			}
+		}
+		if len(delPids) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM event_journal
+				WHERE (persistence_id, seq_nr) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`, delPids, delSeqs); err != nil {
+				return err
+			}
+		}
+		retry := false
+		for req := range whole {
+			pending[req] = false
+			if whole[req] {
+				continue
+			}
+			if c := conflict[req]; c >= 0 {
+				results[req] = &journal.WriteConflictError{PersistenceID: batch[req].events[0].PersistenceID, SeqNr: uint64(c)}
+			} else {
+				pending[req], retry = true, true
+			}
+		}
+		round = nil
+		if retry {
+			round = args.only(pending)
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// only returns the rows of the writes marked in keep, in the same order.
+func (a *insertArgs) only(keep []bool) *insertArgs {
+	out := &insertArgs{}
+	for row, req := range a.req {
+		if !keep[req] {
+			continue
+		}
+		out.pids = append(out.pids, a.pids[row])
+		out.seqs = append(out.seqs, a.seqs[row])
+		out.firsts = append(out.firsts, a.firsts[row])
+		out.ts = append(out.ts, a.ts[row])
+		out.manifests = append(out.manifests, a.manifests[row])
+		out.payloads = append(out.payloads, a.payloads[row])
+		out.tags = append(out.tags, a.tags[row])
+		out.writers = append(out.writers, a.writers[row])
+		out.req = append(out.req, req)
+	}
+	return out
 }
 
 func isCode(err error, code string) bool {
