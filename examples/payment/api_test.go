@@ -7,15 +7,21 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/journal/memory"
+	"github.com/shoal-dev/shoal/sharding"
 )
 
-// HTTP tests through the real API and the simulator, on loopback
-// listeners, with the node's memory journal. Timeouts are shortened where a
-// test waits for one.
+// HTTP tests through the real API and the simulator: over loopback
+// listeners on a Node, and, where a test waits for a timeout, in a synctest
+// bubble with the original's timeouts (bubbleAPI).
 
 // tokenAuthorizer treats the token as the customer id, so tests can act as
 // different customers; "bad" is an invalid token.
@@ -40,7 +46,9 @@ func startNode(t *testing.T, mutate func(*Config)) *Node {
 			PayCredential{MemberStoreID: "store1", HousePAN: "4000carol", TerminalID: "T9"})
 	}
 	cfg.Credentials, cfg.Sequences = tables, tables
-	cfg.Issuer = IssuerClientConfig{ResponseTimeout: 200 * time.Millisecond, RetryAttempts: 2, RetryDelay: time.Millisecond}
+	// Generous: nothing here waits for a response timeout (the synctest
+	// tests below do), so a slow machine must not hit one.
+	cfg.Issuer = IssuerClientConfig{ResponseTimeout: 10 * time.Second, RetryAttempts: 2, RetryDelay: time.Millisecond}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -154,7 +162,6 @@ func TestAPIIssuerFailures(t *testing.T) {
 		{"bad", []Rule{{Reaction: Reaction{Status: 400}}}, 500, CodeIssuingServiceBadRequest},
 		{"down", []Rule{{MTI: "0100", Reaction: Reaction{Status: 503}}}, 503, CodeIssuingServiceUnavailable},
 		{"errcode", []Rule{{Reaction: Reaction{ErrCode: "E1234"}}}, 500, CodeIssuingServiceServerError},
-		{"hang", []Rule{{Reaction: Reaction{Hang: true}}}, 504, CodeTimeOut},
 	} {
 		t.Run(tc.order, func(t *testing.T) {
 			n.Simulator.SetRules(tc.rules...)
@@ -178,18 +185,113 @@ func TestAPICancelTW005(t *testing.T) {
 	}
 }
 
-// The ask gives up after AskTimeout (CODE-012/500); the entity's processing
-// timeout follows FailSafeMargin later and stores Failed(CODE-012).
-func TestAPIAskTimeout(t *testing.T) {
-	n := startNode(t, func(c *Config) {
-		c.Settings.AskTimeout = 200 * time.Millisecond
-		c.Settings.FailSafeMargin = 100 * time.Millisecond
-		c.Issuer.ResponseTimeout = time.Minute // the processing timeout ends the hang
+// bubbleAPI is the API in front of payment entities on single-node
+// sharding, whose IssuerClient calls the simulator in-process: all of it
+// in a synctest bubble, so the original's timeouts run on the fake clock
+// and a test can tell which one answered, to the nanosecond.
+type bubbleAPI struct {
+	handler http.Handler
+	sim     *Simulator
+	journal *memory.Journal
+}
+
+func newBubbleAPI(t *testing.T, settings Settings, issuer func(*IssuerClientConfig)) *bubbleAPI {
+	t.Helper()
+	j := memory.New()
+	sys, err := entity.NewSystem(entity.Config{Codec: testRegistry(), Journal: j, ForceSerialization: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := sharding.New(sys, sharding.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Terminate)
+	sim := NewSimulator()
+	t.Cleanup(func() {
+		// Calls to the issuer outlive their entities (issuing.go): let
+		// those still running end, on the fake clock, before the bubble does.
+		sim.Close()
+		time.Sleep(time.Hour)
 	})
-	n.Simulator.SetRules(Rule{Reaction: Reaction{Hang: true}})
-	put(t, n, "example", "dummy", "shop-1/slow/payment", amount1000).want(t, 500, CodeUnpredictable)
-	// Stashed until the processing timeout, then answered from Failed.
-	put(t, n, "example", "dummy", "shop-1/slow/payment", amount1000).want(t, 500, CodeUnpredictable)
+	tables := NewMemoryTables()
+	SeedDemo(tables)
+	p := &Payments{Settings: settings, Issuer: simulatedIssuer(sim, issuer), Credentials: tables, Sequences: tables}
+	region, err := InitPayments(sh, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &API{Payments: region, Auth: StubAuthorizer{}, AskTimeout: settings.AskTimeout, Log: quietLogger()}
+	return &bubbleAPI{handler: api.Handler(), sim: sim, journal: j}
+}
+
+// put sends a request as the stub's customer; the answer comes on the channel.
+func (b *bubbleAPI) put(path, body string) <-chan apiResult {
+	ch := make(chan apiResult, 1)
+	go func() {
+		req := httptest.NewRequest(http.MethodPut, "/00/ec/settlements/"+path, strings.NewReader(body))
+		req.Header.Set("X-Tenant-Id", string(TenantExample))
+		req.Header.Set("Authorization", "Bearer t")
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, req)
+		res := apiResult{Status: rec.Code}
+		_ = json.Unmarshal(rec.Body.Bytes(), &res.Body)
+		ch <- res
+	}()
+	synctest.Wait()
+	return ch
+}
+
+// The issuer hangs and the client's timeouts are the original's: the
+// request times out at 3s, its failure-cancel three times, 1s apart, so
+// at 14s the client gets 504 CODE-005, before the ask timeout (15s); the
+// failure is stored and the next settle gets it at once.
+func TestAPIIssuerHangIsATimeOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleAPI(t, DefaultSettings(), nil)
+		b.sim.SetRules(Rule{Reaction: Reaction{Hang: true}})
+		start := time.Now()
+		(<-b.put("shop-1/hang/payment", amount1000)).want(t, 504, CodeTimeOut)
+		if took := time.Since(start); took != 14*time.Second {
+			t.Fatalf("answered after %v, want 14s", took)
+		}
+		b.sim.SetRules()
+		start = time.Now()
+		(<-b.put("shop-1/hang/payment", amount1000)).want(t, 504, CodeTimeOut)
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("stored failure answered after %v", took)
+		}
+		if got := mtis(b.sim.Received()); !slices.Equal(got, []string{"0100", "0120", "0120", "0120"}) {
+			t.Fatalf("issuer received %v", got)
+		}
+	})
+}
+
+// The ask gives up after AskTimeout (15s: CODE-012/500) while the issuer
+// still hangs. A second settle waits in the entity's stash until the
+// processing timeout, FailSafeMargin later (20s), moves it to Failed, and
+// gets the stored CODE-012 then — not at its own ask timeout (30s).
+func TestAPIAskTimeoutThenTheProcessingTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleAPI(t, DefaultSettings(), func(c *IssuerClientConfig) {
+			c.ResponseTimeout = time.Minute // only the entity's timeouts end the hang
+		})
+		b.sim.SetRules(Rule{Reaction: Reaction{Hang: true}})
+		start := time.Now()
+		(<-b.put("shop-1/slow/payment", amount1000)).want(t, 500, CodeUnpredictable)
+		if took := time.Since(start); took != 15*time.Second {
+			t.Fatalf("ask timed out after %v, want 15s", took)
+		}
+		(<-b.put("shop-1/slow/payment", amount1000)).want(t, 500, CodeUnpredictable)
+		if took := time.Since(start); took != 20*time.Second {
+			t.Fatalf("second settle answered at %v, want 20s (the processing timeout)", took)
+		}
+		key := OrderKey{Tenant: TenantExample, WalletShopID: "shop-1", OrderID: "slow"}
+		if got := storedEvents(t, b.journal, key); !slices.Equal(got,
+			[]string{"payment.SettlementAccepted", "payment.SettlementTimeoutDetected"}) {
+			t.Fatalf("events %v", got)
+		}
+	})
 }
 
 // Shutdown hands entities off through StopActor: an entity still waiting

@@ -13,7 +13,8 @@ import (
 // demoTimeouts keeps the original's proportions at a tenth of the time, so
 // the demo's hanging issuer times out in seconds: the client gives up after
 // 1.5s, the entity after 2s. The issuer client waits longer than both, so
-// the entity's processing timeout is what ends the hang.
+// the entity's processing timeout is what ends the settlement; the call
+// itself runs on in the background (issuing.go) until the demo is over.
 func demoTimeouts() (Settings, IssuerClientConfig) {
 	return Settings{
 			AskTimeout:     1500 * time.Millisecond,

@@ -15,7 +15,8 @@ import (
 
 // Issuer is the card issuer as the entity's work sees it. Both calls return
 // the issuer's answer, or an error: a Failure for the outcomes the gateway
-// table names, anything else for the unexpected.
+// table names, anything else for the unexpected. A call must end by itself:
+// the entity does not cancel a call once it is made (issuing.go).
 type Issuer interface {
 	Authorize(ctx context.Context, req IssuerRequest) (IssuerResponse, error)
 	Reverse(ctx context.Context, req IssuerRequest) (IssuerResponse, error)

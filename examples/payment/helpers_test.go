@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -36,7 +39,7 @@ func (f *fakeIssuer) Authorize(ctx context.Context, req IssuerRequest) (IssuerRe
 	f.auths = append(f.auths, req)
 	code, err, gate := f.authCode, f.authErr, f.gate
 	f.mu.Unlock()
-	return f.answer(ctx, gate, code, err)
+	return f.answer(ctx, gate, req, code, err)
 }
 
 func (f *fakeIssuer) Reverse(ctx context.Context, req IssuerRequest) (IssuerResponse, error) {
@@ -44,10 +47,10 @@ func (f *fakeIssuer) Reverse(ctx context.Context, req IssuerRequest) (IssuerResp
 	f.revrs = append(f.revrs, req)
 	code, err, gate := f.revCode, f.revErr, f.gate
 	f.mu.Unlock()
-	return f.answer(ctx, gate, code, err)
+	return f.answer(ctx, gate, req, code, err)
 }
 
-func (f *fakeIssuer) answer(ctx context.Context, gate chan struct{}, code string, err error) (IssuerResponse, error) {
+func (f *fakeIssuer) answer(ctx context.Context, gate chan struct{}, req IssuerRequest, code string, err error) (IssuerResponse, error) {
 	if gate != nil {
 		select {
 		case <-gate:
@@ -61,7 +64,7 @@ func (f *fakeIssuer) answer(ctx context.Context, gate chan struct{}, code string
 	if code == "" {
 		code = ErrCodeOK
 	}
-	return IssuerResponse{IntranID: "intran", AuthID: "1", ErrCode: code}, nil
+	return IssuerResponse{IntranID: "I" + req.TransactionID, AuthID: "1", ErrCode: code}, nil
 }
 
 // Hold makes calls wait until Release.
@@ -79,6 +82,17 @@ func (f *fakeIssuer) Release() {
 	f.gate = nil
 }
 
+// releaseHeld ends a test: calls to the issuer outlive their entity
+// (issuing.go), so held ones must be let through for the bubble to end.
+func (f *fakeIssuer) releaseHeld() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gate != nil {
+		close(f.gate)
+		f.gate = nil
+	}
+}
+
 func (f *fakeIssuer) calls() (auths, reversals int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -87,6 +101,8 @@ func (f *fakeIssuer) calls() (auths, reversals int) {
 
 var (
 	testKey = OrderKey{Tenant: TenantExample, ClientID: 7, WalletShopID: "shop-1", OrderID: "order1"}
+	// aliceCredential is where alice's credential at shop-1 is.
+	aliceCredential = CredentialKey{Tenant: TenantExample, CustomerID: "alice", ClientID: 7, WalletShopID: "shop-1"}
 	// alice pays; bob is another customer of the same client.
 	aliceSettle = SettleRequest{ClientID: 7, CustomerID: "alice", WalletShopID: "shop-1", OrderID: "order1", Amount: 1000}
 	aliceCancel = CancelRequest{ClientID: 7, CustomerID: "alice", WalletShopID: "shop-1", OrderID: "order1"}
@@ -122,16 +138,69 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, settings Settings) *fixture {
-	f := &fixture{t: t, issuer: &fakeIssuer{}, tables: testTables(), reg: testRegistry()}
-	p := &Payments{Settings: settings, Issuer: f.issuer, Credentials: f.tables, Sequences: f.tables}
+	f := newFixtureWith(t, settings, &fakeIssuer{})
+	t.Cleanup(f.issuer.releaseHeld) // end the issuer calls still held, so the bubble can end
+	return f
+}
+
+// newFixtureWith is newFixture with another issuer; f.issuer is set only
+// when it is a fakeIssuer.
+func newFixtureWith(t *testing.T, settings Settings, issuer Issuer) *fixture {
+	f := &fixture{t: t, tables: testTables(), reg: testRegistry()}
+	f.issuer, _ = issuer.(*fakeIssuer)
+	p := &Payments{Settings: settings, Issuer: issuer, Credentials: f.tables, Sequences: f.tables}
 	f.kit = eventsourcedtest.New[Command, Event, State](t, TypeKey, p.Create,
 		eventsourcedtest.Options{Codec: f.reg, EntityID: testKey.EntityID()})
-	t.Cleanup(func() { // end the issuer calls still held, so the bubble can end
+	t.Cleanup(func() {
 		cell := f.kit.Cell()
 		cell.StopNow()
 		<-cell.Done()
 	})
 	return f
+}
+
+// handlerTransport serves HTTP requests in-process with h: no sockets, so
+// an IssuerClient and the Simulator can run in a synctest bubble, on its
+// fake clock. A request whose context ends fails as it would on the wire;
+// a handler that aborts (http.ErrAbortHandler) is a dropped connection.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rec := httptest.NewRecorder()
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- fmt.Errorf("connection dropped: %v", v)
+			}
+		}()
+		t.h.ServeHTTP(rec, req)
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return rec.Result(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// simulatedIssuer is an IssuerClient with the original's timeouts
+// (DefaultIssuerClientConfig) calling sim in-process. cfg may change them.
+func simulatedIssuer(sim *Simulator, cfg func(*IssuerClientConfig)) *IssuerClient {
+	c := DefaultIssuerClientConfig()
+	c.URL = "http://issuer.test/payment"
+	if cfg != nil {
+		cfg(&c)
+	}
+	return NewIssuerClient(c, &http.Client{Transport: handlerTransport{sim}})
 }
 
 // ref is the running incarnation, started anew if the last one passivated.
@@ -191,6 +260,20 @@ func (f *fixture) noAnswer(ch <-chan Response) {
 		f.t.Fatalf("unexpected answer %v", r)
 	default:
 	}
+}
+
+// storedEvents are the events stored so far.
+func (f *fixture) storedEvents() []Event {
+	f.t.Helper()
+	var out []Event
+	for _, e := range f.kit.Journal().Written() {
+		ev, err := codec.DecodeAs[Event](f.reg, e.Manifest, e.Payload)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	return out
 }
 
 // events are the types of the events stored so far.
@@ -289,6 +372,7 @@ func newLocalNode(t *testing.T, settings Settings) *localNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.sharding.Terminate)
+	t.Cleanup(n.issuer.releaseHeld)
 	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
 	if n.entities, err = InitPayments(n.sharding, p); err != nil {
 		t.Fatal(err)

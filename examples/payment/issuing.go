@@ -12,6 +12,15 @@ import (
 // own goroutine and delivers its result as a command, SettlementResult or
 // CancelResult, which the entity handles like any other message. The work
 // must not touch the entity's state, so everything it needs is copied in.
+//
+// PipeToSelf cancels the work's context when the incarnation stops. Until
+// the request to the issuer is sent that is right: nothing has happened
+// yet. Once it is sent, the issuer may act on it, and only the client's own
+// protocol (its response timeout, then a failure-cancel) settles what it
+// did; so the issuer call gets a context that the entity's stop does not
+// cancel (issuerContext), as the original's Future outlived its actor. If
+// the entity has stopped by then (its processing timeout, a shutdown past
+// its deadline), the result finds nobody and is dropped.
 
 // authorize looks up the credential, draws the ids, calls the issuer and
 // sends the outcome back as a SettlementResult (executePayment).
@@ -44,7 +53,7 @@ func (h *handler) authorize(ctx Ctx, c Settle, acceptedAt time.Time) {
 			PaymentID:     paymentID,
 			TerminalID:    cred.TerminalID,
 		}
-		resp, err := h.Issuer.Authorize(work, res.Request)
+		resp, err := h.Issuer.Authorize(issuerContext(work), res.Request)
 		if err != nil {
 			f := failureOf(log, err)
 			res.Failure = &f
@@ -84,7 +93,7 @@ func (h *handler) reverse(ctx Ctx, s Completed, c Cancel) {
 		res.Request.PaymentID = paymentID
 		res.Request.TerminalID = cred.TerminalID
 		res.Request.OriginalPaymentID = s.OriginalRequest.PaymentID
-		resp, err := h.Issuer.Reverse(work, res.Request)
+		resp, err := h.Issuer.Reverse(issuerContext(work), res.Request)
 		if err != nil {
 			f := failureOf(log, err)
 			res.Failure = &f
@@ -94,6 +103,10 @@ func (h *handler) reverse(ctx Ctx, s Completed, c Cancel) {
 		return res
 	})
 }
+
+// issuerContext is the context of a call to the issuer: work's values, not
+// its cancellation. The IssuerClient bounds the call by its own timeouts.
+func issuerContext(work context.Context) context.Context { return context.WithoutCancel(work) }
 
 // failureOf keeps a business Failure and turns anything else into
 // Unpredictable (handleException in the original).

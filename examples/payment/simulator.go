@@ -63,7 +63,8 @@ func (s *Simulator) Received() []IssuerRequest {
 	return append([]IssuerRequest(nil), s.received...)
 }
 
-// Close releases hanging requests.
+// Close releases hanging and delayed requests: their connections are
+// dropped, unanswered.
 func (s *Simulator) Close() { s.once.Do(func() { close(s.closed) }) }
 
 // ServeHTTP implements http.Handler for POST /payment.
@@ -102,6 +103,8 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-s.closed:
+			// Drop the connection: returning would answer 200 with no body.
+			panic(http.ErrAbortHandler)
 		}
 		return
 	}
@@ -113,7 +116,7 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-s.closed:
-			return
+			panic(http.ErrAbortHandler)
 		}
 	}
 	switch {

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
 )
 
 // The four processing-timeout points of DESIGN §6, one test each, plus
@@ -170,6 +175,73 @@ func TestTimeoutPoint4CancelledWhenTheResultArrives(t *testing.T) {
 	})
 }
 
+// Point 4 for a cancel: the CancelResult cancels the cancel's timer.
+func TestTimeoutPoint4CancelingTimerCancelledByTheResult(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		wantOK(t, f.answer(f.settle(aliceSettle)))
+		time.Sleep(time.Second) // another deadline, so another timer than the settlement's
+		f.issuer.Hold()
+		answer := f.cancel(aliceCancel)
+		c := f.kit.State().(Canceling)
+		if !f.timerActive(c.Timeout) {
+			t.Fatal("processing timeout not scheduled for the cancel")
+		}
+		f.issuer.Release()
+		wantOK(t, f.answer(answer))
+		if f.timerActive(c.Timeout) {
+			t.Fatal("processing timeout still scheduled after the cancel's result")
+		}
+	})
+}
+
+// Outside Settling and Canceling, results and processing timeouts are
+// unhandled: nothing stored, nobody answered, the state unchanged. That is
+// the fate of a result that comes after its phase timed out.
+func TestResultsAndTimeoutsOutsideAPhaseAreUnhandled(t *testing.T) {
+	for _, tc := range []struct {
+		state string
+		reach func(*fixture)
+	}{
+		{"WaitingForRequest", func(*fixture) {}},
+		{"Completed", func(f *fixture) { wantOK(t, f.answer(f.settle(aliceSettle))) }},
+		{"Canceled", func(f *fixture) {
+			wantOK(t, f.answer(f.settle(aliceSettle)))
+			wantOK(t, f.answer(f.cancel(aliceCancel)))
+		}},
+		{"Failed", func(f *fixture) {
+			f.issuer.authCode = "E0007"
+			wantFailure(t, f.answer(f.settle(aliceSettle)), CodeIssuingServiceServerError)
+		}},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, DefaultSettings())
+				tc.reach(f)
+				before := f.state()
+				if name := stateName(before); name != tc.state {
+					t.Fatalf("state %s, want %s", name, tc.state)
+				}
+				ok := &IssuerResponse{IntranID: "late", ErrCode: ErrCodeOK}
+				for _, build := range []func(entity.ReplyTo[Response]) Command{
+					func(to entity.ReplyTo[Response]) Command { return SettlementResult{ReplyTo: to, Response: ok} },
+					func(to entity.ReplyTo[Response]) Command { return CancelResult{ReplyTo: to, Response: ok} },
+					func(entity.ReplyTo[Response]) Command {
+						return ProcessingTimeout{Deadline: time.Now().Add(20 * time.Second)}
+					},
+				} {
+					stored := len(f.events())
+					res := eventsourcedtest.RunCommandWithReply(f.kit, build)
+					if res.Replied || len(f.events()) != stored || res.Stopped || !reflect.DeepEqual(res.State, before) {
+						t.Fatalf("%T in %s: replied %v, events %v, stopped %v, state %+v",
+							build(entity.ReplyTo[Response]{}), tc.state, res.Replied, f.events(), res.Stopped, res.State)
+					}
+				}
+			})
+		})
+	}
+}
+
 // Recovery: the node stops while Settling and the entity comes back after
 // its deadline: the re-armed timeout fires at once and it leaves Settling.
 func TestRecoveryAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
@@ -321,5 +393,35 @@ func TestMailDuringPassivationReachesTheNextIncarnation(t *testing.T) {
 		synctest.Wait()
 		wantOK(t, <-first)
 		wantOK(t, <-later)
+	})
+}
+
+// A call to the issuer, once sent, runs its own protocol to the end even
+// when its entity stops first. Here the processing timeout (20s) ends
+// Settling while the issuer client still waits for the hanging issuer (its
+// response timeout is 30s); the entity is Failed and gone, yet at 30s the
+// authorization's failure-cancel goes out, so that the issuer voids what
+// it may have done. Its result finds nobody.
+func TestIssuerCallOutlivesItsEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sim := NewSimulator()
+		sim.SetRules(Rule{MTI: MTIAuthorization, Reaction: Reaction{Hang: true}})
+		f := newFixtureWith(t, DefaultSettings(), simulatedIssuer(sim, func(c *IssuerClientConfig) {
+			c.ResponseTimeout = 30 * time.Second
+		}))
+		answer := f.settle(aliceSettle)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+		if !f.passivated() {
+			t.Fatal("the processing timeout did not passivate")
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got := mtis(sim.Received()); !slices.Equal(got, []string{MTIAuthorization, MTIAuthorizationFailure}) {
+			t.Fatalf("issuer received %v, want the authorization and its failure-cancel", got)
+		}
+		f.noAnswer(answer)
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
 	})
 }
