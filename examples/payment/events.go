@@ -54,27 +54,33 @@ type CancelAccepted struct {
 // CancelSuccessConfirmed: the issuer reversed the payment (or said it
 // already had: TW005).
 type CancelSuccessConfirmed struct {
-	TraceID         string
-	Request         CancelRequest
-	Credential      PayCredential
-	IssuerRequest   IssuerRequest
-	Response        IssuerResponse
-	OriginalRequest IssuerRequest
-	SaleDateTime    time.Time
-	At              time.Time
+	TraceID       string
+	Request       CancelRequest
+	Credential    PayCredential
+	IssuerRequest IssuerRequest
+	Response      IssuerResponse
+	// SpecificDealInfo is the reversed authorization's intranid
+	// (specificDealInfo in the original).
+	SpecificDealInfo string
+	OriginalRequest  IssuerRequest
+	SaleDateTime     time.Time
+	At               time.Time
 }
 
 // CancelFailureConfirmed: the reversal failed; the entity is Completed again.
 type CancelFailureConfirmed struct {
-	TraceID         string
-	Request         CancelRequest
-	Credential      PayCredential // fresh from the lookup: Completed takes it
-	IssuerRequest   IssuerRequest
-	Response        *IssuerResponse `json:",omitempty"`
-	Failure         Failure
-	OriginalRequest IssuerRequest
-	SaleDateTime    time.Time
-	At              time.Time
+	TraceID       string
+	Request       CancelRequest
+	Credential    PayCredential // fresh from the lookup: Completed takes it
+	IssuerRequest IssuerRequest
+	Response      *IssuerResponse `json:",omitempty"`
+	Failure       Failure
+	// OriginalResponse is the issuer's answer to the authorization that
+	// stays in force (paymentResponse in the original).
+	OriginalResponse IssuerResponse
+	OriginalRequest  IssuerRequest
+	SaleDateTime     time.Time
+	At               time.Time
 }
 
 // CancelAborted: the reversal was never sent.

@@ -244,13 +244,13 @@ func (h *handler) cancelResult(ctx Ctx, s Canceling, c CancelResult) Effect {
 	now := ctx.Clock().Now()
 	failed := func(resp *IssuerResponse, f Failure) (Event, Response) {
 		return CancelFailureConfirmed{TraceID: s.TraceID, Request: s.Request, Credential: c.Credential,
-			IssuerRequest: c.Request, Response: resp, Failure: f, OriginalRequest: s.Completed.OriginalRequest,
-			SaleDateTime: s.Completed.SaleDateTime, At: now}, Rejected(f)
+			IssuerRequest: c.Request, Response: resp, Failure: f, OriginalResponse: s.Completed.Response,
+			OriginalRequest: s.Completed.OriginalRequest, SaleDateTime: s.Completed.SaleDateTime, At: now}, Rejected(f)
 	}
 	succeeded := func(resp IssuerResponse) Event {
 		return CancelSuccessConfirmed{TraceID: s.TraceID, Request: s.Request, Credential: c.Credential,
-			IssuerRequest: c.Request, Response: resp, OriginalRequest: s.Completed.OriginalRequest,
-			SaleDateTime: s.Completed.SaleDateTime, At: now}
+			IssuerRequest: c.Request, Response: resp, SpecificDealInfo: s.Completed.Response.IntranID,
+			OriginalRequest: s.Completed.OriginalRequest, SaleDateTime: s.Completed.SaleDateTime, At: now}
 	}
 	var (
 		ev  Event

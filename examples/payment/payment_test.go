@@ -53,9 +53,8 @@ func TestFirstSettleFailureIsTheStoredOutcome(t *testing.T) {
 			[]string{"SettlementAccepted", "SettlementFailureConfirmed"}},
 		{"unexpected error", func(f *fixture) { f.issuer.authErr = errors.New("boom") }, CodeUnpredictable,
 			[]string{"SettlementAccepted", "SettlementFailureConfirmed"}},
-		{"no credential", func(f *fixture) {
-			f.tables.Delete(CredentialKey{Tenant: TenantExample, CustomerID: "alice", ClientID: 7, WalletShopID: "shop-1"})
-		}, CodeNotFound, []string{"SettlementAccepted", "SettlementAborted"}},
+		{"no credential", func(f *fixture) { f.tables.Delete(aliceCredential) },
+			CodeNotFound, []string{"SettlementAccepted", "SettlementAborted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -63,10 +62,17 @@ func TestFirstSettleFailureIsTheStoredOutcome(t *testing.T) {
 				tc.setup(f)
 				wantFailure(t, f.answer(f.settle(aliceSettle)), tc.code)
 				wantEvents(t, f.events(), tc.events...)
+				if f.passivated() {
+					t.Fatal("first-time processing passivated; it should wait for the receive timeout")
+				}
 				// Fixing the cause changes nothing: the outcome is stored.
 				f.issuer.authCode, f.issuer.authErr = "", nil
-				f.tables = testTables()
+				cred, _ := testTables().PayCredential(context.Background(), aliceCredential)
+				f.tables.Put(aliceCredential, cred)
 				wantFailure(t, f.answer(f.settle(aliceSettle)), tc.code)
+				if auths, _ := f.issuer.calls(); auths > 1 {
+					t.Fatalf("issuer called %d times, want at most 1", auths)
+				}
 				if !f.passivated() {
 					t.Fatal("an idempotent reply should passivate at once")
 				}
@@ -172,6 +178,9 @@ func TestCancelAfterSuccess(t *testing.T) {
 				} else {
 					wantFailure(t, got, tc.want)
 				}
+				if f.passivated() {
+					t.Fatal("first-time processing passivated; it should wait for the receive timeout")
+				}
 				ev := f.events()
 				if last := ev[len(ev)-1]; last != "payment."+tc.lastEvent {
 					t.Fatalf("last event %s, want %s", last, tc.lastEvent)
@@ -196,7 +205,7 @@ func TestCancelAbortedWhenCredentialGoneStaysCompleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, DefaultSettings())
 		wantOK(t, f.answer(f.settle(aliceSettle)))
-		f.tables.Delete(CredentialKey{Tenant: TenantExample, CustomerID: "alice", ClientID: 7, WalletShopID: "shop-1"})
+		f.tables.Delete(aliceCredential)
 		wantFailure(t, f.answer(f.cancel(aliceCancel)), CodeNotFound)
 		wantEvents(t, f.events(), "SettlementAccepted", "SettlementSuccessConfirmed", "CancelAccepted", "CancelAborted")
 		if _, ok := f.state().(Completed); !ok {
@@ -296,6 +305,9 @@ func TestConfirmations(t *testing.T) {
 		}
 		settle := func(to entity.ReplyTo[Confirmed]) Command { return Settle{SettleRequest: aliceSettle, ConfirmTo: to} }
 		cancel := func(to entity.ReplyTo[Confirmed]) Command { return Cancel{CancelRequest: aliceCancel, ConfirmTo: to} }
+		if !confirmed(cancel) {
+			t.Fatal("Cancel not confirmed in WaitingForRequest")
+		}
 		if !confirmed(settle) || !confirmed(settle) {
 			t.Fatal("Settle not confirmed in WaitingForRequest / Completed")
 		}
@@ -304,6 +316,92 @@ func TestConfirmations(t *testing.T) {
 		}
 		if confirmed(settle) {
 			t.Fatal("Settle after Canceled confirmed; the original does not")
+		}
+	})
+}
+
+// In Failed, Settle is confirmed and Cancel is not (README, "weaknesses").
+func TestConfirmationsWhenFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.authCode = "E0005"
+		wantFailure(t, f.answer(f.settle(aliceSettle)), CodeIssuingServiceServerError)
+		confirmed := func(build func(to entity.ReplyTo[Confirmed]) Command) bool {
+			ref := f.ref()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := entity.Ask(ctx, ref, build)
+			synctest.Wait()
+			return err == nil
+		}
+		if !confirmed(func(to entity.ReplyTo[Confirmed]) Command { return Settle{SettleRequest: aliceSettle, ConfirmTo: to} }) {
+			t.Fatal("Settle not confirmed in Failed")
+		}
+		if confirmed(func(to entity.ReplyTo[Confirmed]) Command { return Cancel{CancelRequest: aliceCancel, ConfirmTo: to} }) {
+			t.Fatal("Cancel after Failed confirmed; the original does not")
+		}
+	})
+}
+
+// Settle and Cancel wait in the stash while Canceling, as while Settling,
+// and are answered from the outcome: Canceled here. The first idempotent
+// answer passivates, so this runs on sharding, whose StopActor comes after
+// what was unstashed (the testkit's owner-less entity would stop at once).
+func TestSettleAndCancelWhileCancelingAreStashed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newLocalNode(t, DefaultSettings())
+		wantOK(t, <-n.settle(aliceSettle))
+		n.issuer.Hold()
+		first := n.cancel(aliceCancel)
+		settle := n.settle(aliceSettle)
+		again := n.cancel(aliceCancel)
+		other := n.cancel(bobCancel)
+		synctest.Wait()
+		select {
+		case r := <-settle:
+			t.Fatalf("Settle answered while Canceling: %v", r)
+		case r := <-again:
+			t.Fatalf("Cancel answered while Canceling: %v", r)
+		default:
+		}
+		n.issuer.Release()
+		synctest.Wait()
+		wantOK(t, <-first)
+		wantFailure(t, <-settle, CodeValidation)
+		wantOK(t, <-again)
+		wantFailure(t, <-other, CodeForbidden)
+		if _, revs := n.issuer.calls(); revs != 1 {
+			t.Fatalf("%d reversals, want 1", revs)
+		}
+		if l := n.resident(); l != 0 {
+			t.Fatalf("%d entities alive, want 0: idempotent answers passivate", l)
+		}
+	})
+}
+
+// The cancel events keep what the read model needs of the payment they
+// cancel: the authorization's intranid (specificDealInfo) on success, its
+// response (paymentResponse) on failure.
+func TestCancelEventsReferToTheOriginalPayment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		wantOK(t, f.answer(f.settle(aliceSettle)))
+		paid := f.state().(Completed)
+		if paid.Response.IntranID == "" {
+			t.Fatal("no intranid in Completed")
+		}
+		f.issuer.revCode = "E0006"
+		wantFailure(t, f.answer(f.cancel(aliceCancel)), CodeIssuingServiceServerError)
+		f.issuer.revCode = ""
+		wantOK(t, f.answer(f.cancel(aliceCancel)))
+		evs := f.storedEvents()
+		failed, ok := evs[3].(CancelFailureConfirmed)
+		if !ok || failed.OriginalResponse != paid.Response || failed.OriginalRequest != paid.OriginalRequest {
+			t.Fatalf("event 4: %+v, want a CancelFailureConfirmed of %+v", evs[3], paid)
+		}
+		succeeded, ok := evs[5].(CancelSuccessConfirmed)
+		if !ok || succeeded.SpecificDealInfo != paid.Response.IntranID || succeeded.Response.IntranID == paid.Response.IntranID {
+			t.Fatalf("event 6: %+v, want a CancelSuccessConfirmed of intranid %s", evs[5], paid.Response.IntranID)
 		}
 	})
 }
