@@ -133,16 +133,17 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 
 // validate checks the headers and the path; on failure it has answered.
 func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
+	// 401 carries CODE-001, as the original's rejection handler answered.
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "bearer token required"})
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "bearer token required"})
 		return request{}, false
 	}
 	principal, err := a.Auth.Authorize(r.Context(), token)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "invalid bearer token"})
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "invalid bearer token"})
 		return request{}, false
 	}
 	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))

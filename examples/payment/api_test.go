@@ -130,8 +130,8 @@ func TestAPIValidation(t *testing.T) {
 		status                             int
 		code                               Code
 	}{
-		{"no token", "example", "", "shop-1/o1/payment", amount1000, 401, ""},
-		{"invalid token", "example", "bad", "shop-1/o1/payment", amount1000, 401, ""},
+		{"no token", "example", "", "shop-1/o1/payment", amount1000, 401, CodeForbidden},
+		{"invalid token", "example", "bad", "shop-1/o1/payment", amount1000, 401, CodeForbidden},
 		{"no tenant", "", "dummy", "shop-1/o1/payment", amount1000, 400, CodeValidation},
 		{"unknown tenant", "tenant-b", "dummy", "shop-1/o1/payment", amount1000, 400, CodeValidation},
 		{"no body", "example", "dummy", "shop-1/o1/payment", "", 400, CodeValidation},
