@@ -1,5 +1,7 @@
 package sharding
 
+import "github.com/shoal-dev/shoal/entity"
+
 // The messages regions and coordinators exchange, named as in Akka's
 // ShardCoordinator protocol. Messages the coordinator sends carry its
 // fencing epoch; a region ignores a message from an epoch older than the
@@ -74,6 +76,10 @@ type (
 	StopShards struct{ Shards []string }
 	// RegionStopped tells the coordinator a region is gone.
 	RegionStopped struct{ Region string }
+	// GetRegionStats asks a region for its entities per hosted shard.
+	GetRegionStats struct {
+		ReplyTo entity.ReplyTo[map[string]int]
+	}
 	// Deliver carries an entity message from one region to another; with
 	// Start it only starts the entity (StartEntity) and Msg is nil.
 	Deliver struct {
@@ -101,4 +107,5 @@ func (GracefulShutdownReq) protocolMessage() {}
 func (RegionStopped) protocolMessage()       {}
 func (StopShards) protocolMessage()          {}
 func (Deliver) protocolMessage()             {}
+func (GetRegionStats) protocolMessage()      {}
 func (rebalanceTick) protocolMessage()       {}

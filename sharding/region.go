@@ -171,7 +171,9 @@ func (r *Region[C]) route(shardID string, p pending[C]) error {
 	}
 	e.buffer = append(e.buffer, p)
 	r.buffered++
-	if e.home == "" && !e.handingOff && !e.requested {
+	// Asked once registered, as in Akka: a coordinator that has not seen
+	// this region yet would place the shard without it.
+	if e.home == "" && !e.handingOff && !e.requested && r.registered {
 		e.requested = true
 		r.toCoordinator(GetShardHome{Shard: shardID, Region: r.s.self})
 	}
@@ -229,11 +231,22 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		r.mu.Unlock()
 		r.register()
 	case RegisterAck:
+		var ask []string
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
 			r.coordinator, r.registered = m.Coordinator, true
+			for id, e := range r.table {
+				if len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
+					e.requested = true
+					ask = append(ask, id)
+				}
+			}
 		}
 		r.mu.Unlock()
+		slices.Sort(ask)
+		for _, id := range ask {
+			r.toCoordinator(GetShardHome{Shard: id, Region: r.s.self})
+		}
 	case ShardHomes:
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
@@ -275,6 +288,8 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		r.handOff(m)
 	case shardHandedOff:
 		r.finishHandOff(m)
+	case GetRegionStats:
+		entity.Reply(r.s.sys, m.ReplyTo, r.Stats())
 	case Deliver:
 		msg, ok := m.Msg.(C)
 		if !ok && !m.Start {
@@ -336,6 +351,9 @@ func (r *Region[C]) retry() {
 		if e.local == nil && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
 			ask = append(ask, id)
 		}
+	}
+	if !r.registered {
+		ask = nil // asked when the RegisterAck comes
 	}
 	r.idleTick++
 	tick := r.idleTick
@@ -586,6 +604,64 @@ func (r *Region[C]) Stats() map[string]int {
 	}
 	return out
 }
+
+// ShardingStats is the sharding of one entity type over the cluster.
+type ShardingStats struct {
+	// Regions maps each hosting region (its node) that answered to the
+	// number of entities in each of its shards.
+	Regions map[string]map[string]int
+	// Failed lists, sorted, the regions that did not answer before the
+	// context ended or could not be reached.
+	Failed []string
+}
+
+// ClusterStats asks every member that may host this entity type for its
+// entities per shard (Akka's GetClusterShardingStats). It returns when all
+// have answered or ctx ends; give ctx a deadline.
+func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
+	var nodes []string
+	for _, m := range r.s.cfg.Membership.Members() {
+		if m.HasRole(r.ent.Role) {
+			nodes = append(nodes, m.Node)
+		}
+	}
+	type answer struct {
+		node  string
+		stats map[string]int
+		err   error
+	}
+	answers := make(chan answer, len(nodes))
+	for _, node := range nodes {
+		go func() {
+			ref := transportRef{t: r.s.cfg.Transport, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
+			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
+				return GetRegionStats{ReplyTo: to}
+			})
+			answers <- answer{node, st, err}
+		}()
+	}
+	out := ShardingStats{Regions: make(map[string]map[string]int, len(nodes))}
+	for range nodes {
+		a := <-answers
+		if a.err != nil {
+			out.Failed = append(out.Failed, a.node)
+			continue
+		}
+		out.Regions[a.node] = a.stats
+	}
+	slices.Sort(out.Failed)
+	return out
+}
+
+// transportRef lets entity.Ask address a region through the transport.
+type transportRef struct {
+	t   Transport
+	to  Address
+	sys *entity.System
+}
+
+func (t transportRef) Tell(m Message) error   { return t.t.Send(t.to, m) }
+func (t transportRef) System() *entity.System { return t.sys }
 
 // Homes reports every shard home this region knows: shard → node.
 func (r *Region[C]) Homes() map[string]string {

@@ -101,7 +101,7 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if s.self == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
-	if lt, ok := cfg.Transport.(*LocalTransport); ok {
+	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
 		lt.Attach(sys.NodeID(), sys)
 	}
 	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
@@ -179,8 +179,9 @@ type Settings struct {
 	RestartBackoffMin, RestartBackoffMax time.Duration
 	// Strategy allocates and rebalances shards. Default: least-shard.
 	Strategy allocation.Strategy
-	// StashCapacity and MailboxCapacity are passed to each entity's Props.
-	StashCapacity, MailboxCapacity int
+	// StashCapacity, MailboxCapacity and HeldCapacity are passed to each
+	// entity's Props (see entity.Props for their defaults).
+	StashCapacity, MailboxCapacity, HeldCapacity int
 }
 
 func (st Settings) withDefaults() Settings {

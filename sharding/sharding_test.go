@@ -142,6 +142,37 @@ type sim struct {
 	settings      sharding.Settings
 	nodes         map[string]*node
 	logger        *slog.Logger // the nodes' logger; default quiet
+	sent          *sentLog     // when set, records every protocol message nodes joining later send
+}
+
+// sentLog records protocol messages in send order.
+type sentLog struct {
+	mu   sync.Mutex
+	msgs []sentMsg
+}
+
+type sentMsg struct {
+	to  sharding.Address
+	msg sharding.Message
+}
+
+func (l *sentLog) all() []sentMsg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
+
+// tapped is the sim's transport with every Send recorded.
+type tapped struct {
+	*sharding.LocalTransport
+	log *sentLog
+}
+
+func (t tapped) Send(to sharding.Address, m sharding.Message) error {
+	t.log.mu.Lock()
+	t.log.msgs = append(t.log.msgs, sentMsg{to, m})
+	t.log.mu.Unlock()
+	return t.LocalTransport.Send(to, m)
 }
 
 func newSim(t testing.TB, settings sharding.Settings) *sim {
@@ -164,8 +195,12 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.rememberStore != nil {
 		remember = s.rememberStore
 	}
+	var transport sharding.Transport = s.transport
+	if s.sent != nil {
+		transport = tapped{s.transport, s.sent}
+	}
 	sh, err := sharding.New(sys, sharding.Config{
-		Transport: s.transport, Membership: s.cluster.Join(name, roles...),
+		Transport: transport, Membership: s.cluster.Join(name, roles...),
 		CoordinatorStore: s.store, RememberStore: remember,
 	})
 	if err != nil {

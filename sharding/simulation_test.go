@@ -141,20 +141,59 @@ func TestGracefulLeaveOfARegion(t *testing.T) {
 func TestGracefulLeaveOfTheCoordinatorsRegion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, sharding.Settings{NumberOfShards: 12})
+		s.sent = &sentLog{}
 		a := s.join("a", "host") // oldest: hosts the coordinator
 		b := s.join("b", "host")
 		c := s.join("c", "host")
+		synctest.Wait() // all three registered: the shards spread over all three
 		ids := entityIDs(60)
 		tr := newTraffic()
 		for _, n := range []*node{a, b, c} {
 			tr.round(t, n, ids)
 		}
 		synctest.Wait()
-		if err := a.sh.Shutdown(context.Background()); err != nil {
+		onA := slices.Collect(maps.Keys(a.region.State().Shards))
+		if len(onA) == 0 {
+			t.Fatalf("a hosts no shard to hand off: %v", shardCounts(s))
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.sh.Shutdown(context.Background()) }()
+		tr.round(t, b, ids) // traffic during the leave
+		tr.round(t, c, ids)
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 		delete(s.nodes, "a")
 		synctest.Wait()
+		// Shards first: a's coordinator (epoch 1) re-homed every shard of a
+		// on b or c and told both, before anyone spoke to the next
+		// coordinator (on b); a's regions reported to a's coordinator only.
+		oldCo := sharding.Address{Node: "a", Type: "Test", Coordinator: true}
+		newCo := sharding.Address{Node: "b", Type: "Test", Coordinator: true}
+		firstToNew, pushed := -1, map[[2]string]int{}
+		for i, m := range s.sent.all() {
+			if m.to == newCo && firstToNew < 0 {
+				firstToNew = i
+			}
+			if h, ok := m.msg.(sharding.ShardHome); ok && h.Epoch == 1 && h.Region != "a" && h.Region != "" {
+				pushed[[2]string{h.Shard, m.to.Node}] = i
+			}
+			if st, ok := m.msg.(sharding.ShardStopped); ok && st.Region == "a" && m.to != oldCo {
+				t.Fatalf("a reported shard %s stopped to %v, not to its own coordinator", st.Shard, m.to)
+			}
+		}
+		if firstToNew < 0 {
+			t.Fatal("nobody registered with the new coordinator")
+		}
+		for _, shard := range onA {
+			for _, to := range []string{"b", "c"} {
+				i, ok := pushed[[2]string{shard, to}]
+				if !ok || i > firstToNew {
+					t.Fatalf("shard %s of a: new home pushed to %s by a's coordinator at %d (found %v), first message to the new coordinator at %d",
+						shard, to, i, ok, firstToNew)
+				}
+			}
+		}
 		// b is now the oldest; its coordinator took over from the store.
 		tr.round(t, b, ids)
 		tr.round(t, c, ids)

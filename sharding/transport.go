@@ -36,6 +36,14 @@ type Transport interface {
 	Listen(addr Address, handle func(Message) error) (stop func(), err error)
 }
 
+// ReplyCarrier is a Transport that also carries replies to asks between
+// its nodes; New attaches the node's runtime to it. LocalTransport is one,
+// and so is any wrapper that embeds it.
+type ReplyCarrier interface {
+	Transport
+	Attach(node string, sys *entity.System)
+}
+
 // LocalTransport is a Transport within one process: several nodes of a
 // simulation share one.
 type LocalTransport struct {
