@@ -25,12 +25,24 @@ type Props[C any] struct {
 	// MailboxCapacity bounds the mailbox; Tell beyond it fails with
 	// ErrMailboxFull. Default 0: unbounded.
 	MailboxCapacity int
+	// HeldCapacity bounds the mailbox while it is held (Suspend: an
+	// event-sourced entity recovering or persisting), so that a slow
+	// journal turns into errors for senders rather than unbounded memory:
+	// Tell beyond it fails with ErrMailboxFull. Default stash.DefaultCapacity.
+	HeldCapacity int
 	// Owner, when set, handles passivation requests and learns of stops.
 	Owner Owner[C]
 	// LocalOnly marks an entity whose messages never cross the network,
 	// such as the runtime's own control entities: Config.ForceSerialization
 	// does not apply to it.
 	LocalOnly bool
+}
+
+func (p *Props[C]) heldCapacity() int {
+	if p.HeldCapacity > 0 {
+		return p.HeldCapacity
+	}
+	return stash.DefaultCapacity
 }
 
 // Owner supervises entities, as a shard does: it decides what passivation
@@ -157,6 +169,10 @@ func (c *Cell[C]) Tell(msg C) error {
 	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %s/%s (capacity %d)", ErrMailboxFull, c.props.Key.name, c.id, limit)
+	}
+	if c.status&suspended != 0 && c.mailbox.Len() >= c.props.heldCapacity() {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
 	c.mailbox.Push(envelope[C]{msg: msg})
 	start := c.status&(scheduled|suspended) == 0

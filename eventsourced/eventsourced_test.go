@@ -211,6 +211,33 @@ func testCommandsWaitInOrderWhilePersisting(t *testing.T) {
 	}
 }
 
+// The commands held while persisting are bounded: past the bound senders
+// get ErrMailboxFull, and what was accepted is handled, in order.
+func TestCommandsHeldWhilePersistingAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := &gatedJournal{Journal: memory.New(), open: make(chan struct{})}
+		sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: gate, Logger: quietLogger()})
+		cell := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{}), HeldCapacity: 3}, "p")
+		if err := cell.Tell(add{Item: "1"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the first write is in flight
+		for _, it := range []string{"2", "3", "4"} {
+			if err := cell.Tell(add{Item: it}); err != nil {
+				t.Fatalf("held command %s: %v", it, err)
+			}
+		}
+		if err := cell.Tell(add{Item: "5"}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Fatalf("command past the bound: %v, want ErrMailboxFull", err)
+		}
+		close(gate.open)
+		synctest.Wait()
+		if got := askItems(t, cell); !slices.Equal(got, []string{"1", "2", "3", "4"}) {
+			t.Fatalf("items = %q", got)
+		}
+	})
+}
+
 func TestCommandsWaitWhileRecovering(t *testing.T) {
 	j := memory.New()
 	seed(t, j, "List|r", added{Item: "old"})

@@ -63,6 +63,7 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 	sh.props = &entity.Props[C]{
 		Key: r.ent.Key, Create: r.ent.Create, Owner: sh,
 		StashCapacity: r.settings.StashCapacity, MailboxCapacity: r.settings.MailboxCapacity,
+		HeldCapacity: r.settings.HeldCapacity,
 	}
 	if r.settings.RememberEntities {
 		go sh.restartRemembered()
@@ -204,8 +205,11 @@ func (sh *shard[C]) stopEntity(e *entityEntry[C], timeout time.Duration, why str
 		cell.StopNow()
 		return
 	}
-	if err := cell.Tell(sh.r.ent.StopMessage); err != nil {
+	if err := cell.Tell(sh.r.ent.StopMessage); errors.Is(err, entity.ErrStopped) {
 		return // already stopping; Stopped follows
+	} else if err != nil {
+		// A full mailbox: the timeout below stops it by force.
+		sh.r.s.log.Warn("sharding: stop message refused", "type", sh.r.typ, "entity", cell.EntityID(), "during", why, "err", err)
 	}
 	e.timer = sh.r.clock.AfterFunc(timeout, func() {
 		sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
