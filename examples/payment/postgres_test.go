@@ -59,7 +59,9 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 			c.PostgresDSN = dsn
 			c.Sequences = nil // PostgresSequences
 			c.Clock = clock
-			c.Settings.AskTimeout = 300 * time.Millisecond
+			// Long enough for a recovery on a loaded machine: the answer
+			// after recovery must come from the entity, not the deadline.
+			c.Settings.AskTimeout = 2 * time.Second
 			c.Settings.FailSafeMargin = time.Minute // the crash comes well before the deadline
 			c.Issuer.ResponseTimeout = time.Hour    // only the processing timeout ends a hang
 		}
@@ -87,7 +89,7 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 
 	// Graceful: the client gives up, the entity still waits for the issuer
 	// when the node shuts down; StopActor waits in its stash until the answer.
-	second.Simulator.SetRules(Rule{Reaction: Reaction{Latency: time.Second}})
+	second.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 3 * time.Second}})
 	put(t, second, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 500, CodeUnpredictable)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
