@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -149,7 +148,7 @@ func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
 // to the old home is still on its way there.
 type lockCheckTransport struct {
 	*LocalTransport
-	mu        atomic.Pointer[sync.RWMutex]
+	mu        atomic.Pointer[regionLock]
 	forwards  atomic.Int32
 	unlocked  atomic.Int32
 	watchNode string

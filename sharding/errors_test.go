@@ -32,6 +32,12 @@ func TestDefaultShardIDIsAStableHashModNumberOfShards(t *testing.T) {
 			t.Errorf("10 shards: ShardID(%q) = %s, want %s", id, got, want)
 		}
 	}
+	s3 := newSim(t, sharding.Settings{NumberOfShards: 200_000})
+	n3 := s3.join("a", "host")
+	defer n3.sh.Terminate()
+	if got := n3.region.ShardID("counter-1"); got != "68641" {
+		t.Errorf("200 000 shards: ShardID(counter-1) = %s, want 68641", got)
+	}
 }
 
 // A node that crashed and is still listed as a member: the region that

@@ -26,7 +26,7 @@ type Region[C any] struct {
 	proxy    bool
 	clock    timers.Clock
 
-	mu          sync.RWMutex
+	mu          regionLock // the data path read-locks one stripe
 	table       map[string]*shardEntry[C]
 	buffered    int
 	epoch       uint64
@@ -129,21 +129,21 @@ func (r *Region[C]) tell(entityID string, msg C, start bool) error {
 		return ErrInvalidEntityID
 	}
 	shardID := r.settings.ShardID(entityID)
-	r.mu.RLock()
+	stripe := r.mu.RLockShard(shardID)
 	if e := r.table[shardID]; e != nil && e.routable() && !r.stopped {
 		if e.local != nil {
 			err := e.local.deliver(entityID, msg, start)
-			r.mu.RUnlock()
+			stripe.RUnlock()
 			return err
 		}
 		// Forward under the read lock: BeginHandOff takes the write lock
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
 		err := r.forward(e.home, shardID, pending[C]{entityID, msg, start})
-		r.mu.RUnlock()
+		stripe.RUnlock()
 		return err
 	}
-	r.mu.RUnlock()
+	stripe.RUnlock()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -189,12 +188,7 @@ func (st Settings) withDefaults() Settings {
 		st.NumberOfShards = 1000
 	}
 	if st.ShardID == nil {
-		n := uint32(st.NumberOfShards)
-		st.ShardID = func(id string) string {
-			h := fnv.New32a()
-			h.Write([]byte(id))
-			return strconv.FormatUint(uint64(h.Sum32()%n), 10)
-		}
+		st.ShardID = hashShardID(st.NumberOfShards)
 	}
 	if st.BufferSize <= 0 {
 		st.BufferSize = 100_000
@@ -230,6 +224,29 @@ func (st Settings) withDefaults() Settings {
 		st.Strategy = allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	}
 	return st
+}
+
+// hashShardID is the default shard id function: FNV-1a (32 bit) of the
+// entity id modulo n, in decimal. Up to 100 000 shards it allocates
+// nothing: the names are made once.
+func hashShardID(n int) func(string) string {
+	hash := func(id string) uint32 {
+		const offset32, prime32 = 2166136261, 16777619
+		h := uint32(offset32)
+		for i := 0; i < len(id); i++ {
+			h ^= uint32(id[i])
+			h *= prime32
+		}
+		return h % uint32(n)
+	}
+	if n > 100_000 {
+		return func(id string) string { return strconv.FormatUint(uint64(hash(id)), 10) }
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	return func(id string) string { return names[hash(id)] }
 }
 
 // Init starts the region of entity type e on this node (a proxy when the

@@ -1,0 +1,71 @@
+package sharding
+
+import "sync"
+
+// lockStripes is how many stripes a regionLock has.
+const lockStripes = 16
+
+// regionLock guards a region's routing table. It is a reader/writer lock
+// striped over cache lines: the data path read-locks only the stripe of
+// its shard, so senders on different cores do not contend for one lock
+// word; everything else locks every stripe, in order.
+type regionLock struct {
+	stripes [lockStripes]struct {
+		sync.RWMutex
+		_ [64 - 24]byte
+	}
+}
+
+// stripeOf picks the stripe of a shard (FNV-1a of its id).
+func stripeOf(shardID string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(shardID); i++ {
+		h ^= uint32(shardID[i])
+		h *= 16777619
+	}
+	return int(h % lockStripes)
+}
+
+// RLockShard read-locks the stripe of shardID and returns it for RUnlock.
+func (l *regionLock) RLockShard(shardID string) *sync.RWMutex {
+	m := &l.stripes[stripeOf(shardID)].RWMutex
+	m.RLock()
+	return m
+}
+
+func (l *regionLock) Lock() {
+	for i := range l.stripes {
+		l.stripes[i].Lock()
+	}
+}
+
+func (l *regionLock) Unlock() {
+	for i := range l.stripes {
+		l.stripes[i].Unlock()
+	}
+}
+
+func (l *regionLock) RLock() {
+	for i := range l.stripes {
+		l.stripes[i].RLock()
+	}
+}
+
+func (l *regionLock) RUnlock() {
+	for i := range l.stripes {
+		l.stripes[i].RUnlock()
+	}
+}
+
+// TryLock write-locks every stripe if none is held; for tests.
+func (l *regionLock) TryLock() bool {
+	for i := range l.stripes {
+		if !l.stripes[i].TryLock() {
+			for j := range i {
+				l.stripes[j].Unlock()
+			}
+			return false
+		}
+	}
+	return true
+}
