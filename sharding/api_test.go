@@ -130,3 +130,47 @@ func TestProxyRegionRoutesButHostsNothing(t *testing.T) {
 		_ = host.sh.Shutdown(context.Background())
 	})
 }
+
+// Akka's StartEntitySpec: StartEntity for an entity that is passivating
+// starts it again once it has stopped; for one waiting out a restart
+// back-off it starts it at once.
+func TestStartEntityBringsBackAnEntityOnItsWayOut(t *testing.T) {
+	t.Run("passivating", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newSim(t, sharding.Settings{})
+			n := s.join("a", "host")
+			n.tell(t, "e", passivateGated{})
+			synctest.Wait()
+			if err := n.region.StartEntity("e"); err != nil {
+				t.Fatal(err)
+			}
+			close(s.log.gate)
+			synctest.Wait()
+			if c := s.log.startCount("e"); c != 2 || !resident(n, "e") {
+				t.Fatalf("%d starts, resident %v; want started again", c, resident(n, "e"))
+			}
+			_ = n.sh.Shutdown(context.Background())
+		})
+	})
+	t.Run("backing off", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newSim(t, sharding.Settings{RestartBackoffMin: time.Minute, RestartBackoffMax: time.Hour, PassivateIdleAfter: -1})
+			n := s.join("a", "host")
+			n.tell(t, "e", crash{})
+			synctest.Wait()
+			if err := n.region.StartEntity("e"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			if c := s.log.startCount("e"); c != 2 {
+				t.Fatalf("%d starts right after StartEntity, want 2", c)
+			}
+			time.Sleep(2 * time.Hour) // the cancelled back-off starts nothing more
+			synctest.Wait()
+			if c := s.log.startCount("e"); c != 2 || !resident(n, "e") {
+				t.Fatalf("%d starts, resident %v", c, resident(n, "e"))
+			}
+			_ = n.sh.Shutdown(context.Background())
+		})
+	})
+}

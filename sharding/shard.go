@@ -50,12 +50,13 @@ const (
 )
 
 type entityEntry[C any] struct {
-	cell     *entity.Cell[C]
-	state    entityState
-	buffer   []C
-	lastTick uint64
-	backoff  *backoff.ExponentialBackOff // allocated on the first failure
-	timer    timers.Timer                // stop timeout or restart back-off
+	cell       *entity.Cell[C]
+	state      entityState
+	startAgain bool // StartEntity while passivating: start it again once stopped
+	buffer     []C
+	lastTick   uint64
+	backoff    *backoff.ExponentialBackOff // allocated on the first failure
+	timer      timers.Timer                // stop timeout or restart back-off
 }
 
 func newShard[C any](r *Region[C], id string) *shard[C] {
@@ -85,6 +86,17 @@ func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 		e = sh.spawn(entityID)
 	}
 	if start {
+		// Akka's StartEntitySpec: an entity on its way out comes back.
+		switch e.state {
+		case passivating:
+			e.startAgain = true
+		case backingOff:
+			if e.timer != nil {
+				e.timer.Stop()
+				e.timer = nil
+			}
+			sh.restart(e)
+		}
 		return nil
 	}
 	e.lastTick = sh.r.idleTickNow()
@@ -252,7 +264,7 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	case err != nil:
 		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id, "err", err)
 		sh.backOff(id, e)
-	case e.state == passivating && len(e.buffer) > 0:
+	case e.state == passivating && (len(e.buffer) > 0 || e.startAgain):
 		sh.restart(e)
 	case e.state == passivating:
 		sh.drop(id, e)
@@ -274,6 +286,9 @@ func (sh *shard[C]) drop(id string, e *entityEntry[C]) {
 	for _, m := range e.buffer {
 		sh.leftover = append(sh.leftover, pending[C]{entityID: id, msg: m})
 	}
+	if e.startAgain && len(e.buffer) == 0 {
+		sh.leftover = append(sh.leftover, pending[C]{entityID: id, start: true})
+	}
 
 	delete(sh.entities, id)
 }
@@ -282,7 +297,7 @@ func (sh *shard[C]) drop(id string, e *entityEntry[C]) {
 // order; sh.mu is held.
 func (sh *shard[C]) restart(e *entityEntry[C]) {
 	buf := e.buffer
-	e.buffer = nil
+	e.buffer, e.startAgain = nil, false
 	sh.spawn(e.cell.EntityID())
 	for _, m := range buf {
 		switch err := e.cell.Tell(m); {
