@@ -27,3 +27,48 @@ func TestRegionAsksForHomesOnlyOnceRegistered(t *testing.T) {
 		_ = a.sh.Shutdown(context.Background())
 	})
 }
+
+// A region ignores what a deposed coordinator (an older fencing epoch)
+// tells it, so a coordinator that lost its lease cannot move shards.
+func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{})
+		// A predecessor held epoch 1; the coordinator a starts gets epoch 2.
+		if _, _, err := s.store.Acquire(context.Background(), "Test", "old"); err != nil {
+			t.Fatal(err)
+		}
+		a := s.join("a", "host")
+		a.tell(t, "e", note{Text: "1"})
+		synctest.Wait()
+		shard := a.region.ShardID("e")
+		to := sharding.Address{Node: "a", Type: "Test"}
+		for _, m := range []sharding.Message{
+			sharding.ShardHome{Shard: shard, Region: "elsewhere", Epoch: 1},
+			sharding.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 1},
+			sharding.ShardHomes{Homes: map[string][]string{"elsewhere": {"y"}}, Epoch: 1},
+			sharding.HostShard{Shard: "z", Epoch: 1},
+			sharding.BeginHandOff{Shard: shard, Epoch: 1},
+		} {
+			if err := s.transport.Send(to, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if got := a.region.Homes(); len(got) != 1 || got[shard] != "a" {
+			t.Fatalf("homes %v after stale messages, want only %s on a", got, shard)
+		}
+		a.tell(t, "e", note{Text: "2"}) // still routed: no hand-off began
+		if got := a.ask(t, "e"); len(got) != 2 {
+			t.Fatalf("e got %v", got)
+		}
+		// The current epoch is obeyed.
+		if err := s.transport.Send(to, sharding.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 2}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if a.region.Homes()["x"] != "elsewhere" {
+			t.Fatalf("homes %v: current epoch ignored", a.region.Homes())
+		}
+		a.sh.Terminate()
+	})
+}
