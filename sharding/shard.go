@@ -31,9 +31,10 @@ type shard[C any] struct {
 
 	// Remember-entities writes, applied one at a time in the order the
 	// shard made them, so that a stop never overtakes its start.
-	wmu     sync.Mutex
-	writes  []rememberWrite
-	writing bool
+	wmu        sync.Mutex
+	writes     []rememberWrite
+	writing    bool
+	terminated bool // by Terminate: pending writes are abandoned
 }
 
 type rememberWrite struct {
@@ -55,8 +56,14 @@ type entityEntry[C any] struct {
 	startAgain bool // StartEntity while passivating: start it again once stopped
 	buffer     []C
 	lastTick   uint64
-	backoff    *backoff.ExponentialBackOff // allocated on the first failure
-	timer      timers.Timer                // stop timeout or restart back-off
+	restarts   *restarts    // allocated on the first failure
+	timer      timers.Timer // stop timeout or restart back-off
+}
+
+// restarts is the back-off of an entity that failed.
+type restarts struct {
+	backoff   *backoff.ExponentialBackOff
+	restarted time.Time // when the last back-off ended
 }
 
 func newShard[C any](r *Region[C], id string) *shard[C] {
@@ -155,17 +162,55 @@ func (sh *shard[C]) writeRemembered() {
 		w := sh.writes[0]
 		sh.writes = sh.writes[1:]
 		sh.wmu.Unlock()
-		var err error
-		if w.add {
-			err = store.Add(context.Background(), typ, id, w.entityID)
-		} else {
-			err = store.Remove(context.Background(), typ, id, w.entityID)
+		write := func() error {
+			if sh.isTerminated() {
+				return backoff.Permanent(errTerminated)
+			}
+			if w.add {
+				return store.Add(context.Background(), typ, id, w.entityID)
+			}
+			return store.Remove(context.Background(), typ, id, w.entityID)
 		}
+		// Until the store takes it: a lost write would bring a stopped
+		// entity back, or leave a running one behind, after the shard moves.
+		err := backoff.RetryNotifyWithTimer(write, sh.newBackOff(), func(err error, next time.Duration) {
+			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "type", typ, "shard", id,
+				"entity", w.entityID, "add", w.add, "retry_in", next, "err", err)
+		}, &clockTimer{clock: sh.r.clock})
 		if err != nil {
-			sh.r.s.log.Error("sharding: remember-entities store write failed", "type", typ, "shard", id, "entity", w.entityID, "err", err)
+			return // terminated: the writes die with the node
 		}
 	}
 }
+
+var errTerminated = errors.New("sharding: shard terminated")
+
+func (sh *shard[C]) isTerminated() bool {
+	sh.wmu.Lock()
+	defer sh.wmu.Unlock()
+	return sh.terminated
+}
+
+// clockTimer runs backoff's retry timer on the region's clock.
+type clockTimer struct {
+	clock timers.Clock
+	t     timers.Timer
+	c     chan time.Time
+}
+
+func (t *clockTimer) Start(d time.Duration) {
+	t.c = make(chan time.Time, 1)
+	c, clock := t.c, t.clock
+	t.t = t.clock.AfterFunc(d, func() { c <- clock.Now() })
+}
+
+func (t *clockTimer) Stop() {
+	if t.t != nil {
+		t.t.Stop()
+	}
+}
+
+func (t *clockTimer) C() <-chan time.Time { return t.c }
 
 func (sh *shard[C]) restartRemembered() {
 	ids, err := sh.r.s.cfg.RememberStore.Entities(context.Background(), sh.r.typ, sh.id)
@@ -311,27 +356,36 @@ func (sh *shard[C]) restart(e *entityEntry[C]) {
 }
 
 func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
-	if e.backoff == nil {
-		e.backoff = backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(sh.r.settings.RestartBackoffMin),
-			backoff.WithMaxInterval(sh.r.settings.RestartBackoffMax),
-			backoff.WithMaxElapsedTime(0))
+	switch {
+	case e.restarts == nil:
+		e.restarts = &restarts{backoff: sh.newBackOff()}
+	case sh.r.clock.Now().Sub(e.restarts.restarted) > sh.r.settings.RestartBackoffMax:
+		// It ran longer than the longest back-off: a new failure, not a crash loop.
+		e.restarts.backoff.Reset()
 	}
 	e.state = backingOff
 	failed := e.cell
-	e.timer = sh.r.clock.AfterFunc(e.backoff.NextBackOff(), func() {
+	e.timer = sh.r.clock.AfterFunc(e.restarts.backoff.NextBackOff(), func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if cur := sh.entities[id]; cur != e || e.cell != failed || e.state != backingOff || sh.handingOff {
 			return
 		}
 		e.timer = nil
+		e.restarts.restarted = sh.r.clock.Now()
 		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities {
 			delete(sh.entities, id) // nobody waits; the next message starts it
 			return
 		}
 		sh.restart(e)
 	})
+}
+
+func (sh *shard[C]) newBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(sh.r.settings.RestartBackoffMin),
+		backoff.WithMaxInterval(sh.r.settings.RestartBackoffMax),
+		backoff.WithMaxElapsedTime(0))
 }
 
 // passivateIdle stops entities that received nothing through sharding for

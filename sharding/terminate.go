@@ -54,6 +54,9 @@ func (r *Region[C]) terminate() {
 // in hand-off with nobody to tell, so nothing restarts: not a failed
 // entity's back-off, not remembered entities, not idle passivation.
 func (sh *shard[C]) terminate() {
+	sh.wmu.Lock()
+	sh.terminated, sh.writes = true, nil
+	sh.wmu.Unlock()
 	sh.mu.Lock()
 	sh.handingOff, sh.handedOff, sh.leftover = true, nil, nil
 	if sh.forceStop != nil {
