@@ -319,6 +319,34 @@ func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
 	}
 }
 
+// An issuer call outlives its entity (here the entity times out first and
+// passivates); Shutdown waits for the call before it closes what the call
+// uses, so the call ends by its own protocol, not by a closed client.
+func TestShutdownWaitsForIssuerCallsThatOutliveTheirEntity(t *testing.T) {
+	const latency = time.Second
+	n := startNode(t, func(c *Config) {
+		c.Settings.AskTimeout = 50 * time.Millisecond
+		c.Settings.FailSafeMargin = 50 * time.Millisecond
+	})
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: latency}})
+	start := time.Now()
+	put(t, n, "example", "dummy", "shop-1/outlive/payment", amount1000).want(t, 500, CodeUnpredictable)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The call cannot end before the issuer answers.
+	if elapsed := time.Since(start); elapsed < latency {
+		t.Fatalf("Shutdown returned %v after the request, before the issuer's answer (%v)", elapsed, latency)
+	}
+	key := OrderKey{Tenant: TenantExample, WalletShopID: "shop-1", OrderID: "outlive"}
+	if got := storedEvents(t, n.Journal, key); !slices.Equal(got,
+		[]string{"payment.SettlementAccepted", "payment.SettlementTimeoutDetected"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
 func TestAPIUnknownRoute(t *testing.T) {
 	n := startNode(t, nil)
 	resp, err := http.Post(n.APIURL+"/00/ec/settlements/shop-1/o1/payment", "application/json", bytes.NewReader([]byte(amount1000)))

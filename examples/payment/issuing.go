@@ -27,7 +27,9 @@ import (
 func (h *handler) authorize(ctx Ctx, c Settle, acceptedAt time.Time) {
 	log := ctx.Log() // taken here: Log is not for other goroutines
 	tenant := h.key.Tenant
+	h.calls.Add(1)
 	ctx.PipeToSelf(func(work context.Context) Command {
+		defer h.calls.Done()
 		res := SettlementResult{ReplyTo: c.ReplyTo, TraceID: c.TraceID}
 		cred, err := h.Credentials.PayCredential(work, CredentialKey{
 			Tenant: tenant, CustomerID: c.CustomerID, ClientID: c.ClientID, WalletShopID: c.WalletShopID})
@@ -69,7 +71,9 @@ func (h *handler) authorize(ctx Ctx, c Settle, acceptedAt time.Time) {
 func (h *handler) reverse(ctx Ctx, s Completed, c Cancel) {
 	log := ctx.Log()
 	tenant := h.key.Tenant
+	h.calls.Add(1)
 	ctx.PipeToSelf(func(work context.Context) Command {
+		defer h.calls.Done()
 		res := CancelResult{ReplyTo: c.ReplyTo, TraceID: c.TraceID}
 		// The customer is the state's, not the requester's: the original
 		// never checks that they are the same.
@@ -102,6 +106,23 @@ func (h *handler) reverse(ctx Ctx, s Completed, c Cancel) {
 		res.Response = &resp
 		return res
 	})
+}
+
+// WaitForIssuerCalls waits until no issuer call is in flight, or ctx ends:
+// a call outlives its entity, so a node waits for it before it closes the
+// database and the issuer client it uses.
+func (p *Payments) WaitForIssuerCalls(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.calls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("payment: issuer calls still in flight: %w", ctx.Err())
+	}
 }
 
 // issuerContext is the context of a call to the issuer: work's values, not

@@ -70,6 +70,7 @@ type Node struct {
 	Journal   journal.Journal
 
 	cfg      Config
+	payments *Payments
 	api      *http.Server
 	sim      *http.Server
 	pool     *pgxpool.Pool
@@ -133,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	issuerCfg := cfg.Issuer
 	issuerCfg.URL = cfg.IssuerURL
-	payments := &Payments{
+	n.payments = &Payments{
 		Settings:    cfg.Settings,
 		Issuer:      NewIssuerClient(issuerCfg, nil),
 		Credentials: cfg.Credentials,
@@ -148,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.Sharding, err = sharding.New(sys, shardingCfg); err != nil {
 		return nil, err
 	}
-	if n.Payments, err = InitPayments(n.Sharding, payments); err != nil {
+	if n.Payments, err = InitPayments(n.Sharding, n.payments); err != nil {
 		return nil, err
 	}
 
@@ -197,8 +198,9 @@ func (n *Node) Err() <-chan error { return n.serveErr }
 // Shutdown stops the node gracefully: the API stops taking requests and
 // finishes those in flight, then sharding hands every entity off through
 // its stop message (so one waiting for the issuer stops only after its
-// answer or its processing timeout), then the simulator and the journal
-// close. When ctx ends first, the entities still running stop at once.
+// answer or its processing timeout), then it waits for issuer calls that
+// outlived their entities, then the simulator and the journal close. When
+// ctx ends first, the entities still running stop at once.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
 	if n.api != nil {
@@ -206,6 +208,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	if n.Sharding != nil {
 		errs = append(errs, n.Sharding.Shutdown(ctx))
+	}
+	if n.payments != nil {
+		errs = append(errs, n.payments.WaitForIssuerCalls(ctx))
 	}
 	n.closeRest()
 	return errors.Join(errs...)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -33,6 +34,8 @@ type Payments struct {
 	Issuer      Issuer
 	Credentials Credentials
 	Sequences   Sequences
+
+	calls sync.WaitGroup // issuer calls in flight
 }
 
 // Create builds an incarnation of the payment whose entity id is ec.EntityID().
