@@ -94,3 +94,32 @@ func TestRestartBackOffResetsAfterAStableRun(t *testing.T) {
 		n.sh.Terminate()
 	})
 }
+
+// StartEntity cuts a restart back-off short but does not end the crash
+// loop: the next back-off goes on growing instead of starting over.
+func TestStartEntityDuringBackOffKeepsTheBackOffGrowing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{RememberEntities: true, RestartBackoffMin: time.Second, RestartBackoffMax: 4 * time.Second})
+		n := s.join("a", "host")
+		n.tell(t, "e", note{Text: "start"})
+		synctest.Wait()
+		for i := range 3 { // back-offs of 1 s, 2 s and 4 s (± 50%), each cut short
+			n.tell(t, "e", crash{})
+			synctest.Wait()
+			if err := n.region.StartEntity("e"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			if c := s.log.startCount("e"); c != i+2 {
+				t.Fatalf("crash %d: %d starts, want %d", i+1, c, i+2)
+			}
+		}
+		n.tell(t, "e", crash{})
+		time.Sleep(1900 * time.Millisecond) // within the first back-off, not the fourth (4 s ± 50%)
+		synctest.Wait()
+		if c := s.log.startCount("e"); c != 4 {
+			t.Fatalf("the back-off started over after StartEntity restarts (%d starts, want 4)", c)
+		}
+		n.sh.Terminate()
+	})
+}

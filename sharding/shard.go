@@ -102,6 +102,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 				e.timer.Stop()
 				e.timer = nil
 			}
+			e.restarts.restarted = sh.r.clock.Now() // the back-off ends here
 			sh.restart(e)
 		}
 		return nil
