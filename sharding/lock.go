@@ -16,15 +16,8 @@ type regionLock struct {
 	}
 }
 
-// stripeOf picks the stripe of a shard (FNV-1a of its id).
-func stripeOf(shardID string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(shardID); i++ {
-		h ^= uint32(shardID[i])
-		h *= 16777619
-	}
-	return int(h % lockStripes)
-}
+// stripeOf picks the stripe of a shard.
+func stripeOf(shardID string) int { return int(fnv32a(shardID) % lockStripes) }
 
 // RLockShard read-locks the stripe of shardID and returns it for RUnlock.
 func (l *regionLock) RLockShard(shardID string) *sync.RWMutex {

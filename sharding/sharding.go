@@ -230,15 +230,7 @@ func (st Settings) withDefaults() Settings {
 // entity id modulo n, in decimal. Up to 100 000 shards it allocates
 // nothing: the names are made once.
 func hashShardID(n int) func(string) string {
-	hash := func(id string) uint32 {
-		const offset32, prime32 = 2166136261, 16777619
-		h := uint32(offset32)
-		for i := 0; i < len(id); i++ {
-			h ^= uint32(id[i])
-			h *= prime32
-		}
-		return h % uint32(n)
-	}
+	hash := func(id string) uint32 { return fnv32a(id) % uint32(n) }
 	if n > 100_000 {
 		return func(id string) string { return strconv.FormatUint(uint64(hash(id)), 10) }
 	}
@@ -247,6 +239,17 @@ func hashShardID(n int) func(string) string {
 		names[i] = strconv.Itoa(i)
 	}
 	return func(id string) string { return names[hash(id)] }
+}
+
+// fnv32a is FNV-1a (32 bit) of s, without hash/fnv's allocations.
+func fnv32a(s string) uint32 {
+	const offset32, prime32 = 2166136261, 16777619
+	h := uint32(offset32)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= prime32
+	}
+	return h
 }
 
 // Init starts the region of entity type e on this node (a proxy when the
