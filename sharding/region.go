@@ -444,11 +444,12 @@ func (r *Region[C]) handOff(m HandOff) {
 	e := r.entry(m.Shard)
 	e.handingOff = true
 	local := e.local
+	var buffered []Deliver
+	if local == nil {
+		buffered = r.takeBuffer(m.Shard, nil)
+	}
 	r.mu.Unlock()
 	if local == nil {
-		r.mu.Lock()
-		buffered := r.takeBuffer(m.Shard, nil)
-		r.mu.Unlock()
 		r.toCoordinator(ShardStopped{Shard: m.Shard, Region: r.s.self, Buffered: buffered})
 		return
 	}
