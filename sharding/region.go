@@ -243,10 +243,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 			}
 		}
 		r.mu.Unlock()
-		slices.Sort(ask)
-		for _, id := range ask {
-			r.toCoordinator(GetShardHome{Shard: id, Region: r.s.self})
-		}
+		r.askHomes(ask)
 	case ShardHomes:
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
@@ -364,15 +361,20 @@ func (r *Region[C]) retry() {
 		}
 	}
 	r.mu.Unlock()
-	slices.Sort(ask)
-	for _, id := range ask {
-		r.toCoordinator(GetShardHome{Shard: id, Region: r.s.self})
-	}
+	r.askHomes(ask)
 	if idle := r.settings.PassivateIdleAfter; idle > 0 {
 		ticks := uint64((idle + r.tickInterval() - 1) / r.tickInterval())
 		for _, sh := range locals {
 			sh.passivateIdle(tick, ticks)
 		}
+	}
+}
+
+// askHomes asks the coordinator for the homes of shards, in shard order.
+func (r *Region[C]) askHomes(shards []string) {
+	slices.Sort(shards)
+	for _, id := range shards {
+		r.toCoordinator(GetShardHome{Shard: id, Region: r.s.self})
 	}
 }
 
