@@ -153,6 +153,8 @@ func (sh *shard[C]) remember(entityID string, add bool) {
 
 func (sh *shard[C]) writeRemembered() {
 	store, typ, id := sh.r.s.cfg.RememberStore, sh.r.typ, sh.id
+	// One back-off and timer for every write: each retry loop resets them.
+	bo, timer := sh.newBackOff(), &clockTimer{clock: sh.r.clock}
 	for {
 		sh.wmu.Lock()
 		if len(sh.writes) == 0 {
@@ -174,10 +176,10 @@ func (sh *shard[C]) writeRemembered() {
 		}
 		// Until the store takes it: a lost write would bring a stopped
 		// entity back, or leave a running one behind, after the shard moves.
-		err := backoff.RetryNotifyWithTimer(write, sh.newBackOff(), func(err error, next time.Duration) {
+		err := backoff.RetryNotifyWithTimer(write, bo, func(err error, next time.Duration) {
 			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "type", typ, "shard", id,
 				"entity", w.entityID, "add", w.add, "retry_in", next, "err", err)
-		}, &clockTimer{clock: sh.r.clock})
+		}, timer)
 		if err != nil {
 			return // terminated: the writes die with the node
 		}
