@@ -27,6 +27,7 @@ type coordinatorCore struct {
 	leaving      map[string]bool      // regions that asked for a graceful shutdown
 	waitingHomes map[string]bool      // shards asked for before enough regions registered
 	carried      map[string][]Deliver // messages a handed-off shard held, for its next home
+	announced    bool                 // ShardHomes sent to every member once, at start
 }
 
 type handoff struct {
@@ -214,6 +215,16 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 				changes, out = append(changes, ch...), append(out, o...)
 			}
 		}
+		if !c.announced {
+			// A new coordinator makes itself known: regions that
+			// registered with a predecessor (even one on this node that
+			// failed) see the newer epoch and register again.
+			c.announced = true
+			homes := c.homes()
+			for _, node := range slices.Sorted(maps.Keys(c.members)) {
+				out = append(out, outbound{to: node, msg: ShardHomes{Homes: homes, Epoch: c.epoch}})
+			}
+		}
 		return changes, out
 	}
 	return nil, nil
@@ -221,14 +232,19 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 
 // welcome is what a region gets on registration: the ack and every known home.
 func (c *coordinatorCore) welcome(region string) []outbound {
+	return []outbound{
+		{to: region, msg: RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
+		{to: region, msg: ShardHomes{Homes: c.homes(), Epoch: c.epoch}},
+	}
+}
+
+// homes is every allocation, region → shards.
+func (c *coordinatorCore) homes() map[string][]string {
 	homes := make(map[string][]string, len(c.byRegion))
 	for r, shards := range c.byRegion {
 		homes[r] = slices.Clone(shards)
 	}
-	return []outbound{
-		{to: region, msg: RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
-		{to: region, msg: ShardHomes{Homes: homes, Epoch: c.epoch}},
-	}
+	return homes
 }
 
 func (c *coordinatorCore) allocateWaiting() ([]change, []outbound) {

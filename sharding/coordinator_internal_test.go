@@ -207,3 +207,20 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 		sb.Terminate()
 	})
 }
+
+// A new coordinator announces itself once, to every member, with what it
+// knows: regions that registered with a predecessor see its newer epoch.
+func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
+	c := newCoordinatorCore("a", 3, map[string]string{"s1": "b"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	members := []Member{{Node: "a"}, {Node: "b"}, {Node: "c"}}
+	_, out := c.step(membersChanged{members: members})
+	if got, want := sent(out), []string{"a: ShardHomes", "b: ShardHomes", "c: ShardHomes"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if h := out[0].msg.(ShardHomes); h.Epoch != 3 || !slices.Equal(h.Homes["b"], []string{"s1"}) {
+		t.Fatalf("announced %+v", h)
+	}
+	if _, out := c.step(membersChanged{members: members}); len(out) != 0 {
+		t.Fatalf("announced again: %v", sent(out))
+	}
+}

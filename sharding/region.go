@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/timers"
 )
@@ -41,7 +43,12 @@ type Region[C any] struct {
 	unlisten    func()
 	unlistenCo  func()
 	idleTick    uint64
-	coordinated sync.Mutex // serializes coordinator start/stop
+	coordinated sync.Mutex // serializes coordinator start/stop; guards what follows
+	// A coordinator that stopped by itself (its store failed) is started
+	// again after a back-off, not before coordNext.
+	coordRestarts *backoff.ExponentialBackOff
+	coordStarted  time.Time
+	coordNext     time.Time
 }
 
 type shardEntry[C any] struct {
@@ -220,6 +227,7 @@ func (r *Region[C]) toRegion(node string, m Message) {
 func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
 	case retryTick:
+		r.hostCoordinatorIfOldest() // restarts a coordinator that failed
 		r.retry()
 		ctx.Timers().StartSingleTimer("retry", retryTick{}, r.tickInterval())
 	case coordinatorMoved:
@@ -254,6 +262,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 			}
 		}
 		r.mu.Unlock()
+		r.register() // a new coordinator announces itself with ShardHomes
 	case ShardHome:
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
@@ -308,6 +317,11 @@ func (r *Region[C]) fresh(epoch uint64) bool {
 	if epoch < r.epoch {
 		r.s.log.Warn("sharding: ignoring message from a stale coordinator", "type", r.typ, "epoch", epoch, "current", r.epoch)
 		return false
+	}
+	if epoch > r.epoch {
+		// A new coordinator, even on the same node: it knows this region
+		// only once it registers again.
+		r.registered = false
 	}
 	r.epoch = epoch
 	return true
@@ -688,12 +702,41 @@ func (r *Region[C]) hostCoordinatorIfOldest() {
 	stopping := r.stopped
 	r.mu.RUnlock()
 	oldest := r.coordinatorNode() == r.s.self && !stopping
+	r.reapFailedCoordinatorLocked()
 	switch {
-	case oldest && r.coord == nil:
+	case oldest && r.coord == nil && !r.clock.Now().Before(r.coordNext):
 		r.startCoordinator()
 	case !oldest && r.coord != nil:
 		r.stopCoordinatorLocked()
 	}
+}
+
+// reapFailedCoordinatorLocked forgets a coordinator that stopped by itself
+// (it could not acquire or write its store) and schedules its restart:
+// without one, no shard would be allocated again.
+func (r *Region[C]) reapFailedCoordinatorLocked() {
+	if r.coord == nil {
+		return
+	}
+	select {
+	case <-r.coord.Done():
+	default:
+		return
+	}
+	r.unlistenCo()
+	r.coord = nil
+	now := r.clock.Now()
+	if r.coordRestarts == nil {
+		r.coordRestarts = backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(r.settings.RetryInterval),
+			backoff.WithMaxInterval(30*time.Second),
+			backoff.WithMaxElapsedTime(0))
+	} else if now.Sub(r.coordStarted) > 30*time.Second {
+		r.coordRestarts.Reset() // it ran a while: a new failure, not a loop
+	}
+	wait := r.coordRestarts.NextBackOff()
+	r.coordNext = now.Add(wait)
+	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "type", r.typ, "after", wait)
 }
 
 func (r *Region[C]) stopCoordinator() {
@@ -732,7 +775,7 @@ func (r *Region[C]) startCoordinator() {
 		cell.StopNow()
 		return
 	}
-	r.coord, r.unlistenCo = cell, stop
+	r.coord, r.unlistenCo, r.coordStarted = cell, stop, r.clock.Now()
 	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
 }
 
@@ -744,8 +787,10 @@ func (stopCoordinator) protocolMessage() {}
 // newCoordinatorRunner acquires the coordinator role in the store and
 // returns the behavior that steps the core and does its IO.
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
-	bg := context.Background()
-	epoch, shards, err := r.s.cfg.CoordinatorStore.Acquire(bg, r.typ, r.s.self)
+	store := r.s.cfg.CoordinatorStore
+	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
+	epoch, shards, err := store.Acquire(storeCtx, r.typ, r.s.self)
+	cancel()
 	if err != nil {
 		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
 		return entity.Stopped[Message]()
@@ -758,12 +803,14 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 		}
 		changes, out := core.step(m)
 		for _, c := range changes {
+			storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
 			var err error
 			if c.region == "" {
-				err = r.s.cfg.CoordinatorStore.Deallocate(bg, r.typ, epoch, c.shard)
+				err = store.Deallocate(storeCtx, r.typ, epoch, c.shard)
 			} else {
-				err = r.s.cfg.CoordinatorStore.Allocate(bg, r.typ, epoch, c.shard, c.region)
+				err = store.Allocate(storeCtx, r.typ, epoch, c.shard, c.region)
 			}
+			cancel()
 			if err != nil {
 				// A deposed or failing coordinator must not announce what it
 				// could not record; its successor rebuilds from the store.

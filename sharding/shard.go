@@ -169,10 +169,12 @@ func (sh *shard[C]) writeRemembered() {
 			if sh.isTerminated() {
 				return backoff.Permanent(errTerminated)
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), sh.r.settings.StoreTimeout)
+			defer cancel()
 			if w.add {
-				return store.Add(context.Background(), typ, id, w.entityID)
+				return store.Add(ctx, typ, id, w.entityID)
 			}
-			return store.Remove(context.Background(), typ, id, w.entityID)
+			return store.Remove(ctx, typ, id, w.entityID)
 		}
 		// Until the store takes it: a lost write would bring a stopped
 		// entity back, or leave a running one behind, after the shard moves.
@@ -186,7 +188,7 @@ func (sh *shard[C]) writeRemembered() {
 	}
 }
 
-var errTerminated = errors.New("sharding: shard terminated")
+var errTerminated = errors.New("sharding: shard handed off or terminated")
 
 func (sh *shard[C]) isTerminated() bool {
 	sh.wmu.Lock()
@@ -216,10 +218,28 @@ func (t *clockTimer) Stop() {
 func (t *clockTimer) C() <-chan time.Time { return t.c }
 
 func (sh *shard[C]) restartRemembered() {
-	ids, err := sh.r.s.cfg.RememberStore.Entities(context.Background(), sh.r.typ, sh.id)
+	var ids []string
+	read := func() error {
+		sh.mu.Lock()
+		gone := sh.handingOff
+		sh.mu.Unlock()
+		if gone {
+			return backoff.Permanent(errTerminated)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sh.r.settings.StoreTimeout)
+		defer cancel()
+		var err error
+		ids, err = sh.r.s.cfg.RememberStore.Entities(ctx, sh.r.typ, sh.id)
+		return err
+	}
+	// Until the store answers: giving up would leave remembered entities
+	// stopped for good.
+	err := backoff.RetryNotifyWithTimer(read, sh.newBackOff(), func(err error, next time.Duration) {
+		sh.r.s.log.Warn("sharding: cannot read remembered entities; retrying", "type", sh.r.typ, "shard", sh.id,
+			"retry_in", next, "err", err)
+	}, &clockTimer{clock: sh.r.clock})
 	if err != nil {
-		sh.r.s.log.Error("sharding: cannot read remembered entities", "type", sh.r.typ, "shard", sh.id, "err", err)
-		return
+		return // the shard is handed off or terminated
 	}
 	rate := sh.r.settings.RecoveryRate
 	for i := 0; i < len(ids); {

@@ -176,6 +176,10 @@ type Settings struct {
 	// RestartBackoff bounds the exponential back-off before restarting an
 	// entity that failed. Defaults 200 ms to 10 s.
 	RestartBackoffMin, RestartBackoffMax time.Duration
+	// StoreTimeout bounds each call to the coordinator and remember-entities
+	// stores, so that a hung database fails calls (which are retried or
+	// stop the coordinator) instead of blocking them. Default 5 s.
+	StoreTimeout time.Duration
 	// Strategy allocates and rebalances shards. Default: least-shard.
 	Strategy allocation.Strategy
 	// StashCapacity, MailboxCapacity and HeldCapacity are passed to each
@@ -219,6 +223,9 @@ func (st Settings) withDefaults() Settings {
 	}
 	if st.RestartBackoffMax <= 0 {
 		st.RestartBackoffMax = 10 * time.Second
+	}
+	if st.StoreTimeout <= 0 {
+		st.StoreTimeout = 5 * time.Second
 	}
 	if st.Strategy == nil {
 		st.Strategy = allocation.NewLeastShard(allocation.DefaultLeastShardConfig())

@@ -252,6 +252,7 @@ func TestSingleNodeRoutesAndStartsEntitiesOnFirstMessage(t *testing.T) {
 		if got := n.ask(t, "e1"); !slices.Equal(got, notes(0, 99)) {
 			t.Fatalf("e1 got %v", got)
 		}
+		synctest.Wait() // e2's shard may be allocated after e1's
 		if s.log.startCount("e1") != 1 || s.log.startCount("e2") != 1 {
 			t.Fatalf("starts: %v", s.log.starts)
 		}

@@ -75,6 +75,12 @@ func (sh *shard[C]) terminate() {
 	for _, c := range cells {
 		<-c.Done()
 	}
+	// A cell is done before its Stopped runs: forget the entities here, so
+	// that the shard is empty when terminate returns (a late Stopped finds
+	// nothing and does nothing).
+	sh.mu.Lock()
+	clear(sh.entities)
+	sh.mu.Unlock()
 }
 
 func (r *Region[C]) localShards() []*shard[C] {

@@ -1,0 +1,146 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// faultyCoordinatorStore fails its first failAllocates Allocate calls and
+// makes its first hangAcquires Acquire calls wait for their context.
+type faultyCoordinatorStore struct {
+	*sharding.MemoryCoordinatorStore
+	mu            sync.Mutex
+	failAllocates int
+	hangAcquires  int
+	acquires      int
+}
+
+func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
+	f.mu.Lock()
+	f.acquires++
+	hang := f.acquires <= f.hangAcquires
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return 0, nil, ctx.Err()
+	}
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
+}
+
+func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
+	f.mu.Lock()
+	fail := f.failAllocates > 0
+	f.failAllocates--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("store unavailable")
+	}
+	return f.MemoryCoordinatorStore.Allocate(ctx, typeName, epoch, shard, region)
+}
+
+func singleNode(t *testing.T, cfg sharding.Config, settings sharding.Settings) (*sharding.Sharding, *node) {
+	t.Helper()
+	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := sharding.New(sys, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Terminate)
+	r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: newJournal().create("a"), StopMessage: stop{}, Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh, &node{name: "a", sys: sys, sh: sh, region: r}
+}
+
+// A coordinator whose store fails stops rather than announce what it could
+// not record; the region starts a new one after a back-off, which
+// allocates, and the buffered message is delivered.
+func TestCoordinatorRestartsAfterItsStoreFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &faultyCoordinatorStore{MemoryCoordinatorStore: sharding.NewMemoryCoordinatorStore(), failAllocates: 2}
+		_, n := singleNode(t, sharding.Config{CoordinatorStore: store}, sharding.Settings{})
+		n.tell(t, "e", note{Text: "1"})
+		time.Sleep(time.Minute) // two back-offs
+		synctest.Wait()
+		if got := n.ask(t, "e"); !slices.Equal(got, []string{"1"}) {
+			t.Fatalf("entity got %v", got)
+		}
+		if store.acquires != 3 {
+			t.Fatalf("%d coordinators acquired the store, want 3 (two failed)", store.acquires)
+		}
+	})
+}
+
+// A store that hangs fails the call at StoreTimeout instead of holding the
+// coordinator forever.
+func TestHungCoordinatorStoreTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &faultyCoordinatorStore{MemoryCoordinatorStore: sharding.NewMemoryCoordinatorStore(), hangAcquires: 1}
+		_, n := singleNode(t, sharding.Config{CoordinatorStore: store}, sharding.Settings{StoreTimeout: time.Second})
+		n.tell(t, "e", note{Text: "1"})
+		if got := n.ask(t, "e"); !slices.Equal(got, []string{"1"}) {
+			t.Fatalf("entity got %v", got)
+		}
+	})
+}
+
+// flakyReads fails the first failReads Entities calls.
+type flakyReads struct {
+	*sharding.MemoryRememberStore
+	mu        sync.Mutex
+	failReads int
+}
+
+func (f *flakyReads) Entities(ctx context.Context, typeName, shard string) ([]string, error) {
+	f.mu.Lock()
+	fail := f.failReads > 0
+	f.failReads--
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("store unavailable")
+	}
+	return f.MemoryRememberStore.Entities(ctx, typeName, shard)
+}
+
+// A shard that cannot read its remembered entities keeps trying: giving up
+// would leave them stopped for good.
+func TestRememberedEntitiesRestartAfterTheStoreRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyReads{MemoryRememberStore: sharding.NewMemoryRememberStore()}
+		settings := sharding.Settings{RememberEntities: true, NumberOfShards: 1}
+		first, n := singleNode(t, sharding.Config{RememberStore: store}, settings)
+		n.tell(t, "e", note{Text: "1"})
+		synctest.Wait()
+		if err := first.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		store.failReads = 3
+		_, n = singleNode(t, sharding.Config{RememberStore: store}, settings)
+		if err := n.region.StartEntity("other"); err != nil { // starts the one shard, which restarts e
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		var ids []string
+		for _, es := range n.region.State().Shards {
+			ids = append(ids, es...)
+		}
+		slices.Sort(ids)
+		if !slices.Contains(ids, "e") {
+			t.Fatalf("running %v; remembered e did not restart", ids)
+		}
+	})
+}
