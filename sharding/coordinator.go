@@ -62,6 +62,16 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 	return c
 }
 
+// startShards makes shards without a home wait for one: they are
+// allocated, and started, as soon as enough regions have registered.
+func (c *coordinatorCore) startShards(shards []string) {
+	for _, shard := range shards {
+		if _, ok := c.shards[shard]; !ok {
+			c.waitingHomes[shard] = true
+		}
+	}
+}
+
 func (c *coordinatorCore) place(shard, region string) {
 	c.shards[shard] = region
 	c.byRegion[region] = append(c.byRegion[region], shard)

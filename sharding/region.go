@@ -796,6 +796,18 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 		return entity.Stopped[Message]()
 	}
 	core := newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	if r.settings.RememberEntities {
+		// Shards with remembered entities start without waiting for a
+		// message, so their entities come back after the cluster restarts.
+		storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
+		remembered, err := r.s.cfg.RememberStore.Shards(storeCtx, r.typ)
+		cancel()
+		if err != nil {
+			r.s.log.Error("sharding: cannot read the shards of remembered entities", "type", r.typ, "err", err)
+			return entity.Stopped[Message]()
+		}
+		core.startShards(remembered)
+	}
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 		if _, ok := m.(stopCoordinator); ok {

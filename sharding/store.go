@@ -27,8 +27,12 @@ type CoordinatorStore interface {
 }
 
 // RememberStore records which entities each shard runs, so that a shard
-// restarts them where it starts next.
+// restarts them where it starts next, and a new coordinator starts every
+// shard that has some.
 type RememberStore interface {
+	// Shards lists the shards of typeName with remembered entities, sorted.
+	Shards(ctx context.Context, typeName string) ([]string, error)
+	// Entities lists a shard's remembered entities, sorted.
 	Entities(ctx context.Context, typeName, shard string) ([]string, error)
 	Add(ctx context.Context, typeName, shard, entityID string) error
 	Remove(ctx context.Context, typeName, shard, entityID string) error
@@ -109,6 +113,23 @@ type MemoryRememberStore struct {
 // NewMemoryRememberStore returns an empty store.
 func NewMemoryRememberStore() *MemoryRememberStore {
 	return &MemoryRememberStore{entities: make(map[[2]string]map[string]bool)}
+}
+
+// Shards implements RememberStore.
+func (s *MemoryRememberStore) Shards(ctx context.Context, typeName string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var shards []string
+	for k, ids := range s.entities {
+		if k[0] == typeName && len(ids) > 0 {
+			shards = append(shards, k[1])
+		}
+	}
+	slices.Sort(shards)
+	return shards, nil
 }
 
 // Entities implements RememberStore.

@@ -47,8 +47,13 @@ func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, 
 }
 
 func singleNode(t *testing.T, cfg sharding.Config, settings sharding.Settings) (*sharding.Sharding, *node) {
+	return namedNode(t, "a", newJournal(), cfg, settings)
+}
+
+// namedNode starts a one-member cluster whose entities write to log.
+func namedNode(t *testing.T, name string, log *journal, cfg sharding.Config, settings sharding.Settings) (*sharding.Sharding, *node) {
 	t.Helper()
-	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet()})
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +62,11 @@ func singleNode(t *testing.T, cfg sharding.Config, settings sharding.Settings) (
 		t.Fatal(err)
 	}
 	t.Cleanup(sh.Terminate)
-	r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: newJournal().create("a"), StopMessage: stop{}, Settings: settings})
+	r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: log.create(name), StopMessage: stop{}, Settings: settings})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sh, &node{name: "a", sys: sys, sh: sh, region: r}
+	return sh, &node{name: name, sys: sys, sh: sh, region: r}
 }
 
 // A coordinator whose store fails stops rather than announce what it could
@@ -143,4 +148,42 @@ func TestRememberedEntitiesRestartAfterTheStoreRecovers(t *testing.T) {
 			t.Fatalf("running %v; remembered e did not restart", ids)
 		}
 	})
+}
+
+// Remembered entities come back after the whole cluster restarts, without
+// a message: the new coordinator starts every shard the remember store
+// names — after a graceful shutdown and after a crash alike.
+func TestRememberedEntitiesComeBackAfterTheClusterRestarts(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		name := map[bool]string{false: "shutdown", true: "crash"}[crash]
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := sharding.Config{CoordinatorStore: sharding.NewMemoryCoordinatorStore(), RememberStore: sharding.NewMemoryRememberStore()}
+				settings := sharding.Settings{RememberEntities: true}
+				log := newJournal()
+				before, a := namedNode(t, "a", log, cfg, settings)
+				for _, id := range []string{"e1", "e2", "e3"} {
+					a.tell(t, id, note{Text: "hi"})
+				}
+				synctest.Wait()
+				if crash {
+					before.Terminate()
+				} else if err := before.Shutdown(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+
+				_, b := namedNode(t, "b", log, cfg, settings)
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				var ids []string
+				for _, es := range b.region.State().Shards {
+					ids = append(ids, es...)
+				}
+				slices.Sort(ids)
+				if !slices.Equal(ids, []string{"e1", "e2", "e3"}) {
+					t.Fatalf("running after the restart: %v, want [e1 e2 e3]", ids)
+				}
+			})
+		})
+	}
 }

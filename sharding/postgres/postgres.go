@@ -156,6 +156,23 @@ var _ sharding.RememberStore = (*RememberStore)(nil)
 // the tables of package migrations.
 func NewRememberStore(pool *pgxpool.Pool) *RememberStore { return &RememberStore{pool: pool} }
 
+// Shards implements sharding.RememberStore, in byte order like Entities.
+func (s *RememberStore) Shards(ctx context.Context, typeName string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT shard_id COLLATE "C" FROM remembered_entities
+		WHERE type_name = $1 ORDER BY 1`, typeName)
+	if err == nil {
+		var shards []string
+		shards, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil {
+			return shards, nil
+		}
+	}
+	return nil, fmt.Errorf("sharding/postgres: shards of %s: %w", typeName, err)
+}
+
 // Entities implements sharding.RememberStore. Ids come in byte order (the
 // "C" collation), like the memory store's, whatever the database's locale.
 func (s *RememberStore) Entities(ctx context.Context, typeName, shard string) ([]string, error) {

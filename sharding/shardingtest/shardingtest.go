@@ -379,6 +379,7 @@ func RunRememberStore(t *testing.T, newStore func(t *testing.T) sharding.Remembe
 		{"Idempotent", testRememberIdempotent},
 		{"SortedBytewise", testRememberSorted},
 		{"Isolation", testRememberIsolation},
+		{"ShardsWithEntities", testRememberShards},
 		{"ResultIsACopy", testRememberCopy},
 		{"ConcurrentAdds", testRememberConcurrent},
 		{"CancelledContext", testRememberCancelled},
@@ -468,6 +469,38 @@ func testRememberIsolation(t *testing.T, s sharding.RememberStore, typ names) {
 	wantEntities(t, s, typ("B"), "s2")
 	wantEntities(t, s, typ("A")+"|x", "y", "j1")
 	wantEntities(t, s, typ("A"), "x|y", "j2")
+}
+
+// Shards lists exactly the shards that hold remembered entities, per type,
+// in byte order.
+func testRememberShards(t *testing.T, s sharding.RememberStore, typ names) {
+	wantShardList := func(typeName string, want ...string) {
+		t.Helper()
+		got, err := s.Shards(ctxFor(t), typeName)
+		if err != nil {
+			t.Fatalf("Shards(%q): %v", typeName, err)
+		}
+		if len(got) != 0 || len(want) != 0 {
+			if !slices.Equal(got, want) {
+				t.Fatalf("Shards(%q) = %q, want %q", typeName, got, want)
+			}
+		}
+	}
+	wantShardList(typ("A"))
+	add(t, s, typ("A"), "s2", "e1", "e2")
+	add(t, s, typ("A"), "S1", "e1")
+	add(t, s, typ("A"), "s10", "e1")
+	add(t, s, typ("B"), "s3", "e1")
+	wantShardList(typ("A"), "S1", "s10", "s2")
+	remove(t, s, typ("A"), "s10", "e1") // its last entity: the shard is no longer listed
+	remove(t, s, typ("A"), "s2", "e1")
+	wantShardList(typ("A"), "S1", "s2")
+	wantShardList(typ("B"), "s3")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Shards(ctx, typ("A")); err == nil {
+		t.Fatal("Shards with a cancelled context succeeded")
+	}
 }
 
 func testRememberCopy(t *testing.T, s sharding.RememberStore, typ names) {
