@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -28,11 +29,14 @@ type Region[C any] struct {
 	proxy    bool
 	clock    timers.Clock
 
-	mu          regionLock // the data path read-locks one stripe
-	table       map[string]*shardEntry[C]
-	buffered    int
-	epoch       uint64
-	coordinator string // node of the coordinator we registered with; "" if none
+	mu       regionLock // the data path read-locks one stripe
+	table    map[string]*shardEntry[C]
+	buffered int
+	epoch    uint64
+	// coordinator is the node of the coordinator we registered with ("" if
+	// none); written under mu, read without it by toCoordinator, which
+	// runs both with and without mu held.
+	coordinator atomic.Pointer[string]
 	registered  bool
 	stopped     bool
 	leaving     bool
@@ -205,7 +209,10 @@ func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
 }
 
 func (r *Region[C]) toCoordinator(m Message) {
-	node := r.coordinator
+	var node string
+	if p := r.coordinator.Load(); p != nil {
+		node = *p
+	}
 	if node == "" {
 		node = r.coordinatorNode()
 	}
@@ -233,8 +240,9 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 	case coordinatorMoved:
 		r.mu.Lock()
 		node := r.coordinatorNode()
-		if node != r.coordinator {
-			r.coordinator, r.registered = node, false
+		if p := r.coordinator.Load(); p == nil || *p != node {
+			r.coordinator.Store(&node)
+			r.registered = false
 		}
 		r.mu.Unlock()
 		r.register()
@@ -242,7 +250,8 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		var ask []string
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
-			r.coordinator, r.registered = m.Coordinator, true
+			r.coordinator.Store(&m.Coordinator)
+			r.registered = true
 			for id, e := range r.table {
 				if len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 					e.requested = true
@@ -486,9 +495,14 @@ func (r *Region[C]) finishHandOff(m shardHandedOff) {
 	// anything the region buffered since BeginHandOff; both go to the next
 	// home through the coordinator, ahead of what other regions buffered.
 	buffered := r.takeBuffer(m.shard, m.leftover)
-	r.checkLeft()
 	r.mu.Unlock()
 	r.toCoordinator(ShardStopped{Shard: m.shard, Region: r.s.self, Buffered: buffered})
+	// Only now may a leaving region report RegionStopped: sent first, it
+	// would make the coordinator drop the hand-off, and the messages
+	// ShardStopped carries with it.
+	r.mu.Lock()
+	r.checkLeft()
+	r.mu.Unlock()
 }
 
 // deliver is p as the protocol carries it.

@@ -101,14 +101,27 @@ func TestHungCoordinatorStoreTimesOut(t *testing.T) {
 	})
 }
 
-// flakyReads fails the first failReads Entities calls.
-type flakyReads struct {
+// flakyRememberStore fails its first failAdds Add calls and its first
+// failReads Entities calls.
+type flakyRememberStore struct {
 	*sharding.MemoryRememberStore
-	mu        sync.Mutex
-	failReads int
+	mu                  sync.Mutex
+	failAdds, failReads int
+	adds                int
 }
 
-func (f *flakyReads) Entities(ctx context.Context, typeName, shard string) ([]string, error) {
+func (f *flakyRememberStore) Add(ctx context.Context, typeName, shard, entityID string) error {
+	f.mu.Lock()
+	f.adds++
+	fail := f.adds <= f.failAdds
+	f.mu.Unlock()
+	if fail {
+		return errors.New("store unavailable")
+	}
+	return f.MemoryRememberStore.Add(ctx, typeName, shard, entityID)
+}
+
+func (f *flakyRememberStore) Entities(ctx context.Context, typeName, shard string) ([]string, error) {
 	f.mu.Lock()
 	fail := f.failReads > 0
 	f.failReads--
@@ -119,11 +132,30 @@ func (f *flakyReads) Entities(ctx context.Context, typeName, shard string) ([]st
 	return f.MemoryRememberStore.Entities(ctx, typeName, shard)
 }
 
+// A remember-entities write the store refuses is retried with back-off
+// until it lands, so a brief store outage loses no remembered entity.
+func TestRememberStoreWritesAreRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyRememberStore{MemoryRememberStore: sharding.NewMemoryRememberStore(), failAdds: 3}
+		_, n := singleNode(t, sharding.Config{RememberStore: store}, sharding.Settings{RememberEntities: true})
+		n.tell(t, "e", note{Text: "1"})
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		ids, err := store.MemoryRememberStore.Entities(context.Background(), key.Name(), n.region.ShardID("e"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, []string{"e"}) || store.adds != 4 {
+			t.Fatalf("remembered %v after %d Add calls; want [e] after 4", ids, store.adds)
+		}
+	})
+}
+
 // A shard that cannot read its remembered entities keeps trying: giving up
 // would leave them stopped for good.
 func TestRememberedEntitiesRestartAfterTheStoreRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &flakyReads{MemoryRememberStore: sharding.NewMemoryRememberStore()}
+		store := &flakyRememberStore{MemoryRememberStore: sharding.NewMemoryRememberStore()}
 		settings := sharding.Settings{RememberEntities: true, NumberOfShards: 1}
 		first, n := singleNode(t, sharding.Config{RememberStore: store}, settings)
 		n.tell(t, "e", note{Text: "1"})
