@@ -277,7 +277,8 @@ func (c *coordinatorCore) allocateWaiting() ([]change, []outbound) {
 // allocate picks a home for shard and tells every region about it.
 func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outbound) {
 	region, err := c.strategy.Allocate(requester, shard, c.allocationState())
-	if err != nil || !c.regions[region] {
+	// A leaving region, offered when it is the last one, would only refuse.
+	if err != nil || !c.regions[region] || c.leaving[region] {
 		c.waitingHomes[shard] = true // retried when a region registers
 		return nil, nil
 	}

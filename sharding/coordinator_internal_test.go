@@ -224,3 +224,18 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 		t.Fatalf("announced again: %v", sent(out))
 	}
 }
+
+// The last region leaving gets no new shard (it would refuse it); the
+// shard waits for the next region to register.
+func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(GracefulShutdownReq{Region: "a"})
+	if changes, out := c.step(GetShardHome{Shard: "s1", Region: "a"}); len(changes) != 0 || len(out) != 0 {
+		t.Fatalf("allocated to the leaving region: changes %v, sent %v", changes, sent(out))
+	}
+	changes, out := c.step(Register{Region: "b"})
+	if !slices.Equal(changes, []change{{shard: "s1", region: "b"}}) {
+		t.Fatalf("after b registered: changes %v, sent %v", changes, sent(out))
+	}
+}

@@ -420,8 +420,9 @@ func (r *Region[C]) setHome(shardID, home string) {
 		if r.proxy || r.leaving || r.stopped {
 			// Keep its messages until the coordinator hands the shard off
 			// (a leaving region's shards all are) and homes it elsewhere;
-			// routing to ourselves would only loop.
-			r.s.log.Warn("sharding: coordinator allocated a shard to a region that cannot host it", "type", r.typ, "shard", shardID)
+			// routing to ourselves would only loop. Expected when the
+			// allocation crossed our GracefulShutdownReq.
+			r.s.log.Debug("sharding: not hosting a shard allocated to a leaving region", "type", r.typ, "shard", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
