@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -309,17 +311,10 @@ func EntityRefFor[C any](s *Sharding, key entity.TypeKey[C], id string) (EntityR
 // on this node goes last, so other regions never lose shard homes and the
 // coordinator at once. It returns when every region has stopped or ctx ends.
 func (s *Sharding) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	regions, ok := s.stop()
+	if !ok {
 		return nil
 	}
-	s.stopped = true
-	regions := make([]regionRuntime, 0, len(s.regions))
-	for _, r := range s.regions {
-		regions = append(regions, r)
-	}
-	s.mu.Unlock()
 	var errs []error
 	for _, r := range regions {
 		if err := r.shutdown(ctx); err != nil {
@@ -331,6 +326,18 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 		l.Leave()
 	}
 	return errors.Join(errs...)
+}
+
+// stop marks the node stopped and returns its regions; ok is false when it
+// was stopped already.
+func (s *Sharding) stop() (regions []regionRuntime, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, false
+	}
+	s.stopped = true
+	return slices.Collect(maps.Values(s.regions)), true
 }
 
 // EntityRef addresses one sharded entity. It is a small value: make one

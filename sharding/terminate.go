@@ -8,17 +8,10 @@ package sharding
 // tests use Terminate to show what recovery makes of a crash. Use Shutdown
 // to leave gracefully.
 func (s *Sharding) Terminate() {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	regions, ok := s.stop()
+	if !ok {
 		return
 	}
-	s.stopped = true
-	regions := make([]regionRuntime, 0, len(s.regions))
-	for _, r := range s.regions {
-		regions = append(regions, r)
-	}
-	s.mu.Unlock()
 	s.unsub()
 	for _, r := range regions {
 		r.terminate()
