@@ -62,6 +62,14 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 	return c
 }
 
+// leaveAck lets a leaving region stop once nothing is allocated to it.
+func (c *coordinatorCore) leaveAck(region string) []outbound {
+	if !c.leaving[region] || len(c.byRegion[region]) > 0 {
+		return nil
+	}
+	return []outbound{{to: region, msg: LeaveAck{Epoch: c.epoch}}}
+}
+
 // startShards makes shards without a home wait for one: they are
 // allocated, and started, as soon as enough regions have registered.
 func (c *coordinatorCore) startShards(shards []string) {
@@ -176,16 +184,16 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			c.carried[m.Shard] = append(c.carried[m.Shard], m.Buffered...)
 		}
 		if h.stop && len(c.carried[m.Shard]) == 0 {
-			return changes, c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch})
+			return changes, append(c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
 		}
 		ch, o := c.allocate("", m.Shard)
-		return append(changes, ch...), o
+		return append(changes, ch...), append(o, c.leaveAck(m.Region)...)
 	case GracefulShutdownReq:
 		c.leaving[m.Region] = true
 		for _, shard := range slices.Clone(c.byRegion[m.Region]) {
 			out = append(out, c.beginHandOff(shard)...)
 		}
-		return nil, out
+		return nil, append(out, c.leaveAck(m.Region)...)
 	case RegionStopped:
 		return c.removeRegion(m.Region)
 	case StopShards:

@@ -37,6 +37,8 @@ func sent(out []outbound) []string {
 			name = "RegisterAck"
 		case ShardHomes:
 			name = "ShardHomes"
+		case LeaveAck:
+			name = "LeaveAck"
 		default:
 			name = "?"
 		}
@@ -237,5 +239,29 @@ func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
 	changes, out := c.step(Register{Region: "b"})
 	if !slices.Equal(changes, []change{{shard: "s1", region: "b"}}) {
 		t.Fatalf("after b registered: changes %v, sent %v", changes, sent(out))
+	}
+}
+
+// A leaving region hears LeaveAck only once nothing is allocated to it:
+// at once when it holds nothing, else after its last ShardStopped.
+func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(Register{Region: "idle"})
+	if _, out := c.step(GracefulShutdownReq{Region: "idle"}); !slices.Contains(sent(out), "idle: LeaveAck") {
+		t.Fatalf("a region holding nothing: sent %v", sent(out))
+	}
+	c.step(GetShardHome{Shard: "s1", Region: "b"})
+	home := c.shards["s1"]
+	_, out := c.step(GracefulShutdownReq{Region: home})
+	if slices.Contains(sent(out), home+": LeaveAck") {
+		t.Fatalf("acknowledged while %s still holds s1: %v", home, sent(out))
+	}
+	for _, r := range c.everyone() {
+		c.step(BeginHandOffAck{Shard: "s1", Region: r})
+	}
+	if _, out := c.step(ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), home+": LeaveAck") {
+		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }

@@ -69,8 +69,14 @@ type (
 		Buffered      []Deliver
 	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
-	// region's shards before the region leaves.
+	// region's shards before the region leaves. The coordinator answers
+	// LeaveAck once it holds no shard for the region.
 	GracefulShutdownReq struct{ Region string }
+	// LeaveAck tells a leaving region that the coordinator allocates
+	// nothing to it any more: once it hosts no shard itself, it may stop.
+	// Without it a region that held nothing when it began to leave could
+	// stop while an allocation to it was on its way.
+	LeaveAck struct{ Epoch uint64 }
 	// StopShards asks the coordinator to hand shards off without moving
 	// them: they start again, wherever allocated, on their next message.
 	StopShards struct{ Shards []string }
@@ -104,6 +110,7 @@ func (BeginHandOffAck) protocolMessage()     {}
 func (HandOff) protocolMessage()             {}
 func (ShardStopped) protocolMessage()        {}
 func (GracefulShutdownReq) protocolMessage() {}
+func (LeaveAck) protocolMessage()            {}
 func (RegionStopped) protocolMessage()       {}
 func (StopShards) protocolMessage()          {}
 func (Deliver) protocolMessage()             {}

@@ -40,6 +40,7 @@ type Region[C any] struct {
 	registered  bool
 	stopped     bool
 	leaving     bool
+	leaveAcked  bool          // the coordinator allocates nothing to us any more
 	leftAll     chan struct{} // closed when a leaving region holds no shard
 
 	ctl         *entity.Cell[Message]
@@ -299,6 +300,13 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		if ok {
 			r.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: r.s.self})
 		}
+	case LeaveAck:
+		r.mu.Lock()
+		if r.fresh(m.Epoch) {
+			r.leaveAcked = true
+			r.checkLeft()
+		}
+		r.mu.Unlock()
 	case HandOff:
 		r.handOff(m)
 	case shardHandedOff:
@@ -338,14 +346,19 @@ func (r *Region[C]) fresh(epoch uint64) bool {
 
 func (r *Region[C]) register() {
 	r.mu.RLock()
-	done := r.registered || r.stopped
+	done, leaving := r.registered || r.stopped, r.leaving
 	r.mu.RUnlock()
-	if done {
+	switch {
+	case done:
 		return
-	}
-	if r.proxy {
+	case leaving:
+		// A leaving region never registers: a Register that overtook its
+		// RegionStopped would have shards allocated to a region that is
+		// gone. A coordinator it has not told yet learns that it leaves.
+		r.toCoordinator(GracefulShutdownReq{Region: r.s.self})
+	case r.proxy:
 		r.toCoordinator(RegisterProxy{Region: r.s.self})
-	} else {
+	default:
 		r.toCoordinator(Register{Region: r.s.self})
 	}
 }
@@ -549,7 +562,7 @@ func (r *Region[C]) adoptBuffered(shardID string, ds []Deliver) {
 
 // checkLeft signals a leaving region's shutdown once it hosts nothing. r.mu is held.
 func (r *Region[C]) checkLeft() {
-	if !r.leaving || r.leftAll == nil {
+	if !r.leaving || !r.leaveAcked || r.leftAll == nil {
 		return
 	}
 	for _, e := range r.table {

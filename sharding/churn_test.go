@@ -1,0 +1,90 @@
+package sharding_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// Randomized churn: nodes join, leave gracefully (the coordinator's too)
+// and rebalance while traffic flows through every live node. Whatever the
+// schedule, every message reaches its entity exactly once and, per sender,
+// in send order. Each seed is one reproducible schedule.
+func TestRandomChurnLosesNoMessage(t *testing.T) {
+	for seed := range uint64(24) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { churn(t, seed) })
+		})
+	}
+}
+
+func churn(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5ea1))
+	s := newSim(t, sharding.Settings{NumberOfShards: 16, RebalanceInterval: 5 * time.Second})
+	ids := entityIDs(40)
+	tr := newTraffic()
+	var live []*node // in join order: live[0] is the oldest, the coordinator's
+	joined := 0
+	join := func() {
+		live = append(live, s.join(fmt.Sprint("n", joined), "host"))
+		joined++
+	}
+	join()
+	join()
+	for range 12 {
+		switch op := rng.IntN(4); {
+		case op == 0 && len(live) < 5:
+			join()
+		case op == 1 && len(live) > 1:
+			i := rng.IntN(len(live))
+			leaving := live[i]
+			live = slices.Delete(live, i, i+1)
+			done := make(chan error, 1)
+			go func() { done <- leaving.sh.Shutdown(context.Background()) }()
+			for _, n := range live { // traffic during the hand-off
+				tr.round(t, n, ids)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("%s left: %v", leaving.name, err)
+			}
+			delete(s.nodes, leaving.name)
+		default:
+			for _, n := range live {
+				tr.round(t, n, ids)
+			}
+		}
+		time.Sleep(time.Duration(rng.IntN(8)) * time.Second) // sometimes past a rebalance
+		synctest.Wait()
+	}
+	for _, n := range live {
+		tr.round(t, n, ids)
+	}
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	tr.check(t, s)
+	for _, id := range ids {
+		if got := len(s.log.notes(id)); got != tr.total(id) {
+			t.Fatalf("%s handled %d notes, %d sent: a message was delivered twice", id, got, tr.total(id))
+		}
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		_ = live[i].sh.Shutdown(context.Background())
+	}
+}
+
+// total is how many notes were sent to entity id, through any node.
+func (tr *traffic) total(id string) int {
+	n := 0
+	for k, c := range tr.sent {
+		if k[0] == id {
+			n += c
+		}
+	}
+	return n
+}
