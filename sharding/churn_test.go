@@ -17,16 +17,22 @@ import (
 // schedule, every message reaches its entity exactly once and, per sender,
 // in send order. Each seed is one reproducible schedule.
 func TestRandomChurnLosesNoMessage(t *testing.T) {
-	for seed := range uint64(24) {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { churn(t, seed) })
-		})
+	base := sharding.Settings{NumberOfShards: 16, RebalanceInterval: 5 * time.Second}
+	idle, remember := base, base
+	idle.PassivateIdleAfter = 3 * time.Second // entities come and go between rounds
+	remember.RememberEntities = true
+	for name, settings := range map[string]sharding.Settings{"plain": base, "idle-passivation": idle, "remember-entities": remember} {
+		for seed := range uint64(12) {
+			t.Run(fmt.Sprint(name, "/seed=", seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { churn(t, seed, settings) })
+			})
+		}
 	}
 }
 
-func churn(t *testing.T, seed uint64) {
+func churn(t *testing.T, seed uint64, settings sharding.Settings) {
 	rng := rand.New(rand.NewPCG(seed, 0x5ea1))
-	s := newSim(t, sharding.Settings{NumberOfShards: 16, RebalanceInterval: 5 * time.Second})
+	s := newSim(t, settings)
 	ids := entityIDs(40)
 	tr := newTraffic()
 	var live []*node // in join order: live[0] is the oldest, the coordinator's
