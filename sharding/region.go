@@ -121,9 +121,11 @@ func (coordinatorMoved) protocolMessage() {}
 func (r *Region[C]) membershipChanged() {
 	r.hostCoordinatorIfOldest()
 	_ = r.ctl.Tell(coordinatorMoved{})
+	r.coordinated.Lock() // the retry tick may restart the coordinator meanwhile
 	if r.coord != nil {
 		_ = r.coord.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
 	}
+	r.coordinated.Unlock()
 }
 
 func (r *Region[C]) coordinatorNode() string {
@@ -235,7 +237,7 @@ func (r *Region[C]) toRegion(node string, m Message) {
 func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
 	case retryTick:
-		r.hostCoordinatorIfOldest() // restarts a coordinator that failed
+		r.restartFailedCoordinator()
 		r.retry()
 		ctx.Timers().StartSingleTimer("retry", retryTick{}, r.tickInterval())
 	case coordinatorMoved:
@@ -264,7 +266,8 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		r.askHomes(ask)
 	case ShardHomes:
 		r.mu.Lock()
-		if r.fresh(m.Epoch) {
+		fresh := r.fresh(m.Epoch)
+		if fresh {
 			for region, shards := range m.Homes {
 				for _, s := range shards {
 					r.setHome(s, region)
@@ -272,7 +275,13 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 			}
 		}
 		r.mu.Unlock()
-		r.register() // a new coordinator announces itself with ShardHomes
+		if fresh {
+			// A new coordinator announces itself with ShardHomes. Not on
+			// a stale one: it answers a Register that went to the old
+			// coordinator's node (our membership lags), and registering
+			// again at once would loop; the retry tick registers.
+			r.register()
+		}
 	case ShardHome:
 		r.mu.Lock()
 		if r.fresh(m.Epoch) {
@@ -577,6 +586,9 @@ func (r *Region[C]) checkLeft() {
 func (r *Region[C]) shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.leaving = true
+	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
+	// no coordinator may be there to send.
+	r.leaveAcked = r.leaveAcked || r.proxy
 	left := make(chan struct{})
 	r.leftAll = left
 	r.checkLeft()
@@ -736,6 +748,26 @@ func (r *Region[C]) hostCoordinatorIfOldest() {
 		r.startCoordinator()
 	case !oldest && r.coord != nil:
 		r.stopCoordinatorLocked()
+	}
+}
+
+// restartFailedCoordinator, on the retry tick, starts again a coordinator
+// that stopped by itself, once its back-off has passed. It never waits:
+// the tick runs on one of the node's workers, which the coordinator may
+// need in order to stop (with one worker, waiting would deadlock). So it
+// skips its turn while a start or stop is under way, and leaves stopping a
+// coordinator to membership changes and shutdown.
+func (r *Region[C]) restartFailedCoordinator() {
+	if !r.coordinated.TryLock() {
+		return
+	}
+	defer r.coordinated.Unlock()
+	r.mu.RLock()
+	stopping := r.stopped
+	r.mu.RUnlock()
+	r.reapFailedCoordinatorLocked()
+	if r.coord == nil && !stopping && r.coordinatorNode() == r.s.self && !r.clock.Now().Before(r.coordNext) {
+		r.startCoordinator()
 	}
 }
 

@@ -1,0 +1,167 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// A proxy region is never allocated a shard, so it has no LeaveAck to wait
+// for: it leaves at once even when no node hosts the type, hence no
+// coordinator answers.
+func TestProxyShutdownWithoutCoordinatorReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{})
+		p := s.join("proxy") // no "host" role, and no node has it
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.sh.Shutdown(ctx); err != nil {
+			t.Fatalf("proxy shutdown: %v", err)
+		}
+	})
+}
+
+// delayedView is a membership whose subscribers hear of a change some time
+// after the view shows it, as with a gossiped membership.
+type delayedView struct {
+	sharding.Membership
+	delay time.Duration
+}
+
+func (v delayedView) Subscribe(fn func()) func() {
+	return v.Membership.Subscribe(func() {
+		go func() {
+			time.Sleep(v.delay)
+			fn()
+		}()
+	})
+}
+
+// registerCounter counts Register messages and, past a limit, refuses
+// them, so that a message loop ends.
+type registerCounter struct {
+	*sharding.LocalTransport
+	n atomic.Int64
+}
+
+func (c *registerCounter) Send(to sharding.Address, m sharding.Message) error {
+	if _, ok := m.(sharding.Register); ok && c.n.Add(1) > 1000 {
+		return errors.New("too many Register messages")
+	}
+	return c.LocalTransport.Send(to, m)
+}
+
+// coordinatorMove starts a (whose membership hears of changes late, and
+// which runs on workers workers) and b, then makes b the oldest Up member.
+func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, cluster *sharding.LocalCluster) {
+	cluster = sharding.NewLocalCluster()
+	tr = &registerCounter{LocalTransport: sharding.NewLocalTransport()}
+	store := sharding.NewMemoryCoordinatorStore()
+	start := func(name string, workers int, delay time.Duration) *node {
+		sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet(), Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m sharding.Membership = cluster.Join(name, "host")
+		if delay > 0 {
+			m = delayedView{m, delay}
+		}
+		sh, err := sharding.New(sys, sharding.Config{Transport: tr, Membership: m, CoordinatorStore: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := newJournal()
+		r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: log.create(name), StopMessage: stop{}, Role: "host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &node{name: name, sys: sys, sh: sh, region: r}
+	}
+	a = start("a", workers, 30*time.Second)
+	b = start("b", 0, 0)
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	cluster.SetStatus("a", allocation.Leaving) // b is the oldest Up member now
+	return a, b, tr, cluster
+}
+
+// A region that has seen the new coordinator's epoch but still addresses
+// the old one (its membership is late) registers at the pace of its retry
+// tick: the old coordinator's stale ShardHomes must not make it register
+// again at once, in a loop that stops time.
+func TestStaleShardHomesDoNotLoopRegistration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, tr, _ := coordinatorMove(t, 0)
+		before := tr.n.Load()
+		time.Sleep(10 * time.Second) // before a hears of the move
+		if n := tr.n.Load() - before; n > 20 {
+			t.Fatalf("%d Register messages in 10 s", n)
+		}
+		time.Sleep(time.Minute) // a's delayed notifications run
+		synctest.Wait()
+		b.sh.Terminate()
+		a.sh.Terminate()
+	})
+}
+
+// A region's retry tick that finds its node no longer the oldest must not
+// wait for the coordinator to stop on the region's own worker: with one
+// worker (GOMAXPROCS=1) the coordinator never runs again, and the region
+// and node hang.
+func TestRetryTickDoesNotBlockOnCoordinatorWithOneWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _, _ := coordinatorMove(t, 1)
+		time.Sleep(10 * time.Second) // a's retry ticks see the move before a hears of it
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stats := b.region.ClusterStats(ctx)
+		cancel()
+		if len(stats.Failed) > 0 {
+			t.Fatalf("regions %v do not answer", stats.Failed)
+		}
+		time.Sleep(time.Minute) // a's delayed notifications run
+		synctest.Wait()
+		b.sh.Terminate()
+		a.sh.Terminate()
+	})
+}
+
+// failingCoordinatorStore never grants the coordinator role.
+type failingCoordinatorStore struct{ *sharding.MemoryCoordinatorStore }
+
+func (failingCoordinatorStore) Acquire(context.Context, string, string) (uint64, map[string]string, error) {
+	return 0, nil, errors.New("store unavailable")
+}
+
+// The region's retry tick reaps and restarts a failed coordinator while
+// membership changes tell it the members: both touch Region.coord. Real
+// time: the race needs the tick and the change to run at once.
+func TestCoordinatorRestartRacesMembershipChange(t *testing.T) {
+	s := newSim(t, sharding.Settings{})
+	store := failingCoordinatorStore{sharding.NewMemoryCoordinatorStore()}
+	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := sharding.New(sys, sharding.Config{Transport: s.transport, Membership: s.cluster.Join("a", "host"), CoordinatorStore: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := sharding.Settings{RetryInterval: time.Millisecond}
+	if _, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: s.log.create("a"), StopMessage: stop{}, Role: "host", Settings: settings}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		s.cluster.Join(fmt.Sprint("p", i)) // members without the role: a stays the oldest
+	}
+	sh.Terminate()
+}
