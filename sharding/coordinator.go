@@ -189,6 +189,12 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		ch, o := c.allocate("", m.Shard)
 		return append(changes, ch...), append(o, c.leaveAck(m.Region)...)
 	case GracefulShutdownReq:
+		if !c.regions[m.Region] && !c.proxies[m.Region] && len(c.byRegion[m.Region]) == 0 {
+			// Unknown here, as a region that stopped already: nothing to
+			// hand off, and nothing to remember (a leaving mark would
+			// outlive it).
+			return nil, []outbound{{to: m.Region, msg: LeaveAck{Epoch: c.epoch}}}
+		}
 		c.leaving[m.Region] = true
 		for _, shard := range slices.Clone(c.byRegion[m.Region]) {
 			out = append(out, c.beginHandOff(shard)...)

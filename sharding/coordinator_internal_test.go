@@ -265,3 +265,19 @@ func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }
+
+// A GracefulShutdownReq from a region the coordinator does not know (one
+// that stopped already, its request late) is acknowledged and leaves no
+// mark: a region of that name registering later gets shards again.
+func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(RegionStopped{Region: "a"})
+	if _, out := c.step(GracefulShutdownReq{Region: "a"}); !slices.Equal(sent(out), []string{"a: LeaveAck"}) {
+		t.Fatalf("late leave: sent %v", sent(out))
+	}
+	c.step(Register{Region: "a"})
+	if changes, _ := c.step(GetShardHome{Shard: "s1", Region: "a"}); !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
+		t.Fatalf("a rejoined region gets no shard: changes %v", changes)
+	}
+}

@@ -247,6 +247,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 			r.coordinator.Store(&node)
 			r.registered = false
 		}
+		r.checkLeft() // a leaving region may have lost its last coordinator
 		r.mu.Unlock()
 		r.register()
 	case RegisterAck:
@@ -311,7 +312,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 		}
 	case LeaveAck:
 		r.mu.Lock()
-		if r.fresh(m.Epoch) {
+		if r.fresh(m.Epoch) && r.leaving {
 			r.leaveAcked = true
 			r.checkLeft()
 		}
@@ -571,7 +572,12 @@ func (r *Region[C]) adoptBuffered(shardID string, ds []Deliver) {
 
 // checkLeft signals a leaving region's shutdown once it hosts nothing. r.mu is held.
 func (r *Region[C]) checkLeft() {
-	if !r.leaving || !r.leaveAcked || r.leftAll == nil {
+	if !r.leaving || r.leftAll == nil {
+		return
+	}
+	// Without a coordinator in our view (the last node with the role is
+	// leaving) no allocation can be on its way, nor can an ack come.
+	if !r.leaveAcked && r.coordinatorNode() != "" {
 		return
 	}
 	for _, e := range r.table {

@@ -30,6 +30,24 @@ func TestProxyShutdownWithoutCoordinatorReturns(t *testing.T) {
 	})
 }
 
+// When the last node with the role is marked Leaving before it shuts
+// down, no coordinator is left in its view to acknowledge the leave; a
+// region holding nothing leaves at once rather than wait for its deadline.
+func TestLastHostingNodeLeavingWithoutCoordinatorReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{})
+		a := s.join("a", "host")
+		synctest.Wait()
+		s.cluster.SetStatus("a", allocation.Leaving) // no Up member has the role now
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := a.sh.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	})
+}
+
 // delayedView is a membership whose subscribers hear of a change some time
 // after the view shows it, as with a gossiped membership.
 type delayedView struct {
