@@ -153,7 +153,9 @@ func TestRetryTickDoesNotBlockOnCoordinatorWithOneWorker(t *testing.T) {
 }
 
 // failingCoordinatorStore never grants the coordinator role.
-type failingCoordinatorStore struct{ *sharding.MemoryCoordinatorStore }
+type failingCoordinatorStore struct {
+	*sharding.MemoryCoordinatorStore
+}
 
 func (failingCoordinatorStore) Acquire(context.Context, string, string) (uint64, map[string]string, error) {
 	return 0, nil, errors.New("store unavailable")
