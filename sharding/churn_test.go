@@ -46,21 +46,11 @@ func TestRandomChurnWithCrashesKeepsOrder(t *testing.T) {
 	}
 }
 
-func churnWithCrashes(t *testing.T, seed uint64, settings sharding.Settings) {
-	rng := rand.New(rand.NewPCG(seed, 0xc4a5))
-	s := newSim(t, settings)
-	ids := entityIDs(40)
-	sent := map[[2]string]int{}
-	round := func(via *node) {
-		for _, id := range ids {
-			k := [2]string{id, via.name}
-			sent[k]++
-			// The home may have just crashed: the sender gets a typed error.
-			if err := via.region.EntityRefFor(id).Tell(note{Text: fmt.Sprintf("%s:%d", via.name, sent[k])}); err != nil && !errors.Is(err, sharding.ErrUnreachable) {
-				t.Fatalf("tell %s via %s: %v", id, via.name, err)
-			}
-		}
-	}
+// schedule runs one random schedule of joins, removals (by remove, which
+// also sends traffic through the remaining nodes) and traffic rounds, ends
+// with a round through every live node and a quiet minute, and returns the
+// live nodes, oldest first.
+func schedule(t *testing.T, s *sim, rng *rand.Rand, round func(via *node), remove func(gone *node, live []*node)) []*node {
 	var live []*node
 	joined := 0
 	join := func() {
@@ -75,20 +65,16 @@ func churnWithCrashes(t *testing.T, seed uint64, settings sharding.Settings) {
 			join()
 		case op == 1 && len(live) > 1:
 			i := rng.IntN(len(live))
-			crashed := live[i]
+			gone := live[i]
 			live = slices.Delete(live, i, i+1)
-			crashed.sh.Terminate()
-			for _, n := range live { // traffic before the failure detector's verdict
-				round(n)
-			}
-			s.cluster.Remove(crashed.name)
-			delete(s.nodes, crashed.name)
+			remove(gone, live)
+			delete(s.nodes, gone.name)
 		default:
 			for _, n := range live {
 				round(n)
 			}
 		}
-		time.Sleep(time.Duration(rng.IntN(8)) * time.Second)
+		time.Sleep(time.Duration(rng.IntN(8)) * time.Second) // sometimes past a rebalance
 		synctest.Wait()
 	}
 	for _, n := range live {
@@ -96,6 +82,35 @@ func churnWithCrashes(t *testing.T, seed uint64, settings sharding.Settings) {
 	}
 	time.Sleep(time.Minute)
 	synctest.Wait()
+	t.Cleanup(func() {
+		for i := len(live) - 1; i >= 0; i-- {
+			_ = live[i].sh.Shutdown(context.Background())
+		}
+	})
+	return live
+}
+
+func churnWithCrashes(t *testing.T, seed uint64, settings sharding.Settings) {
+	s := newSim(t, settings)
+	ids := entityIDs(40)
+	sent := map[[2]string]int{}
+	round := func(via *node) {
+		for _, id := range ids {
+			k := [2]string{id, via.name}
+			sent[k]++
+			// The home may have just crashed: the sender gets a typed error.
+			if err := via.region.EntityRefFor(id).Tell(note{Text: fmt.Sprintf("%s:%d", via.name, sent[k])}); err != nil && !errors.Is(err, sharding.ErrUnreachable) {
+				t.Fatalf("tell %s via %s: %v", id, via.name, err)
+			}
+		}
+	}
+	live := schedule(t, s, rand.New(rand.NewPCG(seed, 0xc4a5)), round, func(crashed *node, live []*node) {
+		crashed.sh.Terminate()
+		for _, n := range live { // traffic before the failure detector's verdict
+			round(n)
+		}
+		s.cluster.Remove(crashed.name)
+	})
 	for _, id := range ids {
 		last := map[string]int{}
 		for _, text := range s.log.notes(id) {
@@ -114,62 +129,28 @@ func churnWithCrashes(t *testing.T, seed uint64, settings sharding.Settings) {
 			}
 		}
 	}
-	for i := len(live) - 1; i >= 0; i-- {
-		_ = live[i].sh.Shutdown(context.Background())
-	}
 }
 
 func churn(t *testing.T, seed uint64, settings sharding.Settings) {
-	rng := rand.New(rand.NewPCG(seed, 0x5ea1))
 	s := newSim(t, settings)
 	ids := entityIDs(40)
 	tr := newTraffic()
-	var live []*node // in join order: live[0] is the oldest, the coordinator's
-	joined := 0
-	join := func() {
-		live = append(live, s.join(fmt.Sprint("n", joined), "host"))
-		joined++
-	}
-	join()
-	join()
-	for range 12 {
-		switch op := rng.IntN(4); {
-		case op == 0 && len(live) < 5:
-			join()
-		case op == 1 && len(live) > 1:
-			i := rng.IntN(len(live))
-			leaving := live[i]
-			live = slices.Delete(live, i, i+1)
-			done := make(chan error, 1)
-			go func() { done <- leaving.sh.Shutdown(context.Background()) }()
-			for _, n := range live { // traffic during the hand-off
-				tr.round(t, n, ids)
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("%s left: %v", leaving.name, err)
-			}
-			delete(s.nodes, leaving.name)
-		default:
-			for _, n := range live {
-				tr.round(t, n, ids)
-			}
+	round := func(via *node) { tr.round(t, via, ids) }
+	schedule(t, s, rand.New(rand.NewPCG(seed, 0x5ea1)), round, func(leaving *node, live []*node) {
+		done := make(chan error, 1)
+		go func() { done <- leaving.sh.Shutdown(context.Background()) }()
+		for _, n := range live { // traffic during the hand-off
+			round(n)
 		}
-		time.Sleep(time.Duration(rng.IntN(8)) * time.Second) // sometimes past a rebalance
-		synctest.Wait()
-	}
-	for _, n := range live {
-		tr.round(t, n, ids)
-	}
-	time.Sleep(time.Minute)
-	synctest.Wait()
+		if err := <-done; err != nil {
+			t.Fatalf("%s left: %v", leaving.name, err)
+		}
+	})
 	tr.check(t, s)
 	for _, id := range ids {
 		if got := len(s.log.notes(id)); got != tr.total(id) {
 			t.Fatalf("%s handled %d notes, %d sent: a message was delivered twice", id, got, tr.total(id))
 		}
-	}
-	for i := len(live) - 1; i >= 0; i-- {
-		_ = live[i].sh.Shutdown(context.Background())
 	}
 }
 
