@@ -296,10 +296,7 @@ func TestEntitiesRestartWithBackoffWhilePostgresIsDown(t *testing.T) {
 	poll(t, "writes before the stop", time.Minute, func() bool { return acked.Load() >= 200 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stopTimeout := 10 * time.Second
-	if err := srv.Container(t).Stop(ctx, &stopTimeout); err != nil {
-		t.Fatalf("stop container: %v", err)
-	}
+	stopServer(ctx, t, srv)
 	down := time.Now()
 	poll(t, "every entity to fail", time.Minute, func() bool {
 		for _, id := range ids {

@@ -31,6 +31,16 @@ func poll(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	}
 }
 
+// stopServer stops srv's container as an outage would, giving the server
+// a few seconds to shut down cleanly.
+func stopServer(ctx context.Context, t *testing.T, srv *pgtest.Server) {
+	t.Helper()
+	timeout := 10 * time.Second
+	if err := srv.Container(t).Stop(ctx, &timeout); err != nil {
+		t.Fatalf("stop container: %v", err)
+	}
+}
+
 // TestDatabaseStopMidLoad stops the PostgreSQL container under write load
 // and starts it again. Writers get errors while it is down and succeed
 // again after; in the end every acknowledged write is stored whole and
@@ -118,10 +128,7 @@ func TestDatabaseStopMidLoad(t *testing.T) {
 	poll(t, "writes before the stop", time.Minute, func() bool { return acked.Load() >= 300 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stopTimeout := 10 * time.Second
-	if err := srv.Container(t).Stop(ctx, &stopTimeout); err != nil {
-		t.Fatalf("stop container: %v", err)
-	}
+	stopServer(ctx, t, srv)
 	ackedAtStop := acked.Load()
 	poll(t, "writers to see errors", time.Minute, func() bool { return failed.Load() >= writers })
 	if err := srv.Container(t).Start(ctx); err != nil {
