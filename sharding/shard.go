@@ -63,6 +63,7 @@ type entityEntry[C any] struct {
 // restarts is the back-off of an entity that failed.
 type restarts struct {
 	backoff   *backoff.ExponentialBackOff
+	attempt   int       // back-offs since the last reset, 1 for the first
 	restarted time.Time // when the last back-off ended
 }
 
@@ -330,8 +331,9 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	}
 	switch {
 	case err != nil:
-		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id, "err", err)
-		sh.backOff(id, e)
+		delay, attempt := sh.backOff(id, e)
+		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id,
+			"err", err, "attempt", attempt, "backoff", delay)
 	case e.state == passivating && (len(e.buffer) > 0 || e.startAgain):
 		sh.restart(e)
 	case e.state == passivating:
@@ -378,17 +380,22 @@ func (sh *shard[C]) restart(e *entityEntry[C]) {
 	}
 }
 
-func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
+// backOff schedules the restart of a stopped entity and returns the delay
+// the back-off policy chose and its attempt number (1 after a reset).
+func (sh *shard[C]) backOff(id string, e *entityEntry[C]) (time.Duration, int) {
 	switch {
 	case e.restarts == nil:
 		e.restarts = &restarts{backoff: sh.newBackOff()}
 	case sh.r.clock.Now().Sub(e.restarts.restarted) > sh.r.settings.RestartBackoffMax:
 		// It ran longer than the longest back-off: a new failure, not a crash loop.
 		e.restarts.backoff.Reset()
+		e.restarts.attempt = 0
 	}
 	e.state = backingOff
+	e.restarts.attempt++
 	failed := e.cell
-	e.timer = sh.r.clock.AfterFunc(e.restarts.backoff.NextBackOff(), func() {
+	delay := e.restarts.backoff.NextBackOff()
+	e.timer = sh.r.clock.AfterFunc(delay, func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if cur := sh.entities[id]; cur != e || e.cell != failed || e.state != backingOff || sh.handingOff {
@@ -402,6 +409,7 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
 		}
 		sh.restart(e)
 	})
+	return delay, e.restarts.attempt
 }
 
 func (sh *shard[C]) newBackOff() *backoff.ExponentialBackOff {
