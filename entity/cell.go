@@ -367,7 +367,6 @@ func (c *Cell[C]) terminate(err error) {
 		c.term = &termination{done: make(chan struct{})}
 	}
 	c.term.err = err
-	close(c.term.done)
 	c.mu.Unlock()
 	if x := c.x; x != nil {
 		x.unstashed.Drain(func(m C) { c.sys.deadLetter("unstashed, not handled before stop", m) })
@@ -382,6 +381,9 @@ func (c *Cell[C]) terminate(err error) {
 			c.sys.deadLetter("left in mailbox of stopped entity", e.msg)
 		}
 	})
+	// Done closes once what the incarnation left is counted, so whoever
+	// waits on it sees every dead letter.
+	close(c.term.done)
 	if c.props.Owner != nil {
 		c.props.Owner.Stopped(c, err)
 	}
