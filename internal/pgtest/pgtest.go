@@ -33,6 +33,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"net/url"
@@ -41,6 +42,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -442,11 +444,41 @@ func buildScript() string {
 	return script
 }
 
+// freePort picks a free loopback port below the kernel's ephemeral range.
+// The container keeps it across a stop and start; while it is stopped, no
+// socket of this or a parallel test process can be handed the port by the
+// kernel (":0" listeners, outgoing connections and Docker's own port
+// allocator all draw from the ephemeral range).
 func freePort() (string, error) {
+	const lowest = 10000
+	if top := ephemeralLow(); top > lowest+1000 {
+		for range 100 {
+			port := strconv.Itoa(lowest + rand.IntN(top-lowest))
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port)); err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("pick a port: %w", err)
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux), or
+// 0 when it cannot be read.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(fields[0])
+	return n
 }
