@@ -27,6 +27,15 @@ import (
 type Config struct {
 	// APIAddr is where the payment API listens. Default 127.0.0.1:0.
 	APIAddr string
+	// ReadTimeout bounds reading a whole request, headers and body, so a
+	// client that trickles its body cannot hold a connection. Default 10s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its response. Keep it above Settings.AskTimeout, or the server
+	// drops answers the entity gave in time. Default 30s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 30s.
+	IdleTimeout time.Duration
 	// IssuerURL is the issuer to call. Empty: start the simulator on
 	// SimulatorAddr and call it.
 	IssuerURL     string
@@ -52,6 +61,9 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		APIAddr:       "127.0.0.1:0",
+		ReadTimeout:   10 * time.Second,
+		WriteTimeout:  30 * time.Second,
+		IdleTimeout:   30 * time.Second,
 		SimulatorAddr: "127.0.0.1:0",
 		Settings:      DefaultSettings(),
 		Issuer:        DefaultIssuerClientConfig(),
@@ -86,6 +98,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Auth == nil {
 		cfg.Auth = StubAuthorizer{}
+	}
+	d := DefaultConfig()
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = d.ReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = d.WriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = d.IdleTimeout
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
 	defer func() {
@@ -158,7 +180,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
 	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
-	n.api = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	n.api = &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
 	go n.serve(n.api, ln)
 	n.APIURL = "http://" + ln.Addr().String()
 	return n, nil
