@@ -18,14 +18,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	if err := run(signals, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "payment:", err)
 		}
@@ -33,13 +34,42 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// errForced is returned when a second signal ended the shutdown at once.
+var errForced = errors.New("interrupted again: stopped at once, without waiting for the hand-off")
+
+// run runs the program with args. The first signal on signals shuts the
+// node down gracefully; a second one cuts that short: what still runs
+// stops at once, as in a crash.
+func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) error {
+	ctx, interrupted := context.WithCancel(context.Background())
+	defer interrupted()
+	force, forced := context.WithCancel(context.Background())
+	defer forced()
+	finished := make(chan struct{})
+	defer close(finished)
+	var forcedExit atomic.Bool
+	go func() {
+		select {
+		case <-signals:
+			interrupted()
+		case <-finished:
+			return
+		}
+		select {
+		case <-signals:
+			forcedExit.Store(true)
+			forced()
+		case <-finished:
+		}
+	}()
+
 	cfg := DefaultConfig()
 	flags := flag.NewFlagSet("payment", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.StringVar(&cfg.APIAddr, "addr", cfg.APIAddr, "listen address of the payment API")
 	flags.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "bound on reading a whole API request, body included")
 	flags.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "bound on an API request from its headers to the end of its response (keep above the 15s ask timeout)")
+	flags.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "at shutdown, how long requests in flight may take before their connections are closed")
 	flags.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close keep-alive API connections idle this long")
 	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
 	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
@@ -91,10 +121,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Entities waiting for the issuer stop after its answer or their
-	// processing timeout, which is at most AskTimeout+FailSafeMargin away.
+	// processing timeout, which is at most AskTimeout+FailSafeMargin away;
+	// requests in flight get DrainTimeout of that.
 	grace := cfg.Settings.AskTimeout + cfg.Settings.FailSafeMargin + 5*time.Second
-	fmt.Fprintf(stdout, "shutting down (up to %v)\n", grace)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+	fmt.Fprintf(stdout, "shutting down: requests in flight get up to %v, the hand-off up to %v in all; interrupt again to stop at once\n",
+		cfg.DrainTimeout, grace)
+	shutdownCtx, cancel := context.WithTimeout(force, grace)
 	defer cancel()
-	return node.Shutdown(shutdownCtx)
+	err = node.Shutdown(shutdownCtx)
+	if forcedExit.Load() {
+		return errors.Join(errForced, err)
+	}
+	if err == nil {
+		fmt.Fprintln(stdout, "stopped: every entity handed off, no issuer call in flight")
+	}
+	return err
 }
