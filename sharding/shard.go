@@ -64,6 +64,9 @@ type entityEntry[C any] struct {
 type restarts struct {
 	backoff   *backoff.ExponentialBackOff
 	restarted time.Time // when the last back-off ended
+	cause     error     // why the entity stopped, while backing off
+	until     time.Time // when the current back-off ends
+	refused   bool      // an ask was refused during this back-off
 }
 
 func newShard[C any](r *Region[C], id string) *shard[C] {
@@ -80,8 +83,10 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 }
 
 // deliver hands msg to the entity, starting it if needed; with start it
-// only makes sure the entity runs.
-func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
+// only makes sure the entity runs. With failFast an entity backing off
+// refuses msg at once with an UnavailableError (see Ask); otherwise msg
+// waits for the next incarnation.
+func (sh *shard[C]) deliver(entityID string, msg C, start, failFast bool) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entities[entityID]
@@ -106,6 +111,11 @@ func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 			sh.restart(e)
 		}
 		return nil
+	}
+	if failFast && e.state == backingOff && e.restarts != nil {
+		e.restarts.refused = true // its caller comes back: restart it then
+		return &UnavailableError{Type: sh.r.typ, EntityID: entityID,
+			RetryAfter: max(0, e.restarts.until.Sub(sh.r.clock.Now())), Cause: e.restarts.cause}
 	}
 	e.lastTick = sh.r.idleTickNow()
 	if e.state != active {
@@ -331,7 +341,7 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	switch {
 	case err != nil:
 		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id, "err", err)
-		sh.backOff(id, e)
+		sh.backOff(id, e, err)
 	case e.state == passivating && (len(e.buffer) > 0 || e.startAgain):
 		sh.restart(e)
 	case e.state == passivating:
@@ -340,7 +350,7 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 			sh.remember(id, false)
 		}
 	case sh.r.settings.RememberEntities:
-		sh.backOff(id, e) // stopped without passivating: remembered entities come back
+		sh.backOff(id, e, errStoppedItself) // stopped without passivating: remembered entities come back
 	case len(e.buffer) > 0:
 		sh.restart(e)
 	default:
@@ -378,7 +388,11 @@ func (sh *shard[C]) restart(e *entityEntry[C]) {
 	}
 }
 
-func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
+// errStoppedItself is the cause of a remembered entity's back-off when it
+// stopped by itself, without passivating.
+var errStoppedItself = errors.New("sharding: remembered entity stopped without passivating")
+
+func (sh *shard[C]) backOff(id string, e *entityEntry[C], cause error) {
 	switch {
 	case e.restarts == nil:
 		e.restarts = &restarts{backoff: sh.newBackOff()}
@@ -388,7 +402,9 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
 	}
 	e.state = backingOff
 	failed := e.cell
-	e.timer = sh.r.clock.AfterFunc(e.restarts.backoff.NextBackOff(), func() {
+	wait := e.restarts.backoff.NextBackOff()
+	e.restarts.cause, e.restarts.until, e.restarts.refused = cause, sh.r.clock.Now().Add(wait), false
+	e.timer = sh.r.clock.AfterFunc(wait, func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if cur := sh.entities[id]; cur != e || e.cell != failed || e.state != backingOff || sh.handingOff {
@@ -396,7 +412,7 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) {
 		}
 		e.timer = nil
 		e.restarts.restarted = sh.r.clock.Now()
-		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities {
+		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities && !e.restarts.refused {
 			delete(sh.entities, id) // nobody waits; the next message starts it
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -194,7 +195,15 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	resp, err := entity.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
+	resp, err := sharding.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
+	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
+		// The entity failed (its journal is down, say) and restarts after
+		// a back-off: say so now rather than at the ask timeout.
+		a.log().Warn("payment entity unavailable", "entity_id", req.key.EntityID(), "trace_id", req.traceID,
+			"retry_after", ue.RetryAfter, "err", err)
+		writeUnavailable(w, ue.RetryAfter)
+		return
+	}
 	if err != nil {
 		// An ask timeout, or no entity to ask: not a business failure.
 		a.log().Warn("payment request failed", "entity_id", req.key.EntityID(), "trace_id", req.traceID, "err", err)
@@ -216,6 +225,15 @@ func (a *API) log() *slog.Logger {
 		return a.Log
 	}
 	return slog.Default()
+}
+
+// writeUnavailable answers 503 with Retry-After (whole seconds, at least
+// 1) and the non-business CODE-012: nothing was done, the request may be retried.
+func writeUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
+	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"code": string(CodeUnpredictable),
+		"message": "payment temporarily unavailable; retry after " + strconv.Itoa(secs) + "s"})
 }
 
 func writeFailure(w http.ResponseWriter, f Failure) {
