@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -52,12 +54,101 @@ type API struct {
 	Log        *slog.Logger
 }
 
-// Handler routes the API's endpoints.
+// MaxHeaderBytes bounds a request's header fields (names and values); a
+// request with more is answered 431 with the JSON body. The server's own,
+// larger limit (http.Server.MaxHeaderBytes) answers in plain text.
+const MaxHeaderBytes = 16 << 10
+
+// Handler routes the API's endpoints. Every answer, routing errors
+// included, has the {code, message} body: an unknown path is 404 CODE-002,
+// a wrong method 405 CODE-003, headers over MaxHeaderBytes 431 CODE-003,
+// and a path that is not clean (`..`, `//`) is 404, not redirected.
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/payment", a.settle)
-	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel", a.cancel)
-	return mux
+	const payment, cancel = "/00/ec/settlements/{walletShopId}/{orderId}/payment", "/00/ec/settlements/{walletShopId}/{orderId}/cancel"
+	mux.HandleFunc("PUT "+payment, a.settle)
+	mux.HandleFunc("PUT "+cancel, a.cancel)
+	mux.HandleFunc(payment, methodNotAllowed)
+	mux.HandleFunc(cancel, methodNotAllowed)
+	mux.HandleFunc("/", notFound)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headerBytes(r.Header) > MaxHeaderBytes {
+			writeJSON(w, http.StatusRequestHeaderFieldsTooLarge, map[string]string{"code": string(CodeValidation), "message": "request header fields too large"})
+			return
+		}
+		// ServeMux would redirect an unclean path to its clean form.
+		if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
+			notFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, map[string]string{"code": string(CodeNotFound), "message": "no such endpoint"})
+}
+
+func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", http.MethodPut)
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"code": string(CodeValidation), "message": "method not allowed; use PUT"})
+}
+
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	return n
+}
+
+// errBody is the reason a settle body is refused.
+var errBody = errors.New(`body must be {"amount": <integer>}`)
+
+// decodeAmount reads a settle body strictly: one JSON object, no trailing
+// data, field names matched exactly (encoding/json would take "AMOUNT")
+// and each at most once; fields other than amount are ignored.
+func decodeAmount(r io.Reader) (int64, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, errBody
+	}
+	var amount *int64
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return 0, errBody
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return 0, fmt.Errorf("%w: duplicate field %q", errBody, name)
+		}
+		seen[name] = true
+		if name != "amount" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return 0, errBody
+			}
+			continue
+		}
+		if err := dec.Decode(&amount); err != nil {
+			return 0, errBody
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return 0, errBody
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("%w: data after the object", errBody)
+	}
+	if amount == nil {
+		return 0, errBody
+	}
+	return *amount, nil
 }
 
 // statusOf maps an error code to its HTTP status (AppExceptionHandler).
@@ -86,15 +177,12 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var body struct {
-		Amount *int64 `json:"amount"`
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-	if err := dec.Decode(&body); err != nil || body.Amount == nil {
-		writeFailure(w, ValidationFailure("body must be {\"amount\": <integer>}"))
+	amount, err := decodeAmount(io.LimitReader(r.Body, 1<<16))
+	if err != nil {
+		writeFailure(w, ValidationFailure(err.Error()))
 		return
 	}
-	if amount := *body.Amount; amount <= 0 || amount > 9_999_999_999 {
+	if amount <= 0 || amount > 9_999_999_999 {
 		writeFailure(w, ValidationFailure("amount must be between 1 and 9999999999"))
 		return
 	}
@@ -105,7 +193,7 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 				CustomerID:   req.principal.CustomerID,
 				WalletShopID: req.key.WalletShopID,
 				OrderID:      req.key.OrderID,
-				Amount:       *body.Amount,
+				Amount:       amount,
 			},
 			TraceID: req.traceID,
 			ReplyTo: to,
@@ -135,8 +223,9 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 // validate checks the headers and the path; on failure it has answered.
 func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
 	// 401 carries CODE-001, as the original's rejection handler answered.
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(token) == "" {
+	// The scheme is case-insensitive (RFC 7235 §2.1).
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "bearer token required"})
 		return request{}, false
