@@ -16,6 +16,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -74,6 +77,7 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
 	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
+	pprofAddr := flags.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
 	demo := flags.Bool("demo", false, "run a scripted demo against the simulator, then exit")
 	verbose := flags.Bool("v", false, "log at debug level")
 	if err := flags.Parse(args); err != nil {
@@ -93,6 +97,16 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 			return errors.New("-demo drives the simulator; it cannot be combined with -issuer-url")
 		}
 		cfg.Settings, cfg.Issuer = demoTimeouts()
+	}
+
+	if *pprofAddr != "" {
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return fmt.Errorf("pprof: %w", err)
+		}
+		defer ln.Close()
+		fmt.Fprintf(stdout, "pprof at http://%s/debug/pprof/\n", ln.Addr())
+		go func() { _ = http.Serve(ln, pprofMux()) }()
 	}
 
 	node, err := Start(ctx, cfg)
@@ -136,4 +150,16 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, "stopped: every entity handed off, no issuer call in flight")
 	}
 	return err
+}
+
+// pprofMux serves the profiles of net/http/pprof, on a listener of its own
+// so the API never exposes them.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
