@@ -73,7 +73,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("/", notFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerBytes(r.Header) > MaxHeaderBytes {
-			writeJSON(w, http.StatusRequestHeaderFieldsTooLarge, map[string]string{"code": string(CodeValidation), "message": "request header fields too large"})
+			writeJSON(w, http.StatusRequestHeaderFieldsTooLarge, errorBody{Code: string(CodeValidation), Message: "request header fields too large"})
 			return
 		}
 		// ServeMux would redirect an unclean path to its clean form.
@@ -86,12 +86,12 @@ func (a *API) Handler() http.Handler {
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusNotFound, map[string]string{"code": string(CodeNotFound), "message": "no such endpoint"})
+	writeJSON(w, http.StatusNotFound, errorBody{Code: string(CodeNotFound), Message: "no such endpoint"})
 }
 
 func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Allow", http.MethodPut)
-	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"code": string(CodeValidation), "message": "method not allowed; use PUT"})
+	writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: string(CodeValidation), Message: "method not allowed; use PUT"})
 }
 
 func headerBytes(h http.Header) int {
@@ -227,13 +227,13 @@ func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "bearer token required"})
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "bearer token required"})
 		return request{}, false
 	}
 	principal, err := a.Auth.Authorize(r.Context(), token)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "invalid bearer token"})
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "invalid bearer token"})
 		return request{}, false
 	}
 	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))
@@ -306,7 +306,7 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 		writeFailure(w, *resp.Failure)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"walletShopId": req.key.WalletShopID, "orderId": req.key.OrderID})
+	writeJSON(w, http.StatusOK, successBody{OrderID: req.key.OrderID, WalletShopID: req.key.WalletShopID})
 }
 
 func (a *API) log() *slog.Logger {
@@ -321,8 +321,8 @@ func (a *API) log() *slog.Logger {
 func writeUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
 	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"code": string(CodeUnpredictable),
-		"message": "payment temporarily unavailable; retry after " + strconv.Itoa(secs) + "s"})
+	writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: string(CodeUnpredictable),
+		Message: "payment temporarily unavailable; retry after " + strconv.Itoa(secs) + "s"})
 }
 
 func writeFailure(w http.ResponseWriter, f Failure) {
@@ -330,13 +330,32 @@ func writeFailure(w http.ResponseWriter, f Failure) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	writeJSON(w, status, map[string]string{"code": string(f.Code), "message": f.Message})
+	writeJSON(w, status, errorBody{Code: string(f.Code), Message: f.Message})
+}
+
+// errorBody is every failure's body; successBody a 200's. Structs, not
+// maps: they encode without sorting keys (the field order is the sorted one).
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type successBody struct {
+	OrderID      string `json:"orderId"`
+	WalletShopID string `json:"walletShopId"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	body, err := json.Marshal(v)
+	if err != nil {
+		body = []byte(`{"code":"CODE-012","message":"unexpected error"}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 func newTraceID() string {
