@@ -157,7 +157,8 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 	n := requests.Load()
 	fmt.Fprintf(out, "%d requests in %v from %d clients: %.0f req/s\n", n, elapsed.Round(time.Millisecond), cfg.concurrency, float64(n)/elapsed.Seconds())
 	if cfg.pid != 0 && n > 0 {
-		fmt.Fprintf(out, "server CPU: %v, %.3f ms per request\n", cpu1-cpu0, float64(cpu1-cpu0)/float64(time.Millisecond)/float64(n))
+		fmt.Fprintf(out, "server CPU: %v, %.3f ms per request; resident memory now %s\n",
+			cpu1-cpu0, float64(cpu1-cpu0)/float64(time.Millisecond)/float64(n), residentMemory(cfg.pid))
 	}
 	st.print(out)
 	return nil
@@ -310,4 +311,18 @@ func cpuTime(pid int) (time.Duration, error) {
 	}
 	const clockTicks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// residentMemory is the VmRSS line of process pid, or "?".
+func residentMemory(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(string(data)) {
+		if rss, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.Join(strings.Fields(rss), " ")
+		}
+	}
+	return "?"
 }

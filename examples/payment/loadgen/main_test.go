@@ -110,6 +110,9 @@ func TestCPUTimeOfThisProcess(t *testing.T) {
 	for after := before; after == before; after, _ = cpuTime(os.Getpid()) {
 		_ = sha256.Sum256(make([]byte, 1<<20)) // burn CPU until the counter moves
 	}
+	if rss := residentMemory(os.Getpid()); !strings.HasSuffix(rss, "kB") {
+		t.Fatalf("resident memory %q", rss)
+	}
 	if none, err := cpuTime(0); none != 0 || err != nil {
 		t.Fatalf("without a pid: %v, %v", none, err)
 	}
