@@ -122,7 +122,7 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 
 	if *demo {
 		demoErr := runDemo(ctx, node, stdout)
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(force, 10*time.Second)
 		defer cancel()
 		return errors.Join(demoErr, node.Shutdown(shutdownCtx))
 	}
