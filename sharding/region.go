@@ -137,8 +137,9 @@ func (r *Region[C]) coordinatorNode() string {
 }
 
 // tell is the data path of EntityRef.Tell; with start, msg is ignored and
-// the entity is only started.
-func (r *Region[C]) tell(entityID string, msg C, start bool) error {
+// the entity is only started. With failFast, a local entity that is backing
+// off after a failure refuses msg (UnavailableError) instead of holding it.
+func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
@@ -146,7 +147,7 @@ func (r *Region[C]) tell(entityID string, msg C, start bool) error {
 	stripe := r.mu.RLockShard(shardID)
 	if e := r.table[shardID]; e != nil && e.routable() && !r.stopped {
 		if e.local != nil {
-			err := e.local.deliver(entityID, msg, start)
+			err := e.local.deliver(entityID, msg, start, failFast)
 			stripe.RUnlock()
 			return err
 		}
@@ -161,7 +162,7 @@ func (r *Region[C]) tell(entityID string, msg C, start bool) error {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.route(shardID, pending[C]{entityID, msg, start})
+	return r.route(shardID, pending[C]{entityID, msg, start}, failFast)
 }
 
 func (e *shardEntry[C]) routable() bool {
@@ -169,14 +170,14 @@ func (e *shardEntry[C]) routable() bool {
 }
 
 // route delivers or buffers; r.mu is held for writing.
-func (r *Region[C]) route(shardID string, p pending[C]) error {
+func (r *Region[C]) route(shardID string, p pending[C], failFast bool) error {
 	if r.stopped {
 		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
 	}
 	e := r.entry(shardID)
 	if e.routable() {
 		if e.local != nil {
-			return e.local.deliver(p.entityID, p.msg, p.start)
+			return e.local.deliver(p.entityID, p.msg, p.start, failFast)
 		}
 		return r.forward(e.home, shardID, p)
 	}
@@ -330,7 +331,7 @@ func (r *Region[C]) receive(ctx entity.Context[Message], m Message) entity.Behav
 			break
 		}
 		r.mu.Lock()
-		if err := r.route(m.Shard, pending[C]{m.EntityID, msg, m.Start}); err != nil {
+		if err := r.route(m.Shard, pending[C]{m.EntityID, msg, m.Start}, false); err != nil {
 			r.s.log.Warn("sharding: forwarded message not delivered", "type", r.typ, "entity", m.EntityID, "err", err)
 		}
 		r.mu.Unlock()
@@ -465,7 +466,7 @@ func (r *Region[C]) drain(shardID string, e *shardEntry[C]) {
 	for _, p := range buf {
 		var err error
 		if e.local != nil {
-			err = e.local.deliver(p.entityID, p.msg, p.start)
+			err = e.local.deliver(p.entityID, p.msg, p.start, false) // accepted already: never refused now
 		} else {
 			err = r.forward(e.home, shardID, p)
 		}

@@ -65,6 +65,9 @@ type restarts struct {
 	backoff   *backoff.ExponentialBackOff
 	attempt   int       // back-offs since the last reset, 1 for the first
 	restarted time.Time // when the last back-off ended
+	cause     error     // why the entity stopped, while backing off
+	until     time.Time // when the current back-off ends
+	refused   bool      // an ask was refused during this back-off
 }
 
 func newShard[C any](r *Region[C], id string) *shard[C] {
@@ -81,8 +84,10 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 }
 
 // deliver hands msg to the entity, starting it if needed; with start it
-// only makes sure the entity runs.
-func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
+// only makes sure the entity runs. With failFast an entity backing off
+// refuses msg at once with an UnavailableError (see Ask); otherwise msg
+// waits for the next incarnation.
+func (sh *shard[C]) deliver(entityID string, msg C, start, failFast bool) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entities[entityID]
@@ -107,6 +112,11 @@ func (sh *shard[C]) deliver(entityID string, msg C, start bool) error {
 			sh.restart(e)
 		}
 		return nil
+	}
+	if failFast && e.state == backingOff && e.restarts != nil {
+		e.restarts.refused = true // its caller comes back: restart it then
+		return &UnavailableError{Type: sh.r.typ, EntityID: entityID,
+			RetryAfter: max(0, e.restarts.until.Sub(sh.r.clock.Now())), Cause: e.restarts.cause}
 	}
 	e.lastTick = sh.r.idleTickNow()
 	if e.state != active {
@@ -331,7 +341,7 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	}
 	switch {
 	case err != nil:
-		delay, attempt := sh.backOff(id, e)
+		delay, attempt := sh.backOff(id, e, err)
 		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id,
 			"err", err, "attempt", attempt, "backoff", delay)
 	case e.state == passivating && (len(e.buffer) > 0 || e.startAgain):
@@ -342,7 +352,7 @@ func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 			sh.remember(id, false)
 		}
 	case sh.r.settings.RememberEntities:
-		sh.backOff(id, e) // stopped without passivating: remembered entities come back
+		sh.backOff(id, e, errStoppedItself) // stopped without passivating: remembered entities come back
 	case len(e.buffer) > 0:
 		sh.restart(e)
 	default:
@@ -380,9 +390,13 @@ func (sh *shard[C]) restart(e *entityEntry[C]) {
 	}
 }
 
+// errStoppedItself is the cause of a remembered entity's back-off when it
+// stopped by itself, without passivating.
+var errStoppedItself = errors.New("sharding: remembered entity stopped without passivating")
+
 // backOff schedules the restart of a stopped entity and returns the delay
 // the back-off policy chose and its attempt number (1 after a reset).
-func (sh *shard[C]) backOff(id string, e *entityEntry[C]) (time.Duration, int) {
+func (sh *shard[C]) backOff(id string, e *entityEntry[C], cause error) (time.Duration, int) {
 	switch {
 	case e.restarts == nil:
 		e.restarts = &restarts{backoff: sh.newBackOff()}
@@ -395,6 +409,7 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) (time.Duration, int) {
 	e.restarts.attempt++
 	failed := e.cell
 	delay := e.restarts.backoff.NextBackOff()
+	e.restarts.cause, e.restarts.until, e.restarts.refused = cause, sh.r.clock.Now().Add(delay), false
 	e.timer = sh.r.clock.AfterFunc(delay, func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
@@ -403,7 +418,7 @@ func (sh *shard[C]) backOff(id string, e *entityEntry[C]) (time.Duration, int) {
 		}
 		e.timer = nil
 		e.restarts.restarted = sh.r.clock.Now()
-		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities {
+		if len(e.buffer) == 0 && !sh.r.settings.RememberEntities && !e.restarts.refused {
 			delete(sh.entities, id) // nobody waits; the next message starts it
 			return
 		}

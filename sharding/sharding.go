@@ -358,7 +358,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, msg, false)
+	return r.region.tell(r.id, msg, false, false)
 }
 
 // System implements entity.Ref.
@@ -372,11 +372,13 @@ type Envelope[C any] struct {
 }
 
 // Tell routes env.Message to entity env.EntityID.
-func (r *Region[C]) Tell(env Envelope[C]) error { return r.tell(env.EntityID, env.Message, false) }
+func (r *Region[C]) Tell(env Envelope[C]) error {
+	return r.tell(env.EntityID, env.Message, false, false)
+}
 
 // StartEntity starts entity id, in its shard wherever that lives, without
 // a message; an entity that runs already is left alone.
 func (r *Region[C]) StartEntity(id string) error {
 	var none C
-	return r.tell(id, none, true)
+	return r.tell(id, none, true, false)
 }

@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,12 +54,101 @@ type API struct {
 	Log        *slog.Logger
 }
 
-// Handler routes the API's endpoints.
+// MaxHeaderBytes bounds a request's header fields (names and values); a
+// request with more is answered 431 with the JSON body. The server's own,
+// larger limit (http.Server.MaxHeaderBytes) answers in plain text.
+const MaxHeaderBytes = 16 << 10
+
+// Handler routes the API's endpoints. Every answer, routing errors
+// included, has the {code, message} body: an unknown path is 404 CODE-002,
+// a wrong method 405 CODE-003, headers over MaxHeaderBytes 431 CODE-003,
+// and a path that is not clean (`..`, `//`) is 404, not redirected.
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/payment", a.settle)
-	mux.HandleFunc("PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel", a.cancel)
-	return mux
+	const payment, cancel = "/00/ec/settlements/{walletShopId}/{orderId}/payment", "/00/ec/settlements/{walletShopId}/{orderId}/cancel"
+	mux.HandleFunc("PUT "+payment, a.settle)
+	mux.HandleFunc("PUT "+cancel, a.cancel)
+	mux.HandleFunc(payment, methodNotAllowed)
+	mux.HandleFunc(cancel, methodNotAllowed)
+	mux.HandleFunc("/", notFound)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headerBytes(r.Header) > MaxHeaderBytes {
+			writeJSON(w, http.StatusRequestHeaderFieldsTooLarge, errorBody{Code: string(CodeValidation), Message: "request header fields too large"})
+			return
+		}
+		// ServeMux would redirect an unclean path to its clean form.
+		if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
+			notFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, errorBody{Code: string(CodeNotFound), Message: "no such endpoint"})
+}
+
+func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", http.MethodPut)
+	writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: string(CodeValidation), Message: "method not allowed; use PUT"})
+}
+
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	return n
+}
+
+// errBody is the reason a settle body is refused.
+var errBody = errors.New(`body must be {"amount": <integer>}`)
+
+// decodeAmount reads a settle body strictly: one JSON object, no trailing
+// data, field names matched exactly (encoding/json would take "AMOUNT")
+// and each at most once; fields other than amount are ignored.
+func decodeAmount(r io.Reader) (int64, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, errBody
+	}
+	var amount *int64
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return 0, errBody
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return 0, fmt.Errorf("%w: duplicate field %q", errBody, name)
+		}
+		seen[name] = true
+		if name != "amount" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return 0, errBody
+			}
+			continue
+		}
+		if err := dec.Decode(&amount); err != nil {
+			return 0, errBody
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return 0, errBody
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("%w: data after the object", errBody)
+	}
+	if amount == nil {
+		return 0, errBody
+	}
+	return *amount, nil
 }
 
 // statusOf maps an error code to its HTTP status (AppExceptionHandler).
@@ -85,15 +177,12 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var body struct {
-		Amount *int64 `json:"amount"`
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-	if err := dec.Decode(&body); err != nil || body.Amount == nil {
-		writeFailure(w, ValidationFailure("body must be {\"amount\": <integer>}"))
+	amount, err := decodeAmount(io.LimitReader(r.Body, 1<<16))
+	if err != nil {
+		writeFailure(w, ValidationFailure(err.Error()))
 		return
 	}
-	if amount := *body.Amount; amount <= 0 || amount > 9_999_999_999 {
+	if amount <= 0 || amount > 9_999_999_999 {
 		writeFailure(w, ValidationFailure("amount must be between 1 and 9999999999"))
 		return
 	}
@@ -104,7 +193,7 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 				CustomerID:   req.principal.CustomerID,
 				WalletShopID: req.key.WalletShopID,
 				OrderID:      req.key.OrderID,
-				Amount:       *body.Amount,
+				Amount:       amount,
 			},
 			TraceID: req.traceID,
 			ReplyTo: to,
@@ -134,16 +223,17 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 // validate checks the headers and the path; on failure it has answered.
 func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
 	// 401 carries CODE-001, as the original's rejection handler answered.
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(token) == "" {
+	// The scheme is case-insensitive (RFC 7235 §2.1).
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "bearer token required"})
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "bearer token required"})
 		return request{}, false
 	}
 	principal, err := a.Auth.Authorize(r.Context(), token)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"code": string(CodeForbidden), "message": "invalid bearer token"})
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "invalid bearer token"})
 		return request{}, false
 	}
 	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))
@@ -194,7 +284,15 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	resp, err := entity.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
+	resp, err := sharding.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
+	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
+		// The entity failed (its journal is down, say) and restarts after
+		// a back-off: say so now rather than at the ask timeout.
+		a.log().Warn("payment entity unavailable", "entity_id", req.key.EntityID(), "trace_id", req.traceID,
+			"retry_after", ue.RetryAfter, "err", err)
+		writeUnavailable(w, ue.RetryAfter)
+		return
+	}
 	if err != nil {
 		// An ask timeout, or no entity to ask: not a business failure.
 		a.log().Warn("payment request failed", "entity_id", req.key.EntityID(), "trace_id", req.traceID, "err", err)
@@ -208,7 +306,7 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 		writeFailure(w, *resp.Failure)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"walletShopId": req.key.WalletShopID, "orderId": req.key.OrderID})
+	writeJSON(w, http.StatusOK, successBody{OrderID: req.key.OrderID, WalletShopID: req.key.WalletShopID})
 }
 
 func (a *API) log() *slog.Logger {
@@ -218,18 +316,46 @@ func (a *API) log() *slog.Logger {
 	return slog.Default()
 }
 
+// writeUnavailable answers 503 with Retry-After (whole seconds, at least
+// 1) and the non-business CODE-012: nothing was done, the request may be retried.
+func writeUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
+	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: string(CodeUnpredictable),
+		Message: "payment temporarily unavailable; retry after " + strconv.Itoa(secs) + "s"})
+}
+
 func writeFailure(w http.ResponseWriter, f Failure) {
 	status, ok := statusOf[f.Code]
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	writeJSON(w, status, map[string]string{"code": string(f.Code), "message": f.Message})
+	writeJSON(w, status, errorBody{Code: string(f.Code), Message: f.Message})
+}
+
+// errorBody is every failure's body; successBody a 200's. Structs, not
+// maps: they encode without sorting keys (the field order is the sorted one).
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type successBody struct {
+	OrderID      string `json:"orderId"`
+	WalletShopID string `json:"walletShopId"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	body, err := json.Marshal(v)
+	if err != nil {
+		body = []byte(`{"code":"CODE-012","message":"unexpected error"}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 func newTraceID() string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -63,6 +64,7 @@ func startNode(t *testing.T, mutate func(*Config)) *Node {
 type apiResult struct {
 	Status int
 	Body   map[string]string
+	Header http.Header
 }
 
 // put sends a request as customer (the bearer token) of tenant.
@@ -198,6 +200,12 @@ type bubbleAPI struct {
 func newBubbleAPI(t *testing.T, settings Settings, issuer func(*IssuerClientConfig)) *bubbleAPI {
 	t.Helper()
 	j := memory.New()
+	return newBubbleAPIOn(t, settings, issuer, j, j)
+}
+
+// newBubbleAPIOn runs the entities on journal j, which keeps its events in mem.
+func newBubbleAPIOn(t *testing.T, settings Settings, issuer func(*IssuerClientConfig), j journal.Journal, mem *memory.Journal) *bubbleAPI {
+	t.Helper()
 	sys, err := entity.NewSystem(entity.Config{Codec: testRegistry(), Journal: j, ForceSerialization: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +230,7 @@ func newBubbleAPI(t *testing.T, settings Settings, issuer func(*IssuerClientConf
 		t.Fatal(err)
 	}
 	api := &API{Payments: region, Auth: StubAuthorizer{}, AskTimeout: settings.AskTimeout, Log: quietLogger()}
-	return &bubbleAPI{handler: api.Handler(), sim: sim, journal: j}
+	return &bubbleAPI{handler: api.Handler(), sim: sim, journal: mem}
 }
 
 // put sends a request as the stub's customer; the answer comes on the channel.
@@ -234,7 +242,7 @@ func (b *bubbleAPI) put(path, body string) <-chan apiResult {
 		req.Header.Set("Authorization", "Bearer t")
 		rec := httptest.NewRecorder()
 		b.handler.ServeHTTP(rec, req)
-		res := apiResult{Status: rec.Code}
+		res := apiResult{Status: rec.Code, Header: rec.Header()}
 		_ = json.Unmarshal(rec.Body.Bytes(), &res.Body)
 		ch <- res
 	}()

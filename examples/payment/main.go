@@ -16,16 +16,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	if err := run(signals, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "payment:", err)
 		}
@@ -33,14 +37,47 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// errForced is returned when a second signal ended the shutdown at once.
+var errForced = errors.New("interrupted again: stopped at once, without waiting for the hand-off")
+
+// run runs the program with args. The first signal on signals shuts the
+// node down gracefully; a second one cuts that short: what still runs
+// stops at once, as in a crash.
+func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) error {
+	ctx, interrupted := context.WithCancel(context.Background())
+	defer interrupted()
+	force, forced := context.WithCancel(context.Background())
+	defer forced()
+	finished := make(chan struct{})
+	defer close(finished)
+	var forcedExit atomic.Bool
+	go func() {
+		select {
+		case <-signals:
+			interrupted()
+		case <-finished:
+			return
+		}
+		select {
+		case <-signals:
+			forcedExit.Store(true)
+			forced()
+		case <-finished:
+		}
+	}()
+
 	cfg := DefaultConfig()
 	flags := flag.NewFlagSet("payment", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.StringVar(&cfg.APIAddr, "addr", cfg.APIAddr, "listen address of the payment API")
+	flags.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "bound on reading a whole API request, body included")
+	flags.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "bound on an API request from its headers to the end of its response (keep above the 15s ask timeout)")
+	flags.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "at shutdown, how long requests in flight may take before their connections are closed")
+	flags.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close keep-alive API connections idle this long")
 	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
 	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
+	pprofAddr := flags.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
 	demo := flags.Bool("demo", false, "run a scripted demo against the simulator, then exit")
 	verbose := flags.Bool("v", false, "log at debug level")
 	if err := flags.Parse(args); err != nil {
@@ -62,6 +99,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.Settings, cfg.Issuer = demoTimeouts()
 	}
 
+	if *pprofAddr != "" {
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return fmt.Errorf("pprof: %w", err)
+		}
+		defer ln.Close()
+		fmt.Fprintf(stdout, "pprof at http://%s/debug/pprof/\n", ln.Addr())
+		go func() { _ = http.Serve(ln, pprofMux()) }()
+	}
+
 	node, err := Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -75,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if *demo {
 		demoErr := runDemo(ctx, node, stdout)
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(force, 10*time.Second)
 		defer cancel()
 		return errors.Join(demoErr, node.Shutdown(shutdownCtx))
 	}
@@ -88,10 +135,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Entities waiting for the issuer stop after its answer or their
-	// processing timeout, which is at most AskTimeout+FailSafeMargin away.
+	// processing timeout, which is at most AskTimeout+FailSafeMargin away;
+	// requests in flight get DrainTimeout of that.
 	grace := cfg.Settings.AskTimeout + cfg.Settings.FailSafeMargin + 5*time.Second
-	fmt.Fprintf(stdout, "shutting down (up to %v)\n", grace)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+	fmt.Fprintf(stdout, "shutting down: requests in flight get up to %v, the hand-off up to %v in all; interrupt again to stop at once\n",
+		cfg.DrainTimeout, grace)
+	shutdownCtx, cancel := context.WithTimeout(force, grace)
 	defer cancel()
-	return node.Shutdown(shutdownCtx)
+	err = node.Shutdown(shutdownCtx)
+	if forcedExit.Load() {
+		return errors.Join(errForced, err)
+	}
+	if err == nil {
+		fmt.Fprintln(stdout, "stopped: every entity handed off, no issuer call in flight")
+	}
+	return err
+}
+
+// pprofMux serves the profiles of net/http/pprof, on a listener of its own
+// so the API never exposes them.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

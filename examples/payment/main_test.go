@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ func TestDemo(t *testing.T) {
 		t.Skip("the demo waits for its timeouts (about 2s)")
 	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-demo"}, &out, io.Discard); err != nil {
+	if err := run(nil, []string{"-demo"}, &out, io.Discard); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{
@@ -31,10 +30,10 @@ func TestDemo(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	if err := run(context.Background(), []string{"-nope"}, io.Discard, io.Discard); err == nil {
+	if err := run(nil, []string{"-nope"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
-	if err := run(context.Background(), []string{"-demo", "-issuer-url", "http://127.0.0.1:1"}, io.Discard, io.Discard); err == nil {
+	if err := run(nil, []string{"-demo", "-issuer-url", "http://127.0.0.1:1"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("-demo with -issuer-url accepted")
 	}
 }

@@ -27,6 +27,20 @@ import (
 type Config struct {
 	// APIAddr is where the payment API listens. Default 127.0.0.1:0.
 	APIAddr string
+	// ReadTimeout bounds reading a whole request, headers and body, so a
+	// client that trickles its body cannot hold a connection. Default 10s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its response. Keep it above Settings.AskTimeout, or the server
+	// drops answers the entity gave in time. Default 30s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 30s.
+	IdleTimeout time.Duration
+	// DrainTimeout is the part of a Shutdown given to requests in flight;
+	// connections still open after it are closed, and the hand-off gets the
+	// rest of the budget. An entity whose client is cut so finishes its work
+	// in the hand-off, and a retry gets the stored answer. Default 5s.
+	DrainTimeout time.Duration
 	// IssuerURL is the issuer to call. Empty: start the simulator on
 	// SimulatorAddr and call it.
 	IssuerURL     string
@@ -52,6 +66,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		APIAddr:       "127.0.0.1:0",
+		ReadTimeout:   10 * time.Second,
+		WriteTimeout:  30 * time.Second,
+		IdleTimeout:   30 * time.Second,
+		DrainTimeout:  5 * time.Second,
 		SimulatorAddr: "127.0.0.1:0",
 		Settings:      DefaultSettings(),
 		Issuer:        DefaultIssuerClientConfig(),
@@ -86,6 +104,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Auth == nil {
 		cfg.Auth = StubAuthorizer{}
+	}
+	d := DefaultConfig()
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = d.ReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = d.WriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = d.IdleTimeout
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = d.DrainTimeout
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
 	defer func() {
@@ -158,7 +189,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
 	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
-	n.api = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	n.api = &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
 	go n.serve(n.api, ln)
 	n.APIURL = "http://" + ln.Addr().String()
 	return n, nil
@@ -195,16 +232,22 @@ func (n *Node) serve(s *http.Server, ln net.Listener) {
 // Err reports a listener that failed while serving.
 func (n *Node) Err() <-chan error { return n.serveErr }
 
-// Shutdown stops the node gracefully: the API stops taking requests and
-// finishes those in flight, then sharding hands every entity off through
-// its stop message (so one waiting for the issuer stops only after its
-// answer or its processing timeout), then it waits for issuer calls that
-// outlived their entities, then the simulator and the journal close. When
-// ctx ends first, the entities still running stop at once.
+// Shutdown stops the node gracefully, in three steps within ctx's budget:
+// the API stops accepting and gives requests in flight up to DrainTimeout,
+// then closes the connections left (slow clients cannot eat the budget);
+// sharding hands every entity off through its stop message (so one waiting
+// for the issuer stops only after its answer or its processing timeout);
+// then it waits for issuer calls that outlived their entities, and the
+// simulator and the journal close. When ctx ends first, the entities still
+// running stop at once.
+//
+// The error reports only what was lost: a hand-off or issuer calls cut
+// short. Requests cut at the drain timeout are logged, not returned: their
+// entities' work completes in the hand-off.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
 	if n.api != nil {
-		errs = append(errs, n.api.Shutdown(ctx))
+		n.drainAPI(ctx)
 	}
 	if n.Sharding != nil {
 		errs = append(errs, n.Sharding.Shutdown(ctx))
@@ -214,6 +257,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	n.closeRest()
 	return errors.Join(errs...)
+}
+
+// drainAPI stops accepting requests and waits up to DrainTimeout (within
+// ctx) for those in flight, then closes every connection left.
+func (n *Node) drainAPI(ctx context.Context) {
+	drain, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
+	defer cancel()
+	if err := n.api.Shutdown(drain); err != nil {
+		n.log.Warn("payment API: requests still running after the drain timeout; closing their connections",
+			"drain_timeout", n.cfg.DrainTimeout, "err", err)
+		_ = n.api.Close()
+	}
 }
 
 // Kill stops the node as a crash would: entities stop at once, whatever

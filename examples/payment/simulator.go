@@ -33,11 +33,17 @@ type Rule struct {
 }
 
 // Simulator is a card issuer for the example and its tests: it answers
-// POSTs of IssuerRequest bodies by its rules, records what it received, and
+// POSTs of IssuerRequest bodies by its rules, records the latest requests
+// it received (KeepReceived of them: a long run must not grow it), and
 // can be told to be slow, to fail, or to hang. Its zero value answers
 // "00000" at once. It is safe for concurrent use.
 type Simulator struct {
+	// KeepReceived is how many of the latest requests Received returns;
+	// older ones are forgotten. Set it before use. Default 1000.
+	KeepReceived int
+
 	mu       sync.Mutex
+	total    int
 	rules    []Rule
 	received []IssuerRequest
 	authID   int
@@ -56,11 +62,38 @@ func (s *Simulator) SetRules(rules ...Rule) {
 	s.rules = append([]Rule(nil), rules...)
 }
 
-// Received returns the requests received so far, in order.
+// DefaultKeepReceived is the default of Simulator.KeepReceived.
+const DefaultKeepReceived = 1000
+
+// Received returns the latest requests received (at most KeepReceived), oldest first.
 func (s *Simulator) Received() []IssuerRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]IssuerRequest(nil), s.received...)
+	return append([]IssuerRequest(nil), s.received[max(0, len(s.received)-s.keep()):]...)
+}
+
+// ReceivedCount is how many requests the simulator received in all.
+func (s *Simulator) ReceivedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+func (s *Simulator) keep() int {
+	if s.KeepReceived > 0 {
+		return s.KeepReceived
+	}
+	return DefaultKeepReceived
+}
+
+// record keeps req among the latest; s.mu is held. The log is trimmed
+// when it reaches twice its bound, so recording stays O(1) amortised.
+func (s *Simulator) record(req IssuerRequest) {
+	s.total++
+	s.received = append(s.received, req)
+	if keep := s.keep(); len(s.received) >= 2*keep {
+		s.received = append([]IssuerRequest(nil), s.received[len(s.received)-keep:]...)
+	}
 }
 
 // Close releases hanging and delayed requests: their connections are
@@ -80,7 +113,7 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	amount, _ := strconv.ParseInt(req.AmountTran, 10, 64)
 	s.mu.Lock()
-	s.received = append(s.received, req)
+	s.record(req)
 	react := Reaction{}
 	for i := range s.rules {
 		rule := &s.rules[i]

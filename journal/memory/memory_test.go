@@ -1,6 +1,9 @@
 package memory_test
 
 import (
+	"context"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/shoal-dev/shoal/journal"
@@ -10,4 +13,36 @@ import (
 
 func TestConformance(t *testing.T) {
 	journaltest.Run(t, func(t *testing.T) journal.Journal { return memory.New() })
+}
+
+// A persistence id costs memory in proportion to its events: the journal
+// holds many short logs (one per entity), so a chunk allocated whole would
+// cost each of them tens of kilobytes.
+func TestMemoryPerPersistenceIDGrowsWithItsLog(t *testing.T) {
+	const ids, eventsPerID, limit = 2000, 3, 4 << 10
+	j := memory.New()
+	payload := make([]byte, 100)
+	before := heapInUse()
+	for i := range ids {
+		pid := "order-" + strconv.Itoa(i)
+		for seq := uint64(1); seq <= eventsPerID; seq++ {
+			err := j.Write(context.Background(), []journal.Event{{PersistenceID: pid, SeqNr: seq, Manifest: "m", Payload: payload}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	perID := (heapInUse() - before) / ids
+	runtime.KeepAlive(j)
+	t.Logf("%d bytes per persistence id", perID)
+	if perID > limit {
+		t.Fatalf("%d bytes per persistence id holding %d events, want at most %d", perID, eventsPerID, limit)
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeAPI keeps each order's state as the payment entity would, for the
+// four requests of the mix; forget loses an order, as a broken server would.
+type fakeAPI struct {
+	mu     sync.Mutex
+	orders map[string]string
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(r.URL.Path, "/") // "", 00, ec, settlements, shop, order, endpoint
+	if r.Method != http.MethodPut || len(parts) != 7 || r.Header.Get("Authorization") != "Bearer t" {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	order, endpoint := parts[5], parts[6]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	state := f.orders[order]
+	switch {
+	case endpoint == "payment" && state == "":
+		f.orders[order] = "settled"
+	case endpoint == "payment" && state == "settled", endpoint == "cancel" && state == "canceled":
+	case endpoint == "cancel" && state == "settled":
+		f.orders[order] = "canceled"
+	case endpoint == "cancel":
+		w.WriteHeader(http.StatusNotFound)
+		return
+	default:
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	_, _ = w.Write([]byte(`{}`))
+}
+
+func (f *fakeAPI) forget(state string) (order string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for o, s := range f.orders {
+		if s == state {
+			delete(f.orders, o)
+			return o
+		}
+	}
+	return ""
+}
+
+func TestLoadThenVerify(t *testing.T) {
+	api := &fakeAPI{orders: map[string]string{}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	record := filepath.Join(t.TempDir(), "acks.jsonl")
+	var out bytes.Buffer
+	// Short runs, appending to the record, until a cycle has completed (a
+	// busy machine may finish none in one run).
+	for !strings.Contains(out.String(), "status cancel-again 200") {
+		out.Reset()
+		err := run(context.Background(), []string{"-url", srv.URL, "-c", "4", "-d", "200ms", "-record", record}, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"req/s", "settle ", "settle-again", "cancel ", "cancel-again", "p99", "status cancel 200"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"-url", srv.URL, "-verify", "-record", record}, &out); err != nil {
+		t.Fatalf("verify: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), " 0 lost") {
+		t.Fatalf("verify report:\n%s", out.String())
+	}
+
+	lost := api.forget("canceled")
+	out.Reset()
+	if err := run(context.Background(), []string{"-url", srv.URL, "-verify", "-record", record}, &out); err == nil || !strings.Contains(out.String(), lost) {
+		t.Fatalf("verify missed the lost order %s: %v\n%s", lost, err, out.String())
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var l []time.Duration
+	for i := 1; i <= 100; i++ {
+		l = append(l, time.Duration(i)*time.Millisecond)
+	}
+	if p50, p99 := percentile(l, 50), percentile(l, 99); p50 != 50*time.Millisecond || p99 != 99*time.Millisecond {
+		t.Fatalf("p50 %v p99 %v", p50, p99)
+	}
+	if p := percentile(l[:1], 99); p != time.Millisecond {
+		t.Fatalf("one sample: %v", p)
+	}
+}
+
+func TestCPUTimeOfThisProcess(t *testing.T) {
+	before, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	for after := before; after == before; after, _ = cpuTime(os.Getpid()) {
+		_ = sha256.Sum256(make([]byte, 1<<20)) // burn CPU until the counter moves
+	}
+	if rss := residentMemory(os.Getpid()); !strings.HasSuffix(rss, "kB") {
+		t.Fatalf("resident memory %q", rss)
+	}
+	if none, err := cpuTime(0); none != 0 || err != nil {
+		t.Fatalf("without a pid: %v, %v", none, err)
+	}
+}
