@@ -308,11 +308,13 @@ func TestAPIAskTimeoutThenTheProcessingTimeout(t *testing.T) {
 func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
 	n := startNode(t, func(c *Config) {
 		c.Settings.AskTimeout = 100 * time.Millisecond
-		c.Issuer.ResponseTimeout = 5 * time.Second
+		c.Issuer.ResponseTimeout = time.Minute
 	})
-	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 500 * time.Millisecond}})
+	// Far beyond the ask's timeout, so the client has given up even when a
+	// loaded machine fires that timer late.
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 3 * time.Second}})
 	put(t, n, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 500, CodeUnpredictable)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -331,7 +333,9 @@ func TestAPIShutdownWaitsForTheIssuer(t *testing.T) {
 // passivates); Shutdown waits for the call before it closes what the call
 // uses, so the call ends by its own protocol, not by a closed client.
 func TestShutdownWaitsForIssuerCallsThatOutliveTheirEntity(t *testing.T) {
-	const latency = time.Second
+	// Far beyond the processing timeout (AskTimeout + FailSafeMargin), so
+	// the entity times out first even when a loaded machine is late.
+	const latency = 3 * time.Second
 	n := startNode(t, func(c *Config) {
 		c.Settings.AskTimeout = 50 * time.Millisecond
 		c.Settings.FailSafeMargin = 50 * time.Millisecond
@@ -339,7 +343,7 @@ func TestShutdownWaitsForIssuerCallsThatOutliveTheirEntity(t *testing.T) {
 	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: latency}})
 	start := time.Now()
 	put(t, n, "example", "dummy", "shop-1/outlive/payment", amount1000).want(t, 500, CodeUnpredictable)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		t.Fatal(err)

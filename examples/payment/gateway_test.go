@@ -153,7 +153,10 @@ func TestIssuerUnreachable(t *testing.T) {
 	}
 	url := "http://" + ln.Addr().String() + "/payment"
 	ln.Close()
-	_, err = testIssuerClient(url).Authorize(context.Background(), testIssuerRequest)
+	// A refusal is immediate: a timeout long enough that load cannot turn
+	// it into a timeout, which the gateway reports differently.
+	client := NewIssuerClient(IssuerClientConfig{URL: url, ResponseTimeout: time.Minute, RetryAttempts: 2, RetryDelay: time.Millisecond}, nil)
+	_, err = client.Authorize(context.Background(), testIssuerRequest)
 	f, ok := err.(Failure)
 	if !ok || f.Code != CodeIssuingServiceServerError || f.Message != IssuingServiceServerError("authorization", "-").Message {
 		t.Fatalf("err %v", err)

@@ -25,10 +25,12 @@ func TestShutdownGivesSlowRequestsOnlyTheDrainTimeout(t *testing.T) {
 		c.DrainTimeout = 100 * time.Millisecond
 		c.ReadTimeout = time.Hour // only the drain ends the slow request
 		c.Settings.AskTimeout = 100 * time.Millisecond
-		c.Issuer.ResponseTimeout = 5 * time.Second
+		c.Issuer.ResponseTimeout = time.Minute
 	})
-	// An entity still waiting for the issuer when the shutdown begins.
-	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 500 * time.Millisecond}})
+	// An entity still waiting for the issuer when the shutdown begins: far
+	// beyond the ask's timeout, so the client has given up even on a loaded
+	// machine.
+	n.Simulator.SetRules(Rule{Reaction: Reaction{Latency: 3 * time.Second}})
 	put(t, n, "example", "dummy", "shop-1/handoff/payment", amount1000).want(t, 500, CodeUnpredictable)
 
 	slow := dialAPI(t, n)
