@@ -90,6 +90,7 @@ func changes(old, cur Member) []Event {
 		return nil
 	}
 	var kinds []EventKind
+	regressed := false
 	if cur.Status != old.Status {
 		switch cur.Status {
 		case Up:
@@ -98,6 +99,10 @@ func changes(old, cur Member) []Event {
 			kinds = append(kinds, MemberLeaving)
 		case Down:
 			kinds = append(kinds, MemberDowned)
+		default:
+			// Back to Joining: possible only between two views not built
+			// from each other (two nodes' opinions).
+			regressed = true
 		}
 	}
 	if cur.Unreachable != old.Unreachable {
@@ -110,9 +115,7 @@ func changes(old, cur Member) []Event {
 	meta, oldMeta := cur, old
 	meta.Status, meta.Unreachable = 0, false
 	oldMeta.Status, oldMeta.Unreachable = 0, false
-	if !meta.equal(oldMeta) || len(kinds) == 0 {
-		// len(kinds) == 0: a status moved backwards between two views
-		// not built from each other (two nodes' opinions).
+	if regressed || !meta.equal(oldMeta) {
 		kinds = append(kinds, MemberUpdated)
 	}
 	events := make([]Event, len(kinds))
