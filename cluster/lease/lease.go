@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -106,6 +107,10 @@ type Store interface {
 func ValidateNode(node cluster.UniqueAddress) error {
 	if node.Node == "" {
 		return fmt.Errorf("%w: empty node id", ErrInvalidArgument)
+	}
+	if node.Incarnation > math.MaxInt64 {
+		// Beyond a Postgres bigint.
+		return fmt.Errorf("%w: incarnation %d too large", ErrInvalidArgument, node.Incarnation)
 	}
 	return nil
 }
