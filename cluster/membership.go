@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Membership is one node's source of views: memberlist behind it in a
+// cluster, a LocalMembership per node in tests and the simulator. Views of
+// different nodes may differ for a while.
+type Membership interface {
+	// Self is this node's incarnation.
+	Self() UniqueAddress
+	// View is the current view.
+	View() View
+	// Subscribe calls fn with every change after the returned view, in
+	// order and one at a time. fn must not block and must not update the
+	// membership; hand the change to a goroutine of your own if handling
+	// it takes time. cancel stops further calls (one already running
+	// finishes).
+	Subscribe(fn func(Change)) (current View, cancel func())
+}
+
+// LocalMembership is a Membership whose views its owner sets: the
+// single-process default, and each node's own opinion in tests and the
+// simulator (give every node its own to let their views diverge).
+type LocalMembership struct {
+	self UniqueAddress
+
+	// publish serializes updates with their notifications, so subscribers
+	// see changes in order and Subscribe sees a consistent start.
+	publish sync.Mutex
+
+	mu   sync.Mutex // guards view and subs for readers
+	view View
+	subs map[int]func(Change)
+	next int
+}
+
+var _ Membership = (*LocalMembership)(nil)
+
+// NewLocalMembership returns a membership for self starting at view.
+func NewLocalMembership(self UniqueAddress, view View) *LocalMembership {
+	return &LocalMembership{self: self, view: view, subs: make(map[int]func(Change))}
+}
+
+// Self implements Membership.
+func (m *LocalMembership) Self() UniqueAddress { return m.self }
+
+// View implements Membership.
+func (m *LocalMembership) View() View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.view
+}
+
+// Subscribe implements Membership.
+func (m *LocalMembership) Subscribe(fn func(Change)) (View, func()) {
+	m.publish.Lock()
+	defer m.publish.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id := m.next
+	m.next++
+	m.subs[id] = fn
+	return m.view, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.subs, id)
+	}
+}
+
+// Set replaces the view and tells the subscribers what changed; a view
+// equal to the current one tells them nothing.
+func (m *LocalMembership) Set(v View) {
+	m.publish.Lock()
+	defer m.publish.Unlock()
+	m.mu.Lock()
+	old := m.view
+	m.view = v
+	m.mu.Unlock()
+	m.notify(old, v)
+}
+
+// Update applies members to the view with View.With (adds, or moves
+// status forward) and tells the subscribers. It changes nothing when any
+// member is refused (ErrInvalidMember, ErrStatusRegression).
+func (m *LocalMembership) Update(members ...Member) error {
+	m.publish.Lock()
+	defer m.publish.Unlock()
+	m.mu.Lock()
+	old := m.view
+	v := old
+	for _, mem := range members {
+		next, err := v.With(mem)
+		if err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("cluster: update %s: %w", m.self, err)
+		}
+		v = next
+	}
+	m.view = v
+	m.mu.Unlock()
+	m.notify(old, v)
+	return nil
+}
+
+// Remove drops members from the view and tells the subscribers.
+func (m *LocalMembership) Remove(addrs ...UniqueAddress) {
+	m.publish.Lock()
+	defer m.publish.Unlock()
+	m.mu.Lock()
+	old := m.view
+	v := old
+	for _, a := range addrs {
+		v = v.Without(a)
+	}
+	m.view = v
+	m.mu.Unlock()
+	m.notify(old, v)
+}
+
+// notify runs with publish held and mu not held.
+func (m *LocalMembership) notify(old, cur View) {
+	events := Diff(old, cur)
+	if len(events) == 0 {
+		return
+	}
+	m.mu.Lock()
+	subs := make([]func(Change), 0, len(m.subs))
+	for id := range m.next {
+		if fn, ok := m.subs[id]; ok {
+			subs = append(subs, fn)
+		}
+	}
+	m.mu.Unlock()
+	for _, fn := range subs {
+		fn(Change{From: old, To: cur, Events: events})
+	}
+}
