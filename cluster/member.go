@@ -4,6 +4,10 @@
 // them, the oldest member of a role, and the Transport contract that carries
 // messages between node incarnations.
 //
+// A Membership hands a node its current View and every Change after it;
+// LocalMembership is one whose views its owner sets (a node's own opinion,
+// so that tests and the simulator can make views diverge).
+//
 // Implementations live in sub-packages: cluster/inproc is an in-process
 // Transport for tests and the simulator, cluster/clustertest the conformance
 // suite every Transport passes, and cluster/lease the node and coordinator
