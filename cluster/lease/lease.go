@@ -24,6 +24,8 @@
 // for the Postgres store (cluster/lease/postgres), an injected clock for
 // the memory store. Holders never compare their clock with the store's:
 // the Keeper only measures intervals on the holder's monotonic clock.
+// A Holder runs a Keeper for one lease: it renews in the background and
+// calls its owner's fence function on time.
 package lease
 
 import (

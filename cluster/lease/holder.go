@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+)
+
+// ErrFenced is what a Holder passes to its fence callback (wrapping the
+// store's refusal when there was one): the owner must stop acting now.
+var ErrFenced = errors.New("lease: fenced")
+
+// Holder keeps a lease its owner has already acquired: it renews it every
+// Timing.RenewEvery (retrying a failed renewal every RenewEvery/4) and
+// calls fence once, at the Keeper's fence time or as soon as the store
+// refuses a renewal. A renewal that hangs does not delay the fence: the
+// fence timer runs beside it, and the renewal's context ends at the fence
+// time. Times come from time.Now, so tests run a Holder in a
+// testing/synctest bubble.
+type Holder struct {
+	timing Timing
+	renew  func(context.Context) error
+	fence  func(error)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	keeper *Keeper
+}
+
+// HoldNode starts a Holder for node's lease, which the caller acquired with
+// a call that started at acquiredAt (read time.Now before AcquireNode).
+func HoldNode(store Store, node cluster.UniqueAddress, timing Timing, acquiredAt time.Time, fence func(error)) *Holder {
+	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+		return store.RenewNode(ctx, node, timing.Length)
+	}, fence)
+}
+
+// HoldCoordinator starts a Holder for the coordinator lease name held under
+// epoch, acquired with a call that started at acquiredAt.
+func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acquiredAt time.Time, fence func(error)) *Holder {
+	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+		return store.RenewCoordinator(ctx, name, epoch, timing.Length)
+	}, fence)
+}
+
+// Hold starts a Holder whose renew extends the lease; granted is when the
+// acquisition that got it started. fence is called at most once, from the
+// Holder's goroutine, and must not block for long.
+func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) *Holder {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
+	h.keeper.Granted(granted, time.Now())
+	go h.run(ctx)
+	return h
+}
+
+// Holds reports whether the owner may act now.
+func (h *Holder) Holds() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.keeper.Holds(time.Now())
+}
+
+// Stop stops renewing without calling fence (the owner releases the lease
+// itself) and waits for a renewal in flight to end.
+func (h *Holder) Stop() {
+	h.cancel()
+	<-h.done
+}
+
+type renewal struct {
+	start time.Time
+	err   error
+}
+
+func (h *Holder) run(ctx context.Context) {
+	defer close(h.done)
+	results := make(chan renewal, 1)
+	inFlight := false
+	nextTry := h.keeper.RenewAt()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		now := time.Now()
+		fenced := h.keeper.Fenced(now)
+		fenceAt := h.keeper.FenceAt()
+		h.mu.Unlock()
+		if fenced {
+			h.fence(fmt.Errorf("%w: no successful renewal since %v", ErrFenced, fenceAt.Add(-(h.timing.Length - h.timing.Margin))))
+			return
+		}
+		if !inFlight && !now.Before(nextTry) {
+			inFlight = true
+			start := now
+			go func() {
+				rctx, cancel := context.WithDeadline(ctx, fenceAt)
+				defer cancel()
+				results <- renewal{start: start, err: h.renew(rctx)}
+			}()
+		}
+		wake := fenceAt
+		if !inFlight && nextTry.Before(wake) {
+			wake = nextTry
+		}
+		timer.Reset(wake.Sub(now))
+		select {
+		case <-ctx.Done():
+			if inFlight {
+				<-results
+			}
+			return
+		case <-timer.C:
+		case r := <-results:
+			inFlight = false
+			switch {
+			case r.err == nil:
+				h.mu.Lock()
+				h.keeper.Granted(r.start, time.Now())
+				nextTry = h.keeper.RenewAt()
+				h.mu.Unlock()
+			case refused(r.err):
+				h.mu.Lock()
+				h.keeper.Refused()
+				h.mu.Unlock()
+				h.fence(fmt.Errorf("%w: %w", ErrFenced, r.err))
+				return
+			default: // the store is unreachable or slow: try again soon
+				nextTry = time.Now().Add(h.timing.RenewEvery / 4)
+			}
+		}
+	}
+}
+
+// refused reports whether err is the store's verdict that the lease is
+// gone, as opposed to a failure to ask.
+func refused(err error) bool {
+	return errors.Is(err, ErrNodeDown) || errors.Is(err, ErrLeaseExpired) ||
+		errors.Is(err, ErrNoLease) || errors.Is(err, ErrStaleEpoch)
+}

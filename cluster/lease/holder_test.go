@@ -1,0 +1,196 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
+)
+
+var node = cluster.UniqueAddress{Node: "a", Incarnation: 1}
+
+// fenceRecorder records when, and why, a Holder fenced.
+type fenceRecorder struct {
+	mu    sync.Mutex
+	at    time.Time
+	err   error
+	count int
+}
+
+func (f *fenceRecorder) fence(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at, f.err = time.Now(), err
+	f.count++
+}
+
+func (f *fenceRecorder) get() (time.Time, error, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at, f.err, f.count
+}
+
+// flakyStore fails renewals while down is set, and counts them.
+type flakyStore struct {
+	lease.Store
+	down    atomic.Bool
+	hang    atomic.Bool
+	renewed atomic.Int32
+}
+
+var errOutage = errors.New("connection refused")
+
+func (s *flakyStore) RenewNode(ctx context.Context, n cluster.UniqueAddress, ttl time.Duration) error {
+	s.renewed.Add(1)
+	if s.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if s.down.Load() {
+		return errOutage
+	}
+	return s.Store.RenewNode(ctx, n, ttl)
+}
+
+func acquired(t *testing.T, s lease.Store) time.Time {
+	t.Helper()
+	start := time.Now()
+	if err := s.AcquireNode(context.Background(), node, timing.Length); err != nil {
+		t.Fatal(err)
+	}
+	return start
+}
+
+func TestHolderRenewsEveryRenewEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: lease.NewMemoryStore(nil)}
+		var f fenceRecorder
+		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		time.Sleep(time.Minute) // fake time: 12 renewals at 5 s
+		synctest.Wait()
+		if n := store.renewed.Load(); n != 12 {
+			t.Errorf("%d renewals in a minute, want 12", n)
+		}
+		if !h.Holds() {
+			t.Error("a renewed lease is not held")
+		}
+		h.Stop()
+		if _, _, n := f.get(); n != 0 {
+			t.Errorf("fenced %d times while renewing", n)
+		}
+		exp, err := store.NodeLeaseExpired(context.Background(), node)
+		if err != nil || exp {
+			t.Errorf("store says expired %v, %v after a minute of renewals", exp, err)
+		}
+	})
+}
+
+// With the store unreachable, the holder fences exactly at the start of
+// its last successful renewal + Length − Margin, before the store's expiry.
+func TestHolderFencesWhenStoreUnreachable(t *testing.T) {
+	for _, mode := range []string{"failing", "hanging"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := lease.NewMemoryStore(nil)
+				store := &flakyStore{Store: mem}
+				var f fenceRecorder
+				h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+				defer h.Stop()
+				time.Sleep(5*time.Second + time.Millisecond) // one renewal succeeds at 5 s
+				synctest.Wait()
+				lastGood := time.Now().Add(-time.Millisecond)
+				if mode == "failing" {
+					store.down.Store(true)
+				} else {
+					store.hang.Store(true)
+				}
+				time.Sleep(30 * time.Second)
+				synctest.Wait()
+				at, err, n := f.get()
+				if n != 1 || !errors.Is(err, lease.ErrFenced) {
+					t.Fatalf("fenced %d times (%v), want once with ErrFenced", n, err)
+				}
+				if want := lastGood.Add(timing.Length - timing.Margin); !at.Equal(want) {
+					t.Fatalf("fenced at +%v, want +%v (last good renewal + 12 s)", at.Sub(lastGood), want.Sub(lastGood))
+				}
+				if h.Holds() {
+					t.Fatal("holds after fencing")
+				}
+			})
+		})
+	}
+}
+
+func TestHolderFencesOnceDowned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := lease.NewMemoryStore(nil)
+		var f fenceRecorder
+		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		defer h.Stop()
+		time.Sleep(7 * time.Second)
+		if err := store.DownNode(context.Background(), node); err != nil {
+			t.Fatal(err)
+		}
+		downedAt := time.Now()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		at, err, n := f.get()
+		if n != 1 || !errors.Is(err, lease.ErrNodeDown) || !errors.Is(err, lease.ErrFenced) {
+			t.Fatalf("fenced %d times with %v, want once with ErrFenced and ErrNodeDown", n, err)
+		}
+		if want := downedAt.Add(3 * time.Second); !at.Equal(want) {
+			t.Fatalf("fenced %v after the down, want at the next renewal (3 s)", at.Sub(downedAt))
+		}
+	})
+}
+
+func TestHolderStopStopsRenewing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: lease.NewMemoryStore(nil)}
+		var f fenceRecorder
+		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		time.Sleep(6 * time.Second)
+		h.Stop()
+		before := store.renewed.Load()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := store.renewed.Load(); n != before {
+			t.Fatalf("%d renewals after Stop", n-before)
+		}
+		if _, _, n := f.get(); n != 0 {
+			t.Fatalf("Stop fenced %d times", n)
+		}
+	})
+}
+
+func TestHoldCoordinatorFencesOnTakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := lease.NewMemoryStore(nil)
+		ctx := context.Background()
+		start := time.Now()
+		epoch, err := store.AcquireCoordinator(ctx, "T", "a#1", timing.Length)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f fenceRecorder
+		h := lease.HoldCoordinator(store, "T", epoch, timing, start, f.fence)
+		defer h.Stop()
+		time.Sleep(time.Second)
+		// The same owner re-acquires (a restarted coordinator on the same
+		// incarnation): the old holder's epoch is stale at its next renewal.
+		if _, err := store.AcquireCoordinator(ctx, "T", "a#1", timing.Length); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, err, n := f.get(); n != 1 || !errors.Is(err, lease.ErrStaleEpoch) {
+			t.Fatalf("fenced %d times with %v, want once with ErrStaleEpoch", n, err)
+		}
+	})
+}
