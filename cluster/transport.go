@@ -18,8 +18,10 @@ import (
 //     holding locks.
 //   - Every message is encoded with the transport's codec on Send: a value
 //     of an unregistered type fails there (codec.ErrUnregisteredType), in
-//     tests as in production. The receiver gets a decoded copy; sender and
-//     receiver never share memory.
+//     tests as in production, and so does one whose frame exceeds the
+//     transport's frame size limit (ErrFrameTooLarge). The receiver gets a
+//     decoded copy; sender and receiver never share memory. A frame the
+//     receiver cannot decode is dropped and logged, and it keeps serving.
 //   - Order holds per link only: messages from A to B arrive in the order A
 //     sent them, or not at all. Messages on different links (A to B and C
 //     to B, or A to B and A to C) arrive in any order relative to each other.
@@ -63,6 +65,10 @@ var ErrStaleIncarnation = errors.New("cluster: stale incarnation")
 // ErrUnreachable is returned (wrapped) by Send when the transport knows no
 // way to the addressed node.
 var ErrUnreachable = errors.New("cluster: node unreachable")
+
+// ErrFrameTooLarge is returned (wrapped) by Send for a message whose
+// encoded frame exceeds the transport's size limit; it was not sent.
+var ErrFrameTooLarge = errors.New("cluster: frame too large")
 
 // ErrClosed is returned (wrapped) by Send on a closed transport.
 var ErrClosed = errors.New("cluster: transport closed")

@@ -43,6 +43,8 @@ type Harness interface {
 	// QueueCapacity is the per-link bound the harness configured; the
 	// suite sends that many messages on one link, so keep it small.
 	QueueCapacity() int
+	// MaxFrameSize is the frame size limit the harness configured.
+	MaxFrameSize() int
 }
 
 // Ping is the suite's message.
@@ -135,6 +137,7 @@ func RunTransport(t *testing.T, newHarness func(t *testing.T, reg *codec.Registr
 	}{
 		{"DeliversADecodedCopy", testDecodedCopy},
 		{"UnregisteredTypeFailsOnSend", testUnregistered},
+		{"OversizedFrameFailsOnSend", testOversized},
 		{"OrderPerLink", testOrderPerLink},
 		{"ConcurrentSendersKeepTheirOrder", testConcurrentSenders},
 		{"FullQueueIsATypedErrorPerLink", testQueueFull},
@@ -210,6 +213,21 @@ func testUnregistered(t *testing.T, h Harness) {
 	h.Settle(t)
 	if n := len(inB.received()); n != 0 {
 		t.Fatalf("b received %d messages", n)
+	}
+	inB.check(t)
+}
+
+func testOversized(t *testing.T, h Harness) {
+	a, _ := start(t, h, addr("a", 1))
+	_, inB := start(t, h, addr("b", 1))
+	big := Ping{Sender: "a", Seq: 1, Data: make([]byte, h.MaxFrameSize())}
+	if err := a.Send(addr("b", 1), big); !errors.Is(err, cluster.ErrFrameTooLarge) {
+		t.Fatalf("Send of a message over the frame limit: %v, want cluster.ErrFrameTooLarge", err)
+	}
+	send(t, a, addr("b", 1), Ping{Sender: "a", Seq: 2, Data: make([]byte, h.MaxFrameSize()/4)})
+	h.Settle(t)
+	if got := inB.seqs("a"); !slices.Equal(got, []int{2}) {
+		t.Fatalf("b received %v, want [2]: the oversized one refused, the link still working", got)
 	}
 	inB.check(t)
 }

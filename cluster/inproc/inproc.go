@@ -6,6 +6,10 @@
 // per-link delay with jitter, link breaks that lose what is in flight,
 // partitions, and holds that stall a link without losing anything.
 //
+// Messages travel as the frames of package frame, the same bytes a network
+// transport sends, so the size limit and the receiver's checks are the
+// same as over a socket.
+//
 // Nothing runs by itself. A Network has an injected clock and a seeded
 // random source; a message sent at time t with delay d becomes due at t+d
 // (or later, to keep its link's order), and is delivered only when its
@@ -26,6 +30,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity/codec"
 )
 
@@ -41,6 +46,9 @@ type Config struct {
 	// QueueCapacity bounds each link's queue: the messages sent on it and
 	// not yet delivered or lost. Default 1024.
 	QueueCapacity int
+	// MaxFrameSize limits each message's frame: a larger one is refused on
+	// Send (cluster.ErrFrameTooLarge). Default frame.DefaultMaxSize.
+	MaxFrameSize int
 	// Delay is every link's delay until SetDelay changes it. Default 0:
 	// due at once, delivered at the next Step.
 	Delay time.Duration
@@ -104,12 +112,11 @@ type link struct {
 }
 
 type envelope struct {
-	link     *link
-	gen      uint64
-	manifest string
-	payload  []byte
-	due      time.Time
-	seq      uint64
+	link *link
+	gen  uint64
+	body []byte // the frame, exactly as a network transport would send it
+	due  time.Time
+	seq  uint64
 }
 
 // NewNetwork returns an empty network. It returns an error when Codec or
@@ -120,6 +127,9 @@ func NewNetwork(cfg Config) (*Network, error) {
 	}
 	if cfg.QueueCapacity <= 0 {
 		cfg.QueueCapacity = DefaultQueueCapacity
+	}
+	if cfg.MaxFrameSize <= 0 {
+		cfg.MaxFrameSize = frame.DefaultMaxSize
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -350,25 +360,25 @@ func (n *Network) step() bool {
 	}
 	n.mu.Unlock()
 
-	msg, err := n.cfg.Codec.Decode(e.manifest, e.payload)
+	from, msg, err := frame.Decode(n.cfg.Codec, to.self, e.body)
 	if err != nil {
 		n.mu.Lock()
 		n.stats.Undecodable++
 		n.mu.Unlock()
-		n.log.Warn("inproc: dropped a message that cannot be decoded",
-			"from", e.link.key.from, "to", e.link.key.to, "manifest", e.manifest, "err", err)
+		n.log.Warn("inproc: dropped a frame that cannot be decoded",
+			"from", e.link.key.from, "to", e.link.key.to, "err", err)
 		return true
 	}
 	n.mu.Lock()
 	n.stats.Delivered++
 	n.mu.Unlock()
-	to.handle(e.link.key.from, msg)
+	to.handle(from, msg)
 	return true
 }
 
 // send implements Transport.Send.
 func (n *Network) send(from *Transport, to cluster.UniqueAddress, msg any) error {
-	manifest, payload, err := n.cfg.Codec.Encode(msg)
+	body, err := frame.Encode(n.cfg.Codec, from.self, to, msg, n.cfg.MaxFrameSize)
 	if err != nil {
 		return fmt.Errorf("inproc: send to %s: %w", to, err)
 	}
@@ -400,7 +410,7 @@ func (n *Network) send(from *Transport, to cluster.UniqueAddress, msg any) error
 	l.lastDue = due
 	l.queued++
 	n.seq++
-	heap.Push(&n.queue, &envelope{link: l, gen: l.gen, manifest: manifest, payload: payload, due: due, seq: n.seq})
+	heap.Push(&n.queue, &envelope{link: l, gen: l.gen, body: body, due: due, seq: n.seq})
 	return nil
 }
 

@@ -71,6 +71,7 @@ func (h *harness) Hold(from, to cluster.UniqueAddress)    { h.net.Hold(from, to)
 func (h *harness) Release(from, to cluster.UniqueAddress) { h.net.Release(from, to) }
 func (h *harness) Break(a, b string)                      { h.net.Break(a, b) }
 func (h *harness) QueueCapacity() int                     { return h.cap }
+func (h *harness) MaxFrameSize() int                      { return 4096 }
 
 // TestTransportConformance runs the suite with no delay and with random
 // per-link delays (which reorder across links, never within one).
@@ -79,7 +80,7 @@ func TestTransportConformance(t *testing.T) {
 		t.Run(fmt.Sprint("delayed=", delayed), func(t *testing.T) {
 			clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
 				clock := newClock()
-				net, err := inproc.NewNetwork(inproc.Config{Codec: reg, Clock: clock, QueueCapacity: 64, Seed: 7})
+				net, err := inproc.NewNetwork(inproc.Config{Codec: reg, Clock: clock, QueueCapacity: 64, MaxFrameSize: 4096, Seed: 7})
 				if err != nil {
 					t.Fatal(err)
 				}
