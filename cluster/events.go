@@ -22,6 +22,7 @@ const (
 	MemberRemoved
 )
 
+// String names the kind.
 func (k EventKind) String() string {
 	switch k {
 	case MemberAdded:

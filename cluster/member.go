@@ -60,6 +60,7 @@ const (
 	Down
 )
 
+// String names the status.
 func (s Status) String() string {
 	switch s {
 	case Joining:
@@ -111,6 +112,7 @@ func (m Member) Older(o Member) bool {
 	return m.Address.Compare(o.Address) < 0
 }
 
+// String renders the member as address(status, order n).
 func (m Member) String() string {
 	return fmt.Sprintf("%s(%s, order %d)", m.Address, m.Status, m.JoinOrder)
 }
