@@ -95,6 +95,9 @@ type Network struct {
 	queue  envelopeHeap
 	seq    uint64
 	stats  Stats
+
+	// wake tells Run that something became deliverable sooner.
+	wake chan struct{}
 }
 
 type nodePair struct{ from, to string }
@@ -143,6 +146,7 @@ func NewNetwork(cfg Config) (*Network, error) {
 		links:  make(map[linkKey]*link),
 		delays: make(map[nodePair]delayRange),
 		cut:    make(map[nodePair]bool),
+		wake:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -248,6 +252,39 @@ func (n *Network) Release(from, to cluster.UniqueAddress) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.linkLocked(from, to).held = false
+	n.signal()
+}
+
+// signal wakes Run without blocking.
+func (n *Network) signal() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers every message at its due time until ctx ends, for a Network
+// whose Clock is the wall clock (timers.Real, or the fake one of a
+// testing/synctest bubble): tests that want a transport that simply runs,
+// rather than one they step. Handlers run on Run's goroutine. Do not mix
+// Run with Step or DeliverDue on one Network.
+func (n *Network) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		n.DeliverDue()
+		wait := time.Hour // until a Send or a Release wakes us
+		if due, ok := n.NextDue(); ok {
+			wait = due.Sub(n.cfg.Clock.Now())
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.wake:
+		case <-timer.C:
+		}
+	}
 }
 
 func (n *Network) linkLocked(from, to cluster.UniqueAddress) *link {
@@ -411,6 +448,7 @@ func (n *Network) send(from *Transport, to cluster.UniqueAddress, msg any) error
 	l.queued++
 	n.seq++
 	heap.Push(&n.queue, &envelope{link: l, gen: l.gen, body: body, due: due, seq: n.seq})
+	n.signal()
 	return nil
 }
 
