@@ -117,10 +117,19 @@ func ValidateNode(node cluster.UniqueAddress) error {
 	return nil
 }
 
-// ValidateName returns ErrInvalidArgument for an empty lease name or owner.
-func ValidateName(name, owner string) error {
-	if name == "" || owner == "" {
-		return fmt.Errorf("%w: empty lease name or owner (%q, %q)", ErrInvalidArgument, name, owner)
+// ValidateName returns ErrInvalidArgument for an empty coordinator lease
+// name.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty lease name", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ValidateOwner returns ErrInvalidArgument for an empty lease owner.
+func ValidateOwner(owner string) error {
+	if owner == "" {
+		return fmt.Errorf("%w: empty lease owner", ErrInvalidArgument)
 	}
 	return nil
 }

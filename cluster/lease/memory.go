@@ -147,7 +147,10 @@ func (s *MemoryStore) NodeLeaseExpired(ctx context.Context, node cluster.UniqueA
 
 // AcquireCoordinator implements Store.
 func (s *MemoryStore) AcquireCoordinator(ctx context.Context, name, owner string, ttl time.Duration) (uint64, error) {
-	if err := ValidateName(name, owner); err != nil {
+	if err := ValidateName(name); err != nil {
+		return 0, err
+	}
+	if err := ValidateOwner(owner); err != nil {
 		return 0, err
 	}
 	if err := ValidateTTL(ttl); err != nil {
@@ -197,7 +200,7 @@ func (s *MemoryStore) ReleaseCoordinator(ctx context.Context, name string, epoch
 
 // coordinator runs fn on the lease of name when epoch is its current one.
 func (s *MemoryStore) coordinator(ctx context.Context, name string, epoch uint64, fn func(*coordinatorLease, time.Time) error) error {
-	if err := ValidateName(name, "-"); err != nil {
+	if err := ValidateName(name); err != nil {
 		return err
 	}
 	now, err := s.lock(ctx)

@@ -235,7 +235,10 @@ func (s *Store) lockCoordinator(ctx context.Context, tx pgx.Tx, name string) (co
 
 // AcquireCoordinator implements lease.Store.
 func (s *Store) AcquireCoordinator(ctx context.Context, name, owner string, ttl time.Duration) (uint64, error) {
-	if err := lease.ValidateName(name, owner); err != nil {
+	if err := lease.ValidateName(name); err != nil {
+		return 0, err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
 		return 0, err
 	}
 	if err := lease.ValidateTTL(ttl); err != nil {
@@ -301,7 +304,7 @@ func (s *Store) ReleaseCoordinator(ctx context.Context, name string, epoch uint6
 // withCoordinator runs fn on the locked lease row of name when epoch is its
 // current one.
 func (s *Store) withCoordinator(ctx context.Context, name string, epoch uint64, fn func(pgx.Tx, coordinatorRow) error) error {
-	if err := lease.ValidateName(name, "-"); err != nil {
+	if err := lease.ValidateName(name); err != nil {
 		return err
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
