@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -114,5 +117,52 @@ func TestCoordinatorLeaseFencesAllocations(t *testing.T) {
 	clock.Advance(1000 * time.Hour)
 	if _, err := leases.AcquireCoordinator(ctx, "U", "b#1", time.Second); !errors.Is(err, lease.ErrLeaseHeld) {
 		t.Fatalf("acquire over an 'infinity' row: %v, want ErrLeaseHeld", err)
+	}
+}
+
+// TestDatabaseUnreachable: against a server that does not answer, every
+// operation fails with an error that is not one of the store's verdicts,
+// so a Holder retries instead of fencing at once.
+func TestDatabaseUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there any more
+	cfg, err := pgxpool.ParseConfig("postgres://shoal:shoal@" + addr + "/shoal?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := postgres.New(pool)
+	node := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	_, expErr := s.NodeLeaseExpired(ctx, node)
+	_, acqErr := s.AcquireCoordinator(ctx, "T", "a#1", time.Second)
+	for name, err := range map[string]error{
+		"AcquireNode":        s.AcquireNode(ctx, node, time.Second),
+		"RenewNode":          s.RenewNode(ctx, node, time.Second),
+		"DownNode":           s.DownNode(ctx, node),
+		"ReleaseNode":        s.ReleaseNode(ctx, node),
+		"NodeLeaseExpired":   expErr,
+		"AcquireCoordinator": acqErr,
+		"RenewCoordinator":   s.RenewCoordinator(ctx, "T", 1, time.Second),
+		"ReleaseCoordinator": s.ReleaseCoordinator(ctx, "T", 1),
+	} {
+		if err == nil {
+			t.Errorf("%s succeeded against an unreachable database", name)
+			continue
+		}
+		for _, verdict := range []error{lease.ErrNoLease, lease.ErrLeaseExpired, lease.ErrNodeDown, lease.ErrStaleEpoch, lease.ErrLeaseHeld, lease.ErrStaleIncarnation} {
+			if errors.Is(err, verdict) {
+				t.Errorf("%s: %v: an outage is not %v", name, err, verdict)
+			}
+		}
 	}
 }
