@@ -52,10 +52,16 @@ func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acqu
 // Hold starts a Holder whose renew extends the lease; granted is when the
 // acquisition that got it started. fence is called at most once, from the
 // Holder's goroutine, and must not block for long.
+//
+// granted may lack a monotonic clock reading (time.Now().UTC(), a time
+// that went through a clock interface or a serializer): Hold reads it
+// against the wall clock once and keeps the result on the monotonic
+// clock, so that a later step of the wall clock cannot delay the fence.
 func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) *Holder {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
-	h.keeper.Granted(granted, time.Now())
+	now := time.Now()
+	h.keeper.Granted(now.Add(-now.Sub(granted)), now)
 	go h.run(ctx)
 	return h
 }
