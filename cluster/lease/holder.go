@@ -35,15 +35,18 @@ type Holder struct {
 
 // HoldNode starts a Holder for node's lease, which the caller acquired with
 // a call that started at acquiredAt (read time.Now before AcquireNode).
-func HoldNode(store Store, node cluster.UniqueAddress, timing Timing, acquiredAt time.Time, fence func(error)) *Holder {
+// It returns an error wrapping ErrInvalidSettings for a timing that
+// Timing.Validate refuses.
+func HoldNode(store Store, node cluster.UniqueAddress, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
 	return Hold(timing, acquiredAt, func(ctx context.Context) error {
 		return store.RenewNode(ctx, node, timing.Length)
 	}, fence)
 }
 
 // HoldCoordinator starts a Holder for the coordinator lease name held under
-// epoch, acquired with a call that started at acquiredAt.
-func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acquiredAt time.Time, fence func(error)) *Holder {
+// epoch, acquired with a call that started at acquiredAt. It refuses an
+// invalid timing as HoldNode does.
+func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
 	return Hold(timing, acquiredAt, func(ctx context.Context) error {
 		return store.RenewCoordinator(ctx, name, epoch, timing.Length)
 	}, fence)
@@ -51,19 +54,28 @@ func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acqu
 
 // Hold starts a Holder whose renew extends the lease; granted is when the
 // acquisition that got it started. fence is called at most once, from the
-// Holder's goroutine, and must not block for long.
+// Holder's goroutine, and must not block for long. A timing that
+// Timing.Validate refuses is an error wrapping ErrInvalidSettings (a zero
+// RenewEvery would retry a failing store in a busy loop), and so is a nil
+// renew or fence.
 //
 // granted may lack a monotonic clock reading (time.Now().UTC(), a time
 // that went through a clock interface or a serializer): Hold reads it
 // against the wall clock once and keeps the result on the monotonic
 // clock, so that a later step of the wall clock cannot delay the fence.
-func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) *Holder {
+func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) (*Holder, error) {
+	if err := timing.Validate(); err != nil {
+		return nil, err
+	}
+	if renew == nil || fence == nil {
+		return nil, fmt.Errorf("%w: Hold needs a renew and a fence function", ErrInvalidSettings)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
 	now := time.Now()
 	h.keeper.Granted(now.Add(-now.Sub(granted)), now)
 	go h.run(ctx)
-	return h
+	return h, nil
 }
 
 // Holds reports whether the owner may act now.

@@ -25,7 +25,10 @@ func TestHoldKeepsTheFenceOnTheMonotonicClock(t *testing.T) {
 	if hasMonotonic(granted) {
 		t.Fatal("UTC kept the monotonic reading: the test shows nothing")
 	}
-	h := Hold(tm, granted, func(context.Context) error { return nil }, func(error) {})
+	h, err := Hold(tm, granted, func(context.Context) error { return nil }, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer h.Stop()
 	h.mu.Lock()
 	fenceAt, renewAt := h.keeper.FenceAt(), h.keeper.RenewAt()

@@ -67,11 +67,49 @@ func acquired(t *testing.T, s lease.Store) time.Time {
 	return start
 }
 
+// holdNode acquires node's lease in s and holds it, fencing into f.
+func holdNode(t *testing.T, s lease.Store, f *fenceRecorder) *lease.Holder {
+	t.Helper()
+	h, err := lease.HoldNode(s, node, timing, acquired(t, s), f.fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Hold refuses a timing that could not work: a zero RenewEvery would retry
+// a failing store in a busy loop.
+func TestHoldRefusesInvalidTiming(t *testing.T) {
+	store := lease.NewMemoryStore(nil)
+	renew := func(context.Context) error { return nil }
+	for name, tm := range map[string]lease.Timing{
+		"zero":          {},
+		"no RenewEvery": {Length: 15 * time.Second, Margin: 3 * time.Second},
+		"no Margin":     {Length: 15 * time.Second, RenewEvery: 5 * time.Second},
+	} {
+		if h, err := lease.Hold(tm, time.Now(), renew, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+			if h != nil {
+				h.Stop()
+			}
+			t.Errorf("Hold with %s timing: %v, want ErrInvalidSettings", name, err)
+		}
+		if _, err := lease.HoldNode(store, node, tm, time.Now(), func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+			t.Errorf("HoldNode with %s timing: %v, want ErrInvalidSettings", name, err)
+		}
+		if _, err := lease.HoldCoordinator(store, "T", 1, tm, time.Now(), func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+			t.Errorf("HoldCoordinator with %s timing: %v, want ErrInvalidSettings", name, err)
+		}
+	}
+	if _, err := lease.Hold(timing, time.Now(), renew, nil); !errors.Is(err, lease.ErrInvalidSettings) {
+		t.Errorf("Hold without a fence function: %v, want ErrInvalidSettings", err)
+	}
+}
+
 func TestHolderRenewsEveryRenewEvery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{Store: lease.NewMemoryStore(nil)}
 		var f fenceRecorder
-		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		h := holdNode(t, store, &f)
 		time.Sleep(time.Minute) // fake time: 12 renewals at 5 s
 		synctest.Wait()
 		if n := store.renewed.Load(); n != 12 {
@@ -100,7 +138,7 @@ func TestHolderFencesWhenStoreUnreachable(t *testing.T) {
 				mem := lease.NewMemoryStore(nil)
 				store := &flakyStore{Store: mem}
 				var f fenceRecorder
-				h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+				h := holdNode(t, store, &f)
 				defer h.Stop()
 				time.Sleep(5*time.Second + time.Millisecond) // one renewal succeeds at 5 s
 				synctest.Wait()
@@ -131,7 +169,7 @@ func TestHolderFencesOnceDowned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := lease.NewMemoryStore(nil)
 		var f fenceRecorder
-		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		h := holdNode(t, store, &f)
 		defer h.Stop()
 		time.Sleep(7 * time.Second)
 		if err := store.DownNode(context.Background(), node); err != nil {
@@ -154,7 +192,7 @@ func TestHolderStopStopsRenewing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{Store: lease.NewMemoryStore(nil)}
 		var f fenceRecorder
-		h := lease.HoldNode(store, node, timing, acquired(t, store), f.fence)
+		h := holdNode(t, store, &f)
 		time.Sleep(6 * time.Second)
 		h.Stop()
 		before := store.renewed.Load()
@@ -179,7 +217,10 @@ func TestHoldCoordinatorFencesOnTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		var f fenceRecorder
-		h := lease.HoldCoordinator(store, "T", epoch, timing, start, f.fence)
+		h, err := lease.HoldCoordinator(store, "T", epoch, timing, start, f.fence)
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer h.Stop()
 		time.Sleep(time.Second)
 		// The same owner re-acquires (a restarted coordinator on the same

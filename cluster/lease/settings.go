@@ -54,25 +54,27 @@ func DefaultSettings() Settings {
 // ErrInvalidSettings is returned (wrapped) by Validate.
 var ErrInvalidSettings = errors.New("lease: invalid settings")
 
-// Validate checks that each timing leaves the holder time to renew before
-// it must fence: 0 < Margin < Length and 0 < RenewEvery < Length − Margin.
+// Validate checks each timing with Timing.Validate.
 func (s Settings) Validate() error {
 	for name, t := range map[string]Timing{"Node": s.Node, "Coordinator": s.Coordinator} {
-		if err := t.validate(); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidSettings, name, err)
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil
 }
 
-func (t Timing) validate() error {
+// Validate checks that the timing leaves the holder time to renew before
+// it must fence: 0 < Margin < Length and 0 < RenewEvery < Length − Margin.
+// Its error wraps ErrInvalidSettings.
+func (t Timing) Validate() error {
 	switch {
 	case t.Length < time.Microsecond:
-		return fmt.Errorf("Length %v is not positive", t.Length)
+		return fmt.Errorf("%w: Length %v is not positive", ErrInvalidSettings, t.Length)
 	case t.Margin <= 0 || t.Margin >= t.Length:
-		return fmt.Errorf("Margin %v is not within (0, Length %v)", t.Margin, t.Length)
+		return fmt.Errorf("%w: Margin %v is not within (0, Length %v)", ErrInvalidSettings, t.Margin, t.Length)
 	case t.RenewEvery <= 0 || t.RenewEvery >= t.Length-t.Margin:
-		return fmt.Errorf("RenewEvery %v is not within (0, Length − Margin = %v)", t.RenewEvery, t.Length-t.Margin)
+		return fmt.Errorf("%w: RenewEvery %v is not within (0, Length − Margin = %v)", ErrInvalidSettings, t.RenewEvery, t.Length-t.Margin)
 	}
 	return nil
 }
