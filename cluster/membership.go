@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -120,21 +122,24 @@ func (m *LocalMembership) Remove(addrs ...UniqueAddress) {
 	m.notify(old, v)
 }
 
-// notify runs with publish held and mu not held.
+// notify runs with publish held and mu not held. It calls subscribers in
+// the order they subscribed, skipping any cancelled since notify began (by
+// an earlier subscriber's fn, say), so that cancel stops further calls.
 func (m *LocalMembership) notify(old, cur View) {
 	events := Diff(old, cur)
 	if len(events) == 0 {
 		return
 	}
 	m.mu.Lock()
-	subs := make([]func(Change), 0, len(m.subs))
-	for id := range m.next {
-		if fn, ok := m.subs[id]; ok {
-			subs = append(subs, fn)
-		}
-	}
+	ids := slices.Sorted(maps.Keys(m.subs))
 	m.mu.Unlock()
-	for _, fn := range subs {
-		fn(Change{From: old, To: cur, Events: events})
+	change := Change{From: old, To: cur, Events: events}
+	for _, id := range ids {
+		m.mu.Lock()
+		fn, ok := m.subs[id]
+		m.mu.Unlock()
+		if ok {
+			fn(change)
+		}
 	}
 }

@@ -87,3 +87,21 @@ func TestLocalMembershipSubscribeRacesUpdates(t *testing.T) {
 		t.Fatalf("start view %d members + %d changes end at %d members, want %d", start.Len(), len(changes), prev.Len(), n)
 	}
 }
+
+// A subscriber cancelled while a change is being published (here by the
+// subscriber before it, on the publishing goroutine) is not called for it:
+// cancel stops further calls.
+func TestLocalMembershipCancelDuringPublish(t *testing.T) {
+	m := cluster.NewLocalMembership(addr("a", 1), cluster.View{})
+	var cancelSecond func()
+	secondCalls := 0
+	_, cancelFirst := m.Subscribe(func(cluster.Change) { cancelSecond() })
+	defer cancelFirst()
+	_, cancelSecond = m.Subscribe(func(cluster.Change) { secondCalls++ })
+	if err := m.Update(member("b", 1, 1, cluster.Up)); err != nil {
+		t.Fatal(err)
+	}
+	if secondCalls != 0 {
+		t.Fatalf("a subscriber was called %d times after its cancel returned", secondCalls)
+	}
+}
