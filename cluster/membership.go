@@ -75,51 +75,52 @@ func (m *LocalMembership) Subscribe(fn func(Change)) (View, func()) {
 // Set replaces the view and tells the subscribers what changed; a view
 // equal to the current one tells them nothing.
 func (m *LocalMembership) Set(v View) {
-	m.publish.Lock()
-	defer m.publish.Unlock()
-	m.mu.Lock()
-	old := m.view
-	m.view = v
-	m.mu.Unlock()
-	m.notify(old, v)
+	_ = m.apply(func(View) (View, error) { return v, nil })
 }
 
 // Update applies members to the view with View.With (adds, or moves
 // status forward) and tells the subscribers. It changes nothing when any
 // member is refused (ErrInvalidMember, ErrStatusRegression).
 func (m *LocalMembership) Update(members ...Member) error {
-	m.publish.Lock()
-	defer m.publish.Unlock()
-	m.mu.Lock()
-	old := m.view
-	v := old
-	for _, mem := range members {
-		next, err := v.With(mem)
-		if err != nil {
-			m.mu.Unlock()
-			return fmt.Errorf("cluster: update %s: %w", m.self, err)
+	return m.apply(func(v View) (View, error) {
+		for _, mem := range members {
+			next, err := v.With(mem)
+			if err != nil {
+				return View{}, fmt.Errorf("cluster: update %s: %w", m.self, err)
+			}
+			v = next
 		}
-		v = next
-	}
-	m.view = v
-	m.mu.Unlock()
-	m.notify(old, v)
-	return nil
+		return v, nil
+	})
 }
 
 // Remove drops members from the view and tells the subscribers.
 func (m *LocalMembership) Remove(addrs ...UniqueAddress) {
+	_ = m.apply(func(v View) (View, error) {
+		for _, a := range addrs {
+			v = v.Without(a)
+		}
+		return v, nil
+	})
+}
+
+// apply replaces the view by next(current) and tells the subscribers, or
+// changes nothing when next fails.
+func (m *LocalMembership) apply(next func(View) (View, error)) error {
 	m.publish.Lock()
 	defer m.publish.Unlock()
 	m.mu.Lock()
 	old := m.view
-	v := old
-	for _, a := range addrs {
-		v = v.Without(a)
+	cur, err := next(old)
+	if err == nil {
+		m.view = cur
 	}
-	m.view = v
 	m.mu.Unlock()
-	m.notify(old, v)
+	if err != nil {
+		return err
+	}
+	m.notify(old, cur)
+	return nil
 }
 
 // notify runs with publish held and mu not held. It calls subscribers in
