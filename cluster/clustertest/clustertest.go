@@ -140,6 +140,7 @@ func RunTransport(t *testing.T, newHarness func(t *testing.T, reg *codec.Registr
 		{"OversizedFrameFailsOnSend", testOversized},
 		{"OrderPerLink", testOrderPerLink},
 		{"ConcurrentSendersKeepTheirOrder", testConcurrentSenders},
+		{"HandlerMaySend", testHandlerMaySend},
 		{"FullQueueIsATypedErrorPerLink", testQueueFull},
 		{"BreakLosesButKeepsOrder", testBreak},
 		{"StaleIncarnationNeverReachesSuccessor", testStaleIncarnation},
@@ -291,6 +292,46 @@ func testConcurrentSenders(t *testing.T, h Harness) {
 			t.Errorf("goroutine %d: %v, want 1..%d in order", g, got, n)
 		}
 	}
+	inB.check(t)
+}
+
+// A handler may Send (a reply, a forward): a transport must not hold a
+// lock of its own, or its delivery slot, in a way that Send waits for.
+func testHandlerMaySend(t *testing.T, h Harness) {
+	const n = 10
+	a, inA := start(t, h, addr("a", 1))
+	inB := &inbox{}
+	var (
+		b    cluster.Transport
+		mu   sync.Mutex
+		errs []error
+	)
+	b = h.Start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
+		inB.handle(from, msg)
+		p, ok := msg.(Ping)
+		if !ok {
+			return
+		}
+		if err := b.Send(from, Ping{Sender: "b", Seq: p.Seq}); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+	for i := 1; i <= n; i++ {
+		send(t, a, addr("b", 1), Ping{Sender: "a", Seq: i})
+	}
+	h.Settle(t) // the pings, and the replies they cause
+	h.Settle(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("Send from a handler: %v", errs)
+	}
+	if got := inA.seqs("b"); !slices.Equal(got, upTo(n)) {
+		t.Fatalf("a received replies %v, want 1..%d in order", got, n)
+	}
+	inA.check(t)
 	inB.check(t)
 }
 
