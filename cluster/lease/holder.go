@@ -86,7 +86,8 @@ func (h *Holder) Holds() bool {
 }
 
 // Stop stops renewing without calling fence (the owner releases the lease
-// itself) and waits for a renewal in flight to end.
+// itself) and waits for a renewal in flight to end. fence may call Stop;
+// a Stop from elsewhere racing the fence time may return while fence runs.
 func (h *Holder) Stop() {
 	h.cancel()
 	<-h.done
@@ -97,8 +98,19 @@ type renewal struct {
 	err   error
 }
 
+// run renews until fenced or stopped; it calls fence after done is
+// closed, so that fence may Stop the Holder.
 func (h *Holder) run(ctx context.Context) {
-	defer close(h.done)
+	err := h.renewUntilFenced(ctx)
+	h.cancel() // ends a renewal still in flight
+	close(h.done)
+	if err != nil {
+		h.fence(err)
+	}
+}
+
+// renewUntilFenced returns why the owner must fence, or nil once stopped.
+func (h *Holder) renewUntilFenced(ctx context.Context) error {
 	results := make(chan renewal, 1)
 	inFlight := false
 	nextTry := h.keeper.RenewAt()
@@ -111,8 +123,7 @@ func (h *Holder) run(ctx context.Context) {
 		fenceAt := h.keeper.FenceAt()
 		h.mu.Unlock()
 		if fenced {
-			h.fence(fmt.Errorf("%w: no successful renewal since %v", ErrFenced, fenceAt.Add(-(h.timing.Length - h.timing.Margin))))
-			return
+			return fmt.Errorf("%w: no successful renewal since %v", ErrFenced, fenceAt.Add(-(h.timing.Length - h.timing.Margin)))
 		}
 		if !inFlight && !now.Before(nextTry) {
 			inFlight = true
@@ -133,7 +144,7 @@ func (h *Holder) run(ctx context.Context) {
 			if inFlight {
 				<-results
 			}
-			return
+			return nil
 		case <-timer.C:
 		case r := <-results:
 			inFlight = false
@@ -147,8 +158,7 @@ func (h *Holder) run(ctx context.Context) {
 				h.mu.Lock()
 				h.keeper.Refused()
 				h.mu.Unlock()
-				h.fence(fmt.Errorf("%w: %w", ErrFenced, r.err))
-				return
+				return fmt.Errorf("%w: %w", ErrFenced, r.err)
 			default: // the store is unreachable or slow: try again soon
 				nextTry = time.Now().Add(h.timing.RenewEvery / 4)
 			}

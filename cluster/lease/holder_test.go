@@ -235,3 +235,40 @@ func TestHoldCoordinatorFencesOnTakeover(t *testing.T) {
 		}
 	})
 }
+
+// fence may stop its own Holder (an owner shutting everything down) without
+// deadlocking: fence runs after the Holder's goroutine is done.
+func TestFenceMayStopItsHolder(t *testing.T) {
+	for _, downed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "timed out", true: "refused"}[downed], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := lease.NewMemoryStore(nil)
+				store := &flakyStore{Store: mem}
+				var (
+					holder  atomic.Pointer[lease.Holder]
+					stopped atomic.Bool
+				)
+				h, err := lease.HoldNode(store, node, timing, acquired(t, store), func(error) {
+					holder.Load().Stop()
+					stopped.Store(true)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				holder.Store(h)
+				if downed {
+					if err := mem.DownNode(context.Background(), node); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					store.down.Store(true)
+				}
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if !stopped.Load() {
+					t.Fatal("fence did not return from Stop")
+				}
+			})
+		})
+	}
+}
