@@ -62,6 +62,11 @@ type Config struct {
 // DefaultQueueCapacity is the per-link bound when Config leaves it zero.
 const DefaultQueueCapacity = 1024
 
+// ErrInvalidConfig is returned (wrapped) by NewNetwork for a Config
+// without a Codec or a Clock, and by Join for an address without a node id
+// or a nil handler.
+var ErrInvalidConfig = errors.New("inproc: invalid configuration")
+
 // ErrDuplicateIncarnation is returned by Join for an incarnation that is
 // not newer than the node id's latest.
 var ErrDuplicateIncarnation = errors.New("inproc: incarnation not newer than the node's latest")
@@ -123,11 +128,11 @@ type envelope struct {
 	seq  uint64
 }
 
-// NewNetwork returns an empty network. It returns an error when Codec or
-// Clock is missing.
+// NewNetwork returns an empty network. It returns an error wrapping
+// ErrInvalidConfig when Codec or Clock is missing.
 func NewNetwork(cfg Config) (*Network, error) {
 	if cfg.Codec == nil || cfg.Clock == nil {
-		return nil, errors.New("inproc: Config needs a Codec and a Clock")
+		return nil, fmt.Errorf("%w: Config needs a Codec and a Clock", ErrInvalidConfig)
 	}
 	if cfg.QueueCapacity <= 0 {
 		cfg.QueueCapacity = DefaultQueueCapacity
@@ -154,10 +159,11 @@ func NewNetwork(cfg Config) (*Network, error) {
 // Join starts the incarnation addr on the network, delivering its messages
 // to handle. An older incarnation of the same node id dies: its Transport
 // is closed and what was in flight to or from it is lost. Join refuses an
-// incarnation not newer than the node id's latest (ErrDuplicateIncarnation).
+// incarnation not newer than the node id's latest (ErrDuplicateIncarnation),
+// and an address without a node id or a nil handle (ErrInvalidConfig).
 func (n *Network) Join(addr cluster.UniqueAddress, handle cluster.Handler) (*Transport, error) {
 	if addr.Node == "" || handle == nil {
-		return nil, errors.New("inproc: Join needs a node id and a handler")
+		return nil, fmt.Errorf("%w: Join needs a node id and a handler", ErrInvalidConfig)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
