@@ -11,8 +11,8 @@
 // same as over a socket.
 //
 // Nothing runs by itself (Run is the exception, for tests on the wall
-// clock that would rather not step). A Network has an injected clock and a seeded
-// random source; a message sent at time t with delay d becomes due at t+d
+// clock that would rather not step). A Network has an injected clock and a
+// seeded random source; a message sent at time t with delay d becomes due at t+d
 // (or later, to keep its link's order), and is delivered only when its
 // owner calls Step or DeliverDue with the clock at or past that time. A
 // simulator therefore interleaves deliveries with its own timers by asking
