@@ -488,7 +488,10 @@ func (t *Transport) Self() cluster.UniqueAddress { return t.self }
 func (t *Transport) Send(to cluster.UniqueAddress, msg any) error { return t.net.send(t, to, msg) }
 
 // Close implements cluster.Transport: the incarnation dies, and what is in
-// flight to or from it is lost. Closing twice is harmless.
+// flight to or from it is lost. Closing twice is harmless. A delivery that
+// Run or Step on another goroutine had already taken off the queue may
+// still reach the handler after Close returns; close from the delivering
+// goroutine (a handler, or between steps) for a cut that is exact.
 func (t *Transport) Close(context.Context) error {
 	t.net.mu.Lock()
 	defer t.net.mu.Unlock()
