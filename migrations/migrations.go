@@ -19,6 +19,8 @@
 //   - snapshots: primary key (persistence_id, seq_nr).
 //   - coordinator_lease, shard_allocations (with the fencing epoch) and
 //     remembered_entities for sharding.
+//   - node_leases: one lease per node incarnation, with its expiry on the
+//     database's clock and whether it was downed (cluster/lease/postgres).
 package migrations
 
 import (

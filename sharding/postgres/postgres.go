@@ -28,7 +28,10 @@ import (
 // Acquire takes the lease over unconditionally, as the interface asks:
 // deciding who may coordinate is membership's job. The lease row's
 // expires_at is written as 'infinity' (held until taken over), since the
-// interface has no lease duration or renewal.
+// interface has no lease duration or renewal. Leases on the same row, with
+// an expiry and renewal on database time, are cluster/lease/postgres's
+// AcquireCoordinator and RenewCoordinator: their epochs fence this store's
+// writes as Acquire's do, and a row Acquire wrote never expires for them.
 type CoordinatorStore struct {
 	pool *pgxpool.Pool
 }

@@ -1,0 +1,216 @@
+// Package frame is the unit a Transport carries between node
+// incarnations: the sender's and the receiver's addresses, a manifest and
+// a payload (a value encoded by the codec), in a compact binary form with a
+// size limit.
+//
+// A stream is a sequence of frames, each prefixed by its length as a
+// 4-byte big-endian integer. Bad input never desynchronizes a stream nor
+// allocates beyond the limit: an oversized frame is skipped (its bytes
+// read and discarded) and reported as ErrTooLarge, a frame whose body does
+// not parse is reported as ErrCorrupt, and the next ReadFrame reads the
+// next frame. Only a stream that ends inside a frame is broken
+// (io.ErrUnexpectedEOF). Decode adds the receiver's checks: a frame for
+// another incarnation (ErrStaleIncarnation) or with an unknown manifest
+// (codec.ErrUnknownManifest).
+package frame
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity/codec"
+)
+
+// DefaultMaxSize is the frame size limit when none is configured: 4 MiB,
+// gRPC's default receive limit.
+const DefaultMaxSize = 4 << 20
+
+// version is the first byte of every frame body; a body with another one
+// is corrupt (a peer speaking a newer format is refused, not misread).
+const version byte = 1
+
+var (
+	// ErrTooLarge: the frame is over the size limit. On Marshal nothing
+	// was sent; on ReadFrame the frame was skipped. It is
+	// cluster.ErrFrameTooLarge, what a Transport's Send reports.
+	ErrTooLarge = cluster.ErrFrameTooLarge
+	// ErrCorrupt: the frame body does not parse.
+	ErrCorrupt = errors.New("frame: corrupt")
+)
+
+// Frame is one message between two node incarnations.
+type Frame struct {
+	From, To cluster.UniqueAddress
+	Manifest string
+	Payload  []byte
+}
+
+// Marshal appends f's body to dst; the body must fit in maxSize bytes
+// (ErrTooLarge otherwise, and dst is returned unchanged).
+func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, version)
+	dst = appendString(dst, f.From.Node)
+	dst = binary.AppendUvarint(dst, f.From.Incarnation)
+	dst = appendString(dst, f.To.Node)
+	dst = binary.AppendUvarint(dst, f.To.Incarnation)
+	dst = appendString(dst, f.Manifest)
+	dst = binary.AppendUvarint(dst, uint64(len(f.Payload)))
+	dst = append(dst, f.Payload...)
+	if n := len(dst) - start; n > maxSize {
+		return dst[:start], fmt.Errorf("%w: %d bytes (manifest %q), limit %d", ErrTooLarge, n, f.Manifest, maxSize)
+	}
+	return dst, nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// Unmarshal parses a frame body. The frame's strings and payload are
+// copies: b may be reused afterwards.
+func Unmarshal(b []byte) (Frame, error) {
+	r := reader{b: b}
+	if v := r.byte(); v != version && r.err == nil {
+		return Frame{}, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
+	}
+	var f Frame
+	f.From.Node = r.string()
+	f.From.Incarnation = r.uvarint()
+	f.To.Node = r.string()
+	f.To.Incarnation = r.uvarint()
+	f.Manifest = r.string()
+	f.Payload = r.bytes()
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%w: %d bytes after the payload", ErrCorrupt, len(r.b))
+	}
+	if r.err != nil {
+		return Frame{}, r.err
+	}
+	return f, nil
+}
+
+// reader parses a body, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated %s", ErrCorrupt, what)
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.fail("version")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail("field")
+		return nil
+	}
+	out := make([]byte, n)
+	copy(out, r.b[:n])
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) string() string { return string(r.bytes()) }
+
+// WriteFrame writes f to w with its length prefix. A frame over maxSize is
+// refused (ErrTooLarge) and nothing is written.
+func WriteFrame(w io.Writer, f Frame, maxSize int) error {
+	buf, err := Marshal(make([]byte, 4, 64+len(f.Payload)), f, maxSize)
+	if err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads the next frame from r. An oversized frame is read past
+// and reported as ErrTooLarge, a corrupt one as ErrCorrupt; both leave r at
+// the next frame, so the caller logs and reads on. io.EOF means the stream
+// ended between frames; io.ErrUnexpectedEOF that it ended inside one.
+func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
+	var prefix [4]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return Frame{}, err
+	}
+	n := int64(binary.BigEndian.Uint32(prefix[:]))
+	if n > int64(maxSize) {
+		if _, err := io.CopyN(io.Discard, r, n); err != nil {
+			return Frame{}, unexpected(err)
+		}
+		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxSize)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	return Unmarshal(body)
+}
+
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Encode encodes msg with reg into a frame from → to, within maxSize.
+func Encode(reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSize int) ([]byte, error) {
+	manifest, payload, err := reg.Encode(msg)
+	if err != nil {
+		return nil, err
+	}
+	return Marshal(nil, Frame{From: from, To: to, Manifest: manifest, Payload: payload}, maxSize)
+}
+
+// Decode parses a frame body received by self and decodes its message with
+// reg. It returns the sender, and an error wrapping
+// cluster.ErrStaleIncarnation for a frame addressed to another
+// incarnation (never handed to self), ErrCorrupt for a body that does not
+// parse, and codec.ErrUnknownManifest for a manifest reg does not know.
+func Decode(reg *codec.Registry, self cluster.UniqueAddress, body []byte) (from cluster.UniqueAddress, msg any, err error) {
+	f, err := Unmarshal(body)
+	if err != nil {
+		return cluster.UniqueAddress{}, nil, err
+	}
+	if f.To != self {
+		return f.From, nil, fmt.Errorf("frame: for %s, received by %s: %w", f.To, self, cluster.ErrStaleIncarnation)
+	}
+	msg, err = reg.Decode(f.Manifest, f.Payload)
+	if err != nil {
+		return f.From, nil, fmt.Errorf("frame: from %s: %w", f.From, err)
+	}
+	return f.From, msg, nil
+}

@@ -1,0 +1,197 @@
+package frame_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/entity/codec"
+)
+
+var (
+	a1 = cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	b1 = cluster.UniqueAddress{Node: "b", Incarnation: 1}
+	b2 = cluster.UniqueAddress{Node: "b", Incarnation: 2}
+)
+
+func sample() frame.Frame {
+	return frame.Frame{From: a1, To: b2, Manifest: "m", Payload: []byte(`{"x":1}`)}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, f := range []frame.Frame{
+		sample(),
+		{From: cluster.UniqueAddress{Node: "ñ", Incarnation: 1 << 63}, To: b1, Manifest: "", Payload: nil},
+		{From: a1, To: b1, Manifest: "big", Payload: bytes.Repeat([]byte{7}, 100_000)},
+	} {
+		body, err := frame.Marshal(nil, f, frame.DefaultMaxSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := frame.Unmarshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Payload) == 0 {
+			f.Payload = []byte{}
+		}
+		if !reflect.DeepEqual(got, f) {
+			t.Fatalf("round trip: %+v, want %+v", got, f)
+		}
+		body[len(body)-1] ^= 0xff // the frame owns its payload
+		if !reflect.DeepEqual(got, f) {
+			t.Fatal("Unmarshal shares the body's memory")
+		}
+	}
+}
+
+func TestMarshalRefusesOversized(t *testing.T) {
+	f := sample()
+	body, _ := frame.Marshal(nil, f, frame.DefaultMaxSize)
+	if _, err := frame.Marshal(nil, f, len(body)); err != nil {
+		t.Fatalf("a frame of exactly the limit: %v", err)
+	}
+	dst := []byte("prefix")
+	out, err := frame.Marshal(dst, f, len(body)-1)
+	if !errors.Is(err, frame.ErrTooLarge) {
+		t.Fatalf("one byte over: %v, want ErrTooLarge", err)
+	}
+	if string(out) != "prefix" {
+		t.Fatalf("a refused Marshal left %q in dst", out)
+	}
+}
+
+// Every truncation and a wrong version is ErrCorrupt, never a panic or a
+// wrong frame.
+func TestUnmarshalCorrupt(t *testing.T) {
+	body, _ := frame.Marshal(nil, sample(), frame.DefaultMaxSize)
+	for n := range len(body) {
+		if _, err := frame.Unmarshal(body[:n]); !errors.Is(err, frame.ErrCorrupt) {
+			t.Errorf("truncated to %d of %d bytes: %v, want ErrCorrupt", n, len(body), err)
+		}
+	}
+	if _, err := frame.Unmarshal(append(bytes.Clone(body), 0)); !errors.Is(err, frame.ErrCorrupt) {
+		t.Errorf("trailing byte: %v, want ErrCorrupt", err)
+	}
+	other := bytes.Clone(body)
+	other[0] = 2
+	if _, err := frame.Unmarshal(other); !errors.Is(err, frame.ErrCorrupt) {
+		t.Errorf("version 2: %v, want ErrCorrupt", err)
+	}
+}
+
+// A stream survives bad frames: each is reported and the next one reads.
+func TestStreamSkipsBadFrames(t *testing.T) {
+	var stream bytes.Buffer
+	good := sample()
+	if err := frame.WriteFrame(&stream, good, 1024); err != nil {
+		t.Fatal(err)
+	}
+	big := sample()
+	big.Payload = bytes.Repeat([]byte{1}, 2000)
+	if err := frame.WriteFrame(&stream, big, 1024); !errors.Is(err, frame.ErrTooLarge) {
+		t.Fatalf("WriteFrame over the limit: %v", err)
+	}
+	if err := frame.WriteFrame(&stream, big, 4096); err != nil { // a peer with a higher limit
+		t.Fatal(err)
+	}
+	stream.Write([]byte{0, 0, 0, 3, 9, 9, 9}) // a corrupt body of 3 bytes
+	second := sample()
+	second.Manifest = "second"
+	if err := frame.WriteFrame(&stream, second, 1024); err != nil {
+		t.Fatal(err)
+	}
+
+	want := []struct {
+		frame *frame.Frame
+		err   error
+	}{{&good, nil}, {nil, frame.ErrTooLarge}, {nil, frame.ErrCorrupt}, {&second, nil}, {nil, io.EOF}}
+	for i, w := range want {
+		f, err := frame.ReadFrame(&stream, 1024)
+		if w.err != nil {
+			if !errors.Is(err, w.err) {
+				t.Fatalf("frame %d: %v, want %v", i, err, w.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(f, *w.frame) {
+			t.Fatalf("frame %d: %+v, %v; want %+v", i, f, err, *w.frame)
+		}
+	}
+}
+
+func TestStreamEndingInsideAFrame(t *testing.T) {
+	var stream bytes.Buffer
+	if err := frame.WriteFrame(&stream, sample(), 1024); err != nil {
+		t.Fatal(err)
+	}
+	whole := stream.Bytes()
+	for _, n := range []int{2, 4, len(whole) - 1} {
+		if _, err := frame.ReadFrame(bytes.NewReader(whole[:n]), 1024); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("cut at %d: %v, want io.ErrUnexpectedEOF", n, err)
+		}
+	}
+	// An oversized frame cut short is broken too, not "too large".
+	var big bytes.Buffer
+	f := sample()
+	f.Payload = make([]byte, 2000)
+	frame.WriteFrame(&big, f, 4096)
+	if _, err := frame.ReadFrame(bytes.NewReader(big.Bytes()[:1000]), 1024); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("oversized and cut: %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+type ping struct{ N int }
+
+func TestDecodeChecksIncarnationAndManifest(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[ping](reg, "ping")
+	body, err := frame.Encode(reg, a1, b2, ping{N: 3}, frame.DefaultMaxSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, msg, err := frame.Decode(reg, b2, body)
+	if err != nil || from != a1 || msg != (ping{N: 3}) {
+		t.Fatalf("Decode = %v, %v, %v", from, msg, err)
+	}
+	if _, _, err := frame.Decode(reg, b1, body); !errors.Is(err, cluster.ErrStaleIncarnation) {
+		t.Fatalf("received by b#1: %v, want ErrStaleIncarnation", err)
+	}
+	other := codec.NewRegistry()
+	if _, _, err := frame.Decode(other, b2, body); !errors.Is(err, codec.ErrUnknownManifest) {
+		t.Fatalf("unknown manifest: %v, want codec.ErrUnknownManifest", err)
+	}
+	if _, err := frame.Encode(reg, a1, b2, struct{}{}, frame.DefaultMaxSize); !errors.Is(err, codec.ErrUnregisteredType) {
+		t.Fatalf("unregistered type: %v", err)
+	}
+	if _, err := frame.Encode(reg, a1, b2, ping{N: 3}, 10); !errors.Is(err, frame.ErrTooLarge) {
+		t.Fatalf("over the limit: %v", err)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	body, _ := frame.Marshal(nil, sample(), frame.DefaultMaxSize)
+	f.Add(body)
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := frame.Unmarshal(b)
+		if err != nil {
+			if !errors.Is(err, frame.ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		again, err := frame.Marshal(nil, fr, len(b)+16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := frame.Unmarshal(again)
+		if err != nil || !reflect.DeepEqual(back, fr) {
+			t.Fatalf("re-marshalled frame differs: %+v vs %+v (%v)", back, fr, err)
+		}
+	})
+}

@@ -1,0 +1,322 @@
+// Package postgres is a lease.Store on PostgreSQL (pgx/v5, pgxpool): node
+// leases in the node_leases table and coordinator leases in
+// coordinator_lease, both from package migrations.
+//
+// Database time. Every expiry is written, and every "has it expired?" is
+// answered, on the server's clock: clock_timestamp() read inside the
+// operation's transaction after the lease row is locked, so a renewal that
+// waited for the lock is not dated from before the wait. Holders never
+// compare their own clock with it (see lease.Keeper).
+//
+// Tests. A conformance suite cannot wait out real lease lengths, so
+// WithClock replaces the server's clock by a fake one: each operation then
+// sends the fake time as a query parameter, and the SQL uses it in place
+// of clock_timestamp() — coalesce($t, clock_timestamp()) is the only
+// difference between the two modes; every decision is taken by the same
+// statements either way. A test without WithClock checks that expiries do
+// come from the server's clock.
+//
+// Fencing with sharding/postgres. The coordinator lease of an entity type
+// is the coordinator_lease row whose epoch sharding/postgres's Allocate and
+// Deallocate check, so AcquireCoordinator fences the allocation writes of
+// every earlier holder: it locks the row (waiting for writes in flight,
+// which share-lock it) and increments its epoch. sharding/postgres's
+// Acquire, which takes over unconditionally and writes expires_at =
+// 'infinity', predates leases: a row it wrote never expires here, so a
+// deployment uses one or the other for a type, not both.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
+)
+
+// Store is a lease.Store on PostgreSQL. The pool stays the caller's.
+type Store struct {
+	pool  *pgxpool.Pool
+	clock func() time.Time // nil: the server's clock
+}
+
+var _ lease.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store use now instead of the server's clock: for
+// tests only (see the package documentation).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.clock = now } }
+
+// New returns a store on pool, whose search_path must reach the tables of
+// package migrations.
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// timeParam is the $t of the statements: NULL for the server's clock.
+func (s *Store) timeParam() any {
+	if s.clock == nil {
+		return nil
+	}
+	return s.clock()
+}
+
+// errRetry asks for one more attempt: a concurrent insert of the same row won.
+var errRetry = errors.New("retry")
+
+// inTx runs fn in a transaction, once more if it asks to.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for range 2 {
+		err := pgx.BeginFunc(ctx, s.pool, fn)
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+	}
+	return fmt.Errorf("lost two races to insert the lease row")
+}
+
+// AcquireNode implements lease.Store.
+func (s *Store) AcquireNode(ctx context.Context, node cluster.UniqueAddress, ttl time.Duration) error {
+	if err := s.extendNode(ctx, node, ttl, true); err != nil {
+		return fmt.Errorf("lease/postgres: acquire node %s: %w", node, err)
+	}
+	return nil
+}
+
+// RenewNode implements lease.Store.
+func (s *Store) RenewNode(ctx context.Context, node cluster.UniqueAddress, ttl time.Duration) error {
+	if err := s.extendNode(ctx, node, ttl, false); err != nil {
+		return fmt.Errorf("lease/postgres: renew node %s: %w", node, err)
+	}
+	return nil
+}
+
+func (s *Store) extendNode(ctx context.Context, node cluster.UniqueAddress, ttl time.Duration, create bool) error {
+	if err := lease.ValidateNode(node); err != nil {
+		return err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	id, inc := node.Node, int64(node.Incarnation)
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM node_leases WHERE node_id = $1 AND incarnation = $2 FOR UPDATE`, id, inc); err != nil {
+			return err
+		}
+		var (
+			now           time.Time
+			found, down   bool
+			live, younger bool
+		)
+		err := tx.QueryRow(ctx, `SELECT t.now, l.node_id IS NOT NULL, coalesce(l.down, false), coalesce(l.expires_at > t.now, false),
+				EXISTS (SELECT 1 FROM node_leases WHERE node_id = $1 AND incarnation > $2)
+			FROM (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now) t
+			LEFT JOIN node_leases l ON l.node_id = $1 AND l.incarnation = $2`,
+			id, inc, s.timeParam()).Scan(&now, &found, &down, &live, &younger)
+		if err != nil {
+			return err
+		}
+		expires := now.Add(ttl)
+		switch {
+		case !found && !create:
+			return lease.ErrNoLease
+		case !found && younger:
+			return lease.ErrStaleIncarnation
+		case !found:
+			tag, err := tx.Exec(ctx, `INSERT INTO node_leases (node_id, incarnation, expires_at)
+				VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, id, inc, expires)
+			if err == nil && tag.RowsAffected() == 0 {
+				return errRetry
+			}
+			return err
+		case down:
+			return lease.ErrNodeDown
+		case !live:
+			return lease.ErrLeaseExpired
+		}
+		_, err = tx.Exec(ctx, `UPDATE node_leases SET expires_at = $3 WHERE node_id = $1 AND incarnation = $2`, id, inc, expires)
+		return err
+	})
+}
+
+// DownNode implements lease.Store.
+func (s *Store) DownNode(ctx context.Context, node cluster.UniqueAddress) error {
+	if err := s.endNode(ctx, node, false); err != nil {
+		return fmt.Errorf("lease/postgres: down node %s: %w", node, err)
+	}
+	return nil
+}
+
+// ReleaseNode implements lease.Store.
+func (s *Store) ReleaseNode(ctx context.Context, node cluster.UniqueAddress) error {
+	if err := s.endNode(ctx, node, true); err != nil {
+		return fmt.Errorf("lease/postgres: release node %s: %w", node, err)
+	}
+	return nil
+}
+
+// endNode marks an incarnation down, expiring its lease now when expireNow;
+// an unknown incarnation is recorded down and expired.
+func (s *Store) endNode(ctx context.Context, node cluster.UniqueAddress, expireNow bool) error {
+	if err := lease.ValidateNode(node); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `WITH t AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now)
+		INSERT INTO node_leases AS l (node_id, incarnation, expires_at, down)
+		SELECT $1, $2, t.now, true FROM t
+		ON CONFLICT (node_id, incarnation) DO UPDATE SET
+			down = true,
+			expires_at = CASE WHEN $4 THEN least(l.expires_at, excluded.expires_at) ELSE l.expires_at END`,
+		node.Node, int64(node.Incarnation), s.timeParam(), expireNow)
+	return err
+}
+
+// NodeLeaseExpired implements lease.Store.
+func (s *Store) NodeLeaseExpired(ctx context.Context, node cluster.UniqueAddress) (bool, error) {
+	if err := lease.ValidateNode(node); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	var expired bool
+	err := s.pool.QueryRow(ctx, `SELECT expires_at <= coalesce($3::timestamptz, clock_timestamp())
+		FROM node_leases WHERE node_id = $1 AND incarnation = $2`,
+		node.Node, int64(node.Incarnation), s.timeParam()).Scan(&expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("lease/postgres: node %s: %w", node, lease.ErrNoLease)
+	case err != nil:
+		return false, fmt.Errorf("lease/postgres: node %s: %w", node, err)
+	}
+	return expired, nil
+}
+
+// coordinatorRow is the coordinator lease row read under its lock, with
+// the database time of the reading.
+type coordinatorRow struct {
+	now   time.Time
+	found bool
+	epoch int64
+	owner string
+	live  bool // expires_at > now; 'infinity' (sharding/postgres's Acquire) is always live
+}
+
+func (s *Store) lockCoordinator(ctx context.Context, tx pgx.Tx, name string) (coordinatorRow, error) {
+	var r coordinatorRow
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM coordinator_lease WHERE type_name = $1 FOR UPDATE`, name); err != nil {
+		return r, err
+	}
+	err := tx.QueryRow(ctx, `SELECT t.now, l.type_name IS NOT NULL, coalesce(l.epoch, 0), coalesce(l.owner, ''),
+			coalesce(l.expires_at > t.now, false)
+		FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) t
+		LEFT JOIN coordinator_lease l ON l.type_name = $1`,
+		name, s.timeParam()).Scan(&r.now, &r.found, &r.epoch, &r.owner, &r.live)
+	return r, err
+}
+
+// AcquireCoordinator implements lease.Store.
+func (s *Store) AcquireCoordinator(ctx context.Context, name, owner string, ttl time.Duration) (uint64, error) {
+	if err := lease.ValidateName(name); err != nil {
+		return 0, err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return 0, err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return 0, err
+	}
+	var epoch int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		r, err := s.lockCoordinator(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		expires := r.now.Add(ttl)
+		switch {
+		case !r.found:
+			err := tx.QueryRow(ctx, `INSERT INTO coordinator_lease (type_name, epoch, owner, expires_at)
+				VALUES ($1, 1, $2, $3) ON CONFLICT DO NOTHING RETURNING epoch`, name, owner, expires).Scan(&epoch)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errRetry
+			}
+			return err
+		case r.live && r.owner != owner:
+			return fmt.Errorf("%w: by %s", lease.ErrLeaseHeld, r.owner)
+		}
+		return tx.QueryRow(ctx, `UPDATE coordinator_lease SET epoch = epoch + 1, owner = $2, expires_at = $3
+			WHERE type_name = $1 RETURNING epoch`, name, owner, expires).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lease/postgres: acquire coordinator %s for %s: %w", name, owner, err)
+	}
+	return uint64(epoch), nil
+}
+
+// RenewCoordinator implements lease.Store.
+func (s *Store) RenewCoordinator(ctx context.Context, name string, epoch uint64, ttl time.Duration) error {
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	err := s.withCoordinator(ctx, name, epoch, func(tx pgx.Tx, r coordinatorRow) error {
+		if !r.live {
+			return lease.ErrLeaseExpired
+		}
+		_, err := tx.Exec(ctx, `UPDATE coordinator_lease SET expires_at = $2 WHERE type_name = $1`, name, r.now.Add(ttl))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("lease/postgres: renew coordinator %s epoch %d: %w", name, epoch, err)
+	}
+	return nil
+}
+
+// ReleaseCoordinator implements lease.Store.
+func (s *Store) ReleaseCoordinator(ctx context.Context, name string, epoch uint64) error {
+	err := s.withCoordinator(ctx, name, epoch, func(tx pgx.Tx, r coordinatorRow) error {
+		_, err := tx.Exec(ctx, `UPDATE coordinator_lease SET expires_at = least(expires_at, $2) WHERE type_name = $1`, name, r.now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("lease/postgres: release coordinator %s epoch %d: %w", name, epoch, err)
+	}
+	return nil
+}
+
+// withCoordinator runs fn on the locked lease row of name when epoch is its
+// current one.
+func (s *Store) withCoordinator(ctx context.Context, name string, epoch uint64, fn func(pgx.Tx, coordinatorRow) error) error {
+	if err := lease.ValidateName(name); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		r, err := s.lockCoordinator(ctx, tx, name)
+		switch {
+		case err != nil:
+			return err
+		case !r.found:
+			return lease.ErrNoLease
+		case epoch > math.MaxInt64 || r.epoch != int64(epoch):
+			return fmt.Errorf("%w: current epoch %d", lease.ErrStaleEpoch, r.epoch)
+		}
+		return fn(tx, r)
+	})
+}

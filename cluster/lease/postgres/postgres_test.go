@@ -1,0 +1,168 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
+	"github.com/shoal-dev/shoal/cluster/lease/leasetest"
+	"github.com/shoal-dev/shoal/cluster/lease/postgres"
+	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/sharding"
+	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
+)
+
+var pg = pgtest.New()
+
+func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }
+
+func TestLeaseStoreConformance(t *testing.T) {
+	leasetest.Run(t, func(t *testing.T, clock *leasetest.Clock) lease.Store {
+		return postgres.New(pg.Pool(t), postgres.WithClock(clock.Now))
+	})
+}
+
+// TestStoresShareOneSchema runs the suite with every subtest on one
+// schema, as a cluster's nodes share one.
+func TestStoresShareOneSchema(t *testing.T) {
+	pool := pg.Pool(t)
+	leasetest.Run(t, func(t *testing.T, clock *leasetest.Clock) lease.Store {
+		return postgres.New(pool, postgres.WithClock(clock.Now))
+	})
+}
+
+// TestExpiryOnDatabaseTime: without WithClock, an expiry is the server's
+// clock at the operation plus the ttl, not the client's.
+func TestExpiryOnDatabaseTime(t *testing.T) {
+	pool := pg.Pool(t)
+	ctx := context.Background()
+	s := postgres.New(pool)
+	node := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	const ttl = time.Hour
+
+	var before time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AcquireNode(ctx, node, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireCoordinator(ctx, "T", "a#1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	var after time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	var nodeExp, coordExp time.Time
+	if err := pool.QueryRow(ctx, `SELECT expires_at FROM node_leases WHERE node_id = 'a'`).Scan(&nodeExp); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT expires_at FROM coordinator_lease WHERE type_name = 'T'`).Scan(&coordExp); err != nil {
+		t.Fatal(err)
+	}
+	for name, exp := range map[string]time.Time{"node": nodeExp, "coordinator": coordExp} {
+		if exp.Before(before.Add(ttl)) || exp.After(after.Add(ttl)) {
+			t.Errorf("%s lease expires at %v, want server time within [%v, %v] + 1h", name, exp, before, after)
+		}
+	}
+	// A lease the server already considers expired: downed and released.
+	if err := s.ReleaseNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if exp, err := s.NodeLeaseExpired(ctx, node); err != nil || !exp {
+		t.Fatalf("released lease: expired %v, %v", exp, err)
+	}
+}
+
+// TestCoordinatorLeaseFencesAllocations: a coordinator that acquires the
+// lease fences the allocation writes of its predecessor in
+// sharding/postgres, which checks the same row's epoch.
+func TestCoordinatorLeaseFencesAllocations(t *testing.T) {
+	pool := pg.Pool(t)
+	ctx := context.Background()
+	clock := leasetest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	leases := postgres.New(pool, postgres.WithClock(clock.Now))
+	allocations := shardingpg.NewCoordinatorStore(pool)
+
+	e1, err := leases.AcquireCoordinator(ctx, "T", "a#1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := allocations.Allocate(ctx, "T", e1, "s1", "a"); err != nil {
+		t.Fatalf("holder's write: %v", err)
+	}
+	clock.Advance(10 * time.Second)
+	e2, err := leases.AcquireCoordinator(ctx, "T", "b#1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := allocations.Allocate(ctx, "T", e1, "s1", "a"); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("old holder's write after takeover: %v, want sharding.ErrStaleEpoch", err)
+	}
+	if err := allocations.Allocate(ctx, "T", e2, "s1", "b"); err != nil {
+		t.Fatalf("new holder's write: %v", err)
+	}
+	// A row sharding/postgres's Acquire wrote never expires.
+	if _, _, err := allocations.Acquire(ctx, "U", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(1000 * time.Hour)
+	if _, err := leases.AcquireCoordinator(ctx, "U", "b#1", time.Second); !errors.Is(err, lease.ErrLeaseHeld) {
+		t.Fatalf("acquire over an 'infinity' row: %v, want ErrLeaseHeld", err)
+	}
+}
+
+// TestDatabaseUnreachable: against a server that does not answer, every
+// operation fails with an error that is not one of the store's verdicts,
+// so a Holder retries instead of fencing at once.
+func TestDatabaseUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there any more
+	cfg, err := pgxpool.ParseConfig("postgres://shoal:shoal@" + addr + "/shoal?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := postgres.New(pool)
+	node := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	_, expErr := s.NodeLeaseExpired(ctx, node)
+	_, acqErr := s.AcquireCoordinator(ctx, "T", "a#1", time.Second)
+	for name, err := range map[string]error{
+		"AcquireNode":        s.AcquireNode(ctx, node, time.Second),
+		"RenewNode":          s.RenewNode(ctx, node, time.Second),
+		"DownNode":           s.DownNode(ctx, node),
+		"ReleaseNode":        s.ReleaseNode(ctx, node),
+		"NodeLeaseExpired":   expErr,
+		"AcquireCoordinator": acqErr,
+		"RenewCoordinator":   s.RenewCoordinator(ctx, "T", 1, time.Second),
+		"ReleaseCoordinator": s.ReleaseCoordinator(ctx, "T", 1),
+	} {
+		if err == nil {
+			t.Errorf("%s succeeded against an unreachable database", name)
+			continue
+		}
+		for _, verdict := range []error{lease.ErrNoLease, lease.ErrLeaseExpired, lease.ErrNodeDown, lease.ErrStaleEpoch, lease.ErrLeaseHeld, lease.ErrStaleIncarnation} {
+			if errors.Is(err, verdict) {
+				t.Errorf("%s: %v: an outage is not %v", name, err, verdict)
+			}
+		}
+	}
+}
