@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -147,6 +148,8 @@ func (r *reader) string() string { return string(r.bytes()) }
 // WriteFrame writes f to w with its length prefix. A frame over maxSize is
 // refused (ErrTooLarge) and nothing is written.
 func WriteFrame(w io.Writer, f Frame, maxSize int) error {
+	// The length prefix has 4 bytes: a larger limit would wrap it.
+	maxSize = min(maxSize, math.MaxUint32)
 	buf, err := Marshal(make([]byte, 4, 64+len(f.Payload)), f, maxSize)
 	if err != nil {
 		return err
