@@ -128,9 +128,10 @@ func roundTripReply[R any](r *codec.Registry, v R) (R, error) {
 // Ask sends the command built by build to ref and waits for the reply
 // through the ReplyTo it passes to build.
 //
-// Ask never waits for ever: when ctx has no deadline it waits at most the
-// System's AskTimeout (DefaultAskTimeout unless configured), measured on the
-// System's clock. It returns ErrAskTimeout when the deadline passes, the
+// Ask never waits for ever: when ctx has no deadline it fails with
+// ErrAskTimeout once the System's AskTimeout (DefaultAskTimeout unless
+// configured) has passed on the System's clock — at most an eighth of it
+// later, as one sweep serves all such asks. It returns ErrAskTimeout when the deadline passes, the
 // context's error when ctx is cancelled (and sends nothing when ctx has
 // already ended), and fails at once, without waiting for the deadline,
 // when the target cannot answer: the send is refused (ErrStopped,
@@ -149,15 +150,9 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 		return zero, askContextErr(ctx)
 	}
 	sys := ref.System()
-	id, ch := sys.replies.register()
+	_, hasDeadline := ctx.Deadline()
+	id, ch := sys.registerAsk(!hasDeadline)
 	defer sys.replies.unregister(id)
-	if _, ok := ctx.Deadline(); !ok {
-		d := sys.cfg.AskTimeout
-		t := sys.cfg.Clock.AfterFunc(d, func() {
-			sys.replies.deliver(id, askFailure{fmt.Errorf("%w: no reply within %v (the default; the context had no deadline): %w", ErrAskTimeout, d, context.DeadlineExceeded)})
-		})
-		defer t.Stop()
-	}
 	if err := ref.Tell(build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
 		return zero, fmt.Errorf("entity: ask: %w", err)
 	}
@@ -283,17 +278,76 @@ type replyTable struct {
 	next    atomic.Uint64
 	mu      sync.Mutex
 	pending map[uint64]waiter
+	// sweeping: a sweep is armed for the asks without a deadline.
+	sweeping bool
 }
 
 // waiter is one pending ask: a blocked Ask's channel, or AskFrom's callback.
 type waiter struct {
 	ch chan any
 	fn func(any)
+	// expires is when the sweep fails an Ask that has no deadline of its
+	// own; zero for the others.
+	expires time.Time
 }
 
-func (t *replyTable) register() (uint64, chan any) {
-	ch := make(chan any, 1)
-	return t.add(waiter{ch: ch}), ch
+func (w waiter) send(v any) {
+	if w.fn != nil {
+		w.fn(v)
+	} else {
+		w.ch <- v
+	}
+}
+
+// registerAsk adds a blocked Ask; expiring when its context has no
+// deadline, so the System's AskTimeout bounds it. One sweep on the clock,
+// armed only while such asks wait, fails the expired ones: cheaper than a
+// timer per Ask.
+func (s *System) registerAsk(expiring bool) (uint64, chan any) {
+	w := waiter{ch: make(chan any, 1)}
+	if expiring {
+		w.expires = s.cfg.Clock.Now().Add(s.cfg.AskTimeout)
+	}
+	t := &s.replies
+	id := t.next.Add(1)
+	t.mu.Lock()
+	t.pending[id] = w
+	arm := expiring && !t.sweeping
+	if arm {
+		t.sweeping = true
+	}
+	t.mu.Unlock()
+	if arm {
+		s.cfg.Clock.AfterFunc(s.cfg.AskTimeout/8, s.sweepAsks)
+	}
+	return id, w.ch
+}
+
+// sweepAsks fails the expired asks and runs again while others wait.
+func (s *System) sweepAsks() {
+	now := s.cfg.Clock.Now()
+	t := &s.replies
+	var expired []waiter
+	t.mu.Lock()
+	waiting := false
+	for id, w := range t.pending {
+		switch {
+		case w.expires.IsZero():
+		case now.Before(w.expires):
+			waiting = true
+		default:
+			expired = append(expired, w)
+			delete(t.pending, id)
+		}
+	}
+	t.sweeping = waiting
+	t.mu.Unlock()
+	for _, w := range expired {
+		w.send(askFailure{fmt.Errorf("%w: no reply within %v (the default; the context had no deadline): %w", ErrAskTimeout, s.cfg.AskTimeout, context.DeadlineExceeded)})
+	}
+	if waiting {
+		s.cfg.Clock.AfterFunc(s.cfg.AskTimeout/8, s.sweepAsks)
+	}
 }
 
 func (t *replyTable) registerFunc(fn func(any)) uint64 { return t.add(waiter{fn: fn}) }
@@ -321,11 +375,7 @@ func (t *replyTable) deliver(id uint64, v any) bool {
 	if !ok {
 		return false
 	}
-	if w.fn != nil {
-		w.fn(v)
-	} else {
-		w.ch <- v
-	}
+	w.send(v)
 	return true
 }
 

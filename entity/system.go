@@ -44,8 +44,9 @@ type Config struct {
 	// tests: with ErrNotSerializable when the codec refuses it or when the
 	// copy differs from the original. Requires Codec.
 	ForceSerialization bool
-	// AskTimeout bounds an Ask whose context has no deadline, and an
-	// AskFrom without a timeout. Default: DefaultAskTimeout.
+	// AskTimeout bounds an Ask whose context has no deadline (it fails
+	// within an eighth of AskTimeout after it), and an AskFrom without a
+	// timeout. Default: DefaultAskTimeout.
 	AskTimeout time.Duration
 	// DeadLetterLogLimit is how many dead letters and unhandled messages
 	// are logged (at Info) per second of Clock time; the others are only
@@ -139,6 +140,8 @@ type Stats struct {
 	// DeadLettersNotLogged counts the dead letters left out of the log by
 	// Config.DeadLetterLogLimit.
 	DeadLettersNotLogged uint64
+	// AsksWaiting is how many asks of this node wait for a reply now.
+	AsksWaiting int
 }
 
 // Stats returns the runtime's counters.
@@ -146,7 +149,10 @@ func (s *System) Stats() Stats {
 	s.dlLog.mu.Lock()
 	notLogged := s.dlLog.total
 	s.dlLog.mu.Unlock()
-	return Stats{DeadLetters: s.deadLetters.Load(), Unhandled: s.unhandled.Load(), DeadLettersNotLogged: notLogged}
+	s.replies.mu.Lock()
+	waiting := len(s.replies.pending)
+	s.replies.mu.Unlock()
+	return Stats{DeadLetters: s.deadLetters.Load(), Unhandled: s.unhandled.Load(), DeadLettersNotLogged: notLogged, AsksWaiting: waiting}
 }
 
 // deadLetter records msg, addressed to to, as reaching no handler for
