@@ -131,9 +131,9 @@ func roundTripReply[R any](r *codec.Registry, v R) (R, error) {
 // Ask never waits for ever: when ctx has no deadline it fails with
 // ErrAskTimeout once the System's AskTimeout (DefaultAskTimeout unless
 // configured) has passed on the System's clock — at most an eighth of it
-// later, as one sweep serves all such asks. It returns ErrAskTimeout when the deadline passes, the
-// context's error when ctx is cancelled (and sends nothing when ctx has
-// already ended), and fails at once, without waiting for the deadline,
+// later, as one sweep serves all such asks. It returns ErrAskTimeout when a
+// deadline passes, the context's error when ctx is cancelled (and sends
+// nothing when ctx has already ended), and fails at once, without waiting,
 // when the target cannot answer: the send is refused (ErrStopped,
 // ErrMailboxFull, a serialization error), the target stops before handling
 // the command or crashes while handling it (ErrStopped, wrapping the crash),
@@ -181,11 +181,11 @@ func askContextErr(ctx context.Context) error {
 // replyAs turns what the reply table delivered into the Ask's outcome.
 func replyAs[R any](v any) (R, error) {
 	var zero R
-	switch v := v.(type) {
-	case R:
-		return v, nil
-	case askFailure:
-		return zero, v.err
+	if f, ok := v.(askFailure); ok { // first: R may be an interface, even any
+		return zero, f.err
+	}
+	if r, ok := v.(R); ok {
+		return r, nil
 	}
 	return zero, fmt.Errorf("entity: ask: reply is %T, want %v", v, reflect.TypeFor[R]())
 }

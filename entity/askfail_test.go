@@ -343,3 +343,20 @@ func TestAskFromDeliversFailures(t *testing.T) {
 		}
 	})
 }
+
+type getAny struct{ ReplyTo entity.ReplyTo[any] }
+
+func (getAny) isCmd() {}
+
+// An Ask whose reply type is an interface (even any) still gets its
+// failure as an error, not as a reply.
+func TestAskOfInterfaceReplyGetsFailureAsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := newSystem(t)
+		c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter}, "c") // getAny is unhandled
+		v, err := entity.Ask(context.Background(), c, func(r entity.ReplyTo[any]) cmd { return getAny{ReplyTo: r} })
+		if !errors.Is(err, entity.ErrUnhandled) || v != nil {
+			t.Fatalf("Ask = %v, %v; want nil, ErrUnhandled", v, err)
+		}
+	})
+}
