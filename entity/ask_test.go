@@ -349,9 +349,13 @@ func TestForceSerializationUnserializableReply(t *testing.T) {
 		a := spawnAccount(sys, "a")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		start := time.Now()
 		_, err := entity.Ask(ctx, a, func(r entity.ReplyTo[chanReply]) acct { return getChan{ReplyTo: r} })
-		if !errors.Is(err, entity.ErrAskTimeout) {
-			t.Fatalf("err = %v, want ErrAskTimeout (reply could not serialize)", err)
+		if !errors.Is(err, entity.ErrNotSerializable) || errors.Is(err, entity.ErrAskTimeout) {
+			t.Fatalf("err = %v, want ErrNotSerializable, not a timeout", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("Ask waited %v for a reply that could not serialize", waited)
 		}
 		if sys.DeadLetters() != 1 {
 			t.Fatalf("dead letters %d, want 1", sys.DeadLetters())

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shoal-dev/shoal/entity"
 )
@@ -72,6 +73,21 @@ func BenchmarkAsk(b *testing.B) {
 	sys := newSystem(b)
 	c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter}, "a")
 	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := entity.Ask(ctx, c, func(r entity.ReplyTo[int]) cmd { return get{ReplyTo: r} }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAskWithDeadline is BenchmarkAsk with a context that has a
+// deadline, so the System's default ask timeout is not armed.
+func BenchmarkAskWithDeadline(b *testing.B) {
+	sys := newSystem(b)
+	c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter}, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
 	b.ResetTimer()
 	for range b.N {
 		if _, err := entity.Ask(ctx, c, func(r entity.ReplyTo[int]) cmd { return get{ReplyTo: r} }); err != nil {

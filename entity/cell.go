@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/ring"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
@@ -154,16 +153,16 @@ func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
 // Tell implements Ref.
 func (c *Cell[C]) Tell(msg C) error {
 	if c.sys.cfg.ForceSerialization && !c.props.LocalOnly {
-		copied, err := codec.RoundTrip(c.sys.cfg.Codec, msg)
+		copied, err := roundTripExact(c.sys.cfg.Codec, msg)
 		if err != nil {
-			return fmt.Errorf("entity: %s/%s: message does not serialize: %w", c.props.Key.name, c.id, err)
+			return fmt.Errorf("entity: %s/%s: message %w", c.props.Key.name, c.id, err)
 		}
 		msg = copied
 	}
 	c.mu.Lock()
 	if c.status&terminated != 0 {
 		c.mu.Unlock()
-		c.sys.deadLetter("entity stopped", msg)
+		c.sys.deadLetter(ErrStopped, c.name(), "sent to a stopped entity", msg)
 		return fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
 	}
 	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
@@ -231,8 +230,17 @@ func (c *Cell[C]) post(fn func()) bool {
 
 // run handles up to Throughput messages, then yields the worker.
 func (c *Cell[C]) run() {
-	defer c.recoverPanic()
+	// The command being handled: if the handler crashes on it, the asks it
+	// carries fail at once instead of waiting for their deadlines.
+	var current C
+	handling := false
+	defer func() {
+		if v := recover(); v != nil {
+			c.crashed(v, current, handling)
+		}
+	}()
 	for range c.sys.cfg.Throughput {
+		handling = false
 		c.mu.Lock()
 		if c.control != nil && c.control.Len() > 0 {
 			fn, _ := c.control.Pop()
@@ -241,9 +249,11 @@ func (c *Cell[C]) run() {
 		} else if c.status&suspended == 0 && c.x != nil && c.x.unstashed.Len() > 0 {
 			c.mu.Unlock()
 			msg, _ := c.x.unstashed.Pop()
+			current, handling = msg, true
 			c.deliver(msg)
 		} else if e, ok := c.popMailbox(); ok {
 			c.mu.Unlock()
+			current, handling = e.msg, e.ctl == nil
 			c.handle(e)
 		} else {
 			c.status &^= scheduled
@@ -253,7 +263,11 @@ func (c *Cell[C]) run() {
 			return
 		}
 		if c.stopping {
-			c.terminate(c.stopErr)
+			err := c.stopErr
+			c.terminate(err)
+			if handling && err != nil { // the handler failed the entity on this command
+				c.sys.failAsks(current, fmt.Errorf("entity: ask: %s failed handling the command: %w: %w", c.name(), ErrStopped, err))
+			}
 		}
 		if c.dead {
 			return
@@ -295,7 +309,7 @@ func (c *Cell[C]) deliver(msg C) {
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
 	}
 	if _, ok := next.(unhandled[C]); ok {
-		c.sys.deadLetter("unhandled", msg)
+		c.sys.deadLetter(ErrUnhandled, c.name(), "unhandled", msg)
 		return
 	}
 	c.become(next)
@@ -326,15 +340,19 @@ func (c *Cell[C]) become(next Behavior[C]) {
 	}
 }
 
-func (c *Cell[C]) recoverPanic() {
-	v := recover()
-	if v == nil {
-		return
-	}
+// crashed stops the entity whose handler panicked with v; handling says
+// whether it was handling the command current.
+func (c *Cell[C]) crashed(v any, current C, handling bool) {
 	err := &PanicError{Value: v, Stack: debug.Stack()}
 	c.Log().Error("entity handler panicked; stopping it", "panic", v, "stack", string(err.Stack))
 	c.terminate(err)
+	if handling {
+		c.sys.failAsks(current, fmt.Errorf("entity: ask: %s crashed handling the command: %w: %w", c.name(), ErrStopped, err))
+	}
 }
+
+// name is the entity's type and id, for logs and errors.
+func (c *Cell[C]) name() string { return c.props.Key.name + "/" + c.id }
 
 // terminate ends this incarnation: PostStop, timers off, mailbox to dead
 // letters, owner told. It runs on the entity's goroutine.
@@ -367,23 +385,26 @@ func (c *Cell[C]) terminate(err error) {
 		c.term = &termination{done: make(chan struct{})}
 	}
 	c.term.err = err
+	done := c.term.done
 	c.mu.Unlock()
+	cause := ErrStopped // for the asks of the commands it leaves
+	if err != nil {
+		cause = fmt.Errorf("%w: %w", ErrStopped, err)
+	}
 	if x := c.x; x != nil {
-		x.unstashed.Drain(func(m C) { c.sys.deadLetter("unstashed, not handled before stop", m) })
+		x.unstashed.Drain(func(m C) { c.sys.deadLetter(cause, c.name(), "unstashed, not handled before stop", m) })
 		if x.stash != nil {
 			for _, m := range x.stash.Clear() {
-				c.sys.deadLetter("stashed when the entity stopped", m)
+				c.sys.deadLetter(cause, c.name(), "stashed when the entity stopped", m)
 			}
 		}
 	}
 	left.Drain(func(e envelope[C]) {
 		if e.ctl == nil {
-			c.sys.deadLetter("left in mailbox of stopped entity", e.msg)
+			c.sys.deadLetter(cause, c.name(), "left in mailbox of stopped entity", e.msg)
 		}
 	})
-	// Done closes once what the incarnation left is counted, so whoever
-	// waits on it sees every dead letter.
-	close(c.term.done)
+	close(done) // after the dead letters are counted, so Done means all is settled
 	if c.props.Owner != nil {
 		c.props.Owner.Stopped(c, err)
 	}

@@ -50,7 +50,7 @@ func counter(ctx entity.Context[cmd]) entity.Behavior[cmd] {
 
 func newSystem(t testing.TB, mutate ...func(*entity.Config)) *entity.System {
 	t.Helper()
-	cfg := entity.Config{}
+	cfg := entity.Config{Logger: discardLogger()}
 	for _, m := range mutate {
 		m(&cfg)
 	}

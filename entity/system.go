@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/ring"
@@ -39,9 +41,22 @@ type Config struct {
 	Throughput int
 	// ForceSerialization sends every local message and reply through a
 	// codec round trip, so a type that cannot cross the network fails in
-	// tests. Requires Codec.
+	// tests: with ErrNotSerializable when the codec refuses it or when the
+	// copy differs from the original. Requires Codec.
 	ForceSerialization bool
+	// AskTimeout bounds an Ask whose context has no deadline (it fails
+	// within an eighth of AskTimeout after it), and an AskFrom without a
+	// timeout. Default: DefaultAskTimeout.
+	AskTimeout time.Duration
+	// DeadLetterLogLimit is how many dead letters and unhandled messages
+	// are logged (at Info) per second of Clock time; the others are only
+	// counted, and the next line logged says how many were left out.
+	// Default 10; negative: none is logged.
+	DeadLetterLogLimit int
 }
+
+// DefaultDeadLetterLogLimit is Config.DeadLetterLogLimit's default.
+const DefaultDeadLetterLogLimit = 10
 
 // System is the per-process runtime: the workers that run entities, the
 // routing of replies, and the node's shared services.
@@ -52,6 +67,8 @@ type System struct {
 	replies     replyTable
 	router      atomic.Pointer[ReplyRouter]
 	deadLetters atomic.Uint64
+	unhandled   atomic.Uint64
+	dlLog       logLimiter
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -76,9 +93,15 @@ func NewSystem(cfg Config) (*System, error) {
 	if cfg.Throughput <= 0 {
 		cfg.Throughput = 64
 	}
+	if cfg.AskTimeout <= 0 {
+		cfg.AskTimeout = DefaultAskTimeout
+	}
+	if cfg.DeadLetterLogLimit == 0 {
+		cfg.DeadLetterLogLimit = DefaultDeadLetterLogLimit
+	}
 	s := &System{cfg: cfg, log: cfg.Logger}
 	s.dispatch.max = cfg.Workers
-	s.replies.pending = make(map[uint64]chan any)
+	s.replies.pending = make(map[uint64]waiter)
 	return s, nil
 }
 
@@ -104,15 +127,99 @@ func (s *System) Snapshots() snapshot.Store { return s.cfg.Snapshots }
 func (s *System) ForcesSerialization() bool { return s.cfg.ForceSerialization }
 
 // DeadLetters counts messages that reached no handler: sent to a stopped
-// entity, left in its mailbox when it stopped, unhandled, or replies nobody
-// waited for.
+// entity, left in its mailbox or stash when it stopped, unhandled, or
+// replies nobody waited for.
 func (s *System) DeadLetters() uint64 { return s.deadLetters.Load() }
 
-func (s *System) deadLetter(reason string, msg any) {
+// Stats are the runtime's counters since NewSystem, for metrics.
+type Stats struct {
+	// DeadLetters is DeadLetters(): every message that reached no handler.
+	DeadLetters uint64
+	// Unhandled counts the dead letters that a behavior returned Unhandled for.
+	Unhandled uint64
+	// DeadLettersNotLogged counts the dead letters left out of the log by
+	// Config.DeadLetterLogLimit.
+	DeadLettersNotLogged uint64
+	// AsksWaiting is how many asks of this node wait for a reply now.
+	AsksWaiting int
+}
+
+// Stats returns the runtime's counters.
+func (s *System) Stats() Stats {
+	s.dlLog.mu.Lock()
+	notLogged := s.dlLog.total
+	s.dlLog.mu.Unlock()
+	s.replies.mu.Lock()
+	waiting := len(s.replies.pending)
+	s.replies.mu.Unlock()
+	return Stats{DeadLetters: s.deadLetters.Load(), Unhandled: s.unhandled.Load(), DeadLettersNotLogged: notLogged, AsksWaiting: waiting}
+}
+
+// deadLetter records msg, addressed to to, as reaching no handler for
+// reason, logs it within the rate limit, and, when cause is not nil, fails
+// the local asks msg carries with cause (ErrStopped, ErrUnhandled): they
+// would otherwise wait for their deadline.
+func (s *System) deadLetter(cause error, to, reason string, msg any) {
 	s.deadLetters.Add(1)
-	if s.log.Enabled(nil, slog.LevelDebug) {
-		s.log.Debug("dead letter", "reason", reason, "type", typeName(msg))
+	unhandled := errors.Is(cause, ErrUnhandled)
+	if unhandled {
+		s.unhandled.Add(1)
 	}
+	if cause != nil {
+		s.failAsks(msg, fmt.Errorf("entity: ask: %s %s: %w", to, reason, cause))
+	}
+	if s.cfg.DeadLetterLogLimit < 0 {
+		s.dlLog.skip()
+		return
+	}
+	ok, left := s.dlLog.allow(s.cfg.Clock.Now(), s.cfg.DeadLetterLogLimit)
+	if !ok {
+		return
+	}
+	title := "dead letter"
+	if unhandled {
+		title = "unhandled message"
+	}
+	attrs := []any{"to", to, "type", typeName(msg), "reason", reason}
+	if left > 0 {
+		attrs = append(attrs, "not_logged_before", left)
+	}
+	s.log.Info(title, attrs...)
+}
+
+// logLimiter lets at most limit log lines through per second of clock time
+// and counts the others.
+type logLimiter struct {
+	mu     sync.Mutex
+	window time.Time // start of the current second
+	logged int       // lines in it
+	left   uint64    // left out since the last line logged
+	total  uint64    // left out in all
+}
+
+// allow reports whether to log now, and how many lines were left out since
+// the last one logged.
+func (l *logLimiter) allow(now time.Time, limit int) (bool, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.window) >= time.Second || now.Before(l.window) {
+		l.window, l.logged = now, 0
+	}
+	if l.logged >= limit {
+		l.left++
+		l.total++
+		return false, 0
+	}
+	l.logged++
+	left := l.left
+	l.left = 0
+	return true, left
+}
+
+func (l *logLimiter) skip() {
+	l.mu.Lock()
+	l.total++
+	l.mu.Unlock()
 }
 
 // runnable is a mailbox with work, as the dispatcher sees it.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/deepequal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
 )
@@ -246,7 +247,7 @@ func (k *Kit[C, E, S]) checkState(s S) {
 	if err != nil {
 		k.t.Fatalf("eventsourcedtest: state %T does not serialize: %v", s, err)
 	}
-	if !equal(reflect.ValueOf(copied), reflect.ValueOf(any(s))) {
+	if !deepequal.Equal(copied, any(s)) {
 		k.t.Fatalf("eventsourcedtest: state changes in a codec round trip:\n before %+v\n after  %+v", s, copied)
 	}
 }

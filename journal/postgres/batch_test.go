@@ -269,3 +269,32 @@ func TestStaleWriteDoesNotFailValidOneInBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneWriteIsOneRowInsert: with nothing else queued, a write of one
+// event goes out at once as a plain one-row INSERT, and the deletion mark
+// and conflicts still hold for it.
+func TestLoneWriteIsOneRowInsert(t *testing.T) {
+	q := &queryLog{}
+	j := postgres.New(tracedPool(t, q), postgres.Config{Writers: 1})
+	defer j.Close()
+	mustWrite(t, j, evs("lone", 1, 1, "w"))
+	mustWrite(t, j, evs("lone", 2, 1, "w"))
+	if err := j.Write(context.Background(), evs("lone", 2, 1, "stale")); !errors.Is(err, journal.ErrWriteConflict) {
+		t.Fatalf("rewriting seq 2: err = %v, want ErrWriteConflict", err)
+	}
+	if err := j.DeleteTo(context.Background(), "lone", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Write(context.Background(), evs("lone", 2, 1, "stale")); !errors.Is(err, journal.ErrWriteConflict) {
+		t.Fatalf("writing at the deletion mark: err = %v, want ErrWriteConflict", err)
+	}
+	mustWrite(t, j, evs("lone", 3, 1, "w"))
+	if got := stored(t, j, "lone"); len(got) != 1 || got[0].SeqNr != 3 || string(got[0].Payload) != "w/3" {
+		t.Fatalf("stored %+v, want only seq 3 after deleting to 2", got)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.oneRow < 4 {
+		t.Fatalf("%d of the lone writes went out as one-row inserts (inserts: %v)", q.oneRow, q.insertRows)
+	}
+}

@@ -60,6 +60,11 @@ func BenchmarkWrite(b *testing.B) {
 	b.Run("raw/rows=1000/clients=4/pids=10000", func(b *testing.B) {
 		benchRaw(b, pool, 1000, 4, 10000, payload)
 	})
+	// The latency floor for journal/writers=1: one client inserting one
+	// row per statement and waiting for it.
+	b.Run("raw/rows=1/clients=1", func(b *testing.B) {
+		benchRawSingle(b, pool, payload)
+	})
 	for _, writers := range []int{1, 100, 10000} {
 		b.Run(fmt.Sprintf("journal/writers=%d", writers), func(b *testing.B) {
 			benchJournal(b, pool, writers, payload)
@@ -124,6 +129,37 @@ func benchRaw(b *testing.B, pool *pgxpool.Pool, rows, clients, pids int, payload
 	b.ReportMetric(float64(inserted.Load())/elapsed.Seconds(), "events/s")
 }
 
+// benchRawSingle inserts b.N rows one statement at a time from one client
+// and reports the latency of each round trip.
+func benchRawSingle(b *testing.B, pool *pgxpool.Pool, payload []byte) {
+	const stmt = `INSERT INTO event_journal_raw (persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id) VALUES ($1,$2,$3,$4,$5,'{}',$6)`
+	pid := fmt.Sprintf("raw1-%d", benchRun.Add(1))
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		t0 := time.Now()
+		if _, err := pool.Exec(context.Background(), stmt, pid, int64(i+1), time.Now(), "bench.Event", payload, "w"); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(percentileMillis(lat, 0.50), "p50-ms")
+	b.ReportMetric(percentileMillis(lat, 0.99), "p99-ms")
+}
+
+// percentileMillis is the p-th percentile of lat, in milliseconds; it sorts lat.
+func percentileMillis(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	return float64(lat[int(math.Ceil(p*float64(len(lat))))-1].Microseconds()) / 1000
+}
+
 // benchJournal runs writers goroutines, each appending one event at a time
 // to its own persistence id, for b.N writes in all.
 func benchJournal(b *testing.B, pool *pgxpool.Pool, writers int, payload []byte) {
@@ -177,16 +213,9 @@ func benchJournal(b *testing.B, pool *pgxpool.Pool, writers int, payload []byte)
 		b.Fatal(err)
 	}
 	st := j.Stats()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[int(math.Ceil(p*float64(len(lat))))-1].Microseconds()) / 1000
-	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(percentileMillis(lat, 0.50), "p50-ms")
+	b.ReportMetric(percentileMillis(lat, 0.99), "p99-ms")
 	if batches := st.Batches - before.Batches; batches > 0 {
 		b.ReportMetric(float64(st.Events-before.Events)/float64(batches), "events/batch")
 	}

@@ -27,6 +27,7 @@ type queryLog struct {
 	mu         sync.Mutex
 	replayRows []int64 // rows returned by each finished replay query
 	insertRows []int   // rows sent by each batch insert
+	oneRow     int     // inserts sent as the one-row statement
 }
 
 type queryKind struct{}
@@ -37,9 +38,15 @@ func (q *queryLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trace
 		q.replayStarted.Add(1)
 		return context.WithValue(ctx, queryKind{}, "replay")
 	case strings.HasPrefix(d.SQL, "INSERT INTO event_journal") && len(d.Args) > 0:
-		if pids, ok := d.Args[0].([]string); ok {
+		switch pids := d.Args[0].(type) {
+		case []string: // a batch
 			q.mu.Lock()
 			q.insertRows = append(q.insertRows, len(pids))
+			q.mu.Unlock()
+		case string: // one event
+			q.mu.Lock()
+			q.insertRows = append(q.insertRows, 1)
+			q.oneRow++
 			q.mu.Unlock()
 		}
 	}

@@ -1,10 +1,17 @@
-package eventsourcedtest
+// Package deepequal compares a value with its codec round-tripped copy: it is
+// reflect.DeepEqual, except that values with an Equal method (such as
+// time.Time, whose monotonic reading and location a codec drops) are compared
+// with it, and a nil and an empty slice or map count as equal.
+package deepequal
 
 import "reflect"
 
-// equal is reflect.DeepEqual, except that values with an Equal method (such
-// as time.Time, whose monotonic reading and location a codec drops) are
-// compared with it.
+// Equal reports whether a and b hold equal values of the same dynamic type.
+func Equal(a, b any) bool { return Values(reflect.ValueOf(a), reflect.ValueOf(b)) }
+
+// Values reports whether a and b are equal, by the rules of the package doc.
+func Values(a, b reflect.Value) bool { return equal(a, b) }
+
 func equal(a, b reflect.Value) bool {
 	if a.IsValid() != b.IsValid() {
 		return false

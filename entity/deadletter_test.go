@@ -1,0 +1,113 @@
+package entity_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// logLines collects JSON log records.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) records(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	dec := json.NewDecoder(bytes.NewReader(l.buf.Bytes()))
+	for dec.More() {
+		var r map[string]any
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func loggedSystem(t *testing.T, mutate func(*entity.Config)) (*entity.System, *logLines, *fakeClock) {
+	lines := &logLines{}
+	clock := newFakeClock()
+	sys := newSystem(t, func(c *entity.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(lines, nil))
+		c.Clock = clock
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return sys, lines, clock
+}
+
+// Dead letters are logged at Info with their entity and type, at most
+// DeadLetterLogLimit a second of the System's clock; the rest are counted,
+// and the next line logged says how many were left out.
+func TestDeadLettersLoggedRateLimitedAndCounted(t *testing.T) {
+	sys, lines, clock := loggedSystem(t, func(c *entity.Config) { c.DeadLetterLogLimit = 3 })
+	c := spawnFunc(sys, "gone", func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
+	c.StopNow()
+	waitDone(t, c)
+	for range 5 {
+		_ = c.Tell("hello")
+	}
+	recs := lines.records(t)
+	if len(recs) != 3 {
+		t.Fatalf("%d lines logged for 5 dead letters within a second, want 3: %v", len(recs), recs)
+	}
+	for _, r := range recs {
+		if r["level"] != "INFO" || r["msg"] != "dead letter" || r["to"] != "strings/gone" || r["type"] != "string" {
+			t.Fatalf("record %v lacks level, entity or type", r)
+		}
+	}
+	if st := sys.Stats(); st.DeadLetters != 5 || st.DeadLettersNotLogged != 2 || st.Unhandled != 0 {
+		t.Fatalf("stats %+v, want 5 dead letters, 2 not logged", st)
+	}
+	clock.Advance(time.Second)
+	_ = c.Tell("again")
+	recs = lines.records(t)
+	if len(recs) != 4 || recs[3]["not_logged_before"] != 2.0 {
+		t.Fatalf("after a second: records %v, want a fourth that reports the 2 left out", recs)
+	}
+}
+
+// Unhandled messages are dead letters too, logged and counted apart.
+func TestUnhandledMessagesLoggedAndCounted(t *testing.T) {
+	sys, lines, _ := loggedSystem(t, nil)
+	c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter}, "u")
+	mustTell[cmd](t, c, tick{Key: "k"})
+	if got := askGet(t, c); got != 0 { // the tick was handled before the ask
+		t.Fatalf("counter %d", got)
+	}
+	recs := lines.records(t)
+	if len(recs) != 1 || recs[0]["msg"] != "unhandled message" || recs[0]["to"] != "counter/u" || recs[0]["type"] != "entity_test.tick" {
+		t.Fatalf("records %v, want one unhandled message line for counter/u", recs)
+	}
+	if st := sys.Stats(); st.Unhandled != 1 || st.DeadLetters != 1 {
+		t.Fatalf("stats %+v, want 1 unhandled, 1 dead letter", st)
+	}
+}
+
+// A negative limit logs nothing but still counts.
+func TestDeadLetterLoggingOff(t *testing.T) {
+	sys, lines, _ := loggedSystem(t, func(c *entity.Config) { c.DeadLetterLogLimit = -1 })
+	entity.Reply(sys, entity.ReplyTo[int]{}, 1)
+	if recs := lines.records(t); len(recs) != 0 {
+		t.Fatalf("logged %v", recs)
+	}
+	if st := sys.Stats(); st.DeadLetters != 1 || st.DeadLettersNotLogged != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
