@@ -63,7 +63,7 @@ func newSystem(t testing.TB, mutate ...func(*entity.Config)) *entity.System {
 
 func askGet(t *testing.T, ref entity.Ref[cmd]) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := entity.Ask(ctx, ref, func(r entity.ReplyTo[int]) cmd { return get{ReplyTo: r} })
 	if err != nil {

@@ -713,7 +713,7 @@ func TestPipeToSelfDeliversResult(t *testing.T) {
 	}}, "pipe")
 	mustTell[cmd](t, c, add{N: 1})
 	mustTell[cmd](t, c, tick{Key: "pipe"})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for askGet(t, c) != 42 {
 		if time.Now().After(deadline) {
 			t.Fatal("piped result never arrived")

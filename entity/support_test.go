@@ -65,7 +65,7 @@ func waitDone[C any](t testing.TB, c *entity.Cell[C]) {
 	t.Helper()
 	select {
 	case <-c.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("entity %s did not stop", c.EntityID())
 	}
 }
@@ -75,7 +75,7 @@ func recv[T any](t testing.TB, ch <-chan T) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("timed out waiting on channel")
 		panic("unreachable")
 	}

@@ -648,7 +648,7 @@ func countSignals[T eventsourced.Signal](r *recorder) int {
 
 func askItems(t *testing.T, ref entity.Ref[cmd]) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	items, err := entity.Ask(ctx, ref, func(r entity.ReplyTo[[]string]) cmd { return getItems{ReplyTo: r} })
 	if err != nil {
