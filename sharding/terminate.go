@@ -1,5 +1,7 @@
 package sharding
 
+import "github.com/shoal-dev/shoal/entity"
+
 // Terminate stops this node's sharding as a crash would: every entity stops
 // at once without its stop message, whatever it was doing; buffered
 // messages are dropped; the coordinator hosted here stops; nobody is told.
@@ -51,19 +53,15 @@ func (sh *shard[C]) terminate() {
 	sh.terminated, sh.writes = true, nil
 	sh.wmu.Unlock()
 	sh.mu.Lock()
-	sh.handingOff, sh.handedOff, sh.leftover = true, nil, nil
-	if sh.forceStop != nil {
-		sh.forceStop.Stop()
-	}
-	cells := make([]interface{ Done() <-chan struct{} }, 0, len(sh.entities))
-	for _, e := range sh.entities {
-		if e.timer != nil {
-			e.timer.Stop()
+	sh.handedOff = nil
+	sh.core.terminate()
+	cells := make([]*entity.Cell[C], 0, len(sh.core.out))
+	for _, ef := range sh.core.out {
+		if ef.kind == effForceStop {
+			cells = append(cells, ef.handle)
 		}
-		e.buffer = nil
-		e.cell.StopNow()
-		cells = append(cells, e.cell)
 	}
+	sh.apply()
 	sh.mu.Unlock()
 	for _, c := range cells {
 		<-c.Done()
@@ -72,7 +70,7 @@ func (sh *shard[C]) terminate() {
 	// that the shard is empty when terminate returns (a late Stopped finds
 	// nothing and does nothing).
 	sh.mu.Lock()
-	clear(sh.entities)
+	sh.core.forgetAll()
 	sh.mu.Unlock()
 }
 

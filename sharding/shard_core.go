@@ -1,0 +1,553 @@
+package sharding
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"time"
+)
+
+// shardCore is the bookkeeping of one shard as a pure state machine, in
+// the style of coordinatorCore and go.etcd.io/raft's Step/Ready: each input
+// method changes its state and queues effects (start this entity, send it
+// the stop message, arm a timer, write a remember record, report the
+// hand-off done) for the runner to carry out in order. It holds no lock,
+// starts no goroutine and reads no clock: time comes in with the inputs
+// that need it, and the back-off jitter from random.
+//
+// H is the runner's handle on one incarnation of an entity (its cell). The
+// core only stores and compares handles, so that a report about an earlier
+// incarnation is told apart from one about the current one.
+type shardCore[C any, H comparable] struct {
+	cfg    shardCoreConfig
+	random func() float64 // back-off jitter, in [0, 1)
+
+	entities map[string]*coreEntity[C, H]
+
+	handingOff    bool
+	reportHandOff bool         // the end of the hand-off is still to be reported
+	leftover      []pending[C] // messages for the shard's next home
+	handOffTimer  uint64       // generation of the armed hand-off timeout; 0 for none
+
+	recovery      []string // remembered entities still to start
+	recoveryTimer uint64
+
+	lastGen uint64 // timer generations: a fired timer is acted upon only if still current
+
+	out []shardEffect[C, H]
+}
+
+// shardCoreConfig is what a shard's decisions depend on.
+type shardCoreConfig struct {
+	hasStopMessage                       bool // without one, stopping an entity stops it at once
+	remember                             bool
+	stopTimeout, handOffTimeout          time.Duration
+	restartBackoffMin, restartBackoffMax time.Duration
+	recoveryRate                         int // remembered entities started per recoveryInterval; 0 for all at once
+	recoveryInterval                     time.Duration
+}
+
+type entityState uint8
+
+const (
+	active      entityState = iota
+	passivating             // stop message sent; new messages wait in buffer
+	backingOff              // failed; restarts after a back-off
+)
+
+// stopReason says why an entity was asked to stop, for logs and timeouts.
+type stopReason uint8
+
+const (
+	stopForPassivation stopReason = iota
+	stopForIdle
+	stopForHandOff
+)
+
+func (r stopReason) String() string {
+	switch r {
+	case stopForIdle:
+		return "idle passivation"
+	case stopForHandOff:
+		return "hand-off"
+	}
+	return "passivation"
+}
+
+type coreEntity[C any, H comparable] struct {
+	handle     H // the current incarnation; zero until the runner attaches it
+	state      entityState
+	stopWhy    stopReason
+	startAgain bool // StartEntity while passivating: start it again once stopped
+	buffer     []C
+	lastTick   uint64    // idle-passivation tick of the last message
+	timer      uint64    // generation of the armed stop timeout or restart; 0 for none
+	restarts   *restarts // allocated on the first failure
+}
+
+// restarts is the back-off of an entity that failed: exponential from
+// restartBackoffMin to restartBackoffMax, multiplier 1.5, randomized by
+// ±50% (cenkalti/backoff's defaults, computed here so that the jitter can
+// be injected).
+type restarts struct {
+	interval  time.Duration // the next back-off before jitter
+	attempt   int           // back-offs since the last reset, 1 for the first
+	restarted time.Time     // when the last back-off ended
+	cause     error         // why the entity stopped, while backing off
+	until     time.Time     // when the current back-off ends
+	refused   bool          // an ask was refused during this back-off
+}
+
+const (
+	backoffMultiplier    = 1.5
+	backoffRandomization = 0.5
+)
+
+// next returns the back-off to wait now and grows the interval.
+func (r *restarts) next(random float64, max time.Duration) time.Duration {
+	delta := backoffRandomization * float64(r.interval)
+	lo, hi := float64(r.interval)-delta, float64(r.interval)+delta
+	d := time.Duration(lo + random*(hi-lo+1))
+	if float64(r.interval) >= float64(max)/backoffMultiplier {
+		r.interval = max
+	} else {
+		r.interval = time.Duration(float64(r.interval) * backoffMultiplier)
+	}
+	return d
+}
+
+// effectKind names what the runner is to do.
+type effectKind uint8
+
+const (
+	// effStart: start a new incarnation of entityID, attach its handle,
+	// then tell it msgs in order (see undelivered).
+	effStart effectKind = iota
+	// effSendStop: tell handle the entity type's stop message.
+	effSendStop
+	// effForceStop: stop handle at once, without its stop message.
+	effForceStop
+	// effArmTimer: call timerFired(timer, entityID, gen) after after.
+	effArmTimer
+	// effCancelTimer: the timer of generation gen is not needed any more.
+	effCancelTimer
+	// effRemember: write that entityID started (add) or stopped.
+	effRemember
+	// effHandedOff: every entity stopped; leftover goes to the next home.
+	effHandedOff
+)
+
+// forceReason says why an entity is stopped by force.
+type forceReason uint8
+
+const (
+	forceNoStopMessage  forceReason = iota // the type has no stop message
+	forceStopTimeout                       // it did not stop within its timeout
+	forceHandOffTimeout                    // the shard's hand-off timed out
+	forceTerminate                         // the node terminates
+)
+
+// timerKind names a timer of the shard.
+type timerKind uint8
+
+const (
+	timerStopTimeout timerKind = iota // an entity's stop timeout
+	timerRestart                      // the end of an entity's back-off
+	timerHandOff                      // the shard's hand-off timeout
+	timerRecovery                     // the next batch of remembered entities
+)
+
+// shardEffect is one thing for the runner to do; which fields matter
+// depends on kind.
+type shardEffect[C any, H comparable] struct {
+	kind     effectKind
+	entityID string
+	handle   H
+	msgs     []C
+	why      stopReason
+	force    forceReason
+	timer    timerKind
+	gen      uint64
+	after    time.Duration
+	add      bool
+	attempt  int   // effArmTimer of timerRestart: the back-off's attempt
+	cause    error // and the failure it follows
+	leftover []pending[C]
+}
+
+// deliverVerdict tells the runner what became of a message.
+type deliverVerdict uint8
+
+const (
+	// deliverTell: tell the message to the returned handle.
+	deliverTell deliverVerdict = iota
+	// deliverTellNew: tell it to the incarnation the effects just started.
+	deliverTellNew
+	// deliverHeld: the shard keeps it (entity stopping, or shard handed off).
+	deliverHeld
+	// deliverUnavailable: refused, the entity backs off (see backOffOf).
+	deliverUnavailable
+)
+
+func newShardCore[C any, H comparable](cfg shardCoreConfig, random func() float64) *shardCore[C, H] {
+	return &shardCore[C, H]{cfg: cfg, random: random, entities: make(map[string]*coreEntity[C, H])}
+}
+
+func (c *shardCore[C, H]) emit(e shardEffect[C, H]) { c.out = append(c.out, e) }
+
+func (c *shardCore[C, H]) arm(kind timerKind, entityID string, after time.Duration) uint64 {
+	c.lastGen++
+	c.emit(shardEffect[C, H]{kind: effArmTimer, timer: kind, entityID: entityID, gen: c.lastGen, after: after})
+	return c.lastGen
+}
+
+func (c *shardCore[C, H]) cancel(gen *uint64) {
+	if *gen != 0 {
+		c.emit(shardEffect[C, H]{kind: effCancelTimer, gen: *gen})
+		*gen = 0
+	}
+}
+
+// deliver takes a message for entityID, counting it at idle tick tick.
+// With failFast an entity that is backing off refuses it.
+func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast bool, tick uint64) (deliverVerdict, H) {
+	var none H
+	e := c.entities[entityID]
+	verdict := deliverTell
+	if e == nil {
+		if c.handingOff { // the region buffers during hand-offs; this is a late straggler
+			c.leftover = append(c.leftover, pending[C]{entityID: entityID, msg: msg})
+			return deliverHeld, none
+		}
+		e = c.spawn(entityID, nil)
+		verdict = deliverTellNew
+	}
+	if failFast && e.state == backingOff && e.restarts != nil {
+		e.restarts.refused = true // its caller comes back: restart it then
+		return deliverUnavailable, none
+	}
+	e.lastTick = tick
+	if e.state != active {
+		e.buffer = append(e.buffer, msg)
+		return deliverHeld, none
+	}
+	return verdict, e.handle
+}
+
+// undelivered takes back a message the runner could not tell because the
+// incarnation had stopped (its Stopped report is still to come): it waits
+// for the next incarnation.
+func (c *shardCore[C, H]) undelivered(entityID string, msg C) {
+	if e := c.entities[entityID]; e != nil {
+		e.buffer = append(e.buffer, msg)
+	}
+}
+
+// startEntity makes sure entityID runs (Region.StartEntity): an entity on
+// its way out comes back, as in Akka's StartEntitySpec.
+func (c *shardCore[C, H]) startEntity(entityID string, now time.Time) {
+	e := c.entities[entityID]
+	if e == nil {
+		if c.handingOff {
+			c.leftover = append(c.leftover, pending[C]{entityID: entityID, start: true})
+			return
+		}
+		c.spawn(entityID, nil)
+		return
+	}
+	switch e.state {
+	case passivating:
+		e.startAgain = true
+	case backingOff:
+		c.cancel(&e.timer)
+		e.restarts.restarted = now // the back-off ends here
+		c.restart(entityID, e)
+	}
+}
+
+// attach records the handle of the incarnation an effStart started.
+func (c *shardCore[C, H]) attach(entityID string, h H) {
+	if e := c.entities[entityID]; e != nil {
+		e.handle = h
+	}
+}
+
+// handle is the current incarnation of entityID.
+func (c *shardCore[C, H]) handle(entityID string) H {
+	if e := c.entities[entityID]; e != nil {
+		return e.handle
+	}
+	var none H
+	return none
+}
+
+// backOffOf reports when entityID's back-off ends and why it failed.
+func (c *shardCore[C, H]) backOffOf(entityID string) (until time.Time, cause error) {
+	if e := c.entities[entityID]; e != nil && e.restarts != nil {
+		return e.restarts.until, e.restarts.cause
+	}
+	return time.Time{}, nil
+}
+
+// spawn starts an incarnation, handing it msgs.
+func (c *shardCore[C, H]) spawn(entityID string, msgs []C) *coreEntity[C, H] {
+	e := c.entities[entityID]
+	if e == nil {
+		e = &coreEntity[C, H]{}
+		c.entities[entityID] = e
+		if c.cfg.remember {
+			c.emit(shardEffect[C, H]{kind: effRemember, entityID: entityID, add: true})
+		}
+	}
+	var none H
+	e.handle, e.state = none, active
+	c.emit(shardEffect[C, H]{kind: effStart, entityID: entityID, msgs: msgs})
+	return e
+}
+
+// restart starts a new incarnation and hands it the buffered messages in order.
+func (c *shardCore[C, H]) restart(entityID string, e *coreEntity[C, H]) {
+	buf := e.buffer
+	e.buffer, e.startAgain = nil, false
+	c.spawn(entityID, buf)
+}
+
+// passivate is the entity's own request to stop (ctx.Passivate()).
+func (c *shardCore[C, H]) passivate(entityID string, h H) {
+	if e := c.entities[entityID]; e != nil && e.handle == h && e.state == active {
+		c.stopEntity(entityID, e, stopForPassivation)
+	}
+}
+
+// stopEntity sends the stop message and arms the stop timeout.
+func (c *shardCore[C, H]) stopEntity(entityID string, e *coreEntity[C, H], why stopReason) {
+	e.state, e.stopWhy = passivating, why
+	if !c.cfg.hasStopMessage {
+		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: entityID, handle: e.handle, why: why, force: forceNoStopMessage})
+		return
+	}
+	c.emit(shardEffect[C, H]{kind: effSendStop, entityID: entityID, handle: e.handle, why: why})
+	c.cancel(&e.timer)
+	e.timer = c.arm(timerStopTimeout, entityID, c.stopTimeout(why))
+}
+
+func (c *shardCore[C, H]) stopTimeout(why stopReason) time.Duration {
+	if why == stopForHandOff {
+		return c.cfg.handOffTimeout
+	}
+	return c.cfg.stopTimeout
+}
+
+// errStoppedItself is the cause of a remembered entity's back-off when it
+// stopped by itself, without passivating.
+var errStoppedItself = errors.New("sharding: remembered entity stopped without passivating")
+
+// stopped reports that incarnation h of entityID stopped, with err if it failed.
+func (c *shardCore[C, H]) stopped(entityID string, h H, err error, now time.Time) {
+	e := c.entities[entityID]
+	if e == nil || e.handle != h {
+		return // an earlier incarnation
+	}
+	c.cancel(&e.timer)
+	if c.handingOff {
+		c.drop(entityID, e)
+		c.maybeHandedOff()
+		return
+	}
+	switch {
+	case err != nil:
+		c.backOff(entityID, e, err, now)
+	case e.state == passivating && (len(e.buffer) > 0 || e.startAgain):
+		c.restart(entityID, e)
+	case e.state == passivating:
+		c.drop(entityID, e)
+		if c.cfg.remember {
+			c.emit(shardEffect[C, H]{kind: effRemember, entityID: entityID, add: false})
+		}
+	case c.cfg.remember:
+		c.backOff(entityID, e, errStoppedItself, now) // stopped without passivating: remembered entities come back
+	case len(e.buffer) > 0:
+		c.restart(entityID, e)
+	default:
+		c.drop(entityID, e)
+	}
+}
+
+// drop forgets an entity. Only a hand-off drops one with waiting
+// messages; they go to the shard's next home.
+func (c *shardCore[C, H]) drop(entityID string, e *coreEntity[C, H]) {
+	for _, m := range e.buffer {
+		c.leftover = append(c.leftover, pending[C]{entityID: entityID, msg: m})
+	}
+	if e.startAgain && len(e.buffer) == 0 {
+		c.leftover = append(c.leftover, pending[C]{entityID: entityID, start: true})
+	}
+	delete(c.entities, entityID)
+}
+
+// backOff schedules the restart of a failed entity.
+func (c *shardCore[C, H]) backOff(entityID string, e *coreEntity[C, H], cause error, now time.Time) {
+	switch {
+	case e.restarts == nil:
+		e.restarts = &restarts{interval: c.cfg.restartBackoffMin}
+	case now.Sub(e.restarts.restarted) > c.cfg.restartBackoffMax:
+		// It ran longer than the longest back-off: a new failure, not a crash loop.
+		e.restarts.interval, e.restarts.attempt = c.cfg.restartBackoffMin, 0
+	}
+	e.state = backingOff
+	e.restarts.attempt++
+	delay := e.restarts.next(c.random(), c.cfg.restartBackoffMax)
+	e.restarts.cause, e.restarts.until, e.restarts.refused = cause, now.Add(delay), false
+	c.lastGen++
+	e.timer = c.lastGen
+	c.emit(shardEffect[C, H]{kind: effArmTimer, timer: timerRestart, entityID: entityID, gen: e.timer, after: delay,
+		attempt: e.restarts.attempt, cause: cause})
+}
+
+// timerFired steps the core with a timer the runner armed; a timer that
+// was cancelled or replaced meanwhile does nothing.
+func (c *shardCore[C, H]) timerFired(kind timerKind, entityID string, gen uint64, now time.Time) {
+	switch kind {
+	case timerStopTimeout:
+		e := c.entities[entityID]
+		if e == nil || e.timer != gen {
+			return
+		}
+		e.timer = 0
+		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: entityID, handle: e.handle, why: e.stopWhy,
+			force: forceStopTimeout, after: c.stopTimeout(e.stopWhy)})
+	case timerRestart:
+		e := c.entities[entityID]
+		if e == nil || e.timer != gen || e.state != backingOff || c.handingOff {
+			return
+		}
+		e.timer = 0
+		e.restarts.restarted = now
+		if len(e.buffer) == 0 && !c.cfg.remember && !e.restarts.refused {
+			delete(c.entities, entityID) // nobody waits; the next message starts it
+			return
+		}
+		c.restart(entityID, e)
+	case timerHandOff:
+		if c.handOffTimer != gen {
+			return
+		}
+		c.handOffTimer = 0
+		for _, id := range slices.Sorted(maps.Keys(c.entities)) {
+			c.emit(shardEffect[C, H]{kind: effForceStop, entityID: id, handle: c.entities[id].handle,
+				why: stopForHandOff, force: forceHandOffTimeout})
+		}
+	case timerRecovery:
+		if c.recoveryTimer != gen {
+			return
+		}
+		c.recoveryTimer = 0
+		c.recoverBatch()
+	}
+}
+
+// remembered starts the entities the remember store lists for the shard,
+// recoveryRate at a time.
+func (c *shardCore[C, H]) remembered(ids []string) {
+	if c.handingOff {
+		return
+	}
+	c.recovery = append(c.recovery, ids...)
+	if c.recoveryTimer == 0 {
+		c.recoverBatch()
+	}
+}
+
+func (c *shardCore[C, H]) recoverBatch() {
+	if c.handingOff {
+		c.recovery = nil
+		return
+	}
+	n := len(c.recovery)
+	if c.cfg.recoveryRate > 0 {
+		n = min(n, c.cfg.recoveryRate)
+	}
+	for _, id := range c.recovery[:n] {
+		if c.entities[id] == nil {
+			c.spawn(id, nil)
+		}
+	}
+	c.recovery = c.recovery[n:]
+	if len(c.recovery) == 0 {
+		c.recovery = nil
+		return
+	}
+	c.recoveryTimer = c.arm(timerRecovery, "", c.cfg.recoveryInterval)
+}
+
+// passivateIdle stops entities that received nothing through sharding for
+// more than ticks ticks: a message came after tick lastTick, so after tick
+// lastTick+ticks+1 it is at least ticks intervals old.
+func (c *shardCore[C, H]) passivateIdle(now, ticks uint64) {
+	if c.handingOff {
+		return
+	}
+	var idle []string
+	for id, e := range c.entities {
+		if e.state == active && now-e.lastTick > ticks {
+			idle = append(idle, id)
+		}
+	}
+	slices.Sort(idle)
+	for _, id := range idle {
+		c.stopEntity(id, c.entities[id], stopForIdle)
+	}
+}
+
+// handOff stops every entity through its stop message; effHandedOff
+// follows, with the messages that were waiting for entities in order, once
+// all have stopped or the hand-off timeout stopped them by force.
+func (c *shardCore[C, H]) handOff() {
+	c.handingOff, c.reportHandOff = true, true
+	c.recovery = nil
+	c.cancel(&c.recoveryTimer)
+	for _, id := range slices.Sorted(maps.Keys(c.entities)) {
+		e := c.entities[id]
+		switch e.state {
+		case active:
+			c.stopEntity(id, e, stopForHandOff)
+		case backingOff:
+			c.cancel(&e.timer)
+			c.drop(id, e)
+		}
+	}
+	c.handOffTimer = c.arm(timerHandOff, "", c.cfg.handOffTimeout)
+	c.maybeHandedOff()
+}
+
+// maybeHandedOff completes the hand-off when no entity is left.
+func (c *shardCore[C, H]) maybeHandedOff() {
+	if !c.handingOff || len(c.entities) > 0 || !c.reportHandOff {
+		return
+	}
+	c.cancel(&c.handOffTimer)
+	c.emit(shardEffect[C, H]{kind: effHandedOff, leftover: c.leftover})
+	c.reportHandOff, c.leftover = false, nil
+}
+
+// terminate stops every entity at once, as a crash would: the shard stays
+// handed off with nobody to tell, so nothing restarts and nothing is
+// reported. The runner waits for the incarnations it force-stops, then
+// calls forgetAll.
+func (c *shardCore[C, H]) terminate() {
+	c.handingOff, c.reportHandOff, c.leftover, c.recovery = true, false, nil, nil
+	c.cancel(&c.handOffTimer)
+	c.cancel(&c.recoveryTimer)
+	for _, id := range slices.Sorted(maps.Keys(c.entities)) {
+		e := c.entities[id]
+		c.cancel(&e.timer)
+		e.buffer = nil
+		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: id, handle: e.handle, force: forceTerminate})
+	}
+}
+
+// forgetAll empties a terminated shard.
+func (c *shardCore[C, H]) forgetAll() { clear(c.entities) }
+
+// entityIDs lists the shard's entities, sorted.
+func (c *shardCore[C, H]) entityIDs() []string { return slices.Sorted(maps.Keys(c.entities)) }

@@ -1,0 +1,403 @@
+package sharding
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Scenario files in testdata/shard/*.txt step a shardCore, the shard's
+// bookkeeping, through its inputs and print the effects it asks for, in
+// the style of go.etcd.io/raft's data-driven tests (and of package
+// allocation's). A case is one command line, a line "----", and the
+// expected output up to the next blank line; lines starting with # are
+// comments. Run with -rewrite-shard to regenerate the expected output
+// (then review the diff).
+//
+// The harness plays the runner: it names each incarnation ID#N, keeps a
+// fake clock, fires armed timers when the clock passes them, and reports a
+// tell to an incarnation that refuses mail back to the core.
+//
+// Commands:
+//
+//	config [stop-message=B] [remember=B] [stop-timeout=D] [hand-off-timeout=D]
+//	       [backoff-min=D] [backoff-max=D] [recovery-rate=N] [recovery-interval=D] [jitter=F]
+//	                     a new core (defaults: stop message, no remember, 30s, 60s,
+//	                     200ms, 10s, 0, 100ms, jitter 0.5 = none)
+//	tell ID MSG [fail-fast] [tick=N]   a message through sharding
+//	start ID             StartEntity
+//	refuse ID            the current incarnation has stopped; its Stopped is still to come
+//	passivate ID[#N]     the incarnation asks to passivate
+//	stopped ID[#N] [err=TEXT]          the incarnation stopped (failed with TEXT)
+//	idle TICK TICKS      idle passivation at region tick TICK
+//	advance D            move the clock, firing due timers in order
+//	hand-off             hand the shard off
+//	remembered ID...     the remember store answered with these entities
+//	terminate            stop everything at once
+//	entities             print every entity's state
+var rewriteShard = flag.Bool("rewrite-shard", false, "rewrite the expected output of testdata/shard/*.txt")
+
+func TestShardCoreScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/shard/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario files: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) { runShardScenario(t, file) })
+	}
+}
+
+func runShardScenario(t *testing.T, file string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	h := &shardHarness{t: t}
+	var out strings.Builder
+	for i := 0; i < len(lines); {
+		line := lines[i]
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			out.WriteString(line + "\n")
+			i++
+			continue
+		}
+		cmdLine, pos := line, i+1
+		i++
+		if i >= len(lines) || lines[i] != "----" {
+			t.Fatalf("%s:%d: want ---- after the command", file, pos)
+		}
+		i++
+		var want []string
+		for i < len(lines) && lines[i] != "" {
+			want = append(want, lines[i])
+			i++
+		}
+		h.where = fmt.Sprintf("%s:%d", file, pos)
+		got := h.run(cmdLine)
+		if !*rewriteShard && got != strings.Join(want, "\n") {
+			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", h.where, cmdLine, got, strings.Join(want, "\n"))
+		}
+		out.WriteString(cmdLine + "\n----\n")
+		if got != "" {
+			out.WriteString(got + "\n")
+		}
+	}
+	if *rewriteShard {
+		s := strings.TrimRight(out.String(), "\n") + "\n"
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// shardHarness runs a shardCore as the real runner would, minus the IO.
+type shardHarness struct {
+	t     *testing.T
+	where string
+	core  *shardCore[string, string]
+	start time.Time
+	now   time.Time
+
+	incarnations map[string]int  // entity → incarnations started
+	refusing     map[string]bool // handles whose tells fail as stopped
+	timers       map[uint64]harnessTimer
+	out          []string
+}
+
+type harnessTimer struct {
+	kind     timerKind
+	entityID string
+	due      time.Time
+}
+
+func (h *shardHarness) fatalf(format string, args ...any) {
+	h.t.Helper()
+	h.t.Fatalf("%s: "+format, append([]any{h.where}, args...)...)
+}
+
+func (h *shardHarness) printf(format string, args ...any) {
+	h.out = append(h.out, fmt.Sprintf(format, args...))
+}
+
+func (h *shardHarness) configure(kv map[string]string) {
+	cfg := shardCoreConfig{
+		hasStopMessage: true, stopTimeout: 30 * time.Second, handOffTimeout: 60 * time.Second,
+		restartBackoffMin: 200 * time.Millisecond, restartBackoffMax: 10 * time.Second,
+		recoveryInterval: 100 * time.Millisecond,
+	}
+	jitter := 0.5
+	for k, v := range kv {
+		var err error
+		switch k {
+		case "stop-message":
+			cfg.hasStopMessage, err = strconv.ParseBool(v)
+		case "remember":
+			cfg.remember, err = strconv.ParseBool(v)
+		case "stop-timeout":
+			cfg.stopTimeout, err = time.ParseDuration(v)
+		case "hand-off-timeout":
+			cfg.handOffTimeout, err = time.ParseDuration(v)
+		case "backoff-min":
+			cfg.restartBackoffMin, err = time.ParseDuration(v)
+		case "backoff-max":
+			cfg.restartBackoffMax, err = time.ParseDuration(v)
+		case "recovery-rate":
+			cfg.recoveryRate, err = strconv.Atoi(v)
+		case "recovery-interval":
+			cfg.recoveryInterval, err = time.ParseDuration(v)
+		case "jitter":
+			jitter, err = strconv.ParseFloat(v, 64)
+		default:
+			h.fatalf("unknown config key %q", k)
+		}
+		if err != nil {
+			h.fatalf("%s=%q: %v", k, v, err)
+		}
+	}
+	h.core = newShardCore[string, string](cfg, func() float64 { return jitter })
+	h.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.now = h.start
+	h.incarnations = map[string]int{}
+	h.refusing = map[string]bool{}
+	h.timers = map[uint64]harnessTimer{}
+}
+
+// handleOf is ID#N as given, or the current incarnation of a bare ID.
+func (h *shardHarness) handleOf(arg string) (entityID, handle string) {
+	if id, _, ok := strings.Cut(arg, "#"); ok {
+		return id, arg
+	}
+	return arg, h.core.handle(arg)
+}
+
+func (h *shardHarness) at() time.Duration { return h.now.Sub(h.start) }
+
+func (h *shardHarness) run(line string) string {
+	fields := strings.Fields(line)
+	cmd, args := fields[0], fields[1:]
+	kv := map[string]string{}
+	var pos []string
+	for _, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			kv[k] = v
+		} else {
+			pos = append(pos, a)
+		}
+	}
+	need := func(n int) {
+		if len(pos) < n {
+			h.fatalf("%s needs %d arguments", cmd, n)
+		}
+	}
+	if cmd != "config" && h.core == nil {
+		h.fatalf("%s before config", cmd)
+	}
+	h.out = nil
+	switch cmd {
+	case "config":
+		h.configure(kv)
+	case "tell":
+		need(2)
+		id, msg := pos[0], pos[1]
+		tick, _ := strconv.ParseUint(kv["tick"], 10, 64)
+		verdict, handle := h.core.deliver(id, msg, slices.Contains(pos, "fail-fast"), tick)
+		h.apply()
+		switch verdict {
+		case deliverHeld:
+			h.printf("held")
+		case deliverUnavailable:
+			until, cause := h.core.backOffOf(id)
+			h.printf("unavailable: retry after %v: %v", until.Sub(h.now), cause)
+		case deliverTellNew:
+			handle = h.core.handle(id)
+			fallthrough
+		case deliverTell:
+			h.tell(id, handle, msg)
+		}
+	case "start":
+		need(1)
+		h.core.startEntity(pos[0], h.now)
+		h.apply()
+	case "refuse":
+		need(1)
+		_, handle := h.handleOf(pos[0])
+		h.refusing[handle] = true
+	case "passivate":
+		need(1)
+		id, handle := h.handleOf(pos[0])
+		h.core.passivate(id, handle)
+		h.apply()
+	case "stopped":
+		need(1)
+		id, handle := h.handleOf(pos[0])
+		var err error
+		if text, ok := kv["err"]; ok {
+			err = errors.New(text)
+		}
+		h.core.stopped(id, handle, err, h.now)
+		h.apply()
+	case "idle":
+		need(2)
+		now, err1 := strconv.ParseUint(pos[0], 10, 64)
+		ticks, err2 := strconv.ParseUint(pos[1], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			h.fatalf("%v", err)
+		}
+		h.core.passivateIdle(now, ticks)
+		h.apply()
+	case "advance":
+		need(1)
+		d, err := time.ParseDuration(pos[0])
+		if err != nil {
+			h.fatalf("%v", err)
+		}
+		h.advance(h.now.Add(d))
+	case "hand-off":
+		h.core.handOff()
+		h.apply()
+	case "remembered":
+		h.core.remembered(pos)
+		h.apply()
+	case "terminate":
+		h.core.terminate()
+		h.apply()
+		h.core.forgetAll()
+	case "entities":
+		h.printEntities()
+	default:
+		h.fatalf("unknown command %q", cmd)
+	}
+	return strings.Join(h.out, "\n")
+}
+
+// tell delivers msg as the runner does: an incarnation that refuses it
+// (stopped, not yet reported) hands it back to the core.
+func (h *shardHarness) tell(id, handle, msg string) {
+	if h.refusing[handle] {
+		h.printf("tell %s %s: refused, stopped", handle, msg)
+		h.core.undelivered(id, msg)
+		return
+	}
+	h.printf("tell %s %s", handle, msg)
+}
+
+// advance fires every timer due by to, earliest first, at its due time.
+func (h *shardHarness) advance(to time.Time) {
+	for {
+		var next uint64
+		for gen, tm := range h.timers {
+			if !tm.due.After(to) && (next == 0 || tm.due.Before(h.timers[next].due) || tm.due.Equal(h.timers[next].due) && gen < next) {
+				next = gen
+			}
+		}
+		if next == 0 {
+			break
+		}
+		tm := h.timers[next]
+		delete(h.timers, next)
+		h.now = tm.due
+		h.printf("at %v: timer %d fires", h.at(), next)
+		h.core.timerFired(tm.kind, tm.entityID, next, h.now)
+		h.apply()
+	}
+	h.now = to
+}
+
+var timerNames = map[timerKind]string{
+	timerStopTimeout: "stop-timeout", timerRestart: "restart", timerHandOff: "hand-off-timeout", timerRecovery: "recovery",
+}
+
+var forceNames = map[forceReason]string{
+	forceNoStopMessage: "no stop message", forceStopTimeout: "stop timeout", forceHandOffTimeout: "hand-off timeout",
+	forceTerminate: "terminate",
+}
+
+// apply carries out and prints the core's effects, as the runner would.
+func (h *shardHarness) apply() {
+	for len(h.core.out) > 0 {
+		out := h.core.out
+		h.core.out = nil
+		for _, ef := range out {
+			switch ef.kind {
+			case effStart:
+				h.incarnations[ef.entityID]++
+				handle := fmt.Sprintf("%s#%d", ef.entityID, h.incarnations[ef.entityID])
+				h.core.attach(ef.entityID, handle)
+				h.printf("start %s", handle)
+				for _, m := range ef.msgs {
+					h.tell(ef.entityID, handle, m)
+				}
+			case effSendStop:
+				h.printf("stop-message %s (%s)", ef.handle, ef.why)
+			case effForceStop:
+				h.printf("force-stop %s (%s)", ef.handle, forceNames[ef.force])
+			case effArmTimer:
+				h.timers[ef.gen] = harnessTimer{kind: ef.timer, entityID: ef.entityID, due: h.now.Add(ef.after)}
+				what := timerNames[ef.timer]
+				if ef.entityID != "" {
+					what += " " + ef.entityID
+				}
+				line := fmt.Sprintf("timer %d: %s in %v", ef.gen, what, ef.after)
+				if ef.timer == timerRestart {
+					line += fmt.Sprintf(" (attempt %d after: %v)", ef.attempt, ef.cause)
+				}
+				h.printf("%s", line)
+			case effCancelTimer:
+				if _, ok := h.timers[ef.gen]; ok {
+					delete(h.timers, ef.gen)
+					h.printf("cancel timer %d", ef.gen)
+				}
+			case effRemember:
+				if ef.add {
+					h.printf("remember add %s", ef.entityID)
+				} else {
+					h.printf("remember remove %s", ef.entityID)
+				}
+			case effHandedOff:
+				var left []string
+				for _, p := range ef.leftover {
+					if p.start {
+						left = append(left, p.entityID+" start")
+					} else {
+						left = append(left, p.entityID+" "+p.msg)
+					}
+				}
+				if len(left) == 0 {
+					left = []string{"nothing"}
+				}
+				h.printf("handed off, leftover: %s", strings.Join(left, ", "))
+			}
+		}
+	}
+}
+
+var stateNames = map[entityState]string{active: "active", passivating: "passivating", backingOff: "backing-off"}
+
+func (h *shardHarness) printEntities() {
+	if len(h.core.entities) == 0 {
+		h.printf("none")
+	}
+	for _, id := range slices.Sorted(maps.Keys(h.core.entities)) {
+		e := h.core.entities[id]
+		line := fmt.Sprintf("%s %s", e.handle, stateNames[e.state])
+		if len(e.buffer) > 0 {
+			line += " buffer=" + strings.Join(e.buffer, ",")
+		}
+		if e.startAgain {
+			line += " start-again"
+		}
+		if e.restarts != nil && e.state == backingOff {
+			line += fmt.Sprintf(" until=%v", e.restarts.until.Sub(h.start))
+		}
+		h.printf("%s", line)
+	}
+}
