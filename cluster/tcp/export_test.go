@@ -59,3 +59,12 @@ func (t *Transport) BreakConns(node string, loseQueued bool) {
 		}
 	}
 }
+
+// Control manifests, for tests that speak the protocol by hand.
+const (
+	HelloManifest    = helloManifest
+	WelcomeManifest  = welcomeManifest
+	RefuseManifest   = refuseManifest
+	FlushManifest    = flushManifest
+	FlushAckManifest = flushAckManifest
+)
