@@ -140,7 +140,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 		}
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
-	hello, err := frame.ReadFrame(br, controlMaxSize)
+	hello, err := readControl(br)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading hello: %w", ErrRefused, err)
 	}
@@ -225,4 +225,18 @@ func (t *Transport) badFrame(c *inConn, err error) {
 func idFromPayload(p []byte) (uint64, bool) {
 	id, n := binary.Uvarint(p)
 	return id, n > 0
+}
+
+// readControl reads a handshake frame. A peer speaking something else
+// (TLS to a plaintext node, HTTP) has its first bytes read as a huge
+// length: it is refused at once, without waiting for that many bytes.
+func readControl(br *bufio.Reader) (frame.Frame, error) {
+	prefix, err := br.Peek(4)
+	if err != nil {
+		return frame.Frame{}, err
+	}
+	if n := binary.BigEndian.Uint32(prefix); n > controlMaxSize {
+		return frame.Frame{}, fmt.Errorf("%w: handshake frame of %d bytes, limit %d", frame.ErrTooLarge, n, controlMaxSize)
+	}
+	return frame.ReadFrame(br, controlMaxSize)
 }

@@ -279,7 +279,7 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 		return nil, err
 	}
 	br := bufio.NewReader(conn)
-	answer, err := frame.ReadFrame(br, controlMaxSize)
+	answer, err := readControl(br)
 	if err != nil {
 		return nil, err
 	}

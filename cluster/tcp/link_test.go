@@ -93,10 +93,10 @@ func strictlyIncreasing(s []int) bool {
 func TestReconnectAfterBreakKeepsOrder(t *testing.T) {
 	for _, side := range []string{"sender", "receiver"} {
 		t.Run("closed by the "+side, func(t *testing.T) {
-			net := newNetwork(t, pingRegistry(), nil)
-			a := net.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+			nw := newNetwork(t, pingRegistry(), nil)
+			a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 			got := newRecorder()
-			b := net.start(t, addr("b", 1), got.handle, "")
+			b := nw.start(t, addr("b", 1), got.handle, "")
 			const rounds, perRound = 5, 200
 			seq := 0
 			for round := range rounds {
@@ -142,10 +142,10 @@ func TestReconnectAfterBreakKeepsOrder(t *testing.T) {
 
 // A sender racing repeated breaks: whatever arrives is in order.
 func TestConcurrentBreaksKeepOrder(t *testing.T) {
-	net := newNetwork(t, pingRegistry(), nil)
-	a := net.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	nw := newNetwork(t, pingRegistry(), nil)
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 	got := newRecorder()
-	b := net.start(t, addr("b", 1), got.handle, "")
+	b := nw.start(t, addr("b", 1), got.handle, "")
 	const n = 3000
 	done := make(chan struct{})
 	go func() {
@@ -177,10 +177,10 @@ func TestConcurrentBreaksKeepOrder(t *testing.T) {
 // lost, and later Sends to the old incarnation fail with
 // ErrStaleIncarnation.
 func TestRestartedPeerGetsNothingForTheOld(t *testing.T) {
-	net := newNetwork(t, pingRegistry(), nil)
-	a := net.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	nw := newNetwork(t, pingRegistry(), nil)
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 	gotB1 := newRecorder()
-	b1 := net.start(t, addr("b", 1), gotB1.handle, "")
+	b1 := nw.start(t, addr("b", 1), gotB1.handle, "")
 	endpoint := b1.Addr().String()
 
 	sendOrFlush(t, a, b1.Self(), clustertest.Ping{Sender: "a", Seq: 1})
@@ -191,8 +191,8 @@ func TestRestartedPeerGetsNothingForTheOld(t *testing.T) {
 	// b restarts at the same address; the directory is not told (a
 	// membership view that lags), so a still resolves b#1 to it.
 	gotB2 := newRecorder()
-	b2 := net.start(t, addr("b", 2), gotB2.handle, endpoint)
-	net.dir.set(addr("b", 1), endpoint)
+	b2 := nw.start(t, addr("b", 2), gotB2.handle, endpoint)
+	nw.dir.set(addr("b", 1), endpoint)
 
 	// Sent while a's link may still believe in b#1: nil or stale.
 	for i := 2; i <= 10; i++ {
@@ -208,7 +208,7 @@ func TestRestartedPeerGetsNothingForTheOld(t *testing.T) {
 	if err := a.Send(addr("b", 1), clustertest.Ping{Sender: "a", Seq: 11}); !errors.Is(err, cluster.ErrStaleIncarnation) {
 		t.Fatalf("Send to b#1 once the restart is known: %v, want ErrStaleIncarnation", err)
 	}
-	net.dir.set(addr("b", 2), endpoint)
+	nw.dir.set(addr("b", 2), endpoint)
 	sendOrFlush(t, a, b2.Self(), clustertest.Ping{Sender: "a", Seq: 12})
 	flush(t, a, b2.Self())
 	if got := gotB2.from("a"); !slices.Equal(got, []int{12}) {
@@ -226,9 +226,9 @@ func TestRestartedPeerGetsNothingForTheOld(t *testing.T) {
 // held never reaches the successor, even though the successor listens at
 // the endpoint the directory still gives.
 func TestQueuedForOldIncarnationNotDeliveredToNew(t *testing.T) {
-	net := newNetwork(t, pingRegistry(), nil)
-	a := net.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
-	b1 := net.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	nw := newNetwork(t, pingRegistry(), nil)
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b1 := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
 	endpoint := b1.Addr().String()
 	if err := a.HoldLink(b1.Self()); err != nil {
 		t.Fatal(err)
@@ -238,8 +238,8 @@ func TestQueuedForOldIncarnationNotDeliveredToNew(t *testing.T) {
 	}
 	b1.Close(context.Background())
 	gotB2 := newRecorder()
-	net.start(t, addr("b", 2), gotB2.handle, endpoint)
-	net.dir.set(addr("b", 1), endpoint) // the directory lags
+	nw.start(t, addr("b", 2), gotB2.handle, endpoint)
+	nw.dir.set(addr("b", 1), endpoint) // the directory lags
 	a.ReleaseLink(b1.Self())
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
