@@ -181,7 +181,16 @@ func (h harness) QueueCapacity() int { return h.capacity }
 func (h harness) MaxFrameSize() int  { return h.maxFrame }
 
 func TestTransportConformance(t *testing.T) {
-	clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
-		return harness{newNetwork(t, reg, nil)}
+	t.Run("plaintext", func(t *testing.T) {
+		clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
+			return harness{newNetwork(t, reg, nil)}
+		})
+	})
+	t.Run("mutual TLS", func(t *testing.T) {
+		ca := newCA(t, "shoal test CA")
+		server, client := tcp.MutualTLS(ca.leaf(t, "node"), ca.pool)
+		clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
+			return harness{newNetwork(t, reg, withTLS(server, client))}
+		})
 	})
 }
