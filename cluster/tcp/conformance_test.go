@@ -63,7 +63,7 @@ func (d *directory) resolve(to cluster.UniqueAddress) (string, error) {
 // network starts transports on 127.0.0.1 that find each other through one
 // directory.
 type network struct {
-	t        *testing.T
+	t        testing.TB
 	reg      *codec.Registry
 	dir      *directory
 	capacity int
@@ -74,12 +74,12 @@ type network struct {
 	nodes []*tcp.Transport
 }
 
-func newNetwork(t *testing.T, reg *codec.Registry, tune func(*tcp.Config)) *network {
+func newNetwork(t testing.TB, reg *codec.Registry, tune func(*tcp.Config)) *network {
 	return &network{t: t, reg: reg, dir: newDirectory(), capacity: 64, maxFrame: 4096, tune: tune}
 }
 
 // start listens on listenAddr (127.0.0.1:0 when empty) as a.
-func (n *network) start(t *testing.T, a cluster.UniqueAddress, h cluster.Handler, listenAddr string) *tcp.Transport {
+func (n *network) start(t testing.TB, a cluster.UniqueAddress, h cluster.Handler, listenAddr string) *tcp.Transport {
 	t.Helper()
 	if listenAddr == "" {
 		listenAddr = "127.0.0.1:0"

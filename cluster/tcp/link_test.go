@@ -253,3 +253,24 @@ func TestQueuedForOldIncarnationNotDeliveredToNew(t *testing.T) {
 		t.Errorf("Lost = %d, want the 5 queued for b#1", lost)
 	}
 }
+
+// A new incarnation that dials in tells the listener its predecessor is
+// dead: the listener's link to the old one dies, and Sends to it fail at
+// once with ErrStaleIncarnation, without waiting for the directory.
+func TestIncomingSuccessorMakesPredecessorStale(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	got := newRecorder()
+	a := nw.start(t, addr("a", 1), got.handle, "")
+	b1 := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	sendOrFlush(t, a, b1.Self(), clustertest.Ping{Sender: "a", Seq: 1})
+	flush(t, a, b1.Self())
+	b1.Close(context.Background())
+	nw.dir.set(addr("b", 1), "127.0.0.1:1") // the directory still names b#1
+	b2 := nw.start(t, addr("b", 2), func(cluster.UniqueAddress, any) {}, "")
+	nw.dir.set(addr("b", 1), "127.0.0.1:1")
+	sendOrFlush(t, b2, a.Self(), clustertest.Ping{Sender: "b", Seq: 1})
+	flush(t, b2, a.Self())
+	if err := a.Send(addr("b", 1), clustertest.Ping{Sender: "a", Seq: 2}); !errors.Is(err, cluster.ErrStaleIncarnation) {
+		t.Fatalf("Send to b#1 after b#2 dialled in: %v, want ErrStaleIncarnation", err)
+	}
+}

@@ -405,8 +405,9 @@ func (t *Transport) FlushAll(ctx context.Context) error {
 }
 
 // Close implements cluster.Transport: it stops listening, closes every
-// connection and waits for the transport's goroutines until ctx ends.
-// Queued messages are lost. Closing twice is harmless.
+// connection and waits for the transport's goroutines until ctx ends; when
+// it returns nil, no handler is running or will run. Queued messages are
+// lost. Closing twice is harmless.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if !t.closed {
@@ -422,11 +423,8 @@ func (t *Transport) Close(ctx context.Context) error {
 		}
 	}
 	t.mu.Unlock()
-	// No handler runs once Close holds the delivery lock after closed is set.
-	t.deliverMu.Lock()
-	//lint:ignore SA2001 an empty critical section: waits for a running handler
-	t.deliverMu.Unlock()
-
+	// Once the goroutines are done no handler runs; a handler that calls
+	// Close waits for itself, so its Close returns when ctx ends.
 	done := make(chan struct{})
 	go func() {
 		t.wg.Wait()

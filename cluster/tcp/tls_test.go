@@ -26,7 +26,7 @@ type testCA struct {
 	pool *x509.CertPool
 }
 
-func newCA(t *testing.T, name string) *testCA {
+func newCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -55,7 +55,7 @@ func newCA(t *testing.T, name string) *testCA {
 }
 
 // leaf issues a node certificate for 127.0.0.1, good as server and client.
-func (ca *testCA) leaf(t *testing.T, node string) tls.Certificate {
+func (ca *testCA) leaf(t testing.TB, node string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
