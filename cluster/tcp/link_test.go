@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -78,13 +79,16 @@ func sendOrFlush(t *testing.T, tr *tcp.Transport, to cluster.UniqueAddress, p cl
 	}
 }
 
-func strictlyIncreasing(s []int) bool {
+func strictlyIncreasing(s []int) bool { return disorder(s) == "" }
+
+// disorder describes the first place s does not increase, or is "".
+func disorder(s []int) string {
 	for i := 1; i < len(s); i++ {
 		if s[i] <= s[i-1] {
-			return false
+			return fmt.Sprintf("%d after %d (at %d of %d received)", s[i], s[i-1], i, len(s))
 		}
 	}
-	return true
+	return ""
 }
 
 // Closing the TCP connection under a link (at either end) loses at most
@@ -121,8 +125,8 @@ func TestReconnectAfterBreakKeepsOrder(t *testing.T) {
 				lastRound = append(lastRound, i)
 			}
 			seqs := got.from("a")
-			if !strictlyIncreasing(seqs) {
-				t.Fatalf("received out of order or twice: %v", seqs)
+			if d := disorder(seqs); d != "" {
+				t.Fatalf("received out of order or twice: %s", d)
 			}
 			if tail := seqs[max(0, len(seqs)-perRound):]; !slices.Equal(tail, lastRound) {
 				t.Fatalf("the last round after the breaks: %v", tail)
@@ -166,8 +170,8 @@ func TestConcurrentBreaksKeepOrder(t *testing.T) {
 		}
 	}
 	flush(t, a, b.Self())
-	if seqs := got.from("a"); !strictlyIncreasing(seqs) {
-		t.Fatalf("after %d breaks, received out of order or twice: %v", breaks, seqs)
+	if d := disorder(got.from("a")); d != "" {
+		t.Fatalf("after %d breaks, received out of order or twice: %s", breaks, d)
 	}
 }
 
