@@ -79,8 +79,6 @@ func sendOrFlush(t *testing.T, tr *tcp.Transport, to cluster.UniqueAddress, p cl
 	}
 }
 
-func strictlyIncreasing(s []int) bool { return disorder(s) == "" }
-
 // disorder describes the first place s does not increase, or is "".
 func disorder(s []int) string {
 	for i := 1; i < len(s); i++ {
