@@ -208,9 +208,19 @@ func (l *link) run() {
 		if failures > 1 {
 			l.t.log.Info("tcp: link connected after failed dials", "to", l.to, "failures", failures)
 		}
-		failures = 0
-		bo.Reset()
-		l.serve(conn, br)
+		if l.serve(conn, br) {
+			failures = 0
+			bo.Reset()
+			continue
+		}
+		// Broken before carrying a batch: back off, or a peer that accepts
+		// and drops every connection would be redialled in a busy loop.
+		timer.Reset(bo.NextBackOff())
+		select {
+		case <-timer.C:
+		case <-l.t.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -301,8 +311,9 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 }
 
 // serve writes batches on conn until it breaks or the link dies, while a
-// second goroutine reads flush acknowledgements from it.
-func (l *link) serve(conn net.Conn, br *bufio.Reader) {
+// second goroutine reads flush acknowledgements from it. It reports
+// whether it wrote a batch.
+func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 	connDone := make(chan struct{})
 	l.t.wg.Go(func() {
 		defer close(connDone)
@@ -336,7 +347,7 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) {
 		var ok bool
 		buf, messages, ok = l.take(buf[:0], connDone)
 		if !ok {
-			return
+			return wrote
 		}
 		conn.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
 		if _, err := conn.Write(buf); err != nil {
@@ -344,8 +355,9 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) {
 			if !l.isDead() && l.t.ctx.Err() == nil {
 				l.t.log.Info("tcp: link broke; redialling", "to", l.to, "lost", messages, "err", err)
 			}
-			return
+			return wrote
 		}
+		wrote = true
 		l.t.stat.batches.Add(1)
 	}
 }
