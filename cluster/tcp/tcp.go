@@ -87,13 +87,21 @@ func MembershipResolver(m cluster.Membership) Resolver {
 
 // Defaults for the Config fields left zero.
 const (
-	DefaultQueueCapacity    = 1024
-	DefaultMaxBatchBytes    = 64 << 10
-	DefaultDialTimeout      = 5 * time.Second
+	// DefaultQueueCapacity is a link's queue bound, in messages.
+	DefaultQueueCapacity = 1024
+	// DefaultMaxBatchBytes is the most one write carries: 64 KiB.
+	DefaultMaxBatchBytes = 64 << 10
+	// DefaultDialTimeout bounds a TCP dial.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultHandshakeTimeout bounds a handshake, TLS included.
 	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultWriteTimeout     = 10 * time.Second
-	DefaultMinBackoff       = 50 * time.Millisecond
-	DefaultMaxBackoff       = 5 * time.Second
+	// DefaultWriteTimeout bounds one batch's write; past it the
+	// connection is broken (a peer that stopped reading).
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultMinBackoff is the first wait before a redial.
+	DefaultMinBackoff = 50 * time.Millisecond
+	// DefaultMaxBackoff caps the wait between redials.
+	DefaultMaxBackoff = 5 * time.Second
 )
 
 // Config configures a Transport. Self, Codec, Handler and Resolve are
