@@ -14,7 +14,7 @@ import (
 // store's refusal when there was one): the owner must stop acting now.
 var ErrFenced = errors.New("lease: fenced")
 
-// Holder keeps a lease its owner has already acquired: it renews it every
+// Holder keeps a lease: it renews it every
 // Timing.RenewEvery (retrying a failed renewal every RenewEvery/4) and
 // calls fence once, at the Keeper's fence time or as soon as the store
 // refuses a renewal. A renewal that hangs does not delay the fence: the
@@ -33,23 +33,51 @@ type Holder struct {
 	keeper *Keeper
 }
 
-// HoldNode starts a Holder for node's lease, which the caller acquired with
-// a call that started at acquiredAt (read time.Now before AcquireNode).
-// It returns an error wrapping ErrInvalidSettings for a timing that
-// Timing.Validate refuses.
-func HoldNode(store Store, node cluster.UniqueAddress, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
-	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+// HoldNode acquires node's lease in store and starts a Holder that keeps
+// it, fencing from the moment before the acquisition was sent: a caller
+// timing the call itself could read the clock after it and fence late.
+// It returns the store's error when the acquisition fails, and checks
+// timing and fence as Hold does before it asks the store.
+func HoldNode(ctx context.Context, store Store, node cluster.UniqueAddress, timing Timing, fence func(error)) (*Holder, error) {
+	if err := checkHold(timing, fence); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := store.AcquireNode(ctx, node, timing.Length); err != nil {
+		return nil, err
+	}
+	return Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewNode(ctx, node, timing.Length)
 	}, fence)
 }
 
-// HoldCoordinator starts a Holder for the coordinator lease name held under
-// epoch, acquired with a call that started at acquiredAt. It refuses an
-// invalid timing as HoldNode does.
-func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
-	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+// HoldCoordinator acquires the coordinator lease name for owner and starts
+// a Holder that keeps it under the epoch it returns, as HoldNode does for
+// a node lease.
+func HoldCoordinator(ctx context.Context, store Store, name, owner string, timing Timing, fence func(error)) (*Holder, uint64, error) {
+	if err := checkHold(timing, fence); err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	epoch, err := store.AcquireCoordinator(ctx, name, owner, timing.Length)
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewCoordinator(ctx, name, epoch, timing.Length)
 	}, fence)
+	return h, epoch, err
+}
+
+// checkHold refuses what Hold refuses but renew.
+func checkHold(timing Timing, fence func(error)) error {
+	if err := timing.Validate(); err != nil {
+		return err
+	}
+	if fence == nil {
+		return fmt.Errorf("%w: a Holder needs a fence function", ErrInvalidSettings)
+	}
+	return nil
 }
 
 // Hold starts a Holder whose renew extends the lease; granted is when the
@@ -64,11 +92,11 @@ func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acqu
 // against the wall clock once and keeps the result on the monotonic
 // clock, so that a later step of the wall clock cannot delay the fence.
 func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) (*Holder, error) {
-	if err := timing.Validate(); err != nil {
+	if err := checkHold(timing, fence); err != nil {
 		return nil, err
 	}
-	if renew == nil || fence == nil {
-		return nil, fmt.Errorf("%w: Hold needs a renew and a fence function", ErrInvalidSettings)
+	if renew == nil {
+		return nil, fmt.Errorf("%w: a Holder needs a renew function", ErrInvalidSettings)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
