@@ -10,9 +10,10 @@
 // framing, HTTP/2 DATA frames and flow control, and bring protobuf, x/net
 // and genproto into every build. Measured (cluster/tcp/grpccompare, the
 // same queue and batching writer over a gRPC stream, in one run with the
-// in-process transport as baseline): batched, gRPC was no faster, and with
-// the JSON codec dominating either way, neither wire is the bottleneck.
-// So the simpler one, with no dependency, whose bytes are those the
+// in-process transport as baseline): batched, framed TCP carried 1.1 to
+// 1.5 times gRPC's messages per second (medians of two runs of -count 5 on
+// a loaded 2-core machine), and the JSON codec dominates the profile either
+// way. So the simpler wire, with no dependency, whose bytes are those the
 // in-process transport already checks.
 //
 // Each link has its own connection, dialled by the sender: A→B and B→A are
