@@ -302,3 +302,56 @@ func newListener(t *testing.T) (net.Listener, error) {
 	}
 	return ln, err
 }
+
+// A write that a peer does not read within WriteTimeout breaks the
+// connection, and the link dials again.
+func TestWriteTimeoutRedialsAStuckPeer(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), func(c *tcp.Config) { c.WriteTimeout = 20 * time.Millisecond })
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	ln, err := newListener(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := addr("stuck", 1)
+	nw.dir.set(stuck, ln.Addr().String())
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+			hello, err := frame.ReadFrame(bufio.NewReader(conn), 4096)
+			if err != nil {
+				return
+			}
+			frame.WriteFrame(conn, frame.Frame{From: stuck, To: hello.From, Manifest: tcp.WelcomeManifest}, 4096)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	payload := make([]byte, 3000)
+	timeout := time.After(deadline)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for dials := 0; dials < 2; {
+		// Keep the link busy so that its writes fill the socket buffers;
+		// when its queue is full, wait for it to move.
+		if err := a.Send(stuck, clustertest.Ping{Sender: "a", Data: payload}); err == nil {
+			continue
+		}
+		select {
+		case <-accepted:
+			dials++
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("%d connections from the link, want a second one after the write timed out", dials)
+		}
+	}
+	if a.Stats().Lost == 0 {
+		t.Error("Lost = 0: the batch whose write timed out was not counted")
+	}
+}
