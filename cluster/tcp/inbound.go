@@ -161,6 +161,9 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	case hello.To != self:
 		return refuse(fmt.Sprintf("dialled %s, this is %s", hello.To, self))
 	}
+	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
+		return refuse(err.Error())
+	}
 	t.mu.Lock()
 	if hello.From.Incarnation < t.staleBelow[hello.From.Node] {
 		t.mu.Unlock()

@@ -283,6 +283,9 @@ func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 
 func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 	self := l.t.cfg.Self
+	if err := l.t.checkCertNamesNode(conn, l.to); err != nil {
+		return nil, err
+	}
 	conn.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
 	hello := frame.Frame{From: self, To: l.to, Manifest: helloManifest, Payload: []byte(l.t.cfg.ClusterName)}
 	if err := frame.WriteFrame(conn, hello, controlMaxSize); err != nil {

@@ -34,6 +34,10 @@
 // also names its addressee, and the receiver drops a frame for another
 // incarnation).
 //
+// With TLS on (ServerTLS and ClientTLS, MutualTLS builds both), both ends
+// present certificates of the cluster's CA and a plaintext peer is
+// refused; with CertNamesNode, a certificate must also name its node id.
+//
 // Bad frames (over the size limit, corrupt, for another incarnation, with
 // an unknown manifest) are counted in Stats and dropped, and the
 // connection keeps serving; the first one on a connection is logged. A
@@ -130,6 +134,10 @@ type Config struct {
 	// builds both). The server name checked is the endpoint's host unless
 	// ClientTLS sets one. With TLS on, a plaintext dialler is refused.
 	ServerTLS, ClientTLS *tls.Config
+	// CertNamesNode, with TLS on, binds certificates to node ids: each
+	// end's leaf certificate must list its node id among its DNS names,
+	// so a node with a valid certificate cannot speak as another node.
+	CertNamesNode bool
 	// QueueCapacity bounds each link's queue of frames not yet written.
 	// Default DefaultQueueCapacity.
 	QueueCapacity int
@@ -168,6 +176,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Codec, Handler and Resolve are required", ErrInvalidConfig)
 	case (c.ServerTLS == nil) != (c.ClientTLS == nil):
 		return fmt.Errorf("%w: set both ServerTLS and ClientTLS, or neither", ErrInvalidConfig)
+	case c.CertNamesNode && c.ServerTLS == nil:
+		return fmt.Errorf("%w: CertNamesNode needs TLS", ErrInvalidConfig)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: ListenAddr or Listener is required", ErrInvalidConfig)
 	}

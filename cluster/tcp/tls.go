@@ -3,6 +3,11 @@ package tcp
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"net"
+	"slices"
+
+	"github.com/shoal-dev/shoal/cluster"
 )
 
 // MutualTLS returns the ServerTLS and ClientTLS of a node that presents
@@ -21,4 +26,22 @@ func MutualTLS(cert tls.Certificate, roots *x509.CertPool) (server, client *tls.
 		RootCAs:      roots,
 	}
 	return server, client
+}
+
+// checkCertNamesNode returns an error wrapping ErrRefused unless conn is a
+// TLS connection whose peer's leaf certificate lists node among its DNS
+// names. It is a no-op when the Config does not ask for it.
+func (t *Transport) checkCertNamesNode(conn net.Conn, peer cluster.UniqueAddress) error {
+	if !t.cfg.CertNamesNode {
+		return nil
+	}
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return fmt.Errorf("%w: %s: not a TLS connection", ErrRefused, peer)
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 || !slices.Contains(certs[0].DNSNames, peer.Node) {
+		return fmt.Errorf("%w: %s: its certificate does not name node %q", ErrRefused, peer, peer.Node)
+	}
+	return nil
 }

@@ -162,3 +162,53 @@ func TestListenRefusesHalfATLSConfig(t *testing.T) {
 		t.Fatalf("Listen with ServerTLS alone: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// With CertNamesNode, a certificate binds its node id: a node whose valid
+// certificate names another node is refused, whichever end it is.
+func TestCertNamesNode(t *testing.T) {
+	ca := newCA(t, "shoal test CA")
+	node := func(certName string) func(*tcp.Config) {
+		return func(c *tcp.Config) {
+			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(ca.leaf(t, certName), ca.pool)
+			c.CertNamesNode = true
+		}
+	}
+	for _, tc := range []struct {
+		name          string
+		aCert, bCert  string
+		wantDelivered bool
+	}{
+		{"each certificate names its node", "a", "b", true},
+		{"the dialler's certificate names another node", "x", "b", false},
+		{"the listener's certificate names another node", "a", "x", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := newNetwork(t, pingRegistry(), node(tc.bCert))
+			got := newRecorder()
+			b := nw.start(t, addr("b", 1), got.handle, "")
+			nw.tune = node(tc.aCert)
+			a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+			if err := a.Send(b.Self(), clustertest.Ping{Sender: "a", Seq: 1}); err != nil {
+				t.Fatalf("Send: %v", err)
+			}
+			if tc.wantDelivered {
+				flush(t, a, b.Self())
+				if seqs := got.from("a"); !slices.Equal(seqs, []int{1}) {
+					t.Fatalf("received %v, want [1]", seqs)
+				}
+				return
+			}
+			eventually(t, "b refusing a's handshake twice", func() bool { return b.Stats().RefusedHandshakes >= 2 })
+			if n := got.total(); n != 0 || a.Stats().Dials != 0 {
+				t.Fatalf("delivered %d, dials %d: the misnamed node got through", n, a.Stats().Dials)
+			}
+		})
+	}
+	_, err := tcp.Listen(tcp.Config{
+		Self: addr("a", 1), Codec: pingRegistry(), Handler: func(cluster.UniqueAddress, any) {},
+		Resolve: newDirectory().resolve, ListenAddr: "127.0.0.1:0", CertNamesNode: true,
+	})
+	if !errors.Is(err, tcp.ErrInvalidConfig) {
+		t.Fatalf("CertNamesNode without TLS: %v, want ErrInvalidConfig", err)
+	}
+}
