@@ -1,0 +1,70 @@
+package tcp
+
+import "github.com/shoal-dev/shoal/cluster"
+
+// loseQueued drops the link's queued messages (markers are re-sent by their flush).
+func (l *link) loseQueued() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.stat.lost.Add(uint64(l.queued))
+	for _, it := range l.queue {
+		if it.marker != nil {
+			it.marker.done <- errMarkerLost
+		}
+	}
+	l.queue, l.queued = l.queue[:0], 0
+}
+
+// Test hooks: stall a link without losing anything, and cut the TCP
+// connections between this transport and a node under them.
+
+// HoldLink stalls the link to to (creating it) until ReleaseLink.
+func (t *Transport) HoldLink(to cluster.UniqueAddress) error {
+	l, err := t.link(to)
+	if err != nil {
+		return err
+	}
+	l.setHeld(true)
+	return nil
+}
+
+// ReleaseLink ends a HoldLink.
+func (t *Transport) ReleaseLink(to cluster.UniqueAddress) {
+	t.mu.Lock()
+	l := t.links[to]
+	t.mu.Unlock()
+	if l != nil {
+		l.setHeld(false)
+	}
+}
+
+// BreakConns closes every connection to or from node id node. With
+// loseQueued, the links to node also lose what they have queued: the worst
+// a break may do by the contract (the transport itself keeps its queue
+// across a reconnect).
+func (t *Transport) BreakConns(node string, loseQueued bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, l := range t.links {
+		if a.Node == node {
+			if loseQueued {
+				l.loseQueued()
+			}
+			l.breakConn()
+		}
+	}
+	for c := range t.inbound {
+		if c.from.Node == node {
+			c.conn.Close()
+		}
+	}
+}
+
+// Control manifests, for tests that speak the protocol by hand.
+const (
+	HelloManifest    = helloManifest
+	WelcomeManifest  = welcomeManifest
+	RefuseManifest   = refuseManifest
+	FlushManifest    = flushManifest
+	FlushAckManifest = flushAckManifest
+)

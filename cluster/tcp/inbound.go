@@ -1,0 +1,245 @@
+package tcp
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
+)
+
+// Control frames travel as frames whose manifest starts with a NUL byte,
+// which no codec manifest does.
+const (
+	helloManifest    = "\x00shoal.tcp.hello"    // dialler → listener: payload is the cluster name
+	welcomeManifest  = "\x00shoal.tcp.welcome"  // listener → dialler: accepted
+	refuseManifest   = "\x00shoal.tcp.refuse"   // listener → dialler: payload is the reason
+	flushManifest    = "\x00shoal.tcp.flush"    // dialler → listener: payload is a uvarint id
+	flushAckManifest = "\x00shoal.tcp.flushack" // listener → dialler: every frame before it was handled
+)
+
+// controlMaxSize bounds control frames: node ids, a cluster name, a reason.
+const controlMaxSize = 4096
+
+// inConn is one accepted connection, and the incarnation it carries
+// messages from once its handshake passed.
+type inConn struct {
+	conn net.Conn
+	from cluster.UniqueAddress
+	bad  int // bad frames so far; the first is logged
+}
+
+func (t *Transport) acceptLoop() {
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.log.Warn("tcp: accept failed", "err", err)
+			retry.Reset(10 * time.Millisecond) // a full file table, say: do not spin
+			select {
+			case <-retry.C:
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		c := &inConn{conn: conn}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			conn.Close()
+			return
+		}
+		t.inbound[c] = struct{}{}
+		t.mu.Unlock()
+		t.wg.Go(func() { t.serveInbound(c) })
+	}
+}
+
+func (t *Transport) serveInbound(c *inConn) {
+	defer func() {
+		c.conn.Close()
+		t.mu.Lock()
+		delete(t.inbound, c)
+		t.mu.Unlock()
+		t.deliverMu.Lock()
+		if t.current[c.from] == c {
+			delete(t.current, c.from)
+		}
+		t.deliverMu.Unlock()
+		if c.bad > 1 {
+			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", c.bad)
+		}
+	}()
+	br, err := t.acceptHandshake(c)
+	if err != nil {
+		t.stat.refused.Add(1)
+		t.log.Warn("tcp: refused a connection", "remote", c.conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	self := t.cfg.Self
+	for {
+		f, err := frame.ReadFrame(br, t.cfg.MaxFrameSize)
+		if err != nil {
+			if errors.Is(err, frame.ErrTooLarge) || errors.Is(err, frame.ErrCorrupt) {
+				t.badFrame(c, err)
+				continue
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && t.ctx.Err() == nil {
+				t.log.Info("tcp: incoming connection ended", "from", c.from, "err", err)
+			}
+			return
+		}
+		switch {
+		case f.Manifest == flushManifest:
+			if !t.isCurrent(c) {
+				return
+			}
+			ack := frame.Frame{From: self, To: c.from, Manifest: flushAckManifest, Payload: f.Payload}
+			c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			if err := frame.WriteFrame(c.conn, ack, controlMaxSize); err != nil {
+				return
+			}
+			continue
+		case f.To != self:
+			t.badFrame(c, fmt.Errorf("frame for %s: %w", f.To, cluster.ErrStaleIncarnation))
+			continue
+		case f.From != c.from:
+			t.badFrame(c, fmt.Errorf("%w: frame from %s on the connection of %s", frame.ErrCorrupt, f.From, c.from))
+			continue
+		}
+		msg, err := t.cfg.Codec.Decode(f.Manifest, f.Payload)
+		if err != nil {
+			t.badFrame(c, err)
+			continue
+		}
+		if !t.deliver(c, msg) {
+			return
+		}
+	}
+}
+
+// acceptHandshake runs TLS (when on) and the hello exchange, and makes c
+// the current connection of its sender.
+func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
+	conn := c.conn
+	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	if tc, ok := conn.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			return nil, fmt.Errorf("%w: tls: %w", ErrRefused, err)
+		}
+	}
+	br := bufio.NewReaderSize(conn, 64<<10)
+	hello, err := readControl(br)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading hello: %w", ErrRefused, err)
+	}
+	if hello.Manifest != helloManifest {
+		return nil, fmt.Errorf("%w: first frame %q is not a hello", ErrRefused, hello.Manifest)
+	}
+	self := t.cfg.Self
+	refuse := func(reason string) (*bufio.Reader, error) {
+		answer := frame.Frame{From: self, To: hello.From, Manifest: refuseManifest, Payload: []byte(reason)}
+		frame.WriteFrame(conn, answer, controlMaxSize)
+		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, hello.From, reason)
+	}
+	switch {
+	case string(hello.Payload) != t.cfg.ClusterName:
+		return refuse(fmt.Sprintf("cluster %q, want %q", hello.Payload, t.cfg.ClusterName))
+	case hello.From.Node == "":
+		return refuse("no node id")
+	case hello.To != self:
+		return refuse(fmt.Sprintf("dialled %s, this is %s", hello.To, self))
+	}
+	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
+		return refuse(err.Error())
+	}
+	t.mu.Lock()
+	if hello.From.Incarnation < t.staleBelow[hello.From.Node] {
+		t.mu.Unlock()
+		return refuse(fmt.Sprintf("%s is a dead incarnation", hello.From))
+	}
+	// A newer incarnation dialling says the older ones are dead.
+	t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
+	c.from = hello.From
+	t.mu.Unlock()
+
+	var superseded []*inConn
+	t.deliverMu.Lock()
+	for from, old := range t.current {
+		if from.Node == c.from.Node && from.Incarnation <= c.from.Incarnation {
+			delete(t.current, from)
+			superseded = append(superseded, old)
+		}
+	}
+	t.current[c.from] = c
+	t.deliverMu.Unlock()
+	for _, old := range superseded {
+		old.conn.Close()
+	}
+
+	welcome := frame.Frame{From: self, To: hello.From, Manifest: welcomeManifest}
+	if err := frame.WriteFrame(conn, welcome, controlMaxSize); err != nil {
+		return nil, fmt.Errorf("writing welcome: %w", err)
+	}
+	conn.SetDeadline(time.Time{})
+	return br, nil
+}
+
+func (t *Transport) isCurrent(c *inConn) bool {
+	t.deliverMu.Lock()
+	defer t.deliverMu.Unlock()
+	return t.current[c.from] == c
+}
+
+// deliver hands msg to the handler unless c has been superseded (a newer
+// connection of the same sender, whose messages come later) or the
+// transport closed; false means stop reading c.
+func (t *Transport) deliver(c *inConn, msg any) bool {
+	t.deliverMu.Lock()
+	defer t.deliverMu.Unlock()
+	if t.ctx.Err() != nil || t.current[c.from] != c {
+		return false
+	}
+	t.cfg.Handler(c.from, msg)
+	t.stat.delivered.Add(1)
+	return true
+}
+
+// badFrame counts a dropped frame and logs the first of its connection.
+func (t *Transport) badFrame(c *inConn, err error) {
+	t.stat.badFrames.Add(1)
+	if c.bad++; c.bad == 1 {
+		t.log.Warn("tcp: dropped a bad frame; later ones on this connection are counted", "from", c.from, "err", err)
+	}
+}
+
+// idFromPayload reads a control frame's id.
+func idFromPayload(p []byte) (uint64, bool) {
+	id, n := binary.Uvarint(p)
+	return id, n > 0
+}
+
+// readControl reads a handshake frame. A peer speaking something else
+// (TLS to a plaintext node, HTTP) has its first bytes read as a huge
+// length: it is refused at once, without waiting for that many bytes.
+func readControl(br *bufio.Reader) (frame.Frame, error) {
+	prefix, err := br.Peek(4)
+	if err != nil {
+		return frame.Frame{}, err
+	}
+	if n := binary.BigEndian.Uint32(prefix); n > controlMaxSize {
+		return frame.Frame{}, fmt.Errorf("%w: handshake frame of %d bytes, limit %d", frame.ErrTooLarge, n, controlMaxSize)
+	}
+	return frame.ReadFrame(br, controlMaxSize)
+}

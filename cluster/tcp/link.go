@@ -1,0 +1,408 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
+)
+
+// errLinkDead is wrapped by the errors of a link that will never send
+// again: its incarnation is stale or its transport closed.
+var errLinkDead = errors.New("tcp: link dead")
+
+// errMarkerLost: a flush marker was written on a connection that broke
+// before acknowledging it; Flush sends another.
+var errMarkerLost = errors.New("tcp: flush marker lost")
+
+// item is one queued frame body: a message, or a flush marker.
+type item struct {
+	body   []byte
+	marker *flushWaiter
+}
+
+type flushWaiter struct {
+	id   uint64
+	done chan error // buffered: gets one result
+}
+
+// link is the outbound half of one link: a bounded queue and the goroutine
+// that dials the peer and writes the queue to it in batches.
+type link struct {
+	t    *Transport
+	to   cluster.UniqueAddress
+	wake chan struct{} // capacity 1: something changed
+
+	mu        sync.Mutex
+	queue     []item
+	queued    int // messages in queue (markers do not count)
+	held      bool
+	dead      error
+	conn      net.Conn
+	inflight  map[uint64]*flushWaiter // markers written on conn, not yet acknowledged
+	nextFlush uint64
+}
+
+func newLink(t *Transport, to cluster.UniqueAddress) *link {
+	return &link{t: t, to: to, wake: make(chan struct{}, 1), inflight: make(map[uint64]*flushWaiter)}
+}
+
+func (l *link) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue queues a message body; it never blocks.
+func (l *link) enqueue(body []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.dead != nil:
+		return l.dead
+	case l.queued >= l.t.cfg.QueueCapacity:
+		return fmt.Errorf("%w (%d queued)", cluster.ErrQueueFull, l.queued)
+	}
+	l.queue = append(l.queue, item{body: body})
+	l.queued++
+	l.signal()
+	return nil
+}
+
+// kill ends the link for good: what is queued is lost, flushes return.
+func (l *link) kill(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return
+	}
+	l.dead = fmt.Errorf("%w: %w", errLinkDead, cause)
+	l.t.stat.lost.Add(uint64(l.queued))
+	for _, it := range l.queue {
+		if it.marker != nil {
+			it.marker.done <- l.dead
+		}
+	}
+	for id, w := range l.inflight {
+		w.done <- l.dead
+		delete(l.inflight, id)
+	}
+	l.queue, l.queued = nil, 0
+	if l.conn != nil {
+		l.conn.Close()
+	}
+	l.signal()
+}
+
+func (l *link) isDead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead != nil
+}
+
+func (l *link) isHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+// setHeld stalls (or resumes) the writer without losing anything: a test
+// hook for the conformance suite's Hold.
+func (l *link) setHeld(held bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = held
+	l.signal()
+}
+
+// breakConn closes the link's current connection under it.
+func (l *link) breakConn() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.Close()
+	}
+}
+
+// flush queues markers until one is acknowledged (see Transport.Flush).
+func (l *link) flush(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		if l.dead != nil {
+			err := l.dead
+			l.mu.Unlock()
+			return err
+		}
+		l.nextFlush++
+		w := &flushWaiter{id: l.nextFlush, done: make(chan error, 1)}
+		body, err := frame.Marshal(nil, frame.Frame{From: l.t.cfg.Self, To: l.to, Manifest: flushManifest,
+			Payload: binary.AppendUvarint(nil, w.id)}, l.t.cfg.MaxFrameSize)
+		if err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		l.queue = append(l.queue, item{body: body, marker: w})
+		l.signal()
+		l.mu.Unlock()
+		select {
+		case err := <-w.done:
+			if !errors.Is(err, errMarkerLost) {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: flush to %s: %w", l.to, ctx.Err())
+		}
+	}
+}
+
+// acked completes the flush marker id written on conn.
+func (l *link) acked(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.inflight[id]; w != nil {
+		delete(l.inflight, id)
+		w.done <- nil
+	}
+}
+
+// run is the link's goroutine: dial when there is something to send, write
+// until the connection breaks, redial with back-off.
+func (l *link) run() {
+	bo := l.t.newBackoff()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for l.waitWork() {
+		conn, br, err := l.connect()
+		if err != nil {
+			if errors.Is(err, cluster.ErrStaleIncarnation) {
+				l.t.log.Info("tcp: link to a stale incarnation dropped", "to", l.to, "err", err)
+				l.t.markStale(l.to)
+				l.kill(err)
+				l.t.dropLink(l)
+				return
+			}
+			if l.isDead() {
+				return
+			}
+			if failures++; failures == 1 {
+				l.t.log.Warn("tcp: dial failed; redialling with back-off", "to", l.to, "err", err)
+			}
+			timer.Reset(bo.NextBackOff())
+			select {
+			case <-timer.C:
+			case <-l.t.ctx.Done():
+				return
+			}
+			continue
+		}
+		if failures > 1 {
+			l.t.log.Info("tcp: link connected after failed dials", "to", l.to, "failures", failures)
+		}
+		if l.serve(conn, br) {
+			failures = 0
+			bo.Reset()
+			continue
+		}
+		// Broken before carrying a batch: back off, or a peer that accepts
+		// and drops every connection would be redialled in a busy loop.
+		timer.Reset(bo.NextBackOff())
+		select {
+		case <-timer.C:
+		case <-l.t.ctx.Done():
+			return
+		}
+	}
+}
+
+// waitWork waits until the link has something to write and is not held;
+// false means the link is dead.
+func (l *link) waitWork() bool {
+	for {
+		l.mu.Lock()
+		dead, ready := l.dead != nil, len(l.queue) > 0 && !l.held
+		l.mu.Unlock()
+		if dead {
+			return false
+		}
+		if ready {
+			return true
+		}
+		select {
+		case <-l.wake:
+		case <-l.t.ctx.Done():
+			return false
+		}
+	}
+}
+
+// connect dials the peer and runs the handshake. An error wrapping
+// cluster.ErrStaleIncarnation means the peer is gone for good.
+func (l *link) connect() (net.Conn, *bufio.Reader, error) {
+	cfg := &l.t.cfg
+	endpoint, err := cfg.Resolve(l.to)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(l.t.ctx, cfg.DialTimeout+cfg.HandshakeTimeout)
+	defer cancel()
+	dialer := &net.Dialer{Timeout: cfg.DialTimeout}
+	var conn net.Conn
+	if cfg.ClientTLS != nil {
+		conn, err = (&tls.Dialer{NetDialer: dialer, Config: cfg.ClientTLS}).DialContext(ctx, "tcp", endpoint)
+	} else {
+		conn, err = dialer.DialContext(ctx, "tcp", endpoint)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("tcp: dial %s at %s: %w", l.to, endpoint, err)
+	}
+	br, err := l.handshake(conn)
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("tcp: handshake with %s at %s: %w", l.to, endpoint, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		conn.Close()
+		return nil, nil, l.dead
+	}
+	l.conn = conn
+	l.t.stat.dials.Add(1)
+	return conn, br, nil
+}
+
+func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
+	self := l.t.cfg.Self
+	if err := l.t.checkCertNamesNode(conn, l.to); err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
+	hello := frame.Frame{From: self, To: l.to, Manifest: helloManifest, Payload: []byte(l.t.cfg.ClusterName)}
+	if err := frame.WriteFrame(conn, hello, controlMaxSize); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(conn)
+	answer, err := readControl(br)
+	if err != nil {
+		return nil, err
+	}
+	switch answer.Manifest {
+	case welcomeManifest:
+		if answer.From != l.to || answer.To != self {
+			return nil, fmt.Errorf("%w: welcome from %s to %s", ErrRefused, answer.From, answer.To)
+		}
+	case refuseManifest:
+		if answer.From.Node == l.to.Node && answer.From.Incarnation > l.to.Incarnation {
+			return nil, fmt.Errorf("%w: %s now runs there: %w", ErrRefused, answer.From, cluster.ErrStaleIncarnation)
+		}
+		return nil, fmt.Errorf("%w by %s: %s", ErrRefused, answer.From, answer.Payload)
+	default:
+		return nil, fmt.Errorf("%w: answer %q", ErrRefused, answer.Manifest)
+	}
+	conn.SetDeadline(time.Time{})
+	return br, nil
+}
+
+// serve writes batches on conn until it breaks or the link dies, while a
+// second goroutine reads flush acknowledgements from it. It reports
+// whether it wrote a batch.
+func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
+	connDone := make(chan struct{})
+	l.t.wg.Go(func() {
+		defer close(connDone)
+		defer conn.Close()
+		for {
+			f, err := frame.ReadFrame(br, controlMaxSize)
+			if err != nil {
+				return
+			}
+			if id, ok := idFromPayload(f.Payload); f.Manifest == flushAckManifest && ok {
+				l.acked(id)
+			}
+		}
+	})
+	defer func() {
+		conn.Close()
+		<-connDone
+		l.mu.Lock()
+		for id, w := range l.inflight {
+			w.done <- errMarkerLost
+			delete(l.inflight, id)
+		}
+		if l.conn == conn {
+			l.conn = nil
+		}
+		l.mu.Unlock()
+	}()
+	buf := make([]byte, 0, l.t.cfg.MaxBatchBytes+4)
+	for {
+		var messages int
+		var ok bool
+		buf, messages, ok = l.take(buf[:0], connDone)
+		if !ok {
+			return wrote
+		}
+		conn.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
+		if _, err := conn.Write(buf); err != nil {
+			l.t.stat.lost.Add(uint64(messages))
+			if !l.isDead() && l.t.ctx.Err() == nil {
+				l.t.log.Info("tcp: link broke; redialling", "to", l.to, "lost", messages, "err", err)
+			}
+			return wrote
+		}
+		wrote = true
+		l.t.stat.batches.Add(1)
+	}
+}
+
+// take waits for queued frames and appends as many as fit in a batch to
+// buf, each with its length prefix. ok is false when conn is done or the
+// link dead.
+func (l *link) take(buf []byte, connDone <-chan struct{}) (_ []byte, messages int, ok bool) {
+	for {
+		l.mu.Lock()
+		if l.dead != nil {
+			l.mu.Unlock()
+			return buf, 0, false
+		}
+		if !l.held && len(l.queue) > 0 {
+			n := 0
+			for n < len(l.queue) && (n == 0 || len(buf)+4+len(l.queue[n].body) <= l.t.cfg.MaxBatchBytes) {
+				it := l.queue[n]
+				buf = binary.BigEndian.AppendUint32(buf, uint32(len(it.body)))
+				buf = append(buf, it.body...)
+				if it.marker != nil {
+					l.inflight[it.marker.id] = it.marker
+				} else {
+					messages++
+				}
+				l.queue[n] = item{}
+				n++
+			}
+			if n == len(l.queue) {
+				l.queue = l.queue[:0] // reuse the array from its start
+			} else {
+				l.queue = l.queue[n:]
+			}
+			l.queued -= messages
+			l.mu.Unlock()
+			return buf, messages, true
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.wake:
+		case <-connDone:
+			return buf, 0, false
+		}
+	}
+}

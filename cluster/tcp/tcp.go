@@ -1,0 +1,478 @@
+// Package tcp is the network cluster.Transport: frames of package frame
+// over one long-lived TCP connection per link (this incarnation to one
+// other), optionally under mutual TLS.
+//
+// Why framed TCP rather than gRPC bidirectional streaming: the contract
+// needs little that gRPC adds. Package frame already gives length-prefixed
+// frames with a size limit and typed errors that never desynchronize a
+// stream; order per link is TCP's own; batching is one Write of every
+// frame queued so far. gRPC would wrap the same batches in its own
+// framing, HTTP/2 DATA frames and flow control, and bring protobuf, x/net
+// and genproto into every build. Measured (cluster/tcp/grpccompare, the
+// same queue and batching writer over a gRPC stream, in one run with the
+// in-process transport as baseline): batched, framed TCP carried 1.1 to
+// 1.5 times gRPC's messages per second (medians of two runs of -count 5 on
+// a loaded 2-core machine), and the JSON codec dominates the profile either
+// way. So the simpler wire, with no dependency, whose bytes are those the
+// in-process transport already checks.
+//
+// Each link has its own connection, dialled by the sender: A→B and B→A are
+// two connections, so no two nodes ever race to dial each other. The
+// dialled side sends back only control frames (the handshake answer and
+// flush acknowledgements). A link is long-lived: dialled at its first
+// message and kept; when it breaks, the link redials with exponential
+// back-off while messages wait in its bounded queue.
+//
+// The handshake names both ends: the dialler says who it is (node id and
+// incarnation, and its cluster name) and whom it expects; the listener
+// refuses a dialler from another cluster, a dialler older than an
+// incarnation of its node it has already seen, and a dialler that expects
+// an incarnation other than itself. A refusal that names a newer
+// incarnation of the expected node kills the link: its queue is lost and
+// later Sends to that incarnation return cluster.ErrStaleIncarnation, so a
+// message for a dead incarnation never reaches its successor (every frame
+// also names its addressee, and the receiver drops a frame for another
+// incarnation).
+//
+// With TLS on (ServerTLS and ClientTLS, MutualTLS builds both), both ends
+// present certificates of the cluster's CA and a plaintext peer is
+// refused; with CertNamesNode, a certificate must also name its node id.
+//
+// Bad frames (over the size limit, corrupt, for another incarnation, with
+// an unknown manifest) are counted in Stats and dropped, and the
+// connection keeps serving; the first one on a connection is logged. A
+// stream that ends inside a frame closes its connection.
+package tcp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/entity/codec"
+)
+
+// Resolver tells a transport where an incarnation listens. It returns an
+// error wrapping cluster.ErrUnreachable for an incarnation it does not
+// know, and cluster.ErrStaleIncarnation for one it knows has been replaced
+// or is down. It is called on a link's first Send and before every dial,
+// never while a lock of the transport is held, and must not block.
+type Resolver func(to cluster.UniqueAddress) (endpoint string, err error)
+
+// MembershipResolver resolves addresses through a membership's current
+// view: the member's Endpoint, ErrStaleIncarnation for a member that is
+// Down or whose node id runs a newer incarnation, ErrUnreachable otherwise.
+func MembershipResolver(m cluster.Membership) Resolver {
+	return func(to cluster.UniqueAddress) (string, error) {
+		view := m.View()
+		if member, ok := view.Member(to); ok {
+			if member.Status == cluster.Down {
+				return "", fmt.Errorf("%s is down: %w", to, cluster.ErrStaleIncarnation)
+			}
+			return member.Endpoint, nil
+		}
+		for _, member := range view.Members() {
+			if member.Address.Node == to.Node && member.Address.Incarnation > to.Incarnation {
+				return "", fmt.Errorf("%s replaced by %s: %w", to, member.Address, cluster.ErrStaleIncarnation)
+			}
+		}
+		return "", fmt.Errorf("%s not in the view: %w", to, cluster.ErrUnreachable)
+	}
+}
+
+// Defaults for the Config fields left zero.
+const (
+	// DefaultQueueCapacity is a link's queue bound, in messages.
+	DefaultQueueCapacity = 1024
+	// DefaultMaxBatchBytes is the most one write carries: 64 KiB.
+	DefaultMaxBatchBytes = 64 << 10
+	// DefaultDialTimeout bounds a TCP dial.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultHandshakeTimeout bounds a handshake, TLS included.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultWriteTimeout bounds one batch's write; past it the
+	// connection is broken (a peer that stopped reading).
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultMinBackoff is the first wait before a redial.
+	DefaultMinBackoff = 50 * time.Millisecond
+	// DefaultMaxBackoff caps the wait between redials.
+	DefaultMaxBackoff = 5 * time.Second
+)
+
+// Config configures a Transport. Self, Codec, Handler and Resolve are
+// required.
+type Config struct {
+	// Self is the incarnation this transport sends from and receives for.
+	Self cluster.UniqueAddress
+	// Codec encodes every message on Send and decodes it on receipt.
+	Codec *codec.Registry
+	// Handler receives the messages sent to Self, one at a time.
+	Handler cluster.Handler
+	// Resolve finds where incarnations listen.
+	Resolve Resolver
+	// ListenAddr is where to listen, host:port; port 0 picks a free one
+	// (read it back with Addr). Ignored when Listener is set.
+	ListenAddr string
+	// Listener, if set, is used instead of listening on ListenAddr. The
+	// transport closes it on Close.
+	Listener net.Listener
+	// ClusterName isolates clusters: a dialler with another name is refused.
+	ClusterName string
+	// ServerTLS and ClientTLS turn on TLS; set both or neither. For mutual
+	// TLS, ServerTLS has ClientAuth tls.RequireAndVerifyClientCert with
+	// ClientCAs, and ClientTLS has Certificates and RootCAs (MutualTLS
+	// builds both). The server name checked is the endpoint's host unless
+	// ClientTLS sets one. With TLS on, a plaintext dialler is refused.
+	ServerTLS, ClientTLS *tls.Config
+	// CertNamesNode, with TLS on, binds certificates to node ids: each
+	// end's leaf certificate must list its node id among its DNS names,
+	// so a node with a valid certificate cannot speak as another node.
+	CertNamesNode bool
+	// QueueCapacity bounds each link's queue of frames not yet written.
+	// Default DefaultQueueCapacity.
+	QueueCapacity int
+	// MaxFrameSize limits every frame, sent and received. Default
+	// frame.DefaultMaxSize.
+	MaxFrameSize int
+	// MaxBatchBytes is how many bytes of queued frames one write carries
+	// at most (a larger frame goes alone). Default DefaultMaxBatchBytes.
+	MaxBatchBytes int
+	// DialTimeout, HandshakeTimeout and WriteTimeout bound a dial, a
+	// handshake (TLS included) and one batch's write; a write that times
+	// out breaks the connection. Defaults DefaultDialTimeout,
+	// DefaultHandshakeTimeout, DefaultWriteTimeout.
+	DialTimeout, HandshakeTimeout, WriteTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the exponential back-off between
+	// dials of a link. Defaults DefaultMinBackoff, DefaultMaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger logs refused handshakes, bad frames and broken links.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is returned by Listen for a Config missing a required
+// field or setting only one of the TLS configs.
+var ErrInvalidConfig = errors.New("tcp: invalid config")
+
+// ErrRefused is wrapped by the errors of a handshake the other end refused
+// (another cluster, a stale incarnation) and logged by the refusing side.
+var ErrRefused = errors.New("tcp: handshake refused")
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.Self.Node == "":
+		return fmt.Errorf("%w: Self needs a node id", ErrInvalidConfig)
+	case c.Codec == nil || c.Handler == nil || c.Resolve == nil:
+		return fmt.Errorf("%w: Codec, Handler and Resolve are required", ErrInvalidConfig)
+	case (c.ServerTLS == nil) != (c.ClientTLS == nil):
+		return fmt.Errorf("%w: set both ServerTLS and ClientTLS, or neither", ErrInvalidConfig)
+	case c.CertNamesNode && c.ServerTLS == nil:
+		return fmt.Errorf("%w: CertNamesNode needs TLS", ErrInvalidConfig)
+	case c.Listener == nil && c.ListenAddr == "":
+		return fmt.Errorf("%w: ListenAddr or Listener is required", ErrInvalidConfig)
+	}
+	setDefault(&c.QueueCapacity, DefaultQueueCapacity)
+	setDefault(&c.MaxFrameSize, frame.DefaultMaxSize)
+	setDefault(&c.MaxBatchBytes, DefaultMaxBatchBytes)
+	setDefault(&c.DialTimeout, DefaultDialTimeout)
+	setDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&c.MinBackoff, DefaultMinBackoff)
+	setDefault(&c.MaxBackoff, DefaultMaxBackoff)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Stats counts what a Transport did.
+type Stats struct {
+	// Sent counts messages accepted by Send.
+	Sent uint64
+	// Lost counts accepted messages that were dropped: queued on a link
+	// that died, or in a write that failed.
+	Lost uint64
+	// Delivered counts messages handed to the handler.
+	Delivered uint64
+	// Batches counts the writes that carried frames.
+	Batches uint64
+	// Dials counts successful connections of links, reconnections included.
+	Dials uint64
+	// BadFrames counts received frames dropped as oversized, corrupt, for
+	// another incarnation or undecodable.
+	BadFrames uint64
+	// RefusedHandshakes counts incoming connections refused before
+	// carrying a message (TLS failure, another cluster, a stale
+	// incarnation, a malformed hello).
+	RefusedHandshakes uint64
+}
+
+type counters struct {
+	sent, lost, delivered, batches, dials, badFrames, refused atomic.Uint64
+}
+
+// Transport is one incarnation's network transport. It implements
+// cluster.Transport.
+type Transport struct {
+	cfg  Config
+	log  *slog.Logger
+	ln   net.Listener
+	stat counters
+
+	ctx    context.Context // ends on Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	closed     bool
+	links      map[cluster.UniqueAddress]*link
+	staleBelow map[string]uint64 // node id → lowest incarnation not known dead
+	inbound    map[*inConn]struct{}
+
+	// deliverMu serializes handler calls across connections and guards
+	// current: the live inbound connection per sending incarnation. A
+	// superseded connection delivers nothing more.
+	deliverMu sync.Mutex
+	current   map[cluster.UniqueAddress]*inConn
+}
+
+var _ cluster.Transport = (*Transport)(nil)
+
+// Listen starts a transport listening for its peers.
+func Listen(cfg Config) (*Transport, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("tcp: listen %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	if cfg.ServerTLS != nil {
+		ln = tls.NewListener(ln, cfg.ServerTLS)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Transport{
+		cfg:        cfg,
+		log:        cfg.Logger.With("self", cfg.Self.String()),
+		ln:         ln,
+		ctx:        ctx,
+		cancel:     cancel,
+		links:      make(map[cluster.UniqueAddress]*link),
+		staleBelow: make(map[string]uint64),
+		inbound:    make(map[*inConn]struct{}),
+		current:    make(map[cluster.UniqueAddress]*inConn),
+	}
+	t.wg.Go(t.acceptLoop)
+	return t, nil
+}
+
+// Addr is the address the transport listens on: the endpoint its peers
+// resolve it to.
+func (t *Transport) Addr() net.Addr { return t.ln.Addr() }
+
+// Self implements cluster.Transport.
+func (t *Transport) Self() cluster.UniqueAddress { return t.cfg.Self }
+
+// Stats returns the counters so far.
+func (t *Transport) Stats() Stats {
+	return Stats{
+		Sent:              t.stat.sent.Load(),
+		Lost:              t.stat.lost.Load(),
+		Delivered:         t.stat.delivered.Load(),
+		Batches:           t.stat.batches.Load(),
+		Dials:             t.stat.dials.Load(),
+		BadFrames:         t.stat.badFrames.Load(),
+		RefusedHandshakes: t.stat.refused.Load(),
+	}
+}
+
+// Send implements cluster.Transport: it encodes msg into a frame and
+// queues it on the link to to, never blocking.
+func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
+	body, err := frame.Encode(t.cfg.Codec, t.cfg.Self, to, msg, t.cfg.MaxFrameSize)
+	if err != nil {
+		return fmt.Errorf("tcp: send to %s: %w", to, err)
+	}
+	l, err := t.link(to)
+	if err != nil {
+		return err
+	}
+	if err := l.enqueue(body); err != nil {
+		return fmt.Errorf("tcp: send to %s: %w", to, err)
+	}
+	t.stat.sent.Add(1)
+	return nil
+}
+
+// link returns the live link to to, creating it after asking the resolver.
+func (t *Transport) link(to cluster.UniqueAddress) (*link, error) {
+	t.mu.Lock()
+	l, err := t.linkLocked(to)
+	t.mu.Unlock()
+	if l != nil || err != nil {
+		return l, err
+	}
+	if _, err := t.cfg.Resolve(to); err != nil {
+		if errors.Is(err, cluster.ErrStaleIncarnation) {
+			t.markStale(to)
+		}
+		return nil, fmt.Errorf("tcp: send to %s: %w", to, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, err := t.linkLocked(to); l != nil || err != nil {
+		return l, err
+	}
+	l = newLink(t, to)
+	t.links[to] = l
+	t.wg.Go(l.run)
+	return l, nil
+}
+
+func (t *Transport) linkLocked(to cluster.UniqueAddress) (*link, error) {
+	switch {
+	case t.closed:
+		return nil, fmt.Errorf("tcp: send from %s: %w", t.cfg.Self, cluster.ErrClosed)
+	case to.Incarnation < t.staleBelow[to.Node]:
+		return nil, fmt.Errorf("tcp: send to %s: %w", to, cluster.ErrStaleIncarnation)
+	}
+	return t.links[to], nil
+}
+
+// markStale records that every incarnation of to's node up to to's is
+// dead, and kills their links.
+func (t *Transport) markStale(to cluster.UniqueAddress) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.markStaleLocked(to.Node, to.Incarnation+1)
+}
+
+// markStaleLocked records that incarnations of node below inc are dead.
+func (t *Transport) markStaleLocked(node string, inc uint64) {
+	if inc <= t.staleBelow[node] {
+		return
+	}
+	t.staleBelow[node] = inc
+	for a, l := range t.links {
+		if a.Node == node && a.Incarnation < inc {
+			delete(t.links, a)
+			l.kill(fmt.Errorf("%s: %w", a, cluster.ErrStaleIncarnation))
+		}
+	}
+}
+
+// dropLink forgets l (a link that died) so that a later Send asks the
+// resolver again.
+func (t *Transport) dropLink(l *link) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.links[l.to] == l {
+		delete(t.links, l.to)
+	}
+}
+
+// Flush returns once nothing sent to to before the call is still queued or
+// in flight: each such message has been handed to to's handler, or lost
+// to a broken connection. It returns an error when the link dies (the
+// incarnation is stale or this transport closed) or ctx ends first, and
+// nil at once when nothing was ever sent to to.
+func (t *Transport) Flush(ctx context.Context, to cluster.UniqueAddress) error {
+	t.mu.Lock()
+	l := t.links[to]
+	t.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.flush(ctx)
+}
+
+// FlushAll flushes every link (see Flush) and returns the first error that
+// is not a dead link's.
+func (t *Transport) FlushAll(ctx context.Context) error {
+	t.mu.Lock()
+	links := make([]*link, 0, len(t.links))
+	for _, l := range t.links {
+		links = append(links, l)
+	}
+	t.mu.Unlock()
+	for _, l := range links {
+		if l.isHeld() {
+			continue
+		}
+		if err := l.flush(ctx); err != nil && !errors.Is(err, errLinkDead) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close implements cluster.Transport: it stops listening, closes every
+// connection and waits for the transport's goroutines until ctx ends; when
+// it returns nil, no handler is running or will run. Queued messages are
+// lost. Closing twice is harmless.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if !t.closed {
+		t.closed = true
+		t.cancel()
+		t.ln.Close()
+		for a, l := range t.links {
+			delete(t.links, a)
+			l.kill(fmt.Errorf("%s: %w", t.cfg.Self, cluster.ErrClosed))
+		}
+		for c := range t.inbound {
+			c.conn.Close()
+		}
+	}
+	t.mu.Unlock()
+	// Once the goroutines are done no handler runs; a handler that calls
+	// Close waits for itself, so its Close returns when ctx ends.
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("tcp: close %s: %w", t.cfg.Self, ctx.Err())
+	}
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// newBackoff is a link's redial schedule: exponential with jitter between
+// MinBackoff and MaxBackoff, forever (the resolver decides when a peer is
+// gone).
+func (t *Transport) newBackoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = t.cfg.MinBackoff
+	b.MaxInterval = t.cfg.MaxBackoff
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return b
+}
