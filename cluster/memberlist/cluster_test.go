@@ -2,14 +2,18 @@ package memberlist_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	ml "github.com/hashicorp/memberlist"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
@@ -74,6 +78,19 @@ func newNode(t *testing.T, network *faultnet.Network, id string, mutate ...func(
 	return n
 }
 
+// bubble runs test in a synctest bubble: memberlist's timers run on its
+// fake clock, so failure detection takes no wall time and a busy machine
+// cannot make a probe late.
+func bubble(t *testing.T, test func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		// Runs after every node's Shutdown (cleanups run last first):
+		// memberlist's probes outlive Shutdown briefly, and the bubble must
+		// end with no goroutine left. The wait is free on the fake clock.
+		t.Cleanup(func() { time.Sleep(10 * time.Second) })
+		test(t)
+	})
+}
+
 // eventually waits, on the bubble's fake clock, until cond holds. The
 // deadline is generous: on the fake clock it costs no wall time.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -110,7 +127,7 @@ func startCluster(t *testing.T, ctx context.Context, nodes ...*node) {
 }
 
 func TestJoinGivesEveryNodeTheSameOrderAndOldest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble(t, func(t *testing.T) {
 		network := faultnet.NewNetwork(1)
 		a, b, c := newNode(t, network, "a"), newNode(t, network, "b"), newNode(t, network, "c")
 		startCluster(t, t.Context(), a, b, c)
@@ -129,6 +146,231 @@ func TestJoinGivesEveryNodeTheSameOrderAndOldest(t *testing.T) {
 			if oldest, ok := v.Oldest("shard"); !ok || oldest.Address != a.Self() {
 				t.Errorf("%s sees oldest %v, want %s", n.Self(), oldest, a.Self())
 			}
+		}
+	})
+}
+
+func TestPartitionMakesMembersUnreachableAndHealingRestoresThem(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(2)
+		a, b, c := newNode(t, network, "a"), newNode(t, network, "b"), newNode(t, network, "c")
+		startCluster(t, t.Context(), a, b, c)
+
+		network.Isolate(c.transport.Addr())
+		for _, n := range []*node{a, b} {
+			eventually(t, fmt.Sprintf("%s sees c unreachable", n.Self()), func() bool {
+				m, ok := n.member("c")
+				return ok && m.Unreachable && m.Status == cluster.Up
+			})
+		}
+		eventually(t, "c sees a and b unreachable", func() bool {
+			ma, _ := c.member("a")
+			mb, _ := c.member("b")
+			return ma.Unreachable && mb.Unreachable
+		})
+		if m, _ := a.member("b"); m.Unreachable {
+			t.Errorf("a sees b unreachable, though their link was never cut")
+		}
+		// The oldest reachable member is a, in every view; c sees none but itself.
+		if o, _ := b.View().Oldest(""); o.Address != a.Self() {
+			t.Errorf("b sees oldest %s, want a", o.Address)
+		}
+		if o, _ := c.View().Oldest(""); o.Address != c.Self() {
+			t.Errorf("c sees oldest %s, want itself", o.Address)
+		}
+
+		// Longer than GossipToTheDeadTime: only reconnection heals now.
+		time.Sleep(3 * memberlist.FastTiming().GossipToTheDeadTime)
+		network.Heal()
+		for _, n := range []*node{a, b, c} {
+			for _, o := range []*node{a, b, c} {
+				eventually(t, fmt.Sprintf("%s sees %s reachable again", n.Self(), o.Self()), func() bool {
+					m, ok := n.member(o.Self().Node)
+					return ok && !m.Unreachable && m.Status == cluster.Up
+				})
+			}
+		}
+		if !a.saw(cluster.MemberUnreachable, "c") || !a.saw(cluster.MemberReachable, "c") {
+			t.Errorf("a was not told c became unreachable and then reachable: %v", a.events)
+		}
+		if !c.saw(cluster.MemberReachable, "a") {
+			t.Errorf("c was not told a became reachable")
+		}
+	})
+}
+
+func TestCrashedMemberIsDownAfterReconnectTimeoutThenRemoved(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(3)
+		a, b, c := newNode(t, network, "a"), newNode(t, network, "b"), newNode(t, network, "c")
+		startCluster(t, t.Context(), a, b, c)
+
+		if err := c.Shutdown(); err != nil { // a crash: no leave message
+			t.Fatal(err)
+		}
+		eventually(t, "a sees c unreachable", func() bool { m, _ := a.member("c"); return m.Unreachable })
+		if m, _ := a.member("c"); m.Status != cluster.Up {
+			t.Errorf("c is %s right after failing, want still Up (and Unreachable)", m.Status)
+		}
+		eventually(t, "a sees c Down", func() bool { m, _ := a.member("c"); return m.Status == cluster.Down })
+		eventually(t, "a removes c", func() bool { _, ok := a.member("c"); return !ok })
+		for _, kind := range []cluster.EventKind{cluster.MemberUnreachable, cluster.MemberDowned, cluster.MemberRemoved} {
+			if !a.saw(kind, "c") {
+				t.Errorf("a was not told %s for c", kind)
+			}
+		}
+		if a.saw(cluster.MemberReachable, "c") {
+			t.Errorf("a was told c became reachable: it never came back")
+		}
+		if o, _ := b.View().Oldest(""); o.Address != a.Self() {
+			t.Errorf("b sees oldest %s, want a", o.Address)
+		}
+	})
+}
+
+func TestGracefulLeaveIsLeavingThenDownEverywhere(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(4)
+		a, b, c := newNode(t, network, "a"), newNode(t, network, "b"), newNode(t, network, "c")
+		startCluster(t, t.Context(), a, b, c)
+
+		// The oldest leaves: Leaving first, so the others stop choosing it
+		// while it hands off.
+		if err := a.SetLeaving(t.Context()); err != nil {
+			t.Fatalf("SetLeaving: %v", err)
+		}
+		for _, n := range []*node{b, c} {
+			eventually(t, fmt.Sprintf("%s sees a Leaving", n.Self()), func() bool {
+				m, _ := n.member("a")
+				return m.Status == cluster.Leaving
+			})
+			if o, _ := n.View().Oldest(""); o.Address != b.Self() {
+				t.Errorf("%s sees oldest %s while a leaves, want b", n.Self(), o.Address)
+			}
+		}
+		if err := a.Leave(t.Context()); err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+		if m, _ := a.member("a"); m.Status != cluster.Down {
+			t.Errorf("a sees itself %s after Leave, want Down", m.Status)
+		}
+		for _, n := range []*node{b, c} {
+			eventually(t, fmt.Sprintf("%s sees a Down", n.Self()), func() bool {
+				m, _ := n.member("a")
+				return m.Status == cluster.Down
+			})
+			if n.saw(cluster.MemberUnreachable, "a") {
+				t.Errorf("%s saw a unreachable: a graceful leave is not a failure", n.Self())
+			}
+		}
+		if err := a.Join(t.Context(), []string{b.Addr()}); !errors.Is(err, memberlist.ErrShutdown) {
+			t.Errorf("Join after Leave = %v, want ErrShutdown", err)
+		}
+		if err := a.Leave(t.Context()); err != nil {
+			t.Errorf("second Leave = %v, want nil", err)
+		}
+	})
+}
+
+func TestWrongKeyCannotJoin(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(5)
+		key := []byte("0123456789abcdef")
+		withKey := func(k []byte) func(*memberlist.Config) {
+			return func(c *memberlist.Config) { c.SecretKey = k }
+		}
+		a := newNode(t, network, "a", withKey(key))
+		b := newNode(t, network, "b", withKey(key))
+		intruder := newNode(t, network, "x", withKey([]byte("fedcba9876543210")))
+		plain := newNode(t, network, "p")
+		startCluster(t, t.Context(), a, b)
+
+		for _, n := range []*node{intruder, plain} {
+			err := n.Join(t.Context(), []string{a.Addr()})
+			if !errors.Is(err, memberlist.ErrNoSeedReachable) {
+				t.Errorf("%s joined a keyed cluster: Join = %v, want ErrNoSeedReachable", n.Self(), err)
+			}
+		}
+		time.Sleep(5 * time.Second) // let any gossip that slipped through spread
+		for _, n := range []*node{a, b} {
+			if n.View().Len() != 2 {
+				t.Errorf("%s sees %v, want only a and b", n.Self(), n.View().Members())
+			}
+		}
+		if m, _ := intruder.member("x"); m.Status != cluster.Joining {
+			t.Errorf("intruder is %s, want still Joining", m.Status)
+		}
+	})
+}
+
+func TestKeyringRotationKeepsTheClusterTogether(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(6)
+		oldKey, newKey := []byte("0123456789abcdef"), []byte("fedcba9876543210")
+		var keyrings []*ml.Keyring
+		withKeyring := func(primary []byte, others ...[]byte) func(*memberlist.Config) {
+			return func(c *memberlist.Config) {
+				kr, err := ml.NewKeyring(others, primary)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keyrings = append(keyrings, kr)
+				c.Keyring = kr
+			}
+		}
+		// Step 1 of a rotation: everyone accepts the new key, still sends the old.
+		a := newNode(t, network, "a", withKeyring(oldKey, newKey))
+		b := newNode(t, network, "b", withKeyring(oldKey, newKey))
+		startCluster(t, t.Context(), a, b)
+		// Step 2: everyone sends the new key; step 3: the old one goes.
+		for _, kr := range keyrings {
+			if err := kr.UseKey(newKey); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, kr := range keyrings {
+			if err := kr.RemoveKey(oldKey); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stale := newNode(t, network, "s", withKeyring(oldKey))
+		if err := stale.Join(t.Context(), []string{a.Addr()}); !errors.Is(err, memberlist.ErrNoSeedReachable) {
+			t.Errorf("a node with only the retired key joined: Join = %v", err)
+		}
+		fresh := newNode(t, network, "f", withKeyring(newKey))
+		if err := fresh.Join(t.Context(), []string{a.Addr()}); err != nil {
+			t.Fatalf("a node with the new key cannot join: %v", err)
+		}
+		for _, n := range []*node{a, b, fresh} {
+			eventually(t, fmt.Sprintf("%s sees three Up members", n.Self()), func() bool {
+				v := n.View()
+				for _, m := range v.Members() {
+					if m.Status != cluster.Up || m.Unreachable {
+						return false
+					}
+				}
+				return v.Len() == 3
+			})
+		}
+	})
+}
+
+func TestJoinWithNoSeedAnsweringIsATypedError(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(7)
+		a := newNode(t, network, "a")
+		err := a.Join(t.Context(), []string{"127.0.0.1:9999"})
+		if !errors.Is(err, memberlist.ErrNoSeedReachable) {
+			t.Fatalf("Join = %v, want ErrNoSeedReachable", err)
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1:9999") {
+			t.Errorf("error %q does not name the seed", err)
+		}
+		if err := a.Join(t.Context(), nil); !errors.Is(err, memberlist.ErrNoSeedReachable) {
+			t.Errorf("Join(nil) = %v, want ErrNoSeedReachable", err)
+		}
+		if m, _ := a.member("a"); m.Status != cluster.Joining {
+			t.Errorf("a is %s after failed joins, want Joining", m.Status)
 		}
 	})
 }
