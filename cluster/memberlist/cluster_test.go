@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"slices"
 	"strings"
@@ -374,3 +375,10 @@ func TestJoinWithNoSeedAnsweringIsATypedError(t *testing.T) {
 		}
 	})
 }
+
+// synctestWaitRound lets the cluster gossip for one fast-timing probe
+// interval of fake time.
+func synctestWaitRound() { time.Sleep(memberlist.FastTiming().ProbeInterval) }
+
+// newLogLogger is a *log.Logger for raw memberlist nodes, discarding.
+func newLogLogger() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -37,6 +37,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ml "github.com/hashicorp/memberlist"
@@ -47,6 +48,12 @@ import (
 // ErrNoSeedReachable is returned (wrapped, with each seed's error) by Join
 // when no seed answered.
 var ErrNoSeedReachable = errors.New("memberlist: no seed reachable")
+
+// ErrDuplicateIncarnation is returned (wrapped) by Join when the cluster
+// already has a live node under this node's id and incarnation at another
+// address: two processes were started as one incarnation. The cluster
+// keeps the one it knew and ignores this one.
+var ErrDuplicateIncarnation = errors.New("memberlist: another node runs this incarnation")
 
 // ErrShutdown is returned (wrapped) by calls on a Membership that has left
 // or shut down.
@@ -66,6 +73,10 @@ type Membership struct {
 	inbox   inbox
 	barrier chan chan uint64 // Join asks the loop for the highest join order
 	failed  chan []string    // loop → reconnector: who to rejoin
+
+	// duplicate is the address of another node seen gossiping under this
+	// node's name, set by the conflict delegate.
+	duplicate atomic.Pointer[string]
 
 	lifeMu   sync.Mutex // serializes Join, SetLeaving, Leave, Shutdown
 	shutdown bool
@@ -159,6 +170,9 @@ func (m *Membership) Join(ctx context.Context, seeds []string) error {
 	}
 	if joined == 0 {
 		return fmt.Errorf("%w (%d seeds): %w", ErrNoSeedReachable, len(seeds), errors.Join(errs...))
+	}
+	if other := m.duplicate.Load(); other != nil {
+		return fmt.Errorf("%w: %s runs at %s, this node at %s", ErrDuplicateIncarnation, m.Self(), *other, m.addr)
 	}
 	// The merge has queued an event for every member the seeds knew; the
 	// barrier makes the loop apply them before it answers.
@@ -427,6 +441,10 @@ func (d *delegate) NotifyAlive(n *ml.Node) error {
 // NotifyConflict implements memberlist.ConflictDelegate: two processes
 // claim one incarnation, which unique incarnations should make impossible.
 func (d *delegate) NotifyConflict(existing, other *ml.Node) {
+	if existing.Name == nodeName(d.m.cfg.self()) {
+		addr := other.Address()
+		d.m.duplicate.CompareAndSwap(nil, &addr)
+	}
 	d.m.cfg.Logger.Error("memberlist: two nodes claim one incarnation; the newcomer is ignored",
 		"node", existing.Name, "existing", existing.Address(), "other", other.Address())
 }
