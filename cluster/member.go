@@ -11,8 +11,9 @@
 // Implementations live in sub-packages: cluster/frame is the binary frame
 // every Transport carries (size limit, typed errors for bad frames),
 // cluster/inproc an in-process Transport for tests and the simulator,
-// cluster/clustertest the conformance suite every Transport passes, and cluster/lease the node and coordinator
-// leases that make the database the arbiter (DESIGN §8).
+// cluster/clustertest the conformance suite every Transport passes, and
+// cluster/lease the node and coordinator leases that make the database the
+// arbiter (DESIGN §8).
 package cluster
 
 import (

@@ -47,7 +47,7 @@ func BenchmarkSendDeliver(b *testing.B) {
 				b.Fatal(err)
 			}
 			to := cluster.UniqueAddress{Node: "b", Incarnation: 1}
-			a, _ := net.Join(cluster.UniqueAddress{Node: "a", Incarnation: 1}, nil2)
+			a, _ := net.Join(cluster.UniqueAddress{Node: "a", Incarnation: 1}, ignore)
 			received := 0
 			net.Join(to, func(cluster.UniqueAddress, any) { received++ })
 			b.ReportAllocs()

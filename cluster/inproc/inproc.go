@@ -11,8 +11,8 @@
 // same as over a socket.
 //
 // Nothing runs by itself (Run is the exception, for tests on the wall
-// clock that would rather not step). A Network has an injected clock and a seeded
-// random source; a message sent at time t with delay d becomes due at t+d
+// clock that would rather not step). A Network has an injected clock and a
+// seeded random source; a message sent at time t with delay d becomes due at t+d
 // (or later, to keep its link's order), and is delivered only when its
 // owner calls Step or DeliverDue with the clock at or past that time. A
 // simulator therefore interleaves deliveries with its own timers by asking
@@ -61,6 +61,11 @@ type Config struct {
 
 // DefaultQueueCapacity is the per-link bound when Config leaves it zero.
 const DefaultQueueCapacity = 1024
+
+// ErrInvalidConfig is returned (wrapped) by NewNetwork for a Config
+// without a Codec or a Clock, and by Join for an address without a node id
+// or a nil handler.
+var ErrInvalidConfig = errors.New("inproc: invalid configuration")
 
 // ErrDuplicateIncarnation is returned by Join for an incarnation that is
 // not newer than the node id's latest.
@@ -123,11 +128,11 @@ type envelope struct {
 	seq  uint64
 }
 
-// NewNetwork returns an empty network. It returns an error when Codec or
-// Clock is missing.
+// NewNetwork returns an empty network. It returns an error wrapping
+// ErrInvalidConfig when Codec or Clock is missing.
 func NewNetwork(cfg Config) (*Network, error) {
 	if cfg.Codec == nil || cfg.Clock == nil {
-		return nil, errors.New("inproc: Config needs a Codec and a Clock")
+		return nil, fmt.Errorf("%w: Config needs a Codec and a Clock", ErrInvalidConfig)
 	}
 	if cfg.QueueCapacity <= 0 {
 		cfg.QueueCapacity = DefaultQueueCapacity
@@ -154,10 +159,11 @@ func NewNetwork(cfg Config) (*Network, error) {
 // Join starts the incarnation addr on the network, delivering its messages
 // to handle. An older incarnation of the same node id dies: its Transport
 // is closed and what was in flight to or from it is lost. Join refuses an
-// incarnation not newer than the node id's latest (ErrDuplicateIncarnation).
+// incarnation not newer than the node id's latest (ErrDuplicateIncarnation),
+// and an address without a node id or a nil handle (ErrInvalidConfig).
 func (n *Network) Join(addr cluster.UniqueAddress, handle cluster.Handler) (*Transport, error) {
 	if addr.Node == "" || handle == nil {
-		return nil, errors.New("inproc: Join needs a node id and a handler")
+		return nil, fmt.Errorf("%w: Join needs a node id and a handler", ErrInvalidConfig)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -482,7 +488,10 @@ func (t *Transport) Self() cluster.UniqueAddress { return t.self }
 func (t *Transport) Send(to cluster.UniqueAddress, msg any) error { return t.net.send(t, to, msg) }
 
 // Close implements cluster.Transport: the incarnation dies, and what is in
-// flight to or from it is lost. Closing twice is harmless.
+// flight to or from it is lost. Closing twice is harmless. A delivery that
+// Run or Step on another goroutine had already taken off the queue may
+// still reach the handler after Close returns; close from the delivering
+// goroutine (a handler, or between steps) for a cut that is exact.
 func (t *Transport) Close(context.Context) error {
 	t.net.mu.Lock()
 	defer t.net.mu.Unlock()

@@ -160,8 +160,8 @@ func TestShrinkingDelayKeepsLinkOrder(t *testing.T) {
 	net, clock := newNet(t, inproc.Config{})
 	var r recorder
 	b := cluster.UniqueAddress{Node: "b", Incarnation: 1}
-	a := join(t, net, "a", 1, nil2)
-	c := join(t, net, "c", 1, nil2)
+	a := join(t, net, "a", 1, ignore)
+	c := join(t, net, "c", 1, ignore)
 	join(t, net, "b", 1, r.handle)
 	net.SetDelay("a", "b", time.Second, time.Second)
 	must(t, a.Send(b, msg{Seq: 1}))
@@ -174,7 +174,8 @@ func TestShrinkingDelayKeepsLinkOrder(t *testing.T) {
 	}
 }
 
-func nil2(cluster.UniqueAddress, any) {}
+// ignore is a handler that drops every message.
+func ignore(cluster.UniqueAddress, any) {}
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -187,7 +188,7 @@ func TestPartitionLosesUntilHealed(t *testing.T) {
 	net, clock := newNet(t, inproc.Config{Delay: 10 * time.Millisecond})
 	var r recorder
 	b := cluster.UniqueAddress{Node: "b", Incarnation: 1}
-	a := join(t, net, "a", 1, nil2)
+	a := join(t, net, "a", 1, ignore)
 	join(t, net, "b", 1, r.handle)
 	must(t, a.Send(b, msg{Seq: 1})) // in flight when the partition starts: lost
 	net.Partition("a", "b")
@@ -215,7 +216,7 @@ func TestDeterministicBySeed(t *testing.T) {
 		var senders []*inproc.Transport
 		for _, n := range []string{"a", "b", "c"} {
 			net.SetDelay(n, "d", 0, time.Second)
-			senders = append(senders, join(t, net, n, 1, nil2))
+			senders = append(senders, join(t, net, n, 1, ignore))
 		}
 		for i := range 20 {
 			for _, s := range senders {
@@ -251,7 +252,7 @@ func TestUndecodableIsDroppedAndCounted(t *testing.T) {
 	net, clock := newNet(t, inproc.Config{Codec: reg, Logger: slog.New(slog.DiscardHandler)})
 	var r recorder
 	b := cluster.UniqueAddress{Node: "b", Incarnation: 1}
-	a := join(t, net, "a", 1, nil2)
+	a := join(t, net, "a", 1, ignore)
 	join(t, net, "b", 1, r.handle)
 	must(t, a.Send(b, corrupt{X: 1}))
 	must(t, a.Send(b, msg{Seq: 2}))
@@ -266,14 +267,25 @@ func TestUndecodableIsDroppedAndCounted(t *testing.T) {
 
 func TestJoinRefusesOldIncarnation(t *testing.T) {
 	net, _ := newNet(t, inproc.Config{})
-	join(t, net, "a", 2, nil2)
+	join(t, net, "a", 2, ignore)
 	for _, inc := range []uint64{1, 2} {
-		if _, err := net.Join(cluster.UniqueAddress{Node: "a", Incarnation: inc}, nil2); !errors.Is(err, inproc.ErrDuplicateIncarnation) {
+		if _, err := net.Join(cluster.UniqueAddress{Node: "a", Incarnation: inc}, ignore); !errors.Is(err, inproc.ErrDuplicateIncarnation) {
 			t.Errorf("Join a#%d after a#2: %v, want ErrDuplicateIncarnation", inc, err)
 		}
 	}
-	if _, err := inproc.NewNetwork(inproc.Config{}); err == nil {
-		t.Error("NewNetwork without codec and clock succeeded")
+	if _, err := inproc.NewNetwork(inproc.Config{}); !errors.Is(err, inproc.ErrInvalidConfig) {
+		t.Errorf("NewNetwork without codec and clock: %v, want ErrInvalidConfig", err)
+	}
+	for name, tc := range map[string]struct {
+		addr   cluster.UniqueAddress
+		handle cluster.Handler
+	}{
+		"no node id": {cluster.UniqueAddress{Incarnation: 1}, ignore},
+		"no handler": {cluster.UniqueAddress{Node: "b", Incarnation: 1}, nil},
+	} {
+		if _, err := net.Join(tc.addr, tc.handle); !errors.Is(err, inproc.ErrInvalidConfig) {
+			t.Errorf("Join with %s: %v, want ErrInvalidConfig", name, err)
+		}
 	}
 }
 
@@ -282,7 +294,7 @@ func TestJoinRefusesOldIncarnation(t *testing.T) {
 func TestRestartRefusesOldIncarnation(t *testing.T) {
 	net, clock := newNet(t, inproc.Config{Delay: time.Second})
 	var r recorder
-	a := join(t, net, "a", 1, nil2)
+	a := join(t, net, "a", 1, ignore)
 	join(t, net, "b", 1, r.handle)
 	must(t, a.Send(cluster.UniqueAddress{Node: "b", Incarnation: 1}, msg{Seq: 1}))
 	join(t, net, "b", 2, r.handle)

@@ -32,7 +32,7 @@ func TestRunDeliversOnTime(t *testing.T) {
 			at  []time.Duration
 		)
 		start := time.Now()
-		a := join(t, net, "a", 1, nil2)
+		a := join(t, net, "a", 1, ignore)
 		join(t, net, "b", 1, func(from cluster.UniqueAddress, m any) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -14,7 +14,7 @@ import (
 // store's refusal when there was one): the owner must stop acting now.
 var ErrFenced = errors.New("lease: fenced")
 
-// Holder keeps a lease its owner has already acquired: it renews it every
+// Holder keeps a lease: it renews it every
 // Timing.RenewEvery (retrying a failed renewal every RenewEvery/4) and
 // calls fence once, at the Keeper's fence time or as soon as the store
 // refuses a renewal. A renewal that hangs does not delay the fence: the
@@ -33,23 +33,51 @@ type Holder struct {
 	keeper *Keeper
 }
 
-// HoldNode starts a Holder for node's lease, which the caller acquired with
-// a call that started at acquiredAt (read time.Now before AcquireNode).
-// It returns an error wrapping ErrInvalidSettings for a timing that
-// Timing.Validate refuses.
-func HoldNode(store Store, node cluster.UniqueAddress, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
-	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+// HoldNode acquires node's lease in store and starts a Holder that keeps
+// it, fencing from the moment before the acquisition was sent: a caller
+// timing the call itself could read the clock after it and fence late.
+// It returns the store's error when the acquisition fails, and checks
+// timing and fence as Hold does before it asks the store.
+func HoldNode(ctx context.Context, store Store, node cluster.UniqueAddress, timing Timing, fence func(error)) (*Holder, error) {
+	if err := checkHold(timing, fence); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := store.AcquireNode(ctx, node, timing.Length); err != nil {
+		return nil, err
+	}
+	return Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewNode(ctx, node, timing.Length)
 	}, fence)
 }
 
-// HoldCoordinator starts a Holder for the coordinator lease name held under
-// epoch, acquired with a call that started at acquiredAt. It refuses an
-// invalid timing as HoldNode does.
-func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acquiredAt time.Time, fence func(error)) (*Holder, error) {
-	return Hold(timing, acquiredAt, func(ctx context.Context) error {
+// HoldCoordinator acquires the coordinator lease name for owner and starts
+// a Holder that keeps it under the epoch it returns, as HoldNode does for
+// a node lease.
+func HoldCoordinator(ctx context.Context, store Store, name, owner string, timing Timing, fence func(error)) (*Holder, uint64, error) {
+	if err := checkHold(timing, fence); err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	epoch, err := store.AcquireCoordinator(ctx, name, owner, timing.Length)
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewCoordinator(ctx, name, epoch, timing.Length)
 	}, fence)
+	return h, epoch, err
+}
+
+// checkHold refuses what Hold refuses but renew.
+func checkHold(timing Timing, fence func(error)) error {
+	if err := timing.Validate(); err != nil {
+		return err
+	}
+	if fence == nil {
+		return fmt.Errorf("%w: a Holder needs a fence function", ErrInvalidSettings)
+	}
+	return nil
 }
 
 // Hold starts a Holder whose renew extends the lease; granted is when the
@@ -64,11 +92,11 @@ func HoldCoordinator(store Store, name string, epoch uint64, timing Timing, acqu
 // against the wall clock once and keeps the result on the monotonic
 // clock, so that a later step of the wall clock cannot delay the fence.
 func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) (*Holder, error) {
-	if err := timing.Validate(); err != nil {
+	if err := checkHold(timing, fence); err != nil {
 		return nil, err
 	}
-	if renew == nil || fence == nil {
-		return nil, fmt.Errorf("%w: Hold needs a renew and a fence function", ErrInvalidSettings)
+	if renew == nil {
+		return nil, fmt.Errorf("%w: a Holder needs a renew function", ErrInvalidSettings)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
@@ -86,7 +114,8 @@ func (h *Holder) Holds() bool {
 }
 
 // Stop stops renewing without calling fence (the owner releases the lease
-// itself) and waits for a renewal in flight to end.
+// itself) and waits for a renewal in flight to end. fence may call Stop;
+// a Stop from elsewhere racing the fence time may return while fence runs.
 func (h *Holder) Stop() {
 	h.cancel()
 	<-h.done
@@ -97,8 +126,19 @@ type renewal struct {
 	err   error
 }
 
+// run renews until fenced or stopped; it calls fence after done is
+// closed, so that fence may Stop the Holder.
 func (h *Holder) run(ctx context.Context) {
-	defer close(h.done)
+	err := h.renewUntilFenced(ctx)
+	h.cancel() // ends a renewal still in flight
+	close(h.done)
+	if err != nil {
+		h.fence(err)
+	}
+}
+
+// renewUntilFenced returns why the owner must fence, or nil once stopped.
+func (h *Holder) renewUntilFenced(ctx context.Context) error {
 	results := make(chan renewal, 1)
 	inFlight := false
 	nextTry := h.keeper.RenewAt()
@@ -111,8 +151,7 @@ func (h *Holder) run(ctx context.Context) {
 		fenceAt := h.keeper.FenceAt()
 		h.mu.Unlock()
 		if fenced {
-			h.fence(fmt.Errorf("%w: no successful renewal since %v", ErrFenced, fenceAt.Add(-(h.timing.Length - h.timing.Margin))))
-			return
+			return fmt.Errorf("%w: no successful renewal since %v", ErrFenced, fenceAt.Add(-(h.timing.Length - h.timing.Margin)))
 		}
 		if !inFlight && !now.Before(nextTry) {
 			inFlight = true
@@ -133,7 +172,7 @@ func (h *Holder) run(ctx context.Context) {
 			if inFlight {
 				<-results
 			}
-			return
+			return nil
 		case <-timer.C:
 		case r := <-results:
 			inFlight = false
@@ -147,8 +186,7 @@ func (h *Holder) run(ctx context.Context) {
 				h.mu.Lock()
 				h.keeper.Refused()
 				h.mu.Unlock()
-				h.fence(fmt.Errorf("%w: %w", ErrFenced, r.err))
-				return
+				return fmt.Errorf("%w: %w", ErrFenced, r.err)
 			default: // the store is unreachable or slow: try again soon
 				nextTry = time.Now().Add(h.timing.RenewEvery / 4)
 			}

@@ -58,19 +58,10 @@ func (s *flakyStore) RenewNode(ctx context.Context, n cluster.UniqueAddress, ttl
 	return s.Store.RenewNode(ctx, n, ttl)
 }
 
-func acquired(t *testing.T, s lease.Store) time.Time {
-	t.Helper()
-	start := time.Now()
-	if err := s.AcquireNode(context.Background(), node, timing.Length); err != nil {
-		t.Fatal(err)
-	}
-	return start
-}
-
 // holdNode acquires node's lease in s and holds it, fencing into f.
 func holdNode(t *testing.T, s lease.Store, f *fenceRecorder) *lease.Holder {
 	t.Helper()
-	h, err := lease.HoldNode(s, node, timing, acquired(t, s), f.fence)
+	h, err := lease.HoldNode(context.Background(), s, node, timing, f.fence)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,12 +84,19 @@ func TestHoldRefusesInvalidTiming(t *testing.T) {
 			}
 			t.Errorf("Hold with %s timing: %v, want ErrInvalidSettings", name, err)
 		}
-		if _, err := lease.HoldNode(store, node, tm, time.Now(), func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+		if _, err := lease.HoldNode(context.Background(), store, node, tm, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
 			t.Errorf("HoldNode with %s timing: %v, want ErrInvalidSettings", name, err)
 		}
-		if _, err := lease.HoldCoordinator(store, "T", 1, tm, time.Now(), func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+		if _, _, err := lease.HoldCoordinator(context.Background(), store, "T", "a#1", tm, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
 			t.Errorf("HoldCoordinator with %s timing: %v, want ErrInvalidSettings", name, err)
 		}
+	}
+	// Refused before the store was asked: nothing was acquired.
+	if _, err := store.NodeLeaseExpired(context.Background(), node); !errors.Is(err, lease.ErrNoLease) {
+		t.Errorf("a refused HoldNode acquired the lease: %v", err)
+	}
+	if err := store.RenewCoordinator(context.Background(), "T", 1, time.Second); !errors.Is(err, lease.ErrNoLease) {
+		t.Errorf("a refused HoldCoordinator acquired the lease: %v", err)
 	}
 	if _, err := lease.Hold(timing, time.Now(), renew, nil); !errors.Is(err, lease.ErrInvalidSettings) {
 		t.Errorf("Hold without a fence function: %v, want ErrInvalidSettings", err)
@@ -211,15 +209,10 @@ func TestHoldCoordinatorFencesOnTakeover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := lease.NewMemoryStore(nil)
 		ctx := context.Background()
-		start := time.Now()
-		epoch, err := store.AcquireCoordinator(ctx, "T", "a#1", timing.Length)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var f fenceRecorder
-		h, err := lease.HoldCoordinator(store, "T", epoch, timing, start, f.fence)
-		if err != nil {
-			t.Fatal(err)
+		h, epoch, err := lease.HoldCoordinator(ctx, store, "T", "a#1", timing, f.fence)
+		if err != nil || epoch == 0 {
+			t.Fatalf("HoldCoordinator: epoch %d, %v", epoch, err)
 		}
 		defer h.Stop()
 		time.Sleep(time.Second)
@@ -234,4 +227,84 @@ func TestHoldCoordinatorFencesOnTakeover(t *testing.T) {
 			t.Fatalf("fenced %d times with %v, want once with ErrStaleEpoch", n, err)
 		}
 	})
+}
+
+// fence may stop its own Holder (an owner shutting everything down) without
+// deadlocking: fence runs after the Holder's goroutine is done.
+func TestFenceMayStopItsHolder(t *testing.T) {
+	for _, downed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "timed out", true: "refused"}[downed], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := lease.NewMemoryStore(nil)
+				store := &flakyStore{Store: mem}
+				var (
+					holder  atomic.Pointer[lease.Holder]
+					stopped atomic.Bool
+				)
+				h, err := lease.HoldNode(context.Background(), store, node, timing, func(error) {
+					holder.Load().Stop()
+					stopped.Store(true)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				holder.Store(h)
+				if downed {
+					if err := mem.DownNode(context.Background(), node); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					store.down.Store(true)
+				}
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if !stopped.Load() {
+					t.Fatal("fence did not return from Stop")
+				}
+			})
+		})
+	}
+}
+
+// slowAcquireStore takes two seconds to grant an acquisition.
+type slowAcquireStore struct{ flakyStore }
+
+func (s *slowAcquireStore) AcquireNode(ctx context.Context, n cluster.UniqueAddress, ttl time.Duration) error {
+	time.Sleep(2 * time.Second)
+	return s.Store.AcquireNode(ctx, n, ttl)
+}
+
+// HoldNode counts the fence from before its acquisition was sent, not from
+// the answer: with a store that answers 2 s late and then fails every
+// renewal, the fence comes Length − Margin after the call began.
+func TestHoldNodeFencesFromBeforeTheAcquisition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowAcquireStore{flakyStore{Store: lease.NewMemoryStore(nil)}}
+		store.down.Store(true)
+		var f fenceRecorder
+		called := time.Now()
+		h, err := lease.HoldNode(context.Background(), store, node, timing, f.fence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Stop()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		at, _, n := f.get()
+		if want := called.Add(timing.Length - timing.Margin); n != 1 || !at.Equal(want) {
+			t.Fatalf("fenced %d times, %v after the call, want once at %v", n, at.Sub(called), want.Sub(called))
+		}
+	})
+}
+
+// An acquisition the store refuses is the store's error, and no Holder.
+func TestHoldNodeAcquisitionRefused(t *testing.T) {
+	store := lease.NewMemoryStore(nil)
+	if err := store.DownNode(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	h, err := lease.HoldNode(context.Background(), store, node, timing, func(error) {})
+	if !errors.Is(err, lease.ErrNodeDown) || h != nil {
+		t.Fatalf("HoldNode of a downed incarnation: %v, %v; want ErrNodeDown and no Holder", h, err)
+	}
 }

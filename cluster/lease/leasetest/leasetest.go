@@ -105,6 +105,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) lease.Store) {
 		{"IncarnationsAreSeparate", testIncarnations},
 		{"BadArguments", testBadArguments},
 		{"CancelledContext", testCancelled},
+		{"NodeConcurrentAcquireAndDown", testNodeConcurrent},
 		{"CoordinatorLeaseHeldUntilExpiry", testCoordinatorHeld},
 		{"CoordinatorRenewal", testCoordinatorRenew},
 		{"CoordinatorSameOwnerNewEpoch", testCoordinatorSameOwner},
@@ -289,6 +290,38 @@ func testCancelled(su *suite) {
 	_, err = su.s.NodeLeaseExpired(su.ctx, n)
 	su.is("NodeLeaseExpired after cancelled calls", err, lease.ErrNoLease)
 	su.is("RenewCoordinator after cancelled calls", su.s.RenewCoordinator(su.ctx, su.name("c"), 1, ttl), lease.ErrNoLease)
+}
+
+// Racing acquisitions of one incarnation all get the lease (a retried
+// acquisition extends it); an acquisition racing a down either wins and is
+// downed after, or is refused: the incarnation ends down either way.
+func testNodeConcurrent(su *suite) {
+	const racers = 8
+	n := su.node("a", 1)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() { errs[i] = su.s.AcquireNode(su.ctx, n, ttl) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		su.ok(fmt.Sprintf("racing AcquireNode %d", i), err)
+	}
+	if su.expired(n) {
+		su.t.Fatal("expired after racing acquisitions")
+	}
+	for i := range racers {
+		m := su.node(fmt.Sprint("b", i), 1)
+		var acqErr, downErr error
+		wg.Go(func() { acqErr = su.s.AcquireNode(su.ctx, m, ttl) })
+		wg.Go(func() { downErr = su.s.DownNode(su.ctx, m) })
+		wg.Wait()
+		su.ok("racing DownNode", downErr)
+		if acqErr != nil && !errors.Is(acqErr, lease.ErrNodeDown) {
+			su.t.Fatalf("AcquireNode racing DownNode: %v, want nil or ErrNodeDown", acqErr)
+		}
+		su.is("RenewNode after the race", su.s.RenewNode(su.ctx, m, ttl), lease.ErrNodeDown)
+	}
 }
 
 func (su *suite) acquire(name, owner string) uint64 {
