@@ -367,8 +367,11 @@ func TestJoinWithNoSeedAnsweringIsATypedError(t *testing.T) {
 		if !strings.Contains(err.Error(), "127.0.0.1:9999") {
 			t.Errorf("error %q does not name the seed", err)
 		}
-		if err := a.Join(t.Context(), nil); !errors.Is(err, memberlist.ErrNoSeedReachable) {
-			t.Errorf("Join(nil) = %v, want ErrNoSeedReachable", err)
+		for _, seeds := range [][]string{nil, {a.Addr()}} {
+			err := a.Join(t.Context(), seeds)
+			if !errors.Is(err, memberlist.ErrNoSeedReachable) || strings.Contains(err.Error(), "%!") {
+				t.Errorf("Join(%q) = %v, want ErrNoSeedReachable", seeds, err)
+			}
 		}
 		if m, _ := a.member("a"); m.Status != cluster.Joining {
 			t.Errorf("a is %s after failed joins, want Joining", m.Status)
@@ -382,3 +385,25 @@ func synctestWaitRound() { time.Sleep(memberlist.FastTiming().ProbeInterval) }
 
 // newLogLogger is a *log.Logger for raw memberlist nodes, discarding.
 func newLogLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func TestClusterFormsAndHealsUnderPacketLoss(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		network := faultnet.NewNetwork(11)
+		network.SetLoss(0.1) // UDP only: joins over streams still succeed
+		a, b, c := newNode(t, network, "a"), newNode(t, network, "b"), newNode(t, network, "c")
+		startCluster(t, t.Context(), a, b, c)
+		network.Partition([]string{a.transport.Addr(), b.transport.Addr()}, []string{c.transport.Addr()})
+		eventually(t, "a sees c unreachable", func() bool { m, _ := a.member("c"); return m.Unreachable })
+		network.Heal()
+		for _, n := range []*node{a, b, c} {
+			eventually(t, fmt.Sprintf("%s sees everyone reachable", n.Self()), func() bool {
+				for _, m := range n.View().Members() {
+					if m.Unreachable || m.Status != cluster.Up {
+						return false
+					}
+				}
+				return n.View().Len() == 3
+			})
+		}
+	})
+}

@@ -56,8 +56,9 @@ type Config struct {
 	// added and made primary.
 	Keyring *ml.Keyring
 
-	// Timing holds failure detection and gossip settings. Default
-	// DefaultTiming().
+	// Timing holds failure detection and gossip settings. Left zero it is
+	// DefaultTiming(); otherwise every field must be set, so start from
+	// DefaultTiming() or FastTiming() and change what you need.
 	Timing Timing
 	// Logger receives memberlist's log lines at their levels. Default
 	// slog.Default().

@@ -169,6 +169,9 @@ func (m *Membership) Join(ctx context.Context, seeds []string) error {
 		joined++
 	}
 	if joined == 0 {
+		if len(errs) == 0 {
+			return fmt.Errorf("%w: no seed other than this node (%s) in %q", ErrNoSeedReachable, m.addr, seeds)
+		}
 		return fmt.Errorf("%w (%d seeds): %w", ErrNoSeedReachable, len(seeds), errors.Join(errs...))
 	}
 	if other := m.duplicate.Load(); other != nil {
