@@ -117,9 +117,12 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) lease.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			// The store first: making it may start a database server, which
+			// must not eat into the operations' deadline.
+			store := newStore(t, clock)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			t.Cleanup(cancel)
-			tc.fn(&suite{t: t, s: newStore(t, clock), clock: clock, ctx: ctx,
+			tc.fn(&suite{t: t, s: store, clock: clock, ctx: ctx,
 				id: fmt.Sprintf("%s-%d", tc.name, time.Now().UnixNano())})
 		})
 	}
