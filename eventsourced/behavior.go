@@ -48,6 +48,8 @@ type behavior[C, E, S any] struct {
 	writerID  string
 
 	state S
+	// missing holds EnforcedReplies violations until a testkit takes them.
+	missing []error
 }
 
 type esContext[C any] struct {
@@ -266,29 +268,46 @@ func (b *behavior[C, E, S]) signal(sig Signal) {
 
 // Receive implements entity.Behavior.
 func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[C] {
-	eff := b.cfg.OnCommand(b.ctx, b.state, cmd)
-	if eff.e == nil {
-		return entity.Same[C]()
+	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx}, b.state, cmd)
+	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
+		b.missingReply(cmd, eff)
 	}
-	switch eff.e.kind {
-	case kindPersist:
-		b.persist(eff.e)
+	switch eff.kind {
+	case EffectPersist:
+		b.persist(eff)
 		return entity.Same[C]()
-	case kindStash:
+	case EffectStash:
 		if err := b.ctx.Stash().Stash(cmd); err != nil {
 			b.ctx.Log().Error("stash full; stopping", "err", err)
 			b.cell.Fail(fmt.Errorf("eventsourced: %s: %w", b.pid, err))
 			return entity.Same[C]()
 		}
 	}
-	b.runSideEffects(eff.e.then)
-	if eff.e.kind == kindUnhandled {
+	b.runSideEffects(eff.then)
+	if eff.kind == EffectUnhandled {
 		return entity.Unhandled[C]()
 	}
 	return entity.Same[C]()
 }
 
-func (b *behavior[C, E, S]) persist(eff *effect[E, S]) {
+// missingReply reports a command whose effect broke Config.EnforcedReplies.
+func (b *behavior[C, E, S]) missingReply(cmd C, eff Effect[E, S]) {
+	err := &MissingReplyError{PersistenceID: b.pid, Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
+	b.ctx.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
+	b.missing = append(b.missing, err)
+	b.signal(ReplyMissing{Err: err})
+}
+
+// TakeMissingReplies returns and forgets the EnforcedReplies violations
+// seen so far, for a testkit (eventsourcedtest reports them per command).
+// Call it on the entity's goroutine or after it stopped.
+func (b *behavior[C, E, S]) TakeMissingReplies() []error {
+	m := b.missing
+	b.missing = nil
+	return m
+}
+
+func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 	first := b.ctx.seqNr + 1
 	now := b.ctx.Clock().Now()
 	batch := make([]journal.Event, len(eff.events))
@@ -332,7 +351,7 @@ func (b *behavior[C, E, S]) rejectPersist(first uint64, err error) {
 	b.cell.Fail(perr)
 }
 
-func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error) {
+func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error) {
 	if err != nil {
 		if errors.Is(err, journal.ErrRejected) {
 			b.rejectPersist(first, err)
@@ -373,13 +392,15 @@ func (b *behavior[C, E, S]) runSideEffects(then []sideEffect[S]) {
 	stop := false
 	for _, s := range then {
 		switch s.kind {
-		case sideRun:
+		case SideRun:
 			s.run(b.state)
-		case sideReply:
-			s.reply(b.ctx, b.state)
-		case sideUnstashAll:
+		case SideReply:
+			if a := s.reply(b.state); a.send != nil {
+				a.send(b.ctx)
+			}
+		case SideUnstashAll:
 			b.ctx.Stash().UnstashAll()
-		case sideStop:
+		case SideStop:
 			stop = true
 		}
 	}

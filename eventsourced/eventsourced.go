@@ -88,6 +88,25 @@ type Context[C any] interface {
 	Recovering() bool
 }
 
+// CommandContext is what a command handler gets: the entity's Context and
+// the Effects for its events and state, so that building an effect needs no
+// type arguments:
+//
+//	return ctx.Persist(Incremented{By: c.By}).ThenReply(eventsourced.To(c.ReplyTo, "ok"))
+//
+// Its Stop and Stash build effects; the entity-level calls of the same
+// names are ctx.Context.Stop and ctx.Context.Stash.
+type CommandContext[C, E, S any] struct {
+	Context[C]
+	Effects[E, S]
+}
+
+// Stop is the effect that persists nothing and stops the entity.
+func (c CommandContext[C, E, S]) Stop() Effect[E, S] { return c.Effects.Stop() }
+
+// Stash is the effect that sets the command aside until UnstashAll.
+func (c CommandContext[C, E, S]) Stash() Effect[E, S] { return c.Effects.Stash() }
+
 // Config describes an event-sourced entity. C is its command type, E its
 // event type and S its state.
 type Config[C, E, S any] struct {
@@ -95,7 +114,7 @@ type Config[C, E, S any] struct {
 	// EmptyState is the state before the first event.
 	EmptyState S
 	// OnCommand decides what to do with a command in the current state.
-	OnCommand func(ctx Context[C], state S, cmd C) Effect[E, S]
+	OnCommand func(ctx CommandContext[C, E, S], state S, cmd C) Effect[E, S]
 	// OnEvent applies an event. It runs for new events and during replay,
 	// with the same context, so timers it starts are restored by recovery.
 	OnEvent func(ctx Context[C], state S, event E) S
@@ -108,6 +127,19 @@ type Config[C, E, S any] struct {
 	SnapshotWhen func(state S, event E, seqNr uint64) bool
 	// Retention takes snapshots every N events and prunes old ones.
 	Retention Retention
+
+	// EnforcedReplies, like Akka's withEnforcedReplies, requires every
+	// command that carries an entity.ReplyTo (a field of the command
+	// struct, or of a struct it embeds) to end in an effect that decides
+	// its reply: one that replies (Reply, ThenReply, ThenReplyFrom), says
+	// it will not (NoReply, ThenNoReply: the reply comes later, from
+	// another message) or stashes the command. A command that does not is
+	// a bug in the handler. The effect still runs; the entity logs the
+	// violation at Error, signals ReplyMissing with a *MissingReplyError,
+	// and carries on, so production traffic is not lost to a missing
+	// reply; the asker's Ask ends at its context's deadline. The testkit
+	// (eventsourcedtest) fails the test at the command that broke it.
+	EnforcedReplies bool
 
 	// Journal, Snapshots and Codec default to the System's.
 	Journal   journal.Journal
@@ -199,6 +231,10 @@ type (
 		UpTo uint64
 		Err  error
 	}
+	// ReplyMissing: with Config.EnforcedReplies, a command that carries a
+	// ReplyTo got an effect that does not decide its reply; Err is a
+	// *MissingReplyError. The entity carries on.
+	ReplyMissing struct{ Err error }
 	// DeleteEventsCompleted / Failed report retention's event pruning.
 	DeleteEventsCompleted struct{ UpTo uint64 }
 	DeleteEventsFailed    struct {
@@ -217,6 +253,7 @@ func (DeleteSnapshotsCompleted) isSignal() {}
 func (DeleteSnapshotsFailed) isSignal()    {}
 func (DeleteEventsCompleted) isSignal()    {}
 func (DeleteEventsFailed) isSignal()       {}
+func (ReplyMissing) isSignal()             {}
 
 var (
 	// ErrPersistFailed matches the stop reason of an entity whose write

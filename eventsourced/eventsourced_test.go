@@ -114,8 +114,8 @@ func TestUnencodableEventIsRejectedBeforeWriting(t *testing.T) {
 	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
 		return eventsourced.New(eventsourced.Config[cmd, event, state]{
 			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
-			OnCommand: func(eventsourced.Context[cmd], state, cmd) eventsourced.Effect[event, state] {
-				return eventsourced.Persist[event, state](secret{})
+			OnCommand: func(ctx eventsourced.CommandContext[cmd, event, state], _ state, _ cmd) eventsourced.Effect[event, state] {
+				return ctx.Persist(secret{})
 			},
 			OnEvent: func(_ eventsourced.Context[cmd], s state, _ event) state { return s },
 		})
@@ -168,8 +168,8 @@ func TestStashOverflowStopsWithTypedError(t *testing.T) {
 	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
 		return eventsourced.New(eventsourced.Config[cmd, event, state]{
 			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
-			OnCommand: func(eventsourced.Context[cmd], state, cmd) eventsourced.Effect[event, state] {
-				return eventsourced.Stash[event, state]()
+			OnCommand: func(ctx eventsourced.CommandContext[cmd, event, state], _ state, _ cmd) eventsourced.Effect[event, state] {
+				return ctx.Stash()
 			},
 			OnEvent: func(_ eventsourced.Context[cmd], s state, _ event) state { return s },
 		})

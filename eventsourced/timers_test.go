@@ -51,23 +51,23 @@ func newJob(ec entity.Context[jobCmd]) entity.Behavior[jobCmd] {
 	type eff = eventsourced.Effect[jobEvent, jobState]
 	return eventsourced.New(eventsourced.Config[jobCmd, jobEvent, jobState]{
 		PersistenceID: eventsourced.PersistenceIDOf(jobKey, ec.EntityID()),
-		OnCommand: func(ctx eventsourced.Context[jobCmd], s jobState, c jobCmd) eff {
+		OnCommand: func(ctx eventsourced.CommandContext[jobCmd, jobEvent, jobState], s jobState, c jobCmd) eff {
 			switch c := c.(type) {
 			case startJob:
 				if s.Phase == "" {
-					return eventsourced.Persist[jobEvent, jobState](jobStarted{Deadline: ctx.Clock().Now().Add(c.Timeout)})
+					return ctx.Persist(jobStarted{Deadline: ctx.Clock().Now().Add(c.Timeout)})
 				}
 			case jobTimeout:
 				if s.Phase == "processing" && c.Deadline.Equal(s.Deadline) {
-					return eventsourced.Persist[jobEvent, jobState](jobTimedOut{})
+					return ctx.Persist(jobTimedOut{})
 				}
 			case finishJob:
 				if s.Phase == "processing" {
-					return eventsourced.Persist[jobEvent, jobState](jobFinished{}).
+					return ctx.Persist(jobFinished{}).
 						ThenRun(func(jobState) { ctx.Timers().Cancel(timeoutKey) })
 				}
 			}
-			return eventsourced.Unhandled[jobEvent, jobState]()
+			return ctx.Unhandled()
 		},
 		OnEvent: func(ctx eventsourced.Context[jobCmd], s jobState, e jobEvent) jobState {
 			switch e := e.(type) {

@@ -40,21 +40,22 @@ func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
 	})
 }
 
-func TestTimeLeftIsNeverNegative(t *testing.T) {
-	now := time.Date(2026, 1, 1, 17, 0, 0, 0, time.UTC)
-	pt := DefaultSettings().processingTimeout(now)
-	for _, tc := range []struct {
-		at   time.Time
-		want time.Duration
-	}{
-		{now, 20 * time.Second},
-		{now.Add(time.Second), 19 * time.Second},
-		{now.Add(time.Hour), 0},
-	} {
-		if got := pt.TimeLeft(tc.at); got != tc.want {
-			t.Errorf("TimeLeft(%v) = %v, want %v", tc.at, got, tc.want)
-		}
-	}
+// Point 1 after recovery: a phase whose deadline passed while the entity
+// was down times out as soon as it has recovered.
+func TestTimeoutPoint1RecoveredAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, DefaultSettings())
+		f.issuer.Hold()
+		f.settle(aliceSettle)
+		synctest.Wait()
+		f.kit.Cell().StopNow() // down before the deadline, with the call in flight
+		<-f.kit.Cell().Done()
+		time.Sleep(time.Hour)
+		f.kit.Restart()
+		synctest.Wait()
+		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
+		f.issuer.Release()
+	})
 }
 
 // Point 2: only the timeout stored in the state is handled.
@@ -94,13 +95,20 @@ func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
 		f.issuer.Hold()
 		f.cancel(aliceCancel)
 		synctest.Wait()
+		dead := f.kit.System().DeadLetters()
 		f.kit.Restart()
-		synctest.Wait() // the settlement's timer has fired, stale
+		synctest.Wait()
 		c, ok := f.kit.State().(Canceling)
 		if !ok {
 			t.Fatalf("state %T after recovery, want Canceling", f.kit.State())
 		}
-		time.Sleep(c.Timeout.TimeLeft(time.Now()))
+		// Replaying SettlementSuccessConfirmed cancelled the timer that
+		// replaying SettlementAccepted re-armed (point 4 in the event
+		// handler), so no stale timeout was even delivered.
+		if n := f.kit.System().DeadLetters() - dead; n != 0 {
+			t.Fatalf("%d unhandled messages after recovery, want 0 (a stale timeout was delivered)", n)
+		}
+		time.Sleep(time.Until(c.Timeout.Deadline))
 		synctest.Wait()
 		wantEvents(t, f.events(), "SettlementAccepted", "SettlementSuccessConfirmed", "CancelAccepted", "CancelTimeoutDetected")
 	})
