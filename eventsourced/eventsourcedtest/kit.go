@@ -2,6 +2,10 @@
 // command, get back the events it persisted, its new state and its reply;
 // restart it to check recovery; inject journal faults.
 //
+// An entity configured with eventsourced.Config.EnforcedReplies is checked
+// too: a command that carries a ReplyTo and gets an effect that neither
+// replies nor says NoReply fails the test at that command.
+//
 // Serialization is checked by default, because a type that does not survive
 // the codec works locally and fails only when it first crosses a network or
 // a restart: every command goes through a codec round trip, every stored
@@ -12,6 +16,7 @@ package eventsourcedtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"reflect"
@@ -205,20 +210,31 @@ func (r tellThen[C]) Tell(msg C) error {
 	return err
 }
 
+// replyChecker is the behavior's side of eventsourced.Config.EnforcedReplies.
+type replyChecker interface{ TakeMissingReplies() []error }
+
 func (k *Kit[C, E, S]) collect() Result[E, S] {
 	k.t.Helper()
-	var res Result[E, S]
-	running := k.await(func() {
-		if k.behav != nil {
-			res.State = k.behav.State()
+	var (
+		res     Result[E, S]
+		missing []error
+	)
+	observe := func() {
+		if k.behav == nil {
+			return
 		}
-	})
-	if !running {
+		res.State = k.behav.State()
+		if rc, ok := k.behav.(replyChecker); ok {
+			missing = rc.TakeMissingReplies()
+		}
+	}
+	if !k.await(observe) {
 		<-k.cell.Done()
 		res.Stopped, res.Err = true, k.cell.Err()
-		if k.behav != nil {
-			res.State = k.behav.State()
-		}
+		observe()
+	}
+	if len(missing) > 0 {
+		k.t.Fatalf("eventsourcedtest: %v", errors.Join(missing...))
 	}
 	written := k.journal.Written()
 	for _, ev := range written[k.seen:] {
