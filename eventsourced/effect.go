@@ -121,7 +121,8 @@ func (Effects[E, S]) Persist(events ...E) Effect[E, S] {
 // None persists nothing; side effects run at once with the current state.
 func (Effects[E, S]) None() Effect[E, S] { return Effect[E, S]{} }
 
-// Unhandled persists nothing and records the command as a dead letter.
+// Unhandled persists nothing and records the command as a dead letter. It
+// satisfies Config.EnforcedReplies: the asker gets no reply.
 func (Effects[E, S]) Unhandled() Effect[E, S] { return Effect[E, S]{kind: EffectUnhandled} }
 
 // Stash sets the command aside in the entity's stash until UnstashAll. A
@@ -199,10 +200,11 @@ func (eff Effect[E, S]) SideEffects() []SideEffectKind {
 }
 
 // DecidesReply reports whether the effect settles its command's reply, as
-// Config.EnforcedReplies requires: it replies, says NoReply, or stashes
-// the command to be handled again later.
+// Config.EnforcedReplies requires: it replies, says NoReply, stashes the
+// command to be handled again later, or refuses it as Unhandled (a dead
+// letter, which is explicit enough: the command was not understood here).
 func (eff Effect[E, S]) DecidesReply() bool {
-	if eff.kind == EffectStash {
+	if eff.kind == EffectStash || eff.kind == EffectUnhandled {
 		return true
 	}
 	for _, s := range eff.then {

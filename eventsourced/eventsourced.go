@@ -133,7 +133,7 @@ type Config[C, E, S any] struct {
 	// struct, or of a struct it embeds) to end in an effect that decides
 	// its reply: one that replies (Reply, ThenReply, ThenReplyFrom), says
 	// it will not (NoReply, ThenNoReply: the reply comes later, from
-	// another message) or stashes the command. A command that does not is
+	// another message), stashes the command or refuses it (Unhandled). A command that does not is
 	// a bug in the handler. The effect still runs; the entity logs the
 	// violation at Error, signals ReplyMissing with a *MissingReplyError,
 	// and carries on, so production traffic is not lost to a missing

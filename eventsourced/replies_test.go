@@ -134,13 +134,13 @@ func TestDecidesReply(t *testing.T) {
 		{"None", fx.None(), false},
 		{"Persist", fx.Persist(added{}), false},
 		{"Persist.ThenRun", fx.Persist(added{}).ThenRun(func(state) {}), false},
-		{"Unhandled", fx.Unhandled(), false},
+		{"Unhandled", fx.Unhandled(), true},
 		{"Stop", fx.Stop(), false},
 		{"Reply", fx.Reply(eventsourced.To(r, 1)), true},
 		{"Persist.ThenReply", fx.Persist(added{}).ThenReply(eventsourced.To(r, 1)), true},
 		{"Persist.ThenReplyFrom", fx.Persist(added{}).ThenReplyFrom(func(s state) eventsourced.Answer { return eventsourced.To(r, len(s.Items)) }), true},
 		{"NoReply", fx.NoReply(), true},
-		{"Unhandled.ThenNoReply", fx.Unhandled().ThenNoReply(), true},
+		{"Stop.ThenNoReply", fx.Stop().ThenNoReply(), true},
 		{"Stash", fx.Stash(), true},
 	} {
 		if got := tc.eff.DecidesReply(); got != tc.want {

@@ -181,6 +181,7 @@ func (k *Kit[C, E, S]) RunCommand(cmd C) Result[E, S] {
 func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.ReplyTo[R]) C) ReplyResult[E, S, R] {
 	k.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // also when collect fails the test: the ask must end
 	type answer struct {
 		r   R
 		err error

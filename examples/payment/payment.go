@@ -54,6 +54,8 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		EmptyState:    WaitingForRequest{},
 		OnCommand:     h.onCommand,
 		OnEvent:       h.onEvent,
+		// Every Settle and Cancel is answered, now or from its result.
+		EnforcedReplies: true,
 	})
 }
 
@@ -116,8 +118,9 @@ func (h *handler) waiting(ctx Ctx, c Command) Effect {
 		return ctx.Persist(SettlementAccepted{TraceID: c.TraceID, Request: c.SettleRequest, AcceptedAt: now}).
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
-				h.authorize(ctx, c, now) // replies when the issuer has answered
-			})
+				h.authorize(ctx, c, now)
+			}).
+			ThenNoReply() // the SettlementResult replies, once the issuer has answered
 	case Cancel:
 		accept(ctx, c.ConfirmTo)
 		return replyAndPassivate(ctx, c.ReplyTo, Rejected(NotFound("payment information")))
@@ -199,7 +202,8 @@ func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
 				h.reverse(ctx, s, c)
-			})
+			}).
+			ThenNoReply() // the CancelResult replies
 	case StopActor:
 		return ctx.Stop()
 	case ReceiveTimeout:
