@@ -110,6 +110,8 @@ func New[C, E, S any](t testing.TB, key entity.TypeKey[C], create func(entity.Co
 	k.sys = sys
 	k.props = &entity.Props[C]{Key: key, Create: create}
 	k.start()
+	// Commands sent around RunCommand (with Tell or Ask) are checked too.
+	t.Cleanup(func() { k.checkReplies(t.Errorf) })
 	return k
 }
 
@@ -225,9 +227,7 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 			return
 		}
 		res.State = k.behav.State()
-		if rc, ok := k.behav.(replyChecker); ok {
-			missing = rc.TakeMissingReplies()
-		}
+		missing = k.takeMissingReplies()
 	}
 	if !k.await(observe) {
 		<-k.cell.Done()
@@ -268,12 +268,49 @@ func (k *Kit[C, E, S]) checkState(s S) {
 	}
 }
 
-// State is the entity's current state.
+// takeMissingReplies returns the EnforcedReplies violations not reported
+// yet; call it on the entity's goroutine or after it stopped.
+func (k *Kit[C, E, S]) takeMissingReplies() []error {
+	if rc, ok := k.behav.(replyChecker); ok {
+		return rc.TakeMissingReplies()
+	}
+	return nil
+}
+
+// checkReplies fails the test if a command handled since the last check
+// (one sent with Tell or Ask rather than RunCommand) broke EnforcedReplies.
+func (k *Kit[C, E, S]) checkReplies(fail func(format string, args ...any)) {
+	k.t.Helper()
+	var missing []error
+	if !k.await(func() { missing = k.takeMissingReplies() }) {
+		<-k.cell.Done()
+		missing = k.takeMissingReplies()
+	}
+	if len(missing) > 0 {
+		fail("eventsourcedtest: %v", errors.Join(missing...))
+	}
+}
+
+// State is the entity's current state. It also fails the test if a
+// command handled since the last check broke EnforcedReplies.
 func (k *Kit[C, E, S]) State() S {
 	k.t.Helper()
-	var s S
-	if !k.await(func() { s = k.behav.State() }) && k.behav != nil {
-		s = k.behav.State()
+	var (
+		s       S
+		missing []error
+	)
+	observe := func() {
+		if k.behav != nil {
+			s = k.behav.State()
+			missing = k.takeMissingReplies()
+		}
+	}
+	if !k.await(observe) {
+		<-k.cell.Done()
+		observe()
+	}
+	if len(missing) > 0 {
+		k.t.Fatalf("eventsourcedtest: %v", errors.Join(missing...))
 	}
 	return s
 }
@@ -282,6 +319,7 @@ func (k *Kit[C, E, S]) State() S {
 // recovers from what was stored.
 func (k *Kit[C, E, S]) Restart() {
 	k.t.Helper()
+	k.checkReplies(k.t.Fatalf)
 	k.cell.StopNow()
 	<-k.cell.Done()
 	k.start()
