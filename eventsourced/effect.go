@@ -35,6 +35,7 @@ const (
 	EffectStash
 )
 
+// String names the kind, as its constant without the Effect prefix.
 func (k EffectKind) String() string {
 	switch k {
 	case EffectNone:
@@ -65,6 +66,7 @@ const (
 	SideStop
 )
 
+// String names the kind, as its constant without the Side prefix.
 func (k SideEffectKind) String() string {
 	switch k {
 	case SideRun:

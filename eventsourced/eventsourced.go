@@ -68,6 +68,7 @@ func RawPersistenceID(s string) PersistenceID {
 	return PersistenceID{value: s}
 }
 
+// String is the joined form, "Type|id"; empty for an invalid id.
 func (p PersistenceID) String() string { return p.value }
 
 // Err reports why the id is invalid; nil for a valid id.
@@ -158,12 +159,19 @@ type Retention struct {
 	// multiple of it; 0 turns count-based snapshots off.
 	SnapshotEvery uint64
 	// KeepSnapshots is how many count-based snapshots to keep; older ones
-	// are deleted after each new one. 0 keeps all. It needs SnapshotEvery.
+	// are deleted after each new one: a snapshot at seqNr deletes those up
+	// to seqNr − KeepSnapshots×SnapshotEvery. 0 keeps all. It needs
+	// SnapshotEvery.
 	KeepSnapshots uint64
-	// DeleteEventsOnSnapshot deletes events older than the oldest kept
-	// snapshot. Without SnapshotEvery (snapshots only from SnapshotWhen),
-	// it deletes every event the new snapshot covers, as Akka's
-	// snapshotWhen(predicate, deleteEventsOnSnapshot = true) does.
+	// DeleteEventsOnSnapshot deletes events after each snapshot, by Akka's
+	// rule. With SnapshotEvery and KeepSnapshots, a snapshot at seqNr
+	// deletes the events up to seqNr − KeepSnapshots×SnapshotEvery, the
+	// sequence number of the newest snapshot just deleted: one interval
+	// more than the oldest kept snapshot needs, so the events behind every
+	// kept snapshot stay. Without KeepSnapshots nothing is deleted. Without
+	// SnapshotEvery (snapshots only from SnapshotWhen), it deletes every
+	// event the new snapshot covers, as Akka's snapshotWhen(predicate,
+	// deleteEventsOnSnapshot = true) does.
 	DeleteEventsOnSnapshot bool
 }
 
@@ -225,9 +233,11 @@ type (
 	// PersistRejected: the events could not be encoded or were refused; the
 	// entity stops with Err.
 	PersistRejected struct{ Err error }
-	// DeleteSnapshotsCompleted / Failed report retention's snapshot pruning.
+	// DeleteSnapshotsCompleted: retention deleted the snapshots up to UpTo.
 	DeleteSnapshotsCompleted struct{ UpTo uint64 }
-	DeleteSnapshotsFailed    struct {
+	// DeleteSnapshotsFailed: retention could not delete the snapshots up to
+	// UpTo; the entity carries on, and the next snapshot tries again.
+	DeleteSnapshotsFailed struct {
 		UpTo uint64
 		Err  error
 	}
@@ -235,9 +245,11 @@ type (
 	// ReplyTo got an effect that does not decide its reply; Err is a
 	// *MissingReplyError. The entity carries on.
 	ReplyMissing struct{ Err error }
-	// DeleteEventsCompleted / Failed report retention's event pruning.
+	// DeleteEventsCompleted: retention deleted the events up to UpTo.
 	DeleteEventsCompleted struct{ UpTo uint64 }
-	DeleteEventsFailed    struct {
+	// DeleteEventsFailed: retention could not delete the events up to UpTo;
+	// the entity carries on, and the next snapshot tries again.
+	DeleteEventsFailed struct {
 		UpTo uint64
 		Err  error
 	}
@@ -280,27 +292,30 @@ var (
 // exactly one of ErrPersistFailed, ErrPersistRejected and ErrWriteConflict
 // (its Kind), and the journal's error.
 type PersistError struct {
-	PersistenceID string
+	PersistenceID string // the entity's event stream
 	SeqNr         uint64 // first sequence number of the failed write
 	Kind          error  // ErrPersistFailed, ErrPersistRejected or ErrWriteConflict
-	Err           error
+	Err           error  // the journal's or the codec's error
 }
 
+// Error implements error.
 func (e *PersistError) Error() string {
 	return fmt.Sprintf("%v: %s at seq %d: %v", e.Kind, e.PersistenceID, e.SeqNr, e.Err)
 }
 
+// Unwrap gives Kind and Err, so the error matches both.
 func (e *PersistError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // RecoveryError is why an entity could not recover: which stored event (or
 // snapshot) could not be read or applied. It matches ErrRecoveryFailed and
 // the cause (codec.ErrUnknownManifest for an event of an unknown type).
 type RecoveryError struct {
-	PersistenceID string
+	PersistenceID string // the entity's event stream
 	SeqNr         uint64 // 0 when the failure was not at a specific event
-	Err           error
+	Err           error  // the cause
 }
 
+// Error implements error.
 func (e *RecoveryError) Error() string {
 	if e.SeqNr == 0 {
 		return fmt.Sprintf("eventsourced: recovery of %s failed: %v", e.PersistenceID, e.Err)
@@ -308,4 +323,5 @@ func (e *RecoveryError) Error() string {
 	return fmt.Sprintf("eventsourced: recovery of %s failed at seq %d: %v", e.PersistenceID, e.SeqNr, e.Err)
 }
 
+// Unwrap gives ErrRecoveryFailed and the cause, so the error matches both.
 func (e *RecoveryError) Unwrap() []error { return []error{ErrRecoveryFailed, e.Err} }

@@ -16,11 +16,12 @@ var ErrMissingReply = errors.New("eventsourced: command carries a ReplyTo but it
 // carries a ReplyTo was answered by an effect that neither replies, nor says
 // NoReply, nor stashes the command.
 type MissingReplyError struct {
-	PersistenceID string
-	Command       string // the command's type
-	Effect        EffectKind
+	PersistenceID string     // the entity's event stream
+	Command       string     // the command's type, as %T prints it
+	Effect        EffectKind // what the effect did instead
 }
 
+// Error implements error.
 func (e *MissingReplyError) Error() string {
 	return fmt.Sprintf("%v: %s: %s got a %v effect with no ThenReply or ThenNoReply", ErrMissingReply, e.PersistenceID, e.Command, e.Effect)
 }

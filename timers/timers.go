@@ -30,7 +30,10 @@ type Timer interface {
 // Real is the wall clock.
 type Real struct{}
 
-func (Real) Now() time.Time                            { return time.Now() }
+// Now implements Clock with time.Now.
+func (Real) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock with time.AfterFunc.
 func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Tick is what a firing timer posts to its owner's mailbox. The owner passes

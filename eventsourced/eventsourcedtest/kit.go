@@ -31,6 +31,8 @@ import (
 
 // Options configures a Kit. Codec is required.
 type Options struct {
+	// Codec registers the entity's commands, events and state; the kit
+	// checks that each survives it.
 	Codec *codec.Registry
 	// EntityID of the entity under test. Default "test-entity".
 	EntityID string
@@ -64,8 +66,10 @@ type stateful[S any] interface {
 
 // Result is what one command did.
 type Result[E, S any] struct {
+	// Events are the events stored since the previous result, in order.
 	Events []E
-	State  S
+	// State is the state once the command and its side effects are done.
+	State S
 	// Stopped is true when the entity stopped while handling the command;
 	// Err is then its stop reason (nil for a normal stop).
 	Stopped bool
@@ -75,6 +79,7 @@ type Result[E, S any] struct {
 // ReplyResult is a Result plus the reply to the command.
 type ReplyResult[E, S, R any] struct {
 	Result[E, S]
+	// Reply is what the command answered; the zero R when Replied is false.
 	Reply R
 	// Replied is false when the command was handled without a reply.
 	Replied bool
