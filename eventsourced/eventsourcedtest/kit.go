@@ -20,7 +20,6 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
-	"testing"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -44,9 +43,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// T is the part of testing.TB the kit uses. *testing.T and *testing.B
+// satisfy it; so does anything else that can report a failure.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(f func())
+}
+
 // Kit drives one entity of command type C, event type E and state S.
 type Kit[C, E, S any] struct {
-	t       testing.TB
+	t       T
 	opts    Options
 	key     entity.TypeKey[C]
 	create  func(entity.Context[C]) entity.Behavior[C]
@@ -86,7 +95,7 @@ type ReplyResult[E, S, R any] struct {
 }
 
 // New starts the entity built by create and waits for its recovery.
-func New[C, E, S any](t testing.TB, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
+func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
 	t.Helper()
 	if opts.Codec == nil {
 		t.Fatal("eventsourcedtest: Options.Codec is required")
