@@ -3,6 +3,12 @@
 // handler applies them, and recovery rebuilds the state from the latest
 // snapshot plus the events after it.
 //
+// The command handler gets a CommandContext, whose methods build the
+// effects (ctx.Persist, ctx.Reply, ctx.Stash, ctx.Stop, ...) so that no
+// effect needs type arguments; a reply is eventsourced.To(replyTo, value),
+// whose type is inferred. Effects are plain values: chaining returns a new
+// effect, and a test can inspect one (Kind, Events, SideEffects).
+//
 // A behavior is built from a Config and runs on the entity runtime like any
 // other. While it recovers or waits for a write, its mailbox is held: later
 // commands wait there, in order, and are handled once the state is current.

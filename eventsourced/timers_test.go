@@ -12,8 +12,8 @@ import (
 )
 
 // The job entity is the processing-timeout pattern of DESIGN §6: the event
-// handler that enters "processing" schedules the timeout with the time left,
-// so recovery restores it, and only the timeout stored in the state counts.
+// handler that enters "processing" starts a timer at the deadline, so
+// recovery restores it, and only the timeout stored in the state counts.
 type jobCmd interface{ isJobCmd() }
 
 type (
@@ -72,8 +72,7 @@ func newJob(ec entity.Context[jobCmd]) entity.Behavior[jobCmd] {
 		OnEvent: func(ctx eventsourced.Context[jobCmd], s jobState, e jobEvent) jobState {
 			switch e := e.(type) {
 			case jobStarted:
-				left := max(e.Deadline.Sub(ctx.Clock().Now()), 0)
-				ctx.Timers().StartSingleTimer(timeoutKey, jobTimeout{Deadline: e.Deadline}, left)
+				ctx.Timers().StartSingleTimerAt(timeoutKey, jobTimeout{Deadline: e.Deadline}, e.Deadline)
 				return jobState{Phase: "processing", Deadline: e.Deadline}
 			case jobTimedOut:
 				s.Phase = "timed out"
@@ -142,7 +141,7 @@ func TestProcessingTimeoutRestoredByRecovery(t *testing.T) {
 		<-kit.Cell().Done()
 		time.Sleep(time.Minute) // it comes back after the deadline
 		kit.Restart()
-		synctest.Wait() // the restored timer fires at once (time left 0)
+		synctest.Wait() // the restored timer fires at once: its deadline has passed
 		if p := kit.State().Phase; p != "timed out" {
 			t.Fatalf("phase after recovery past the deadline = %q", p)
 		}

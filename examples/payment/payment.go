@@ -45,7 +45,8 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		ec.Log().Error("not a payment entity id; stopping", "err", err)
 		return entity.Stopped[Command]()
 	}
-	// Idle entities passivate themselves (DESIGN §6); every message resets it.
+	// Idle entities passivate themselves (DESIGN §6); every message but a
+	// timer's (the processing timeout) resets it.
 	ec.SetReceiveTimeout(p.Settings.ReceiveTimeout, ReceiveTimeout{})
 	h := &handler{Payments: p, key: key}
 	return eventsourced.New(eventsourced.Config[Command, Event, State]{

@@ -15,8 +15,8 @@ import (
 // recovery. The issuer is held, so the entity stays in Settling or
 // Canceling until its timeout; time is synctest's.
 
-// Point 1: the event handler schedules the timeout with the time left.
-func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
+// Point 1: the event handler starts a timer at the deadline.
+func TestTimeoutPoint1ScheduledFromEventHandlerAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, DefaultSettings())
 		f.issuer.Hold()
@@ -37,24 +37,6 @@ func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
 		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
-	})
-}
-
-// Point 1 after recovery: a phase whose deadline passed while the entity
-// was down times out as soon as it has recovered.
-func TestTimeoutPoint1RecoveredAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, DefaultSettings())
-		f.issuer.Hold()
-		f.settle(aliceSettle)
-		synctest.Wait()
-		f.kit.Cell().StopNow() // down before the deadline, with the call in flight
-		<-f.kit.Cell().Done()
-		time.Sleep(time.Hour)
-		f.kit.Restart()
-		synctest.Wait()
-		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
-		f.issuer.Release()
 	})
 }
 
@@ -84,10 +66,11 @@ func TestTimeoutPoint2OnlyTheStatesTimeoutCounts(t *testing.T) {
 	})
 }
 
-// Point 2 as recovery needs it: replaying a settlement and a later cancel
-// re-arms the settlement's timer too (its event handler runs again); it
-// fires at once, stale, and must not end Canceling.
-func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
+// Point 4 as recovery needs it: replaying a settlement and a later cancel
+// re-arms the settlement's timer (SettlementAccepted's event handler runs
+// again), and replaying SettlementSuccessConfirmed cancels it, so no stale
+// timeout is delivered and Canceling runs to its own deadline.
+func TestTimeoutPoint4ReplayedResultCancelsThePhasesTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, DefaultSettings())
 		wantOK(t, f.answer(f.settle(aliceSettle)))
