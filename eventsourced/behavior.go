@@ -48,7 +48,8 @@ type behavior[C, E, S any] struct {
 	writerID  string
 
 	state S
-	// missing holds EnforcedReplies violations until a testkit takes them.
+	// missing holds the first EnforcedReplies violations until a testkit
+	// takes them.
 	missing []error
 }
 
@@ -294,9 +295,14 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 func (b *behavior[C, E, S]) missingReply(cmd C, eff Effect[E, S]) {
 	err := &MissingReplyError{PersistenceID: b.pid, Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
 	b.ctx.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
-	b.missing = append(b.missing, err)
+	if len(b.missing) < maxMissingReplies { // bounded: nobody takes them in production
+		b.missing = append(b.missing, err)
+	}
 	b.signal(ReplyMissing{Err: err})
 }
+
+// maxMissingReplies bounds the violations kept for TakeMissingReplies.
+const maxMissingReplies = 8
 
 // TakeMissingReplies returns and forgets the EnforcedReplies violations
 // seen so far, for a testkit (eventsourcedtest reports them per command).

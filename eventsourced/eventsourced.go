@@ -102,7 +102,9 @@ type Context[C any] interface {
 //	return ctx.Persist(Incremented{By: c.By}).ThenReply(eventsourced.To(c.ReplyTo, "ok"))
 //
 // Its Stop and Stash build effects; the entity-level calls of the same
-// names are ctx.Context.Stop and ctx.Context.Stash.
+// names are ctx.Context.Stop and ctx.Context.Stash. Because of them a
+// CommandContext is not itself a Context: pass ctx.Context to a function
+// that wants one.
 type CommandContext[C, E, S any] struct {
 	Context[C]
 	Effects[E, S]
