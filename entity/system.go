@@ -41,6 +41,12 @@ type Config struct {
 	// codec round trip, so a type that cannot cross the network fails in
 	// tests. Requires Codec.
 	ForceSerialization bool
+	// MaxConcurrentRecoveries bounds how many recoveries run at once (see
+	// System.StartRecovery); the others wait their turn, so that starting a
+	// million event-sourced entities does not start a million readers, each
+	// with a goroutine the runtime keeps for reuse. Default 50, Akka's
+	// max-concurrent-recoveries.
+	MaxConcurrentRecoveries int
 }
 
 // System is the per-process runtime: the workers that run entities, the
@@ -52,6 +58,7 @@ type System struct {
 	replies     replyTable
 	router      atomic.Pointer[ReplyRouter]
 	deadLetters atomic.Uint64
+	recoveries  limiter
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -76,7 +83,11 @@ func NewSystem(cfg Config) (*System, error) {
 	if cfg.Throughput <= 0 {
 		cfg.Throughput = 64
 	}
+	if cfg.MaxConcurrentRecoveries <= 0 {
+		cfg.MaxConcurrentRecoveries = 50
+	}
 	s := &System{cfg: cfg, log: cfg.Logger}
+	s.recoveries.max = cfg.MaxConcurrentRecoveries
 	s.dispatch.max = cfg.Workers
 	s.replies.pending = make(map[uint64]chan any)
 	return s, nil
@@ -112,6 +123,48 @@ func (s *System) deadLetter(reason string, msg any) {
 	s.deadLetters.Add(1)
 	if s.log.Enabled(nil, slog.LevelDebug) {
 		s.log.Debug("dead letter", "reason", reason, "type", typeName(msg))
+	}
+}
+
+// StartRecovery runs recover on a goroutine of its own once fewer than
+// Config.MaxConcurrentRecoveries recoveries are running; until then it
+// waits in line. recover may block on IO but must end. Safe from any goroutine.
+func (s *System) StartRecovery(recover func()) { s.recoveries.start(recover) }
+
+// limiter runs queued functions on at most max goroutines, in order.
+type limiter struct {
+	mu      sync.Mutex
+	queue   ring.Queue[func()]
+	running int
+	max     int
+}
+
+func (l *limiter) start(fn func()) {
+	l.mu.Lock()
+	if l.running >= l.max {
+		l.queue.Push(fn)
+		l.mu.Unlock()
+		return
+	}
+	l.running++
+	l.mu.Unlock()
+	go l.run(fn)
+}
+
+// run runs fn, then whatever waits in line, and exits when nothing does.
+func (l *limiter) run(fn func()) {
+	for {
+		fn()
+		l.mu.Lock()
+		next, ok := l.queue.Pop()
+		if !ok {
+			l.running--
+			l.queue.Release()
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		fn = next
 	}
 }
 

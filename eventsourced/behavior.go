@@ -30,45 +30,54 @@ type cell interface {
 // New returns the behavior described by cfg. Recovery starts when the
 // entity starts; commands wait until it has completed.
 func New[C, E, S any](cfg Config[C, E, S]) entity.Behavior[C] {
+	b := &behavior[C, E, S]{cfg: cfg, state: cfg.EmptyState}
 	return entity.Setup(func(ec entity.Context[C]) entity.Behavior[C] {
-		b := &behavior[C, E, S]{cfg: cfg, state: cfg.EmptyState}
 		b.start(ec)
 		return b
 	})
 }
 
+// behavior is one incarnation's event-sourced state machine. It is a single
+// allocation kept small, because an idle entity is mostly this struct: the
+// Config holds the resolved stores, the context is a view of the behavior
+// itself (esContext), and what only recovery needs is dropped once it ends.
 type behavior[C, E, S any] struct {
-	cfg       Config[C, E, S]
-	ctx       *esContext[C]
-	cell      cell
-	journal   journal.Journal
-	snapshots snapshot.Store
-	codec     *codec.Registry
-	pid       string
-	writerID  string
-
-	state S
+	entity.Context[C] // the cell; promoted for esContext
+	cfg               Config[C, E, S]
+	state             S
+	seqNr             uint64
+	recovering        bool
+	// writerID names this incarnation in the events it writes; set at its first write.
+	writerID string
+	// cancelRecovery ends a running recovery when the entity stops; nil after it.
+	cancelRecovery context.CancelFunc
 	// missing holds the first EnforcedReplies violations until a testkit
 	// takes them.
 	missing []error
 }
 
-type esContext[C any] struct {
-	entity.Context[C]
-	pid        PersistenceID
-	seqNr      uint64
-	recovering bool
-}
+// esContext is the behavior seen as the Context its handlers get: the
+// same memory, so handing it out allocates nothing.
+type esContext[C, E, S any] behavior[C, E, S]
 
-func (c *esContext[C]) PersistenceID() PersistenceID { return c.pid }
-func (c *esContext[C]) LastSeqNr() uint64            { return c.seqNr }
-func (c *esContext[C]) Recovering() bool             { return c.recovering }
+func (c *esContext[C, E, S]) PersistenceID() PersistenceID { return c.cfg.PersistenceID }
+func (c *esContext[C, E, S]) LastSeqNr() uint64            { return c.seqNr }
+func (c *esContext[C, E, S]) Recovering() bool             { return c.recovering }
+
+// ctx is the Context passed to the handlers.
+func (b *behavior[C, E, S]) ctx() *esContext[C, E, S] { return (*esContext[C, E, S])(b) }
+
+// cell is the runtime side of the context (see the cell interface).
+func (b *behavior[C, E, S]) cell() cell { return b.Context.(cell) }
+
+// pid is the persistence id as stored.
+func (b *behavior[C, E, S]) pid() string { return b.cfg.PersistenceID.value }
 
 // State is the current state; for tests, on the entity's goroutine or after it stopped.
 func (b *behavior[C, E, S]) State() S { return b.state }
 
 // LastSeqNr is the sequence number of the last applied event; as State.
-func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.ctx.seqNr }
+func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.seqNr }
 
 func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	cl, ok := ec.(cell)
@@ -76,16 +85,13 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 		panic(fmt.Sprintf("eventsourced: context %T does not come from the entity runtime", ec))
 	}
 	sys := ec.System()
-	b.cell = cl
-	b.ctx = &esContext[C]{Context: ec, pid: b.cfg.PersistenceID, recovering: true}
-	b.journal = firstNonNil(b.cfg.Journal, sys.Journal())
-	b.snapshots = firstNonNil(b.cfg.Snapshots, sys.Snapshots())
-	b.codec = b.cfg.Codec
-	if b.codec == nil {
-		b.codec = sys.Codec()
+	b.Context = ec
+	b.recovering = true
+	b.cfg.Journal = firstNonNil(b.cfg.Journal, sys.Journal())
+	b.cfg.Snapshots = firstNonNil(b.cfg.Snapshots, sys.Snapshots())
+	if b.cfg.Codec == nil {
+		b.cfg.Codec = sys.Codec()
 	}
-	b.pid = b.cfg.PersistenceID.String()
-	b.writerID = newWriterID()
 	if b.cfg.WriteTimeout <= 0 {
 		b.cfg.WriteTimeout = 10 * time.Second
 	}
@@ -96,15 +102,27 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	case b.cfg.PersistenceID.Err() != nil:
 		b.failRecovery(b.cfg.PersistenceID.Err())
 		return
-	case b.journal == nil:
+	case b.cfg.Journal == nil:
 		b.failRecovery(ErrNoJournal)
 		return
-	case b.codec == nil:
+	case b.cfg.Codec == nil:
 		b.failRecovery(fmt.Errorf("eventsourced: no codec configured"))
 		return
 	}
 	cl.Suspend()
-	go b.recover()
+	// Cancelled by PostStop, so a recovery whose entity stopped ends
+	// without a goroutine of its own watching for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancelRecovery = cancel
+	sys.StartRecovery(func() { b.recover(ctx) })
+}
+
+// OnSignal implements entity.SignalHandler: a stop ends a running recovery.
+func (b *behavior[C, E, S]) OnSignal(_ entity.Context[C], sig entity.Signal) {
+	if _, ok := sig.(entity.PostStop); ok && b.cancelRecovery != nil {
+		b.cancelRecovery()
+		b.cancelRecovery = nil
+	}
 }
 
 func firstNonNil[T comparable](a, b T) T {
@@ -122,16 +140,16 @@ func newWriterID() string {
 }
 
 // onEntity runs fn on the entity's goroutine and waits for it. It reports
-// false if the entity stopped first.
-func (b *behavior[C, E, S]) onEntity(fn func()) bool {
+// false if the entity stopped first (PostStop cancels ctx).
+func (b *behavior[C, E, S]) onEntity(ctx context.Context, fn func()) bool {
 	done := make(chan struct{})
-	if !b.cell.Post(func() { fn(); close(done) }) {
+	if !b.cell().Post(func() { fn(); close(done) }) {
 		return false
 	}
 	select {
 	case <-done:
 		return true
-	case <-b.cell.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -141,39 +159,33 @@ type replayed[E any] struct {
 	seqNr uint64
 }
 
-// recover runs on its own goroutine: it reads the snapshot and the events
-// after it, decoding off the entity, and hands them over a page at a time so
-// a long history is never held in memory at once.
-func (b *behavior[C, E, S]) recover() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // stop reading when the entity stops
-
-		select {
-		case <-b.cell.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// recover runs on a recovery goroutine (System.StartRecovery): it reads the
+// snapshot and the events after it, decoding off the entity, and hands them
+// over a page at a time so a long history is never held in memory at once.
+// ctx ends when the entity stops.
+func (b *behavior[C, E, S]) recover(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // stopped while waiting its turn
+	}
 
 	var from uint64 = 1
-	if b.snapshots != nil {
-		snap, ok, err := b.snapshots.Load(ctx, b.pid, snapshot.Latest())
+	if b.cfg.Snapshots != nil {
+		snap, ok, err := b.cfg.Snapshots.Load(ctx, b.pid(), snapshot.Latest())
 		if err != nil {
-			b.onEntity(func() {
-				b.failRecovery(&RecoveryError{PersistenceID: b.pid, Err: fmt.Errorf("load snapshot: %w", err)})
+			b.onEntity(ctx, func() {
+				b.failRecovery(&RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("load snapshot: %w", err)})
 			})
 			return
 		}
 		if ok {
-			state, err := codec.DecodeAs[S](b.codec, snap.Manifest, snap.Payload)
+			state, err := codec.DecodeAs[S](b.cfg.Codec, snap.Manifest, snap.Payload)
 			if err != nil {
-				b.onEntity(func() {
-					b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: snap.SeqNr, Err: fmt.Errorf("decode snapshot: %w", err)})
+				b.onEntity(ctx, func() {
+					b.failRecovery(&RecoveryError{PersistenceID: b.pid(), SeqNr: snap.SeqNr, Err: fmt.Errorf("decode snapshot: %w", err)})
 				})
 				return
 			}
-			if !b.onEntity(func() { b.state, b.ctx.seqNr = state, snap.SeqNr }) {
+			if !b.onEntity(ctx, func() { b.state, b.seqNr = state, snap.SeqNr }) {
 				return
 			}
 			from = snap.SeqNr + 1
@@ -186,17 +198,17 @@ func (b *behavior[C, E, S]) recover() {
 			return nil
 		}
 		failed := false
-		ok := b.onEntity(func() { failed = !b.applyReplayed(page) })
+		ok := b.onEntity(ctx, func() { failed = !b.applyReplayed(page) })
 		page = page[:0]
 		if !ok || failed {
 			return errAbandoned
 		}
 		return nil
 	}
-	err := b.journal.Replay(ctx, b.pid, from, math.MaxUint64, func(ev journal.Event) error {
-		e, err := codec.DecodeAs[E](b.codec, ev.Manifest, ev.Payload)
+	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
+		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
 		if err != nil {
-			return &RecoveryError{PersistenceID: b.pid, SeqNr: ev.SeqNr, Err: err}
+			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 		}
 		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
 		if len(page) == cap(page) {
@@ -209,19 +221,19 @@ func (b *behavior[C, E, S]) recover() {
 	}
 	var highest uint64
 	if err == nil {
-		highest, err = b.journal.HighestSeqNr(ctx, b.pid)
+		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
 			return // the entity stopped, or recovery failed on the entity
 		}
 		if _, ok := errors.AsType[*RecoveryError](err); !ok {
-			err = &RecoveryError{PersistenceID: b.pid, Err: err}
+			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
 		}
-		b.onEntity(func() { b.failRecovery(err) })
+		b.onEntity(ctx, func() { b.failRecovery(err) })
 		return
 	}
-	b.onEntity(func() { b.completeRecovery(highest) })
+	b.onEntity(ctx, func() { b.completeRecovery(highest) })
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.
@@ -236,40 +248,42 @@ func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			perr := &entity.PanicError{Value: v, Stack: debug.Stack()}
-			b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: at, Err: perr})
+			b.failRecovery(&RecoveryError{PersistenceID: b.pid(), SeqNr: at, Err: perr})
 			ok = false
 		}
 	}()
 	for _, r := range page {
 		at = r.seqNr
-		b.state = b.cfg.OnEvent(b.ctx, b.state, r.event)
-		b.ctx.seqNr = r.seqNr
+		b.state = b.cfg.OnEvent(b.ctx(), b.state, r.event)
+		b.seqNr = r.seqNr
 	}
 	return true
 }
 
 func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
-	b.ctx.seqNr = max(b.ctx.seqNr, highest)
-	b.ctx.recovering = false
-	b.signal(RecoveryCompleted{SeqNr: b.ctx.seqNr})
-	b.cell.Resume()
+	b.seqNr = max(b.seqNr, highest)
+	b.recovering = false
+	b.cancelRecovery()
+	b.cancelRecovery = nil
+	b.signal(RecoveryCompleted{SeqNr: b.seqNr})
+	b.cell().Resume()
 }
 
 func (b *behavior[C, E, S]) failRecovery(err error) {
-	b.ctx.Log().Error("recovery failed; stopping", "persistence_id", b.pid, "err", err)
+	b.Log().Error("recovery failed; stopping", "persistence_id", b.pid(), "err", err)
 	b.signal(RecoveryFailed{Err: err})
-	b.cell.Fail(err)
+	b.cell().Fail(err)
 }
 
 func (b *behavior[C, E, S]) signal(sig Signal) {
 	if b.cfg.OnSignal != nil {
-		b.cfg.OnSignal(b.ctx, b.state, sig)
+		b.cfg.OnSignal(b.ctx(), b.state, sig)
 	}
 }
 
 // Receive implements entity.Behavior.
 func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[C] {
-	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx}, b.state, cmd)
+	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx()}, b.state, cmd)
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
 	}
@@ -278,9 +292,9 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 		b.persist(eff)
 		return entity.Same[C]()
 	case EffectStash:
-		if err := b.ctx.Stash().Stash(cmd); err != nil {
-			b.ctx.Log().Error("stash full; stopping", "err", err)
-			b.cell.Fail(fmt.Errorf("eventsourced: %s: %w", b.pid, err))
+		if err := b.Context.Stash().Stash(cmd); err != nil {
+			b.Log().Error("stash full; stopping", "err", err)
+			b.cell().Fail(fmt.Errorf("eventsourced: %s: %w", b.pid(), err))
 			return entity.Same[C]()
 		}
 	}
@@ -293,8 +307,8 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 
 // missingReply reports a command whose effect broke Config.EnforcedReplies.
 func (b *behavior[C, E, S]) missingReply(cmd C, eff Effect[E, S]) {
-	err := &MissingReplyError{PersistenceID: b.pid, Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
-	b.ctx.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
+	err := &MissingReplyError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
+	b.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
 	if len(b.missing) < maxMissingReplies { // bounded: nobody takes them in production
 		b.missing = append(b.missing, err)
 	}
@@ -314,17 +328,20 @@ func (b *behavior[C, E, S]) TakeMissingReplies() []error {
 }
 
 func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
-	first := b.ctx.seqNr + 1
-	now := b.ctx.Clock().Now()
+	first := b.seqNr + 1
+	now := b.Clock().Now()
+	if b.writerID == "" {
+		b.writerID = newWriterID()
+	}
 	batch := make([]journal.Event, len(eff.events))
 	for i, e := range eff.events {
-		manifest, payload, err := b.codec.Encode(e)
+		manifest, payload, err := b.cfg.Codec.Encode(e)
 		if err != nil {
 			b.rejectPersist(first, err)
 			return
 		}
 		ev := journal.Event{
-			PersistenceID: b.pid,
+			PersistenceID: b.pid(),
 			SeqNr:         first + uint64(i),
 			Manifest:      manifest,
 			Payload:       payload,
@@ -336,25 +353,25 @@ func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 		}
 		batch[i] = ev
 	}
-	b.cell.Suspend()
-	if aw, ok := b.journal.(journal.AsyncWriter); ok {
-		aw.WriteAsync(batch, func(err error) { b.cell.Post(func() { b.persisted(eff, first, err) }) })
+	b.cell().Suspend()
+	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {
+		aw.WriteAsync(batch, func(err error) { b.cell().Post(func() { b.persisted(eff, first, err) }) })
 		return
 	}
-	j, timeout := b.journal, b.cfg.WriteTimeout
+	j, timeout := b.cfg.Journal, b.cfg.WriteTimeout
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := j.Write(ctx, batch)
 		cancel()
-		b.cell.Post(func() { b.persisted(eff, first, err) })
+		b.cell().Post(func() { b.persisted(eff, first, err) })
 	}()
 }
 
 func (b *behavior[C, E, S]) rejectPersist(first uint64, err error) {
-	perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: ErrPersistRejected, Err: err}
-	b.ctx.Log().Error("events rejected; stopping", "err", perr)
+	perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: ErrPersistRejected, Err: err}
+	b.Log().Error("events rejected; stopping", "err", perr)
 	b.signal(PersistRejected{Err: perr})
-	b.cell.Fail(perr)
+	b.cell().Fail(perr)
 }
 
 func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error) {
@@ -369,17 +386,17 @@ func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error)
 			// outage to retry through, but a second writer to stop for.
 			kind, msg = ErrWriteConflict, "write conflict: another incarnation wrote this entity's next event; stopping"
 		}
-		perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: kind, Err: err}
-		b.ctx.Log().Error(msg, "err", perr)
+		perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: kind, Err: err}
+		b.Log().Error(msg, "err", perr)
 		b.signal(PersistFailed{Err: perr})
-		b.cell.Fail(perr)
+		b.cell().Fail(perr)
 		return
 	}
 	snapshotDue := false
 	for i, e := range eff.events {
 		seqNr := first + uint64(i)
-		b.state = b.cfg.OnEvent(b.ctx, b.state, e)
-		b.ctx.seqNr = seqNr
+		b.state = b.cfg.OnEvent(b.ctx(), b.state, e)
+		b.seqNr = seqNr
 		if every := b.cfg.Retention.SnapshotEvery; every > 0 && seqNr%every == 0 {
 			snapshotDue = true
 		}
@@ -387,7 +404,7 @@ func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error)
 			snapshotDue = true
 		}
 	}
-	b.cell.Resume()
+	b.cell().Resume()
 	b.runSideEffects(eff.then)
 	if snapshotDue {
 		b.saveSnapshot()
@@ -402,58 +419,58 @@ func (b *behavior[C, E, S]) runSideEffects(then []sideEffect[S]) {
 			s.run(b.state)
 		case SideReply:
 			if a := s.reply(b.state); a.send != nil {
-				a.send(b.ctx)
+				a.send(b.ctx())
 			}
 		case SideUnstashAll:
-			b.ctx.Stash().UnstashAll()
+			b.Context.Stash().UnstashAll()
 		case SideStop:
 			stop = true
 		}
 	}
 	if stop {
-		b.ctx.Stop()
+		b.Context.Stop()
 	}
 }
 
 // saveSnapshot stores the current state without holding the mailbox, then
 // applies retention.
 func (b *behavior[C, E, S]) saveSnapshot() {
-	seqNr := b.ctx.seqNr
-	if b.snapshots == nil {
+	seqNr := b.seqNr
+	if b.cfg.Snapshots == nil {
 		b.signal(SnapshotFailed{SeqNr: seqNr, Err: fmt.Errorf("eventsourced: no snapshot store configured")})
 		return
 	}
-	manifest, payload, err := b.codec.Encode(b.state)
+	manifest, payload, err := b.cfg.Codec.Encode(b.state)
 	if err != nil {
 		b.signal(SnapshotFailed{SeqNr: seqNr, Err: err})
 		return
 	}
-	snap := snapshot.Snapshot{PersistenceID: b.pid, SeqNr: seqNr, Timestamp: b.ctx.Clock().Now(), Manifest: manifest, Payload: payload}
+	snap := snapshot.Snapshot{PersistenceID: b.pid(), SeqNr: seqNr, Timestamp: b.Clock().Now(), Manifest: manifest, Payload: payload}
 	upTo := b.cfg.Retention.deleteUpTo(seqNr)
 	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
-	store, j, timeout, pid := b.snapshots, b.journal, b.cfg.WriteTimeout, b.pid
+	store, j, timeout, pid := b.cfg.Snapshots, b.cfg.Journal, b.cfg.WriteTimeout, b.pid()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := store.Save(ctx, snap); err != nil {
-			b.cell.Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
+			b.cell().Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
 			return
 		}
-		b.cell.Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
+		b.cell().Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
 		if upTo > 0 {
 			if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
-				b.cell.Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+				b.cell().Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
 			} else {
-				b.cell.Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
+				b.cell().Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
 			}
 		}
 		if eventsUpTo == 0 {
 			return
 		}
 		if err := j.DeleteTo(ctx, pid, eventsUpTo); err != nil {
-			b.cell.Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
+			b.cell().Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
 		} else {
-			b.cell.Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
+			b.cell().Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
 	}()
 }
