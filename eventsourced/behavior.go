@@ -51,10 +51,40 @@ type behavior[C, E, S any] struct {
 	writerID string
 	// cancelRecovery ends a running recovery when the entity stops; nil after it.
 	cancelRecovery context.CancelFunc
+	// diag is what a testkit watches; nil until it is needed.
+	diag *diagnostics
+}
+
+// diagnostics is the part of a behavior only tests and misbehaving
+// handlers need, kept out of line so an idle entity does not pay for it.
+type diagnostics struct {
 	// missing holds the first EnforcedReplies violations until a testkit
 	// takes them.
-	missing []error
+	missing  []error
+	observer Observer
 }
+
+func (b *behavior[C, E, S]) diagnostics() *diagnostics {
+	if b.diag == nil {
+		b.diag = &diagnostics{}
+	}
+	return b.diag
+}
+
+// Observer sees what an event-sourced behavior does, on the entity's
+// goroutine, so that a testkit can attribute every write to the message
+// that caused it (a timer message, a piped result, an unstashed command).
+type Observer interface {
+	// Handling is called before the command handler runs for msg.
+	Handling(msg any)
+	// Persisting is called when the effect of the message being handled
+	// writes the events numbered first to last. The write may still fail.
+	Persisting(first, last uint64)
+}
+
+// Observe installs o; nil removes it. For a testkit: call it on the
+// entity's goroutine.
+func (b *behavior[C, E, S]) Observe(o Observer) { b.diagnostics().observer = o }
 
 // esContext is the behavior seen as the Context its handlers get: the
 // same memory, so handing it out allocates nothing.
@@ -283,6 +313,9 @@ func (b *behavior[C, E, S]) signal(sig Signal) {
 
 // Receive implements entity.Behavior.
 func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[C] {
+	if b.diag != nil && b.diag.observer != nil {
+		b.diag.observer.Handling(cmd)
+	}
 	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx()}, b.state, cmd)
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
@@ -309,8 +342,8 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 func (b *behavior[C, E, S]) missingReply(cmd C, eff Effect[E, S]) {
 	err := &MissingReplyError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
 	b.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
-	if len(b.missing) < maxMissingReplies { // bounded: nobody takes them in production
-		b.missing = append(b.missing, err)
+	if d := b.diagnostics(); len(d.missing) < maxMissingReplies { // bounded: nobody takes them in production
+		d.missing = append(d.missing, err)
 	}
 	b.signal(ReplyMissing{Err: err})
 }
@@ -322,8 +355,11 @@ const maxMissingReplies = 8
 // seen so far, for a testkit (eventsourcedtest reports them per command).
 // Call it on the entity's goroutine or after it stopped.
 func (b *behavior[C, E, S]) TakeMissingReplies() []error {
-	m := b.missing
-	b.missing = nil
+	if b.diag == nil {
+		return nil
+	}
+	m := b.diag.missing
+	b.diag.missing = nil
 	return m
 }
 
@@ -352,6 +388,9 @@ func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 			ev.Tags = b.cfg.Tagger(e)
 		}
 		batch[i] = ev
+	}
+	if b.diag != nil && b.diag.observer != nil {
+		b.diag.observer.Persisting(first, first+uint64(len(batch))-1)
 	}
 	b.cell().Suspend()
 	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {

@@ -137,10 +137,9 @@ func TestProcessingTimeoutRestoredByRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		kit := newJobKit(t)
 		kit.RunCommand(startJob{Timeout: 10 * time.Second})
-		kit.Cell().StopNow() // the node dies while processing
-		<-kit.Cell().Done()
+		kit.Stop()              // the node dies while processing
 		time.Sleep(time.Minute) // it comes back after the deadline
-		kit.Restart()
+		kit.Start()
 		synctest.Wait() // the restored timer fires at once: its deadline has passed
 		if p := kit.State().Phase; p != "timed out" {
 			t.Fatalf("phase after recovery past the deadline = %q", p)

@@ -137,6 +137,7 @@ func TestFaultInjectionIsOneShot(t *testing.T) {
 	kit := eventsourcedtest.New[command, event, state](t, key, create, eventsourcedtest.Options{Codec: registry()})
 	boom := errors.New("boom")
 	kit.Journal().FailNextPersist(boom)
+	kit.ExpectStop()
 	if res := kit.RunCommand(set{V: "a"}); !errors.Is(res.Err, boom) {
 		t.Fatalf("first persist: %+v", res)
 	}

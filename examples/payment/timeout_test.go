@@ -241,11 +241,10 @@ func TestRecoveryAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
 		f.issuer.Hold()
 		f.settle(aliceSettle)
 		synctest.Wait()
-		f.kit.Cell().StopNow() // the node dies; the issuer call is lost
-		<-f.kit.Cell().Done()
+		f.kit.Stop() // the node dies; the issuer call is lost
 		time.Sleep(time.Hour)
 		start := time.Now()
-		f.kit.Restart()
+		f.kit.Start()
 		synctest.Wait()
 		if time.Since(start) != 0 {
 			t.Fatalf("timeout took %v after recovery, want 0", time.Since(start))
