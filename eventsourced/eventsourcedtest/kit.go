@@ -329,6 +329,10 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 	if len(missing) > 0 {
 		k.t.Fatalf("eventsourcedtest: %v", errors.Join(missing...))
 	}
+	if k.obs.unmatched() && !res.Stopped && k.behav != nil {
+		// Handled, but not recognised: it arrived different from what was sent.
+		k.t.Fatalf("eventsourcedtest: the command sent is not the command the entity handled (a codec round trip changed it); its writes cannot be told from other messages'")
+	}
 	written := k.journal.Written()
 	var last *Persisted[E]
 	lastFirst := uint64(0)
@@ -565,6 +569,15 @@ func (o *observer) expect(cmd any) {
 	o.mu.Lock()
 	o.expecting, o.expected = true, cmd
 	o.mu.Unlock()
+}
+
+// unmatched reports, and forgets, a kit command no handled message matched.
+func (o *observer) unmatched() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	u := o.expecting
+	o.expecting, o.expected = false, nil
+	return u
 }
 
 // Handling implements eventsourced.Observer.
