@@ -258,3 +258,23 @@ func TestKitInjectsJournalLatency(t *testing.T) {
 		}
 	})
 }
+
+func TestKitPassesHeldCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kit := eventsourcedtest.New[cmd, event, state](t, listKey, listEntity(listOptions{}), eventsourcedtest.Options{Codec: newRegistry(), HeldCapacity: 1})
+		kit.Journal().DelayWrites(time.Second)
+		if err := kit.Ref().Tell(add{Item: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // a is being written: the mailbox is held
+		if err := kit.Ref().Tell(add{Item: "b"}); err != nil {
+			t.Fatalf("first held command: %v", err)
+		}
+		if err := kit.Ref().Tell(add{Item: "c"}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Fatalf("second held command with HeldCapacity 1: %v, want entity.ErrMailboxFull", err)
+		}
+		if got := itemsOf(kit.State()); got != "a,b" {
+			t.Fatalf("items %q, want a,b", got)
+		}
+	})
+}
