@@ -53,6 +53,8 @@ type Context[C any] interface {
 	// context is cancelled when this incarnation stops.
 	PipeToSelf(work func(context.Context) C)
 	// SetReceiveTimeout delivers msg whenever the entity has been idle for d.
+	// Timer messages do not end idleness unless their timer was started
+	// with timers.ResetsReceiveTimeout.
 	SetReceiveTimeout(d time.Duration, msg C)
 	// CancelReceiveTimeout stops the receive timeout; one already queued is discarded.
 	CancelReceiveTimeout()

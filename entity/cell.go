@@ -293,7 +293,7 @@ func (c *Cell[C]) handle(e envelope[C]) {
 	case timerTick:
 		if c.x != nil && c.x.timers != nil {
 			if msg, ok := c.x.timers.Accept(e.ctl.tick); ok {
-				c.deliver(msg)
+				c.deliverAs(msg, e.ctl.tick.ResetsReceiveTimeout())
 			}
 		}
 	case receiveTimeoutTick:
@@ -303,9 +303,13 @@ func (c *Cell[C]) handle(e envelope[C]) {
 	}
 }
 
-func (c *Cell[C]) deliver(msg C) {
+func (c *Cell[C]) deliver(msg C) { c.deliverAs(msg, true) }
+
+// deliverAs hands msg to the behavior; active says whether it counts as
+// activity for the receive timeout (timer messages do not, by default).
+func (c *Cell[C]) deliverAs(msg C, active bool) {
 	next := c.behavior.Receive(c, msg)
-	if c.x != nil && c.x.timeout != nil { // idle time starts when the handler returns
+	if active && c.x != nil && c.x.timeout != nil { // idle time starts when the handler returns
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
 	}
 	if _, ok := next.(unhandled[C]); ok {

@@ -53,6 +53,12 @@ type Config struct {
 	// counted, and the next line logged says how many were left out.
 	// Default 10; negative: none is logged.
 	DeadLetterLogLimit int
+	// MaxConcurrentRecoveries bounds how many recoveries run at once (see
+	// System.StartRecovery); the others wait their turn, so that starting a
+	// million event-sourced entities does not start a million readers, each
+	// with a goroutine the runtime keeps for reuse. Default 50, Akka's
+	// max-concurrent-recoveries.
+	MaxConcurrentRecoveries int
 }
 
 // DefaultDeadLetterLogLimit is Config.DeadLetterLogLimit's default.
@@ -69,6 +75,7 @@ type System struct {
 	deadLetters atomic.Uint64
 	unhandled   atomic.Uint64
 	dlLog       logLimiter
+	recoveries  limiter
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -99,7 +106,11 @@ func NewSystem(cfg Config) (*System, error) {
 	if cfg.DeadLetterLogLimit == 0 {
 		cfg.DeadLetterLogLimit = DefaultDeadLetterLogLimit
 	}
+	if cfg.MaxConcurrentRecoveries <= 0 {
+		cfg.MaxConcurrentRecoveries = 50
+	}
 	s := &System{cfg: cfg, log: cfg.Logger}
+	s.recoveries.max = cfg.MaxConcurrentRecoveries
 	s.dispatch.max = cfg.Workers
 	s.replies.pending = make(map[uint64]waiter)
 	return s, nil
@@ -220,6 +231,48 @@ func (l *logLimiter) skip() {
 	l.mu.Lock()
 	l.total++
 	l.mu.Unlock()
+}
+
+// StartRecovery runs recover on a goroutine of its own once fewer than
+// Config.MaxConcurrentRecoveries recoveries are running; until then it
+// waits in line. recover may block on IO but must end. Safe from any goroutine.
+func (s *System) StartRecovery(recover func()) { s.recoveries.start(recover) }
+
+// limiter runs queued functions on at most max goroutines, in order.
+type limiter struct {
+	mu      sync.Mutex
+	queue   ring.Queue[func()]
+	running int
+	max     int
+}
+
+func (l *limiter) start(fn func()) {
+	l.mu.Lock()
+	if l.running >= l.max {
+		l.queue.Push(fn)
+		l.mu.Unlock()
+		return
+	}
+	l.running++
+	l.mu.Unlock()
+	go l.run(fn)
+}
+
+// run runs fn, then whatever waits in line, and exits when nothing does.
+func (l *limiter) run(fn func()) {
+	for {
+		fn()
+		l.mu.Lock()
+		next, ok := l.queue.Pop()
+		if !ok {
+			l.running--
+			l.queue.Release()
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		fn = next
+	}
 }
 
 // runnable is a mailbox with work, as the dispatcher sees it.

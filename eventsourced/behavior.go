@@ -30,42 +30,84 @@ type cell interface {
 // New returns the behavior described by cfg. Recovery starts when the
 // entity starts; commands wait until it has completed.
 func New[C, E, S any](cfg Config[C, E, S]) entity.Behavior[C] {
+	b := &behavior[C, E, S]{cfg: cfg, state: cfg.EmptyState}
 	return entity.Setup(func(ec entity.Context[C]) entity.Behavior[C] {
-		b := &behavior[C, E, S]{cfg: cfg, state: cfg.EmptyState}
 		b.start(ec)
 		return b
 	})
 }
 
+// behavior is one incarnation's event-sourced state machine. It is a single
+// allocation kept small, because an idle entity is mostly this struct: the
+// Config holds the resolved stores, the context is a view of the behavior
+// itself (esContext), and what only recovery needs is dropped once it ends.
 type behavior[C, E, S any] struct {
-	cfg       Config[C, E, S]
-	ctx       *esContext[C]
-	cell      cell
-	journal   journal.Journal
-	snapshots snapshot.Store
-	codec     *codec.Registry
-	pid       string
-	writerID  string
-
-	state S
+	entity.Context[C] // the cell; promoted for esContext
+	cfg               Config[C, E, S]
+	state             S
+	seqNr             uint64
+	recovering        bool
+	// writerID names this incarnation in the events it writes; set at its first write.
+	writerID string
+	// cancelRecovery ends a running recovery when the entity stops; nil after it.
+	cancelRecovery context.CancelFunc
+	// diag is what a testkit watches; nil until it is needed.
+	diag *diagnostics
 }
 
-type esContext[C any] struct {
-	entity.Context[C]
-	pid        PersistenceID
-	seqNr      uint64
-	recovering bool
+// diagnostics is the part of a behavior only tests and misbehaving
+// handlers need, kept out of line so an idle entity does not pay for it.
+type diagnostics struct {
+	// missing holds the first EnforcedReplies violations until a testkit
+	// takes them.
+	missing  []error
+	observer Observer
 }
 
-func (c *esContext[C]) PersistenceID() PersistenceID { return c.pid }
-func (c *esContext[C]) LastSeqNr() uint64            { return c.seqNr }
-func (c *esContext[C]) Recovering() bool             { return c.recovering }
+func (b *behavior[C, E, S]) diagnostics() *diagnostics {
+	if b.diag == nil {
+		b.diag = &diagnostics{}
+	}
+	return b.diag
+}
+
+// Observer sees what an event-sourced behavior does, on the entity's
+// goroutine, so that a testkit can attribute every write to the message
+// that caused it (a timer message, a piped result, an unstashed command).
+type Observer interface {
+	// Handling is called before the command handler runs for msg.
+	Handling(msg any)
+	// Persisting is called when the effect of the message being handled
+	// writes the events numbered first to last. The write may still fail.
+	Persisting(first, last uint64)
+}
+
+// Observe installs o; nil removes it. For a testkit: call it on the
+// entity's goroutine.
+func (b *behavior[C, E, S]) Observe(o Observer) { b.diagnostics().observer = o }
+
+// esContext is the behavior seen as the Context its handlers get: the
+// same memory, so handing it out allocates nothing.
+type esContext[C, E, S any] behavior[C, E, S]
+
+func (c *esContext[C, E, S]) PersistenceID() PersistenceID { return c.cfg.PersistenceID }
+func (c *esContext[C, E, S]) LastSeqNr() uint64            { return c.seqNr }
+func (c *esContext[C, E, S]) Recovering() bool             { return c.recovering }
+
+// ctx is the Context passed to the handlers.
+func (b *behavior[C, E, S]) ctx() *esContext[C, E, S] { return (*esContext[C, E, S])(b) }
+
+// cell is the runtime side of the context (see the cell interface).
+func (b *behavior[C, E, S]) cell() cell { return b.Context.(cell) }
+
+// pid is the persistence id as stored.
+func (b *behavior[C, E, S]) pid() string { return b.cfg.PersistenceID.value }
 
 // State is the current state; for tests, on the entity's goroutine or after it stopped.
 func (b *behavior[C, E, S]) State() S { return b.state }
 
 // LastSeqNr is the sequence number of the last applied event; as State.
-func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.ctx.seqNr }
+func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.seqNr }
 
 func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	cl, ok := ec.(cell)
@@ -73,16 +115,13 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 		panic(fmt.Sprintf("eventsourced: context %T does not come from the entity runtime", ec))
 	}
 	sys := ec.System()
-	b.cell = cl
-	b.ctx = &esContext[C]{Context: ec, pid: b.cfg.PersistenceID, recovering: true}
-	b.journal = firstNonNil(b.cfg.Journal, sys.Journal())
-	b.snapshots = firstNonNil(b.cfg.Snapshots, sys.Snapshots())
-	b.codec = b.cfg.Codec
-	if b.codec == nil {
-		b.codec = sys.Codec()
+	b.Context = ec
+	b.recovering = true
+	b.cfg.Journal = firstNonNil(b.cfg.Journal, sys.Journal())
+	b.cfg.Snapshots = firstNonNil(b.cfg.Snapshots, sys.Snapshots())
+	if b.cfg.Codec == nil {
+		b.cfg.Codec = sys.Codec()
 	}
-	b.pid = b.cfg.PersistenceID.String()
-	b.writerID = newWriterID()
 	if b.cfg.WriteTimeout <= 0 {
 		b.cfg.WriteTimeout = 10 * time.Second
 	}
@@ -93,15 +132,27 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	case b.cfg.PersistenceID.Err() != nil:
 		b.failRecovery(b.cfg.PersistenceID.Err())
 		return
-	case b.journal == nil:
+	case b.cfg.Journal == nil:
 		b.failRecovery(ErrNoJournal)
 		return
-	case b.codec == nil:
+	case b.cfg.Codec == nil:
 		b.failRecovery(fmt.Errorf("eventsourced: no codec configured"))
 		return
 	}
 	cl.Suspend()
-	go b.recover()
+	// Cancelled by PostStop, so a recovery whose entity stopped ends
+	// without a goroutine of its own watching for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancelRecovery = cancel
+	sys.StartRecovery(func() { b.recover(ctx) })
+}
+
+// OnSignal implements entity.SignalHandler: a stop ends a running recovery.
+func (b *behavior[C, E, S]) OnSignal(_ entity.Context[C], sig entity.Signal) {
+	if _, ok := sig.(entity.PostStop); ok && b.cancelRecovery != nil {
+		b.cancelRecovery()
+		b.cancelRecovery = nil
+	}
 }
 
 func firstNonNil[T comparable](a, b T) T {
@@ -119,16 +170,16 @@ func newWriterID() string {
 }
 
 // onEntity runs fn on the entity's goroutine and waits for it. It reports
-// false if the entity stopped first.
-func (b *behavior[C, E, S]) onEntity(fn func()) bool {
+// false if the entity stopped first (PostStop cancels ctx).
+func (b *behavior[C, E, S]) onEntity(ctx context.Context, fn func()) bool {
 	done := make(chan struct{})
-	if !b.cell.Post(func() { fn(); close(done) }) {
+	if !b.cell().Post(func() { fn(); close(done) }) {
 		return false
 	}
 	select {
 	case <-done:
 		return true
-	case <-b.cell.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -138,39 +189,33 @@ type replayed[E any] struct {
 	seqNr uint64
 }
 
-// recover runs on its own goroutine: it reads the snapshot and the events
-// after it, decoding off the entity, and hands them over a page at a time so
-// a long history is never held in memory at once.
-func (b *behavior[C, E, S]) recover() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // stop reading when the entity stops
-
-		select {
-		case <-b.cell.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// recover runs on a recovery goroutine (System.StartRecovery): it reads the
+// snapshot and the events after it, decoding off the entity, and hands them
+// over a page at a time so a long history is never held in memory at once.
+// ctx ends when the entity stops.
+func (b *behavior[C, E, S]) recover(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // stopped while waiting its turn
+	}
 
 	var from uint64 = 1
-	if b.snapshots != nil {
-		snap, ok, err := b.snapshots.Load(ctx, b.pid, snapshot.Latest())
+	if b.cfg.Snapshots != nil {
+		snap, ok, err := b.cfg.Snapshots.Load(ctx, b.pid(), snapshot.Latest())
 		if err != nil {
-			b.onEntity(func() {
-				b.failRecovery(&RecoveryError{PersistenceID: b.pid, Err: fmt.Errorf("load snapshot: %w", err)})
+			b.onEntity(ctx, func() {
+				b.failRecovery(&RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("load snapshot: %w", err)})
 			})
 			return
 		}
 		if ok {
-			state, err := codec.DecodeAs[S](b.codec, snap.Manifest, snap.Payload)
+			state, err := codec.DecodeAs[S](b.cfg.Codec, snap.Manifest, snap.Payload)
 			if err != nil {
-				b.onEntity(func() {
-					b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: snap.SeqNr, Err: fmt.Errorf("decode snapshot: %w", err)})
+				b.onEntity(ctx, func() {
+					b.failRecovery(&RecoveryError{PersistenceID: b.pid(), SeqNr: snap.SeqNr, Err: fmt.Errorf("decode snapshot: %w", err)})
 				})
 				return
 			}
-			if !b.onEntity(func() { b.state, b.ctx.seqNr = state, snap.SeqNr }) {
+			if !b.onEntity(ctx, func() { b.state, b.seqNr = state, snap.SeqNr }) {
 				return
 			}
 			from = snap.SeqNr + 1
@@ -183,17 +228,17 @@ func (b *behavior[C, E, S]) recover() {
 			return nil
 		}
 		failed := false
-		ok := b.onEntity(func() { failed = !b.applyReplayed(page) })
+		ok := b.onEntity(ctx, func() { failed = !b.applyReplayed(page) })
 		page = page[:0]
 		if !ok || failed {
 			return errAbandoned
 		}
 		return nil
 	}
-	err := b.journal.Replay(ctx, b.pid, from, math.MaxUint64, func(ev journal.Event) error {
-		e, err := codec.DecodeAs[E](b.codec, ev.Manifest, ev.Payload)
+	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
+		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
 		if err != nil {
-			return &RecoveryError{PersistenceID: b.pid, SeqNr: ev.SeqNr, Err: err}
+			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 		}
 		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
 		if len(page) == cap(page) {
@@ -206,19 +251,19 @@ func (b *behavior[C, E, S]) recover() {
 	}
 	var highest uint64
 	if err == nil {
-		highest, err = b.journal.HighestSeqNr(ctx, b.pid)
+		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
 			return // the entity stopped, or recovery failed on the entity
 		}
 		if _, ok := errors.AsType[*RecoveryError](err); !ok {
-			err = &RecoveryError{PersistenceID: b.pid, Err: err}
+			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
 		}
-		b.onEntity(func() { b.failRecovery(err) })
+		b.onEntity(ctx, func() { b.failRecovery(err) })
 		return
 	}
-	b.onEntity(func() { b.completeRecovery(highest) })
+	b.onEntity(ctx, func() { b.completeRecovery(highest) })
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.
@@ -233,73 +278,106 @@ func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			perr := &entity.PanicError{Value: v, Stack: debug.Stack()}
-			b.failRecovery(&RecoveryError{PersistenceID: b.pid, SeqNr: at, Err: perr})
+			b.failRecovery(&RecoveryError{PersistenceID: b.pid(), SeqNr: at, Err: perr})
 			ok = false
 		}
 	}()
 	for _, r := range page {
 		at = r.seqNr
-		b.state = b.cfg.OnEvent(b.ctx, b.state, r.event)
-		b.ctx.seqNr = r.seqNr
+		b.state = b.cfg.OnEvent(b.ctx(), b.state, r.event)
+		b.seqNr = r.seqNr
 	}
 	return true
 }
 
 func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
-	b.ctx.seqNr = max(b.ctx.seqNr, highest)
-	b.ctx.recovering = false
-	b.signal(RecoveryCompleted{SeqNr: b.ctx.seqNr})
-	b.cell.Resume()
+	b.seqNr = max(b.seqNr, highest)
+	b.recovering = false
+	b.cancelRecovery()
+	b.cancelRecovery = nil
+	b.signal(RecoveryCompleted{SeqNr: b.seqNr})
+	b.cell().Resume()
 }
 
 func (b *behavior[C, E, S]) failRecovery(err error) {
-	b.ctx.Log().Error("recovery failed; stopping", "persistence_id", b.pid, "err", err)
+	b.Log().Error("recovery failed; stopping", "persistence_id", b.pid(), "err", err)
 	b.signal(RecoveryFailed{Err: err})
-	b.cell.Fail(err)
+	b.cell().Fail(err)
 }
 
 func (b *behavior[C, E, S]) signal(sig Signal) {
 	if b.cfg.OnSignal != nil {
-		b.cfg.OnSignal(b.ctx, b.state, sig)
+		b.cfg.OnSignal(b.ctx(), b.state, sig)
 	}
 }
 
 // Receive implements entity.Behavior.
 func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[C] {
-	eff := b.cfg.OnCommand(b.ctx, b.state, cmd)
-	if eff.e == nil {
-		return entity.Same[C]()
+	if b.diag != nil && b.diag.observer != nil {
+		b.diag.observer.Handling(cmd)
 	}
-	switch eff.e.kind {
-	case kindPersist:
-		b.persist(eff.e)
+	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx()}, b.state, cmd)
+	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
+		b.missingReply(cmd, eff)
+	}
+	switch eff.kind {
+	case EffectPersist:
+		b.persist(eff)
 		return entity.Same[C]()
-	case kindStash:
-		if err := b.ctx.Stash().Stash(cmd); err != nil {
-			b.ctx.Log().Error("stash full; stopping", "err", err)
-			b.cell.Fail(fmt.Errorf("eventsourced: %s: %w", b.pid, err))
+	case EffectStash:
+		if err := b.Context.Stash().Stash(cmd); err != nil {
+			b.Log().Error("stash full; stopping", "err", err)
+			b.cell().Fail(fmt.Errorf("eventsourced: %s: %w", b.pid(), err))
 			return entity.Same[C]()
 		}
 	}
-	b.runSideEffects(eff.e.then)
-	if eff.e.kind == kindUnhandled {
+	b.runSideEffects(eff.then)
+	if eff.kind == EffectUnhandled {
 		return entity.Unhandled[C]()
 	}
 	return entity.Same[C]()
 }
 
-func (b *behavior[C, E, S]) persist(eff *effect[E, S]) {
-	first := b.ctx.seqNr + 1
-	now := b.ctx.Clock().Now()
+// missingReply reports a command whose effect broke Config.EnforcedReplies.
+func (b *behavior[C, E, S]) missingReply(cmd C, eff Effect[E, S]) {
+	err := &MissingReplyError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Effect: eff.kind}
+	b.Log().Error("command carries a ReplyTo but its effect neither replies nor says NoReply", "err", err)
+	if d := b.diagnostics(); len(d.missing) < maxMissingReplies { // bounded: nobody takes them in production
+		d.missing = append(d.missing, err)
+	}
+	b.signal(ReplyMissing{Err: err})
+}
+
+// maxMissingReplies bounds the violations kept for TakeMissingReplies.
+const maxMissingReplies = 8
+
+// TakeMissingReplies returns and forgets the EnforcedReplies violations
+// seen so far, for a testkit (eventsourcedtest reports them per command).
+// Call it on the entity's goroutine or after it stopped.
+func (b *behavior[C, E, S]) TakeMissingReplies() []error {
+	if b.diag == nil {
+		return nil
+	}
+	m := b.diag.missing
+	b.diag.missing = nil
+	return m
+}
+
+func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
+	first := b.seqNr + 1
+	now := b.Clock().Now()
+	if b.writerID == "" {
+		b.writerID = newWriterID()
+	}
 	batch := make([]journal.Event, len(eff.events))
 	for i, e := range eff.events {
-		manifest, payload, err := b.codec.Encode(e)
+		manifest, payload, err := b.cfg.Codec.Encode(e)
 		if err != nil {
 			b.rejectPersist(first, err)
 			return
 		}
 		ev := journal.Event{
-			PersistenceID: b.pid,
+			PersistenceID: b.pid(),
 			SeqNr:         first + uint64(i),
 			Manifest:      manifest,
 			Payload:       payload,
@@ -311,28 +389,31 @@ func (b *behavior[C, E, S]) persist(eff *effect[E, S]) {
 		}
 		batch[i] = ev
 	}
-	b.cell.Suspend()
-	if aw, ok := b.journal.(journal.AsyncWriter); ok {
-		aw.WriteAsync(batch, func(err error) { b.cell.Post(func() { b.persisted(eff, first, err) }) })
+	if b.diag != nil && b.diag.observer != nil {
+		b.diag.observer.Persisting(first, first+uint64(len(batch))-1)
+	}
+	b.cell().Suspend()
+	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {
+		aw.WriteAsync(batch, func(err error) { b.cell().Post(func() { b.persisted(eff, first, err) }) })
 		return
 	}
-	j, timeout := b.journal, b.cfg.WriteTimeout
+	j, timeout := b.cfg.Journal, b.cfg.WriteTimeout
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := j.Write(ctx, batch)
 		cancel()
-		b.cell.Post(func() { b.persisted(eff, first, err) })
+		b.cell().Post(func() { b.persisted(eff, first, err) })
 	}()
 }
 
 func (b *behavior[C, E, S]) rejectPersist(first uint64, err error) {
-	perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: ErrPersistRejected, Err: err}
-	b.ctx.Log().Error("events rejected; stopping", "err", perr)
+	perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: ErrPersistRejected, Err: err}
+	b.Log().Error("events rejected; stopping", "err", perr)
 	b.signal(PersistRejected{Err: perr})
-	b.cell.Fail(perr)
+	b.cell().Fail(perr)
 }
 
-func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error) {
+func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error) {
 	if err != nil {
 		if errors.Is(err, journal.ErrRejected) {
 			b.rejectPersist(first, err)
@@ -344,17 +425,17 @@ func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error
 			// outage to retry through, but a second writer to stop for.
 			kind, msg = ErrWriteConflict, "write conflict: another incarnation wrote this entity's next event; stopping"
 		}
-		perr := &PersistError{PersistenceID: b.pid, SeqNr: first, Kind: kind, Err: err}
-		b.ctx.Log().Error(msg, "err", perr)
+		perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: kind, Err: err}
+		b.Log().Error(msg, "err", perr)
 		b.signal(PersistFailed{Err: perr})
-		b.cell.Fail(perr)
+		b.cell().Fail(perr)
 		return
 	}
 	snapshotDue := false
 	for i, e := range eff.events {
 		seqNr := first + uint64(i)
-		b.state = b.cfg.OnEvent(b.ctx, b.state, e)
-		b.ctx.seqNr = seqNr
+		b.state = b.cfg.OnEvent(b.ctx(), b.state, e)
+		b.seqNr = seqNr
 		if every := b.cfg.Retention.SnapshotEvery; every > 0 && seqNr%every == 0 {
 			snapshotDue = true
 		}
@@ -362,7 +443,7 @@ func (b *behavior[C, E, S]) persisted(eff *effect[E, S], first uint64, err error
 			snapshotDue = true
 		}
 	}
-	b.cell.Resume()
+	b.cell().Resume()
 	b.runSideEffects(eff.then)
 	if snapshotDue {
 		b.saveSnapshot()
@@ -373,60 +454,62 @@ func (b *behavior[C, E, S]) runSideEffects(then []sideEffect[S]) {
 	stop := false
 	for _, s := range then {
 		switch s.kind {
-		case sideRun:
+		case SideRun:
 			s.run(b.state)
-		case sideReply:
-			s.reply(b.ctx, b.state)
-		case sideUnstashAll:
-			b.ctx.Stash().UnstashAll()
-		case sideStop:
+		case SideReply:
+			if a := s.reply(b.state); a.send != nil {
+				a.send(b.ctx())
+			}
+		case SideUnstashAll:
+			b.Context.Stash().UnstashAll()
+		case SideStop:
 			stop = true
 		}
 	}
 	if stop {
-		b.ctx.Stop()
+		b.Context.Stop()
 	}
 }
 
 // saveSnapshot stores the current state without holding the mailbox, then
 // applies retention.
 func (b *behavior[C, E, S]) saveSnapshot() {
-	seqNr := b.ctx.seqNr
-	if b.snapshots == nil {
+	seqNr := b.seqNr
+	if b.cfg.Snapshots == nil {
 		b.signal(SnapshotFailed{SeqNr: seqNr, Err: fmt.Errorf("eventsourced: no snapshot store configured")})
 		return
 	}
-	manifest, payload, err := b.codec.Encode(b.state)
+	manifest, payload, err := b.cfg.Codec.Encode(b.state)
 	if err != nil {
 		b.signal(SnapshotFailed{SeqNr: seqNr, Err: err})
 		return
 	}
-	snap := snapshot.Snapshot{PersistenceID: b.pid, SeqNr: seqNr, Timestamp: b.ctx.Clock().Now(), Manifest: manifest, Payload: payload}
+	snap := snapshot.Snapshot{PersistenceID: b.pid(), SeqNr: seqNr, Timestamp: b.Clock().Now(), Manifest: manifest, Payload: payload}
 	upTo := b.cfg.Retention.deleteUpTo(seqNr)
 	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
-	store, j, timeout, pid := b.snapshots, b.journal, b.cfg.WriteTimeout, b.pid
+	store, j, timeout, pid := b.cfg.Snapshots, b.cfg.Journal, b.cfg.WriteTimeout, b.pid()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := store.Save(ctx, snap); err != nil {
-			b.cell.Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
+			b.cell().Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
 			return
 		}
-		b.cell.Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
+		b.cell().Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
 		if upTo > 0 {
 			if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
-				b.cell.Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+				b.cell().Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
 			} else {
-				b.cell.Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
+				b.cell().Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
 			}
 		}
 		if eventsUpTo == 0 {
 			return
 		}
 		if err := j.DeleteTo(ctx, pid, eventsUpTo); err != nil {
-			b.cell.Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
+			b.cell().Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
 		} else {
-			b.cell.Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
+			b.cell().Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
 	}()
 }

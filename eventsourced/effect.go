@@ -1,123 +1,272 @@
 package eventsourced
 
-import "github.com/shoal-dev/shoal/entity"
+import (
+	"fmt"
+	"slices"
 
-// Effect is what a command handler decides: which events to persist (if
-// any) and what to do once they are stored. Effects are values; build them
-// with Persist, None, Reply, Stash, Stop, UnstashAll or Unhandled and chain
-// side effects with the Then methods. Side effects run in order, after a
-// successful write, with the new state; when the write fails they are skipped.
-// The zero Effect is None.
-type Effect[E, S any] struct{ e *effect[E, S] }
-
-type effectKind uint8
-
-const (
-	kindNone effectKind = iota
-	kindPersist
-	kindUnhandled
-	kindStash
+	"github.com/shoal-dev/shoal/entity"
 )
 
-type effect[E, S any] struct {
-	kind   effectKind
+// Effect is what a command handler decides: which events to persist (if
+// any) and what to do once they are stored. Effects are values: building
+// one never changes another, so a base effect may be shared, reused from a
+// package-level variable, or chained in two ways at once. Build them with
+// the methods of Effects (which a handler's CommandContext carries) and
+// chain side effects with the Then methods. Side effects run in order, after
+// a successful write, with the new state; when the write fails they are
+// skipped. The zero Effect is None.
+type Effect[E, S any] struct {
+	kind   EffectKind
 	events []E
 	then   []sideEffect[S]
 }
 
-type sideKind uint8
+// EffectKind is what an effect does with its command.
+type EffectKind uint8
 
 const (
-	sideRun sideKind = iota
-	sideReply
-	sideUnstashAll
-	sideStop
+	// EffectNone persists nothing; its side effects run at once.
+	EffectNone EffectKind = iota
+	// EffectPersist stores events, then runs its side effects.
+	EffectPersist
+	// EffectUnhandled records the command as a dead letter.
+	EffectUnhandled
+	// EffectStash sets the command aside until UnstashAll.
+	EffectStash
 )
 
-type sideEffect[S any] struct {
-	kind  sideKind
-	run   func(S)
-	reply func(entity.Replier, S)
-}
-
-func newEffect[E, S any](kind effectKind) Effect[E, S] {
-	return Effect[E, S]{e: &effect[E, S]{kind: kind}}
-}
-
-// Persist stores events atomically, applies them to the state with the event
-// handler, then runs the side effects. With no events it is None.
-func Persist[E, S any](events ...E) Effect[E, S] {
-	if len(events) == 0 {
-		return None[E, S]()
+// String names the kind, as its constant without the Effect prefix.
+func (k EffectKind) String() string {
+	switch k {
+	case EffectNone:
+		return "None"
+	case EffectPersist:
+		return "Persist"
+	case EffectUnhandled:
+		return "Unhandled"
+	case EffectStash:
+		return "Stash"
 	}
-	eff := newEffect[E, S](kindPersist)
-	eff.e.events = events
-	return eff
+	return fmt.Sprintf("EffectKind(%d)", uint8(k))
+}
+
+// SideEffectKind names one step an effect takes after its events are stored.
+type SideEffectKind uint8
+
+const (
+	// SideRun runs a function with the new state (ThenRun).
+	SideRun SideEffectKind = iota
+	// SideReply sends a reply (ThenReply, ThenReplyFrom, Reply).
+	SideReply
+	// SideNoReply sends nothing and says so (ThenNoReply, NoReply).
+	SideNoReply
+	// SideUnstashAll redelivers the stashed commands (ThenUnstashAll).
+	SideUnstashAll
+	// SideStop stops the entity (ThenStop, Stop).
+	SideStop
+)
+
+// String names the kind, as its constant without the Side prefix.
+func (k SideEffectKind) String() string {
+	switch k {
+	case SideRun:
+		return "Run"
+	case SideReply:
+		return "Reply"
+	case SideNoReply:
+		return "NoReply"
+	case SideUnstashAll:
+		return "UnstashAll"
+	case SideStop:
+		return "Stop"
+	}
+	return fmt.Sprintf("SideEffectKind(%d)", uint8(k))
+}
+
+type sideEffect[S any] struct {
+	kind  SideEffectKind
+	run   func(S)
+	reply func(S) Answer
+}
+
+// Answer is a reply ready to send: an address and a value. It hides the
+// reply's type R, so that effect methods, which cannot have type
+// parameters, accept replies of any type. Build one with To.
+type Answer struct {
+	value any
+	send  func(entity.Replier)
+}
+
+// To is the answer v for the asker behind to; R is inferred from both.
+func To[R any](to entity.ReplyTo[R], v R) Answer {
+	return Answer{value: v, send: func(via entity.Replier) { entity.Reply(via, to, v) }}
+}
+
+// Value is the value the answer carries, for tests that inspect effects.
+func (a Answer) Value() any { return a.value }
+
+// Effects builds effects for events E and state S. It holds nothing: its
+// only job is to carry E and S so that building an effect needs no type
+// arguments. A command handler gets one in its CommandContext.
+type Effects[E, S any] struct{}
+
+// Persist stores events atomically, applies them to the state with the
+// event handler, then runs the side effects. With no events it is None.
+func (Effects[E, S]) Persist(events ...E) Effect[E, S] {
+	if len(events) == 0 {
+		return Effect[E, S]{}
+	}
+	// A copy: the caller's slice may change after the effect is built.
+	return Effect[E, S]{kind: EffectPersist, events: slices.Clone(events)}
 }
 
 // None persists nothing; side effects run at once with the current state.
-func None[E, S any]() Effect[E, S] { return newEffect[E, S](kindNone) }
+func (Effects[E, S]) None() Effect[E, S] { return Effect[E, S]{} }
 
-// Unhandled persists nothing and records the command as a dead letter.
-func Unhandled[E, S any]() Effect[E, S] { return newEffect[E, S](kindUnhandled) }
+// Unhandled persists nothing and records the command as a dead letter. It
+// satisfies Config.EnforcedReplies: the asker gets no reply.
+func (Effects[E, S]) Unhandled() Effect[E, S] { return Effect[E, S]{kind: EffectUnhandled} }
 
 // Stash sets the command aside in the entity's stash until UnstashAll. A
-// full stash stops the entity with an error matching stash.ErrFull.
-func Stash[E, S any]() Effect[E, S] { return newEffect[E, S](kindStash) }
+// full stash stops the entity with an error matching stash.ErrFull. A
+// stashed command is answered when it is handled again, so Stash satisfies
+// Config.EnforcedReplies.
+func (Effects[E, S]) Stash() Effect[E, S] { return Effect[E, S]{kind: EffectStash} }
 
 // Stop persists nothing and stops the entity.
-func Stop[E, S any]() Effect[E, S] { return None[E, S]().ThenStop() }
+func (f Effects[E, S]) Stop() Effect[E, S] { return f.None().ThenStop() }
 
 // UnstashAll persists nothing and redelivers every stashed command.
-func UnstashAll[E, S any]() Effect[E, S] { return None[E, S]().ThenUnstashAll() }
+func (f Effects[E, S]) UnstashAll() Effect[E, S] { return f.None().ThenUnstashAll() }
 
-// Reply persists nothing and sends v to the asker behind to.
-func Reply[E, S, R any](to entity.ReplyTo[R], v R) Effect[E, S] {
-	return ThenReply(None[E, S](), to, func(S) R { return v })
-}
+// Reply persists nothing and sends a: ctx.Reply(eventsourced.To(c.ReplyTo, v)).
+func (f Effects[E, S]) Reply(a Answer) Effect[E, S] { return f.None().ThenReply(a) }
 
-// NoReply persists nothing and says, for the reader, that no reply is due.
-func NoReply[E, S any]() Effect[E, S] { return None[E, S]() }
+// NoReply persists nothing and says that no reply is due now (one may come
+// later, from another message); it satisfies Config.EnforcedReplies.
+func (f Effects[E, S]) NoReply() Effect[E, S] { return f.None().ThenNoReply() }
 
+// with returns a new effect with s appended. It never writes to eff's
+// backing array, so eff and every other effect built from it are unchanged.
 func (eff Effect[E, S]) with(s sideEffect[S]) Effect[E, S] {
-	if eff.e == nil {
-		eff = None[E, S]()
-	}
-	eff.e.then = append(eff.e.then, s)
+	eff.then = append(eff.then[:len(eff.then):len(eff.then)], s)
 	return eff
 }
 
 // ThenRun runs f with the new state once the events are stored.
 func (eff Effect[E, S]) ThenRun(f func(state S)) Effect[E, S] {
-	return eff.with(sideEffect[S]{kind: sideRun, run: f})
+	return eff.with(sideEffect[S]{kind: SideRun, run: f})
+}
+
+// ThenReply sends a once the events are stored.
+func (eff Effect[E, S]) ThenReply(a Answer) Effect[E, S] {
+	return eff.with(sideEffect[S]{kind: SideReply, reply: func(S) Answer { return a }})
+}
+
+// ThenReplyFrom sends the answer f builds from the new state once the
+// events are stored.
+func (eff Effect[E, S]) ThenReplyFrom(f func(state S) Answer) Effect[E, S] {
+	return eff.with(sideEffect[S]{kind: SideReply, reply: f})
+}
+
+// ThenNoReply sends nothing; it says that no reply is due now, for the
+// reader and for Config.EnforcedReplies.
+func (eff Effect[E, S]) ThenNoReply() Effect[E, S] {
+	return eff.with(sideEffect[S]{kind: SideNoReply})
 }
 
 // ThenUnstashAll redelivers every stashed command once the events are stored.
 func (eff Effect[E, S]) ThenUnstashAll() Effect[E, S] {
-	return eff.with(sideEffect[S]{kind: sideUnstashAll})
+	return eff.with(sideEffect[S]{kind: SideUnstashAll})
 }
 
 // ThenStop stops the entity once the events are stored and the side
 // effects before it have run.
 func (eff Effect[E, S]) ThenStop() Effect[E, S] {
-	return eff.with(sideEffect[S]{kind: sideStop})
+	return eff.with(sideEffect[S]{kind: SideStop})
 }
 
-// ThenNoReply adds nothing; it documents that no reply is due.
-func (eff Effect[E, S]) ThenNoReply() Effect[E, S] { return eff }
+// Kind is what the effect does with its command.
+func (eff Effect[E, S]) Kind() EffectKind { return eff.kind }
+
+// Events are the events this effect persists (a copy).
+func (eff Effect[E, S]) Events() []E { return slices.Clone(eff.events) }
+
+// SideEffects are the kinds of the effect's side effects, in order.
+func (eff Effect[E, S]) SideEffects() []SideEffectKind {
+	kinds := make([]SideEffectKind, len(eff.then))
+	for i, s := range eff.then {
+		kinds[i] = s.kind
+	}
+	return kinds
+}
+
+// DecidesReply reports whether the effect settles its command's reply, as
+// Config.EnforcedReplies requires: it replies, says NoReply, stashes the
+// command to be handled again later, or refuses it as Unhandled (a dead
+// letter, which is explicit enough: the command was not understood here).
+func (eff Effect[E, S]) DecidesReply() bool {
+	if eff.kind == EffectStash || eff.kind == EffectUnhandled {
+		return true
+	}
+	for _, s := range eff.then {
+		if s.kind == SideReply || s.kind == SideNoReply {
+			return true
+		}
+	}
+	return false
+}
+
+// The package-level constructors below predate Effects; they need explicit
+// type arguments. Handlers get an Effects in their CommandContext instead.
+
+// Persist is Effects[E, S].Persist.
+//
+// Deprecated: use ctx.Persist in a command handler.
+func Persist[E, S any](events ...E) Effect[E, S] { return Effects[E, S]{}.Persist(events...) }
+
+// None is Effects[E, S].None.
+//
+// Deprecated: use ctx.None in a command handler.
+func None[E, S any]() Effect[E, S] { return Effect[E, S]{} }
+
+// Unhandled is Effects[E, S].Unhandled.
+//
+// Deprecated: use ctx.Unhandled in a command handler.
+func Unhandled[E, S any]() Effect[E, S] { return Effects[E, S]{}.Unhandled() }
+
+// Stash is Effects[E, S].Stash.
+//
+// Deprecated: use ctx.Stash in a command handler.
+func Stash[E, S any]() Effect[E, S] { return Effects[E, S]{}.Stash() }
+
+// Stop is Effects[E, S].Stop.
+//
+// Deprecated: use ctx.Stop in a command handler.
+func Stop[E, S any]() Effect[E, S] { return Effects[E, S]{}.Stop() }
+
+// UnstashAll is Effects[E, S].UnstashAll.
+//
+// Deprecated: use ctx.UnstashAll in a command handler.
+func UnstashAll[E, S any]() Effect[E, S] { return Effects[E, S]{}.UnstashAll() }
+
+// Reply persists nothing and sends v to the asker behind to.
+//
+// Deprecated: use ctx.Reply(eventsourced.To(to, v)) in a command handler.
+func Reply[E, S, R any](to entity.ReplyTo[R], v R) Effect[E, S] {
+	return Effects[E, S]{}.Reply(To(to, v))
+}
+
+// NoReply is Effects[E, S].NoReply.
+//
+// Deprecated: use ctx.NoReply in a command handler.
+func NoReply[E, S any]() Effect[E, S] { return Effects[E, S]{}.NoReply() }
 
 // ThenReply sends f(new state) to the asker behind to once the events are
-// stored. It is a function, not a method, because it introduces R.
+// stored. All its type arguments are inferred.
+//
+// Deprecated: use eff.ThenReplyFrom(func(s S) eventsourced.Answer { return eventsourced.To(to, ...) }),
+// which chains left to right.
 func ThenReply[E, S, R any](eff Effect[E, S], to entity.ReplyTo[R], f func(state S) R) Effect[E, S] {
-	return eff.with(sideEffect[S]{kind: sideReply, reply: func(r entity.Replier, s S) {
-		entity.Reply(r, to, f(s))
-	}})
-}
-
-// Events are the events this effect persists.
-func (eff Effect[E, S]) Events() []E {
-	if eff.e == nil {
-		return nil
-	}
-	return eff.e.events
+	return eff.ThenReplyFrom(func(s S) Answer { return To(to, f(s)) })
 }

@@ -3,6 +3,12 @@
 // handler applies them, and recovery rebuilds the state from the latest
 // snapshot plus the events after it.
 //
+// The command handler gets a CommandContext, whose methods build the
+// effects (ctx.Persist, ctx.Reply, ctx.Stash, ctx.Stop, ...) so that no
+// effect needs type arguments; a reply is eventsourced.To(replyTo, value),
+// whose type is inferred. Effects are plain values: chaining returns a new
+// effect, and a test can inspect one (Kind, Events, SideEffects).
+//
 // A behavior is built from a Config and runs on the entity runtime like any
 // other. While it recovers or waits for a write, its mailbox is held: later
 // commands wait there, in order, and are handled once the state is current.
@@ -68,6 +74,7 @@ func RawPersistenceID(s string) PersistenceID {
 	return PersistenceID{value: s}
 }
 
+// String is the joined form, "Type|id"; empty for an invalid id.
 func (p PersistenceID) String() string { return p.value }
 
 // Err reports why the id is invalid; nil for a valid id.
@@ -88,6 +95,27 @@ type Context[C any] interface {
 	Recovering() bool
 }
 
+// CommandContext is what a command handler gets: the entity's Context and
+// the Effects for its events and state, so that building an effect needs no
+// type arguments:
+//
+//	return ctx.Persist(Incremented{By: c.By}).ThenReply(eventsourced.To(c.ReplyTo, "ok"))
+//
+// Its Stop and Stash build effects; the entity-level calls of the same
+// names are ctx.Context.Stop and ctx.Context.Stash. Because of them a
+// CommandContext is not itself a Context: pass ctx.Context to a function
+// that wants one.
+type CommandContext[C, E, S any] struct {
+	Context[C]
+	Effects[E, S]
+}
+
+// Stop is the effect that persists nothing and stops the entity.
+func (c CommandContext[C, E, S]) Stop() Effect[E, S] { return c.Effects.Stop() }
+
+// Stash is the effect that sets the command aside until UnstashAll.
+func (c CommandContext[C, E, S]) Stash() Effect[E, S] { return c.Effects.Stash() }
+
 // Config describes an event-sourced entity. C is its command type, E its
 // event type and S its state.
 type Config[C, E, S any] struct {
@@ -95,7 +123,7 @@ type Config[C, E, S any] struct {
 	// EmptyState is the state before the first event.
 	EmptyState S
 	// OnCommand decides what to do with a command in the current state.
-	OnCommand func(ctx Context[C], state S, cmd C) Effect[E, S]
+	OnCommand func(ctx CommandContext[C, E, S], state S, cmd C) Effect[E, S]
 	// OnEvent applies an event. It runs for new events and during replay,
 	// with the same context, so timers it starts are restored by recovery.
 	OnEvent func(ctx Context[C], state S, event E) S
@@ -108,6 +136,19 @@ type Config[C, E, S any] struct {
 	SnapshotWhen func(state S, event E, seqNr uint64) bool
 	// Retention takes snapshots every N events and prunes old ones.
 	Retention Retention
+
+	// EnforcedReplies, like Akka's withEnforcedReplies, requires every
+	// command that carries an entity.ReplyTo (a field of the command
+	// struct, or of a struct it embeds) to end in an effect that decides
+	// its reply: one that replies (Reply, ThenReply, ThenReplyFrom), says
+	// it will not (NoReply, ThenNoReply: the reply comes later, from
+	// another message), stashes the command or refuses it (Unhandled). A command that does not is
+	// a bug in the handler. The effect still runs; the entity logs the
+	// violation at Error, signals ReplyMissing with a *MissingReplyError,
+	// and carries on, so production traffic is not lost to a missing
+	// reply; the asker's Ask ends at its context's deadline. The testkit
+	// (eventsourcedtest) fails the test at the command that broke it.
+	EnforcedReplies bool
 
 	// Journal, Snapshots and Codec default to the System's.
 	Journal   journal.Journal
@@ -126,12 +167,19 @@ type Retention struct {
 	// multiple of it; 0 turns count-based snapshots off.
 	SnapshotEvery uint64
 	// KeepSnapshots is how many count-based snapshots to keep; older ones
-	// are deleted after each new one. 0 keeps all. It needs SnapshotEvery.
+	// are deleted after each new one: a snapshot at seqNr deletes those up
+	// to seqNr − KeepSnapshots×SnapshotEvery. 0 keeps all. It needs
+	// SnapshotEvery.
 	KeepSnapshots uint64
-	// DeleteEventsOnSnapshot deletes events older than the oldest kept
-	// snapshot. Without SnapshotEvery (snapshots only from SnapshotWhen),
-	// it deletes every event the new snapshot covers, as Akka's
-	// snapshotWhen(predicate, deleteEventsOnSnapshot = true) does.
+	// DeleteEventsOnSnapshot deletes events after each snapshot, by Akka's
+	// rule. With SnapshotEvery and KeepSnapshots, a snapshot at seqNr
+	// deletes the events up to seqNr − KeepSnapshots×SnapshotEvery, the
+	// sequence number of the newest snapshot just deleted: one interval
+	// more than the oldest kept snapshot needs, so the events behind every
+	// kept snapshot stay. Without KeepSnapshots nothing is deleted. Without
+	// SnapshotEvery (snapshots only from SnapshotWhen), it deletes every
+	// event the new snapshot covers, as Akka's snapshotWhen(predicate,
+	// deleteEventsOnSnapshot = true) does.
 	DeleteEventsOnSnapshot bool
 }
 
@@ -193,15 +241,23 @@ type (
 	// PersistRejected: the events could not be encoded or were refused; the
 	// entity stops with Err.
 	PersistRejected struct{ Err error }
-	// DeleteSnapshotsCompleted / Failed report retention's snapshot pruning.
+	// DeleteSnapshotsCompleted: retention deleted the snapshots up to UpTo.
 	DeleteSnapshotsCompleted struct{ UpTo uint64 }
-	DeleteSnapshotsFailed    struct {
+	// DeleteSnapshotsFailed: retention could not delete the snapshots up to
+	// UpTo; the entity carries on, and the next snapshot tries again.
+	DeleteSnapshotsFailed struct {
 		UpTo uint64
 		Err  error
 	}
-	// DeleteEventsCompleted / Failed report retention's event pruning.
+	// ReplyMissing: with Config.EnforcedReplies, a command that carries a
+	// ReplyTo got an effect that does not decide its reply; Err is a
+	// *MissingReplyError. The entity carries on.
+	ReplyMissing struct{ Err error }
+	// DeleteEventsCompleted: retention deleted the events up to UpTo.
 	DeleteEventsCompleted struct{ UpTo uint64 }
-	DeleteEventsFailed    struct {
+	// DeleteEventsFailed: retention could not delete the events up to UpTo;
+	// the entity carries on, and the next snapshot tries again.
+	DeleteEventsFailed struct {
 		UpTo uint64
 		Err  error
 	}
@@ -217,6 +273,7 @@ func (DeleteSnapshotsCompleted) isSignal() {}
 func (DeleteSnapshotsFailed) isSignal()    {}
 func (DeleteEventsCompleted) isSignal()    {}
 func (DeleteEventsFailed) isSignal()       {}
+func (ReplyMissing) isSignal()             {}
 
 var (
 	// ErrPersistFailed matches the stop reason of an entity whose write
@@ -243,27 +300,30 @@ var (
 // exactly one of ErrPersistFailed, ErrPersistRejected and ErrWriteConflict
 // (its Kind), and the journal's error.
 type PersistError struct {
-	PersistenceID string
+	PersistenceID string // the entity's event stream
 	SeqNr         uint64 // first sequence number of the failed write
 	Kind          error  // ErrPersistFailed, ErrPersistRejected or ErrWriteConflict
-	Err           error
+	Err           error  // the journal's or the codec's error
 }
 
+// Error implements error.
 func (e *PersistError) Error() string {
 	return fmt.Sprintf("%v: %s at seq %d: %v", e.Kind, e.PersistenceID, e.SeqNr, e.Err)
 }
 
+// Unwrap gives Kind and Err, so the error matches both.
 func (e *PersistError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // RecoveryError is why an entity could not recover: which stored event (or
 // snapshot) could not be read or applied. It matches ErrRecoveryFailed and
 // the cause (codec.ErrUnknownManifest for an event of an unknown type).
 type RecoveryError struct {
-	PersistenceID string
+	PersistenceID string // the entity's event stream
 	SeqNr         uint64 // 0 when the failure was not at a specific event
-	Err           error
+	Err           error  // the cause
 }
 
+// Error implements error.
 func (e *RecoveryError) Error() string {
 	if e.SeqNr == 0 {
 		return fmt.Sprintf("eventsourced: recovery of %s failed: %v", e.PersistenceID, e.Err)
@@ -271,4 +331,5 @@ func (e *RecoveryError) Error() string {
 	return fmt.Sprintf("eventsourced: recovery of %s failed at seq %d: %v", e.PersistenceID, e.SeqNr, e.Err)
 }
 
+// Unwrap gives ErrRecoveryFailed and the cause, so the error matches both.
 func (e *RecoveryError) Unwrap() []error { return []error{ErrRecoveryFailed, e.Err} }

@@ -52,6 +52,7 @@ func TestPersistManyIsAtomicWithConsecutiveSeqNrs(t *testing.T) {
 	}
 	// A failed batch stores none of its events.
 	kit.Journal().FailNextPersist(errors.New("disk on fire"))
+	kit.ExpectStop()
 	res = kit.RunCommand(addMany{Items: []string{"x", "y"}})
 	if !res.Stopped || len(res.Events) != 0 {
 		t.Fatalf("failed batch: %+v", res)
@@ -79,6 +80,7 @@ func TestSideEffectsAreSkippedWhenPersistFails(t *testing.T) {
 	rec := &recorder{}
 	kit := newKit(t, listOptions{rec: rec})
 	kit.Journal().FailNextPersist(errors.New("connection reset"))
+	kit.ExpectStop()
 	res := kit.RunCommand(add{Item: "a"})
 	if !res.Stopped || !errors.Is(res.Err, eventsourced.ErrPersistFailed) {
 		t.Fatalf("want stop with ErrPersistFailed, got %+v", res)
@@ -99,6 +101,7 @@ func TestRejectedPersistStopsWithDistinctError(t *testing.T) {
 	rec := &recorder{}
 	kit := newKit(t, listOptions{rec: rec})
 	kit.Journal().RejectNextPersist(errors.New("event too large"))
+	kit.ExpectStop()
 	res := kit.RunCommand(add{Item: "a"})
 	if !res.Stopped || !errors.Is(res.Err, eventsourced.ErrPersistRejected) || errors.Is(res.Err, eventsourced.ErrPersistFailed) {
 		t.Fatalf("want ErrPersistRejected, got %+v", res)
@@ -114,13 +117,14 @@ func TestUnencodableEventIsRejectedBeforeWriting(t *testing.T) {
 	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
 		return eventsourced.New(eventsourced.Config[cmd, event, state]{
 			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
-			OnCommand: func(eventsourced.Context[cmd], state, cmd) eventsourced.Effect[event, state] {
-				return eventsourced.Persist[event, state](secret{})
+			OnCommand: func(ctx eventsourced.CommandContext[cmd, event, state], _ state, _ cmd) eventsourced.Effect[event, state] {
+				return ctx.Persist(secret{})
 			},
 			OnEvent: func(_ eventsourced.Context[cmd], s state, _ event) state { return s },
 		})
 	}
 	kit := eventsourcedtest.New[cmd, event, state](t, listKey, create, eventsourcedtest.Options{Codec: reg})
+	kit.ExpectStop()
 	res := kit.RunCommand(add{Item: "a"})
 	if !errors.Is(res.Err, eventsourced.ErrPersistRejected) || !errors.Is(res.Err, codec.ErrUnregisteredType) {
 		t.Fatalf("want rejection for an unregistered event, got %+v", res)
@@ -133,6 +137,7 @@ func TestUnencodableEventIsRejectedBeforeWriting(t *testing.T) {
 func TestThenStopRunsEarlierSideEffectsThenStops(t *testing.T) {
 	rec := &recorder{}
 	kit := newKit(t, listOptions{rec: rec})
+	kit.ExpectStop()
 	res := kit.RunCommand(addAndStop{Item: "last"})
 	if !res.Stopped || res.Err != nil || len(res.Events) != 1 {
 		t.Fatalf("result = %+v", res)
@@ -168,8 +173,8 @@ func TestStashOverflowStopsWithTypedError(t *testing.T) {
 	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
 		return eventsourced.New(eventsourced.Config[cmd, event, state]{
 			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
-			OnCommand: func(eventsourced.Context[cmd], state, cmd) eventsourced.Effect[event, state] {
-				return eventsourced.Stash[event, state]()
+			OnCommand: func(ctx eventsourced.CommandContext[cmd, event, state], _ state, _ cmd) eventsourced.Effect[event, state] {
+				return ctx.Stash()
 			},
 			OnEvent: func(_ eventsourced.Context[cmd], s state, _ event) state { return s },
 		})
@@ -286,6 +291,7 @@ func TestRecoveryFailureStopsWithSignal(t *testing.T) {
 	kit := newKit(t, listOptions{rec: rec})
 	kit.RunCommand(add{Item: "a"})
 	kit.Journal().FailNextRead(errors.New("db down"))
+	kit.ExpectStop()
 	kit.Restart()
 	stopped, err := kit.Stopped()
 	if !stopped || !errors.Is(err, eventsourced.ErrRecoveryFailed) {

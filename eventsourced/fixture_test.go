@@ -152,45 +152,45 @@ func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
 	}
 }
 
-func listCommand(rec *recorder) func(eventsourced.Context[cmd], state, cmd) eventsourced.Effect[event, state] {
+func listCommand(rec *recorder) func(eventsourced.CommandContext[cmd, event, state], state, cmd) eventsourced.Effect[event, state] {
 	type eff = eventsourced.Effect[event, state]
-	return func(ctx eventsourced.Context[cmd], s state, c cmd) eff {
+	return func(ctx eventsourced.CommandContext[cmd, event, state], s state, c cmd) eff {
 		switch c := c.(type) {
 		case add:
-			return eventsourced.Persist[event, state](added{Item: c.Item}).
+			return ctx.Persist(added{Item: c.Item}).
 				ThenRun(func(s state) { rec.note("ran with " + itemsOf(s)) })
 		case addMany:
 			evs := make([]event, len(c.Items))
 			for i, it := range c.Items {
 				evs[i] = added{Item: it}
 			}
-			return eventsourced.Persist[event, state](evs...)
+			return ctx.Persist(evs...)
 		case addAndReply:
-			return eventsourced.ThenReply(eventsourced.Persist[event, state](added{Item: c.Item}), c.ReplyTo,
-				func(s state) int { return len(s.Items) })
+			return ctx.Persist(added{Item: c.Item}).
+				ThenReplyFrom(func(s state) eventsourced.Answer { return eventsourced.To(c.ReplyTo, len(s.Items)) })
 		case getItems:
-			return eventsourced.Reply[event, state](c.ReplyTo, s.Items)
+			return ctx.Reply(eventsourced.To(c.ReplyTo, s.Items))
 		case stashCmd:
 			if s.Locked {
-				return eventsourced.Stash[event, state]()
+				return ctx.Stash()
 			}
-			return eventsourced.Persist[event, state](added{Item: c.Item})
+			return ctx.Persist(added{Item: c.Item})
 		case lock:
-			return eventsourced.Persist[event, state](locked{})
+			return ctx.Persist(locked{})
 		case unlock:
-			return eventsourced.Persist[event, state](unlocked{}).
+			return ctx.Persist(unlocked{}).
 				ThenRun(func(state) { rec.note("before unstash") }).
 				ThenUnstashAll()
 		case addAndStop:
-			return eventsourced.Persist[event, state](added{Item: c.Item}).
+			return ctx.Persist(added{Item: c.Item}).
 				ThenRun(func(state) { rec.note("before stop") }).
 				ThenStop()
 		case stopCmd:
-			return eventsourced.Stop[event, state]()
+			return ctx.Stop()
 		case noop:
-			return eventsourced.None[event, state]().ThenRun(func(state) { rec.note("noop") })
+			return ctx.None().ThenRun(func(state) { rec.note("noop") })
 		}
-		return eventsourced.Unhandled[event, state]()
+		return ctx.Unhandled()
 	}
 }
 
@@ -212,11 +212,11 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func counterEntity(ec entity.Context[cmd]) entity.Behavior[cmd] {
 	return eventsourced.New(eventsourced.Config[cmd, event, int]{
 		PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
-		OnCommand: func(ctx eventsourced.Context[cmd], n int, c cmd) eventsourced.Effect[event, int] {
+		OnCommand: func(ctx eventsourced.CommandContext[cmd, event, int], n int, c cmd) eventsourced.Effect[event, int] {
 			if c, ok := c.(addAndReply); ok {
-				return eventsourced.ThenReply(eventsourced.Persist[event, int](added{Item: c.Item}), c.ReplyTo, func(n int) int { return n })
+				return ctx.Persist(added{Item: c.Item}).ThenReplyFrom(func(n int) eventsourced.Answer { return eventsourced.To(c.ReplyTo, n) })
 			}
-			return eventsourced.Unhandled[event, int]()
+			return ctx.Unhandled()
 		},
 		OnEvent: func(_ eventsourced.Context[cmd], n int, _ event) int { return n + 1 },
 	})

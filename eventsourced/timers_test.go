@@ -12,8 +12,8 @@ import (
 )
 
 // The job entity is the processing-timeout pattern of DESIGN §6: the event
-// handler that enters "processing" schedules the timeout with the time left,
-// so recovery restores it, and only the timeout stored in the state counts.
+// handler that enters "processing" starts a timer at the deadline, so
+// recovery restores it, and only the timeout stored in the state counts.
 type jobCmd interface{ isJobCmd() }
 
 type (
@@ -51,29 +51,28 @@ func newJob(ec entity.Context[jobCmd]) entity.Behavior[jobCmd] {
 	type eff = eventsourced.Effect[jobEvent, jobState]
 	return eventsourced.New(eventsourced.Config[jobCmd, jobEvent, jobState]{
 		PersistenceID: eventsourced.PersistenceIDOf(jobKey, ec.EntityID()),
-		OnCommand: func(ctx eventsourced.Context[jobCmd], s jobState, c jobCmd) eff {
+		OnCommand: func(ctx eventsourced.CommandContext[jobCmd, jobEvent, jobState], s jobState, c jobCmd) eff {
 			switch c := c.(type) {
 			case startJob:
 				if s.Phase == "" {
-					return eventsourced.Persist[jobEvent, jobState](jobStarted{Deadline: ctx.Clock().Now().Add(c.Timeout)})
+					return ctx.Persist(jobStarted{Deadline: ctx.Clock().Now().Add(c.Timeout)})
 				}
 			case jobTimeout:
 				if s.Phase == "processing" && c.Deadline.Equal(s.Deadline) {
-					return eventsourced.Persist[jobEvent, jobState](jobTimedOut{})
+					return ctx.Persist(jobTimedOut{})
 				}
 			case finishJob:
 				if s.Phase == "processing" {
-					return eventsourced.Persist[jobEvent, jobState](jobFinished{}).
+					return ctx.Persist(jobFinished{}).
 						ThenRun(func(jobState) { ctx.Timers().Cancel(timeoutKey) })
 				}
 			}
-			return eventsourced.Unhandled[jobEvent, jobState]()
+			return ctx.Unhandled()
 		},
 		OnEvent: func(ctx eventsourced.Context[jobCmd], s jobState, e jobEvent) jobState {
 			switch e := e.(type) {
 			case jobStarted:
-				left := max(e.Deadline.Sub(ctx.Clock().Now()), 0)
-				ctx.Timers().StartSingleTimer(timeoutKey, jobTimeout{Deadline: e.Deadline}, left)
+				ctx.Timers().StartSingleTimerAt(timeoutKey, jobTimeout{Deadline: e.Deadline}, e.Deadline)
 				return jobState{Phase: "processing", Deadline: e.Deadline}
 			case jobTimedOut:
 				s.Phase = "timed out"
@@ -138,11 +137,10 @@ func TestProcessingTimeoutRestoredByRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		kit := newJobKit(t)
 		kit.RunCommand(startJob{Timeout: 10 * time.Second})
-		kit.Cell().StopNow() // the node dies while processing
-		<-kit.Cell().Done()
+		kit.Stop()              // the node dies while processing
 		time.Sleep(time.Minute) // it comes back after the deadline
-		kit.Restart()
-		synctest.Wait() // the restored timer fires at once (time left 0)
+		kit.Start()
+		synctest.Wait() // the restored timer fires at once: its deadline has passed
 		if p := kit.State().Phase; p != "timed out" {
 			t.Fatalf("phase after recovery past the deadline = %q", p)
 		}

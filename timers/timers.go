@@ -5,6 +5,10 @@
 // or replaced, even when that message was already queued: every start gets a
 // new generation, and Accept discards ticks of older generations or of
 // another Scheduler (a previous incarnation of the entity).
+//
+// Timer messages do not count as activity for an entity's receive timeout
+// unless the timer is started with ResetsReceiveTimeout: an idle entity with
+// a periodic timer still passivates.
 package timers
 
 import "time"
@@ -26,15 +30,36 @@ type Timer interface {
 // Real is the wall clock.
 type Real struct{}
 
-func (Real) Now() time.Time                            { return time.Now() }
+// Now implements Clock with time.Now.
+func (Real) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock with time.AfterFunc.
 func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Tick is what a firing timer posts to its owner's mailbox. The owner passes
 // it back to Accept when the tick reaches the head of the mailbox.
 type Tick struct {
-	key   string
-	gen   uint64
-	owner any
+	key    string
+	gen    uint64
+	owner  any
+	resets bool
+}
+
+// ResetsReceiveTimeout reports whether the tick's message counts as
+// activity for the receive timeout (the timer was started with the
+// ResetsReceiveTimeout option).
+func (t Tick) ResetsReceiveTimeout() bool { return t.resets }
+
+// Option adjusts one timer.
+type Option func(*options)
+
+type options struct{ resetsReceiveTimeout bool }
+
+// ResetsReceiveTimeout makes the timer's messages restart the entity's
+// receive timeout, like any other message. By default they do not, so that
+// a timer (a periodic one above all) never keeps an idle entity alive.
+func ResetsReceiveTimeout() Option {
+	return func(o *options) { o.resetsReceiveTimeout = true }
 }
 
 type mode uint8
@@ -52,6 +77,7 @@ type timer[C any] struct {
 	interval time.Duration
 	next     time.Time // fixed rate: when the pending tick was due
 	pending  Timer
+	resets   bool
 }
 
 // Scheduler holds one entity incarnation's timers. Its methods are called
@@ -70,27 +96,49 @@ func New[C any](clock Clock, post func(Tick)) *Scheduler[C] {
 }
 
 // StartSingleTimer delivers msg once after delay.
-func (s *Scheduler[C]) StartSingleTimer(key string, msg C, delay time.Duration) {
-	s.start(key, &timer[C]{msg: msg, mode: single}, delay)
+func (s *Scheduler[C]) StartSingleTimer(key string, msg C, delay time.Duration, opts ...Option) {
+	s.start(key, &timer[C]{msg: msg, mode: single}, delay, opts)
+}
+
+// StartSingleTimerAt delivers msg once at deadline, or at once when the
+// deadline has passed: an event handler that re-arms a timer during
+// recovery gets the timeout that fell due while the entity was down. Name
+// the timer with DeadlineKey when each deadline needs its own timer.
+func (s *Scheduler[C]) StartSingleTimerAt(key string, msg C, deadline time.Time, opts ...Option) {
+	s.start(key, &timer[C]{msg: msg, mode: single}, deadline.Sub(s.clock.Now()), opts)
+}
+
+// DeadlineKey is the key of a timer for one deadline: name and the instant
+// in UTC. Equal instants give equal keys, whatever the location or the
+// monotonic reading (which a trip through a journal drops), so an event
+// handler that re-arms the timer during replay replaces the same timer,
+// and the timers of two deadlines never replace each other.
+func DeadlineKey(name string, deadline time.Time) string {
+	return name + "@" + deadline.UTC().Format(time.RFC3339Nano)
 }
 
 // StartTimerWithFixedDelay delivers msg after initialDelay, then again
 // delay after each tick is taken from the mailbox, so a busy entity never
 // accumulates ticks.
-func (s *Scheduler[C]) StartTimerWithFixedDelay(key string, msg C, initialDelay, delay time.Duration) {
-	s.start(key, &timer[C]{msg: msg, mode: fixedDelay, interval: delay}, initialDelay)
+func (s *Scheduler[C]) StartTimerWithFixedDelay(key string, msg C, initialDelay, delay time.Duration, opts ...Option) {
+	s.start(key, &timer[C]{msg: msg, mode: fixedDelay, interval: delay}, initialDelay, opts)
 }
 
 // StartTimerAtFixedRate delivers msg after initialDelay and then every
 // interval, measured from the first due time; after a stall the missed ticks
 // follow in quick succession, one at a time.
-func (s *Scheduler[C]) StartTimerAtFixedRate(key string, msg C, initialDelay, interval time.Duration) {
+func (s *Scheduler[C]) StartTimerAtFixedRate(key string, msg C, initialDelay, interval time.Duration, opts ...Option) {
 	t := &timer[C]{msg: msg, mode: fixedRate, interval: interval}
 	t.next = s.clock.Now().Add(initialDelay)
-	s.start(key, t, initialDelay)
+	s.start(key, t, initialDelay, opts)
 }
 
-func (s *Scheduler[C]) start(key string, t *timer[C], delay time.Duration) {
+func (s *Scheduler[C]) start(key string, t *timer[C], delay time.Duration, opts []Option) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	t.resets = o.resetsReceiveTimeout
 	s.Cancel(key)
 	s.gen++
 	t.gen = s.gen
@@ -99,7 +147,7 @@ func (s *Scheduler[C]) start(key string, t *timer[C], delay time.Duration) {
 }
 
 func (s *Scheduler[C]) arm(key string, t *timer[C], delay time.Duration) {
-	tick := Tick{key: key, gen: t.gen, owner: s}
+	tick := Tick{key: key, gen: t.gen, owner: s, resets: t.resets}
 	t.pending = s.clock.AfterFunc(max(delay, 0), func() { s.post(tick) })
 }
 

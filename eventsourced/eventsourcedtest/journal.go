@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shoal-dev/shoal/journal"
+	"github.com/shoal-dev/shoal/timers"
 )
 
 // Journal wraps a journal.Journal with fault injection and a record of every
@@ -18,10 +20,49 @@ type Journal struct {
 	rejectWrite error
 	failRead    error
 	written     []journal.Event
+	writeDelay  time.Duration
+	readDelay   time.Duration
+	clock       timers.Clock
 }
 
-// NewJournal wraps j.
-func NewJournal(j journal.Journal) *Journal { return &Journal{Journal: j} }
+// NewJournal wraps j. Its latency (DelayWrites, DelayReads) runs on the
+// wall clock, or inside a Kit on Options.Clock.
+func NewJournal(j journal.Journal) *Journal { return &Journal{Journal: j, clock: timers.Real{}} }
+
+// DelayWrites makes every Write wait d before it writes (or fails), on the
+// journal's clock, until DelayWrites(0). A write whose context ends first
+// fails with the context's error, storing nothing.
+func (j *Journal) DelayWrites(d time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.writeDelay = d
+}
+
+// DelayReads makes every Replay and HighestSeqNr wait d first, as DelayWrites.
+func (j *Journal) DelayReads(d time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.readDelay = d
+}
+
+// wait sleeps the delay in *d on the journal's clock, or until ctx ends.
+func (j *Journal) wait(ctx context.Context, d *time.Duration) error {
+	j.mu.Lock()
+	delay, clock := *d, j.clock
+	j.mu.Unlock()
+	if delay <= 0 {
+		return nil
+	}
+	elapsed := make(chan struct{})
+	t := clock.AfterFunc(delay, func() { close(elapsed) })
+	defer t.Stop()
+	select {
+	case <-elapsed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // FailNextPersist makes the next Write fail with err, storing nothing.
 func (j *Journal) FailNextPersist(err error) {
@@ -62,6 +103,9 @@ func (j *Journal) takeFault(f *error) error {
 
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	if err := j.wait(ctx, &j.writeDelay); err != nil {
+		return err
+	}
 	if err := j.takeFault(&j.failWrite); err != nil {
 		return err
 	}
@@ -79,6 +123,9 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 
 // Replay implements journal.Journal.
 func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
+	if err := j.wait(ctx, &j.readDelay); err != nil {
+		return err
+	}
 	if err := j.takeFault(&j.failRead); err != nil {
 		return err
 	}
@@ -87,6 +134,9 @@ func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn fu
 
 // HighestSeqNr implements journal.Journal.
 func (j *Journal) HighestSeqNr(ctx context.Context, pid string) (uint64, error) {
+	if err := j.wait(ctx, &j.readDelay); err != nil {
+		return 0, err
+	}
 	if err := j.takeFault(&j.failRead); err != nil {
 		return 0, err
 	}

@@ -1,6 +1,25 @@
 // Package eventsourcedtest runs one event-sourced entity in a test: send a
 // command, get back the events it persisted, its new state and its reply;
-// restart it to check recovery; inject journal faults.
+// stop it and start it again to check recovery; inject journal and
+// snapshot-store faults and journal latency.
+//
+// Every write is reported for the message that caused it: a command's
+// Result holds the events that command persisted, and Others the events
+// that other messages (a timer, a piped result, an unstashed command)
+// persisted meanwhile, each with its cause; History has them all.
+//
+// An entity that stops fails the test unless the test said it would:
+// ExpectStop, Options.AllowStop, the kit's own Stop and Restart, and a
+// passivation (the kit owns the entity, so Passivate stops it) are expected.
+//
+// Time: the entity runs on Options.Clock (default timers.Real). Inside a
+// testing/synctest bubble the default clock is the bubble's fake clock, so
+// a test of timers creates the kit inside synctest.Test and moves time with
+// time.Sleep and synctest.Wait; nothing waits for real time.
+//
+// An entity configured with eventsourced.Config.EnforcedReplies is checked
+// too: a command that carries a ReplyTo and gets an effect that neither
+// replies nor says NoReply fails the test at that command.
 //
 // Serialization is checked by default, because a type that does not survive
 // the codec works locally and fails only when it first crosses a network or
@@ -12,21 +31,26 @@ package eventsourcedtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"reflect"
-	"testing"
+	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/deepequal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
+	"github.com/shoal-dev/shoal/timers"
 )
 
 // Options configures a Kit. Codec is required.
 type Options struct {
+	// Codec registers the entity's commands, events and state; the kit
+	// checks that each survives it.
 	Codec *codec.Registry
 	// EntityID of the entity under test. Default "test-entity".
 	EntityID string
@@ -36,21 +60,49 @@ type Options struct {
 	Timeout time.Duration
 	// Logger for the runtime. Default: discards.
 	Logger *slog.Logger
+	// Clock drives the entity's timers, its events' timestamps and the
+	// journal latency. Default timers.Real, which inside a synctest bubble
+	// is the bubble's clock.
+	Clock timers.Clock
+	// AllowStop lets the entity stop at any time without failing the test;
+	// without it, a stop must be announced with ExpectStop.
+	AllowStop bool
+	// StashCapacity, MailboxCapacity and HeldCapacity are passed to the
+	// entity's entity.Props; zero means the runtime's default.
+	StashCapacity, MailboxCapacity, HeldCapacity int
+}
+
+// T is the part of testing.TB the kit uses. *testing.T and *testing.B
+// satisfy it; so does anything else that can report a failure.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(f func())
 }
 
 // Kit drives one entity of command type C, event type E and state S.
 type Kit[C, E, S any] struct {
-	t       testing.TB
+	t       T
 	opts    Options
 	key     entity.TypeKey[C]
 	create  func(entity.Context[C]) entity.Behavior[C]
 	sys     *entity.System
 	journal *Journal
-	snaps   *snapmemory.Store
+	snaps   *SnapshotStore
 	props   *entity.Props[C]
 	cell    *entity.Cell[C]
 	behav   stateful[S]
 	seen    int // how many of journal.Written were already reported
+	obs     *observer
+	history []Persisted[E]
+
+	mu          sync.Mutex // guards the stop bookkeeping, which the entity's goroutine also touches
+	expectStop  bool       // ExpectStop was called and no stop has used it yet
+	kitStopping bool       // Stop or Restart is stopping the incarnation
+	passivated  bool       // the incarnation asked to passivate
+	stopChecked bool       // this incarnation's stop was already judged
 }
 
 type stateful[S any] interface {
@@ -58,10 +110,26 @@ type stateful[S any] interface {
 	LastSeqNr() uint64
 }
 
+// Persisted is one write: the events a message's effect persisted.
+type Persisted[E any] struct {
+	// Cause is the message whose effect persisted the events (a command, a
+	// timer message, a piped result); nil for events written to the
+	// journal directly.
+	Cause  any
+	Events []E
+}
+
 // Result is what one command did.
 type Result[E, S any] struct {
+	// Events are the events this command persisted, in order; not those
+	// persisted by other messages meanwhile (see Others).
 	Events []E
-	State  S
+	// Others are the writes other messages made since the previous result
+	// (timers, piped results, commands unstashed by this one), in order,
+	// each with its cause.
+	Others []Persisted[E]
+	// State is the state once the command and its side effects are done.
+	State S
 	// Stopped is true when the entity stopped while handling the command;
 	// Err is then its stop reason (nil for a normal stop).
 	Stopped bool
@@ -71,13 +139,14 @@ type Result[E, S any] struct {
 // ReplyResult is a Result plus the reply to the command.
 type ReplyResult[E, S, R any] struct {
 	Result[E, S]
+	// Reply is what the command answered; the zero R when Replied is false.
 	Reply R
 	// Replied is false when the command was handled without a reply.
 	Replied bool
 }
 
 // New starts the entity built by create and waits for its recovery.
-func New[C, E, S any](t testing.TB, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
+func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
 	t.Helper()
 	if opts.Codec == nil {
 		t.Fatal("eventsourcedtest: Options.Codec is required")
@@ -91,10 +160,15 @@ func New[C, E, S any](t testing.TB, key entity.TypeKey[C], create func(entity.Co
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if opts.Clock == nil {
+		opts.Clock = timers.Real{}
+	}
 	k := &Kit[C, E, S]{t: t, opts: opts, key: key, create: create,
-		journal: NewJournal(memory.New()), snaps: snapmemory.New()}
+		journal: NewJournal(memory.New()), snaps: NewSnapshotStore(snapmemory.New()), obs: &observer{}}
+	k.journal.clock = opts.Clock
 	sys, err := entity.NewSystem(entity.Config{
 		Logger:             opts.Logger,
+		Clock:              opts.Clock,
 		Codec:              opts.Codec,
 		Journal:            k.journal,
 		Snapshots:          k.snaps,
@@ -104,19 +178,34 @@ func New[C, E, S any](t testing.TB, key entity.TypeKey[C], create func(entity.Co
 		t.Fatal(err)
 	}
 	k.sys = sys
-	k.props = &entity.Props[C]{Key: key, Create: create}
+	k.props = &entity.Props[C]{Key: key, Create: create, Owner: kitOwner[C]{k.stopBookkeeping()},
+		StashCapacity: opts.StashCapacity, MailboxCapacity: opts.MailboxCapacity, HeldCapacity: opts.HeldCapacity}
 	k.start()
+	// Commands sent around RunCommand (with Tell or Ask), and stops
+	// between commands, are checked too.
+	t.Cleanup(func() {
+		if stopped, err := k.stoppedNow(); stopped {
+			k.judgeStop(err, t.Errorf)
+		}
+		k.checkReplies(t.Errorf)
+	})
 	return k
 }
 
 func (k *Kit[C, E, S]) start() {
 	k.t.Helper()
+	k.mu.Lock()
+	k.kitStopping, k.passivated, k.stopChecked = false, false, false
+	k.mu.Unlock()
 	k.cell = entity.Spawn(k.sys, k.props, k.opts.EntityID)
 	k.behav = nil
 	cell := k.cell
 	k.await(func() {
 		if b, ok := cell.Behavior().(stateful[S]); ok {
 			k.behav = b
+		}
+		if o, ok := cell.Behavior().(interface{ Observe(eventsourced.Observer) }); ok {
+			o.Observe(k.obs)
 		}
 	})
 	if k.behav == nil && k.cell.Err() == nil {
@@ -134,12 +223,15 @@ func (k *Kit[C, E, S]) await(fn func()) bool {
 	k.t.Helper()
 	done := make(chan struct{})
 	if !k.cell.PostOrdered(func() { fn(); close(done) }) {
+		<-k.cell.Done()
+		k.judgeStop(k.cell.Err(), k.t.Fatalf)
 		return false
 	}
 	select {
 	case <-done:
 		return true
 	case <-k.cell.Done():
+		k.judgeStop(k.cell.Err(), k.t.Fatalf)
 		return false
 	case <-time.After(k.opts.Timeout):
 		k.t.Fatalf("eventsourcedtest: %s/%s did not finish within %v", k.key, k.opts.EntityID, k.opts.Timeout)
@@ -153,8 +245,8 @@ func (k *Kit[C, E, S]) System() *entity.System { return k.sys }
 // Journal is the entity's journal, for fault injection and inspection.
 func (k *Kit[C, E, S]) Journal() *Journal { return k.journal }
 
-// Snapshots is the entity's snapshot store.
-func (k *Kit[C, E, S]) Snapshots() *snapmemory.Store { return k.snaps }
+// Snapshots is the entity's snapshot store, for fault injection and inspection.
+func (k *Kit[C, E, S]) Snapshots() *SnapshotStore { return k.snaps }
 
 // Ref addresses the running incarnation.
 func (k *Kit[C, E, S]) Ref() entity.Ref[C] { return k.cell }
@@ -166,7 +258,7 @@ func (k *Kit[C, E, S]) Cell() *entity.Cell[C] { return k.cell }
 // persisted, have been handled.
 func (k *Kit[C, E, S]) RunCommand(cmd C) Result[E, S] {
 	k.t.Helper()
-	if err := k.cell.Tell(cmd); err != nil {
+	if err := k.tell(k.cell, cmd); err != nil {
 		k.t.Fatalf("eventsourcedtest: tell %T: %v", cmd, err)
 	}
 	return k.collect()
@@ -177,6 +269,7 @@ func (k *Kit[C, E, S]) RunCommand(cmd C) Result[E, S] {
 func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.ReplyTo[R]) C) ReplyResult[E, S, R] {
 	k.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // also when collect fails the test: the ask must end
 	type answer struct {
 		r   R
 		err error
@@ -184,7 +277,7 @@ func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.Repl
 	answered := make(chan answer, 1)
 	sent := make(chan struct{})
 	go func() {
-		r, err := entity.Ask(ctx, tellThen[C]{Ref: k.cell, after: func() { close(sent) }}, build)
+		r, err := entity.Ask(ctx, tellThen[C]{Ref: k.cell, tell: k.tell, after: func() { close(sent) }}, build)
 		answered <- answer{r, err}
 	}()
 	<-sent
@@ -194,34 +287,56 @@ func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.Repl
 	return ReplyResult[E, S, R]{Result: res, Reply: a.r, Replied: a.err == nil}
 }
 
-// tellThen calls after once the command is in the mailbox.
+// tell sends the kit's own command, marked so that the observer knows
+// which handled message it is (the first one after the mark equal to it).
+func (k *Kit[C, E, S]) tell(ref entity.Ref[C], cmd C) error {
+	k.cell.PostOrdered(func() { k.obs.expect(cmd) })
+	return ref.Tell(cmd)
+}
+
+// tellThen sends with tell and calls after once the command is in the mailbox.
 type tellThen[C any] struct {
 	entity.Ref[C]
+	tell  func(entity.Ref[C], C) error
 	after func()
 }
 
 func (r tellThen[C]) Tell(msg C) error {
-	err := r.Ref.Tell(msg)
+	err := r.tell(r.Ref, msg)
 	r.after()
 	return err
 }
 
+// replyChecker is the behavior's side of eventsourced.Config.EnforcedReplies.
+type replyChecker interface{ TakeMissingReplies() []error }
+
 func (k *Kit[C, E, S]) collect() Result[E, S] {
 	k.t.Helper()
-	var res Result[E, S]
-	running := k.await(func() {
-		if k.behav != nil {
-			res.State = k.behav.State()
+	var (
+		res     Result[E, S]
+		missing []error
+	)
+	observe := func() {
+		if k.behav == nil {
+			return
 		}
-	})
-	if !running {
-		<-k.cell.Done()
+		res.State = k.behav.State()
+		missing = k.takeMissingReplies()
+	}
+	if !k.await(observe) {
 		res.Stopped, res.Err = true, k.cell.Err()
-		if k.behav != nil {
-			res.State = k.behav.State()
-		}
+		observe()
+	}
+	if len(missing) > 0 {
+		k.t.Fatalf("eventsourcedtest: %v", errors.Join(missing...))
+	}
+	if k.obs.unmatched() && !res.Stopped && k.behav != nil {
+		// Handled, but not recognised: it arrived different from what was sent.
+		k.t.Fatalf("eventsourcedtest: the command sent is not the command the entity handled (a codec round trip changed it); its writes cannot be told from other messages'")
 	}
 	written := k.journal.Written()
+	var last *Persisted[E]
+	lastFirst := uint64(0)
 	for _, ev := range written[k.seen:] {
 		e, err := codec.DecodeAs[E](k.opts.Codec, ev.Manifest, ev.Payload)
 		if err != nil {
@@ -232,7 +347,22 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 				k.t.Fatalf("eventsourcedtest: event %T does not survive a codec round trip (err %v)", e, err)
 			}
 		}
-		res.Events = append(res.Events, e)
+		w, ok := k.obs.writeOf(ev.SeqNr)
+		if ok && w.byKit {
+			res.Events = append(res.Events, e)
+		}
+		if last == nil || !ok || w.first != lastFirst {
+			k.history = append(k.history, Persisted[E]{Cause: w.cause})
+			last, lastFirst = &k.history[len(k.history)-1], w.first
+			if !ok || !w.byKit {
+				res.Others = append(res.Others, Persisted[E]{Cause: w.cause})
+			}
+		}
+		last.Events = append(last.Events, e)
+		if !ok || !w.byKit {
+			o := &res.Others[len(res.Others)-1]
+			o.Events = append(o.Events, e)
+		}
 	}
 	k.seen = len(written)
 	if !k.opts.SkipSerializationChecks && k.behav != nil {
@@ -252,31 +382,230 @@ func (k *Kit[C, E, S]) checkState(s S) {
 	}
 }
 
-// State is the entity's current state.
+// takeMissingReplies returns the EnforcedReplies violations not reported
+// yet; call it on the entity's goroutine or after it stopped.
+func (k *Kit[C, E, S]) takeMissingReplies() []error {
+	if rc, ok := k.behav.(replyChecker); ok {
+		return rc.TakeMissingReplies()
+	}
+	return nil
+}
+
+// checkReplies fails the test if a command handled since the last check
+// (one sent with Tell or Ask rather than RunCommand) broke EnforcedReplies.
+func (k *Kit[C, E, S]) checkReplies(fail func(format string, args ...any)) {
+	k.t.Helper()
+	var missing []error
+	if !k.await(func() { missing = k.takeMissingReplies() }) {
+		missing = k.takeMissingReplies()
+	}
+	if len(missing) > 0 {
+		fail("eventsourcedtest: %v", errors.Join(missing...))
+	}
+}
+
+// State is the entity's current state. It also fails the test if a
+// command handled since the last check broke EnforcedReplies.
 func (k *Kit[C, E, S]) State() S {
 	k.t.Helper()
-	var s S
-	if !k.await(func() { s = k.behav.State() }) && k.behav != nil {
-		s = k.behav.State()
+	var (
+		s       S
+		missing []error
+	)
+	observe := func() {
+		if k.behav != nil {
+			s = k.behav.State()
+			missing = k.takeMissingReplies()
+		}
+	}
+	if !k.await(observe) {
+		observe()
+	}
+	if len(missing) > 0 {
+		k.t.Fatalf("eventsourcedtest: %v", errors.Join(missing...))
 	}
 	return s
 }
 
 // Restart stops the running incarnation and starts a new one, which
-// recovers from what was stored.
+// recovers from what was stored: Stop, then Start.
 func (k *Kit[C, E, S]) Restart() {
 	k.t.Helper()
+	k.Stop()
+	k.Start()
+}
+
+// Stop stops the running incarnation now, ahead of its queued mail, and
+// waits until it has stopped. The stop is expected. A stopped entity stays
+// stopped until Start.
+func (k *Kit[C, E, S]) Stop() {
+	k.t.Helper()
+	if stopped, err := k.stoppedNow(); stopped {
+		k.judgeStop(err, k.t.Fatalf)
+		return
+	}
+	k.checkReplies(k.t.Fatalf)
+	k.mu.Lock()
+	k.kitStopping = true
+	k.mu.Unlock()
 	k.cell.StopNow()
 	<-k.cell.Done()
+}
+
+// Start starts a new incarnation, which recovers from what was stored, and
+// waits for its recovery. The previous one must have stopped.
+func (k *Kit[C, E, S]) Start() {
+	k.t.Helper()
+	stopped, err := k.stoppedNow()
+	if !stopped {
+		k.t.Fatalf("eventsourcedtest: Start while %s/%s is running; Stop it first", k.key, k.opts.EntityID)
+	}
+	k.judgeStop(err, k.t.Fatalf)
 	k.start()
 }
 
-// Stopped reports whether the incarnation has stopped, and why.
+// ExpectStop announces that the entity will stop (for example, at the next
+// command): the next stop does not fail the test.
+func (k *Kit[C, E, S]) ExpectStop() {
+	k.mu.Lock()
+	k.expectStop = true
+	k.mu.Unlock()
+}
+
+// Passivated reports whether the running or last incarnation asked to
+// passivate (Context.Passivate); the kit, its owner, then stops it.
+func (k *Kit[C, E, S]) Passivated() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.passivated
+}
+
+// Stopped reports whether the incarnation has stopped, and why. A stop the
+// test did not expect fails it.
 func (k *Kit[C, E, S]) Stopped() (bool, error) {
+	k.t.Helper()
+	stopped, err := k.stoppedNow()
+	if stopped {
+		k.judgeStop(err, k.t.Fatalf)
+	}
+	return stopped, err
+}
+
+// History is every write the kit has seen reported, in order, each with
+// the message that caused it, across incarnations.
+func (k *Kit[C, E, S]) History() []Persisted[E] { return append([]Persisted[E](nil), k.history...) }
+
+func (k *Kit[C, E, S]) stoppedNow() (bool, error) {
 	select {
 	case <-k.cell.Done():
 		return true, k.cell.Err()
 	default:
 		return false, nil
 	}
+}
+
+// judgeStop fails the test, once per incarnation, if the stop was not
+// expected: not announced with ExpectStop or Options.AllowStop, not the
+// kit's own Stop, not a passivation.
+func (k *Kit[C, E, S]) judgeStop(err error, fail func(format string, args ...any)) {
+	k.t.Helper()
+	k.mu.Lock()
+	if k.stopChecked {
+		k.mu.Unlock()
+		return
+	}
+	k.stopChecked = true
+	expected := k.opts.AllowStop || k.kitStopping || k.passivated || k.expectStop
+	if !k.kitStopping && !k.passivated {
+		k.expectStop = false // used up by this stop
+	}
+	k.mu.Unlock()
+	if !expected {
+		fail("eventsourcedtest: %s/%s stopped unexpectedly (reason: %v); call ExpectStop first if the test means it to stop", k.key, k.opts.EntityID, err)
+	}
+}
+
+// stopBookkeeping is what the entity's owner updates.
+func (k *Kit[C, E, S]) stopBookkeeping() *stopBook {
+	return &stopBook{mu: &k.mu, passivated: &k.passivated}
+}
+
+type stopBook struct {
+	mu         *sync.Mutex
+	passivated *bool
+}
+
+// kitOwner makes the kit the entity's owner, as a shard would be: a
+// passivation request stops it, and is remembered as an expected stop.
+type kitOwner[C any] struct{ book *stopBook }
+
+func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
+	o.book.mu.Lock()
+	*o.book.passivated = true
+	o.book.mu.Unlock()
+	c.Stop()
+}
+
+func (o kitOwner[C]) Stopped(*entity.Cell[C], error) {}
+
+// observer attributes writes to the message that caused them. Its
+// Handling and Persisting run on the entity's goroutine; the kit reads it
+// after waiting for the entity.
+type observer struct {
+	mu        sync.Mutex
+	expecting bool
+	expected  any  // the kit's command, sent after the mark
+	current   any  // the message being handled
+	currentBy bool // current is the kit's command
+	writes    []write
+}
+
+type write struct {
+	cause       any
+	byKit       bool
+	first, last uint64
+}
+
+func (o *observer) expect(cmd any) {
+	o.mu.Lock()
+	o.expecting, o.expected = true, cmd
+	o.mu.Unlock()
+}
+
+// unmatched reports, and forgets, a kit command no handled message matched.
+func (o *observer) unmatched() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	u := o.expecting
+	o.expecting, o.expected = false, nil
+	return u
+}
+
+// Handling implements eventsourced.Observer.
+func (o *observer) Handling(msg any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.current, o.currentBy = msg, false
+	if o.expecting && deepequal.Equal(msg, o.expected) {
+		o.expecting, o.expected, o.currentBy = false, nil, true
+	}
+}
+
+// Persisting implements eventsourced.Observer.
+func (o *observer) Persisting(first, last uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.writes = append(o.writes, write{cause: o.current, byKit: o.currentBy, first: first, last: last})
+}
+
+// writeOf finds the latest write of the event numbered seq.
+func (o *observer) writeOf(seq uint64) (write, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := len(o.writes) - 1; i >= 0; i-- {
+		if w := o.writes[i]; w.first <= seq && seq <= w.last {
+			return w, true
+		}
+	}
+	return write{}, false
 }

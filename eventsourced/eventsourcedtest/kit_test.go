@@ -41,14 +41,14 @@ var key = entity.NewTypeKey[command]("Reg")
 func create(ec entity.Context[command]) entity.Behavior[command] {
 	return eventsourced.New(eventsourced.Config[command, event, state]{
 		PersistenceID: eventsourced.PersistenceIDOf(key, ec.EntityID()),
-		OnCommand: func(_ eventsourced.Context[command], _ state, c command) eventsourced.Effect[event, state] {
+		OnCommand: func(ctx eventsourced.CommandContext[command, event, state], _ state, c command) eventsourced.Effect[event, state] {
 			switch c := c.(type) {
 			case set:
-				return eventsourced.Persist[event, state](was{V: c.V})
+				return ctx.Persist(was{V: c.V})
 			case setLossy:
-				return eventsourced.Persist[event, state](was{V: "lossy:" + c.V})
+				return ctx.Persist(was{V: "lossy:" + c.V})
 			}
-			return eventsourced.None[event, state]()
+			return ctx.None()
 		},
 		OnEvent: func(_ eventsourced.Context[command], s state, e event) state {
 			v := e.(was).V
@@ -137,6 +137,7 @@ func TestFaultInjectionIsOneShot(t *testing.T) {
 	kit := eventsourcedtest.New[command, event, state](t, key, create, eventsourcedtest.Options{Codec: registry()})
 	boom := errors.New("boom")
 	kit.Journal().FailNextPersist(boom)
+	kit.ExpectStop()
 	if res := kit.RunCommand(set{V: "a"}); !errors.Is(res.Err, boom) {
 		t.Fatalf("first persist: %+v", res)
 	}

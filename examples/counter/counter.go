@@ -41,16 +41,16 @@ func NewCounter(ec entity.Context[Command]) entity.Behavior[Command] {
 	return eventsourced.New(eventsourced.Config[Command, Event, State]{
 		PersistenceID: eventsourced.PersistenceIDOf(CounterKey, ec.EntityID()),
 		EmptyState:    State{},
-		OnCommand: func(ctx eventsourced.Context[Command], s State, c Command) eventsourced.Effect[Event, State] {
+		OnCommand: func(ctx eventsourced.CommandContext[Command, Event, State], s State, c Command) eventsourced.Effect[Event, State] {
 			switch c := c.(type) {
 			case Increment:
-				return eventsourced.Persist[Event, State](Incremented{By: c.By})
+				return ctx.Persist(Incremented{By: c.By})
 			case Get:
-				return eventsourced.Reply[Event, State](c.ReplyTo, s.Value)
+				return ctx.Reply(eventsourced.To(c.ReplyTo, s.Value))
 			case Stop:
-				return eventsourced.Stop[Event, State]()
+				return ctx.Stop()
 			}
-			return eventsourced.Unhandled[Event, State]()
+			return ctx.Unhandled()
 		},
 		OnEvent: func(ctx eventsourced.Context[Command], s State, e Event) State {
 			switch e := e.(type) {

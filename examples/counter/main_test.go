@@ -34,6 +34,7 @@ func TestCounterWithTestKit(t *testing.T) {
 	if !got.Replied || got.Reply != 5 || len(got.Events) != 0 {
 		t.Fatalf("after restart: %+v", got)
 	}
+	kit.ExpectStop()
 	if res := kit.RunCommand(Stop{}); !res.Stopped || res.Err != nil {
 		t.Fatalf("stop: %+v", res)
 	}

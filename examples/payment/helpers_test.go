@@ -151,11 +151,7 @@ func newFixtureWith(t *testing.T, settings Settings, issuer Issuer) *fixture {
 	p := &Payments{Settings: settings, Issuer: issuer, Credentials: f.tables, Sequences: f.tables}
 	f.kit = eventsourcedtest.New[Command, Event, State](t, TypeKey, p.Create,
 		eventsourcedtest.Options{Codec: f.reg, EntityID: testKey.EntityID()})
-	t.Cleanup(func() {
-		cell := f.kit.Cell()
-		cell.StopNow()
-		<-cell.Done()
-	})
+	t.Cleanup(f.kit.Stop) // the kit's own stop is expected; an earlier one is judged
 	return f
 }
 

@@ -45,7 +45,8 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		ec.Log().Error("not a payment entity id; stopping", "err", err)
 		return entity.Stopped[Command]()
 	}
-	// Idle entities passivate themselves (DESIGN §6); every message resets it.
+	// Idle entities passivate themselves (DESIGN §6); every message but a
+	// timer's (the processing timeout) resets it.
 	ec.SetReceiveTimeout(p.Settings.ReceiveTimeout, ReceiveTimeout{})
 	h := &handler{Payments: p, key: key}
 	return eventsourced.New(eventsourced.Config[Command, Event, State]{
@@ -54,6 +55,8 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		EmptyState:    WaitingForRequest{},
 		OnCommand:     h.onCommand,
 		OnEvent:       h.onEvent,
+		// Every Settle and Cancel is answered, now or from its result.
+		EnforcedReplies: true,
 	})
 }
 
@@ -64,32 +67,24 @@ type handler struct {
 }
 
 type (
-	// Ctx is the context handlers get.
-	Ctx = eventsourced.Context[Command]
+	// Ctx is the context command handlers get; its methods build effects.
+	Ctx = eventsourced.CommandContext[Command, Event, State]
+	// EventCtx is the context the event handler gets.
+	EventCtx = eventsourced.Context[Command]
 	// Effect is what command handlers return.
 	Effect = eventsourced.Effect[Event, State]
 )
 
-func persist(events ...Event) Effect { return eventsourced.Persist[Event, State](events...) }
-func stash() Effect                  { return eventsourced.Stash[Event, State]() }
-func stop() Effect                   { return eventsourced.Stop[Event, State]() }
-func unhandled() Effect              { return eventsourced.Unhandled[Event, State]() }
-
-// reply adds the reply r to eff, sent once its events are stored.
-func reply(eff Effect, to entity.ReplyTo[Response], r Response) Effect {
-	return eventsourced.ThenReply(eff, to, func(State) Response { return r })
-}
-
 // passivate asks the owner to stop the entity (stopSelfSafely in the
 // original): the owner sends StopActor, which the current state decides on.
 func passivate(ctx Ctx) Effect {
-	return eventsourced.None[Event, State]().ThenRun(func(State) { ctx.Passivate() })
+	return ctx.None().ThenRun(func(State) { ctx.Passivate() })
 }
 
 // replyAndPassivate answers a request idempotently, from the state, and
 // passivates at once: nothing more is likely to happen to this payment.
 func replyAndPassivate(ctx Ctx, to entity.ReplyTo[Response], r Response) Effect {
-	return reply(eventsourced.None[Event, State](), to, r).ThenRun(func(State) { ctx.Passivate() })
+	return ctx.Reply(eventsourced.To(to, r)).ThenRun(func(State) { ctx.Passivate() })
 }
 
 // accept confirms a command to an at-least-once sender (accept() in the original).
@@ -121,48 +116,48 @@ func (h *handler) waiting(ctx Ctx, c Command) Effect {
 	switch c := c.(type) {
 	case Settle:
 		now := ctx.Clock().Now()
-		return persist(SettlementAccepted{TraceID: c.TraceID, Request: c.SettleRequest, AcceptedAt: now}).
+		return ctx.Persist(SettlementAccepted{TraceID: c.TraceID, Request: c.SettleRequest, AcceptedAt: now}).
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
-				h.authorize(ctx, c, now) // replies when the issuer has answered
-			})
+				h.authorize(ctx, c, now)
+			}).
+			ThenNoReply() // the SettlementResult replies, once the issuer has answered
 	case Cancel:
 		accept(ctx, c.ConfirmTo)
 		return replyAndPassivate(ctx, c.ReplyTo, Rejected(NotFound("payment information")))
 	case StopActor:
-		return stop()
+		return ctx.Stop()
 	case ReceiveTimeout:
 		return passivate(ctx)
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 func (h *handler) settling(ctx Ctx, s Settling, c Command) Effect {
 	switch c := c.(type) {
 	case SettlementResult:
-		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4
-		return h.settlementResult(ctx, s, c)
+		return h.settlementResult(ctx, s, c) // its event cancels the timer (DESIGN §6.4)
 	case ProcessingTimeout:
 		if !c.Is(s.Timeout) {
-			return unhandled() // DESIGN §6.2: not this phase's timeout
+			return ctx.Unhandled() // DESIGN §6.2: not this phase's timeout
 		}
 		// DESIGN §6.3: leave Settling (to Failed), passivate, and let what
 		// waited in the stash see the new state. Nobody is answered: the
 		// asker has given up FailSafeMargin ago.
 		ctx.Log().Warn("settlement timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
-		return persist(SettlementTimeoutDetected{TraceID: s.TraceID}).
+		return ctx.Persist(SettlementTimeoutDetected{TraceID: s.TraceID}).
 			ThenRun(func(State) { ctx.Passivate() }).
 			ThenNoReply().
 			ThenUnstashAll()
 	case Settle, Cancel:
-		return stash() // answered from the outcome, after it
+		return ctx.Stash() // answered from the outcome, after it
 	case StopActor:
 		ctx.Log().Info("deferring stop until the issuer has answered", "trace_id", s.TraceID)
-		return stash()
+		return ctx.Stash()
 	case ReceiveTimeout:
 		return passivate(ctx) // the StopActor that follows is stashed
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 func (h *handler) settlementResult(ctx Ctx, s Settling, c SettlementResult) Effect {
@@ -193,7 +188,7 @@ func (h *handler) settlementResult(ctx Ctx, s Settling, c SettlementResult) Effe
 		res = Rejected(f)
 	}
 	// First-time processing does not passivate: the entity stays until idle.
-	return reply(persist(ev), c.ReplyTo, res).ThenUnstashAll()
+	return ctx.Persist(ev).ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
 }
 
 func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
@@ -204,43 +199,43 @@ func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
 		return replyAndPassivate(ctx, c.ReplyTo, Succeeded())
 	case Cancel:
 		now := ctx.Clock().Now()
-		return persist(CancelAccepted{TraceID: c.TraceID, Request: c.CancelRequest, AcceptedAt: now}).
+		return ctx.Persist(CancelAccepted{TraceID: c.TraceID, Request: c.CancelRequest, AcceptedAt: now}).
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
 				h.reverse(ctx, s, c)
-			})
+			}).
+			ThenNoReply() // the CancelResult replies
 	case StopActor:
-		return stop()
+		return ctx.Stop()
 	case ReceiveTimeout:
 		return passivate(ctx)
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 func (h *handler) canceling(ctx Ctx, s Canceling, c Command) Effect {
 	switch c := c.(type) {
 	case CancelResult:
-		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4
-		return h.cancelResult(ctx, s, c)
+		return h.cancelResult(ctx, s, c) // its event cancels the timer (DESIGN §6.4)
 	case ProcessingTimeout:
 		if !c.Is(s.Timeout) {
-			return unhandled() // DESIGN §6.2
+			return ctx.Unhandled() // DESIGN §6.2
 		}
 		// DESIGN §6.3: back to Completed, so the cancel can be retried.
 		ctx.Log().Warn("cancel timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
-		return persist(CancelTimeoutDetected{TraceID: s.TraceID}).
+		return ctx.Persist(CancelTimeoutDetected{TraceID: s.TraceID}).
 			ThenRun(func(State) { ctx.Passivate() }).
 			ThenNoReply().
 			ThenUnstashAll()
 	case Settle, Cancel:
-		return stash()
+		return ctx.Stash()
 	case StopActor:
 		ctx.Log().Info("deferring stop until the issuer has answered", "trace_id", s.TraceID)
-		return stash()
+		return ctx.Stash()
 	case ReceiveTimeout:
 		return passivate(ctx)
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 func (h *handler) cancelResult(ctx Ctx, s Canceling, c CancelResult) Effect {
@@ -278,7 +273,7 @@ func (h *handler) cancelResult(ctx Ctx, s Canceling, c CancelResult) Effect {
 	default:
 		ev, res = failed(c.Response, IssuingServiceServerError(mtiName(MTIReversal), c.Response.ErrCode))
 	}
-	return reply(persist(ev), c.ReplyTo, res).ThenUnstashAll()
+	return ctx.Persist(ev).ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
 }
 
 func (h *handler) canceled(ctx Ctx, s Canceled, c Command) Effect {
@@ -293,11 +288,11 @@ func (h *handler) canceled(ctx Ctx, s Canceled, c Command) Effect {
 		// No accept: the original did not confirm here (README).
 		return replyAndPassivate(ctx, c.ReplyTo, Rejected(invalidKey()))
 	case StopActor:
-		return stop()
+		return ctx.Stop()
 	case ReceiveTimeout:
 		return passivate(ctx)
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 func (h *handler) failed(ctx Ctx, s Failed, c Command) Effect {
@@ -309,16 +304,16 @@ func (h *handler) failed(ctx Ctx, s Failed, c Command) Effect {
 		// No accept: the original did not confirm here (README).
 		return replyAndPassivate(ctx, c.ReplyTo, Rejected(invalidKey()))
 	case StopActor:
-		return stop()
+		return ctx.Stop()
 	case ReceiveTimeout:
 		return passivate(ctx)
 	}
-	return unhandled()
+	return ctx.Unhandled()
 }
 
 // onEvent applies an event. It runs for new events and again during
 // replay, which is why the processing timeout is scheduled here.
-func (h *handler) onEvent(ctx Ctx, s State, e Event) State {
+func (h *handler) onEvent(ctx EventCtx, s State, e Event) State {
 	switch s := s.(type) {
 	case WaitingForRequest:
 		if e, ok := e.(SettlementAccepted); ok {
@@ -327,6 +322,7 @@ func (h *handler) onEvent(ctx Ctx, s State, e Event) State {
 			return Settling{TraceID: e.TraceID, Request: e.Request, AcceptedAt: e.AcceptedAt, Timeout: t}
 		}
 	case Settling:
+		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4: every event here leaves Settling
 		switch e := e.(type) {
 		case SettlementSuccessConfirmed:
 			return Completed{Credential: e.Credential, CustomerID: s.Request.CustomerID, Response: e.Response,
@@ -349,6 +345,7 @@ func (h *handler) onEvent(ctx Ctx, s State, e Event) State {
 		// customer (original behaviour, README).
 		back := s.Completed
 		back.CustomerID = s.Request.CustomerID
+		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4: every event here leaves Canceling
 		switch e := e.(type) {
 		case CancelSuccessConfirmed:
 			return Canceled{CustomerID: e.Request.CustomerID, Response: e.Response}

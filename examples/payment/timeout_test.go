@@ -15,8 +15,8 @@ import (
 // recovery. The issuer is held, so the entity stays in Settling or
 // Canceling until its timeout; time is synctest's.
 
-// Point 1: the event handler schedules the timeout with the time left.
-func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
+// Point 1: the event handler starts a timer at the deadline.
+func TestTimeoutPoint1ScheduledFromEventHandlerAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, DefaultSettings())
 		f.issuer.Hold()
@@ -38,23 +38,6 @@ func TestTimeoutPoint1ScheduledFromEventHandlerWithTimeLeft(t *testing.T) {
 		synctest.Wait()
 		wantEvents(t, f.events(), "SettlementAccepted", "SettlementTimeoutDetected")
 	})
-}
-
-func TestTimeLeftIsNeverNegative(t *testing.T) {
-	now := time.Date(2026, 1, 1, 17, 0, 0, 0, time.UTC)
-	pt := DefaultSettings().processingTimeout(now)
-	for _, tc := range []struct {
-		at   time.Time
-		want time.Duration
-	}{
-		{now, 20 * time.Second},
-		{now.Add(time.Second), 19 * time.Second},
-		{now.Add(time.Hour), 0},
-	} {
-		if got := pt.TimeLeft(tc.at); got != tc.want {
-			t.Errorf("TimeLeft(%v) = %v, want %v", tc.at, got, tc.want)
-		}
-	}
 }
 
 // Point 2: only the timeout stored in the state is handled.
@@ -83,10 +66,11 @@ func TestTimeoutPoint2OnlyTheStatesTimeoutCounts(t *testing.T) {
 	})
 }
 
-// Point 2 as recovery needs it: replaying a settlement and a later cancel
-// re-arms the settlement's timer too (its event handler runs again); it
-// fires at once, stale, and must not end Canceling.
-func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
+// Point 4 as recovery needs it: replaying a settlement and a later cancel
+// re-arms the settlement's timer (SettlementAccepted's event handler runs
+// again), and replaying SettlementSuccessConfirmed cancels it, so no stale
+// timeout is delivered and Canceling runs to its own deadline.
+func TestTimeoutPoint4ReplayedResultCancelsThePhasesTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, DefaultSettings())
 		wantOK(t, f.answer(f.settle(aliceSettle)))
@@ -94,13 +78,20 @@ func TestTimeoutPoint2StaleTimerFromReplayIsIgnored(t *testing.T) {
 		f.issuer.Hold()
 		f.cancel(aliceCancel)
 		synctest.Wait()
+		dead := f.kit.System().DeadLetters()
 		f.kit.Restart()
-		synctest.Wait() // the settlement's timer has fired, stale
+		synctest.Wait()
 		c, ok := f.kit.State().(Canceling)
 		if !ok {
 			t.Fatalf("state %T after recovery, want Canceling", f.kit.State())
 		}
-		time.Sleep(c.Timeout.TimeLeft(time.Now()))
+		// Replaying SettlementSuccessConfirmed cancelled the timer that
+		// replaying SettlementAccepted re-armed (point 4 in the event
+		// handler), so no stale timeout was even delivered.
+		if n := f.kit.System().DeadLetters() - dead; n != 0 {
+			t.Fatalf("%d unhandled messages after recovery, want 0 (a stale timeout was delivered)", n)
+		}
+		time.Sleep(time.Until(c.Timeout.Deadline))
 		synctest.Wait()
 		wantEvents(t, f.events(), "SettlementAccepted", "SettlementSuccessConfirmed", "CancelAccepted", "CancelTimeoutDetected")
 	})
@@ -250,11 +241,10 @@ func TestRecoveryAfterTheDeadlineTimesOutAtOnce(t *testing.T) {
 		f.issuer.Hold()
 		f.settle(aliceSettle)
 		synctest.Wait()
-		f.kit.Cell().StopNow() // the node dies; the issuer call is lost
-		<-f.kit.Cell().Done()
+		f.kit.Stop() // the node dies; the issuer call is lost
 		time.Sleep(time.Hour)
 		start := time.Now()
-		f.kit.Restart()
+		f.kit.Start()
 		synctest.Wait()
 		if time.Since(start) != 0 {
 			t.Fatalf("timeout took %v after recovery, want 0", time.Since(start))

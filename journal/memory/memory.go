@@ -30,6 +30,8 @@ type log struct {
 
 const chunkSize = 512
 
+// append grows the last chunk with the log, so a persistence id with a few
+// events does not hold a full chunk (512 events' worth, ~70 KB).
 func (l *log) append(e journal.Event) {
 	if n := len(l.chunks); n == 0 || len(l.chunks[n-1]) == chunkSize {
 		l.chunks = append(l.chunks, nil)

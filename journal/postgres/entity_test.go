@@ -83,7 +83,7 @@ func (l *ledger) create(ec entity.Context[ledgerCmd]) entity.Behavior[ledgerCmd]
 	var pending record // the command whose write is in flight (one at a time)
 	return eventsourced.New(eventsourced.Config[ledgerCmd, noted, uint64]{
 		PersistenceID: eventsourced.PersistenceIDOf(ledgerKey, id),
-		OnCommand: func(ctx eventsourced.Context[ledgerCmd], s uint64, c ledgerCmd) eff {
+		OnCommand: func(ctx eventsourced.CommandContext[ledgerCmd, noted, uint64], s uint64, c ledgerCmd) eff {
 			switch c := c.(type) {
 			case record:
 				pending = c
@@ -91,16 +91,16 @@ func (l *ledger) create(ec entity.Context[ledgerCmd]) entity.Behavior[ledgerCmd]
 				for i := range evs {
 					evs[i] = noted{ID: c.ID, Part: i}
 				}
-				persisted := eventsourced.Persist[noted, uint64](evs...).ThenRun(func(uint64) {
+				persisted := ctx.Persist(evs...).ThenRun(func(uint64) {
 					l.mu.Lock()
 					l.ok[c.ID] = c.N
 					l.mu.Unlock()
 				})
-				return eventsourced.ThenReply(persisted, c.ReplyTo, func(s uint64) uint64 { return s })
+				return persisted.ThenReplyFrom(func(s uint64) eventsourced.Answer { return eventsourced.To(c.ReplyTo, s) })
 			case count:
-				return eventsourced.Reply[noted, uint64](c.ReplyTo, s)
+				return ctx.Reply(eventsourced.To(c.ReplyTo, s))
 			}
-			return eventsourced.Unhandled[noted, uint64]()
+			return ctx.Unhandled()
 		},
 		OnEvent: func(_ eventsourced.Context[ledgerCmd], s uint64, _ noted) uint64 { return s + 1 },
 		OnSignal: func(_ eventsourced.Context[ledgerCmd], _ uint64, sig eventsourced.Signal) {
