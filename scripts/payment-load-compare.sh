@@ -15,7 +15,7 @@ new="${2:-HEAD}"
 runs="${RUNS:-3}" clients="${CLIENTS:-64}" duration="${DURATION:-8s}"
 repo="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/shoal-load.XXXXXX")"
-trap 'git -C "$repo" worktree prune; rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; git -C "$repo" worktree prune' EXIT
 
 build() { # ref name
 	git -C "$repo" worktree add --quiet --detach "$work/src-$2" "$1"
