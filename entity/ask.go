@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,7 +391,14 @@ func (s *System) failAsks(msg any, err error) {
 	})
 }
 
-var replyAddrType = reflect.TypeFor[replyAddr]()
+// isReplyTo reports whether t is a ReplyTo itself. A struct that embeds
+// one implements replyAddr through the promoted method, but its fields are
+// the user's: it is searched field by field instead.
+func isReplyTo(t reflect.Type) bool {
+	return t.PkgPath() == replyToPkg && strings.HasPrefix(t.Name(), "ReplyTo[")
+}
+
+var replyToPkg = reflect.TypeFor[ReplyTo[struct{}]]().PkgPath()
 
 // maxReplyDepth bounds the search for reply addresses (and ends cycles).
 const maxReplyDepth = 6
@@ -405,8 +413,8 @@ func forEachReplyAddr(v reflect.Value, depth int, visit func(node string, id uin
 			forEachReplyAddr(v.Elem(), depth+1, visit)
 		}
 	case reflect.Struct:
-		if v.Type().Implements(replyAddrType) {
-			visit(v.Field(0).String(), v.Field(1).Uint()) // ReplyTo's node and id
+		if isReplyTo(v.Type()) {
+			visit(v.FieldByName("node").String(), v.FieldByName("id").Uint())
 			return
 		}
 		for i := range v.NumField() {

@@ -230,6 +230,29 @@ func TestAskFailsForReplyAddressesNestedInTheCommand(t *testing.T) {
 	})
 }
 
+// A command that embeds its ReplyTo (promoting its methods) is searched
+// field by field like any other struct: the lost ask fails, nothing panics.
+type embeddedGet struct {
+	entity.ReplyTo[int]
+	Note string
+}
+
+func (embeddedGet) isCmd() {}
+
+func TestAskFailsForAnEmbeddedReplyTo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := newSystem(t)
+		c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: counter}, "c") // embeddedGet is unhandled
+		start := time.Now()
+		_, err := entity.Ask(context.Background(), c, func(r entity.ReplyTo[int]) cmd {
+			return embeddedGet{ReplyTo: r, Note: "n"}
+		})
+		if !errors.Is(err, entity.ErrUnhandled) || time.Since(start) != 0 {
+			t.Fatalf("err = %v after %v, want ErrUnhandled at once", err, time.Since(start))
+		}
+	})
+}
+
 // An entity that handles the command and stops without replying may have
 // handed the address on: its Ask waits for the deadline, and still gets a
 // reply sent from elsewhere.
