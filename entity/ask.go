@@ -126,6 +126,23 @@ func roundTripReply[R any](r *codec.Registry, v R) (R, error) {
 	return out, nil
 }
 
+// AskRef is a Ref that sends the commands of asks its own way: Ask and
+// AskFrom call TellAsk instead of Tell. sharding's EntityRef implements it
+// to refuse at once an ask that cannot be answered soon (its entity is
+// backing off after a failure), where a Tell is kept for the restart.
+type AskRef[C any] interface {
+	Ref[C]
+	// TellAsk sends msg, which carries the reply address of an ask.
+	TellAsk(msg C) error
+}
+
+func tellAsk[C any](ref Ref[C], msg C) error {
+	if ar, ok := ref.(AskRef[C]); ok {
+		return ar.TellAsk(msg)
+	}
+	return ref.Tell(msg)
+}
+
 // Ask sends the command built by build to ref and waits for the reply
 // through the ReplyTo it passes to build.
 //
@@ -154,7 +171,7 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 	_, hasDeadline := ctx.Deadline()
 	id, ch := sys.registerAsk(!hasDeadline)
 	defer sys.replies.unregister(id)
-	if err := ref.Tell(build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
+	if err := tellAsk(ref, build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
 		return zero, fmt.Errorf("entity: ask: %w", err)
 	}
 	select {
@@ -218,7 +235,7 @@ func AskFrom[C, T, R any](ctx Context[C], target Ref[T], timeout time.Duration, 
 	pending.start(sys.cfg.Clock.AfterFunc(timeout, func() {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("%w: no reply within %v: %w", ErrAskTimeout, timeout, context.DeadlineExceeded)})
 	}))
-	if err := target.Tell(build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
+	if err := tellAsk(target, build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("entity: ask: %w", err)})
 	}
 }

@@ -361,6 +361,19 @@ func (r EntityRef[C]) Tell(msg C) error {
 	return r.region.tell(r.id, msg, false, false)
 }
 
+// TellAsk implements entity.AskRef, so that entity.Ask and entity.AskFrom
+// fail fast: when the entity is backing off after a failure on this node,
+// the ask is refused at once with an error matching ErrEntityUnavailable
+// (an *UnavailableError, with the time left before the restart) and the
+// message is not kept, where Tell would hold it for the restarted entity.
+// Where the entity's shard lives on another node, it is Tell.
+func (r EntityRef[C]) TellAsk(msg C) error {
+	if r.region == nil {
+		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
+	}
+	return r.region.tell(r.id, msg, false, true)
+}
+
 // System implements entity.Ref.
 func (r EntityRef[C]) System() *entity.System { return r.region.s.sys }
 

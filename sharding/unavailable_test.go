@@ -13,7 +13,7 @@ import (
 )
 
 func askNotes(ctx context.Context, n *node, id string) ([]string, error) {
-	return sharding.Ask(ctx, n.region.EntityRefFor(id), func(r entity.ReplyTo[[]string]) msg { return get{ReplyTo: r} })
+	return entity.Ask(ctx, n.region.EntityRefFor(id), func(r entity.ReplyTo[[]string]) msg { return get{ReplyTo: r} })
 }
 
 // wantUnavailable checks that an ask of an entity backing off failed at

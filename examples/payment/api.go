@@ -284,7 +284,7 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	resp, err := sharding.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
+	resp, err := entity.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
 	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
 		// The entity failed (its journal is down, say) and restarts after
 		// a back-off: say so now rather than at the ask timeout.
