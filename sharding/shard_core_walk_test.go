@@ -61,6 +61,7 @@ func newShardWalk(t *testing.T, seed uint64) *shardWalk {
 		stopTimeout: time.Second, handOffTimeout: 2 * time.Second,
 		restartBackoffMin: 100 * time.Millisecond, restartBackoffMax: time.Second,
 		recoveryRate: rng.IntN(3), recoveryInterval: 100 * time.Millisecond,
+		bufferLimit: rng.IntN(4), // 0: none
 	}
 	return &shardWalk{
 		t: t, rng: rng, core: newShardCore[string, *walkIncarnation](cfg, rng.Float64),
@@ -125,30 +126,51 @@ func (w *shardWalk) tell(id string, failFast bool) {
 	w.next++
 	msg := "m" + strconv.Itoa(w.next)
 	w.log = append(w.log, fmt.Sprintf("tell %s %s fail-fast=%v", id, msg, failFast))
-	verdict, inc := w.core.deliver(id, msg, failFast, uint64(w.next))
+	verdict, inc := w.core.deliver(id, msg, failFast, false, uint64(w.next))
 	w.apply()
-	if verdict == deliverUnavailable {
-		return // refused: the sender knows, nothing to account for
-	}
-	w.sent[id] = append(w.sent[id], msg)
 	switch verdict {
+	case deliverUnavailable, deliverBufferFull:
+		return // refused: the sender knows, nothing to account for
+	case deliverHeld:
+		w.checkBuffer(id)
 	case deliverTellNew:
 		inc = w.core.handle(id)
 		fallthrough
 	case deliverTell:
-		w.deliverTo(id, inc, msg)
+		if !w.deliverTo(id, inc, msg, false) {
+			return
+		}
 	}
+	w.sent[id] = append(w.sent[id], msg)
 }
 
-func (w *shardWalk) deliverTo(id string, inc *walkIncarnation, msg string) {
+// deliverTo tells inc msg, as the runner does; accepted is true for a
+// message the core had accepted before. It reports false when the core
+// refused a message it had not accepted.
+func (w *shardWalk) deliverTo(id string, inc *walkIncarnation, msg string, accepted bool) bool {
 	if inc == nil {
 		w.fatalf("tell %s to no incarnation", msg)
 	}
 	if inc.dead {
-		w.core.undelivered(id, msg)
-		return
+		if !w.core.undelivered(id, msg, accepted) {
+			if accepted {
+				w.fatalf("%s: accepted message %s refused", id, msg)
+			}
+			return false
+		}
+		w.checkBuffer(id)
+		return true
 	}
 	w.received[id] = append(w.received[id], msg)
+	return true
+}
+
+// checkBuffer fails when a buffer outgrew the limit: a restart could not
+// hand it whole to the next incarnation.
+func (w *shardWalk) checkBuffer(id string) {
+	if e := w.core.entities[id]; e != nil && w.core.cfg.bufferLimit > 0 && len(e.buffer) > w.core.cfg.bufferLimit {
+		w.fatalf("%s holds %d messages, over the limit %d", id, len(e.buffer), w.core.cfg.bufferLimit)
+	}
 }
 
 func (w *shardWalk) advance(to time.Time) {
@@ -185,7 +207,7 @@ func (w *shardWalk) apply() {
 				w.live[ef.entityID] = inc
 				w.core.attach(ef.entityID, inc)
 				for _, m := range ef.msgs {
-					w.deliverTo(ef.entityID, inc, m)
+					w.deliverTo(ef.entityID, inc, m, true)
 				}
 			case effSendStop, effForceStop:
 				if ef.handle != nil {
