@@ -14,10 +14,12 @@ import (
 // TestShardCoreRandomWalks steps a shardCore through seeded random
 // schedules of messages, asks, StartEntity, passivation, failures, idle
 // ticks and time, with incarnations that stop some while after they are
-// asked to and report it later still, then hands the shard off. It checks
+// asked to (or before taking their first mail) and report it later still,
+// under a random per-entity buffer limit, then hands the shard off. It checks
 // on every step that an entity never has two live incarnations, and at the
 // end that every accepted message reached an incarnation or the hand-off's
-// leftover exactly once, in the order it was sent.
+// leftover exactly once, in the order it was sent; on the way, that no
+// buffer outgrows the limit and no accepted message is refused.
 func TestShardCoreRandomWalks(t *testing.T) {
 	for seed := range uint64(300) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
@@ -204,8 +206,16 @@ func (w *shardWalk) apply() {
 					w.fatalf("%s started while an incarnation still runs", ef.entityID)
 				}
 				inc := &walkIncarnation{entityID: ef.entityID}
-				w.live[ef.entityID] = inc
 				w.core.attach(ef.entityID, inc)
+				if w.rng.IntN(8) == 0 {
+					// It stops before taking its mail (its setup stopped it):
+					// the core takes the whole buffer back, limit or not.
+					w.log = append(w.log, "born dead "+ef.entityID)
+					inc.dead = true
+					w.pending = append(w.pending, inc)
+				} else {
+					w.live[ef.entityID] = inc
+				}
 				for _, m := range ef.msgs {
 					w.deliverTo(ef.entityID, inc, m, true)
 				}
