@@ -111,6 +111,13 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 	}
 	if err := cell.Tell(msg); err != nil {
 		if !errors.Is(err, entity.ErrStopped) {
+			if accepted {
+				// Its sender was told it was taken: a dead letter, not a
+				// log line (a full mailbox, say the region drained more
+				// mail for one entity than a recovering one holds).
+				sh.r.s.sys.DeadLetter(err, sh.r.typ+"/"+entityID, "accepted message refused by the entity: "+err.Error(), msg)
+				return nil
+			}
 			return err // the message itself is refused: a full mailbox, no codec
 		}
 		// Stopped but not yet reported: keep msg for the next incarnation.

@@ -160,3 +160,29 @@ func TestRefusedTellDoesNotDelayIdlePassivation(t *testing.T) {
 		_ = n.sh.Shutdown(context.Background())
 	})
 }
+
+// Messages the region accepted while the shard had no home, and that the
+// entity then refuses when they are drained into it (its mailbox is full),
+// are counted dead letters: each is either delivered or counted.
+func TestDrainedMessageRefusedByTheEntityIsADeadLetter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{MailboxCapacity: 1})
+		n := s.join("a", "host")
+		gate := make(chan struct{})
+		// The shard has no home yet: the region accepts and buffers these.
+		n.tell(t, "e", hold{until: gate})
+		n.tell(t, "e", note{Text: "1"})
+		n.tell(t, "e", note{Text: "2"})
+		synctest.Wait() // drained into e, which holds one message at most while in hold
+		close(gate)
+		synctest.Wait()
+		dead := n.sys.Stats().DeadLetters
+		if dead == 0 {
+			t.Errorf("no dead letter: a drained message refused by the full mailbox was lost uncounted")
+		}
+		if got := uint64(len(s.log.notes("e"))) + dead; got != 2 {
+			t.Errorf("%d notes delivered + %d dead letters, want 2 in all", len(s.log.notes("e")), dead)
+		}
+		_ = n.sh.Shutdown(context.Background())
+	})
+}
