@@ -2,7 +2,9 @@ package entity_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -109,5 +111,41 @@ func TestDeadLetterLoggingOff(t *testing.T) {
 	}
 	if st := sys.Stats(); st.DeadLetters != 1 || st.DeadLettersNotLogged != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// dropRef stands for an owner that accepted a message and later could not
+// deliver it: it records the message with System.DeadLetter.
+type dropRef struct {
+	sys   *entity.System
+	cause error
+}
+
+func (r dropRef) Tell(m askString) error {
+	r.sys.DeadLetter(r.cause, "owned/x", "refused by the new incarnation", m)
+	return nil
+}
+
+func (r dropRef) System() *entity.System { return r.sys }
+
+type askString struct{ ReplyTo entity.ReplyTo[string] }
+
+// An owner's dead letter is counted and logged with its reason like the
+// runtime's own, and the ask it carries fails at once with the cause.
+func TestOwnerDeadLetterCountedLoggedAndFailsItsAsk(t *testing.T) {
+	sys, lines, _ := loggedSystem(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // only stops a broken run hanging
+	defer cancel()
+	_, err := entity.Ask(ctx, entity.Ref[askString](dropRef{sys, entity.ErrMailboxFull}),
+		func(r entity.ReplyTo[string]) askString { return askString{ReplyTo: r} })
+	if !errors.Is(err, entity.ErrMailboxFull) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ask of a dead letter: %v, want ErrMailboxFull at once", err)
+	}
+	recs := lines.records(t)
+	if len(recs) != 1 || recs[0]["msg"] != "dead letter" || recs[0]["to"] != "owned/x" || recs[0]["reason"] != "refused by the new incarnation" {
+		t.Fatalf("records %v, want one dead letter line for owned/x with its reason", recs)
+	}
+	if st := sys.Stats(); st.DeadLetters != 1 || st.Unhandled != 0 || st.AsksWaiting != 0 {
+		t.Fatalf("stats %+v, want 1 dead letter, no ask waiting", st)
 	}
 }

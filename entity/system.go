@@ -166,6 +166,16 @@ func (s *System) Stats() Stats {
 	return Stats{DeadLetters: s.deadLetters.Load(), Unhandled: s.unhandled.Load(), DeadLettersNotLogged: notLogged, AsksWaiting: waiting}
 }
 
+// DeadLetter records msg, addressed to to, as a dead letter for reason,
+// for an owner such as a shard that holds messages on an entity's behalf
+// and could not deliver one it had accepted: it is counted in Stats,
+// logged within Config.DeadLetterLogLimit, and the local asks it carries
+// fail at once with cause (when not nil) instead of waiting for their
+// deadline.
+func (s *System) DeadLetter(cause error, to, reason string, msg any) {
+	s.deadLetter(cause, to, reason, msg)
+}
+
 // deadLetter records msg, addressed to to, as reaching no handler for
 // reason, logs it within the rate limit, and, when cause is not nil, fails
 // the local asks msg carries with cause (ErrStopped, ErrUnhandled): they

@@ -147,7 +147,7 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 	stripe := r.mu.RLockShard(shardID)
 	if e := r.table[shardID]; e != nil && e.routable() && !r.stopped {
 		if e.local != nil {
-			err := e.local.deliver(entityID, msg, start, failFast)
+			err := e.local.deliver(entityID, msg, start, failFast, false)
 			stripe.RUnlock()
 			return err
 		}
@@ -177,7 +177,7 @@ func (r *Region[C]) route(shardID string, p pending[C], failFast bool) error {
 	e := r.entry(shardID)
 	if e.routable() {
 		if e.local != nil {
-			return e.local.deliver(p.entityID, p.msg, p.start, failFast)
+			return e.local.deliver(p.entityID, p.msg, p.start, failFast, false)
 		}
 		return r.forward(e.home, shardID, p)
 	}
@@ -466,7 +466,7 @@ func (r *Region[C]) drain(shardID string, e *shardEntry[C]) {
 	for _, p := range buf {
 		var err error
 		if e.local != nil {
-			err = e.local.deliver(p.entityID, p.msg, p.start, false) // accepted already: never refused now
+			err = e.local.deliver(p.entityID, p.msg, p.start, false, true) // accepted already: no buffer limit
 		} else {
 			err = r.forward(e.home, shardID, p)
 		}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -47,6 +49,7 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 		stopTimeout: st.StopTimeout, handOffTimeout: st.HandOffTimeout,
 		restartBackoffMin: st.RestartBackoffMin, restartBackoffMax: st.RestartBackoffMax,
 		recoveryRate: st.RecoveryRate, recoveryInterval: st.RecoveryInterval,
+		bufferLimit: entityBufferLimit(st),
 	}, rand.Float64)
 	sh.props = &entity.Props[C]{
 		Key: r.ent.Key, Create: r.ent.Create, Owner: sh,
@@ -59,11 +62,29 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 	return sh
 }
 
+// entityBufferLimit bounds what a shard holds for one entity while it stops
+// or backs off: what the next incarnation's empty mailbox is sure to take,
+// held (recovering, as an event-sourced entity is when it starts) or not.
+// The restart then hands the whole buffer over before any new mail, and a
+// sender finds out at once, with ErrBufferFull, when there is no room.
+func entityBufferLimit(st Settings) int {
+	limit := st.HeldCapacity
+	if limit <= 0 {
+		limit = stash.DefaultCapacity // entity.Props' default
+	}
+	if st.MailboxCapacity > 0 {
+		limit = min(limit, st.MailboxCapacity)
+	}
+	return limit
+}
+
 // deliver hands msg to the entity, starting it if needed; with start it
 // only makes sure the entity runs. With failFast an entity backing off
 // refuses msg at once with an UnavailableError (see Ask); otherwise msg
-// waits for the next incarnation.
-func (sh *shard[C]) deliver(entityID string, msg C, start, failFast bool) error {
+// waits for the next incarnation, unless the entity's buffer is full
+// (ErrBufferFull). With accepted (a message the region accepted earlier)
+// the buffer's limit does not apply.
+func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if start {
@@ -71,13 +92,16 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast bool) error 
 		sh.apply()
 		return nil
 	}
-	verdict, cell := sh.core.deliver(entityID, msg, failFast, sh.r.idleTickNow())
+	tick := sh.r.idleTickNow()
+	verdict, cell := sh.core.deliver(entityID, msg, failFast, accepted, tick)
 	if len(sh.core.out) > 0 {
 		sh.apply()
 	}
 	switch verdict {
 	case deliverHeld:
 		return nil
+	case deliverBufferFull:
+		return sh.bufferFull(entityID)
 	case deliverUnavailable:
 		until, cause := sh.core.backOffOf(entityID)
 		return &UnavailableError{Type: sh.r.typ, EntityID: entityID,
@@ -87,12 +111,27 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast bool) error 
 	}
 	if err := cell.Tell(msg); err != nil {
 		if !errors.Is(err, entity.ErrStopped) {
+			if accepted {
+				// Its sender was told it was taken: a dead letter, not a
+				// log line (a full mailbox, say the region drained more
+				// mail for one entity than a recovering one holds).
+				sh.r.s.sys.DeadLetter(err, sh.r.typ+"/"+entityID, "accepted message refused by the entity: "+err.Error(), msg)
+				return nil
+			}
 			return err // the message itself is refused: a full mailbox, no codec
 		}
 		// Stopped but not yet reported: keep msg for the next incarnation.
-		sh.core.undelivered(entityID, msg)
+		if !sh.core.undelivered(entityID, msg, accepted) {
+			return sh.bufferFull(entityID)
+		}
 	}
+	sh.core.told(entityID, tick)
 	return nil
+}
+
+func (sh *shard[C]) bufferFull(entityID string) error {
+	return fmt.Errorf("%w: entity %s/%s holds %d messages while it stops or restarts",
+		ErrBufferFull, sh.r.typ, entityID, sh.core.cfg.bufferLimit)
 }
 
 // apply carries out the core's effects in order; sh.mu is held.
@@ -105,18 +144,23 @@ func (sh *shard[C]) apply() {
 		case effStart:
 			cell := entity.Spawn(sh.r.s.sys, sh.props, ef.entityID)
 			sh.core.attach(ef.entityID, cell)
+			// The buffer, accepted under bufferLimit, fits the new mailbox
+			// and goes in before any new mail (sh.mu is held). What it
+			// refuses all the same (it sent itself mail first, a message
+			// the region had accepted past the limit, a codec error under
+			// forced serialization) is a counted dead letter.
 			for _, m := range ef.msgs {
 				switch err := cell.Tell(m); {
 				case errors.Is(err, entity.ErrStopped):
-					sh.core.undelivered(ef.entityID, m)
+					sh.core.undelivered(ef.entityID, m, true)
 				case err != nil:
-					sh.r.s.log.Warn("sharding: buffered message refused by the new incarnation; dropped",
-						"type", sh.r.typ, "entity", ef.entityID, "err", err)
+					sh.r.s.sys.DeadLetter(err, sh.r.typ+"/"+ef.entityID,
+						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
 		case effSendStop:
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
-				// A full mailbox: the stop timeout stops it by force.
+				// A full mailbox: the stop (or hand-off) timeout stops it by force.
 				sh.r.s.log.Warn("sharding: stop message refused", "type", sh.r.typ, "entity", ef.entityID, "during", ef.why.String(), "err", err)
 			}
 		case effForceStop:

@@ -45,6 +45,11 @@ type shardCoreConfig struct {
 	restartBackoffMin, restartBackoffMax time.Duration
 	recoveryRate                         int // remembered entities started per recoveryInterval; 0 for all at once
 	recoveryInterval                     time.Duration
+	// bufferLimit bounds the messages held for one entity while it stops
+	// or backs off; 0 for no bound. The runner sets it to what a new
+	// incarnation's empty mailbox is sure to accept, so that the restart
+	// hands the buffer over whole.
+	bufferLimit int
 }
 
 type entityState uint8
@@ -80,6 +85,7 @@ type coreEntity[C any, H comparable] struct {
 	stopWhy    stopReason
 	startAgain bool // StartEntity while passivating: start it again once stopped
 	buffer     []C
+	forced     bool      // the current incarnation was stopped by force already
 	lastTick   uint64    // idle-passivation tick of the last message
 	timer      uint64    // generation of the armed stop timeout or restart; 0 for none
 	restarts   *restarts // allocated on the first failure
@@ -187,6 +193,8 @@ const (
 	deliverHeld
 	// deliverUnavailable: refused, the entity backs off (see backOffOf).
 	deliverUnavailable
+	// deliverBufferFull: refused, the entity's buffer is at bufferLimit.
+	deliverBufferFull
 )
 
 func newShardCore[C any, H comparable](cfg shardCoreConfig, random func() float64) *shardCore[C, H] {
@@ -208,9 +216,12 @@ func (c *shardCore[C, H]) cancel(gen *uint64) {
 	}
 }
 
-// deliver takes a message for entityID, counting it at idle tick tick.
-// With failFast an entity that is backing off refuses it.
-func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast bool, tick uint64) (deliverVerdict, H) {
+// deliver takes a message for entityID. With failFast an entity that is
+// backing off refuses it; with accepted (the message was accepted
+// elsewhere already, and must not be refused now) bufferLimit does not
+// apply. A message the core holds counts at idle tick tick; one to tell,
+// only once the incarnation took it (see told).
+func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast, accepted bool, tick uint64) (deliverVerdict, H) {
 	var none H
 	e := c.entities[entityID]
 	verdict := deliverTell
@@ -226,21 +237,43 @@ func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast bool, tick ui
 		e.restarts.refused = true // its caller comes back: restart it then
 		return deliverUnavailable, none
 	}
-	e.lastTick = tick
 	if e.state != active {
-		e.buffer = append(e.buffer, msg)
+		if !c.hold(e, msg, accepted) {
+			return deliverBufferFull, none
+		}
+		e.lastTick = tick
 		return deliverHeld, none
 	}
 	return verdict, e.handle
 }
 
+// hold buffers msg for the entity's next incarnation, unless the buffer is
+// at bufferLimit and msg was not accepted elsewhere already.
+func (c *shardCore[C, H]) hold(e *coreEntity[C, H], msg C, accepted bool) bool {
+	if !accepted && c.cfg.bufferLimit > 0 && len(e.buffer) >= c.cfg.bufferLimit {
+		return false
+	}
+	e.buffer = append(e.buffer, msg)
+	return true
+}
+
+// told reports that the incarnation deliver named took the message: it
+// counts at idle tick tick. A message the mailbox refused does not keep an
+// entity from passivating.
+func (c *shardCore[C, H]) told(entityID string, tick uint64) {
+	if e := c.entities[entityID]; e != nil {
+		e.lastTick = tick
+	}
+}
+
 // undelivered takes back a message the runner could not tell because the
 // incarnation had stopped (its Stopped report is still to come): it waits
-// for the next incarnation.
-func (c *shardCore[C, H]) undelivered(entityID string, msg C) {
-	if e := c.entities[entityID]; e != nil {
-		e.buffer = append(e.buffer, msg)
-	}
+// for the next incarnation. It reports false, keeping nothing, when the
+// buffer is at bufferLimit and msg was not accepted before (accepted: a
+// message of the buffer the restart handed over).
+func (c *shardCore[C, H]) undelivered(entityID string, msg C, accepted bool) bool {
+	e := c.entities[entityID]
+	return e == nil || c.hold(e, msg, accepted)
 }
 
 // startEntity makes sure entityID runs (Region.StartEntity): an entity on
@@ -300,7 +333,7 @@ func (c *shardCore[C, H]) spawn(entityID string, msgs []C) *coreEntity[C, H] {
 		}
 	}
 	var none H
-	e.handle, e.state = none, active
+	e.handle, e.state, e.forced = none, active, false
 	c.emit(shardEffect[C, H]{kind: effStart, entityID: entityID, msgs: msgs})
 	return e
 }
@@ -323,19 +356,25 @@ func (c *shardCore[C, H]) passivate(entityID string, h H) {
 func (c *shardCore[C, H]) stopEntity(entityID string, e *coreEntity[C, H], why stopReason) {
 	e.state, e.stopWhy = passivating, why
 	if !c.cfg.hasStopMessage {
-		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: entityID, handle: e.handle, why: why, force: forceNoStopMessage})
+		c.forceStop(entityID, e, forceNoStopMessage)
 		return
 	}
 	c.emit(shardEffect[C, H]{kind: effSendStop, entityID: entityID, handle: e.handle, why: why})
 	c.cancel(&e.timer)
-	e.timer = c.arm(timerStopTimeout, entityID, c.stopTimeout(why))
+	if why != stopForHandOff { // the shard's hand-off timeout bounds a hand-off
+		e.timer = c.arm(timerStopTimeout, entityID, c.cfg.stopTimeout)
+	}
 }
 
-func (c *shardCore[C, H]) stopTimeout(why stopReason) time.Duration {
-	if why == stopForHandOff {
-		return c.cfg.handOffTimeout
+// forceStop stops the current incarnation at once, unless it was already.
+func (c *shardCore[C, H]) forceStop(entityID string, e *coreEntity[C, H], force forceReason) {
+	c.cancel(&e.timer)
+	if e.forced {
+		return
 	}
-	return c.cfg.stopTimeout
+	e.forced = true
+	c.emit(shardEffect[C, H]{kind: effForceStop, entityID: entityID, handle: e.handle, why: e.stopWhy, force: force,
+		after: c.cfg.stopTimeout})
 }
 
 // errStoppedItself is the cause of a remembered entity's back-off when it
@@ -414,8 +453,7 @@ func (c *shardCore[C, H]) timerFired(kind timerKind, entityID string, gen uint64
 			return
 		}
 		e.timer = 0
-		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: entityID, handle: e.handle, why: e.stopWhy,
-			force: forceStopTimeout, after: c.stopTimeout(e.stopWhy)})
+		c.forceStop(entityID, e, forceStopTimeout)
 	case timerRestart:
 		e := c.entities[entityID]
 		if e == nil || e.timer != gen || e.state != backingOff || c.handingOff {
@@ -434,8 +472,7 @@ func (c *shardCore[C, H]) timerFired(kind timerKind, entityID string, gen uint64
 		}
 		c.handOffTimer = 0
 		for _, id := range slices.Sorted(maps.Keys(c.entities)) {
-			c.emit(shardEffect[C, H]{kind: effForceStop, entityID: id, handle: c.entities[id].handle,
-				why: stopForHandOff, force: forceHandOffTimeout})
+			c.forceStop(id, c.entities[id], forceHandOffTimeout)
 		}
 	case timerRecovery:
 		if c.recoveryTimer != gen {

@@ -30,11 +30,14 @@ import (
 //
 //	config [stop-message=B] [remember=B] [stop-timeout=D] [hand-off-timeout=D]
 //	       [backoff-min=D] [backoff-max=D] [recovery-rate=N] [recovery-interval=D] [jitter=F]
+//	       [buffer-limit=N]
 //	                     a new core (defaults: stop message, no remember, 30s, 60s,
-//	                     200ms, 10s, 0, 100ms, jitter 0.5 = none)
-//	tell ID MSG [fail-fast] [tick=N]   a message through sharding
+//	                     200ms, 10s, 0, 100ms, jitter 0.5 = none, no buffer limit)
+//	tell ID MSG [fail-fast] [accepted] [tick=N]
+//	                     a message through sharding (accepted: by the region already)
 //	start ID             StartEntity
 //	refuse ID            the current incarnation has stopped; its Stopped is still to come
+//	full ID              the current incarnation's mailbox is full: it refuses mail
 //	passivate ID[#N]     the incarnation asks to passivate
 //	stopped ID[#N] [err=TEXT]          the incarnation stopped (failed with TEXT)
 //	idle TICK TICKS      idle passivation at region tick TICK
@@ -109,6 +112,7 @@ type shardHarness struct {
 
 	incarnations map[string]int  // entity → incarnations started
 	refusing     map[string]bool // handles whose tells fail as stopped
+	full         map[string]bool // handles whose tells fail as a full mailbox
 	timers       map[uint64]harnessTimer
 	out          []string
 }
@@ -156,6 +160,8 @@ func (h *shardHarness) configure(kv map[string]string) {
 			cfg.recoveryInterval, err = time.ParseDuration(v)
 		case "jitter":
 			jitter, err = strconv.ParseFloat(v, 64)
+		case "buffer-limit":
+			cfg.bufferLimit, err = strconv.Atoi(v)
 		default:
 			h.fatalf("unknown config key %q", k)
 		}
@@ -168,6 +174,7 @@ func (h *shardHarness) configure(kv map[string]string) {
 	h.now = h.start
 	h.incarnations = map[string]int{}
 	h.refusing = map[string]bool{}
+	h.full = map[string]bool{}
 	h.timers = map[uint64]harnessTimer{}
 }
 
@@ -209,11 +216,14 @@ func (h *shardHarness) run(line string) string {
 		need(2)
 		id, msg := pos[0], pos[1]
 		tick, _ := strconv.ParseUint(kv["tick"], 10, 64)
-		verdict, handle := h.core.deliver(id, msg, slices.Contains(pos, "fail-fast"), tick)
+		accepted := slices.Contains(pos, "accepted")
+		verdict, handle := h.core.deliver(id, msg, slices.Contains(pos, "fail-fast"), accepted, tick)
 		h.apply()
 		switch verdict {
 		case deliverHeld:
 			h.printf("held")
+		case deliverBufferFull:
+			h.printf("refused: buffer full")
 		case deliverUnavailable:
 			until, cause := h.core.backOffOf(id)
 			h.printf("unavailable: retry after %v: %v", until.Sub(h.now), cause)
@@ -221,7 +231,9 @@ func (h *shardHarness) run(line string) string {
 			handle = h.core.handle(id)
 			fallthrough
 		case deliverTell:
-			h.tell(id, handle, msg)
+			if h.tell(id, handle, msg, accepted) {
+				h.core.told(id, tick)
+			}
 		}
 	case "start":
 		need(1)
@@ -231,6 +243,10 @@ func (h *shardHarness) run(line string) string {
 		need(1)
 		_, handle := h.handleOf(pos[0])
 		h.refusing[handle] = true
+	case "full":
+		need(1)
+		_, handle := h.handleOf(pos[0])
+		h.full[handle] = true
 	case "passivate":
 		need(1)
 		id, handle := h.handleOf(pos[0])
@@ -280,14 +296,24 @@ func (h *shardHarness) run(line string) string {
 }
 
 // tell delivers msg as the runner does: an incarnation that refuses it
-// (stopped, not yet reported) hands it back to the core.
-func (h *shardHarness) tell(id, handle, msg string) {
-	if h.refusing[handle] {
-		h.printf("tell %s %s: refused, stopped", handle, msg)
-		h.core.undelivered(id, msg)
-		return
+// (stopped, not yet reported) hands it back to the core, which keeps it
+// unless the buffer is full and msg was not accepted before. It reports
+// whether the incarnation took msg.
+func (h *shardHarness) tell(id, handle, msg string, accepted bool) bool {
+	switch {
+	case h.refusing[handle]:
+		if h.core.undelivered(id, msg, accepted) {
+			h.printf("tell %s %s: refused, stopped; held", handle, msg)
+		} else {
+			h.printf("tell %s %s: refused, stopped; refused: buffer full", handle, msg)
+		}
+		return false
+	case h.full[handle]:
+		h.printf("tell %s %s: refused, mailbox full", handle, msg)
+		return false
 	}
 	h.printf("tell %s %s", handle, msg)
+	return true
 }
 
 // advance fires every timer due by to, earliest first, at its due time.
@@ -334,7 +360,7 @@ func (h *shardHarness) apply() {
 				h.core.attach(ef.entityID, handle)
 				h.printf("start %s", handle)
 				for _, m := range ef.msgs {
-					h.tell(ef.entityID, handle, m)
+					h.tell(ef.entityID, handle, m, true)
 				}
 			case effSendStop:
 				h.printf("stop-message %s (%s)", ef.handle, ef.why)

@@ -14,10 +14,12 @@ import (
 // TestShardCoreRandomWalks steps a shardCore through seeded random
 // schedules of messages, asks, StartEntity, passivation, failures, idle
 // ticks and time, with incarnations that stop some while after they are
-// asked to and report it later still, then hands the shard off. It checks
+// asked to (or before taking their first mail) and report it later still,
+// under a random per-entity buffer limit, then hands the shard off. It checks
 // on every step that an entity never has two live incarnations, and at the
 // end that every accepted message reached an incarnation or the hand-off's
-// leftover exactly once, in the order it was sent.
+// leftover exactly once, in the order it was sent; on the way, that no
+// buffer outgrows the limit and no accepted message is refused.
 func TestShardCoreRandomWalks(t *testing.T) {
 	for seed := range uint64(300) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
@@ -61,6 +63,7 @@ func newShardWalk(t *testing.T, seed uint64) *shardWalk {
 		stopTimeout: time.Second, handOffTimeout: 2 * time.Second,
 		restartBackoffMin: 100 * time.Millisecond, restartBackoffMax: time.Second,
 		recoveryRate: rng.IntN(3), recoveryInterval: 100 * time.Millisecond,
+		bufferLimit: rng.IntN(4), // 0: none
 	}
 	return &shardWalk{
 		t: t, rng: rng, core: newShardCore[string, *walkIncarnation](cfg, rng.Float64),
@@ -125,30 +128,51 @@ func (w *shardWalk) tell(id string, failFast bool) {
 	w.next++
 	msg := "m" + strconv.Itoa(w.next)
 	w.log = append(w.log, fmt.Sprintf("tell %s %s fail-fast=%v", id, msg, failFast))
-	verdict, inc := w.core.deliver(id, msg, failFast, uint64(w.next))
+	verdict, inc := w.core.deliver(id, msg, failFast, false, uint64(w.next))
 	w.apply()
-	if verdict == deliverUnavailable {
-		return // refused: the sender knows, nothing to account for
-	}
-	w.sent[id] = append(w.sent[id], msg)
 	switch verdict {
+	case deliverUnavailable, deliverBufferFull:
+		return // refused: the sender knows, nothing to account for
+	case deliverHeld:
+		w.checkBuffer(id)
 	case deliverTellNew:
 		inc = w.core.handle(id)
 		fallthrough
 	case deliverTell:
-		w.deliverTo(id, inc, msg)
+		if !w.deliverTo(id, inc, msg, false) {
+			return
+		}
 	}
+	w.sent[id] = append(w.sent[id], msg)
 }
 
-func (w *shardWalk) deliverTo(id string, inc *walkIncarnation, msg string) {
+// deliverTo tells inc msg, as the runner does; accepted is true for a
+// message the core had accepted before. It reports false when the core
+// refused a message it had not accepted.
+func (w *shardWalk) deliverTo(id string, inc *walkIncarnation, msg string, accepted bool) bool {
 	if inc == nil {
 		w.fatalf("tell %s to no incarnation", msg)
 	}
 	if inc.dead {
-		w.core.undelivered(id, msg)
-		return
+		if !w.core.undelivered(id, msg, accepted) {
+			if accepted {
+				w.fatalf("%s: accepted message %s refused", id, msg)
+			}
+			return false
+		}
+		w.checkBuffer(id)
+		return true
 	}
 	w.received[id] = append(w.received[id], msg)
+	return true
+}
+
+// checkBuffer fails when a buffer outgrew the limit: a restart could not
+// hand it whole to the next incarnation.
+func (w *shardWalk) checkBuffer(id string) {
+	if e := w.core.entities[id]; e != nil && w.core.cfg.bufferLimit > 0 && len(e.buffer) > w.core.cfg.bufferLimit {
+		w.fatalf("%s holds %d messages, over the limit %d", id, len(e.buffer), w.core.cfg.bufferLimit)
+	}
 }
 
 func (w *shardWalk) advance(to time.Time) {
@@ -182,10 +206,18 @@ func (w *shardWalk) apply() {
 					w.fatalf("%s started while an incarnation still runs", ef.entityID)
 				}
 				inc := &walkIncarnation{entityID: ef.entityID}
-				w.live[ef.entityID] = inc
 				w.core.attach(ef.entityID, inc)
+				if w.rng.IntN(8) == 0 {
+					// It stops before taking its mail (its setup stopped it):
+					// the core takes the whole buffer back, limit or not.
+					w.log = append(w.log, "born dead "+ef.entityID)
+					inc.dead = true
+					w.pending = append(w.pending, inc)
+				} else {
+					w.live[ef.entityID] = inc
+				}
 				for _, m := range ef.msgs {
-					w.deliverTo(ef.entityID, inc, m)
+					w.deliverTo(ef.entityID, inc, m, true)
 				}
 			case effSendStop, effForceStop:
 				if ef.handle != nil {

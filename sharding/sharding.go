@@ -35,7 +35,9 @@ import (
 
 var (
 	// ErrBufferFull is returned by Tell when the region's buffer for
-	// messages awaiting a shard home (or a hand-off) is full.
+	// messages awaiting a shard home (or a hand-off) is full, or the
+	// shard's buffer for an entity that is stopping or backing off is
+	// (see Settings.HeldCapacity).
 	ErrBufferFull = errors.New("sharding: region buffer full")
 	// ErrUnknownEntityType is returned when no region was started for an entity type.
 	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
@@ -185,7 +187,12 @@ type Settings struct {
 	// Strategy allocates and rebalances shards. Default: least-shard.
 	Strategy allocation.Strategy
 	// StashCapacity, MailboxCapacity and HeldCapacity are passed to each
-	// entity's Props (see entity.Props for their defaults).
+	// entity's Props (see entity.Props for their defaults). The smaller of
+	// HeldCapacity and a non-zero MailboxCapacity also bounds the messages
+	// a shard holds for one entity while it passivates, hands off or backs
+	// off after a failure: what its next incarnation's mailbox, empty and
+	// perhaps held while recovering, is sure to take, so the restart hands
+	// them over whole. Past it Tell fails with ErrBufferFull.
 	StashCapacity, MailboxCapacity, HeldCapacity int
 }
 
@@ -352,7 +359,8 @@ func (r EntityRef[C]) EntityID() string { return r.id }
 
 // Tell implements entity.Ref: it routes msg to the entity wherever its shard
 // lives, starting it if needed. It fails with ErrBufferFull when the
-// region cannot hold the message while the shard's home is unknown, and
+// region cannot hold the message while the shard's home is unknown, or the
+// shard cannot hold it for an entity that is stopping or backing off, and
 // with ErrRegionStopped after shutdown.
 func (r EntityRef[C]) Tell(msg C) error {
 	if r.region == nil {

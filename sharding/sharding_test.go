@@ -96,6 +96,8 @@ func (j *journal) create(node string) func(entity.Context[msg]) entity.Behavior[
 			case passivateGated:
 				ctx.Passivate()
 				<-j.gate
+			case hold:
+				<-m.until
 			case tickSelf:
 				ctx.Timers().StartTimerWithFixedDelay("tick", note{Text: "tick"}, 10*time.Second, 10*time.Second)
 			case slowStop:
