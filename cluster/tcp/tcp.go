@@ -34,6 +34,18 @@
 // also names its addressee, and the receiver drops a frame for another
 // incarnation).
 //
+// Departed peers: a link lives until its incarnation is gone, and the
+// transport learns that in two ways. The resolver: a link whose
+// incarnation resolved when the link was made, and now resolves to
+// cluster.ErrUnreachable (removed from the view) or
+// cluster.ErrStaleIncarnation (Down or replaced), is dead at its next dial.
+// And membership: with Config.Membership set, a member that becomes Down
+// is marked stale and one removed from the view is forgotten (Forget) at
+// once, idle links included, which the resolver alone would notice only at
+// their next message. A dead link loses what it queued (counted in
+// Stats.Lost), its Flush returns an error wrapping the cause, and its
+// goroutine ends; a later Send asks the resolver again.
+//
 // With TLS on (ServerTLS and ClientTLS, MutualTLS builds both), both ends
 // present certificates of the cluster's CA and a plaintext peer is
 // refused; with CertNamesNode, a certificate must also name its node id.
@@ -67,6 +79,10 @@ import (
 // know, and cluster.ErrStaleIncarnation for one it knows has been replaced
 // or is down. It is called on a link's first Send and before every dial,
 // never while a lock of the transport is held, and must not block.
+//
+// Once a link's incarnation has resolved, ErrUnreachable means it left:
+// the link dies. A resolver that can fail for a while (a lookup that
+// times out) returns another error for that, and the link redials.
 type Resolver func(to cluster.UniqueAddress) (endpoint string, err error)
 
 // MembershipResolver resolves addresses through a membership's current
@@ -109,8 +125,8 @@ const (
 	DefaultMaxBackoff = 5 * time.Second
 )
 
-// Config configures a Transport. Self, Codec, Handler and Resolve are
-// required.
+// Config configures a Transport. Self, Codec, Handler and Resolve (or
+// Membership) are required.
 type Config struct {
 	// Self is the incarnation this transport sends from and receives for.
 	Self cluster.UniqueAddress
@@ -118,8 +134,13 @@ type Config struct {
 	Codec *codec.Registry
 	// Handler receives the messages sent to Self, one at a time.
 	Handler cluster.Handler
-	// Resolve finds where incarnations listen.
+	// Resolve finds where incarnations listen. Default, when Membership
+	// is set: MembershipResolver(Membership).
 	Resolve Resolver
+	// Membership, if set, is followed: links to a member that becomes
+	// Down die as stale, links to a member removed from the view are
+	// forgotten (see Forget).
+	Membership cluster.Membership
 	// ListenAddr is where to listen, host:port; port 0 picks a free one
 	// (read it back with Addr). Ignored when Listener is set.
 	ListenAddr string
@@ -169,6 +190,9 @@ var ErrInvalidConfig = errors.New("tcp: invalid config")
 var ErrRefused = errors.New("tcp: handshake refused")
 
 func (c *Config) setDefaults() error {
+	if c.Resolve == nil && c.Membership != nil {
+		c.Resolve = MembershipResolver(c.Membership)
+	}
 	switch {
 	case c.Self.Node == "":
 		return fmt.Errorf("%w: Self needs a node id", ErrInvalidConfig)
@@ -221,6 +245,9 @@ type Stats struct {
 	// carrying a message (TLS failure, another cluster, a stale
 	// incarnation, a malformed hello).
 	RefusedHandshakes uint64
+	// Links is the number of live outbound links now: one per incarnation
+	// sent to and not yet known gone.
+	Links int
 }
 
 type counters struct {
@@ -235,9 +262,11 @@ type Transport struct {
 	ln   net.Listener
 	stat counters
 
-	ctx    context.Context // ends on Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx         context.Context // ends on Close
+	cancel      context.CancelFunc
+	unsubscribe func() // stops following Config.Membership
+	wg          sync.WaitGroup
+	running     atomic.Int64 // link goroutines alive, for tests
 
 	mu         sync.Mutex
 	closed     bool
@@ -281,6 +310,9 @@ func Listen(cfg Config) (*Transport, error) {
 		inbound:    make(map[*inConn]struct{}),
 		current:    make(map[cluster.UniqueAddress]*inConn),
 	}
+	if cfg.Membership != nil {
+		_, t.unsubscribe = cfg.Membership.Subscribe(t.follow)
+	}
 	t.wg.Go(t.acceptLoop)
 	return t, nil
 }
@@ -294,7 +326,11 @@ func (t *Transport) Self() cluster.UniqueAddress { return t.cfg.Self }
 
 // Stats returns the counters so far.
 func (t *Transport) Stats() Stats {
+	t.mu.Lock()
+	links := len(t.links)
+	t.mu.Unlock()
 	return Stats{
+		Links:             links,
 		Sent:              t.stat.sent.Load(),
 		Lost:              t.stat.lost.Load(),
 		Delivered:         t.stat.delivered.Load(),
@@ -344,6 +380,7 @@ func (t *Transport) link(to cluster.UniqueAddress) (*link, error) {
 	}
 	l = newLink(t, to)
 	t.links[to] = l
+	t.running.Add(1)
 	t.wg.Go(l.run)
 	return l, nil
 }
@@ -380,14 +417,43 @@ func (t *Transport) markStaleLocked(node string, inc uint64) {
 	}
 }
 
-// dropLink forgets l (a link that died) so that a later Send asks the
-// resolver again.
-func (t *Transport) dropLink(l *link) {
+// Forget ends the link to to, if there is one: what it queued is lost and
+// its flushes return an error wrapping cluster.ErrUnreachable. Call it
+// when to has left the cluster (Config.Membership does, for every member
+// removed from the view). Forget does not block and does not mark to
+// stale: a later Send asks the resolver again.
+func (t *Transport) Forget(to cluster.UniqueAddress) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.links[to]; l != nil {
+		delete(t.links, to)
+		l.kill(fmt.Errorf("%s forgotten: %w", to, cluster.ErrUnreachable))
+	}
+}
+
+// follow applies a membership change: Down members are stale, removed
+// ones forgotten. It runs in the membership's notification and must not
+// block: it only takes the transport's and the links' locks.
+func (t *Transport) follow(change cluster.Change) {
+	for _, ev := range change.Events {
+		switch ev.Kind {
+		case cluster.MemberDowned:
+			t.markStale(ev.Member.Address)
+		case cluster.MemberRemoved:
+			t.Forget(ev.Member.Address)
+		}
+	}
+}
+
+// dropLink kills l for cause and forgets it, in one step as Stats and
+// Flush see it, so that a later Send asks the resolver again.
+func (t *Transport) dropLink(l *link, cause error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.links[l.to] == l {
 		delete(t.links, l.to)
 	}
+	l.kill(cause)
 }
 
 // Flush returns once nothing sent to to before the call is still queued or
@@ -433,6 +499,9 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if !t.closed {
 		t.closed = true
+		if t.unsubscribe != nil {
+			t.unsubscribe()
+		}
 		t.cancel()
 		t.ln.Close()
 		for a, l := range t.links {
