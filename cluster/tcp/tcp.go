@@ -274,10 +274,13 @@ type Transport struct {
 	staleBelow map[string]uint64 // node id → lowest incarnation not known dead
 	inbound    map[*inConn]struct{}
 
-	// deliverMu serializes handler calls across connections and guards
-	// current: the live inbound connection per sending incarnation. A
-	// superseded connection delivers nothing more.
+	// deliverMu serializes handler calls across connections; a handler
+	// runs under it, so nothing else waits for it.
 	deliverMu sync.Mutex
+	// currentMu guards current: the live inbound connection per sending
+	// incarnation. A superseded connection delivers nothing more. It is
+	// its own small lock so that a handshake never waits for a handler.
+	currentMu sync.Mutex
 	current   map[cluster.UniqueAddress]*inConn
 }
 
