@@ -164,20 +164,30 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
 		return refuse(err.Error())
 	}
+	// The dialler's claim is its own word: only the resolver (membership)
+	// can confirm that it is a current member, and only a confirmed one
+	// says that the older incarnations of its node are dead.
+	_, err = t.cfg.Resolve(hello.From)
+	if errors.Is(err, cluster.ErrStaleIncarnation) {
+		t.markStale(hello.From)
+		return refuse(fmt.Sprintf("%s is a dead incarnation: %v", hello.From, err))
+	}
+	confirmed := err == nil
 	t.mu.Lock()
 	if hello.From.Incarnation < t.staleBelow[hello.From.Node] {
 		t.mu.Unlock()
 		return refuse(fmt.Sprintf("%s is a dead incarnation", hello.From))
 	}
-	// A newer incarnation dialling says the older ones are dead.
-	t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
+	if confirmed {
+		t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
+	}
 	c.from = hello.From
 	t.mu.Unlock()
 
 	var superseded []*inConn
 	t.currentMu.Lock()
 	for from, old := range t.current {
-		if from.Node == c.from.Node && from.Incarnation <= c.from.Incarnation {
+		if from.Node == c.from.Node && (from.Incarnation == c.from.Incarnation || confirmed && from.Incarnation < c.from.Incarnation) {
 			delete(t.current, from)
 			superseded = append(superseded, old)
 		}

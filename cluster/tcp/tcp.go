@@ -25,9 +25,14 @@
 //
 // The handshake names both ends: the dialler says who it is (node id and
 // incarnation, and its cluster name) and whom it expects; the listener
-// refuses a dialler from another cluster, a dialler older than an
-// incarnation of its node it has already seen, and a dialler that expects
-// an incarnation other than itself. A refusal that names a newer
+// refuses a dialler from another cluster, a dialler the resolver calls
+// stale or older than an incarnation of its node it has already seen, and
+// a dialler that expects an incarnation other than itself. A dialler's
+// claim is trusted only as far as the resolver confirms it: only a dialler
+// whose incarnation resolves (a current member) makes the older
+// incarnations of its node dead to the listener and supersedes their
+// connections; one the resolver does not know yet (a view that lags) is
+// served, but kills nothing. A refusal that names a newer
 // incarnation of the expected node kills the link: its queue is lost and
 // later Sends to that incarnation return cluster.ErrStaleIncarnation, so a
 // message for a dead incarnation never reaches its successor (every frame
@@ -47,8 +52,11 @@
 // goroutine ends; a later Send asks the resolver again.
 //
 // With TLS on (ServerTLS and ClientTLS, MutualTLS builds both), both ends
-// present certificates of the cluster's CA and a plaintext peer is
-// refused; with CertNamesNode, a certificate must also name its node id.
+// present certificates of the cluster's CA, a plaintext peer is refused,
+// and each certificate must name its node id among its DNS names, so that
+// a node cannot speak as another (AllowAnyNodeCert turns that check off,
+// for nodes that share one certificate). Without TLS, the node id and
+// incarnation a dialler claims are unauthenticated.
 //
 // Bad frames (over the size limit, corrupt, for another incarnation, with
 // an unknown manifest) are counted in Stats and dropped, and the
@@ -78,7 +86,8 @@ import (
 // error wrapping cluster.ErrUnreachable for an incarnation it does not
 // know, and cluster.ErrStaleIncarnation for one it knows has been replaced
 // or is down. It is called on a link's first Send and before every dial,
-// never while a lock of the transport is held, and must not block.
+// and on every incoming handshake (to check the dialler's claim), never
+// while a lock of the transport is held, and must not block.
 //
 // Once a link's incarnation has resolved, ErrUnreachable means it left:
 // the link dies. A resolver that can fail for a while (a lookup that
@@ -155,10 +164,12 @@ type Config struct {
 	// builds both). The server name checked is the endpoint's host unless
 	// ClientTLS sets one. With TLS on, a plaintext dialler is refused.
 	ServerTLS, ClientTLS *tls.Config
-	// CertNamesNode, with TLS on, binds certificates to node ids: each
-	// end's leaf certificate must list its node id among its DNS names,
-	// so a node with a valid certificate cannot speak as another node.
-	CertNamesNode bool
+	// AllowAnyNodeCert, with TLS on, turns off the binding of
+	// certificates to node ids. By default each end's leaf certificate
+	// must list its node id among its DNS names, so a node with a valid
+	// certificate cannot speak as another node; set this only when nodes
+	// share one certificate, and every holder of it may speak as any node.
+	AllowAnyNodeCert bool
 	// QueueCapacity bounds each link's queue of frames not yet written.
 	// Default DefaultQueueCapacity.
 	QueueCapacity int
@@ -200,8 +211,6 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Codec, Handler and Resolve are required", ErrInvalidConfig)
 	case (c.ServerTLS == nil) != (c.ClientTLS == nil):
 		return fmt.Errorf("%w: set both ServerTLS and ClientTLS, or neither", ErrInvalidConfig)
-	case c.CertNamesNode && c.ServerTLS == nil:
-		return fmt.Errorf("%w: CertNamesNode needs TLS", ErrInvalidConfig)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: ListenAddr or Listener is required", ErrInvalidConfig)
 	}
