@@ -192,9 +192,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ErrInvalidConfig is returned by Listen for a Config missing a required
-// field or setting only one of the TLS configs.
-var ErrInvalidConfig = errors.New("tcp: invalid config")
+// ErrInvalidConfig is returned (wrapped) by Listen for a Config missing a
+// required field or setting only one of the TLS configs. It is
+// cluster.ErrInvalidConfig.
+var ErrInvalidConfig = cluster.ErrInvalidConfig
 
 // ErrRefused is wrapped by the errors of a handshake the other end refused
 // (another cluster, a stale incarnation) and logged by the refusing side.

@@ -158,7 +158,7 @@ func TestListenRefusesHalfATLSConfig(t *testing.T) {
 		Self: addr("a", 1), Codec: pingRegistry(), Handler: func(cluster.UniqueAddress, any) {},
 		Resolve: newDirectory().resolve, ListenAddr: "127.0.0.1:0", ServerTLS: server,
 	})
-	if !errors.Is(err, tcp.ErrInvalidConfig) {
+	if !errors.Is(err, cluster.ErrInvalidConfig) {
 		t.Fatalf("Listen with ServerTLS alone: %v, want ErrInvalidConfig", err)
 	}
 }
