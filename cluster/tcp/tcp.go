@@ -510,11 +510,10 @@ func (t *Transport) FlushAll(ctx context.Context) error {
 // lost. Closing twice is harmless.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
+	unsubscribe := t.unsubscribe
+	t.unsubscribe = nil
 	if !t.closed {
 		t.closed = true
-		if t.unsubscribe != nil {
-			t.unsubscribe()
-		}
 		t.cancel()
 		t.ln.Close()
 		for a, l := range t.links {
@@ -526,6 +525,11 @@ func (t *Transport) Close(ctx context.Context) error {
 		}
 	}
 	t.mu.Unlock()
+	if unsubscribe != nil {
+		// Outside t.mu: a Membership may hold its own lock while it calls
+		// follow, which takes t.mu.
+		unsubscribe()
+	}
 	// Once the goroutines are done no handler runs; a handler that calls
 	// Close waits for itself, so its Close returns when ctx ends.
 	done := make(chan struct{})
