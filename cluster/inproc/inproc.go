@@ -64,8 +64,8 @@ const DefaultQueueCapacity = 1024
 
 // ErrInvalidConfig is returned (wrapped) by NewNetwork for a Config
 // without a Codec or a Clock, and by Join for an address without a node id
-// or a nil handler.
-var ErrInvalidConfig = errors.New("inproc: invalid configuration")
+// or a nil handler. It is cluster.ErrInvalidConfig.
+var ErrInvalidConfig = cluster.ErrInvalidConfig
 
 // ErrDuplicateIncarnation is returned by Join for an incarnation that is
 // not newer than the node id's latest.

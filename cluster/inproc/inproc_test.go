@@ -273,7 +273,7 @@ func TestJoinRefusesOldIncarnation(t *testing.T) {
 			t.Errorf("Join a#%d after a#2: %v, want ErrDuplicateIncarnation", inc, err)
 		}
 	}
-	if _, err := inproc.NewNetwork(inproc.Config{}); !errors.Is(err, inproc.ErrInvalidConfig) {
+	if _, err := inproc.NewNetwork(inproc.Config{}); !errors.Is(err, cluster.ErrInvalidConfig) {
 		t.Errorf("NewNetwork without codec and clock: %v, want ErrInvalidConfig", err)
 	}
 	for name, tc := range map[string]struct {
@@ -283,7 +283,7 @@ func TestJoinRefusesOldIncarnation(t *testing.T) {
 		"no node id": {cluster.UniqueAddress{Incarnation: 1}, ignore},
 		"no handler": {cluster.UniqueAddress{Node: "b", Incarnation: 1}, nil},
 	} {
-		if _, err := net.Join(tc.addr, tc.handle); !errors.Is(err, inproc.ErrInvalidConfig) {
+		if _, err := net.Join(tc.addr, tc.handle); !errors.Is(err, cluster.ErrInvalidConfig) {
 			t.Errorf("Join with %s: %v, want ErrInvalidConfig", name, err)
 		}
 	}

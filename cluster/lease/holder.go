@@ -75,7 +75,7 @@ func checkHold(timing Timing, fence func(error)) error {
 		return err
 	}
 	if fence == nil {
-		return fmt.Errorf("%w: a Holder needs a fence function", ErrInvalidSettings)
+		return fmt.Errorf("%w: a Holder needs a fence function", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -83,7 +83,7 @@ func checkHold(timing Timing, fence func(error)) error {
 // Hold starts a Holder whose renew extends the lease; granted is when the
 // acquisition that got it started. fence is called at most once, from the
 // Holder's goroutine, and must not block for long. A timing that
-// Timing.Validate refuses is an error wrapping ErrInvalidSettings (a zero
+// Timing.Validate refuses is an error wrapping ErrInvalidConfig (a zero
 // RenewEvery would retry a failing store in a busy loop), and so is a nil
 // renew or fence.
 //
@@ -96,7 +96,7 @@ func Hold(timing Timing, granted time.Time, renew func(context.Context) error, f
 		return nil, err
 	}
 	if renew == nil {
-		return nil, fmt.Errorf("%w: a Holder needs a renew function", ErrInvalidSettings)
+		return nil, fmt.Errorf("%w: a Holder needs a renew function", ErrInvalidConfig)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}

@@ -78,17 +78,17 @@ func TestHoldRefusesInvalidTiming(t *testing.T) {
 		"no RenewEvery": {Length: 15 * time.Second, Margin: 3 * time.Second},
 		"no Margin":     {Length: 15 * time.Second, RenewEvery: 5 * time.Second},
 	} {
-		if h, err := lease.Hold(tm, time.Now(), renew, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
+		if h, err := lease.Hold(tm, time.Now(), renew, func(error) {}); !errors.Is(err, cluster.ErrInvalidConfig) {
 			if h != nil {
 				h.Stop()
 			}
-			t.Errorf("Hold with %s timing: %v, want ErrInvalidSettings", name, err)
+			t.Errorf("Hold with %s timing: %v, want ErrInvalidConfig", name, err)
 		}
-		if _, err := lease.HoldNode(context.Background(), store, node, tm, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
-			t.Errorf("HoldNode with %s timing: %v, want ErrInvalidSettings", name, err)
+		if _, err := lease.HoldNode(context.Background(), store, node, tm, func(error) {}); !errors.Is(err, cluster.ErrInvalidConfig) {
+			t.Errorf("HoldNode with %s timing: %v, want ErrInvalidConfig", name, err)
 		}
-		if _, _, err := lease.HoldCoordinator(context.Background(), store, "T", "a#1", tm, func(error) {}); !errors.Is(err, lease.ErrInvalidSettings) {
-			t.Errorf("HoldCoordinator with %s timing: %v, want ErrInvalidSettings", name, err)
+		if _, _, err := lease.HoldCoordinator(context.Background(), store, "T", "a#1", tm, func(error) {}); !errors.Is(err, cluster.ErrInvalidConfig) {
+			t.Errorf("HoldCoordinator with %s timing: %v, want ErrInvalidConfig", name, err)
 		}
 	}
 	// Refused before the store was asked: nothing was acquired.
@@ -98,8 +98,8 @@ func TestHoldRefusesInvalidTiming(t *testing.T) {
 	if err := store.RenewCoordinator(context.Background(), "T", 1, time.Second); !errors.Is(err, lease.ErrNoLease) {
 		t.Errorf("a refused HoldCoordinator acquired the lease: %v", err)
 	}
-	if _, err := lease.Hold(timing, time.Now(), renew, nil); !errors.Is(err, lease.ErrInvalidSettings) {
-		t.Errorf("Hold without a fence function: %v, want ErrInvalidSettings", err)
+	if _, err := lease.Hold(timing, time.Now(), renew, nil); !errors.Is(err, cluster.ErrInvalidConfig) {
+		t.Errorf("Hold without a fence function: %v, want ErrInvalidConfig", err)
 	}
 }
 

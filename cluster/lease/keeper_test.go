@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 )
 
@@ -109,8 +110,8 @@ func TestSettingsValidate(t *testing.T) {
 	} {
 		s := lease.DefaultSettings()
 		s.Coordinator = tm
-		if err := s.Validate(); !errors.Is(err, lease.ErrInvalidSettings) {
-			t.Errorf("%s: %v, want ErrInvalidSettings", name, err)
+		if err := s.Validate(); !errors.Is(err, cluster.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
 }

@@ -50,16 +50,19 @@ var (
 	// renew nor acquire again.
 	ErrNodeDown = errors.New("lease: node incarnation is down")
 	// ErrStaleIncarnation: a newer incarnation of the node id holds or
-	// held a lease, so an older one may not start one.
-	ErrStaleIncarnation = errors.New("lease: a newer incarnation of the node exists")
+	// held a lease, so an older one may not start one. It is
+	// cluster.ErrStaleIncarnation, what a Transport reports for the same
+	// meaning.
+	ErrStaleIncarnation = cluster.ErrStaleIncarnation
 	// ErrLeaseHeld: another owner holds the coordinator lease and it has
 	// not expired.
 	ErrLeaseHeld = errors.New("lease: held by another owner")
 	// ErrStaleEpoch: a newer epoch of the coordinator lease was handed out.
 	ErrStaleEpoch = errors.New("lease: stale epoch")
-	// ErrInvalidArgument: an empty name or node id, or a lease length that
-	// is not positive.
-	ErrInvalidArgument = errors.New("lease: invalid argument")
+	// ErrInvalidConfig: an empty name, owner or node id, a lease length
+	// that is not positive, a Timing that Validate refuses, a Holder
+	// without its functions. It is cluster.ErrInvalidConfig.
+	ErrInvalidConfig = cluster.ErrInvalidConfig
 )
 
 // Store keeps leases. Every method takes its time from the store's clock.
@@ -104,41 +107,41 @@ type Store interface {
 	ReleaseCoordinator(ctx context.Context, name string, epoch uint64) error
 }
 
-// ValidateNode returns ErrInvalidArgument for an address without a node id.
+// ValidateNode returns ErrInvalidConfig for an address without a node id.
 // Stores call it first, so that every store refuses the same input.
 func ValidateNode(node cluster.UniqueAddress) error {
 	if node.Node == "" {
-		return fmt.Errorf("%w: empty node id", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty node id", ErrInvalidConfig)
 	}
 	if node.Incarnation > math.MaxInt64 {
 		// Beyond a Postgres bigint.
-		return fmt.Errorf("%w: incarnation %d too large", ErrInvalidArgument, node.Incarnation)
+		return fmt.Errorf("%w: incarnation %d too large", ErrInvalidConfig, node.Incarnation)
 	}
 	return nil
 }
 
-// ValidateName returns ErrInvalidArgument for an empty coordinator lease
+// ValidateName returns ErrInvalidConfig for an empty coordinator lease
 // name.
 func ValidateName(name string) error {
 	if name == "" {
-		return fmt.Errorf("%w: empty lease name", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty lease name", ErrInvalidConfig)
 	}
 	return nil
 }
 
-// ValidateOwner returns ErrInvalidArgument for an empty lease owner.
+// ValidateOwner returns ErrInvalidConfig for an empty lease owner.
 func ValidateOwner(owner string) error {
 	if owner == "" {
-		return fmt.Errorf("%w: empty lease owner", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty lease owner", ErrInvalidConfig)
 	}
 	return nil
 }
 
-// ValidateTTL returns ErrInvalidArgument for a lease length under one
+// ValidateTTL returns ErrInvalidConfig for a lease length under one
 // microsecond, the resolution of Postgres timestamps.
 func ValidateTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond {
-		return fmt.Errorf("%w: lease length %v", ErrInvalidArgument, ttl)
+		return fmt.Errorf("%w: lease length %v", ErrInvalidConfig, ttl)
 	}
 	return nil
 }

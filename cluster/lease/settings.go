@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -51,9 +50,6 @@ func DefaultSettings() Settings {
 	return Settings{Node: t, Coordinator: t}
 }
 
-// ErrInvalidSettings is returned (wrapped) by Validate.
-var ErrInvalidSettings = errors.New("lease: invalid settings")
-
 // Validate checks each timing with Timing.Validate.
 func (s Settings) Validate() error {
 	for name, t := range map[string]Timing{"Node": s.Node, "Coordinator": s.Coordinator} {
@@ -66,15 +62,15 @@ func (s Settings) Validate() error {
 
 // Validate checks that the timing leaves the holder time to renew before
 // it must fence: 0 < Margin < Length and 0 < RenewEvery < Length − Margin.
-// Its error wraps ErrInvalidSettings.
+// Its error wraps ErrInvalidConfig.
 func (t Timing) Validate() error {
 	switch {
 	case t.Length < time.Microsecond:
-		return fmt.Errorf("%w: Length %v is not positive", ErrInvalidSettings, t.Length)
+		return fmt.Errorf("%w: Length %v is not positive", ErrInvalidConfig, t.Length)
 	case t.Margin <= 0 || t.Margin >= t.Length:
-		return fmt.Errorf("%w: Margin %v is not within (0, Length %v)", ErrInvalidSettings, t.Margin, t.Length)
+		return fmt.Errorf("%w: Margin %v is not within (0, Length %v)", ErrInvalidConfig, t.Margin, t.Length)
 	case t.RenewEvery <= 0 || t.RenewEvery >= t.Length-t.Margin:
-		return fmt.Errorf("%w: RenewEvery %v is not within (0, Length − Margin = %v)", ErrInvalidSettings, t.RenewEvery, t.Length-t.Margin)
+		return fmt.Errorf("%w: RenewEvery %v is not within (0, Length − Margin = %v)", ErrInvalidConfig, t.RenewEvery, t.Length-t.Margin)
 	}
 	return nil
 }

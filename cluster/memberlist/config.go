@@ -1,7 +1,6 @@
 package memberlist
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,7 +12,8 @@ import (
 )
 
 // ErrInvalidConfig is returned (wrapped) by New for a Config it cannot use.
-var ErrInvalidConfig = errors.New("memberlist: invalid config")
+// It is cluster.ErrInvalidConfig.
+var ErrInvalidConfig = cluster.ErrInvalidConfig
 
 // Config configures one node's membership. NodeID is required; the rest
 // has defaults.

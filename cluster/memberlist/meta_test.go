@@ -151,7 +151,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	for name, cfg := range bad {
 		cfg.Logger = quiet
-		if _, err := memberlist.New(cfg); !errors.Is(err, memberlist.ErrInvalidConfig) {
+		if _, err := memberlist.New(cfg); !errors.Is(err, cluster.ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
 		}
 	}

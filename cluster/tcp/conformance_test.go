@@ -2,6 +2,7 @@ package tcp_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -188,9 +189,20 @@ func TestTransportConformance(t *testing.T) {
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
 		ca := newCA(t, "shoal test CA")
-		server, client := tcp.MutualTLS(ca.leaf(t, "node"), ca.pool)
+		certs := make(map[string]tls.Certificate) // one per node id, as nodes must have
+		var mu sync.Mutex
+		nodeCert := func(c *tcp.Config) {
+			mu.Lock()
+			defer mu.Unlock()
+			cert, ok := certs[c.Self.Node]
+			if !ok {
+				cert = ca.leaf(t, c.Self.Node)
+				certs[c.Self.Node] = cert
+			}
+			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(cert, ca.pool)
+		}
 		clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
-			return harness{newNetwork(t, reg, withTLS(server, client))}
+			return harness{newNetwork(t, reg, nodeCert)}
 		})
 	})
 }

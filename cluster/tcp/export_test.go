@@ -60,6 +60,9 @@ func (t *Transport) BreakConns(node string, loseQueued bool) {
 	}
 }
 
+// RunningLinks is the number of link goroutines alive.
+func (t *Transport) RunningLinks() int { return int(t.running.Load()) }
+
 // Control manifests, for tests that speak the protocol by hand.
 const (
 	HelloManifest    = helloManifest

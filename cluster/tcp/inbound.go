@@ -72,11 +72,11 @@ func (t *Transport) serveInbound(c *inConn) {
 		t.mu.Lock()
 		delete(t.inbound, c)
 		t.mu.Unlock()
-		t.deliverMu.Lock()
+		t.currentMu.Lock()
 		if t.current[c.from] == c {
 			delete(t.current, c.from)
 		}
-		t.deliverMu.Unlock()
+		t.currentMu.Unlock()
 		if c.bad > 1 {
 			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", c.bad)
 		}
@@ -164,26 +164,36 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
 		return refuse(err.Error())
 	}
+	// The dialler's claim is its own word: only the resolver (membership)
+	// can confirm that it is a current member, and only a confirmed one
+	// says that the older incarnations of its node are dead.
+	_, err = t.cfg.Resolve(hello.From)
+	if errors.Is(err, cluster.ErrStaleIncarnation) {
+		t.markStale(hello.From)
+		return refuse(fmt.Sprintf("%s is a dead incarnation: %v", hello.From, err))
+	}
+	confirmed := err == nil
 	t.mu.Lock()
 	if hello.From.Incarnation < t.staleBelow[hello.From.Node] {
 		t.mu.Unlock()
 		return refuse(fmt.Sprintf("%s is a dead incarnation", hello.From))
 	}
-	// A newer incarnation dialling says the older ones are dead.
-	t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
+	if confirmed {
+		t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
+	}
 	c.from = hello.From
 	t.mu.Unlock()
 
 	var superseded []*inConn
-	t.deliverMu.Lock()
+	t.currentMu.Lock()
 	for from, old := range t.current {
-		if from.Node == c.from.Node && from.Incarnation <= c.from.Incarnation {
+		if from.Node == c.from.Node && (from.Incarnation == c.from.Incarnation || confirmed && from.Incarnation < c.from.Incarnation) {
 			delete(t.current, from)
 			superseded = append(superseded, old)
 		}
 	}
 	t.current[c.from] = c
-	t.deliverMu.Unlock()
+	t.currentMu.Unlock()
 	for _, old := range superseded {
 		old.conn.Close()
 	}
@@ -197,18 +207,21 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 }
 
 func (t *Transport) isCurrent(c *inConn) bool {
-	t.deliverMu.Lock()
-	defer t.deliverMu.Unlock()
+	t.currentMu.Lock()
+	defer t.currentMu.Unlock()
 	return t.current[c.from] == c
 }
 
 // deliver hands msg to the handler unless c has been superseded (a newer
 // connection of the same sender, whose messages come later) or the
-// transport closed; false means stop reading c.
+// transport closed; false means stop reading c. The check runs under
+// deliverMu, with the handler: a delivery from the newer connection waits
+// for it, so an older one that passed its check has finished first and
+// the sender's order holds across the swap.
 func (t *Transport) deliver(c *inConn, msg any) bool {
 	t.deliverMu.Lock()
 	defer t.deliverMu.Unlock()
-	if t.ctx.Err() != nil || t.current[c.from] != c {
+	if t.ctx.Err() != nil || !t.isCurrent(c) {
 		return false
 	}
 	t.cfg.Handler(c.from, msg)

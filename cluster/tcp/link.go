@@ -177,6 +177,7 @@ func (l *link) acked(id uint64) {
 // run is the link's goroutine: dial when there is something to send, write
 // until the connection breaks, redial with back-off.
 func (l *link) run() {
+	defer l.t.running.Add(-1)
 	bo := l.t.newBackoff()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -184,11 +185,16 @@ func (l *link) run() {
 	for l.waitWork() {
 		conn, br, err := l.connect()
 		if err != nil {
-			if errors.Is(err, cluster.ErrStaleIncarnation) {
+			switch {
+			case errors.Is(err, cluster.ErrStaleIncarnation):
 				l.t.log.Info("tcp: link to a stale incarnation dropped", "to", l.to, "err", err)
 				l.t.markStale(l.to)
-				l.kill(err)
-				l.t.dropLink(l)
+				l.t.dropLink(l, err)
+				return
+			case errors.Is(err, cluster.ErrUnreachable):
+				// It resolved when the link was made: it has left.
+				l.t.log.Info("tcp: link to a departed incarnation dropped", "to", l.to, "err", err)
+				l.t.dropLink(l, err)
 				return
 			}
 			if l.isDead() {
@@ -246,7 +252,9 @@ func (l *link) waitWork() bool {
 }
 
 // connect dials the peer and runs the handshake. An error wrapping
-// cluster.ErrStaleIncarnation means the peer is gone for good.
+// cluster.ErrStaleIncarnation or cluster.ErrUnreachable means the peer is
+// gone for good (only the resolver and a refusal naming a successor
+// return those).
 func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 	cfg := &l.t.cfg
 	endpoint, err := cfg.Resolve(l.to)

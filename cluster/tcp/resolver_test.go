@@ -53,7 +53,7 @@ func TestListenRefusesAnIncompleteConfig(t *testing.T) {
 	} {
 		cfg := valid()
 		breakIt(&cfg)
-		if _, err := tcp.Listen(cfg); !errors.Is(err, tcp.ErrInvalidConfig) {
+		if _, err := tcp.Listen(cfg); !errors.Is(err, cluster.ErrInvalidConfig) {
 			t.Errorf("%s: Listen = %v, want ErrInvalidConfig", name, err)
 		}
 	}

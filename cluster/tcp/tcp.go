@@ -25,18 +25,38 @@
 //
 // The handshake names both ends: the dialler says who it is (node id and
 // incarnation, and its cluster name) and whom it expects; the listener
-// refuses a dialler from another cluster, a dialler older than an
-// incarnation of its node it has already seen, and a dialler that expects
-// an incarnation other than itself. A refusal that names a newer
+// refuses a dialler from another cluster, a dialler the resolver calls
+// stale or older than an incarnation of its node it has already seen, and
+// a dialler that expects an incarnation other than itself. A dialler's
+// claim is trusted only as far as the resolver confirms it: only a dialler
+// whose incarnation resolves (a current member) makes the older
+// incarnations of its node dead to the listener and supersedes their
+// connections; one the resolver does not know yet (a view that lags) is
+// served, but kills nothing. A refusal that names a newer
 // incarnation of the expected node kills the link: its queue is lost and
 // later Sends to that incarnation return cluster.ErrStaleIncarnation, so a
 // message for a dead incarnation never reaches its successor (every frame
 // also names its addressee, and the receiver drops a frame for another
 // incarnation).
 //
+// Departed peers: a link lives until its incarnation is gone, and the
+// transport learns that in two ways. The resolver: a link whose
+// incarnation resolved when the link was made, and now resolves to
+// cluster.ErrUnreachable (removed from the view) or
+// cluster.ErrStaleIncarnation (Down or replaced), is dead at its next dial.
+// And membership: with Config.Membership set, a member that becomes Down
+// is marked stale and one removed from the view is forgotten (Forget) at
+// once, idle links included, which the resolver alone would notice only at
+// their next message. A dead link loses what it queued (counted in
+// Stats.Lost), its Flush returns an error wrapping the cause, and its
+// goroutine ends; a later Send asks the resolver again.
+//
 // With TLS on (ServerTLS and ClientTLS, MutualTLS builds both), both ends
-// present certificates of the cluster's CA and a plaintext peer is
-// refused; with CertNamesNode, a certificate must also name its node id.
+// present certificates of the cluster's CA, a plaintext peer is refused,
+// and each certificate must name its node id among its DNS names, so that
+// a node cannot speak as another (AllowAnyNodeCert turns that check off,
+// for nodes that share one certificate). Without TLS, the node id and
+// incarnation a dialler claims are unauthenticated.
 //
 // Bad frames (over the size limit, corrupt, for another incarnation, with
 // an unknown manifest) are counted in Stats and dropped, and the
@@ -66,7 +86,12 @@ import (
 // error wrapping cluster.ErrUnreachable for an incarnation it does not
 // know, and cluster.ErrStaleIncarnation for one it knows has been replaced
 // or is down. It is called on a link's first Send and before every dial,
-// never while a lock of the transport is held, and must not block.
+// and on every incoming handshake (to check the dialler's claim), never
+// while a lock of the transport is held, and must not block.
+//
+// Once a link's incarnation has resolved, ErrUnreachable means it left:
+// the link dies. A resolver that can fail for a while (a lookup that
+// times out) returns another error for that, and the link redials.
 type Resolver func(to cluster.UniqueAddress) (endpoint string, err error)
 
 // MembershipResolver resolves addresses through a membership's current
@@ -109,8 +134,8 @@ const (
 	DefaultMaxBackoff = 5 * time.Second
 )
 
-// Config configures a Transport. Self, Codec, Handler and Resolve are
-// required.
+// Config configures a Transport. Self, Codec, Handler and Resolve (or
+// Membership) are required.
 type Config struct {
 	// Self is the incarnation this transport sends from and receives for.
 	Self cluster.UniqueAddress
@@ -118,8 +143,13 @@ type Config struct {
 	Codec *codec.Registry
 	// Handler receives the messages sent to Self, one at a time.
 	Handler cluster.Handler
-	// Resolve finds where incarnations listen.
+	// Resolve finds where incarnations listen. Default, when Membership
+	// is set: MembershipResolver(Membership).
 	Resolve Resolver
+	// Membership, if set, is followed: links to a member that becomes
+	// Down die as stale, links to a member removed from the view are
+	// forgotten (see Forget).
+	Membership cluster.Membership
 	// ListenAddr is where to listen, host:port; port 0 picks a free one
 	// (read it back with Addr). Ignored when Listener is set.
 	ListenAddr string
@@ -134,10 +164,12 @@ type Config struct {
 	// builds both). The server name checked is the endpoint's host unless
 	// ClientTLS sets one. With TLS on, a plaintext dialler is refused.
 	ServerTLS, ClientTLS *tls.Config
-	// CertNamesNode, with TLS on, binds certificates to node ids: each
-	// end's leaf certificate must list its node id among its DNS names,
-	// so a node with a valid certificate cannot speak as another node.
-	CertNamesNode bool
+	// AllowAnyNodeCert, with TLS on, turns off the binding of
+	// certificates to node ids. By default each end's leaf certificate
+	// must list its node id among its DNS names, so a node with a valid
+	// certificate cannot speak as another node; set this only when nodes
+	// share one certificate, and every holder of it may speak as any node.
+	AllowAnyNodeCert bool
 	// QueueCapacity bounds each link's queue of frames not yet written.
 	// Default DefaultQueueCapacity.
 	QueueCapacity int
@@ -160,15 +192,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ErrInvalidConfig is returned by Listen for a Config missing a required
-// field or setting only one of the TLS configs.
-var ErrInvalidConfig = errors.New("tcp: invalid config")
+// ErrInvalidConfig is returned (wrapped) by Listen for a Config missing a
+// required field or setting only one of the TLS configs. It is
+// cluster.ErrInvalidConfig.
+var ErrInvalidConfig = cluster.ErrInvalidConfig
 
 // ErrRefused is wrapped by the errors of a handshake the other end refused
 // (another cluster, a stale incarnation) and logged by the refusing side.
 var ErrRefused = errors.New("tcp: handshake refused")
 
 func (c *Config) setDefaults() error {
+	if c.Resolve == nil && c.Membership != nil {
+		c.Resolve = MembershipResolver(c.Membership)
+	}
 	switch {
 	case c.Self.Node == "":
 		return fmt.Errorf("%w: Self needs a node id", ErrInvalidConfig)
@@ -176,8 +212,6 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Codec, Handler and Resolve are required", ErrInvalidConfig)
 	case (c.ServerTLS == nil) != (c.ClientTLS == nil):
 		return fmt.Errorf("%w: set both ServerTLS and ClientTLS, or neither", ErrInvalidConfig)
-	case c.CertNamesNode && c.ServerTLS == nil:
-		return fmt.Errorf("%w: CertNamesNode needs TLS", ErrInvalidConfig)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: ListenAddr or Listener is required", ErrInvalidConfig)
 	}
@@ -221,6 +255,9 @@ type Stats struct {
 	// carrying a message (TLS failure, another cluster, a stale
 	// incarnation, a malformed hello).
 	RefusedHandshakes uint64
+	// Links is the number of live outbound links now: one per incarnation
+	// sent to and not yet known gone.
+	Links int
 }
 
 type counters struct {
@@ -235,9 +272,11 @@ type Transport struct {
 	ln   net.Listener
 	stat counters
 
-	ctx    context.Context // ends on Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx         context.Context // ends on Close
+	cancel      context.CancelFunc
+	unsubscribe func() // stops following Config.Membership
+	wg          sync.WaitGroup
+	running     atomic.Int64 // link goroutines alive, for tests
 
 	mu         sync.Mutex
 	closed     bool
@@ -245,10 +284,13 @@ type Transport struct {
 	staleBelow map[string]uint64 // node id → lowest incarnation not known dead
 	inbound    map[*inConn]struct{}
 
-	// deliverMu serializes handler calls across connections and guards
-	// current: the live inbound connection per sending incarnation. A
-	// superseded connection delivers nothing more.
+	// deliverMu serializes handler calls across connections; a handler
+	// runs under it, so nothing else waits for it.
 	deliverMu sync.Mutex
+	// currentMu guards current: the live inbound connection per sending
+	// incarnation. A superseded connection delivers nothing more. It is
+	// its own small lock so that a handshake never waits for a handler.
+	currentMu sync.Mutex
 	current   map[cluster.UniqueAddress]*inConn
 }
 
@@ -281,6 +323,9 @@ func Listen(cfg Config) (*Transport, error) {
 		inbound:    make(map[*inConn]struct{}),
 		current:    make(map[cluster.UniqueAddress]*inConn),
 	}
+	if cfg.Membership != nil {
+		_, t.unsubscribe = cfg.Membership.Subscribe(t.follow)
+	}
 	t.wg.Go(t.acceptLoop)
 	return t, nil
 }
@@ -294,7 +339,11 @@ func (t *Transport) Self() cluster.UniqueAddress { return t.cfg.Self }
 
 // Stats returns the counters so far.
 func (t *Transport) Stats() Stats {
+	t.mu.Lock()
+	links := len(t.links)
+	t.mu.Unlock()
 	return Stats{
+		Links:             links,
 		Sent:              t.stat.sent.Load(),
 		Lost:              t.stat.lost.Load(),
 		Delivered:         t.stat.delivered.Load(),
@@ -344,6 +393,7 @@ func (t *Transport) link(to cluster.UniqueAddress) (*link, error) {
 	}
 	l = newLink(t, to)
 	t.links[to] = l
+	t.running.Add(1)
 	t.wg.Go(l.run)
 	return l, nil
 }
@@ -380,14 +430,43 @@ func (t *Transport) markStaleLocked(node string, inc uint64) {
 	}
 }
 
-// dropLink forgets l (a link that died) so that a later Send asks the
-// resolver again.
-func (t *Transport) dropLink(l *link) {
+// Forget ends the link to to, if there is one: what it queued is lost and
+// its flushes return an error wrapping cluster.ErrUnreachable. Call it
+// when to has left the cluster (Config.Membership does, for every member
+// removed from the view). Forget does not block and does not mark to
+// stale: a later Send asks the resolver again.
+func (t *Transport) Forget(to cluster.UniqueAddress) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.links[to]; l != nil {
+		delete(t.links, to)
+		l.kill(fmt.Errorf("%s forgotten: %w", to, cluster.ErrUnreachable))
+	}
+}
+
+// follow applies a membership change: Down members are stale, removed
+// ones forgotten. It runs in the membership's notification and must not
+// block: it only takes the transport's and the links' locks.
+func (t *Transport) follow(change cluster.Change) {
+	for _, ev := range change.Events {
+		switch ev.Kind {
+		case cluster.MemberDowned:
+			t.markStale(ev.Member.Address)
+		case cluster.MemberRemoved:
+			t.Forget(ev.Member.Address)
+		}
+	}
+}
+
+// dropLink kills l for cause and forgets it, in one step as Stats and
+// Flush see it, so that a later Send asks the resolver again.
+func (t *Transport) dropLink(l *link, cause error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.links[l.to] == l {
 		delete(t.links, l.to)
 	}
+	l.kill(cause)
 }
 
 // Flush returns once nothing sent to to before the call is still queued or
@@ -431,6 +510,8 @@ func (t *Transport) FlushAll(ctx context.Context) error {
 // lost. Closing twice is harmless.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
+	unsubscribe := t.unsubscribe
+	t.unsubscribe = nil
 	if !t.closed {
 		t.closed = true
 		t.cancel()
@@ -444,6 +525,11 @@ func (t *Transport) Close(ctx context.Context) error {
 		}
 	}
 	t.mu.Unlock()
+	if unsubscribe != nil {
+		// Outside t.mu: a Membership may hold its own lock while it calls
+		// follow, which takes t.mu.
+		unsubscribe()
+	}
 	// Once the goroutines are done no handler runs; a handler that calls
 	// Close waits for itself, so its Close returns when ctx ends.
 	done := make(chan struct{})

@@ -30,9 +30,9 @@ func MutualTLS(cert tls.Certificate, roots *x509.CertPool) (server, client *tls.
 
 // checkCertNamesNode returns an error wrapping ErrRefused unless conn is a
 // TLS connection whose peer's leaf certificate lists node among its DNS
-// names. It is a no-op when the Config does not ask for it.
+// names. It is a no-op without TLS or with AllowAnyNodeCert.
 func (t *Transport) checkCertNamesNode(conn net.Conn, peer cluster.UniqueAddress) error {
-	if !t.cfg.CertNamesNode {
+	if t.cfg.ServerTLS == nil || t.cfg.AllowAnyNodeCert {
 		return nil
 	}
 	tc, ok := conn.(*tls.Conn)

@@ -158,35 +158,38 @@ func TestListenRefusesHalfATLSConfig(t *testing.T) {
 		Self: addr("a", 1), Codec: pingRegistry(), Handler: func(cluster.UniqueAddress, any) {},
 		Resolve: newDirectory().resolve, ListenAddr: "127.0.0.1:0", ServerTLS: server,
 	})
-	if !errors.Is(err, tcp.ErrInvalidConfig) {
+	if !errors.Is(err, cluster.ErrInvalidConfig) {
 		t.Fatalf("Listen with ServerTLS alone: %v, want ErrInvalidConfig", err)
 	}
 }
 
-// With CertNamesNode, a certificate binds its node id: a node whose valid
-// certificate names another node is refused, whichever end it is.
+// With TLS on, a certificate binds its node id by default: a node whose
+// valid certificate names another node is refused, whichever end it is,
+// unless both ends set AllowAnyNodeCert.
 func TestCertNamesNode(t *testing.T) {
 	ca := newCA(t, "shoal test CA")
-	node := func(certName string) func(*tcp.Config) {
+	node := func(certName string, anyCert bool) func(*tcp.Config) {
 		return func(c *tcp.Config) {
 			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(ca.leaf(t, certName), ca.pool)
-			c.CertNamesNode = true
+			c.AllowAnyNodeCert = anyCert
 		}
 	}
 	for _, tc := range []struct {
 		name          string
 		aCert, bCert  string
+		anyCert       bool
 		wantDelivered bool
 	}{
-		{"each certificate names its node", "a", "b", true},
-		{"the dialler's certificate names another node", "x", "b", false},
-		{"the listener's certificate names another node", "a", "x", false},
+		{"each certificate names its node", "a", "b", false, true},
+		{"the dialler's certificate names another node", "x", "b", false, false},
+		{"the listener's certificate names another node", "a", "x", false, false},
+		{"a shared certificate with AllowAnyNodeCert", "x", "x", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nw := newNetwork(t, pingRegistry(), node(tc.bCert))
+			nw := newNetwork(t, pingRegistry(), node(tc.bCert, tc.anyCert))
 			got := newRecorder()
 			b := nw.start(t, addr("b", 1), got.handle, "")
-			nw.tune = node(tc.aCert)
+			nw.tune = node(tc.aCert, tc.anyCert)
 			a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 			if err := a.Send(b.Self(), clustertest.Ping{Sender: "a", Seq: 1}); err != nil {
 				t.Fatalf("Send: %v", err)
@@ -203,12 +206,5 @@ func TestCertNamesNode(t *testing.T) {
 				t.Fatalf("delivered %d, dials %d: the misnamed node got through", n, a.Stats().Dials)
 			}
 		})
-	}
-	_, err := tcp.Listen(tcp.Config{
-		Self: addr("a", 1), Codec: pingRegistry(), Handler: func(cluster.UniqueAddress, any) {},
-		Resolve: newDirectory().resolve, ListenAddr: "127.0.0.1:0", CertNamesNode: true,
-	})
-	if !errors.Is(err, tcp.ErrInvalidConfig) {
-		t.Fatalf("CertNamesNode without TLS: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -239,7 +239,7 @@ func testIncarnations(su *suite) {
 	a1, a2, a3 := su.node("a", 1), su.node("a", 2), su.node("a", 3)
 	su.ok("AcquireNode a#1", su.s.AcquireNode(su.ctx, a1, ttl))
 	su.ok("AcquireNode a#3", su.s.AcquireNode(su.ctx, a3, ttl))
-	su.is("AcquireNode a#2 after a#3", su.s.AcquireNode(su.ctx, a2, ttl), lease.ErrStaleIncarnation)
+	su.is("AcquireNode a#2 after a#3", su.s.AcquireNode(su.ctx, a2, ttl), cluster.ErrStaleIncarnation)
 	su.ok("DownNode a#1", su.s.DownNode(su.ctx, a1))
 	su.ok("RenewNode a#3", su.s.RenewNode(su.ctx, a3, ttl))
 	// An older incarnation already holding a lease keeps renewing it: only
@@ -249,7 +249,7 @@ func testIncarnations(su *suite) {
 	su.ok("RenewNode b#2", su.s.RenewNode(su.ctx, su.node("b", 2), ttl))
 	// Downing an unknown, newer incarnation counts as knowing it.
 	su.ok("DownNode c#4", su.s.DownNode(su.ctx, su.node("c", 4)))
-	su.is("AcquireNode c#3 after c#4 was downed", su.s.AcquireNode(su.ctx, su.node("c", 3), ttl), lease.ErrStaleIncarnation)
+	su.is("AcquireNode c#3 after c#4 was downed", su.s.AcquireNode(su.ctx, su.node("c", 3), ttl), cluster.ErrStaleIncarnation)
 }
 
 func testBadArguments(su *suite) {
@@ -266,16 +266,16 @@ func testBadArguments(su *suite) {
 		"RenewCoordinator zero ttl": su.s.RenewCoordinator(su.ctx, su.name("c"), 1, 0),
 		"ReleaseCoordinator noname": su.s.ReleaseCoordinator(su.ctx, "", 1),
 	} {
-		su.is(what, err, lease.ErrInvalidArgument)
+		su.is(what, err, cluster.ErrInvalidConfig)
 	}
 	_, err := su.s.NodeLeaseExpired(su.ctx, empty)
-	su.is("NodeLeaseExpired empty node", err, lease.ErrInvalidArgument)
+	su.is("NodeLeaseExpired empty node", err, cluster.ErrInvalidConfig)
 	for what, args := range map[string][2]string{"no name": {"", "o"}, "no owner": {su.name("c"), ""}} {
 		_, err := su.s.AcquireCoordinator(su.ctx, args[0], args[1], ttl)
-		su.is("AcquireCoordinator "+what, err, lease.ErrInvalidArgument)
+		su.is("AcquireCoordinator "+what, err, cluster.ErrInvalidConfig)
 	}
 	_, err = su.s.AcquireCoordinator(su.ctx, su.name("c"), "o", 0)
-	su.is("AcquireCoordinator zero ttl", err, lease.ErrInvalidArgument)
+	su.is("AcquireCoordinator zero ttl", err, cluster.ErrInvalidConfig)
 	// Nothing was written.
 	_, err = su.s.NodeLeaseExpired(su.ctx, n)
 	su.is("NodeLeaseExpired after refused calls", err, lease.ErrNoLease)

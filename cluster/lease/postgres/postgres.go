@@ -136,7 +136,7 @@ func (s *Store) extendNode(ctx context.Context, node cluster.UniqueAddress, ttl 
 		case !found && !create:
 			return lease.ErrNoLease
 		case !found && younger:
-			return lease.ErrStaleIncarnation
+			return fmt.Errorf("%w: %s#%d, a newer incarnation holds a lease", lease.ErrStaleIncarnation, id, inc)
 		case !found:
 			tag, err := tx.Exec(ctx, `INSERT INTO node_leases (node_id, incarnation, expires_at)
 				VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, id, inc, expires)
