@@ -126,7 +126,7 @@ type remoteRef struct {
 	to   cluster.UniqueAddress
 }
 
-func (r remoteRef) Tell(m quoteCmd) error   { return r.from.tr.Send(r.to, m) }
+func (r remoteRef) Tell(m quoteCmd) error  { return r.from.tr.Send(r.to, m) }
 func (r remoteRef) System() *entity.System { return r.from.sys }
 
 // captureRef keeps what is told to it, so a test holds an Ask's address.
@@ -135,7 +135,7 @@ type captureRef struct {
 	got chan quoteCmd
 }
 
-func (r captureRef) Tell(m quoteCmd) error   { r.got <- m; return nil }
+func (r captureRef) Tell(m quoteCmd) error  { r.got <- m; return nil }
 func (r captureRef) System() *entity.System { return r.sys }
 
 func newNetwork(t *testing.T) *inproc.Network {
