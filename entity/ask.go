@@ -267,7 +267,9 @@ func roundTripReply[R any](r *codec.Registry, v R) (R, error) {
 // ErrMailboxFull, a serialization error), the target stops before handling
 // the command or crashes while handling it (ErrStopped, wrapping the crash),
 // or it returns Unhandled for it (ErrUnhandled). A reply that does not
-// serialize under ForceSerialization fails the Ask with ErrNotSerializable.
+// serialize under ForceSerialization fails the Ask with ErrNotSerializable;
+// one from another node that does not decode into R fails it at once with
+// ErrReplyUndecodable (see System.DeliverReply).
 // An entity that handles the command normally and stops without replying
 // may have handed the ReplyTo on, so that Ask waits for its deadline.
 //
