@@ -39,6 +39,7 @@ type ReplyAddress struct {
 // IsZero reports whether a names no ask.
 func (a ReplyAddress) IsZero() bool { return a.AskID == 0 }
 
+// String renders a as reply:node#incarnation/askid, for logs.
 func (a ReplyAddress) String() string {
 	return fmt.Sprintf("reply:%s#%d/%d", a.Node, a.Incarnation, a.AskID)
 }
@@ -56,6 +57,7 @@ func (r ReplyTo[R]) IsZero() bool { return r.addr.IsZero() }
 // Address is the ask r names: node, incarnation and ask id.
 func (r ReplyTo[R]) Address() ReplyAddress { return r.addr }
 
+// String renders r's address, for logs.
 func (r ReplyTo[R]) String() string { return r.addr.String() }
 
 // replyAddr lets the runtime find the reply addresses inside a message
@@ -422,7 +424,8 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // for another node or incarnation (never handed to an ask of this one),
 // ErrAskEnded when the ask has already returned, and ErrReplyUndecodable
 // (wrapping the codec's error) when the bytes do not decode into R — that
-// ask then fails at once with the same error instead of timing out.
+// ask then fails at once with the same error instead of timing out. When
+// ctx has already ended it delivers nothing and returns ctx's error.
 func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("entity: deliver reply to %s: %w", to, err)
