@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -406,4 +407,53 @@ func TestAskAcrossNodesReplyAfterAskEnded(t *testing.T) {
 			t.Fatalf("A's dead letters %d, want 1", a.sys.DeadLetters())
 		}
 	})
+}
+
+// AskFrom keeps the same decoder: an entity on A asking B without blocking
+// gets B's reply decoded into its R, or ErrReplyUndecodable at once.
+func TestAskFromAcrossNodes(t *testing.T) {
+	cases := map[string]struct {
+		askerCodec, replierCodec *codec.Registry
+		want                     string
+	}{
+		"decoded":     {quoteCodec("quote"), quoteCodec("quote"), "SHL 4200"},
+		"undecodable": {quoteCodec("quote"), quoteCodec("quote.v2"), "undecodable"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				net := newNetwork(t)
+				a := startNode(t, net, nodeA1, tc.askerCodec)
+				startNode(t, net, nodeB1, tc.replierCodec)
+				var outcomes recorder[string]
+				asker := spawnFunc(a.sys, "asker", func(ctx entity.Context[string], m string) entity.Behavior[string] {
+					if m != "go" {
+						outcomes.add(m)
+						return entity.Same[string]()
+					}
+					entity.AskFrom(ctx, remoteRef{from: a, to: nodeB1}, 5*time.Second,
+						func(r entity.ReplyTo[quote]) quoteCmd { return askQuote{Symbol: "SHL", ReplyTo: r} },
+						func(q quote, err error) string {
+							if errors.Is(err, entity.ErrReplyUndecodable) {
+								return "undecodable"
+							}
+							if err != nil {
+								return err.Error()
+							}
+							return q.Symbol + " " + strconv.FormatInt(q.Cents, 10)
+						})
+					return entity.Same[string]()
+				})
+				start := time.Now()
+				mustTell(t, asker, "go")
+				pump(net)
+				if got := outcomes.get(); len(got) != 1 || got[0] != tc.want {
+					t.Fatalf("outcomes %q, want [%q]", got, tc.want)
+				}
+				if waited := time.Since(start); waited != 0 {
+					t.Fatalf("the outcome came after %v, want at once", waited)
+				}
+			})
+		})
+	}
 }
