@@ -26,7 +26,9 @@ func (r inlineRef) System() *entity.System { return r.sys }
 func BenchmarkAskInline(b *testing.B) {
 	for name, ctx := range map[string]func() (context.Context, context.CancelFunc){
 		"deadline=none": func() (context.Context, context.CancelFunc) { return context.Background(), func() {} },
-		"deadline=1h":   func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Hour) },
+		"deadline=1h": func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Hour)
+		},
 	} {
 		b.Run(name, func(b *testing.B) {
 			ref := inlineRef{sys: newSystem(b)}
