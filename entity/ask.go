@@ -28,44 +28,59 @@ var ErrUnhandled = errors.New("entity: message unhandled")
 // for its reply, unless Config.AskTimeout says otherwise.
 const DefaultAskTimeout = 30 * time.Second
 
+// ReplyAddress names one pending ask anywhere in the cluster: the node id
+// and incarnation of the System that asked, and the ask's id there. It is
+// what a ReplyTo carries and what a transport carries back with a reply.
+type ReplyAddress struct {
+	Node        string `json:"node"`
+	Incarnation uint64 `json:"incarnation"`
+	AskID       uint64 `json:"id"`
+}
+
+// IsZero reports whether a names no ask.
+func (a ReplyAddress) IsZero() bool { return a.AskID == 0 }
+
+// String renders a as reply:node#incarnation/askid, for logs.
+func (a ReplyAddress) String() string {
+	return fmt.Sprintf("reply:%s#%d/%d", a.Node, a.Incarnation, a.AskID)
+}
+
 // ReplyTo is the address of one pending Ask expecting an R. It is a plain
 // value: an entity may keep it in its state, persist it, or send it to
 // another node, and reply through it later.
 type ReplyTo[R any] struct {
-	node string
-	id   uint64
+	addr ReplyAddress
 }
 
 // IsZero reports whether r addresses nobody; replies to it are dropped.
-func (r ReplyTo[R]) IsZero() bool { return r.id == 0 }
+func (r ReplyTo[R]) IsZero() bool { return r.addr.IsZero() }
 
-func (r ReplyTo[R]) String() string { return fmt.Sprintf("reply:%s/%d", r.node, r.id) }
+// Address is the ask r names: node, incarnation and ask id.
+func (r ReplyTo[R]) Address() ReplyAddress { return r.addr }
+
+// String renders r's address, for logs.
+func (r ReplyTo[R]) String() string { return r.addr.String() }
 
 // replyAddr lets the runtime find the reply addresses inside a message
 // without knowing their R (see failAsks).
 type replyAddr interface {
-	replyAddr() (node string, id uint64)
+	replyAddr() ReplyAddress
 }
 
-func (r ReplyTo[R]) replyAddr() (string, uint64) { return r.node, r.id }
-
-type replyAddress struct {
-	Node string `json:"node"`
-	ID   uint64 `json:"id"`
-}
+func (r ReplyTo[R]) replyAddr() ReplyAddress { return r.addr }
 
 // MarshalJSON encodes the address, so commands carrying a ReplyTo serialize.
 func (r ReplyTo[R]) MarshalJSON() ([]byte, error) {
-	return json.Marshal(replyAddress{Node: r.node, ID: r.id})
+	return json.Marshal(r.addr)
 }
 
 // UnmarshalJSON decodes an address written by MarshalJSON.
 func (r *ReplyTo[R]) UnmarshalJSON(data []byte) error {
-	var a replyAddress
+	var a ReplyAddress
 	if err := json.Unmarshal(data, &a); err != nil {
 		return fmt.Errorf("entity: decode reply address: %w", err)
 	}
-	r.node, r.id = a.Node, a.ID
+	r.addr = a
 	return nil
 }
 
@@ -75,34 +90,150 @@ type Replier interface{ System() *System }
 // System lets a System be used as a Replier.
 func (s *System) System() *System { return s }
 
-// Reply sends v to the Ask waiting behind to. A reply to an Ask that has
-// already returned, or to a zero ReplyTo, is a dead letter.
-func Reply[R any](via Replier, to ReplyTo[R], v R) {
+// ErrNoReplyAddress is returned by Reply for a zero ReplyTo.
+var ErrNoReplyAddress = errors.New("entity: reply to a zero address")
+
+// ErrAskEnded is returned by Reply and DeliverReply for a reply to an ask
+// that has already returned (answered, timed out or cancelled): a race
+// with its deadline, not a fault. The reply is counted as a dead letter.
+var ErrAskEnded = errors.New("entity: reply to an ask that has ended")
+
+// ErrStaleIncarnation is returned by Reply and DeliverReply for a reply to
+// an ask of another incarnation of this node: that process is gone, and
+// its ask ids mean nothing to its successor, so the reply is refused.
+var ErrStaleIncarnation = errors.New("entity: reply to another incarnation of this node")
+
+// ErrNotThisNode is returned by DeliverReply for a reply addressed to
+// another node id: the transport routed it wrongly.
+var ErrNotThisNode = errors.New("entity: reply addressed to another node")
+
+// ErrNoRemoteReplies is returned by Reply for a reply to another node when
+// the System has no Config.RemoteReplies and no ReplyRouter to carry it.
+var ErrNoRemoteReplies = errors.New("entity: no way to send replies to other nodes")
+
+// ErrReplyUndecodable fails an Ask whose reply arrived from another node
+// as bytes that do not decode into the asker's R: an unknown manifest, a
+// manifest of another type (codec.ErrTypeMismatch), or a corrupt payload.
+// The codec's error is wrapped too. DeliverReply returns it as well.
+var ErrReplyUndecodable = errors.New("entity: reply does not decode")
+
+// JSONReplyManifest is the manifest of a reply whose type is not
+// registered in the codec: its payload is the value's JSON, decoded into
+// the asker's R (reply types need no registration, as the asker knows R).
+const JSONReplyManifest = "shoal.reply.json"
+
+// RemoteReplies sends a reply to an ask of another node: to names the
+// asking incarnation and its ask, manifest and payload are the encoded
+// reply. It must not block (cluster.Transport.Send never does); its error
+// is returned by Reply. The receiving node hands the three to
+// System.DeliverReply.
+type RemoteReplies func(to ReplyAddress, manifest string, payload []byte) error
+
+// Reply sends v to the Ask waiting behind to, and returns why it could not.
+// To an ask of this System it is delivered at once; to another node's it
+// is encoded (with the codec when v's type is registered, as JSON under
+// JSONReplyManifest otherwise) and handed to Config.RemoteReplies, or,
+// without one, to the ReplyRouter. Every reply that reaches no ask is
+// counted as a dead letter: to a zero ReplyTo (ErrNoReplyAddress), to an
+// ask that has ended (ErrAskEnded), to another incarnation of this node
+// (ErrStaleIncarnation), to another node with no way there
+// (ErrNoRemoteReplies), or refused by the seam (its error, wrapped).
+// A reply that reaches the other node may still find its ask ended there.
+func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 	sys := via.System()
-	if to.IsZero() {
-		sys.deadLetter(nil, to.String(), "reply to a zero address", v)
-		return
-	}
-	if to.node != sys.cfg.NodeID {
-		router := sys.router.Load()
-		if router == nil || !(*router).RouteReply(to.node, to.id, v) {
-			sys.deadLetter(nil, to.String(), "reply to unreachable node "+to.node, v)
-		}
-		return
+	a := to.addr
+	switch {
+	case a.IsZero():
+		sys.deadLetter(nil, a.String(), "reply to a zero address", v)
+		return ErrNoReplyAddress
+	case a.Node != sys.cfg.NodeID:
+		return sys.replyRemote(a, v)
+	case a.Incarnation != sys.cfg.Incarnation:
+		sys.deadLetter(nil, a.String(), "reply to another incarnation", v)
+		return fmt.Errorf("%w: %s, this is #%d", ErrStaleIncarnation, a, sys.cfg.Incarnation)
 	}
 	if sys.cfg.ForceSerialization {
 		copied, err := roundTripReply(sys.cfg.Codec, v)
 		if err != nil {
+			err = fmt.Errorf("entity: ask: reply %T: %w", v, err)
 			// The asker learns why; the reply itself reached nobody.
-			sys.replies.deliver(to.id, askFailure{fmt.Errorf("entity: ask: reply %T: %w", v, err)})
-			sys.deadLetter(nil, to.String(), "reply does not serialize", v)
-			return
+			sys.replies.deliver(a.AskID, askFailure{err})
+			sys.deadLetter(nil, a.String(), "reply does not serialize", v)
+			return err
 		}
 		v = copied
 	}
-	if !sys.replies.deliver(to.id, v) {
-		sys.deadLetter(nil, to.String(), "reply to an ask that has returned", v)
+	if !sys.replies.deliver(a.AskID, v) {
+		sys.deadLetter(nil, a.String(), "reply to an ask that has returned", v)
+		return fmt.Errorf("%w: %s", ErrAskEnded, a)
 	}
+	return nil
+}
+
+// replyRemote sends v towards another node's ask.
+func (s *System) replyRemote(a ReplyAddress, v any) error {
+	if send := s.cfg.RemoteReplies; send != nil {
+		manifest, payload, err := encodeReply(s.cfg.Codec, v)
+		if err != nil {
+			s.deadLetter(nil, a.String(), "reply does not serialize", v)
+			return fmt.Errorf("entity: reply to %s: %w: %w", a, ErrNotSerializable, err)
+		}
+		if err := send(a, manifest, payload); err != nil {
+			s.deadLetter(nil, a.String(), "reply refused on its way to "+a.Node, v)
+			return fmt.Errorf("entity: reply to %s: %w", a, err)
+		}
+		return nil
+	}
+	if router := s.router.Load(); router != nil {
+		if err := (*router).RouteReply(a, v); err != nil {
+			s.deadLetter(nil, a.String(), "reply to unreachable node "+a.Node, v)
+			return fmt.Errorf("entity: reply to %s: %w", a, err)
+		}
+		return nil
+	}
+	s.deadLetter(nil, a.String(), "reply to another node, and no way there", v)
+	return fmt.Errorf("%w: %s", ErrNoRemoteReplies, a)
+}
+
+// encodeReply encodes a reply for another node: with its registered
+// manifest, or as JSON under JSONReplyManifest.
+func encodeReply(reg *codec.Registry, v any) (string, []byte, error) {
+	if reg != nil {
+		if _, ok := reg.Manifest(v); ok {
+			return reg.Encode(v)
+		}
+	}
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return "", nil, err
+	}
+	return JSONReplyManifest, payload, nil
+}
+
+// replyDecoder turns a reply's bytes into the asker's R. A pending ask
+// keeps one, as a zero-size value, so that it costs a local Ask nothing.
+type replyDecoder interface {
+	decodeReply(reg *codec.Registry, manifest string, payload []byte) (any, error)
+}
+
+type decoderFor[R any] struct{}
+
+func (decoderFor[R]) decodeReply(reg *codec.Registry, manifest string, payload []byte) (any, error) {
+	if manifest == JSONReplyManifest {
+		var r R
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, fmt.Errorf("as %v: %w", reflect.TypeFor[R](), err)
+		}
+		return r, nil
+	}
+	if reg == nil {
+		return nil, &codec.UnknownManifestError{Manifest: manifest}
+	}
+	r, err := codec.DecodeAs[R](reg, manifest, payload)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // roundTripReply copies v through the codec. Reply types need no
@@ -156,7 +287,9 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 // ErrMailboxFull, a serialization error), the target stops before handling
 // the command or crashes while handling it (ErrStopped, wrapping the crash),
 // or it returns Unhandled for it (ErrUnhandled). A reply that does not
-// serialize under ForceSerialization fails the Ask with ErrNotSerializable.
+// serialize under ForceSerialization fails the Ask with ErrNotSerializable;
+// one from another node that does not decode into R fails it at once with
+// ErrReplyUndecodable (see System.DeliverReply).
 // An entity that handles the command normally and stops without replying
 // may have handed the ReplyTo on, so that Ask waits for its deadline.
 //
@@ -169,9 +302,9 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 	}
 	sys := ref.System()
 	_, hasDeadline := ctx.Deadline()
-	id, ch := sys.registerAsk(!hasDeadline)
+	id, ch := sys.registerAsk(!hasDeadline, decoderFor[R]{})
 	defer sys.replies.unregister(id)
-	if err := tellAsk(ref, build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
+	if err := tellAsk(ref, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
 		return zero, fmt.Errorf("entity: ask: %w", err)
 	}
 	select {
@@ -227,15 +360,15 @@ func AskFrom[C, T, R any](ctx Context[C], target Ref[T], timeout time.Duration, 
 		timeout = sys.cfg.AskTimeout
 	}
 	pending := &asyncAsk{}
-	id := sys.replies.registerFunc(func(v any) {
+	id := sys.replies.add(waiter{dec: decoderFor[R]{}, fn: func(v any) {
 		pending.finish()
 		r, err := replyAs[R](v)
 		_ = self.Tell(adapt(r, err)) // a refused Tell is counted as a dead letter by Tell
-	})
+	}})
 	pending.start(sys.cfg.Clock.AfterFunc(timeout, func() {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("%w: no reply within %v: %w", ErrAskTimeout, timeout, context.DeadlineExceeded)})
 	}))
-	if err := tellAsk(target, build(ReplyTo[R]{node: sys.cfg.NodeID, id: id})); err != nil {
+	if err := tellAsk(target, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("entity: ask: %w", err)})
 	}
 }
@@ -270,25 +403,86 @@ func (a *asyncAsk) finish() {
 	}
 }
 
-// ReplyRouter carries replies to asks of other nodes. The transport that
-// connects nodes installs one with System.SetReplyRouter; it serializes v
-// when it leaves the process.
-type ReplyRouter interface {
-	// RouteReply delivers v to ask id on node; false if it cannot.
-	RouteReply(node string, id uint64, v any) bool
+// replyAddress names this System's ask id.
+func (s *System) replyAddress(id uint64) ReplyAddress {
+	return ReplyAddress{Node: s.cfg.NodeID, Incarnation: s.cfg.Incarnation, AskID: id}
 }
 
-// SetReplyRouter installs the router for replies to other nodes' asks.
+// ReplyRouter carries replies, as values, to asks of other Systems in the
+// same process (an in-process simulation of several nodes). A transport
+// between processes uses Config.RemoteReplies and DeliverReply instead.
+type ReplyRouter interface {
+	// RouteReply delivers v to the ask to, or says why it cannot.
+	RouteReply(to ReplyAddress, v any) error
+}
+
+// SetReplyRouter installs the router for replies to other nodes' asks
+// that Config.RemoteReplies does not carry.
 func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
 
-// DeliverReply hands v to this node's ask id, for a ReplyRouter that
-// carried it here. It reports false when nobody waits for it any more.
-func (s *System) DeliverReply(id uint64, v any) bool {
-	if s.replies.deliver(id, v) {
-		return true
+// DeliverLocalReply hands v to this System's ask to, for a ReplyRouter
+// that carried it here as a value. It refuses a reply for another node
+// (ErrNotThisNode) or incarnation (ErrStaleIncarnation), and counts one
+// for an ask that has ended as a dead letter (ErrAskEnded).
+func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
+	if err := s.checkReplyAddress(to, v); err != nil {
+		return err
 	}
-	s.deadLetter(nil, fmt.Sprintf("reply:%s/%d", s.cfg.NodeID, id), "reply to an ask that has returned", v)
-	return false
+	if s.replies.deliver(to.AskID, v) {
+		return nil
+	}
+	s.deadLetter(nil, to.String(), "reply to an ask that has returned", v)
+	return fmt.Errorf("%w: %s", ErrAskEnded, to)
+}
+
+// DeliverReply hands a reply that arrived from another node as bytes to
+// this System's ask to; a transport's runner calls it. The pending ask
+// decodes manifest and payload into its own R. It returns, having counted
+// a dead letter: ErrNotThisNode or ErrStaleIncarnation for a reply meant
+// for another node or incarnation (never handed to an ask of this one),
+// ErrAskEnded when the ask has already returned, and ErrReplyUndecodable
+// (wrapping the codec's error) when the bytes do not decode into R — that
+// ask then fails at once with the same error instead of timing out. When
+// ctx has already ended it delivers nothing and returns ctx's error.
+func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("entity: deliver reply to %s: %w", to, err)
+	}
+	raw := encodedReply{Manifest: manifest}
+	if err := s.checkReplyAddress(to, raw); err != nil {
+		return err
+	}
+	w, ok := s.replies.take(to.AskID)
+	if !ok {
+		s.deadLetter(nil, to.String(), "reply to an ask that has returned", raw)
+		return fmt.Errorf("%w: %s", ErrAskEnded, to)
+	}
+	v, err := w.dec.decodeReply(s.cfg.Codec, manifest, payload)
+	if err != nil {
+		err = fmt.Errorf("%w: %s, manifest %q: %w", ErrReplyUndecodable, to, manifest, err)
+		w.send(askFailure{fmt.Errorf("entity: ask: %w", err)})
+		s.deadLetter(nil, to.String(), "reply does not decode", raw)
+		return err
+	}
+	w.send(v)
+	return nil
+}
+
+// encodedReply stands for a reply that arrived as bytes, in dead letters.
+type encodedReply struct{ Manifest string }
+
+// checkReplyAddress refuses, as a dead letter, a reply that is not for this
+// node incarnation.
+func (s *System) checkReplyAddress(to ReplyAddress, v any) error {
+	switch {
+	case to.Node != s.cfg.NodeID:
+		s.deadLetter(nil, to.String(), "reply for another node", v)
+		return fmt.Errorf("%w: %s delivered to %s", ErrNotThisNode, to, s.cfg.NodeID)
+	case to.Incarnation != s.cfg.Incarnation:
+		s.deadLetter(nil, to.String(), "reply for another incarnation", v)
+		return fmt.Errorf("%w: %s delivered to incarnation #%d", ErrStaleIncarnation, to, s.cfg.Incarnation)
+	}
+	return nil
 }
 
 // replyTable holds the asks waiting for a reply.
@@ -300,10 +494,12 @@ type replyTable struct {
 	sweeping bool
 }
 
-// waiter is one pending ask: a blocked Ask's channel, or AskFrom's callback.
+// waiter is one pending ask: a blocked Ask's channel, or AskFrom's
+// callback, and the decoder of its R for a reply that arrives as bytes.
 type waiter struct {
-	ch chan any
-	fn func(any)
+	ch  chan any
+	fn  func(any)
+	dec replyDecoder
 	// expires is when the sweep fails an Ask that has no deadline of its
 	// own; zero for the others.
 	expires time.Time
@@ -321,8 +517,8 @@ func (w waiter) send(v any) {
 // deadline, so the System's AskTimeout bounds it. One sweep on the clock,
 // armed only while such asks wait, fails the expired ones: cheaper than a
 // timer per Ask.
-func (s *System) registerAsk(expiring bool) (uint64, chan any) {
-	w := waiter{ch: make(chan any, 1)}
+func (s *System) registerAsk(expiring bool, dec replyDecoder) (uint64, chan any) {
+	w := waiter{ch: make(chan any, 1), dec: dec}
 	if expiring {
 		w.expires = s.cfg.Clock.Now().Add(s.cfg.AskTimeout)
 	}
@@ -368,8 +564,6 @@ func (s *System) sweepAsks() {
 	}
 }
 
-func (t *replyTable) registerFunc(fn func(any)) uint64 { return t.add(waiter{fn: fn}) }
-
 func (t *replyTable) add(w waiter) uint64 {
 	id := t.next.Add(1)
 	t.mu.Lock()
@@ -386,24 +580,29 @@ func (t *replyTable) unregister(id uint64) {
 
 // deliver hands v to the ask id; only the first reply counts.
 func (t *replyTable) deliver(id uint64, v any) bool {
+	w, ok := t.take(id)
+	if ok {
+		w.send(v)
+	}
+	return ok
+}
+
+// take removes the ask id and returns it, if it still waits.
+func (t *replyTable) take(id uint64) (waiter, bool) {
 	t.mu.Lock()
 	w, ok := t.pending[id]
 	delete(t.pending, id)
 	t.mu.Unlock()
-	if !ok {
-		return false
-	}
-	w.send(v)
-	return true
+	return w, ok
 }
 
 // failAsks fails, with err, this node's asks whose reply addresses msg
 // carries: msg will never be handled. It looks for ReplyTo values by
 // reflection, which costs nothing until a message is lost.
 func (s *System) failAsks(msg any, err error) {
-	forEachReplyAddr(reflect.ValueOf(msg), 0, func(node string, id uint64) {
-		if id != 0 && node == s.cfg.NodeID {
-			s.replies.deliver(id, askFailure{err})
+	forEachReplyAddr(reflect.ValueOf(msg), 0, func(a ReplyAddress) {
+		if !a.IsZero() && a.Node == s.cfg.NodeID && a.Incarnation == s.cfg.Incarnation {
+			s.replies.deliver(a.AskID, askFailure{err})
 		}
 	})
 }
@@ -420,7 +619,7 @@ var replyToPkg = reflect.TypeFor[ReplyTo[struct{}]]().PkgPath()
 // maxReplyDepth bounds the search for reply addresses (and ends cycles).
 const maxReplyDepth = 6
 
-func forEachReplyAddr(v reflect.Value, depth int, visit func(node string, id uint64)) {
+func forEachReplyAddr(v reflect.Value, depth int, visit func(ReplyAddress)) {
 	if !v.IsValid() || depth > maxReplyDepth {
 		return
 	}
@@ -431,7 +630,8 @@ func forEachReplyAddr(v reflect.Value, depth int, visit func(node string, id uin
 		}
 	case reflect.Struct:
 		if isReplyTo(v.Type()) {
-			visit(v.FieldByName("node").String(), v.FieldByName("id").Uint())
+			a := v.FieldByName("addr") // unexported, so read field by field
+			visit(ReplyAddress{Node: a.Field(0).String(), Incarnation: a.Field(1).Uint(), AskID: a.Field(2).Uint()})
 			return
 		}
 		for i := range v.NumField() {

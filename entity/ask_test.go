@@ -207,7 +207,7 @@ func TestHeldReplyToAfterJSONRoundTrip(t *testing.T) {
 }
 
 func TestReplyToJSON(t *testing.T) {
-	sys := newSystem(t, func(c *entity.Config) { c.NodeID = "n1" })
+	sys := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "n1", 7 })
 	a := spawnAccount(sys, "a")
 	var captured entity.ReplyTo[balance]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -223,8 +223,11 @@ func TestReplyToJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(data), `"node":"n1"`) {
-		t.Fatalf("encoded %s does not carry the node", data)
+	if !strings.Contains(string(data), `"node":"n1"`) || !strings.Contains(string(data), `"incarnation":7`) {
+		t.Fatalf("encoded %s does not carry the node and its incarnation", data)
+	}
+	if want := (entity.ReplyAddress{Node: "n1", Incarnation: 7, AskID: captured.Address().AskID}); captured.Address() != want || want.AskID == 0 {
+		t.Fatalf("address %+v, want %+v", captured.Address(), want)
 	}
 	var back entity.ReplyTo[balance]
 	if err := json.Unmarshal(data, &back); err != nil {
@@ -257,16 +260,116 @@ func TestReplyToUnknownNodeIsDeadLetter(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"node":"elsewhere","id":7}`), &to); err != nil {
 		t.Fatal(err)
 	}
-	entity.Reply(sys, to, 1) // the System is a Replier too
+	err := entity.Reply(sys, to, 1) // the System is a Replier too
+	if !errors.Is(err, entity.ErrNoRemoteReplies) {
+		t.Fatalf("Reply: %v, want ErrNoRemoteReplies", err)
+	}
 	if sys.DeadLetters() != 1 {
 		t.Fatalf("dead letters %d, want 1", sys.DeadLetters())
 	}
 }
 
+// A reply for another node goes, encoded, to Config.RemoteReplies; its
+// refusal is Reply's error, wrapped, and a dead letter.
+func TestReplyToOtherNodeUsesRemoteReplies(t *testing.T) {
+	type sent struct {
+		to       entity.ReplyAddress
+		manifest string
+		payload  string
+	}
+	var got []sent
+	refuse := errors.New("link queue full")
+	var answer error
+	reg := codec.NewRegistry()
+	codec.MustRegister[balance](reg, "balance")
+	sys := newSystem(t, func(c *entity.Config) {
+		c.NodeID, c.Codec = "here", reg
+		c.RemoteReplies = func(to entity.ReplyAddress, manifest string, payload []byte) error {
+			got = append(got, sent{to, manifest, string(payload)})
+			return answer
+		}
+	})
+	var to entity.ReplyTo[balance]
+	if err := json.Unmarshal([]byte(`{"node":"there","incarnation":3,"id":9}`), &to); err != nil {
+		t.Fatal(err)
+	}
+	if err := entity.Reply(sys, to, balance{Owner: "o", Cents: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var plain entity.ReplyTo[int]
+	if err := json.Unmarshal([]byte(`{"node":"there","incarnation":3,"id":10}`), &plain); err != nil {
+		t.Fatal(err)
+	}
+	answer = refuse
+	if err := entity.Reply(sys, plain, 5); !errors.Is(err, refuse) {
+		t.Fatalf("Reply through a refusing seam: %v", err)
+	}
+	want := []sent{
+		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 9}, "balance", `{"Owner":"o","Cents":2,"Tags":null}`},
+		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 10}, entity.JSONReplyManifest, `5`},
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("seam got %+v, want %+v", got, want)
+	}
+	if sys.DeadLetters() != 1 {
+		t.Fatalf("dead letters %d, want 1 (the refused reply)", sys.DeadLetters())
+	}
+}
+
+// A reply addressed to an earlier incarnation of this node (a ReplyTo kept
+// in persisted state across a restart) is refused, even when an ask of
+// this incarnation has the same id.
+func TestReplyToOtherIncarnationOfThisNodeIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "here", 2 })
+		a := spawnAccount(sys, "a")
+		res := make(chan error, 1)
+		var current entity.ReplyAddress
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := entity.Ask(ctx, a, func(r entity.ReplyTo[balance]) acct {
+				current = r.Address()
+				return holdReply{ReplyTo: r}
+			})
+			res <- err
+		}()
+		synctest.Wait()
+		var old entity.ReplyTo[balance]
+		data, _ := json.Marshal(entity.ReplyAddress{Node: "here", Incarnation: 1, AskID: current.AskID})
+		if err := json.Unmarshal(data, &old); err != nil {
+			t.Fatal(err)
+		}
+		if err := entity.Reply(sys, old, balance{Owner: "stale"}); !errors.Is(err, entity.ErrStaleIncarnation) {
+			t.Fatalf("Reply: %v, want ErrStaleIncarnation", err)
+		}
+		if err := sys.DeliverLocalReply(old.Address(), balance{}); !errors.Is(err, entity.ErrStaleIncarnation) {
+			t.Fatalf("DeliverLocalReply: %v, want ErrStaleIncarnation", err)
+		}
+		other := entity.ReplyAddress{Node: "elsewhere", Incarnation: 2, AskID: current.AskID}
+		if err := sys.DeliverReply(context.Background(), other, entity.JSONReplyManifest, []byte(`{}`)); !errors.Is(err, entity.ErrNotThisNode) {
+			t.Fatalf("DeliverReply: %v, want ErrNotThisNode", err)
+		}
+		synctest.Wait()
+		if len(res) != 0 || sys.Stats().AsksWaiting != 1 {
+			t.Fatal("the ask of this incarnation took a reply meant for another")
+		}
+		if sys.DeadLetters() != 3 {
+			t.Fatalf("dead letters %d, want 3", sys.DeadLetters())
+		}
+		mustTell[acct](t, a, replyHeld{Times: 1})
+		if err := <-res; err != nil {
+			t.Fatalf("the ask's own reply: %v", err)
+		}
+	})
+}
+
 // The Reply doc says a reply to a zero ReplyTo is a dead letter.
 func TestReplyToZeroAddressIsDeadLetter(t *testing.T) {
 	sys := newSystem(t)
-	entity.Reply(sys, entity.ReplyTo[int]{}, 1)
+	if err := entity.Reply(sys, entity.ReplyTo[int]{}, 1); !errors.Is(err, entity.ErrNoReplyAddress) {
+		t.Fatalf("Reply: %v, want ErrNoReplyAddress", err)
+	}
 	if sys.DeadLetters() != 1 {
 		t.Fatalf("dead letters %d, want 1", sys.DeadLetters())
 	}

@@ -820,4 +820,13 @@ func TestNewSystemValidation(t *testing.T) {
 	if a.NodeID() == "" || a.NodeID() == b.NodeID() {
 		t.Fatalf("default node ids %q %q: want random and distinct", a.NodeID(), b.NodeID())
 	}
+	// A process that restarts under the same node id is a newer incarnation.
+	first := newSystem(t, func(c *entity.Config) { c.NodeID = "n" })
+	restarted := newSystem(t, func(c *entity.Config) { c.NodeID = "n" })
+	if first.Incarnation() == 0 || restarted.Incarnation() <= first.Incarnation() {
+		t.Fatalf("default incarnations %d then %d: want growing", first.Incarnation(), restarted.Incarnation())
+	}
+	if got := newSystem(t, func(c *entity.Config) { c.Incarnation = 42 }).Incarnation(); got != 42 {
+		t.Fatalf("configured incarnation %d, want 42", got)
+	}
 }

@@ -20,8 +20,22 @@ import (
 
 // Config configures a System. The zero value of every field means its default.
 type Config struct {
-	// NodeID names this process incarnation in reply addresses. Default: random.
+	// NodeID names this node in reply addresses. Default: random.
 	NodeID string
+	// Incarnation tells this run of the node from its earlier and later
+	// ones: reply addresses carry it, and a reply for another incarnation
+	// is refused, so a restarted process never receives the replies meant
+	// for the one before it. A cluster node passes its
+	// cluster.UniqueAddress's incarnation. Default: the wall-clock time of
+	// NewSystem in nanoseconds since 1970 (time.Now, not Clock: a test
+	// clock would give a restarted process its predecessor's number).
+	Incarnation uint64
+	// RemoteReplies sends replies to asks of other nodes, encoded; the
+	// node's transport provides it, and the receiving node passes what it
+	// carried to System.DeliverReply. Default nil: such replies go to the
+	// ReplyRouter if one is set, and are refused with ErrNoRemoteReplies
+	// otherwise.
+	RemoteReplies RemoteReplies
 	// Logger receives runtime logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Clock is the time source for timers and timeouts. Default: timers.Real.
@@ -88,6 +102,9 @@ func NewSystem(cfg Config) (*System, error) {
 		_, _ = rand.Read(b[:])
 		cfg.NodeID = hex.EncodeToString(b[:])
 	}
+	if cfg.Incarnation == 0 {
+		cfg.Incarnation = uint64(time.Now().UnixNano())
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -118,6 +135,9 @@ func NewSystem(cfg Config) (*System, error) {
 
 // NodeID names this runtime in reply addresses.
 func (s *System) NodeID() string { return s.cfg.NodeID }
+
+// Incarnation tells this run of the node from its others, in reply addresses.
+func (s *System) Incarnation() uint64 { return s.cfg.Incarnation }
 
 // Logger is the runtime's logger.
 func (s *System) Logger() *slog.Logger { return s.log }

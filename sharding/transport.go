@@ -67,11 +67,14 @@ func (t *LocalTransport) Attach(node string, sys *entity.System) {
 }
 
 // RouteReply implements entity.ReplyRouter.
-func (t *LocalTransport) RouteReply(node string, id uint64, v any) bool {
+func (t *LocalTransport) RouteReply(to entity.ReplyAddress, v any) error {
 	t.mu.RLock()
-	sys := t.systems[node]
+	sys := t.systems[to.Node]
 	t.mu.RUnlock()
-	return sys != nil && sys.DeliverReply(id, v)
+	if sys == nil {
+		return fmt.Errorf("%w: node %s", ErrUnreachable, to.Node)
+	}
+	return sys.DeliverLocalReply(to, v)
 }
 
 // Send implements Transport.
