@@ -599,6 +599,12 @@ func (t *replyTable) take(id uint64) (waiter, bool) {
 // failAsks fails, with err, this node's asks whose reply addresses msg
 // carries: msg will never be handled. It looks for ReplyTo values by
 // reflection, which costs nothing until a message is lost.
+// FailAsks fails at once, with err, the asks of this incarnation whose
+// reply addresses msg carries (at any depth): for a behavior that learns
+// after handling a command that no answer will come for it (its events
+// could not be stored, say). Asks that have ended are not touched.
+func (s *System) FailAsks(msg any, err error) { s.failAsks(msg, err) }
+
 func (s *System) failAsks(msg any, err error) {
 	forEachReplyAddr(reflect.ValueOf(msg), 0, func(a ReplyAddress) {
 		if !a.IsZero() && a.Node == s.cfg.NodeID && a.Incarnation == s.cfg.Incarnation {

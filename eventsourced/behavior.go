@@ -322,7 +322,7 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 	}
 	switch eff.kind {
 	case EffectPersist:
-		b.persist(eff)
+		b.persist(cmd, eff)
 		return entity.Same[C]()
 	case EffectStash:
 		if err := b.Context.Stash().Stash(cmd); err != nil {
@@ -363,7 +363,9 @@ func (b *behavior[C, E, S]) TakeMissingReplies() []error {
 	return m
 }
 
-func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
+// persist writes eff's events for cmd; cmd is kept until the outcome, so
+// that a failed write fails its asks at once.
+func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
 	first := b.seqNr + 1
 	now := b.Clock().Now()
 	if b.writerID == "" {
@@ -373,7 +375,7 @@ func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 	for i, e := range eff.events {
 		manifest, payload, err := b.cfg.Codec.Encode(e)
 		if err != nil {
-			b.rejectPersist(first, err)
+			b.rejectPersist(cmd, first, err)
 			return
 		}
 		ev := journal.Event{
@@ -394,7 +396,7 @@ func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 	}
 	b.cell().Suspend()
 	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {
-		aw.WriteAsync(batch, func(err error) { b.cell().Post(func() { b.persisted(eff, first, err) }) })
+		aw.WriteAsync(batch, func(err error) { b.cell().Post(func() { b.persisted(cmd, eff, first, err) }) })
 		return
 	}
 	j, timeout := b.cfg.Journal, b.cfg.WriteTimeout
@@ -402,21 +404,28 @@ func (b *behavior[C, E, S]) persist(eff Effect[E, S]) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := j.Write(ctx, batch)
 		cancel()
-		b.cell().Post(func() { b.persisted(eff, first, err) })
+		b.cell().Post(func() { b.persisted(cmd, eff, first, err) })
 	}()
 }
 
-func (b *behavior[C, E, S]) rejectPersist(first uint64, err error) {
+func (b *behavior[C, E, S]) rejectPersist(cmd C, first uint64, err error) {
 	perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: ErrPersistRejected, Err: err}
 	b.Log().Error("events rejected; stopping", "err", perr)
 	b.signal(PersistRejected{Err: perr})
-	b.cell().Fail(perr)
+	b.failCommand(cmd, perr)
 }
 
-func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error) {
+// failCommand stops the entity with err, and fails at once the asks that
+// cmd, whose events were not stored, carries: no answer will come for it.
+func (b *behavior[C, E, S]) failCommand(cmd C, err *PersistError) {
+	b.System().FailAsks(cmd, fmt.Errorf("eventsourced: command not handled: %w", err))
+	b.cell().Fail(err)
+}
+
+func (b *behavior[C, E, S]) persisted(cmd C, eff Effect[E, S], first uint64, err error) {
 	if err != nil {
 		if errors.Is(err, journal.ErrRejected) {
-			b.rejectPersist(first, err)
+			b.rejectPersist(cmd, first, err)
 			return
 		}
 		kind, msg := ErrPersistFailed, "persist failed; stopping"
@@ -428,7 +437,7 @@ func (b *behavior[C, E, S]) persisted(eff Effect[E, S], first uint64, err error)
 		perr := &PersistError{PersistenceID: b.pid(), SeqNr: first, Kind: kind, Err: err}
 		b.Log().Error(msg, "err", perr)
 		b.signal(PersistFailed{Err: perr})
-		b.cell().Fail(perr)
+		b.failCommand(cmd, perr)
 		return
 	}
 	snapshotDue := false

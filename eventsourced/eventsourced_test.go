@@ -712,3 +712,29 @@ func (g *gatedReplay) Replay(ctx context.Context, pid string, from, to uint64, f
 	<-g.open
 	return g.Journal.Replay(ctx, pid, from, to, fn)
 }
+
+// failingWrites is a journal whose writes fail, as during an outage.
+type failingWrites struct {
+	journal.Journal
+	err error
+}
+
+func (f failingWrites) Write(context.Context, []journal.Event) error { return f.err }
+
+// The ask of the command whose write failed fails at once with the
+// persist failure, not at its deadline: no answer will come for it.
+func TestAskOfACommandWhoseWriteFailedFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		outage := errors.New("connection refused")
+		sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: failingWrites{memory.New(), outage}, Logger: quietLogger()})
+		cell := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{})}, "down")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		_, err := entity.Ask(ctx, cell, func(r entity.ReplyTo[int]) cmd { return addAndReply{Item: "a", ReplyTo: r} })
+		if !errors.Is(err, eventsourced.ErrPersistFailed) || !errors.Is(err, outage) || time.Since(start) != 0 {
+			t.Fatalf("err = %v after %v, want the persist failure at once", err, time.Since(start))
+		}
+		<-cell.Done()
+	})
+}
