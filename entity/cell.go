@@ -391,24 +391,39 @@ func (c *Cell[C]) terminate(err error) {
 	c.term.err = err
 	done := c.term.done
 	c.mu.Unlock()
-	cause := ErrStopped // for the asks of the commands it leaves
-	if err != nil {
-		cause = fmt.Errorf("%w: %w", ErrStopped, err)
+	// What the incarnation leaves is counted as dead letters before Done
+	// closes, so Done means all is settled; the asks those messages carry
+	// fail after it, so an asker told ErrStopped finds Done closed.
+	type leftover struct {
+		reason string
+		msg    C
+	}
+	var lost []leftover
+	deadLetter := func(reason string, m C) {
+		c.sys.deadLetter(nil, c.name(), reason, m)
+		lost = append(lost, leftover{reason, m})
 	}
 	if x := c.x; x != nil {
-		x.unstashed.Drain(func(m C) { c.sys.deadLetter(cause, c.name(), "unstashed, not handled before stop", m) })
+		x.unstashed.Drain(func(m C) { deadLetter("unstashed, not handled before stop", m) })
 		if x.stash != nil {
 			for _, m := range x.stash.Clear() {
-				c.sys.deadLetter(cause, c.name(), "stashed when the entity stopped", m)
+				deadLetter("stashed when the entity stopped", m)
 			}
 		}
 	}
 	left.Drain(func(e envelope[C]) {
 		if e.ctl == nil {
-			c.sys.deadLetter(cause, c.name(), "left in mailbox of stopped entity", e.msg)
+			deadLetter("left in mailbox of stopped entity", e.msg)
 		}
 	})
-	close(done) // after the dead letters are counted, so Done means all is settled
+	close(done)
+	cause := ErrStopped
+	if err != nil {
+		cause = fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	for _, l := range lost {
+		c.sys.failAsks(l.msg, fmt.Errorf("entity: ask: %s %s: %w", c.name(), l.reason, cause))
+	}
 	if c.props.Owner != nil {
 		c.props.Owner.Stopped(c, err)
 	}

@@ -472,16 +472,24 @@ func (t *Transport) dropLink(l *link, cause error) {
 // Flush returns once nothing sent to to before the call is still queued or
 // in flight: each such message has been handed to to's handler, or lost
 // to a broken connection. It returns an error when the link dies (the
-// incarnation is stale or this transport closed) or ctx ends first, and
-// nil at once when nothing was ever sent to to.
+// incarnation is stale or gone, or this transport closed) or ctx ends
+// first. Without a link, it returns at once: the error Send would give
+// when to is known dead (its link may have died and gone before the
+// call), nil otherwise.
 func (t *Transport) Flush(ctx context.Context, to cluster.UniqueAddress) error {
 	t.mu.Lock()
-	l := t.links[to]
+	l, err := t.linkLocked(to)
 	t.mu.Unlock()
-	if l == nil {
-		return nil
+	switch {
+	case err != nil:
+		return err
+	case l != nil:
+		return l.flush(ctx)
 	}
-	return l.flush(ctx)
+	if _, err := t.cfg.Resolve(to); err != nil {
+		return fmt.Errorf("tcp: flush to %s: %w", to, err)
+	}
+	return nil
 }
 
 // FlushAll flushes every link (see Flush) and returns the first error that

@@ -566,6 +566,14 @@ func TestTwoIncarnationsOneWins(t *testing.T) {
 		var losers, running []int
 		for n := range nodes {
 			got, err := askCount(cells[e][n])
+			if errors.Is(err, entity.ErrStopped) {
+				// Refused by an incarnation on its way out: Done closes
+				// once it has settled what it left.
+				select {
+				case <-cells[e][n].Done():
+				case <-time.After(time.Minute):
+				}
+			}
 			select {
 			case <-cells[e][n].Done():
 				losers = append(losers, n)
