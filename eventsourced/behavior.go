@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -53,6 +54,9 @@ type behavior[C, E, S any] struct {
 	cancelRecovery context.CancelFunc
 	// diag is what a testkit watches; nil until it is needed.
 	diag *diagnostics
+	// snapshots writes this entity's snapshots one at a time, in the order
+	// they were taken; nil until the first snapshot.
+	snapshots *snapshotWriter
 }
 
 // diagnostics is the part of a behavior only tests and misbehaving
@@ -497,7 +501,10 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 	upTo := b.cfg.Retention.deleteUpTo(seqNr)
 	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
 	store, j, timeout, pid := b.cfg.Snapshots, b.cfg.Journal, b.cfg.WriteTimeout, b.pid()
-	go func() {
+	if b.snapshots == nil {
+		b.snapshots = &snapshotWriter{}
+	}
+	b.snapshots.enqueue(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := store.Save(ctx, snap); err != nil {
@@ -520,5 +527,45 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 		} else {
 			b.cell().Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
-	}()
+	})
+}
+
+// snapshotWriter runs an entity's snapshot jobs in order on one goroutine
+// at a time. Concurrent jobs could finish out of order: a retention delete
+// issued after snapshot 9 would then run before the save of snapshot 3,
+// which would outlive it. The jobs keep running after the entity stops, as
+// a single write would.
+type snapshotWriter struct {
+	mu      sync.Mutex
+	queue   []func()
+	running bool
+}
+
+func (w *snapshotWriter) enqueue(job func()) {
+	w.mu.Lock()
+	w.queue = append(w.queue, job)
+	if w.running {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.mu.Unlock()
+	go w.run()
+}
+
+func (w *snapshotWriter) run() {
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.running = false
+			w.queue = nil
+			w.mu.Unlock()
+			return
+		}
+		job := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+		job()
+	}
 }

@@ -461,6 +461,44 @@ func TestEventHandlerSeesRecoveringContext(t *testing.T) {
 	}
 }
 
+// A slow snapshot write must not let retention, issued after a later
+// snapshot, run before it: the slow snapshot would outlive the delete.
+func TestSnapshotsAreWrittenInOrder(t *testing.T) { synctest.Test(t, testSnapshotsAreWrittenInOrder) }
+
+func testSnapshotsAreWrittenInOrder(t *testing.T) {
+	rec := &recorder{}
+	kit := newKit(t, listOptions{rec: rec, retention: eventsourced.SnapshotEvery(3, 2)})
+	release := kit.Snapshots().BlockNextSave()
+	defer release()
+	for i := range 10 {
+		kit.RunCommand(add{Item: string(rune('a' + i))})
+	}
+	synctest.Wait()
+	if n := countSignals[eventsourced.SnapshotCompleted](rec); n != 0 {
+		t.Fatalf("%d snapshots completed while the first was still being written, want 0", n)
+	}
+	release()
+	synctest.Wait()
+	var completed []uint64
+	for _, s := range rec.signals() {
+		if c, ok := s.(eventsourced.SnapshotCompleted); ok {
+			completed = append(completed, c.SeqNr)
+		}
+	}
+	if !slices.Equal(completed, []uint64{3, 6, 9}) {
+		t.Fatalf("snapshots completed in order %v, want [3 6 9]", completed)
+	}
+	var kept []uint64
+	for _, seq := range []uint64{3, 6, 9} {
+		if s, ok, _ := kit.Snapshots().Load(context.Background(), "List|test-entity", snapshot.Criteria{MinSeqNr: seq, MaxSeqNr: seq}); ok {
+			kept = append(kept, s.SeqNr)
+		}
+	}
+	if !slices.Equal(kept, []uint64{6, 9}) {
+		t.Fatalf("kept snapshots %v, want [6 9]", kept)
+	}
+}
+
 func TestSnapshotEveryWithRetention(t *testing.T) { synctest.Test(t, testSnapshotEveryWithRetention) }
 
 func testSnapshotEveryWithRetention(t *testing.T) {

@@ -14,6 +14,7 @@ type SnapshotStore struct {
 
 	mu                             sync.Mutex
 	failSave, failLoad, failDelete error
+	blockSave                      chan struct{}
 }
 
 // NewSnapshotStore wraps s.
@@ -27,6 +28,18 @@ func (s *SnapshotStore) FailNextLoad(err error) { s.set(&s.failLoad, err) }
 
 // FailNextDelete makes the next Delete (retention's) fail with err, deleting nothing.
 func (s *SnapshotStore) FailNextDelete(err error) { s.set(&s.failDelete, err) }
+
+// BlockNextSave makes the next Save wait, before it stores anything, until
+// release is called (or its context ends), to test what happens while a
+// snapshot write is slow. release may be called more than once.
+func (s *SnapshotStore) BlockNextSave() (release func()) {
+	gate := make(chan struct{})
+	s.mu.Lock()
+	s.blockSave = gate
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
+}
 
 func (s *SnapshotStore) set(f *error, err error) {
 	s.mu.Lock()
@@ -46,6 +59,17 @@ func (s *SnapshotStore) take(f *error) error {
 func (s *SnapshotStore) Save(ctx context.Context, snap snapshot.Snapshot) error {
 	if err := s.take(&s.failSave); err != nil {
 		return err
+	}
+	s.mu.Lock()
+	gate := s.blockSave
+	s.blockSave = nil
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return s.Store.Save(ctx, snap)
 }
