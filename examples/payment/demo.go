@@ -15,13 +15,15 @@ import (
 // 1.5s, the entity after 2s. The issuer client waits longer than both, so
 // the entity's processing timeout is what ends the settlement; the call
 // itself runs on in the background (issuing.go) until the demo is over.
-func demoTimeouts() (Settings, IssuerClientConfig) {
+// stretch multiplies every timeout, keeping the proportions, for machines
+// too slow to settle a payment within 1.5s.
+func demoTimeouts(stretch time.Duration) (Settings, IssuerClientConfig) {
 	return Settings{
-			AskTimeout:     1500 * time.Millisecond,
-			FailSafeMargin: 500 * time.Millisecond,
-			ReceiveTimeout: 3 * time.Second,
+			AskTimeout:     stretch * 1500 * time.Millisecond,
+			FailSafeMargin: stretch * 500 * time.Millisecond,
+			ReceiveTimeout: stretch * 3 * time.Second,
 		}, IssuerClientConfig{
-			ResponseTimeout: 10 * time.Second,
+			ResponseTimeout: stretch * 3 * time.Second,
 			RetryAttempts:   2,
 			RetryDelay:      100 * time.Millisecond,
 		}
@@ -38,7 +40,8 @@ type demoStep struct {
 
 // runDemo drives node's API through a settlement's life and prints every
 // request and response. It fails if a response has an unexpected status.
-func runDemo(ctx context.Context, node *Node, out io.Writer) error {
+func runDemo(ctx context.Context, node *Node, settings Settings, out io.Writer) error {
+	ask, processing := settings.AskTimeout, settings.AskTimeout+settings.FailSafeMargin
 	// Order ids unique per run, so a demo against Postgres can be repeated.
 	run := time.Now().UnixNano() % 1e9
 	paid, hung := fmt.Sprintf("demo%dA", run), fmt.Sprintf("demo%dB", run)
@@ -48,10 +51,10 @@ func runDemo(ctx context.Context, node *Node, out io.Writer) error {
 			path: "shop-1/" + paid + "/payment", body: `{"amount":1000}`, want: 200},
 		{say: "cancel it: a reversal at the issuer", path: "shop-1/" + paid + "/cancel", want: 200},
 		{say: "cancel it again: already canceled, same customer", path: "shop-1/" + paid + "/cancel", want: 200},
-		{say: "the issuer now hangs; settle another order: the API gives up after 1.5s (CODE-012)",
+		{say: fmt.Sprintf("the issuer now hangs; settle another order: the API gives up after %v (CODE-012)", ask),
 			before: func(s *Simulator) { s.SetRules(Rule{Reaction: Reaction{Hang: true}}) },
 			path:   "shop-1/" + hung + "/payment", body: `{"amount":2500}`, want: 500},
-		{say: "settle it again: stashed until the entity's processing timeout (2s) moves it to Failed, then the stored CODE-012",
+		{say: fmt.Sprintf("settle it again: stashed until the entity's processing timeout (%v) moves it to Failed, then the stored CODE-012", processing),
 			path: "shop-1/" + hung + "/payment", body: `{"amount":2500}`, want: 500},
 		{say: "cancel it: a failed settlement cannot be canceled (CODE-003)",
 			before: func(s *Simulator) { s.SetRules() },

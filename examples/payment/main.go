@@ -79,6 +79,7 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
 	pprofAddr := flags.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
 	demo := flags.Bool("demo", false, "run a scripted demo against the simulator, then exit")
+	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
 	verbose := flags.Bool("v", false, "log at debug level")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -96,7 +97,10 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		if cfg.IssuerURL != "" {
 			return errors.New("-demo drives the simulator; it cannot be combined with -issuer-url")
 		}
-		cfg.Settings, cfg.Issuer = demoTimeouts()
+		if *demoStretch < 1 {
+			return fmt.Errorf("-demo-stretch %d: must be at least 1", *demoStretch)
+		}
+		cfg.Settings, cfg.Issuer = demoTimeouts(time.Duration(*demoStretch))
 	}
 
 	if *pprofAddr != "" {
@@ -121,8 +125,9 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "issuer at %s\n", node.IssuerURL)
 
 	if *demo {
-		demoErr := runDemo(ctx, node, stdout)
-		shutdownCtx, cancel := context.WithTimeout(force, 10*time.Second)
+		demoErr := runDemo(ctx, node, cfg.Settings, stdout)
+		// The hung issuer call of the demo runs until its response timeout.
+		shutdownCtx, cancel := context.WithTimeout(force, 10*time.Second+2*cfg.Issuer.ResponseTimeout)
 		defer cancel()
 		return errors.Join(demoErr, node.Shutdown(shutdownCtx))
 	}
