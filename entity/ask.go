@@ -157,8 +157,9 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 		if err != nil {
 			err = fmt.Errorf("entity: ask: reply %T: %w", v, err)
 			// The asker learns why; the reply itself reached nobody.
-			sys.replies.deliver(a.AskID, askFailure{err})
+			// Counted before the asker wakes, so it sees the count.
 			sys.deadLetter(nil, a.String(), "reply does not serialize", v)
+			sys.replies.deliver(a.AskID, askFailure{err})
 			return err
 		}
 		v = copied

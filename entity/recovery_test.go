@@ -1,6 +1,7 @@
 package entity_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestStartRecoveryBoundsConcurrentRecoveries(t *testing.T) {
 	release := make([]chan struct{}, n)
 	for i := range n {
 		release[i] = make(chan struct{})
-		sys.StartRecovery(func() {
+		sys.StartRecovery(fmt.Sprint("pid-", i), func() {
 			now := running.Add(1)
 			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 			}

@@ -90,6 +90,7 @@ type System struct {
 	unhandled   atomic.Uint64
 	dlLog       logLimiter
 	recoveries  limiter
+	inOrder     keyedQueues
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -263,10 +264,81 @@ func (l *logLimiter) skip() {
 	l.mu.Unlock()
 }
 
-// StartRecovery runs recover on a goroutine of its own once fewer than
+// StartRecovery runs recover on a goroutine of its own once every job
+// given to RunInOrder under key has returned and fewer than
 // Config.MaxConcurrentRecoveries recoveries are running; until then it
-// waits in line. recover may block on IO but must end. Safe from any goroutine.
-func (s *System) StartRecovery(recover func()) { s.recoveries.start(recover) }
+// waits in line. key names what recover reads (a persistence id), so an
+// incarnation never reads the store while its predecessor's writes to it
+// are still running. recover may block on IO but must end. Safe from any
+// goroutine.
+func (s *System) StartRecovery(key string, recover func()) {
+	s.inOrder.runOrCall(key, func() { s.recoveries.start(recover) })
+}
+
+// RunInOrder runs job on a goroutine of its own after every job given
+// earlier under the same key has returned, one at a time, for store work
+// an entity leaves running in the background (a snapshot and its
+// retention). Two such jobs finishing out of order could delete what the
+// later one must keep; a recovery under key (StartRecovery) waits for them.
+// job may block on IO but must end. Safe from any goroutine.
+func (s *System) RunInOrder(key string, job func()) { s.inOrder.enqueue(key, job) }
+
+// keyedQueues runs jobs one at a time per key. A key is in the map only
+// while a goroutine is running its jobs, so an idle System keeps nothing.
+type keyedQueues struct {
+	mu     sync.Mutex
+	queues map[string][]func()
+}
+
+func (k *keyedQueues) enqueue(key string, job func()) {
+	if k.push(key, job) {
+		go k.drain(key, job)
+	}
+}
+
+// runOrCall calls fn at once when nothing runs under key, else queues it.
+func (k *keyedQueues) runOrCall(key string, fn func()) {
+	k.mu.Lock()
+	if q, busy := k.queues[key]; busy {
+		k.queues[key] = append(q, fn)
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	fn()
+}
+
+// push queues job behind the running ones and reports whether none ran,
+// making the caller the key's runner.
+func (k *keyedQueues) push(key string, job func()) (first bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if q, busy := k.queues[key]; busy {
+		k.queues[key] = append(q, job)
+		return false
+	}
+	if k.queues == nil {
+		k.queues = make(map[string][]func())
+	}
+	k.queues[key] = nil
+	return true
+}
+
+func (k *keyedQueues) drain(key string, job func()) {
+	for {
+		job()
+		k.mu.Lock()
+		q := k.queues[key]
+		if len(q) == 0 {
+			delete(k.queues, key)
+			k.mu.Unlock()
+			return
+		}
+		job, q[0] = q[0], nil
+		k.queues[key] = q[1:]
+		k.mu.Unlock()
+	}
+}
 
 // limiter runs queued functions on at most max goroutines, in order.
 type limiter struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -54,9 +53,6 @@ type behavior[C, E, S any] struct {
 	cancelRecovery context.CancelFunc
 	// diag is what a testkit watches; nil until it is needed.
 	diag *diagnostics
-	// snapshots writes this entity's snapshots one at a time, in the order
-	// they were taken; nil until the first snapshot.
-	snapshots *snapshotWriter
 }
 
 // diagnostics is the part of a behavior only tests and misbehaving
@@ -148,7 +144,7 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	// without a goroutine of its own watching for it.
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancelRecovery = cancel
-	sys.StartRecovery(func() { b.recover(ctx) })
+	sys.StartRecovery(b.pid(), func() { b.recover(ctx) })
 }
 
 // OnSignal implements entity.SignalHandler: a stop ends a running recovery.
@@ -501,10 +497,8 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 	upTo := b.cfg.Retention.deleteUpTo(seqNr)
 	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
 	store, j, timeout, pid := b.cfg.Snapshots, b.cfg.Journal, b.cfg.WriteTimeout, b.pid()
-	if b.snapshots == nil {
-		b.snapshots = &snapshotWriter{}
-	}
-	b.snapshots.enqueue(func() {
+	// In order per persistence id, across incarnations: see RunInOrder.
+	b.System().RunInOrder(pid, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := store.Save(ctx, snap); err != nil {
@@ -528,44 +522,4 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 			b.cell().Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
 	})
-}
-
-// snapshotWriter runs an entity's snapshot jobs in order on one goroutine
-// at a time. Concurrent jobs could finish out of order: a retention delete
-// issued after snapshot 9 would then run before the save of snapshot 3,
-// which would outlive it. The jobs keep running after the entity stops, as
-// a single write would.
-type snapshotWriter struct {
-	mu      sync.Mutex
-	queue   []func()
-	running bool
-}
-
-func (w *snapshotWriter) enqueue(job func()) {
-	w.mu.Lock()
-	w.queue = append(w.queue, job)
-	if w.running {
-		w.mu.Unlock()
-		return
-	}
-	w.running = true
-	w.mu.Unlock()
-	go w.run()
-}
-
-func (w *snapshotWriter) run() {
-	for {
-		w.mu.Lock()
-		if len(w.queue) == 0 {
-			w.running = false
-			w.queue = nil
-			w.mu.Unlock()
-			return
-		}
-		job := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
-		w.mu.Unlock()
-		job()
-	}
 }

@@ -499,6 +499,54 @@ func testSnapshotsAreWrittenInOrder(t *testing.T) {
 	}
 }
 
+// A new incarnation must not read the store while its predecessor's
+// snapshot job still runs: the job's event deletion would cut the history
+// the new incarnation is replaying (it found no snapshot, so it replays
+// from 1, and the events it needs vanish under it).
+func TestRecoveryWaitsForThePreviousIncarnationsSnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kit := newKit(t, listOptions{retention: eventsourced.Retention{DeleteEventsOnSnapshot: true},
+			when: func(_ state, e event, _ uint64) bool { _, isLock := e.(locked); return isLock }})
+		kit.RunCommand(add{Item: "a"})
+		release := kit.Snapshots().BlockNextSave()
+		defer release()
+		kit.RunCommand(lock{}) // snapshot at 2, its save held
+		kit.RunCommand(unlock{})
+		kit.Journal().DelayReads(time.Second)
+		time.AfterFunc(500*time.Millisecond, release) // while the new incarnation would be replaying
+		kit.Restart()
+		kit.Journal().DelayReads(0)
+		if st := kit.State(); itemsOf(st) != "a" || st.Locked {
+			t.Fatalf("recovered %+v, want items a, unlocked", st)
+		}
+	})
+}
+
+// The previous incarnation's slow snapshot must not land after the new
+// incarnation's retention deleted it.
+func TestSnapshotOfAPreviousIncarnationDoesNotOutliveRetention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kit := newKit(t, listOptions{retention: eventsourced.SnapshotEvery(3, 1)})
+		release := kit.Snapshots().BlockNextSave()
+		defer release()
+		for i := range 3 {
+			kit.RunCommand(add{Item: string(rune('a' + i))})
+		}
+		time.AfterFunc(time.Second, release)
+		kit.Restart() // recovers once snapshot 3 is stored
+		for i := 3; i < 6; i++ {
+			kit.RunCommand(add{Item: string(rune('a' + i))})
+		}
+		synctest.Wait() // snapshot 6 saved, snapshots up to 3 deleted
+		if s, ok, _ := kit.Snapshots().Load(t.Context(), "List|test-entity", snapshot.Criteria{MinSeqNr: 3, MaxSeqNr: 3}); ok {
+			t.Fatalf("snapshot %d kept after retention deleted up to 3", s.SeqNr)
+		}
+		if got := itemsOf(kit.State()); got != "a,b,c,d,e,f" {
+			t.Fatalf("state %q", got)
+		}
+	})
+}
+
 func TestSnapshotEveryWithRetention(t *testing.T) { synctest.Test(t, testSnapshotEveryWithRetention) }
 
 func testSnapshotEveryWithRetention(t *testing.T) {
