@@ -137,3 +137,33 @@ func TestRememberedEntityRestartsAfterBackOff(t *testing.T) {
 		_ = n.sh.Shutdown(context.Background())
 	})
 }
+
+// A hand-off completes only once the shard's remember writes are stored:
+// the next home reads the store to restart remembered entities, and an Add
+// still on its way would leave the entity remembered but not running.
+func TestHandOffWaitsForRememberWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{RememberEntities: true})
+		s.rememberStore = slowAdds{s.remember}
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		synctest.Wait()
+		a.tell(t, "r1", note{Text: "hi"})
+		synctest.Wait() // r1 runs on a; its Add is still being written
+		if len(a.region.State().Shards[a.region.ShardID("r1")]) != 1 {
+			t.Fatalf("r1 not on a: %v", a.region.State())
+		}
+		if err := a.sh.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if !remembered(t, s, b, "r1") {
+			t.Fatal("r1 not remembered")
+		}
+		if c := s.log.startCount("r1"); c != 2 {
+			t.Fatalf("remembered r1 started %d times, want 2 (on a, then on b)", c)
+		}
+		_ = b.sh.Shutdown(context.Background())
+	})
+}

@@ -34,6 +34,10 @@ type shard[C any] struct {
 	writes     []rememberWrite
 	writing    bool
 	terminated bool // by Terminate: pending writes are abandoned
+	// drained runs once the queued writes are stored (or abandoned): a
+	// hand-off reports done only then, or the next home would read the
+	// store before this home's last writes land.
+	drained func()
 }
 
 type rememberWrite struct {
@@ -192,7 +196,8 @@ func (sh *shard[C]) apply() {
 		case effHandedOff:
 			if done := sh.handedOff; done != nil {
 				sh.handedOff = nil
-				done(ef.leftover)
+				leftover := ef.leftover
+				sh.afterRememberWrites(func() { done(leftover) })
 			}
 		}
 	}
@@ -228,15 +233,32 @@ func (sh *shard[C]) remember(entityID string, add bool) {
 	}
 }
 
+// afterRememberWrites runs fn once every write queued so far is stored,
+// at once when none is queued. fn must be safe on any goroutine.
+func (sh *shard[C]) afterRememberWrites(fn func()) {
+	sh.wmu.Lock()
+	if sh.writing {
+		sh.drained = fn
+		sh.wmu.Unlock()
+		return
+	}
+	sh.wmu.Unlock()
+	fn()
+}
+
 func (sh *shard[C]) writeRemembered() {
 	store, typ, id := sh.r.s.cfg.RememberStore, sh.r.typ, sh.id
 	// One back-off and timer for every write: each retry loop resets them.
 	bo, timer := sh.newBackOff(), &clockTimer{clock: sh.r.clock}
 	for {
 		sh.wmu.Lock()
-		if len(sh.writes) == 0 {
-			sh.writing, sh.writes = false, nil
+		if len(sh.writes) == 0 || sh.terminated {
+			drained := sh.drained
+			sh.writing, sh.writes, sh.drained = false, nil, nil
 			sh.wmu.Unlock()
+			if drained != nil {
+				drained()
+			}
 			return
 		}
 		w := sh.writes[0]
@@ -260,7 +282,7 @@ func (sh *shard[C]) writeRemembered() {
 				"entity", w.entityID, "add", w.add, "retry_in", next, "err", err)
 		}, timer)
 		if err != nil {
-			return // terminated: the writes die with the node
+			continue // terminated: the writes die with the node
 		}
 	}
 }
