@@ -28,6 +28,9 @@ type Holder struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// renewals counts renewal calls still running: a fence does not wait
+	// for one, but Stop does.
+	renewals sync.WaitGroup
 
 	mu     sync.Mutex
 	keeper *Keeper
@@ -114,11 +117,13 @@ func (h *Holder) Holds() bool {
 }
 
 // Stop stops renewing without calling fence (the owner releases the lease
-// itself) and waits for a renewal in flight to end. fence may call Stop;
-// a Stop from elsewhere racing the fence time may return while fence runs.
+// itself) and waits for a renewal in flight to end, so that no renewal
+// reaches the store after Stop returns. fence may call Stop; a Stop from
+// elsewhere racing the fence time may return while fence runs.
 func (h *Holder) Stop() {
 	h.cancel()
 	<-h.done
+	h.renewals.Wait()
 }
 
 type renewal struct {
@@ -156,7 +161,9 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 		if !inFlight && !now.Before(nextTry) {
 			inFlight = true
 			start := now
+			h.renewals.Add(1)
 			go func() {
+				defer h.renewals.Done()
 				rctx, cancel := context.WithDeadline(ctx, fenceAt)
 				defer cancel()
 				results <- renewal{start: start, err: h.renew(rctx)}

@@ -308,3 +308,29 @@ func TestHoldNodeAcquisitionRefused(t *testing.T) {
 		t.Fatalf("HoldNode of a downed incarnation: %v, %v; want ErrNodeDown and no Holder", h, err)
 	}
 }
+
+// A renewal in flight when the lease fences: Stop, documented to wait for
+// a renewal in flight, must not return while that store call still runs.
+func TestStopAfterFenceWaitsForTheRenewalInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var running atomic.Int32
+		renew := func(ctx context.Context) error {
+			running.Add(1)
+			defer running.Add(-1)
+			<-ctx.Done()
+			time.Sleep(time.Second) // a store call that returns a while after its context ends
+			return ctx.Err()
+		}
+		fenced := make(chan struct{})
+		h, err := lease.Hold(lease.Timing{Length: 9 * time.Second, RenewEvery: 3 * time.Second, Margin: time.Second},
+			time.Now(), renew, func(error) { close(fenced) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-fenced
+		h.Stop()
+		if n := running.Load(); n != 0 {
+			t.Fatalf("%d renewals still running after Stop", n)
+		}
+	})
+}
