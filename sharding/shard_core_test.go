@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-dev/shoal/internal/scenario"
 )
 
 // Scenario files in testdata/shard/*.txt step a shardCore, the shard's
@@ -49,57 +49,13 @@ import (
 var rewriteShard = flag.Bool("rewrite-shard", false, "rewrite the expected output of testdata/shard/*.txt")
 
 func TestShardCoreScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/shard/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runShardScenario(t, file) })
-	}
-}
-
-func runShardScenario(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	h := &shardHarness{t: t}
-	var out strings.Builder
-	for i := 0; i < len(lines); {
-		line := lines[i]
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			i++
-			continue
+	scenario.RunDir(t, "testdata/shard/*.txt", *rewriteShard, func(t *testing.T) scenario.RunFunc {
+		h := &shardHarness{t: t}
+		return func(where, line string) string {
+			h.where = where
+			return h.run(line)
 		}
-		cmdLine, pos := line, i+1
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", file, pos)
-		}
-		i++
-		var want []string
-		for i < len(lines) && lines[i] != "" {
-			want = append(want, lines[i])
-			i++
-		}
-		h.where = fmt.Sprintf("%s:%d", file, pos)
-		got := h.run(cmdLine)
-		if !*rewriteShard && got != strings.Join(want, "\n") {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", h.where, cmdLine, got, strings.Join(want, "\n"))
-		}
-		out.WriteString(cmdLine + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-	}
-	if *rewriteShard {
-		s := strings.TrimRight(out.String(), "\n") + "\n"
-		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 // shardHarness runs a shardCore as the real runner would, minus the IO.
@@ -189,17 +145,8 @@ func (h *shardHarness) handleOf(arg string) (entityID, handle string) {
 func (h *shardHarness) at() time.Duration { return h.now.Sub(h.start) }
 
 func (h *shardHarness) run(line string) string {
-	fields := strings.Fields(line)
-	cmd, args := fields[0], fields[1:]
-	kv := map[string]string{}
-	var pos []string
-	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok {
-			kv[k] = v
-		} else {
-			pos = append(pos, a)
-		}
-	}
+	c := scenario.Parse(line)
+	cmd, pos, kv := c.Name, c.Pos, c.KV
 	need := func(n int) {
 		if len(pos) < n {
 			h.fatalf("%s needs %d arguments", cmd, n)
