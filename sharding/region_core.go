@@ -409,7 +409,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// (a leaving region's shards all are) and homes it elsewhere;
 			// routing to ourselves would only loop. Expected when the
 			// allocation crossed our GracefulShutdownReq.
-			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a leaving region", "shard", shardID)
+			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
