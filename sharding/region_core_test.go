@@ -50,30 +50,16 @@ var rewriteRegion = flag.Bool("rewrite-region", false, "rewrite the expected out
 
 func TestRegionCoreScenarios(t *testing.T) {
 	scenario.RunDir(t, "testdata/region/*.txt", *rewriteRegion, func(t *testing.T) scenario.RunFunc {
-		h := &regionHarness{t: t}
-		return func(where, line string) string {
-			h.where = where
-			return h.run(line)
-		}
+		h := &regionHarness{scenarioBase: scenarioBase{t: t}}
+		return h.runAt(h.run)
 	})
 }
 
 // regionHarness runs a regionCore as the real runner would, minus the IO.
 type regionHarness struct {
-	t       *testing.T
-	where   string
+	scenarioBase
 	core    *regionCore[string, string]
 	hosting map[string]int // shard → hostings so far
-	out     []string
-}
-
-func (h *regionHarness) fatalf(format string, args ...any) {
-	h.t.Helper()
-	h.t.Fatalf("%s: "+format, append([]any{h.where}, args...)...)
-}
-
-func (h *regionHarness) printf(format string, args ...any) {
-	h.out = append(h.out, fmt.Sprintf(format, args...))
 }
 
 func (h *regionHarness) configure(kv map[string]string) {
@@ -103,17 +89,9 @@ func (h *regionHarness) configure(kv map[string]string) {
 }
 
 func (h *regionHarness) run(line string) string {
-	c := scenario.Parse(line)
+	c := h.begin(line, h.core != nil)
 	cmd, pos, kv := c.Name, c.Pos, c.KV
-	need := func(n int) {
-		if len(pos) < n {
-			h.fatalf("%s needs %d arguments", cmd, n)
-		}
-	}
-	if cmd != "config" && h.core == nil {
-		h.fatalf("%s before config", cmd)
-	}
-	h.out = nil
+	need := func(n int) { h.need(c, n) }
 	switch cmd {
 	case "config":
 		h.configure(kv)

@@ -50,18 +50,57 @@ var rewriteShard = flag.Bool("rewrite-shard", false, "rewrite the expected outpu
 
 func TestShardCoreScenarios(t *testing.T) {
 	scenario.RunDir(t, "testdata/shard/*.txt", *rewriteShard, func(t *testing.T) scenario.RunFunc {
-		h := &shardHarness{t: t}
-		return func(where, line string) string {
-			h.where = where
-			return h.run(line)
-		}
+		h := &shardHarness{scenarioBase: scenarioBase{t: t}}
+		return h.runAt(h.run)
 	})
+}
+
+// scenarioBase is what the shard and region harnesses share: where the
+// command being run comes from, what it printed, and failing there.
+type scenarioBase struct {
+	t     *testing.T
+	where string
+	out   []string
+}
+
+func (b *scenarioBase) fatalf(format string, args ...any) {
+	b.t.Helper()
+	b.t.Fatalf("%s: "+format, append([]any{b.where}, args...)...)
+}
+
+func (b *scenarioBase) printf(format string, args ...any) {
+	b.out = append(b.out, fmt.Sprintf(format, args...))
+}
+
+// runAt adapts run to scenario.RunFunc.
+func (b *scenarioBase) runAt(run func(line string) string) scenario.RunFunc {
+	return func(where, line string) string {
+		b.where = where
+		return run(line)
+	}
+}
+
+// begin parses a command line and clears the output; every command but
+// config needs a configured machine.
+func (b *scenarioBase) begin(line string, configured bool) scenario.Command {
+	c := scenario.Parse(line)
+	if c.Name != "config" && !configured {
+		b.fatalf("%s before config", c.Name)
+	}
+	b.out = nil
+	return c
+}
+
+// need fails unless c has n positional arguments.
+func (b *scenarioBase) need(c scenario.Command, n int) {
+	if len(c.Pos) < n {
+		b.fatalf("%s needs %d arguments", c.Name, n)
+	}
 }
 
 // shardHarness runs a shardCore as the real runner would, minus the IO.
 type shardHarness struct {
-	t     *testing.T
-	where string
+	scenarioBase
 	core  *shardCore[string, string]
 	start time.Time
 	now   time.Time
@@ -70,22 +109,12 @@ type shardHarness struct {
 	refusing     map[string]bool // handles whose tells fail as stopped
 	full         map[string]bool // handles whose tells fail as a full mailbox
 	timers       map[uint64]harnessTimer
-	out          []string
 }
 
 type harnessTimer struct {
 	kind     timerKind
 	entityID string
 	due      time.Time
-}
-
-func (h *shardHarness) fatalf(format string, args ...any) {
-	h.t.Helper()
-	h.t.Fatalf("%s: "+format, append([]any{h.where}, args...)...)
-}
-
-func (h *shardHarness) printf(format string, args ...any) {
-	h.out = append(h.out, fmt.Sprintf(format, args...))
 }
 
 func (h *shardHarness) configure(kv map[string]string) {
@@ -145,17 +174,9 @@ func (h *shardHarness) handleOf(arg string) (entityID, handle string) {
 func (h *shardHarness) at() time.Duration { return h.now.Sub(h.start) }
 
 func (h *shardHarness) run(line string) string {
-	c := scenario.Parse(line)
+	c := h.begin(line, h.core != nil)
 	cmd, pos, kv := c.Name, c.Pos, c.KV
-	need := func(n int) {
-		if len(pos) < n {
-			h.fatalf("%s needs %d arguments", cmd, n)
-		}
-	}
-	if cmd != "config" && h.core == nil {
-		h.fatalf("%s before config", cmd)
-	}
-	h.out = nil
+	need := func(n int) { h.need(c, n) }
 	switch cmd {
 	case "config":
 		h.configure(kv)
