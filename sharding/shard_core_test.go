@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-dev/shoal/internal/scenario"
 )
 
 // Scenario files in testdata/shard/*.txt step a shardCore, the shard's
@@ -49,63 +49,58 @@ import (
 var rewriteShard = flag.Bool("rewrite-shard", false, "rewrite the expected output of testdata/shard/*.txt")
 
 func TestShardCoreScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/shard/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runShardScenario(t, file) })
+	scenario.RunDir(t, "testdata/shard/*.txt", *rewriteShard, func(t *testing.T) scenario.RunFunc {
+		h := &shardHarness{scenarioBase: scenarioBase{t: t}}
+		return h.runAt(h.run)
+	})
+}
+
+// scenarioBase is what the shard and region harnesses share: where the
+// command being run comes from, what it printed, and failing there.
+type scenarioBase struct {
+	t     *testing.T
+	where string
+	out   []string
+}
+
+func (b *scenarioBase) fatalf(format string, args ...any) {
+	b.t.Helper()
+	b.t.Fatalf("%s: "+format, append([]any{b.where}, args...)...)
+}
+
+func (b *scenarioBase) printf(format string, args ...any) {
+	b.out = append(b.out, fmt.Sprintf(format, args...))
+}
+
+// runAt adapts run to scenario.RunFunc.
+func (b *scenarioBase) runAt(run func(line string) string) scenario.RunFunc {
+	return func(where, line string) string {
+		b.where = where
+		return run(line)
 	}
 }
 
-func runShardScenario(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+// begin parses a command line and clears the output; every command but
+// config needs a configured machine.
+func (b *scenarioBase) begin(line string, configured bool) scenario.Command {
+	c := scenario.Parse(line)
+	if c.Name != "config" && !configured {
+		b.fatalf("%s before config", c.Name)
 	}
-	lines := strings.Split(string(data), "\n")
-	h := &shardHarness{t: t}
-	var out strings.Builder
-	for i := 0; i < len(lines); {
-		line := lines[i]
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			i++
-			continue
-		}
-		cmdLine, pos := line, i+1
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", file, pos)
-		}
-		i++
-		var want []string
-		for i < len(lines) && lines[i] != "" {
-			want = append(want, lines[i])
-			i++
-		}
-		h.where = fmt.Sprintf("%s:%d", file, pos)
-		got := h.run(cmdLine)
-		if !*rewriteShard && got != strings.Join(want, "\n") {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", h.where, cmdLine, got, strings.Join(want, "\n"))
-		}
-		out.WriteString(cmdLine + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-	}
-	if *rewriteShard {
-		s := strings.TrimRight(out.String(), "\n") + "\n"
-		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	b.out = nil
+	return c
+}
+
+// need fails unless c has n positional arguments.
+func (b *scenarioBase) need(c scenario.Command, n int) {
+	if len(c.Pos) < n {
+		b.fatalf("%s needs %d arguments", c.Name, n)
 	}
 }
 
 // shardHarness runs a shardCore as the real runner would, minus the IO.
 type shardHarness struct {
-	t     *testing.T
-	where string
+	scenarioBase
 	core  *shardCore[string, string]
 	start time.Time
 	now   time.Time
@@ -114,22 +109,12 @@ type shardHarness struct {
 	refusing     map[string]bool // handles whose tells fail as stopped
 	full         map[string]bool // handles whose tells fail as a full mailbox
 	timers       map[uint64]harnessTimer
-	out          []string
 }
 
 type harnessTimer struct {
 	kind     timerKind
 	entityID string
 	due      time.Time
-}
-
-func (h *shardHarness) fatalf(format string, args ...any) {
-	h.t.Helper()
-	h.t.Fatalf("%s: "+format, append([]any{h.where}, args...)...)
-}
-
-func (h *shardHarness) printf(format string, args ...any) {
-	h.out = append(h.out, fmt.Sprintf(format, args...))
 }
 
 func (h *shardHarness) configure(kv map[string]string) {
@@ -189,26 +174,9 @@ func (h *shardHarness) handleOf(arg string) (entityID, handle string) {
 func (h *shardHarness) at() time.Duration { return h.now.Sub(h.start) }
 
 func (h *shardHarness) run(line string) string {
-	fields := strings.Fields(line)
-	cmd, args := fields[0], fields[1:]
-	kv := map[string]string{}
-	var pos []string
-	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok {
-			kv[k] = v
-		} else {
-			pos = append(pos, a)
-		}
-	}
-	need := func(n int) {
-		if len(pos) < n {
-			h.fatalf("%s needs %d arguments", cmd, n)
-		}
-	}
-	if cmd != "config" && h.core == nil {
-		h.fatalf("%s before config", cmd)
-	}
-	h.out = nil
+	c := h.begin(line, h.core != nil)
+	cmd, pos, kv := c.Name, c.Pos, c.KV
+	need := func(n int) { h.need(c, n) }
 	switch cmd {
 	case "config":
 		h.configure(kv)

@@ -22,11 +22,7 @@ func (s *Sharding) Terminate() {
 
 func (r *Region[C]) terminate() {
 	r.mu.Lock()
-	r.stopped = true
-	for _, e := range r.table {
-		e.buffer = nil
-	}
-	r.buffered = 0
+	r.core.terminate()
 	r.mu.Unlock()
 	shards := r.localShards()
 	r.unlisten()
@@ -41,8 +37,7 @@ func (r *Region[C]) terminate() {
 	for _, sh := range shards {
 		sh.terminate()
 	}
-	r.ctl.StopNow()
-	<-r.ctl.Done()
+	r.stopControl()
 }
 
 // terminate stops every entity at once and waits for them. The shard stays
@@ -77,11 +72,11 @@ func (sh *shard[C]) terminate() {
 func (r *Region[C]) localShards() []*shard[C] {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	shards := make([]*shard[C], 0, len(r.table))
-	for _, e := range r.table {
-		if e.local != nil {
-			shards = append(shards, e.local)
-		}
+	ids := r.core.hostedShards()
+	shards := make([]*shard[C], 0, len(ids))
+	for _, id := range ids {
+		sh, _ := r.core.local(id)
+		shards = append(shards, sh)
 	}
 	return shards
 }

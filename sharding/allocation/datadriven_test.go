@@ -3,11 +3,11 @@ package allocation
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shoal-dev/shoal/internal/scenario"
 )
 
 // Scenario files in testdata/*.txt are replayed through the simulated
@@ -37,78 +37,23 @@ import (
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
 
 func TestDataDriven(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runScenarioFile(t, file) })
-	}
+	scenario.RunDir(t, "testdata/*.txt", *rewrite, func(t *testing.T) scenario.RunFunc {
+		sc := &scenarioRun{t: t}
+		return sc.run
+	})
 }
 
-type scenario struct {
+type scenarioRun struct {
 	t       *testing.T
 	sim     *sim
 	columns []string
 }
 
-func runScenarioFile(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	sc := &scenario{t: t}
-	var out strings.Builder // the rewritten file
-	for i := 0; i < len(lines); {
-		line := lines[i]
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			i++
-			continue
-		}
-		cmdLine, pos := line, i+1
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", file, pos)
-		}
-		i++
-		var want []string
-		for i < len(lines) && lines[i] != "" {
-			want = append(want, lines[i])
-			i++
-		}
-		got := sc.run(fmt.Sprintf("%s:%d", file, pos), cmdLine)
-		if !*rewrite && got != strings.Join(want, "\n") {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, pos, cmdLine, got, strings.Join(want, "\n"))
-		}
-		out.WriteString(cmdLine + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-	}
-	if *rewrite {
-		s := strings.TrimRight(out.String(), "\n") + "\n"
-		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (sc *scenario) run(where, line string) string {
+func (sc *scenarioRun) run(where, line string) string {
 	t := sc.t
 	t.Helper()
-	fields := strings.Fields(line)
-	cmd, args := fields[0], fields[1:]
-	kv := map[string]string{}
-	var pos []string
-	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok {
-			kv[k] = v
-		} else {
-			pos = append(pos, a)
-		}
-	}
+	c := scenario.Parse(line)
+	cmd, pos, kv := c.Name, c.Pos, c.KV
 	atoi := func(k string, def int) int {
 		v, ok := kv[k]
 		if !ok {

@@ -1,0 +1,562 @@
+package sharding
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+)
+
+// regionCore is a region's routing bookkeeping as a pure state machine, in
+// the style of coordinatorCore and shardCore: each input (a message for an
+// entity, a protocol message, a membership change, the retry tick, a shard
+// that finished its hand-off, a request to leave or stop) changes its state
+// and queues effects (send this, forward that, host or hand off a shard,
+// deliver to a local shard, arm the tick, log) for the runner to carry out
+// in order. It holds no lock, starts no goroutine, reads no clock and does
+// no IO.
+//
+// S is the runner's handle on a shard hosted here; the core only stores it
+// (see attach), so that the runner's data path finds it in one lookup.
+type regionCore[C any, S comparable] struct {
+	cfg      regionCoreConfig
+	shards   map[string]*regionShard[C, S]
+	buffered int // messages in every shard's buffer
+	epoch    uint64
+	// oldest is the coordinator's node in the membership, as the runner
+	// last told; coordinator the one this region registered with ("" for
+	// oldest).
+	oldest, coordinator string
+	registered          bool
+	stopped             bool
+	leaving             bool
+	leaveAcked          bool // the coordinator allocates nothing to us any more
+	awaitingLeft        bool // regLeft is still to be emitted
+	idleTick            uint64
+
+	out []regionEffect[C, S]
+}
+
+// regionCoreConfig is what a region's decisions depend on.
+type regionCoreConfig struct {
+	self         string // this region's node
+	proxy        bool   // routes only: never hosts a shard
+	bufferSize   int    // messages held while homes are unknown or hand-offs run
+	tickInterval time.Duration
+	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+}
+
+// regionShard is what a region knows of one shard.
+type regionShard[C any, S comparable] struct {
+	home       string // node of the hosting region; "" while unknown
+	hosted     bool   // hosted here: local is its handle once attached
+	local      S
+	buffer     []pending[C]
+	handingOff bool
+	requested  bool // GetShardHome sent, unanswered
+}
+
+type pending[C any] struct {
+	entityID string
+	msg      C
+	start    bool // StartEntity: no message, just make sure it runs
+}
+
+// regionEffectKind names what the runner is to do.
+type regionEffectKind uint8
+
+const (
+	// regSend: send msg to node's region, or to its coordinator with coordinator.
+	regSend regionEffectKind = iota
+	// regForward: send p to the region on node, for shard.
+	regForward
+	// regHost: start hosting shard, then attach its handle.
+	regHost
+	// regDeliver: deliver p to the local shard; with accepted the region
+	// took it earlier (it was buffered) and the shard must not refuse it
+	// for its own buffer limit.
+	regDeliver
+	// regHandOff: stop the local shard's entities; handedOff reports the end.
+	regHandOff
+	// regPassivateIdle: the local shard passivates entities idle for more
+	// than ticks ticks at tick.
+	regPassivateIdle
+	// regArmTick: call tick after after.
+	regArmTick
+	// regLeft: a leaving region hosts nothing and will be allocated
+	// nothing: it may stop.
+	regLeft
+	// regNote: a log line about something ignored or dropped.
+	regNote
+)
+
+// regionEffect is one thing for the runner to do; which fields matter
+// depends on kind.
+type regionEffect[C any, S comparable] struct {
+	kind        regionEffectKind
+	node        string
+	coordinator bool
+	msg         Message
+	shard       string
+	p           pending[C]
+	accepted    bool
+	tick, ticks uint64
+	after       time.Duration
+	level       slog.Level // regNote
+	note        string
+	args        []any
+}
+
+// routeVerdict tells the runner what became of a message for an entity.
+type routeVerdict uint8
+
+const (
+	routeLocal   routeVerdict = iota // deliver it to the returned shard's local handle
+	routeRemote                      // forward it to the returned shard's home
+	routeHeld                        // buffered until the shard's home is known
+	routeStopped                     // refused: the region stopped
+	routeFull                        // refused: the region's buffer is full
+)
+
+func newRegionCore[C any, S comparable](cfg regionCoreConfig) *regionCore[C, S] {
+	c := &regionCore[C, S]{}
+	c.init(cfg)
+	return c
+}
+
+// init readies a zero core, for a runner that holds the core by value.
+func (c *regionCore[C, S]) init(cfg regionCoreConfig) {
+	c.cfg, c.shards = cfg, make(map[string]*regionShard[C, S])
+}
+
+func (c *regionCore[C, S]) emit(e regionEffect[C, S]) { c.out = append(c.out, e) }
+
+func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
+	c.emit(regionEffect[C, S]{kind: regNote, level: level, note: note, args: args})
+}
+
+// routable is the shard's entry when a message for it goes straight to
+// its home (no buffer to keep order with, no hand-off): the runner's data
+// path, under its read lock. It changes nothing.
+func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && len(e.buffer) == 0 && !c.stopped {
+		return e
+	}
+	return nil
+}
+
+// attach records the handle of a shard a regHost started.
+func (c *regionCore[C, S]) attach(shardID string, local S) {
+	if e := c.shards[shardID]; e != nil && e.hosted {
+		e.local = local
+	}
+}
+
+// local is the handle of a hosted shard.
+func (c *regionCore[C, S]) local(shardID string) (S, bool) {
+	if e := c.shards[shardID]; e != nil && e.hosted {
+		return e.local, true
+	}
+	var none S
+	return none, false
+}
+
+func (c *regionCore[C, S]) entry(shardID string) *regionShard[C, S] {
+	e := c.shards[shardID]
+	if e == nil {
+		e = &regionShard[C, S]{}
+		c.shards[shardID] = e
+	}
+	return e
+}
+
+// route takes a message for an entity of shardID: it goes to the shard's
+// home when known and nothing waits ahead of it, else it waits in the
+// shard's buffer (bounded by bufferSize over all shards), and the
+// coordinator is asked for the home once.
+func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *regionShard[C, S]) {
+	if c.stopped {
+		return routeStopped, nil
+	}
+	e := c.entry(shardID)
+	if e.home != "" && !e.handingOff && len(e.buffer) == 0 {
+		if e.hosted {
+			return routeLocal, e
+		}
+		return routeRemote, e
+	}
+	if c.buffered >= c.cfg.bufferSize {
+		return routeFull, nil
+	}
+	e.buffer = append(e.buffer, p)
+	c.buffered++
+	// Asked once registered, as in Akka: a coordinator that has not seen
+	// this region yet would place the shard without it.
+	if e.home == "" && !e.handingOff && !e.requested && c.registered {
+		e.requested = true
+		c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+	}
+	return routeHeld, e
+}
+
+// toCoordinator sends m to the coordinator; without one in view, the retry
+// tick sends again.
+func (c *regionCore[C, S]) toCoordinator(m Message) {
+	node := c.coordinator
+	if node == "" {
+		node = c.oldest
+	}
+	if node != "" {
+		c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
+	}
+}
+
+// step takes a protocol message from the coordinator or another region.
+func (c *regionCore[C, S]) step(msg Message) {
+	switch m := msg.(type) {
+	case RegisterAck:
+		if !c.fresh(m.Epoch) {
+			return
+		}
+		c.coordinator, c.registered = m.Coordinator, true
+		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
+				e.requested = true
+				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+			}
+		}
+	case ShardHomes:
+		if !c.fresh(m.Epoch) {
+			return
+		}
+		for _, region := range slices.Sorted(maps.Keys(m.Homes)) {
+			for _, s := range m.Homes[region] {
+				c.setHome(s, region)
+			}
+		}
+		// A new coordinator announces itself with ShardHomes. Not on a
+		// stale one: it answers a Register that went to the old
+		// coordinator's node (our membership lags), and registering again
+		// at once would loop; the retry tick registers.
+		c.register()
+	case ShardHome:
+		if c.fresh(m.Epoch) {
+			c.setHome(m.Shard, m.Region)
+		}
+	case HostShard:
+		if !c.fresh(m.Epoch) {
+			return
+		}
+		c.adoptBuffered(m.Shard, m.Buffered)
+		c.setHome(m.Shard, c.cfg.self)
+		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+	case BeginHandOff:
+		if !c.fresh(m.Epoch) {
+			return
+		}
+		// From now on the shard's messages wait here; only then is the
+		// hand-off acknowledged, so nothing this region routes can reach
+		// the old home after the coordinator hears every ack.
+		c.entry(m.Shard).handingOff = true
+		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self})
+	case HandOff:
+		if !c.fresh(m.Epoch) {
+			return
+		}
+		e := c.entry(m.Shard)
+		e.handingOff = true
+		if e.hosted {
+			c.emit(regionEffect[C, S]{kind: regHandOff, shard: m.Shard})
+			return
+		}
+		c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Buffered: c.takeBuffer(m.Shard, nil)})
+	case LeaveAck:
+		if c.fresh(m.Epoch) && c.leaving {
+			c.leaveAcked = true
+			c.checkLeft()
+		}
+	case Deliver:
+		p, ok := c.fromDeliver(m)
+		if !ok {
+			return
+		}
+		switch v, e := c.route(m.Shard, p); v {
+		case routeLocal:
+			c.emit(regionEffect[C, S]{kind: regDeliver, shard: m.Shard, p: p})
+		case routeRemote:
+			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: m.Shard, p: p})
+		case routeStopped, routeFull:
+			c.notef(slog.LevelWarn, "sharding: forwarded message not delivered", "entity", m.EntityID,
+				"err", verdictError(v))
+		}
+	}
+}
+
+// verdictError names a refusal for notes; the runner wraps the sentinel.
+func verdictError(v routeVerdict) error {
+	if v == routeStopped {
+		return ErrRegionStopped
+	}
+	return ErrBufferFull
+}
+
+// fromDeliver is the entity message a Deliver carries.
+func (c *regionCore[C, S]) fromDeliver(d Deliver) (pending[C], bool) {
+	msg, ok := d.Msg.(C)
+	if !ok && !d.Start {
+		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
+		return pending[C]{}, false
+	}
+	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start}, true
+}
+
+// fresh reports whether a coordinator message's epoch is current, and
+// adopts a newer one.
+func (c *regionCore[C, S]) fresh(epoch uint64) bool {
+	if epoch < c.epoch {
+		c.notef(slog.LevelWarn, "sharding: ignoring message from a stale coordinator", "epoch", epoch, "current", c.epoch)
+		return false
+	}
+	if epoch > c.epoch {
+		// A new coordinator, even on the same node: it knows this region
+		// only once it registers again.
+		c.registered = false
+	}
+	c.epoch = epoch
+	return true
+}
+
+// membership takes the coordinator's node in a new membership view
+// ("" when no member can host it).
+func (c *regionCore[C, S]) membership(oldest string) {
+	c.oldest = oldest
+	if c.coordinator != oldest {
+		c.coordinator, c.registered = oldest, false
+	}
+	c.checkLeft() // a leaving region may have lost its last coordinator
+	c.register()
+}
+
+func (c *regionCore[C, S]) register() {
+	switch {
+	case c.registered || c.stopped:
+	case c.leaving:
+		// A leaving region never registers: a Register that overtook its
+		// RegionStopped would have shards allocated to a region that is
+		// gone. A coordinator it has not told yet learns that it leaves.
+		c.toCoordinator(GracefulShutdownReq{Region: c.cfg.self})
+	case c.cfg.proxy:
+		c.toCoordinator(RegisterProxy{Region: c.cfg.self})
+	default:
+		c.toCoordinator(Register{Region: c.cfg.self})
+	}
+}
+
+// tick re-registers, asks again for the homes of shards with waiting
+// messages, ages entities for idle passivation, and arms the next tick.
+func (c *regionCore[C, S]) tick() {
+	c.register()
+	if c.registered { // else asked when the RegisterAck comes
+		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+			// Also shards whose hand-off this region heard of: the
+			// coordinator that began it may be gone, and its successor
+			// answers (one that runs the hand-off ignores the question).
+			if e := c.shards[id]; !e.hosted && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+			}
+		}
+	}
+	c.idleTick++
+	if c.cfg.idleTicks > 0 {
+		for _, id := range c.hostedShards() {
+			c.emit(regionEffect[C, S]{kind: regPassivateIdle, shard: id, tick: c.idleTick, ticks: c.cfg.idleTicks})
+		}
+	}
+	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
+}
+
+// hostedShards lists the shards hosted here, sorted.
+func (c *regionCore[C, S]) hostedShards() []string {
+	var ids []string
+	for id, e := range c.shards {
+		if e.hosted {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// setHome records a shard's home, hosts the shard when the home is this
+// region, and releases the shard's buffered messages.
+func (c *regionCore[C, S]) setHome(shardID, home string) {
+	e := c.entry(shardID)
+	if e.handingOff && e.hosted {
+		return // our own hand-off is still running
+	}
+	e.home, e.requested, e.handingOff = home, false, false
+	if home == "" { // stopped shard: ask again if anything waits for it
+		if len(e.buffer) > 0 {
+			e.requested = true
+			c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+		}
+		return
+	}
+	if home == c.cfg.self && !e.hosted {
+		if c.cfg.proxy || c.leaving || c.stopped {
+			// Keep its messages until the coordinator hands the shard off
+			// (a leaving region's shards all are) and homes it elsewhere;
+			// routing to ourselves would only loop. Expected when the
+			// allocation crossed our GracefulShutdownReq.
+			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
+			e.home, e.requested = "", true // the retry tick asks again
+			return
+		}
+		e.hosted = true
+		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
+	}
+	if home != c.cfg.self && e.hosted {
+		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard", shardID, "to", home)
+	}
+	c.drain(shardID, e)
+}
+
+// drain releases a shard's buffered messages, in arrival order.
+func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
+	buf := e.buffer
+	e.buffer = nil
+	c.buffered -= len(buf)
+	for _, p := range buf {
+		if e.hosted {
+			c.emit(regionEffect[C, S]{kind: regDeliver, shard: shardID, p: p, accepted: true})
+		} else {
+			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: shardID, p: p, accepted: true})
+		}
+	}
+}
+
+// handedOff reports that a local shard's entities have all stopped;
+// leftover are the messages it held for entities that were stopping.
+func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
+	e := c.entry(shardID)
+	var none S
+	e.local, e.hosted, e.home = none, false, ""
+	// Messages the shard held for stopping entities arrived before
+	// anything the region buffered since BeginHandOff; both go to the next
+	// home through the coordinator, ahead of what other regions buffered.
+	front := make([]Deliver, 0, len(leftover)+len(e.buffer))
+	for _, p := range leftover {
+		front = append(front, p.deliver(shardID))
+	}
+	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Buffered: c.takeBuffer(shardID, front)})
+	// Only now may a leaving region report RegionStopped: sent first, it
+	// would make the coordinator drop the hand-off, and the messages
+	// ShardStopped carries with it.
+	c.checkLeft()
+}
+
+// deliver is p as the protocol carries it.
+func (p pending[C]) deliver(shardID string) Deliver {
+	d := Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start}
+	if !p.start {
+		d.Msg = p.msg
+	}
+	return d
+}
+
+// takeBuffer empties a shard's region buffer into front, for ShardStopped.
+func (c *regionCore[C, S]) takeBuffer(shardID string, front []Deliver) []Deliver {
+	e := c.entry(shardID)
+	for _, p := range e.buffer {
+		front = append(front, p.deliver(shardID))
+	}
+	c.buffered -= len(e.buffer)
+	e.buffer = nil
+	if len(front) == 0 {
+		return nil
+	}
+	return front
+}
+
+// adoptBuffered puts the messages a shard's previous home held ahead of
+// what this region buffered for it. They were accepted there, so the
+// buffer limit does not apply.
+func (c *regionCore[C, S]) adoptBuffered(shardID string, ds []Deliver) {
+	if len(ds) == 0 {
+		return
+	}
+	front := make([]pending[C], 0, len(ds))
+	for _, d := range ds {
+		if p, ok := c.fromDeliver(d); ok {
+			front = append(front, p)
+		}
+	}
+	e := c.entry(shardID)
+	e.buffer = append(front, e.buffer...)
+	c.buffered += len(front)
+}
+
+// leave starts a graceful leave: the coordinator hands off every shard
+// hosted here, and regLeft follows once none is left and none can be
+// allocated here any more. oldest is the coordinator's node in the
+// current membership.
+func (c *regionCore[C, S]) leave(oldest string) {
+	c.oldest = oldest
+	c.leaving, c.awaitingLeft = true, true
+	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
+	// no coordinator may be there to send.
+	c.leaveAcked = c.leaveAcked || c.cfg.proxy
+	c.checkLeft()
+	c.toCoordinator(GracefulShutdownReq{Region: c.cfg.self})
+}
+
+// checkLeft emits regLeft once a leaving region hosts nothing.
+func (c *regionCore[C, S]) checkLeft() {
+	if !c.leaving || !c.awaitingLeft {
+		return
+	}
+	// Without a coordinator in our view (the last node with the role is
+	// leaving) no allocation can be on its way, nor can an ack come.
+	if !c.leaveAcked && c.oldest != "" {
+		return
+	}
+	for _, e := range c.shards {
+		if e.hosted {
+			return
+		}
+	}
+	c.awaitingLeft = false
+	c.emit(regionEffect[C, S]{kind: regLeft})
+}
+
+// stop ends a leave, finished or not: the coordinator hears that the
+// region is gone, and the region refuses messages from now on.
+func (c *regionCore[C, S]) stop() {
+	c.toCoordinator(RegionStopped{Region: c.cfg.self})
+	c.stopped, c.awaitingLeft = true, false
+	if c.buffered > 0 {
+		c.notef(slog.LevelWarn, "sharding: region stopped with undelivered buffered messages", "count", c.buffered)
+	}
+}
+
+// terminate stops the region as a crash would: buffered messages are
+// dropped, and nobody is told.
+func (c *regionCore[C, S]) terminate() {
+	c.stopped, c.awaitingLeft = true, false
+	for _, e := range c.shards {
+		e.buffer = nil
+	}
+	c.buffered = 0
+}
+
+// homes is every shard home this region knows: shard → node.
+func (c *regionCore[C, S]) homes() map[string]string {
+	out := make(map[string]string)
+	for id, e := range c.shards {
+		if e.home != "" {
+			out[id] = e.home
+		}
+	}
+	return out
+}

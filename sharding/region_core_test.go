@@ -1,0 +1,367 @@
+package sharding
+
+import (
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/internal/scenario"
+)
+
+// Scenario files in testdata/region/*.txt step a regionCore, a region's
+// routing, through its inputs and print the effects it asks for, in the
+// format of testdata/shard (see TestShardCoreScenarios). Run with
+// -rewrite-region to regenerate the expected output (then review the diff).
+//
+// The harness plays the runner: it names each hosting of a shard SHARD#N,
+// and checks on every tell that the runner's read-locked fast path
+// (routable) agrees with the core's decision.
+//
+// Commands:
+//
+//	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N]
+//	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation)
+//	members OLDEST       a new membership view whose coordinator is on OLDEST ("-": none)
+//	tell SHARD ENTITY MSG
+//	                     a message for ENTITY, of SHARD, through this region
+//	start SHARD ENTITY   StartEntity
+//	recv MESSAGE ARGS    a protocol message from the coordinator or a region:
+//	  register-ack COORD epoch=E
+//	  homes epoch=E [NODE=SHARD,SHARD...]...
+//	  home SHARD NODE epoch=E   (NODE "-": the shard has no home)
+//	  host SHARD epoch=E [buffered=ENTITY:MSG,...]
+//	  begin-hand-off SHARD epoch=E
+//	  hand-off SHARD epoch=E
+//	  leave-ack epoch=E
+//	  deliver SHARD ENTITY MSG   (forwarded by another region)
+//	handed-off SHARD [leftover=ENTITY:MSG,...]
+//	                     the local shard's entities all stopped
+//	tick                 the retry tick
+//	leave OLDEST         begin a graceful leave
+//	stop                 end it (Shutdown, after the leave or its deadline)
+//	terminate            stop at once, as a crash
+//	state                print every shard's entry and the region's flags
+var rewriteRegion = flag.Bool("rewrite-region", false, "rewrite the expected output of testdata/region/*.txt")
+
+func TestRegionCoreScenarios(t *testing.T) {
+	scenario.RunDir(t, "testdata/region/*.txt", *rewriteRegion, func(t *testing.T) scenario.RunFunc {
+		h := &regionHarness{scenarioBase: scenarioBase{t: t}}
+		return h.runAt(h.run)
+	})
+}
+
+// regionHarness runs a regionCore as the real runner would, minus the IO.
+type regionHarness struct {
+	scenarioBase
+	core    *regionCore[string, string]
+	hosting map[string]int // shard → hostings so far
+}
+
+func (h *regionHarness) configure(kv map[string]string) {
+	cfg := regionCoreConfig{self: "a", bufferSize: 100_000, tickInterval: 2 * time.Second}
+	for k, v := range kv {
+		var err error
+		switch k {
+		case "self":
+			cfg.self = v
+		case "proxy":
+			cfg.proxy, err = strconv.ParseBool(v)
+		case "buffer-size":
+			cfg.bufferSize, err = strconv.Atoi(v)
+		case "tick":
+			cfg.tickInterval, err = time.ParseDuration(v)
+		case "idle-ticks":
+			cfg.idleTicks, err = strconv.ParseUint(v, 10, 64)
+		default:
+			h.fatalf("unknown config key %q", k)
+		}
+		if err != nil {
+			h.fatalf("%s=%q: %v", k, v, err)
+		}
+	}
+	h.core = newRegionCore[string, string](cfg)
+	h.hosting = map[string]int{}
+}
+
+func (h *regionHarness) run(line string) string {
+	c := h.begin(line, h.core != nil)
+	cmd, pos, kv := c.Name, c.Pos, c.KV
+	need := func(n int) { h.need(c, n) }
+	switch cmd {
+	case "config":
+		h.configure(kv)
+	case "members":
+		need(1)
+		h.core.membership(node(pos[0]))
+	case "tell", "start":
+		var p pending[string]
+		if cmd == "tell" {
+			need(3)
+			p = pending[string]{entityID: pos[1], msg: pos[2]}
+		} else {
+			need(2)
+			p = pending[string]{entityID: pos[1], start: true}
+		}
+		h.tell(pos[0], p)
+	case "recv":
+		need(1)
+		h.core.step(h.message(pos[0], pos[1:], kv))
+	case "handed-off":
+		need(1)
+		h.core.handedOff(pos[0], h.pendings(pos[0], kv["leftover"]))
+	case "tick":
+		h.core.tick()
+	case "leave":
+		need(1)
+		h.core.leave(node(pos[0]))
+	case "stop":
+		h.core.stop()
+	case "terminate":
+		h.core.terminate()
+	case "state":
+		h.printState()
+	default:
+		h.fatalf("unknown command %q", cmd)
+	}
+	h.apply()
+	return strings.Join(h.out, "\n")
+}
+
+func node(arg string) string {
+	if arg == "-" {
+		return ""
+	}
+	return arg
+}
+
+// tell routes p as the runner does: the fast path when routable, else
+// the core decides under the write lock; both must agree.
+func (h *regionHarness) tell(shardID string, p pending[string]) {
+	fast := h.core.routable(shardID)
+	verdict, e := h.core.route(shardID, p)
+	if (fast != nil) != (verdict == routeLocal || verdict == routeRemote) || fast != nil && fast != e {
+		h.fatalf("fast path %v disagrees with the core's verdict %d", fast != nil, verdict)
+	}
+	h.apply()
+	switch verdict {
+	case routeLocal:
+		h.printf("deliver %s: %s", e.local, fmtPending(p))
+	case routeRemote:
+		h.printf("forward to %s: %s %s", e.home, shardID, fmtPending(p))
+	case routeHeld:
+		h.printf("held")
+	case routeStopped:
+		h.printf("refused: region stopped")
+	case routeFull:
+		h.printf("refused: buffer full")
+	}
+}
+
+func (h *regionHarness) epoch(kv map[string]string) uint64 {
+	e, err := strconv.ParseUint(kv["epoch"], 10, 64)
+	if err != nil {
+		h.fatalf("epoch=%q: %v", kv["epoch"], err)
+	}
+	return e
+}
+
+// message builds the protocol message of a recv command.
+func (h *regionHarness) message(name string, pos []string, kv map[string]string) Message {
+	need := func(n int) {
+		if len(pos) < n {
+			h.fatalf("recv %s needs %d arguments", name, n)
+		}
+	}
+	switch name {
+	case "register-ack":
+		need(1)
+		return RegisterAck{Coordinator: pos[0], Epoch: h.epoch(kv)}
+	case "homes":
+		homes := map[string][]string{}
+		for k, v := range kv {
+			if k != "epoch" {
+				homes[k] = strings.Split(v, ",")
+			}
+		}
+		return ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
+	case "home":
+		need(2)
+		return ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
+	case "host":
+		need(1)
+		var ds []Deliver
+		for _, p := range h.pendings(pos[0], kv["buffered"]) {
+			ds = append(ds, p.deliver(pos[0]))
+		}
+		return HostShard{Shard: pos[0], Epoch: h.epoch(kv), Buffered: ds}
+	case "begin-hand-off":
+		need(1)
+		return BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+	case "hand-off":
+		need(1)
+		return HandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+	case "leave-ack":
+		return LeaveAck{Epoch: h.epoch(kv)}
+	case "deliver":
+		need(3)
+		return Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
+	}
+	h.fatalf("unknown message %q", name)
+	return nil
+}
+
+// pendings parses ENTITY:MSG,... ("ENTITY:start" for StartEntity).
+func (h *regionHarness) pendings(shardID, list string) []pending[string] {
+	if list == "" {
+		return nil
+	}
+	var out []pending[string]
+	for _, item := range strings.Split(list, ",") {
+		id, msg, ok := strings.Cut(item, ":")
+		if !ok {
+			h.fatalf("%q: want ENTITY:MSG", item)
+		}
+		out = append(out, pending[string]{entityID: id, msg: msg, start: msg == "start"})
+	}
+	return out
+}
+
+func fmtPending(p pending[string]) string {
+	if p.start {
+		return p.entityID + " start"
+	}
+	return p.entityID + " " + p.msg
+}
+
+func fmtDelivers(ds []Deliver) string {
+	if len(ds) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		if d.Start {
+			parts[i] = d.EntityID + " start"
+		} else {
+			parts[i] = fmt.Sprintf("%s %v", d.EntityID, d.Msg)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fmtMessage prints a protocol message a region sends.
+func fmtMessage(m Message) string {
+	switch m := m.(type) {
+	case Register:
+		return "Register " + m.Region
+	case RegisterProxy:
+		return "RegisterProxy " + m.Region
+	case GetShardHome:
+		return "GetShardHome " + m.Shard
+	case ShardStarted:
+		return "ShardStarted " + m.Shard
+	case BeginHandOffAck:
+		return "BeginHandOffAck " + m.Shard
+	case ShardStopped:
+		return fmt.Sprintf("ShardStopped %s, buffered: %s", m.Shard, fmtDelivers(m.Buffered))
+	case GracefulShutdownReq:
+		return "GracefulShutdownReq " + m.Region
+	case RegionStopped:
+		return "RegionStopped " + m.Region
+	case StopShards:
+		return "StopShards " + strings.Join(m.Shards, ",")
+	}
+	return fmt.Sprintf("%T %+v", m, m)
+}
+
+// apply carries out and prints the core's effects, as the runner would.
+func (h *regionHarness) apply() {
+	for len(h.core.out) > 0 {
+		out := h.core.out
+		h.core.out = nil
+		for _, ef := range out {
+			switch ef.kind {
+			case regSend:
+				to := ef.node
+				if ef.coordinator {
+					to += "/coordinator"
+				}
+				h.printf("send %s: %s", to, fmtMessage(ef.msg))
+			case regForward:
+				h.printf("forward to %s: %s %s", ef.node, ef.shard, fmtPending(ef.p))
+			case regHost:
+				h.hosting[ef.shard]++
+				handle := fmt.Sprintf("%s#%d", ef.shard, h.hosting[ef.shard])
+				h.core.attach(ef.shard, handle)
+				h.printf("host %s", handle)
+			case regDeliver:
+				local, ok := h.core.local(ef.shard)
+				if !ok {
+					h.fatalf("deliver to shard %s, which is not hosted", ef.shard)
+				}
+				line := fmt.Sprintf("deliver %s: %s", local, fmtPending(ef.p))
+				if ef.accepted {
+					line += " (accepted)"
+				}
+				h.printf("%s", line)
+			case regHandOff:
+				local, _ := h.core.local(ef.shard)
+				h.printf("hand off %s", local)
+			case regPassivateIdle:
+				local, _ := h.core.local(ef.shard)
+				h.printf("passivate idle %s: tick %d, idle after %d", local, ef.tick, ef.ticks)
+			case regArmTick:
+				h.printf("tick in %v", ef.after)
+			case regLeft:
+				h.printf("left")
+			case regNote:
+				h.printf("note %s: %s %v", ef.level, ef.note, ef.args)
+			}
+		}
+	}
+}
+
+func (h *regionHarness) printState() {
+	c := h.core
+	flags := []string{fmt.Sprintf("epoch=%d", c.epoch), fmt.Sprintf("buffered=%d", c.buffered)}
+	if c.coordinator != "" {
+		flags = append(flags, "coordinator="+c.coordinator)
+	}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.registered, "registered"}, {c.leaving, "leaving"}, {c.leaveAcked, "leave-acked"}, {c.stopped, "stopped"}} {
+		if f.on {
+			flags = append(flags, f.name)
+		}
+	}
+	h.printf("region %s", strings.Join(flags, " "))
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		line := "shard " + id
+		if e.home != "" {
+			line += " home=" + e.home
+		}
+		if e.hosted {
+			line += " local=" + e.local
+		}
+		if e.handingOff {
+			line += " handing-off"
+		}
+		if e.requested {
+			line += " requested"
+		}
+		if len(e.buffer) > 0 {
+			parts := make([]string, len(e.buffer))
+			for i, p := range e.buffer {
+				parts[i] = fmtPending(p)
+			}
+			line += " buffer=[" + strings.Join(parts, ", ") + "]"
+		}
+		h.printf("%s", line)
+	}
+}
