@@ -117,7 +117,7 @@ type Stats struct {
 }
 
 type counters struct {
-	sent, local, received, delivered, replies                                    atomic.Uint64
+	sent, local, received, delivered, replies                                     atomic.Uint64
 	unknownTarget, undecodable, notProtocol, stale, listenerRefused, replyRefused atomic.Uint64
 }
 
