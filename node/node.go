@@ -116,6 +116,7 @@ type Config struct {
 	AllowAnyNodeCert     bool
 
 	// PostgresDSN is the database to connect to; ignored when Pool is set.
+	// The pool opened on it has at least Journal.Writers + 6 connections.
 	PostgresDSN string
 	// Pool is a pool to use instead of opening one; the node does not
 	// close it.
@@ -181,6 +182,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TransportAddr == "" {
 		c.TransportAddr = d.TransportAddr
 	}
+	if c.Journal == (journalpg.Config{}) {
+		c.Journal = d.Journal
+	}
 	if c.Leases == (lease.Settings{}) {
 		c.Leases = d.Leases
 	}
@@ -195,6 +199,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// minSpareConns is how many connections an opened pool has beyond the
+// journal's writers.
+const minSpareConns = 6
 
 // Node is one running cluster node.
 type Node struct {
@@ -280,7 +288,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 func (n *Node) openStores(ctx context.Context) error {
 	n.pool = n.cfg.Pool
 	if n.pool == nil {
-		pool, err := pgxpool.New(ctx, n.cfg.PostgresDSN)
+		pc, err := pgxpool.ParseConfig(n.cfg.PostgresDSN)
+		if err != nil {
+			return fmt.Errorf("%w: PostgresDSN: %w", ErrInvalidConfig, err)
+		}
+		// The journal's writers each hold a connection while a batch is in
+		// flight; recoveries, snapshots, leases and sharding need more.
+		writers := n.cfg.Journal.Writers
+		if writers <= 0 {
+			writers = journalpg.DefaultConfig().Writers
+		}
+		pc.MaxConns = max(pc.MaxConns, int32(writers+minSpareConns))
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("node: open database: %w", err)
 		}
