@@ -187,8 +187,14 @@ func (l *ledger) ack(id, op string) {
 // Postgres: entities on all three, asks across nodes, then one node leaves
 // gracefully while the others keep writing; its entities come back on the
 // others with their event-sourced state, and no acknowledged operation is
-// lost or applied twice.
+// lost or applied twice. The leaver is the newest node, or the oldest,
+// which hosts the coordinator as well.
 func TestThreeNodesGracefulLeave(t *testing.T) {
+	t.Run("newest", func(t *testing.T) { testGracefulLeave(t, 2) })
+	t.Run("oldest", func(t *testing.T) { testGracefulLeave(t, 0) })
+}
+
+func testGracefulLeave(t *testing.T, leaver int) {
 	dsn := pg.MigratedDSN(t)
 	n1 := startNode(t, dsn, "node-1")
 	n2 := startNode(t, dsn, "node-2", n1.GossipAddr())
@@ -251,10 +257,17 @@ func TestThreeNodesGracefulLeave(t *testing.T) {
 		t.Fatal("no ask crossed nodes")
 	}
 
-	// Phase 2: node-1 and node-2 keep writing while node-3 leaves.
+	// Phase 2: the others keep writing while the leaver leaves.
+	gone := nodes[leaver]
+	var stay []*testNode
+	for i, n := range nodes {
+		if i != leaver {
+			stay = append(stay, n)
+		}
+	}
 	stopLoad := make(chan struct{})
 	var load sync.WaitGroup
-	for w, via := range []*testNode{n1, n2} {
+	for w, via := range stay {
 		load.Go(func() {
 			for k := 0; ; k++ {
 				select {
@@ -275,17 +288,17 @@ func TestThreeNodesGracefulLeave(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // some writes before the leave
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-	err := n3.Shutdown(sctx)
+	err := gone.Shutdown(sctx)
 	scancel()
 	if err != nil {
-		t.Fatalf("node-3 shutdown: %v", err)
+		t.Fatalf("%s shutdown: %v", gone.Self(), err)
 	}
-	if err := n3.Alive(); !errors.Is(err, node.ErrShuttingDown) {
-		t.Fatalf("node-3 Alive after Shutdown: %v", err)
+	if err := gone.Alive(); !errors.Is(err, node.ErrShuttingDown) {
+		t.Fatalf("%s Alive after Shutdown: %v", gone.Self(), err)
 	}
-	eventually(t, "node-1 and node-2 see node-3 gone", func() error {
-		for _, n := range []*testNode{n1, n2} {
-			if m, ok := n.Membership().View().Member(n3.Self()); ok && m.Status != cluster.Down {
+	eventually(t, "the others see the leaver gone", func() error {
+		for _, n := range stay {
+			if m, ok := n.Membership().View().Member(gone.Self()); ok && m.Status != cluster.Down {
 				return fmt.Errorf("%s sees %s", n.Self(), m)
 			}
 		}
@@ -295,20 +308,20 @@ func TestThreeNodesGracefulLeave(t *testing.T) {
 	close(stopLoad)
 	load.Wait()
 
-	// Every entity answers from node-1 or node-2, with every acknowledged
+	// Every entity answers from a remaining node, with every acknowledged
 	// operation, none twice, and nothing that was never attempted.
 	moved := 0
 	for _, id := range ids {
 		var s Snapshot
 		eventually(t, "read "+id, func() error {
 			var err error
-			s, err = read(ctx, n1.ops, id)
+			s, err = read(ctx, stay[0].ops, id)
 			return err
 		})
-		if s.Node == n3.Self().Node {
+		if s.Node == gone.Self().Node {
 			t.Fatalf("%s still answered by the node that left", id)
 		}
-		if hostOf[id] == n3.Self().Node {
+		if hostOf[id] == gone.Self().Node {
 			moved++
 		}
 		seen := map[string]bool{}
@@ -328,19 +341,19 @@ func TestThreeNodesGracefulLeave(t *testing.T) {
 		}
 	}
 	if moved == 0 {
-		t.Fatal("no entity had lived on node-3")
+		t.Fatal("no entity had lived on the leaver")
 	}
 	acked := 0
 	for _, ops := range led.acked {
 		acked += len(ops)
 	}
-	t.Logf("%d entities moved from node-3; %d operations acknowledged", moved, acked)
-	for _, n := range []*testNode{n1, n2} {
+	t.Logf("%d entities moved from %s; %d operations acknowledged", moved, gone.Self(), acked)
+	for _, n := range stay {
 		if err := n.Ready(); err != nil {
 			t.Fatalf("%s not ready after the leave: %v", n.Self(), err)
 		}
 	}
-	for _, n := range []*testNode{n2, n1} {
+	for _, n := range slices.Backward(stay) {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := n.Shutdown(sctx)
 		scancel()
