@@ -240,6 +240,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.log = cfg.Logger.With("node", n.self.String())
 	defer func() {
 		if err != nil {
+			n.releaseLease()
 			n.kill()
 		}
 		close(n.started)
@@ -513,6 +514,20 @@ func (n *Node) kill() {
 		n.holder.Stop()
 	}
 	n.closeStores()
+}
+
+// releaseLease ends the node lease of a Start that failed: it never
+// hosted anything, so nothing need wait for the lease to expire.
+func (n *Node) releaseLease() {
+	if n.holder == nil {
+		return
+	}
+	n.holder.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.leases.ReleaseNode(ctx, n.self); err != nil {
+		n.log.Warn("node: could not release the node lease of a failed start", "err", err)
+	}
 }
 
 func (n *Node) closeStores() {

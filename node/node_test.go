@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
+	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -361,4 +363,89 @@ func testGracefulLeave(t *testing.T, leaver int) {
 			t.Fatalf("%s shutdown: %v", n.Self(), err)
 		}
 	}
+}
+
+// A Config without a node id or a database is refused before anything
+// starts.
+func TestStartRefusesIncompleteConfig(t *testing.T) {
+	ctx := context.Background()
+	if _, err := node.Start(ctx, node.Config{PostgresDSN: "postgres://x"}); !errors.Is(err, node.ErrInvalidConfig) {
+		t.Fatalf("no NodeID: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := node.Start(ctx, node.DefaultConfig("a")); !errors.Is(err, node.ErrInvalidConfig) {
+		t.Fatalf("no database: %v, want ErrInvalidConfig", err)
+	}
+	cfg := node.DefaultConfig("a")
+	cfg.PostgresDSN = "not a dsn ::"
+	if _, err := node.Start(ctx, cfg); !errors.Is(err, node.ErrInvalidConfig) {
+		t.Fatalf("bad DSN: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// A node whose seeds do not answer fails to start with a typed error, and
+// releases the node lease it took, so its incarnation is down at once.
+func TestStartFailsWhenNoSeedAnswers(t *testing.T) {
+	dsn := pg.MigratedDSN(t)
+	cfg := node.DefaultConfig("lonely")
+	cfg.PostgresDSN = dsn
+	cfg.Seeds = []string{"127.0.0.1:1"}
+	cfg.Incarnation = 42
+	cfg.Timing = testTiming()
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := node.Start(ctx, cfg)
+	if !errors.Is(err, memberlist.ErrNoSeedReachable) {
+		t.Fatalf("start: %v, want memberlist.ErrNoSeedReachable", err)
+	}
+	leases := leasepg.New(pgtest.NewPool(t, dsn, nil))
+	self := cluster.UniqueAddress{Node: "lonely", Incarnation: 42}
+	if expired, err := leases.NodeLeaseExpired(ctx, self); err != nil || !expired {
+		t.Fatalf("node lease after the failed start: expired %v, %v; want released", expired, err)
+	}
+}
+
+// A node downed in the database fences itself: its next renewal is
+// refused, every entity stops at once, and Alive and Ready say so.
+func TestDownedNodeFencesItself(t *testing.T) {
+	dsn := pg.MigratedDSN(t)
+	cfg := node.DefaultConfig("fenced")
+	cfg.PostgresDSN = dsn
+	cfg.Timing = testTiming()
+	cfg.Codec = newCodec()
+	cfg.Leases.Node = lease.Timing{Length: 10 * time.Second, RenewEvery: 200 * time.Millisecond, Margin: 5 * time.Second}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Kill)
+	ops, err := sharding.Init(n.Sharding(), sharding.Entity[Command]{Key: opsKey, Create: newOps("fenced"), StopMessage: Stop{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", n.Ready)
+	if err := apply(ctx, ops, "e", "op-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasepg.New(n.Pool()).DownNode(ctx, n.Self()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "fenced", func() error {
+		if err := n.Alive(); !errors.Is(err, node.ErrFenced) || !errors.Is(err, lease.ErrNodeDown) {
+			return fmt.Errorf("Alive: %v", err)
+		}
+		return nil
+	})
+	if err := n.Ready(); !errors.Is(err, node.ErrFenced) {
+		t.Fatalf("Ready of a fenced node: %v", err)
+	}
+	eventually(t, "entities stopped", func() error {
+		if err := ops.EntityRefFor("e").Tell(Apply{Op: "op-2"}); !errors.Is(err, sharding.ErrRegionStopped) {
+			return fmt.Errorf("Tell after fencing: %v, want ErrRegionStopped", err)
+		}
+		return nil
+	})
 }
