@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,10 +16,12 @@ import (
 	"github.com/shoal-dev/shoal/cluster/lease"
 	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
+	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/internal/testcert"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -109,7 +112,7 @@ type testNode struct {
 	ops *sharding.Region[Command]
 }
 
-func startNode(t *testing.T, dsn, id string, seeds ...string) *testNode {
+func startNode(t *testing.T, dsn, id string, seeds []string, tune ...func(*node.Config)) *testNode {
 	t.Helper()
 	cfg := node.DefaultConfig(id)
 	cfg.PostgresDSN = dsn
@@ -117,6 +120,9 @@ func startNode(t *testing.T, dsn, id string, seeds ...string) *testNode {
 	cfg.Timing = testTiming()
 	cfg.Codec = newCodec()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	for _, f := range tune {
+		f(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := node.Start(ctx, cfg)
@@ -126,12 +132,31 @@ func startNode(t *testing.T, dsn, id string, seeds ...string) *testNode {
 	t.Cleanup(n.Kill)
 	ops, err := sharding.Init(n.Sharding(), sharding.Entity[Command]{
 		Key: opsKey, Create: newOps(id), StopMessage: Stop{},
-		Settings: sharding.Settings{NumberOfShards: 30, MinMembers: 3},
+		Settings: sharding.Settings{NumberOfShards: 30, MinMembers: len(seeds) + 1},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &testNode{Node: n, ops: ops}
+}
+
+// awaitUp waits until every node sees all of them Up and is ready.
+func awaitUp(t *testing.T, nodes []*testNode) {
+	t.Helper()
+	for _, n := range nodes {
+		eventually(t, "every node sees the others Up and is ready", func() error {
+			up := 0
+			for _, m := range n.Membership().View().Members() {
+				if m.Status == cluster.Up {
+					up++
+				}
+			}
+			if up != len(nodes) {
+				return fmt.Errorf("%s sees %d Up of %d", n.Self(), up, len(nodes))
+			}
+			return n.Ready()
+		})
+	}
 }
 
 // eventually polls cond until it holds or 30 s have passed.
@@ -198,24 +223,12 @@ func TestThreeNodesGracefulLeave(t *testing.T) {
 
 func testGracefulLeave(t *testing.T, leaver int) {
 	dsn := pg.MigratedDSN(t)
-	n1 := startNode(t, dsn, "node-1")
-	n2 := startNode(t, dsn, "node-2", n1.GossipAddr())
-	n3 := startNode(t, dsn, "node-3", n1.GossipAddr())
+	n1 := startNode(t, dsn, "node-1", nil)
+	seeds := []string{n1.GossipAddr()}
+	n2 := startNode(t, dsn, "node-2", seeds)
+	n3 := startNode(t, dsn, "node-3", seeds)
 	nodes := []*testNode{n1, n2, n3}
-	for _, n := range nodes {
-		eventually(t, "every node sees three Up members and is ready", func() error {
-			up := 0
-			for _, m := range n.Membership().View().Members() {
-				if m.Status == cluster.Up {
-					up++
-				}
-			}
-			if up != 3 {
-				return fmt.Errorf("%s sees %d Up", n.Self(), up)
-			}
-			return n.Ready()
-		})
-	}
+	awaitUp(t, nodes)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -448,4 +461,51 @@ func TestDownedNodeFencesItself(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// With mutual TLS configured, nodes talk over TLS: asks cross nodes, the
+// transport refused no handshake, and its listener speaks TLS.
+func TestMutualTLS(t *testing.T) {
+	dsn := pg.MigratedDSN(t)
+	ca := testcert.New(t, "shoal test CA")
+	withTLS := func(c *node.Config) {
+		c.ServerTLS, c.ClientTLS = tcp.MutualTLS(ca.Leaf(t, c.NodeID), ca.Pool)
+	}
+	a := startNode(t, dsn, "tls-a", nil, withTLS)
+	b := startNode(t, dsn, "tls-b", []string{a.GossipAddr()}, withTLS)
+	awaitUp(t, []*testNode{a, b})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hosts := map[string]bool{}
+	for i := range 20 {
+		id := fmt.Sprintf("tls-%d", i)
+		if err := apply(ctx, a.ops, id, "op"); err != nil {
+			t.Fatal(err)
+		}
+		s, err := read(ctx, b.ops, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(s.Ops, []string{"op"}) {
+			t.Fatalf("%s: %v", id, s.Ops)
+		}
+		hosts[s.Node] = true
+	}
+	if len(hosts) != 2 {
+		t.Fatalf("entities on %v, want both nodes", hosts)
+	}
+	for _, n := range []*testNode{a, b} {
+		st, _ := n.Stats()
+		if st.RefusedHandshakes != 0 || st.Dials == 0 {
+			t.Fatalf("%s transport stats %+v", n.Self(), st)
+		}
+	}
+	// The transport's listener speaks TLS with the cluster's CA.
+	conn, err := tls.Dial("tcp", a.TransportAddr(), &tls.Config{
+		RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{ca.Leaf(t, "probe")}, MinVersion: tls.VersionTLS13,
+	})
+	if err != nil {
+		t.Fatalf("TLS handshake with the transport: %v", err)
+	}
+	conn.Close()
 }
