@@ -3,6 +3,7 @@ package remote
 import (
 	"fmt"
 
+	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/wire"
@@ -57,60 +58,68 @@ func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, err
 
 // fromWire turns a wire message back into the protocol message for its
 // target, decoding the user messages it carries with reg. A user message
-// that does not decode fails the whole message with a *DecodeError: a
-// Deliver is dropped; of a hand-over (HostShard, ShardStopped) the entries
-// that decode are kept and the error reports the others.
-func fromWire(reg *codec.Registry, msg any) (wire.Target, sharding.Message, error) {
+// that does not decode is reported with a *DecodeError and in failed: a
+// Deliver is then dropped (m is nil); of a hand-over (HostShard,
+// ShardStopped) the entries that decode are kept.
+func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message, failed []wire.Entry, err error) {
 	a, ok := msg.(wire.Addressed)
 	if !ok {
-		return wire.Target{}, nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
+		return wire.Target{}, nil, nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
 	}
-	to := a.Target()
+	to = a.Target()
+	switch w := msg.(type) {
+	case wire.HostShard:
+		buf, failed, err := delivers(reg, w.Buffered)
+		return to, sharding.HostShard{Shard: w.Shard, Epoch: w.Epoch, Buffered: buf}, failed, err
+	case wire.ShardStopped:
+		buf, failed, err := delivers(reg, w.Buffered)
+		return to, sharding.ShardStopped{Shard: w.Shard, Region: w.Region, Buffered: buf}, failed, err
+	case wire.Deliver:
+		d, err := deliver(reg, w.Entry)
+		if err != nil {
+			return to, nil, []wire.Entry{w.Entry}, err
+		}
+		return to, d, nil, nil
+	}
+	m, err = fromWireControl(msg)
+	return to, m, nil, err
+}
+
+// fromWireControl converts the messages that carry no user message.
+func fromWireControl(msg any) (sharding.Message, error) {
 	switch m := msg.(type) {
 	case wire.Register:
-		return to, sharding.Register{Region: m.Region}, nil
+		return sharding.Register{Region: m.Region}, nil
 	case wire.RegisterProxy:
-		return to, sharding.RegisterProxy{Region: m.Region}, nil
+		return sharding.RegisterProxy{Region: m.Region}, nil
 	case wire.RegisterAck:
-		return to, sharding.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
+		return sharding.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
 	case wire.GetShardHome:
-		return to, sharding.GetShardHome{Shard: m.Shard, Region: m.Region}, nil
+		return sharding.GetShardHome{Shard: m.Shard, Region: m.Region}, nil
 	case wire.ShardHome:
-		return to, sharding.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
+		return sharding.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
 	case wire.ShardHomes:
-		return to, sharding.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
-	case wire.HostShard:
-		buf, err := delivers(reg, m.Buffered)
-		return to, sharding.HostShard{Shard: m.Shard, Epoch: m.Epoch, Buffered: buf}, err
+		return sharding.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
 	case wire.ShardStarted:
-		return to, sharding.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
+		return sharding.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
 	case wire.BeginHandOff:
-		return to, sharding.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
+		return sharding.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
 	case wire.BeginHandOffAck:
-		return to, sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region}, nil
+		return sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region}, nil
 	case wire.HandOff:
-		return to, sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
-	case wire.ShardStopped:
-		buf, err := delivers(reg, m.Buffered)
-		return to, sharding.ShardStopped{Shard: m.Shard, Region: m.Region, Buffered: buf}, err
+		return sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
 	case wire.GracefulShutdownReq:
-		return to, sharding.GracefulShutdownReq{Region: m.Region}, nil
+		return sharding.GracefulShutdownReq{Region: m.Region}, nil
 	case wire.LeaveAck:
-		return to, sharding.LeaveAck{Epoch: m.Epoch}, nil
+		return sharding.LeaveAck{Epoch: m.Epoch}, nil
 	case wire.StopShards:
-		return to, sharding.StopShards{Shards: m.Shards}, nil
+		return sharding.StopShards{Shards: m.Shards}, nil
 	case wire.RegionStopped:
-		return to, sharding.RegionStopped{Region: m.Region}, nil
+		return sharding.RegionStopped{Region: m.Region}, nil
 	case wire.GetRegionStats:
-		return to, sharding.GetRegionStats{ReplyTo: m.ReplyTo}, nil
-	case wire.Deliver:
-		d, err := deliver(reg, m.Entry)
-		if err != nil {
-			return to, nil, err
-		}
-		return to, d, nil
+		return sharding.GetRegionStats{ReplyTo: m.ReplyTo}, nil
 	}
-	return to, nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
+	return nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
 }
 
 // entry encodes one user message.
@@ -123,6 +132,7 @@ func entry(reg *codec.Registry, d sharding.Deliver) (wire.Entry, error) {
 	if e.Manifest, e.Payload, err = reg.Encode(d.Msg); err != nil {
 		return e, fmt.Errorf("remote: message for entity %q: %w", d.EntityID, err)
 	}
+	e.ReplyTo = entity.ReplyAddresses(d.Msg)
 	return e, nil
 }
 
@@ -154,28 +164,27 @@ func deliver(reg *codec.Registry, e wire.Entry) (sharding.Deliver, error) {
 	return d, nil
 }
 
-// delivers decodes a hand-over, keeping what decodes; the error joins the
-// DecodeErrors of the rest.
-func delivers(reg *codec.Registry, es []wire.Entry) ([]sharding.Deliver, error) {
+// delivers decodes a hand-over, keeping what decodes; failed are the
+// others, and the error reports the first of them.
+func delivers(reg *codec.Registry, es []wire.Entry) (out []sharding.Deliver, failed []wire.Entry, err error) {
 	if len(es) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	out := make([]sharding.Deliver, 0, len(es))
+	out = make([]sharding.Deliver, 0, len(es))
 	var first error
-	dropped := 0
 	for _, e := range es {
 		d, err := deliver(reg, e)
 		if err != nil {
 			if first == nil {
 				first = err
 			}
-			dropped++
+			failed = append(failed, e)
 			continue
 		}
 		out = append(out, d)
 	}
 	if first != nil {
-		return out, fmt.Errorf("remote: %d of %d handed-over messages dropped, the first: %w", dropped, len(es), first)
+		return out, failed, fmt.Errorf("remote: %d of %d handed-over messages dropped, the first: %w", len(failed), len(es), first)
 	}
-	return out, nil
+	return out, nil, nil
 }

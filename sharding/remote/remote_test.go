@@ -33,14 +33,18 @@ type Get struct{ ReplyTo entity.ReplyTo[Count] }
 // Big carries a payload to test the frame limit.
 type Big struct{ Blob string }
 
+// Probe is a command that some nodes cannot decode (a newer version's).
+type Probe struct{ ReplyTo entity.ReplyTo[Count] }
+
 type Count struct {
 	N    int
 	Node string
 }
 
-func (Add) isCmd() {}
-func (Get) isCmd() {}
-func (Big) isCmd() {}
+func (Add) isCmd()   {}
+func (Get) isCmd()   {}
+func (Big) isCmd()   {}
+func (Probe) isCmd() {}
 
 func newCodec() *codec.Registry {
 	reg := codec.NewRegistry()
@@ -48,6 +52,13 @@ func newCodec() *codec.Registry {
 	codec.MustRegister[Get](reg, "test.Get")
 	codec.MustRegister[Big](reg, "test.Big")
 	codec.MustRegister[Count](reg, "test.Count")
+	return reg
+}
+
+// withProbe is newCodec with Probe, the command of a newer version.
+func withProbe() *codec.Registry {
+	reg := newCodec()
+	codec.MustRegister[Probe](reg, "test.Probe")
 	return reg
 }
 
@@ -92,10 +103,12 @@ type testCluster struct {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // newCluster starts n nodes that all see each other Up, over an inproc
-// network with a delay on every link, delivered by Run on the bubble's clock.
-func newCluster(t *testing.T, n int, log *slog.Logger) *testCluster {
+// network with a delay on every link, delivered by Run on the bubble's
+// clock. The network's codec knows every type; a node's knows those of
+// codecs(i), withProbe() if codecs is nil.
+func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *codec.Registry) *testCluster {
 	t.Helper()
-	reg := newCodec()
+	reg := withProbe()
 	if err := wire.RegisterTypes(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +128,14 @@ func newCluster(t *testing.T, n int, log *slog.Logger) *testCluster {
 		t.Fatal(err)
 	}
 	c := &testCluster{net: net}
-	for _, m := range members {
+	for i, m := range members {
 		tn := &testNode{self: m.Address}
 		lm := cluster.NewLocalMembership(m.Address, view)
-		if tn.tr, err = remote.New(m.Address, remote.Config{Codec: reg, Membership: lm, Logger: log}); err != nil {
+		nodeReg := withProbe()
+		if len(codecs) > 0 {
+			nodeReg = codecs[0](i)
+		}
+		if tn.tr, err = remote.New(m.Address, remote.Config{Codec: nodeReg, Membership: lm, Logger: log}); err != nil {
 			t.Fatal(err)
 		}
 		ct, err := net.Join(m.Address, tn.tr.Handle)
@@ -129,7 +146,7 @@ func newCluster(t *testing.T, n int, log *slog.Logger) *testCluster {
 			t.Fatal(err)
 		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
-			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: reg,
+			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
 			RemoteReplies: tn.tr.SendReply, Logger: log,
 		}); err != nil {
 			t.Fatal(err)
@@ -474,6 +491,40 @@ func TestMembershipBridge(t *testing.T) {
 		case <-calls:
 			t.Fatal("one wake-up per pending change set, not per change")
 		default:
+		}
+	})
+}
+
+// An ask whose command the receiving node cannot decode (a type of a newer
+// version, say, during a rolling update) fails at once with a typed error
+// naming the refusal, instead of waiting for its deadline.
+func TestAskRefusedByPeerFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, quiet(), func(i int) *codec.Registry {
+			if i == 1 {
+				return newCodec() // the older node: no Probe
+			}
+			return withProbe()
+		})
+		defer c.stop()
+		a, b := c.nodes[0], c.nodes[1]
+		id := onNode(t, c, a, b)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := entity.Ask(ctx, a.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Probe{ReplyTo: to} })
+		var refused *remote.RefusedError
+		if !errors.As(err, &refused) || !errors.Is(err, remote.ErrUndecodable) || !errors.Is(err, remote.ErrRefusedByPeer) {
+			t.Fatalf("ask of an undecodable command: %v, want a RefusedError matching ErrUndecodable", err)
+		}
+		if refused.Peer != b.self {
+			t.Fatalf("refused by %s, want %s", refused.Peer, b.self)
+		}
+		if st := b.tr.Stats(); st.AsksFailed != 1 || st.Undecodable != 1 {
+			t.Fatalf("refusing node's stats %+v", st)
+		}
+		// The entity is unharmed and the older node keeps serving.
+		if got := ask(t, a.counters, id); got.N != 0 || got.Node != b.self.Node {
+			t.Fatalf("after the refusal: %+v", got)
 		}
 	})
 }

@@ -17,7 +17,10 @@
 // corrupt, a target nobody listens at, a sender the view says is down or
 // replaced, a type that is no protocol message) is dropped with a typed
 // error that Receive returns, counted in Stats and logged once per kind and
-// sender; the node keeps serving. Frames that do not even decode (unknown
+// sender; the node keeps serving. The asks waiting on a user message that
+// was refused fail at once: every message travels with the reply
+// addresses inside it, and the refusing node sends each asker an
+// AskFailed, which fails its ask with a *RefusedError. Frames that do not even decode (unknown
 // manifest, corrupt, oversized, for another incarnation) never reach this
 // package: the cluster transport drops, counts and logs them.
 package remote
@@ -53,7 +56,35 @@ var (
 	ErrNotBound = errors.New("remote: no cluster transport bound")
 	// ErrInvalidNodeName: a region name that is not node#incarnation.
 	ErrInvalidNodeName = errors.New("remote: invalid node name")
+	// ErrRefusedByPeer: the node a command was sent to refused it (see
+	// RefusedError).
+	ErrRefusedByPeer = errors.New("remote: refused by the receiving node")
 )
+
+// RefusedError fails an ask whose command the receiving node refused: it
+// could not decode it (it matches ErrUndecodable too), no region of its
+// entity type runs there (ErrUnknownTarget), or the region there refused
+// it, its mailbox full. Reason is the refusing node's error text.
+type RefusedError struct {
+	Peer         cluster.UniqueAddress
+	Kind, Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("remote: %s refused the command (%s): %s", e.Peer, e.Kind, e.Reason)
+}
+
+// Unwrap returns ErrRefusedByPeer and the sentinel of Kind.
+func (e *RefusedError) Unwrap() []error {
+	errs := []error{ErrRefusedByPeer}
+	switch e.Kind {
+	case wire.RefusedUndecodable:
+		errs = append(errs, ErrUndecodable)
+	case wire.RefusedUnknownTarget:
+		errs = append(errs, ErrUnknownTarget)
+	}
+	return errs
+}
 
 // DecodeError tells which user message did not decode. It matches
 // ErrUndecodable, and the codec's error (codec.ErrUnknownManifest for an
@@ -114,11 +145,15 @@ type Stats struct {
 	// failed), ErrNotProtocol, cluster.ErrStaleIncarnation, a listener that
 	// refused (its mailbox full), a reply the runtime refused.
 	UnknownTarget, Undecodable, NotProtocol, Stale, ListenerRefused, ReplyRefused uint64
+	// AsksFailed counts the asks this node failed (AskFailed sent, or
+	// handled here) because it refused the command they waited on.
+	AsksFailed uint64
 }
 
 type counters struct {
 	sent, local, received, delivered, replies                                     atomic.Uint64
 	unknownTarget, undecodable, notProtocol, stale, listenerRefused, replyRefused atomic.Uint64
+	asksFailed                                                                    atomic.Uint64
 }
 
 // Transport is sharding's Transport over a cluster.Transport, for one node
@@ -182,7 +217,7 @@ func (t *Transport) Stats() Stats {
 		Sent: c.sent.Load(), Local: c.local.Load(), Received: c.received.Load(), Delivered: c.delivered.Load(),
 		Replies: c.replies.Load(), UnknownTarget: c.unknownTarget.Load(), Undecodable: c.undecodable.Load(),
 		NotProtocol: c.notProtocol.Load(), Stale: c.stale.Load(), ListenerRefused: c.listenerRefused.Load(),
-		ReplyRefused: c.replyRefused.Load(),
+		ReplyRefused: c.replyRefused.Load(), AsksFailed: c.asksFailed.Load(),
 	}
 }
 
@@ -289,27 +324,80 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	if t.staleSender(from) {
 		return t.refuse(&t.stat.stale, from, fmt.Errorf("remote: message from %s: %w", from, cluster.ErrStaleIncarnation))
 	}
-	if r, ok := msg.(wire.Reply); ok {
+	switch r := msg.(type) {
+	case wire.Reply:
 		return t.reply(from, r)
+	case wire.AskFailed:
+		return t.askFailed(from, r)
 	}
-	target, m, err := fromWire(t.cfg.Codec, msg)
+	target, m, failed, err := fromWire(t.cfg.Codec, msg)
 	switch {
 	case errors.Is(err, ErrNotProtocol):
 		return t.refuse(&t.stat.notProtocol, from, err)
-	case err != nil && m == nil:
-		return t.refuse(&t.stat.undecodable, from, err)
 	case err != nil:
+		t.failAsks(failed, wire.RefusedUndecodable, err)
+		if m == nil {
+			return t.refuse(&t.stat.undecodable, from, err)
+		}
 		// A hand-over keeps what decodes; the rest is reported.
 		_ = t.refuse(&t.stat.undecodable, from, err)
 	}
 	h := t.handler(target)
 	if h == nil {
-		return t.refuse(&t.stat.unknownTarget, from, fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from))
+		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
+		t.failAsks(entriesOf(msg), wire.RefusedUnknownTarget, err)
+		return t.refuse(&t.stat.unknownTarget, from, err)
 	}
 	if herr := h(m); herr != nil {
-		return t.refuse(&t.stat.listenerRefused, from, fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr))
+		err := fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr)
+		t.failAsks(entriesOf(msg), wire.RefusedByListener, err)
+		return t.refuse(&t.stat.listenerRefused, from, err)
 	}
 	t.stat.delivered.Add(1)
+	return err
+}
+
+// entriesOf lists the user messages a wire message carries.
+func entriesOf(msg any) []wire.Entry {
+	switch m := msg.(type) {
+	case wire.Deliver:
+		return []wire.Entry{m.Entry}
+	case wire.HostShard:
+		return m.Buffered
+	case wire.ShardStopped:
+		return m.Buffered
+	}
+	return nil
+}
+
+// failAsks tells the askers waiting on entries that were refused here.
+func (t *Transport) failAsks(entries []wire.Entry, kind string, cause error) {
+	for _, e := range entries {
+		for _, to := range e.ReplyTo {
+			f := wire.AskFailed{To: to, Kind: kind, Reason: cause.Error()}
+			var err error
+			if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
+				err = t.askFailed(t.self, f)
+			} else {
+				err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
+			}
+			if err == nil {
+				t.stat.asksFailed.Add(1)
+			}
+		}
+	}
+}
+
+// askFailed fails this node's ask named by f.
+func (t *Transport) askFailed(from cluster.UniqueAddress, f wire.AskFailed) error {
+	sys := t.sys.Load()
+	if sys == nil {
+		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: ask failure for %s: %w", f.To, entity.ErrNoRemoteReplies))
+	}
+	err := sys.FailAsk(f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
+	if err != nil && !errors.Is(err, entity.ErrAskEnded) {
+		return t.refuse(&t.stat.replyRefused, from, err)
+	}
 	return err
 }
 

@@ -43,13 +43,27 @@ type Addressed interface{ Target() Target }
 // Entry is one user message for one entity: the envelope the protocol
 // carries in Deliver, and in the buffers that HostShard and ShardStopped
 // hand over. With Start it only starts the entity and carries no message.
+// ReplyTo lists the reply addresses inside the message (its ReplyTo
+// fields), so that a node that cannot handle the message, not even decode
+// it, can fail those asks at once with AskFailed.
 type Entry struct {
-	Shard    string `json:"shard"`
-	EntityID string `json:"id"`
-	Start    bool   `json:"start,omitempty"`
-	Manifest string `json:"m,omitempty"`
-	Payload  []byte `json:"p,omitempty"`
+	Shard    string                `json:"shard"`
+	EntityID string                `json:"id"`
+	Start    bool                  `json:"start,omitempty"`
+	Manifest string                `json:"m,omitempty"`
+	Payload  []byte                `json:"p,omitempty"`
+	ReplyTo  []entity.ReplyAddress `json:"r,omitempty"`
 }
+
+// Why a node refused a user message, in AskFailed.
+const (
+	// RefusedUndecodable: its manifest is unknown there, or its payload corrupt.
+	RefusedUndecodable = "undecodable"
+	// RefusedUnknownTarget: nobody there listens for its entity type.
+	RefusedUnknownTarget = "unknown-target"
+	// RefusedByListener: the region there refused it (its mailbox full).
+	RefusedByListener = "refused"
+)
 
 // The protocol messages, field for field those of package sharding, with
 // the user messages they carry as Entries.
@@ -165,6 +179,15 @@ type (
 		Manifest string              `json:"m"`
 		Payload  []byte              `json:"p"`
 	}
+	// AskFailed tells the asking incarnation that the command carrying
+	// the reply address To was refused by the node it was sent to, and
+	// why (one of the Refused constants, and the refusing node's error
+	// text), so that the ask fails at once instead of at its deadline.
+	AskFailed struct {
+		To     entity.ReplyAddress `json:"to"`
+		Kind   string              `json:"kind"`
+		Reason string              `json:"reason"`
+	}
 )
 
 // Target implements Addressed for every protocol message.
@@ -213,6 +236,7 @@ func RegisterTypes(reg *codec.Registry) error {
 		add[GetRegionStats](reg, "GetRegionStats"),
 		add[Deliver](reg, "Deliver"),
 		add[Reply](reg, "Reply"),
+		add[AskFailed](reg, "AskFailed"),
 	)
 }
 
