@@ -112,7 +112,7 @@ type testNode struct {
 	ops *sharding.Region[Command]
 }
 
-func startNode(t *testing.T, dsn, id string, seeds []string, tune ...func(*node.Config)) *testNode {
+func startNode(t testing.TB, dsn, id string, seeds []string, tune ...func(*node.Config)) *testNode {
 	t.Helper()
 	cfg := node.DefaultConfig(id)
 	cfg.PostgresDSN = dsn
@@ -141,7 +141,7 @@ func startNode(t *testing.T, dsn, id string, seeds []string, tune ...func(*node.
 }
 
 // awaitUp waits until every node sees all of them Up and is ready.
-func awaitUp(t *testing.T, nodes []*testNode) {
+func awaitUp(t testing.TB, nodes []*testNode) {
 	t.Helper()
 	for _, n := range nodes {
 		eventually(t, "every node sees the others Up and is ready", func() error {
@@ -160,7 +160,7 @@ func awaitUp(t *testing.T, nodes []*testNode) {
 }
 
 // eventually polls cond until it holds or 30 s have passed.
-func eventually(t *testing.T, what string, cond func() error) {
+func eventually(t testing.TB, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
