@@ -12,6 +12,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/testcert"
 )
 
 type benchMsg struct {
@@ -109,14 +110,14 @@ func BenchmarkLoopback(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 
-	ca := newCA(b, "bench CA")
+	ca := testcert.New(b, "bench CA")
 	for _, tc := range []struct {
 		name string
 		tune func(*tcp.Config)
 	}{
 		{"tcp", nil},
 		{"tcp-unbatched", func(c *tcp.Config) { c.MaxBatchBytes = 1 }},
-		{"tcp-tls", withTLS(tcp.MutualTLS(ca.leaf(b, "node"), ca.pool))},
+		{"tcp-tls", withTLS(tcp.MutualTLS(ca.Leaf(b, "node"), ca.Pool))},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := newCounter(b.N + 1)

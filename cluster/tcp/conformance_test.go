@@ -13,6 +13,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/clustertest"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/testcert"
 )
 
 // deadline bounds every wait of these tests: generous, for a busy machine.
@@ -188,7 +189,7 @@ func TestTransportConformance(t *testing.T) {
 		})
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
-		ca := newCA(t, "shoal test CA")
+		ca := testcert.New(t, "shoal test CA")
 		certs := make(map[string]tls.Certificate) // one per node id, as nodes must have
 		var mu sync.Mutex
 		nodeCert := func(c *tcp.Config) {
@@ -196,10 +197,10 @@ func TestTransportConformance(t *testing.T) {
 			defer mu.Unlock()
 			cert, ok := certs[c.Self.Node]
 			if !ok {
-				cert = ca.leaf(t, c.Self.Node)
+				cert = ca.Leaf(t, c.Self.Node)
 				certs[c.Self.Node] = cert
 			}
-			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(cert, ca.pool)
+			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(cert, ca.Pool)
 		}
 		clustertest.RunTransport(t, func(t *testing.T, reg *codec.Registry) clustertest.Harness {
 			return harness{newNetwork(t, reg, nodeCert)}

@@ -1,82 +1,16 @@
 package tcp_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
-	"net"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/clustertest"
 	"github.com/shoal-dev/shoal/cluster/tcp"
+	"github.com/shoal-dev/shoal/internal/testcert"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newCA(t testing.TB, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// leaf issues a node certificate for 127.0.0.1, good as server and client.
-func (ca *testCA) leaf(t testing.TB, node string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: node},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{node},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // withTLS returns a tune that gives a node server and client configs.
 func withTLS(server, client *tls.Config) func(*tcp.Config) {
@@ -84,14 +18,14 @@ func withTLS(server, client *tls.Config) func(*tcp.Config) {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newCA(t, "shoal test CA")
+	ca := testcert.New(t, "shoal test CA")
 
 	t.Run("nodes with certificates of the cluster's CA talk", func(t *testing.T) {
 		nw := newNetwork(t, pingRegistry(), nil)
-		nw.tune = withTLS(tcp.MutualTLS(ca.leaf(t, "b"), ca.pool))
+		nw.tune = withTLS(tcp.MutualTLS(ca.Leaf(t, "b"), ca.Pool))
 		got := newRecorder()
 		b := nw.start(t, addr("b", 1), got.handle, "")
-		nw.tune = withTLS(tcp.MutualTLS(ca.leaf(t, "a"), ca.pool))
+		nw.tune = withTLS(tcp.MutualTLS(ca.Leaf(t, "a"), ca.Pool))
 		a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 		for i := 1; i <= 3; i++ {
 			sendOrFlush(t, a, b.Self(), clustertest.Ping{Sender: "a", Seq: i})
@@ -102,23 +36,23 @@ func TestMutualTLS(t *testing.T) {
 		}
 	})
 
-	other := newCA(t, "another cluster's CA")
+	other := testcert.New(t, "another cluster's CA")
 	refused := []struct {
 		name string
 		a    func(*tcp.Config) // the dialler's settings
 	}{
-		{"a certificate of another CA", withTLS(tcp.MutualTLS(other.leaf(t, "a"), other.pool))},
-		{"a node that trusts another CA", withTLS(tcp.MutualTLS(ca.leaf(t, "a"), other.pool))},
+		{"a certificate of another CA", withTLS(tcp.MutualTLS(other.Leaf(t, "a"), other.Pool))},
+		{"a node that trusts another CA", withTLS(tcp.MutualTLS(ca.Leaf(t, "a"), other.Pool))},
 		{"no client certificate", func(c *tcp.Config) {
-			server, _ := tcp.MutualTLS(ca.leaf(t, "a"), ca.pool)
-			c.ServerTLS, c.ClientTLS = server, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.pool}
+			server, _ := tcp.MutualTLS(ca.Leaf(t, "a"), ca.Pool)
+			c.ServerTLS, c.ClientTLS = server, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.Pool}
 		}},
 		{"plaintext", nil},
 	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			nw := newNetwork(t, pingRegistry(), nil)
-			nw.tune = withTLS(tcp.MutualTLS(ca.leaf(t, "b"), ca.pool))
+			nw.tune = withTLS(tcp.MutualTLS(ca.Leaf(t, "b"), ca.Pool))
 			got := newRecorder()
 			b := nw.start(t, addr("b", 1), got.handle, "")
 			nw.tune = tc.a
@@ -140,7 +74,7 @@ func TestMutualTLS(t *testing.T) {
 		nw := newNetwork(t, pingRegistry(), nil)
 		got := newRecorder()
 		b := nw.start(t, addr("b", 1), got.handle, "")
-		nw.tune = withTLS(tcp.MutualTLS(ca.leaf(t, "a"), ca.pool))
+		nw.tune = withTLS(tcp.MutualTLS(ca.Leaf(t, "a"), ca.Pool))
 		a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
 		if err := a.Send(b.Self(), clustertest.Ping{Sender: "a", Seq: 1}); err != nil {
 			t.Fatalf("Send: %v", err)
@@ -167,10 +101,10 @@ func TestListenRefusesHalfATLSConfig(t *testing.T) {
 // valid certificate names another node is refused, whichever end it is,
 // unless both ends set AllowAnyNodeCert.
 func TestCertNamesNode(t *testing.T) {
-	ca := newCA(t, "shoal test CA")
+	ca := testcert.New(t, "shoal test CA")
 	node := func(certName string, anyCert bool) func(*tcp.Config) {
 		return func(c *tcp.Config) {
-			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(ca.leaf(t, certName), ca.pool)
+			c.ServerTLS, c.ClientTLS = tcp.MutualTLS(ca.Leaf(t, certName), ca.Pool)
 			c.AllowAnyNodeCert = anyCert
 		}
 	}

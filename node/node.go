@@ -1,0 +1,540 @@
+// Package node starts a Shoal cluster node in one call: a pgx pool (the
+// journal, the snapshot store, sharding's coordinator and
+// remember-entities stores and the node lease all live in Postgres),
+// membership on memberlist, the framed TCP transport (optionally under
+// mutual TLS), and sharding over them (package sharding/remote).
+//
+// It is a top-level package, not one under cluster/, because it sits above
+// everything it wires: cluster/ is below sharding and must not import it,
+// while a node needs both, and persistence besides. Nothing imports node;
+// applications do.
+//
+// Life cycle: Start acquires the node lease, listens, joins the seeds (or
+// bootstraps a new cluster when there are none) and starts sharding; the
+// application then calls sharding.Init on Node.Sharding for each entity
+// type. Shutdown leaves gracefully: sharding hands every shard off, then
+// the node leaves the membership, then everything is closed and the node
+// lease released. Ready and Alive answer readiness and liveness probes.
+//
+// Self-fencing (DESIGN §8): when the node lease cannot be renewed in time,
+// or the store refuses it (the node was downed), the node stops every
+// entity at once without stop messages and stops gossiping, as a crash
+// would; Alive then reports ErrFenced and the process should be restarted
+// (it comes back as a new incarnation).
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
+	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
+	"github.com/shoal-dev/shoal/cluster/memberlist"
+	"github.com/shoal-dev/shoal/cluster/tcp"
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	journalpg "github.com/shoal-dev/shoal/journal/postgres"
+	"github.com/shoal-dev/shoal/migrations"
+	"github.com/shoal-dev/shoal/sharding"
+	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
+	"github.com/shoal-dev/shoal/sharding/remote"
+	snapshotpg "github.com/shoal-dev/shoal/snapshot/postgres"
+)
+
+var (
+	// ErrNotJoined: the node is not (yet) an Up member in its own view.
+	ErrNotJoined = errors.New("node: not joined")
+	// ErrShuttingDown: Shutdown or Kill has begun.
+	ErrShuttingDown = errors.New("node: shutting down")
+	// ErrFenced: the node lease was lost and the node fenced itself. It is
+	// lease.ErrFenced.
+	ErrFenced = lease.ErrFenced
+	// ErrInvalidConfig: a Config Start cannot use. It is
+	// cluster.ErrInvalidConfig.
+	ErrInvalidConfig = cluster.ErrInvalidConfig
+)
+
+// Config configures a node. NodeID and a database (PostgresDSN or Pool)
+// are required; every other zero field takes the default DefaultConfig
+// documents.
+type Config struct {
+	// NodeID names the node across restarts; no '/' (memberlist) and
+	// unique in the cluster.
+	NodeID string
+	// Incarnation tells this run of NodeID from earlier and later ones;
+	// it must grow with every restart. Default: the wall clock at Start,
+	// in nanoseconds (the node lease refuses an incarnation older than
+	// one the database has seen).
+	Incarnation uint64
+	// Roles this node carries; entity types with a Role are hosted only
+	// on nodes with it (proxies elsewhere).
+	Roles []string
+	// AppVersion is the application version, for rolling updates.
+	AppVersion string
+	// ClusterName isolates clusters: gossip and transport connections of
+	// a node with another name are refused. Default "shoal".
+	ClusterName string
+
+	// Seeds are gossip addresses (host:port) of members to join; empty
+	// bootstraps a new cluster with this node as its first member.
+	Seeds []string
+	// GossipAddr is where memberlist listens, UDP and TCP. Default
+	// 127.0.0.1:0 (a free port; read it back with Node.GossipAddr).
+	GossipAddr string
+	// GossipAdvertise is the address peers are told to gossip with, when
+	// it is not GossipAddr (a wildcard bind, NAT, containers).
+	GossipAdvertise string
+	// SecretKey encrypts gossip (16, 24 or 32 bytes); a node without it
+	// cannot join. Default: none.
+	SecretKey []byte
+	// Timing is memberlist's failure detection and gossip. Default
+	// memberlist.DefaultTiming() (LAN); tests use a faster one.
+	Timing memberlist.Timing
+
+	// TransportAddr is where the message transport listens. Default
+	// 127.0.0.1:0.
+	TransportAddr string
+	// TransportAdvertise is the endpoint peers dial, published in the
+	// membership. Default: the listener's address, which must then be
+	// reachable by peers (set it when TransportAddr is a wildcard).
+	TransportAdvertise string
+	// ServerTLS and ClientTLS turn on mutual TLS for the transport (see
+	// tcp.MutualTLS); set both or neither. Each node's certificate must
+	// name its NodeID among its DNS names unless AllowAnyNodeCert.
+	ServerTLS, ClientTLS *tls.Config
+	AllowAnyNodeCert     bool
+
+	// PostgresDSN is the database to connect to; ignored when Pool is set.
+	// The pool opened on it has at least Journal.Writers + 6 connections.
+	PostgresDSN string
+	// Pool is a pool to use instead of opening one; the node does not
+	// close it.
+	Pool *pgxpool.Pool
+	// SkipMigrations leaves the schema alone; by default Start applies
+	// Shoal's migrations (idempotent, safe from several nodes at once).
+	SkipMigrations bool
+	// Journal tunes the Postgres journal. Default journalpg.DefaultConfig().
+	Journal journalpg.Config
+	// Leases are the node and coordinator lease timings; every node of a
+	// cluster must use the same. Default lease.DefaultSettings().
+	Leases lease.Settings
+
+	// Codec holds the application's message, event, state and reply
+	// types; Start adds sharding's wire types. Default: an empty registry.
+	Codec *codec.Registry
+	// Entity configures the entity runtime (workers, ask timeout, clock,
+	// ...). NodeID, Incarnation, Codec, Journal, Snapshots, RemoteReplies
+	// and Logger are set by Start.
+	Entity entity.Config
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config for nodeID with every default spelled
+// out: cluster "shoal", gossip and transport on free loopback ports,
+// memberlist's LAN timing, the journal's and the leases' defaults, an
+// empty codec. Set PostgresDSN (or Pool), and Seeds for every node but
+// the first.
+func DefaultConfig(nodeID string) Config {
+	return Config{
+		NodeID:        nodeID,
+		ClusterName:   "shoal",
+		GossipAddr:    "127.0.0.1:0",
+		Timing:        memberlist.DefaultTiming(),
+		TransportAddr: "127.0.0.1:0",
+		Journal:       journalpg.DefaultConfig(),
+		Leases:        lease.DefaultSettings(),
+		Codec:         codec.NewRegistry(),
+	}
+}
+
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig(c.NodeID)
+	if c.NodeID == "" {
+		return c, fmt.Errorf("%w: NodeID is required", ErrInvalidConfig)
+	}
+	if c.Pool == nil && c.PostgresDSN == "" {
+		return c, fmt.Errorf("%w: PostgresDSN or Pool is required", ErrInvalidConfig)
+	}
+	if c.Incarnation == 0 {
+		c.Incarnation = uint64(time.Now().UnixNano())
+	}
+	if c.ClusterName == "" {
+		c.ClusterName = d.ClusterName
+	}
+	if c.GossipAddr == "" {
+		c.GossipAddr = d.GossipAddr
+	}
+	if c.Timing == (memberlist.Timing{}) {
+		c.Timing = d.Timing
+	}
+	if c.TransportAddr == "" {
+		c.TransportAddr = d.TransportAddr
+	}
+	if c.Journal == (journalpg.Config{}) {
+		c.Journal = d.Journal
+	}
+	if c.Leases == (lease.Settings{}) {
+		c.Leases = d.Leases
+	}
+	if err := c.Leases.Validate(); err != nil {
+		return c, err
+	}
+	if c.Codec == nil {
+		c.Codec = d.Codec
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// minSpareConns is how many connections an opened pool has beyond the
+// journal's writers.
+const minSpareConns = 6
+
+// Node is one running cluster node.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	self cluster.UniqueAddress
+
+	pool     *pgxpool.Pool
+	ownsPool bool
+	journal  *journalpg.Journal
+	leases   lease.Store
+	holder   *lease.Holder
+	members  *memberlist.Membership
+	net      *tcp.Transport
+	remote   *remote.Transport
+	view     *remote.Membership
+	sys      *entity.System
+	sharding *sharding.Sharding
+
+	started  chan struct{} // closed when Start returns
+	stopping atomic.Bool
+	fenced   atomic.Pointer[error]
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a node: see the package doc. ctx bounds the start (the
+// database, the node lease, the join); on error everything started is
+// stopped again.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, self: cluster.UniqueAddress{Node: cfg.NodeID, Incarnation: cfg.Incarnation}, started: make(chan struct{})}
+	n.log = cfg.Logger.With("node", n.self.String())
+	defer func() {
+		if err != nil {
+			n.releaseLease()
+			n.kill()
+		}
+		close(n.started)
+	}()
+	if err := n.openStores(ctx); err != nil {
+		return nil, err
+	}
+	// The lease first: nothing may be hosted by an incarnation the
+	// database does not know to be alive.
+	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence); err != nil {
+		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
+	}
+	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if err := n.startCluster(ctx); err != nil {
+		return nil, err
+	}
+	ec := cfg.Entity
+	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
+	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
+	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger
+	if n.sys, err = entity.NewSystem(ec); err != nil {
+		return nil, err
+	}
+	if err := n.join(ctx); err != nil {
+		return nil, err
+	}
+	n.view = remote.NewMembership(n.members, cfg.Roles...)
+	n.sharding, err = sharding.New(n.sys, sharding.Config{
+		Transport:        n.remote,
+		Membership:       n.view,
+		CoordinatorStore: shardingpg.NewCoordinatorStore(n.pool),
+		RememberStore:    shardingpg.NewRememberStore(n.pool),
+		Logger:           cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
+	return n, nil
+}
+
+// openStores opens (or takes) the pool, applies the migrations and builds
+// the stores on it.
+func (n *Node) openStores(ctx context.Context) error {
+	n.pool = n.cfg.Pool
+	if n.pool == nil {
+		pc, err := pgxpool.ParseConfig(n.cfg.PostgresDSN)
+		if err != nil {
+			return fmt.Errorf("%w: PostgresDSN: %w", ErrInvalidConfig, err)
+		}
+		// The journal's writers each hold a connection while a batch is in
+		// flight; recoveries, snapshots, leases and sharding need more.
+		writers := n.cfg.Journal.Writers
+		if writers <= 0 {
+			writers = journalpg.DefaultConfig().Writers
+		}
+		pc.MaxConns = max(pc.MaxConns, int32(writers+minSpareConns))
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return fmt.Errorf("node: open database: %w", err)
+		}
+		n.pool, n.ownsPool = pool, true
+	}
+	if !n.cfg.SkipMigrations {
+		if _, err := migrations.Apply(ctx, n.pool); err != nil {
+			return fmt.Errorf("node: migrate: %w", err)
+		}
+	}
+	n.journal = journalpg.New(n.pool, n.cfg.Journal)
+	n.leases = leasepg.New(n.pool)
+	return nil
+}
+
+// startCluster listens for messages and gossip. The transport's listener
+// comes first: its address is the endpoint the membership publishes.
+func (n *Node) startCluster(ctx context.Context) error {
+	cfg := n.cfg
+	ln, err := net.Listen("tcp", cfg.TransportAddr)
+	if err != nil {
+		return fmt.Errorf("node: transport: listen %s: %w", cfg.TransportAddr, err)
+	}
+	endpoint := cfg.TransportAdvertise
+	if endpoint == "" {
+		endpoint = ln.Addr().String()
+	}
+	mc := memberlist.Config{
+		NodeID: cfg.NodeID, Incarnation: cfg.Incarnation, Endpoint: endpoint,
+		Roles: cfg.Roles, AppVersion: cfg.AppVersion, ClusterName: cfg.ClusterName,
+		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: cfg.Logger,
+	}
+	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.GossipAddr); err != nil {
+		ln.Close()
+		return err
+	}
+	if cfg.GossipAdvertise != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = hostPort(cfg.GossipAdvertise); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if n.members, err = memberlist.New(mc); err != nil {
+		ln.Close()
+		return err
+	}
+	n.net, err = tcp.Listen(tcp.Config{
+		Self: n.self, Codec: cfg.Codec, Handler: n.remote.Handle, Membership: n.members,
+		Listener: ln, ClusterName: cfg.ClusterName,
+		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
+		Logger: cfg.Logger,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return n.remote.Bind(n.net)
+}
+
+func hostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: address %q: %w", ErrInvalidConfig, addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: port of %q: %w", ErrInvalidConfig, addr, err)
+	}
+	return host, p, nil
+}
+
+// join joins the seeds, or bootstraps a cluster without any.
+func (n *Node) join(ctx context.Context) error {
+	if len(n.cfg.Seeds) == 0 {
+		return n.members.Bootstrap(ctx)
+	}
+	return n.members.Join(ctx, n.cfg.Seeds)
+}
+
+// fence is the node lease's fence: stop hosting at once, as a crash would.
+func (n *Node) fence(err error) {
+	n.fenced.Store(&err)
+	n.log.Error("node: node lease lost; stopping every entity at once", "err", err)
+	go func() {
+		<-n.started // a Start that failed has stopped everything itself
+		if n.sharding != nil {
+			n.sharding.Terminate()
+		}
+		if n.members != nil {
+			_ = n.members.Shutdown()
+		}
+	}()
+}
+
+// Self is this node's incarnation.
+func (n *Node) Self() cluster.UniqueAddress { return n.self }
+
+// System is the node's entity runtime.
+func (n *Node) System() *entity.System { return n.sys }
+
+// Sharding is the node's sharding layer: pass it to sharding.Init.
+func (n *Node) Sharding() *sharding.Sharding { return n.sharding }
+
+// Membership is the node's view of the cluster.
+func (n *Node) Membership() cluster.Membership { return n.members }
+
+// GossipAddr is where the node gossips (host:port): what other nodes list
+// in Config.Seeds.
+func (n *Node) GossipAddr() string { return n.members.Addr() }
+
+// TransportAddr is where the node's transport listens.
+func (n *Node) TransportAddr() string { return n.net.Addr().String() }
+
+// Pool is the node's database pool.
+func (n *Node) Pool() *pgxpool.Pool { return n.pool }
+
+// Stats are the counters of the node's transports.
+func (n *Node) Stats() (tcp.Stats, remote.Stats) { return n.net.Stats(), n.remote.Stats() }
+
+// Ready returns nil when the node serves: it is an Up member in its own
+// view, holds its node lease, and is neither fenced nor shutting down.
+// Otherwise the error says why (ErrNotJoined, ErrFenced, ErrShuttingDown).
+func (n *Node) Ready() error {
+	if err := n.Alive(); err != nil {
+		return err
+	}
+	if !n.holder.Holds() {
+		return fmt.Errorf("%w: the node lease is not held", ErrFenced)
+	}
+	if m, ok := n.members.View().Member(n.self); !ok || m.Status != cluster.Up {
+		return fmt.Errorf("%w: %s is %v in its own view", ErrNotJoined, n.self, m.Status)
+	}
+	return nil
+}
+
+// Alive returns nil unless the node fenced itself (ErrFenced, wrapping
+// the cause) or is shutting down (ErrShuttingDown): a node that is alive
+// but not ready is still joining or handing off.
+func (n *Node) Alive() error {
+	if p := n.fenced.Load(); p != nil {
+		return *p // wraps ErrFenced
+	}
+	if n.stopping.Load() {
+		return ErrShuttingDown
+	}
+	return nil
+}
+
+// Shutdown leaves the cluster gracefully within ctx: sharding hands every
+// shard off (entities get their stop messages and the shards start
+// elsewhere), then the node leaves the membership, then the transport,
+// the node lease (released, so nothing waits for it to expire), the
+// journal and the pool are closed. What the deadline cuts short is
+// stopped at once, and the error says so. Calling it again returns the
+// first call's error.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		n.stopping.Store(true)
+		var errs []error
+		if err := n.sharding.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := n.members.Leave(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		n.view.Close()
+		if err := n.net.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		n.holder.Stop()
+		if n.fenced.Load() == nil {
+			if err := n.leases.ReleaseNode(ctx, n.self); err != nil {
+				errs = append(errs, fmt.Errorf("node: release the node lease: %w", err))
+			}
+		}
+		n.closeStores()
+		n.stopErr = errors.Join(errs...)
+		n.log.Info("node: shut down", "err", n.stopErr)
+	})
+	return n.stopErr
+}
+
+// Kill stops the node as a crash would: entities stop at once without
+// their stop messages, the node vanishes from gossip without a word, and
+// its lease is left to expire. For tests.
+func (n *Node) Kill() {
+	n.stopOnce.Do(func() {
+		n.stopErr = errors.New("node: killed")
+		n.kill()
+	})
+}
+
+// kill stops whatever has been started, as a crash would.
+func (n *Node) kill() {
+	n.stopping.Store(true)
+	if n.sharding != nil {
+		n.sharding.Terminate()
+	}
+	if n.members != nil {
+		_ = n.members.Shutdown()
+	}
+	if n.view != nil {
+		n.view.Close()
+	}
+	if n.net != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = n.net.Close(ctx)
+		cancel()
+	}
+	if n.holder != nil {
+		n.holder.Stop()
+	}
+	n.closeStores()
+}
+
+// releaseLease ends the node lease of a Start that failed: it never
+// hosted anything, so nothing need wait for the lease to expire.
+func (n *Node) releaseLease() {
+	if n.holder == nil {
+		return
+	}
+	n.holder.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.leases.ReleaseNode(ctx, n.self); err != nil {
+		n.log.Warn("node: could not release the node lease of a failed start", "err", err)
+	}
+}
+
+func (n *Node) closeStores() {
+	if n.journal != nil {
+		_ = n.journal.Close()
+	}
+	if n.ownsPool && n.pool != nil {
+		n.pool.Close()
+	}
+}

@@ -1,0 +1,190 @@
+package remote
+
+import (
+	"fmt"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/wire"
+)
+
+// toWire turns a protocol message for target into its wire type, encoding
+// the user messages it carries with reg.
+func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, error) {
+	switch m := msg.(type) {
+	case sharding.Register:
+		return wire.Register{To: to, Region: m.Region}, nil
+	case sharding.RegisterProxy:
+		return wire.RegisterProxy{To: to, Region: m.Region}, nil
+	case sharding.RegisterAck:
+		return wire.RegisterAck{To: to, Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
+	case sharding.GetShardHome:
+		return wire.GetShardHome{To: to, Shard: m.Shard, Region: m.Region}, nil
+	case sharding.ShardHome:
+		return wire.ShardHome{To: to, Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
+	case sharding.ShardHomes:
+		return wire.ShardHomes{To: to, Homes: m.Homes, Epoch: m.Epoch}, nil
+	case sharding.HostShard:
+		buf, err := entries(reg, m.Buffered)
+		return wire.HostShard{To: to, Shard: m.Shard, Epoch: m.Epoch, Buffered: buf}, err
+	case sharding.ShardStarted:
+		return wire.ShardStarted{To: to, Shard: m.Shard, Region: m.Region}, nil
+	case sharding.BeginHandOff:
+		return wire.BeginHandOff{To: to, Shard: m.Shard, Epoch: m.Epoch}, nil
+	case sharding.BeginHandOffAck:
+		return wire.BeginHandOffAck{To: to, Shard: m.Shard, Region: m.Region}, nil
+	case sharding.HandOff:
+		return wire.HandOff{To: to, Shard: m.Shard, Epoch: m.Epoch}, nil
+	case sharding.ShardStopped:
+		buf, err := entries(reg, m.Buffered)
+		return wire.ShardStopped{To: to, Shard: m.Shard, Region: m.Region, Buffered: buf}, err
+	case sharding.GracefulShutdownReq:
+		return wire.GracefulShutdownReq{To: to, Region: m.Region}, nil
+	case sharding.LeaveAck:
+		return wire.LeaveAck{To: to, Epoch: m.Epoch}, nil
+	case sharding.StopShards:
+		return wire.StopShards{To: to, Shards: m.Shards}, nil
+	case sharding.RegionStopped:
+		return wire.RegionStopped{To: to, Region: m.Region}, nil
+	case sharding.GetRegionStats:
+		return wire.GetRegionStats{To: to, ReplyTo: m.ReplyTo}, nil
+	case sharding.Deliver:
+		e, err := entry(reg, m)
+		return wire.Deliver{To: to, Entry: e}, err
+	}
+	return nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
+}
+
+// fromWire turns a wire message back into the protocol message for its
+// target, decoding the user messages it carries with reg. A user message
+// that does not decode is reported with a *DecodeError and in failed: a
+// Deliver is then dropped (m is nil); of a hand-over (HostShard,
+// ShardStopped) the entries that decode are kept.
+func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message, failed []wire.Entry, err error) {
+	a, ok := msg.(wire.Addressed)
+	if !ok {
+		return wire.Target{}, nil, nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
+	}
+	to = a.Target()
+	switch w := msg.(type) {
+	case wire.HostShard:
+		buf, failed, err := delivers(reg, w.Buffered)
+		return to, sharding.HostShard{Shard: w.Shard, Epoch: w.Epoch, Buffered: buf}, failed, err
+	case wire.ShardStopped:
+		buf, failed, err := delivers(reg, w.Buffered)
+		return to, sharding.ShardStopped{Shard: w.Shard, Region: w.Region, Buffered: buf}, failed, err
+	case wire.Deliver:
+		d, err := deliver(reg, w.Entry)
+		if err != nil {
+			return to, nil, []wire.Entry{w.Entry}, err
+		}
+		return to, d, nil, nil
+	}
+	m, err = fromWireControl(msg)
+	return to, m, nil, err
+}
+
+// fromWireControl converts the messages that carry no user message.
+func fromWireControl(msg any) (sharding.Message, error) {
+	switch m := msg.(type) {
+	case wire.Register:
+		return sharding.Register{Region: m.Region}, nil
+	case wire.RegisterProxy:
+		return sharding.RegisterProxy{Region: m.Region}, nil
+	case wire.RegisterAck:
+		return sharding.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
+	case wire.GetShardHome:
+		return sharding.GetShardHome{Shard: m.Shard, Region: m.Region}, nil
+	case wire.ShardHome:
+		return sharding.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
+	case wire.ShardHomes:
+		return sharding.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
+	case wire.ShardStarted:
+		return sharding.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
+	case wire.BeginHandOff:
+		return sharding.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
+	case wire.BeginHandOffAck:
+		return sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region}, nil
+	case wire.HandOff:
+		return sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
+	case wire.GracefulShutdownReq:
+		return sharding.GracefulShutdownReq{Region: m.Region}, nil
+	case wire.LeaveAck:
+		return sharding.LeaveAck{Epoch: m.Epoch}, nil
+	case wire.StopShards:
+		return sharding.StopShards{Shards: m.Shards}, nil
+	case wire.RegionStopped:
+		return sharding.RegionStopped{Region: m.Region}, nil
+	case wire.GetRegionStats:
+		return sharding.GetRegionStats{ReplyTo: m.ReplyTo}, nil
+	}
+	return nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
+}
+
+// entry encodes one user message.
+func entry(reg *codec.Registry, d sharding.Deliver) (wire.Entry, error) {
+	e := wire.Entry{Shard: d.Shard, EntityID: d.EntityID, Start: d.Start}
+	if d.Start {
+		return e, nil
+	}
+	var err error
+	if e.Manifest, e.Payload, err = reg.Encode(d.Msg); err != nil {
+		return e, fmt.Errorf("remote: message for entity %q: %w", d.EntityID, err)
+	}
+	e.ReplyTo = entity.ReplyAddresses(d.Msg)
+	return e, nil
+}
+
+func entries(reg *codec.Registry, ds []sharding.Deliver) ([]wire.Entry, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	out := make([]wire.Entry, len(ds))
+	for i, d := range ds {
+		var err error
+		if out[i], err = entry(reg, d); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// deliver decodes one user message.
+func deliver(reg *codec.Registry, e wire.Entry) (sharding.Deliver, error) {
+	d := sharding.Deliver{Shard: e.Shard, EntityID: e.EntityID, Start: e.Start}
+	if e.Start {
+		return d, nil
+	}
+	v, err := reg.Decode(e.Manifest, e.Payload)
+	if err != nil {
+		return d, &DecodeError{Manifest: e.Manifest, EntityID: e.EntityID, Err: err}
+	}
+	d.Msg = v
+	return d, nil
+}
+
+// delivers decodes a hand-over, keeping what decodes; failed are the
+// others, and the error reports the first of them.
+func delivers(reg *codec.Registry, es []wire.Entry) (out []sharding.Deliver, failed []wire.Entry, err error) {
+	if len(es) == 0 {
+		return nil, nil, nil
+	}
+	out = make([]sharding.Deliver, 0, len(es))
+	var first error
+	for _, e := range es {
+		d, err := deliver(reg, e)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed = append(failed, e)
+			continue
+		}
+		out = append(out, d)
+	}
+	if first != nil {
+		return out, failed, fmt.Errorf("remote: %d of %d handed-over messages dropped, the first: %w", len(failed), len(es), first)
+	}
+	return out, nil, nil
+}

@@ -1,0 +1,530 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/remote"
+	"github.com/shoal-dev/shoal/sharding/wire"
+	"github.com/shoal-dev/shoal/timers"
+)
+
+// The test entity: a counter that remembers which node ran it.
+type cmd interface{ isCmd() }
+
+type Add struct{ N int }
+
+type Get struct{ ReplyTo entity.ReplyTo[Count] }
+
+// Big carries a payload to test the frame limit.
+type Big struct{ Blob string }
+
+// Probe is a command that some nodes cannot decode (a newer version's).
+type Probe struct{ ReplyTo entity.ReplyTo[Count] }
+
+type Count struct {
+	N    int
+	Node string
+}
+
+func (Add) isCmd()   {}
+func (Get) isCmd()   {}
+func (Big) isCmd()   {}
+func (Probe) isCmd() {}
+
+func newCodec() *codec.Registry {
+	reg := codec.NewRegistry()
+	codec.MustRegister[Add](reg, "test.Add")
+	codec.MustRegister[Get](reg, "test.Get")
+	codec.MustRegister[Big](reg, "test.Big")
+	codec.MustRegister[Count](reg, "test.Count")
+	return reg
+}
+
+// withProbe is newCodec with Probe, the command of a newer version.
+func withProbe() *codec.Registry {
+	reg := newCodec()
+	codec.MustRegister[Probe](reg, "test.Probe")
+	return reg
+}
+
+func counter(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+	return func(entity.Context[cmd]) entity.Behavior[cmd] {
+		n := 0
+		return entity.Receive(func(ctx entity.Context[cmd], m cmd) entity.Behavior[cmd] {
+			switch m := m.(type) {
+			case Add:
+				n += m.N
+			case Get:
+				_ = entity.Reply(ctx, m.ReplyTo, Count{N: n, Node: node})
+			}
+			return entity.Same[cmd]()
+		})
+	}
+}
+
+var (
+	counters = entity.NewTypeKey[cmd]("counter")
+	others   = entity.NewTypeKey[cmd]("other")
+)
+
+// testNode is one node of the in-process cluster: its runtime, the remote
+// transport and membership under sharding, and a region of each type.
+type testNode struct {
+	self     cluster.UniqueAddress
+	sys      *entity.System
+	tr       *remote.Transport
+	members  *remote.Membership
+	sh       *sharding.Sharding
+	counters *sharding.Region[cmd]
+	others   *sharding.Region[cmd]
+}
+
+type testCluster struct {
+	net   *inproc.Network
+	nodes []*testNode
+	stop  func()
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newCluster starts n nodes that all see each other Up, over an inproc
+// network with a delay on every link, delivered by Run on the bubble's
+// clock. The network's codec knows every type; a node's knows those of
+// codecs(i), withProbe() if codecs is nil.
+func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *codec.Registry) *testCluster {
+	t.Helper()
+	reg := withProbe()
+	if err := wire.RegisterTypes(reg); err != nil {
+		t.Fatal(err)
+	}
+	net, err := inproc.NewNetwork(inproc.Config{Codec: reg, Clock: timers.Real{}, Delay: 5 * time.Millisecond, MaxFrameSize: 16 << 10, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members []cluster.Member
+	for i := range n {
+		members = append(members, cluster.Member{
+			Address: cluster.UniqueAddress{Node: fmt.Sprintf("n%d", i+1), Incarnation: 7},
+			Status:  cluster.Up, JoinOrder: uint64(i + 1),
+		})
+	}
+	view, err := cluster.NewView(members...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{net: net}
+	for i, m := range members {
+		tn := &testNode{self: m.Address}
+		lm := cluster.NewLocalMembership(m.Address, view)
+		nodeReg := withProbe()
+		if len(codecs) > 0 {
+			nodeReg = codecs[0](i)
+		}
+		if tn.tr, err = remote.New(m.Address, remote.Config{Codec: nodeReg, Membership: lm, Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		ct, err := net.Join(m.Address, tn.tr.Handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tn.tr.Bind(ct); err != nil {
+			t.Fatal(err)
+		}
+		if tn.sys, err = entity.NewSystem(entity.Config{
+			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
+			RemoteReplies: tn.tr.SendReply, Logger: log,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tn.members = remote.NewMembership(lm)
+		if tn.sh, err = sharding.New(tn.sys, sharding.Config{Transport: tn.tr, Membership: tn.members, Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		settings := sharding.Settings{NumberOfShards: 12}
+		if tn.counters, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: counters, Create: counter(m.Address.Node), Settings: settings}); err != nil {
+			t.Fatal(err)
+		}
+		if tn.others, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: others, Create: counter(m.Address.Node), Settings: settings}); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, tn)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = net.Run(ctx)
+	}()
+	settle() // every region registers before traffic starts
+	c.stop = func() {
+		for _, tn := range c.nodes {
+			tn.sh.Terminate()
+			tn.members.Close()
+		}
+		cancel()
+		<-done
+	}
+	return c
+}
+
+// settle lets the bubble's clock run until every delayed message has
+// been delivered and handled.
+func settle() {
+	time.Sleep(time.Second)
+	synctest.Wait()
+}
+
+func ask(t *testing.T, r *sharding.Region[cmd], id string) Count {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := entity.Ask(ctx, r.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+	if err != nil {
+		t.Fatalf("ask %s: %v", id, err)
+	}
+	return got
+}
+
+// Messages told on any node reach entities wherever their shards live,
+// and asks from any node get their replies decoded into the asker's type,
+// for two entity types at once.
+func TestMessagesAndAsksAcrossNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, quiet())
+		defer c.stop()
+		var ids []string
+		for i := range 24 {
+			ids = append(ids, fmt.Sprintf("e%02d", i))
+		}
+		for i, id := range ids {
+			for k, tn := range c.nodes { // every node adds i+k+1
+				if err := tn.counters.EntityRefFor(id).Tell(Add{N: i + k + 1}); err != nil {
+					t.Fatalf("tell %s via %s: %v", id, tn.self, err)
+				}
+				if err := tn.others.EntityRefFor(id).Tell(Add{N: 1}); err != nil {
+					t.Fatalf("tell other %s via %s: %v", id, tn.self, err)
+				}
+			}
+		}
+		settle()
+		hosts := map[string]bool{}
+		crossed := 0
+		for i, id := range ids {
+			want := 3*i + 6
+			for _, tn := range c.nodes {
+				got := ask(t, tn.counters, id)
+				if got.N != want {
+					t.Fatalf("%s asked via %s: %d, want %d", id, tn.self, got.N, want)
+				}
+				hosts[got.Node] = true
+				if got.Node != tn.self.Node {
+					crossed++
+				}
+				if o := ask(t, tn.others, id); o.N != 3 {
+					t.Fatalf("other %s asked via %s: %d, want 3", id, tn.self, o.N)
+				}
+			}
+		}
+		if len(hosts) != 3 {
+			t.Fatalf("entities hosted on %v, want all three nodes", hosts)
+		}
+		if crossed == 0 {
+			t.Fatal("no ask crossed nodes")
+		}
+		for _, tn := range c.nodes {
+			st := tn.tr.Stats()
+			if st.Sent == 0 || st.Replies == 0 || st.Delivered == 0 {
+				t.Fatalf("%s: stats %+v: expected traffic over the cluster transport", tn.self, st)
+			}
+			if st.Undecodable+st.UnknownTarget+st.NotProtocol+st.Stale+st.ReplyRefused != 0 {
+				t.Fatalf("%s: refused messages in a clean run: %+v", tn.self, st)
+			}
+		}
+	})
+}
+
+// A message over the frame limit is refused on Send with the cluster's
+// typed error, and one the codec cannot encode with the codec's; the
+// sender's Tell returns it and nothing is lost silently.
+func TestOversizedAndUnregisteredRefusedOnSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, quiet())
+		defer c.stop()
+		a, b := c.nodes[0], c.nodes[1]
+		to := sharding.Address{Node: remote.NodeName(b.self), Type: counters.Name()}
+		err := a.tr.Send(to, sharding.Deliver{Shard: "1", EntityID: "x", Msg: Big{Blob: strings.Repeat("x", 32<<10)}})
+		if !errors.Is(err, cluster.ErrFrameTooLarge) {
+			t.Fatalf("oversized: %v, want ErrFrameTooLarge", err)
+		}
+		err = a.tr.Send(to, sharding.Deliver{Shard: "1", EntityID: "x", Msg: struct{ X int }{1}})
+		if !errors.Is(err, codec.ErrUnregisteredType) {
+			t.Fatalf("unregistered: %v, want codec.ErrUnregisteredType", err)
+		}
+		// Through the region: an entity whose shard lives on b.
+		id := onNode(t, c, a, b)
+		if err := a.counters.EntityRefFor(id).Tell(Big{Blob: strings.Repeat("x", 32<<10)}); !errors.Is(err, cluster.ErrFrameTooLarge) {
+			t.Fatalf("oversized Tell to an entity on another node: %v, want ErrFrameTooLarge", err)
+		}
+		if err := a.counters.EntityRefFor(id).Tell(Add{N: 2}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if got := ask(t, a.counters, id); got.N != 2 || got.Node != b.self.Node {
+			t.Fatalf("after the refusal: %+v, want 2 on %s", got, b.self.Node)
+		}
+	})
+}
+
+// captureRef hands the asks sent to it to the test.
+type captureRef struct {
+	sys *entity.System
+	ch  chan Get
+}
+
+func (r captureRef) Tell(m cmd) error {
+	r.ch <- m.(Get)
+	return nil
+}
+func (r captureRef) System() *entity.System { return r.sys }
+
+// onNode returns an entity id whose shard via's region knows to live on home.
+func onNode(t *testing.T, c *testCluster, via, home *testNode) string {
+	t.Helper()
+	for i := range 200 {
+		id := fmt.Sprintf("probe-%d", i)
+		if got := ask(t, via.counters, id); got.Node == home.self.Node {
+			return id
+		}
+	}
+	t.Fatalf("no entity found on %s", home.self)
+	return ""
+}
+
+// recorder counts Warn records by message and remembers them.
+type recorder struct {
+	mu    sync.Mutex
+	warns []string
+}
+
+func (r *recorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	r.warns = append(r.warns, b.String())
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *recorder) count(sub string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, w := range r.warns {
+		if strings.Contains(w, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// Bad messages that reach a node (a user message with an unknown manifest
+// or a corrupt payload, a target nobody listens at, a sender the view
+// holds as replaced, a type that is no protocol message, a reply to an
+// ask that ended or that does not decode) are refused with typed errors, counted, logged once per kind
+// and sender, and the node keeps serving.
+func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		c := newCluster(t, 2, slog.New(rec))
+		defer c.stop()
+		a, b := c.nodes[0], c.nodes[1]
+		id := onNode(t, c, a, b)
+		shard := b.counters.ShardID(id)
+		to := wire.Target{Type: counters.Name()}
+		bad := []struct {
+			name string
+			msg  any
+			from cluster.UniqueAddress
+			want []error
+		}{
+			{"unknown manifest", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Nope", Payload: []byte(`{}`)}},
+				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
+			{"unknown manifest again", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Nope", Payload: []byte(`{}`)}},
+				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
+			{"corrupt payload", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":`)}},
+				a.self, []error{remote.ErrUndecodable}},
+			{"unknown target", wire.Register{To: wire.Target{Type: "nobody"}, Region: remote.NodeName(a.self)},
+				a.self, []error{remote.ErrUnknownTarget}},
+			{"stale sender", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":100}`)}},
+				cluster.UniqueAddress{Node: a.self.Node, Incarnation: a.self.Incarnation - 1}, []error{cluster.ErrStaleIncarnation}},
+			{"not protocol", Count{N: 1},
+				a.self, []error{remote.ErrNotProtocol}},
+			{"reply to an ask that ended", wire.Reply{To: entity.ReplyAddress{Node: b.self.Node, Incarnation: b.self.Incarnation, AskID: 1 << 40}, Manifest: "test.Count"},
+				a.self, []error{entity.ErrAskEnded}},
+		}
+		for _, tc := range bad {
+			err := b.tr.Receive(tc.from, tc.msg)
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("%s: %v, want %v", tc.name, err, w)
+				}
+			}
+		}
+		st := b.tr.Stats()
+		if st.Undecodable != 3 || st.UnknownTarget != 1 || st.Stale != 1 || st.NotProtocol != 1 || st.ReplyRefused != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+		if n := rec.count("test.Nope"); n != 1 {
+			t.Fatalf("unknown manifest twice from one sender logged %d times at Warn, want once:\n%s", n, strings.Join(rec.warns, "\n"))
+		}
+		// The node keeps serving: the entity got none of the bad messages
+		// and takes good ones.
+		if err := a.counters.EntityRefFor(id).Tell(Add{N: 5}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if got := ask(t, a.counters, id); got.N != 5 {
+			t.Fatalf("entity after bad messages: %+v, want 5", got)
+		}
+		// A hand-over keeps the messages that decode and reports the others.
+		err := b.tr.Receive(a.self, wire.ShardStopped{To: wire.Target{Type: counters.Name(), Coordinator: true}, Shard: shard,
+			Buffered: []wire.Entry{{Shard: shard, EntityID: id, Manifest: "test.Nope"}, {Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}})
+		if !errors.Is(err, remote.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
+			t.Fatalf("hand-over with an undecodable entry to a node without coordinator: %v, stats %+v", err, b.tr.Stats())
+		}
+
+		// A reply that does not decode into the asker's type fails the ask
+		// at once with a typed error, not at its deadline.
+		asked := make(chan Get, 1)
+		result := make(chan error, 1)
+		go func() {
+			_, err := entity.Ask(context.Background(), captureRef{b.sys, asked}, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+			result <- err
+		}()
+		g := <-asked
+		if err := b.tr.Receive(a.self, wire.Reply{To: g.ReplyTo.Address(), Manifest: "test.Count", Payload: []byte(`"not a count"`)}); !errors.Is(err, entity.ErrReplyUndecodable) {
+			t.Fatalf("undecodable reply: %v, want entity.ErrReplyUndecodable", err)
+		}
+		if err := <-result; !errors.Is(err, entity.ErrReplyUndecodable) {
+			t.Fatalf("the ask: %v, want entity.ErrReplyUndecodable", err)
+		}
+	})
+}
+
+// Names round-trip, and names that are not node#incarnation are refused.
+func TestNodeNames(t *testing.T) {
+	a := cluster.UniqueAddress{Node: "node#1", Incarnation: 42}
+	got, err := remote.ParseNodeName(remote.NodeName(a))
+	if err != nil || got != a {
+		t.Fatalf("round trip: %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "node", "#3", "node#x", "node#-1"} {
+		if _, err := remote.ParseNodeName(bad); !errors.Is(err, remote.ErrInvalidNodeName) {
+			t.Errorf("%q: %v, want ErrInvalidNodeName", bad, err)
+		}
+	}
+}
+
+// The membership bridge maps statuses, roles, join order and
+// reachability, and a subscriber that blocks holds up neither the cluster
+// membership nor later updates of Members.
+func TestMembershipBridge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+		other := cluster.UniqueAddress{Node: "b", Incarnation: 2}
+		lm := cluster.NewLocalMembership(self, cluster.View{})
+		m := remote.NewMembership(lm, "host")
+		defer m.Close()
+		if s := m.Self(); s.Node != "a#1" || !s.HasRole("host") {
+			t.Fatalf("self before the view holds it: %+v", s)
+		}
+		release := make(chan struct{})
+		calls := make(chan struct{}, 10)
+		m.Subscribe(func() {
+			calls <- struct{}{}
+			<-release
+		})
+		if err := lm.Update(cluster.Member{Address: self, Roles: []string{"host"}, Status: cluster.Up, JoinOrder: 1, AppVersion: "1"}); err != nil {
+			t.Fatal(err)
+		}
+		<-calls // the subscriber now blocks
+		// The cluster membership is not held up: these return.
+		if err := lm.Update(cluster.Member{Address: other, Status: cluster.Leaving, JoinOrder: 2, Unreachable: true}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		got := m.Members()
+		slices.SortFunc(got, func(x, y sharding.Member) int { return strings.Compare(x.Node, y.Node) })
+		if len(got) != 2 || got[0].Node != "a#1" || got[0].JoinedAt != 1 || got[0].AppVersion != "1" || !got[0].Reachable ||
+			got[1].Node != "b#2" || got[1].Reachable || got[1].Status.String() != "leaving" {
+			t.Fatalf("members %+v", got)
+		}
+		if o, ok := sharding.Oldest(got, "host"); !ok || o.Node != "a#1" {
+			t.Fatalf("oldest %+v %v", o, ok)
+		}
+		close(release)
+		<-calls // the later change, coalesced
+		settle()
+		select {
+		case <-calls:
+			t.Fatal("one wake-up per pending change set, not per change")
+		default:
+		}
+	})
+}
+
+// An ask whose command the receiving node cannot decode (a type of a newer
+// version, say, during a rolling update) fails at once with a typed error
+// naming the refusal, instead of waiting for its deadline.
+func TestAskRefusedByPeerFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, quiet(), func(i int) *codec.Registry {
+			if i == 1 {
+				return newCodec() // the older node: no Probe
+			}
+			return withProbe()
+		})
+		defer c.stop()
+		a, b := c.nodes[0], c.nodes[1]
+		id := onNode(t, c, a, b)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := entity.Ask(ctx, a.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Probe{ReplyTo: to} })
+		var refused *remote.RefusedError
+		if !errors.As(err, &refused) || !errors.Is(err, remote.ErrUndecodable) || !errors.Is(err, remote.ErrRefusedByPeer) {
+			t.Fatalf("ask of an undecodable command: %v, want a RefusedError matching ErrUndecodable", err)
+		}
+		if refused.Peer != b.self {
+			t.Fatalf("refused by %s, want %s", refused.Peer, b.self)
+		}
+		if st := b.tr.Stats(); st.AsksFailed != 1 || st.Undecodable != 1 {
+			t.Fatalf("refusing node's stats %+v", st)
+		}
+		// The entity is unharmed and the older node keeps serving.
+		if got := ask(t, a.counters, id); got.N != 0 || got.Node != b.self.Node {
+			t.Fatalf("after the refusal: %+v", got)
+		}
+	})
+}

@@ -1,0 +1,465 @@
+// Package remote runs sharding over the cluster seams: Transport is a
+// sharding.Transport (and ReplyCarrier) over a cluster.Transport, and
+// Membership a sharding.Membership fed by a cluster.Membership.
+//
+// Sharding names a region by a string; over a cluster that name is the
+// node incarnation, NodeName(addr) = "node#incarnation", so that a
+// restarted node is a new region and a message for the old one is refused
+// by the transport instead of reaching its successor. The entity runtime
+// of the node must run under the same node id and incarnation, so that
+// reply addresses name the incarnation the transport knows.
+//
+// Messages to the node itself are handed over as values, as the local
+// transport does; messages to other nodes are converted to the types of
+// package wire, whose user messages are encoded by the codec, and sent
+// over the cluster transport, which encodes the rest. On receipt a bad
+// message (a user message whose manifest is unknown or whose payload is
+// corrupt, a target nobody listens at, a sender the view says is down or
+// replaced, a type that is no protocol message) is dropped with a typed
+// error that Receive returns, counted in Stats and logged once per kind and
+// sender; the node keeps serving. The asks waiting on a user message that
+// was refused fail at once: every message travels with the reply
+// addresses inside it, and the refusing node sends each asker an
+// AskFailed, which fails its ask with a *RefusedError. Frames that do not even decode (unknown
+// manifest, corrupt, oversized, for another incarnation) never reach this
+// package: the cluster transport drops, counts and logs them.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/wire"
+)
+
+var (
+	// ErrUnknownTarget: nobody on this node listens at the message's
+	// target (an entity type not started here, or no coordinator here).
+	// The sender's retries find the right place once views agree.
+	ErrUnknownTarget = errors.New("remote: no listener for target")
+	// ErrNotProtocol: a message that is no sharding protocol message.
+	ErrNotProtocol = errors.New("remote: not a sharding protocol message")
+	// ErrUndecodable: a user message inside a protocol message does not
+	// decode (see DecodeError).
+	ErrUndecodable = errors.New("remote: user message does not decode")
+	// ErrNotBound: Send before Bind.
+	ErrNotBound = errors.New("remote: no cluster transport bound")
+	// ErrInvalidNodeName: a region name that is not node#incarnation.
+	ErrInvalidNodeName = errors.New("remote: invalid node name")
+	// ErrRefusedByPeer: the node a command was sent to refused it (see
+	// RefusedError).
+	ErrRefusedByPeer = errors.New("remote: refused by the receiving node")
+)
+
+// RefusedError fails an ask whose command the receiving node refused: it
+// could not decode it (it matches ErrUndecodable too), no region of its
+// entity type runs there (ErrUnknownTarget), or the region there refused
+// it, its mailbox full. Reason is the refusing node's error text.
+type RefusedError struct {
+	Peer         cluster.UniqueAddress
+	Kind, Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("remote: %s refused the command (%s): %s", e.Peer, e.Kind, e.Reason)
+}
+
+// Unwrap returns ErrRefusedByPeer and the sentinel of Kind.
+func (e *RefusedError) Unwrap() []error {
+	errs := []error{ErrRefusedByPeer}
+	switch e.Kind {
+	case wire.RefusedUndecodable:
+		errs = append(errs, ErrUndecodable)
+	case wire.RefusedUnknownTarget:
+		errs = append(errs, ErrUnknownTarget)
+	}
+	return errs
+}
+
+// DecodeError tells which user message did not decode. It matches
+// ErrUndecodable, and the codec's error (codec.ErrUnknownManifest for an
+// unknown manifest).
+type DecodeError struct {
+	Manifest, EntityID string
+	Err                error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("remote: message for entity %q (manifest %q) does not decode: %v", e.EntityID, e.Manifest, e.Err)
+}
+
+// Unwrap returns ErrUndecodable and the codec's error.
+func (e *DecodeError) Unwrap() []error { return []error{ErrUndecodable, e.Err} }
+
+// NodeName is the sharding name of a node incarnation: node#incarnation.
+func NodeName(a cluster.UniqueAddress) string { return a.String() }
+
+// ParseNodeName reverses NodeName.
+func ParseNodeName(name string) (cluster.UniqueAddress, error) {
+	i := strings.LastIndexByte(name, '#')
+	if i <= 0 {
+		return cluster.UniqueAddress{}, fmt.Errorf("%w: %q", ErrInvalidNodeName, name)
+	}
+	inc, err := strconv.ParseUint(name[i+1:], 10, 64)
+	if err != nil {
+		return cluster.UniqueAddress{}, fmt.Errorf("%w: %q: %w", ErrInvalidNodeName, name, err)
+	}
+	return cluster.UniqueAddress{Node: name[:i], Incarnation: inc}, nil
+}
+
+// Config configures a Transport. Codec is required.
+type Config struct {
+	// Codec encodes the user messages that Deliver and hand-overs carry.
+	// It must be the codec of the cluster transport, with the wire types
+	// registered (New registers them).
+	Codec *codec.Registry
+	// Membership, when set, is asked on receipt: a message from an
+	// incarnation that its view holds as Down, or replaced by a newer one,
+	// is refused (cluster.ErrStaleIncarnation). Without it, only the
+	// cluster transport's own incarnation checks apply.
+	Membership cluster.Membership
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts what a Transport did.
+type Stats struct {
+	// Sent counts messages handed to the cluster transport, Local those
+	// handed to a listener of this node directly.
+	Sent, Local uint64
+	// Received counts messages from the cluster transport; Delivered those
+	// handed to a listener, Replies those handed to the entity runtime.
+	Received, Delivered, Replies uint64
+	// Refused counts received messages dropped, by error: ErrUnknownTarget,
+	// ErrUndecodable (a hand-over counts once however many of its messages
+	// failed), ErrNotProtocol, cluster.ErrStaleIncarnation, a listener that
+	// refused (its mailbox full), a reply the runtime refused.
+	UnknownTarget, Undecodable, NotProtocol, Stale, ListenerRefused, ReplyRefused uint64
+	// AsksFailed counts the asks this node failed (AskFailed sent, or
+	// handled here) because it refused the command they waited on.
+	AsksFailed uint64
+}
+
+type counters struct {
+	sent, local, received, delivered, replies                                     atomic.Uint64
+	unknownTarget, undecodable, notProtocol, stale, listenerRefused, replyRefused atomic.Uint64
+	asksFailed                                                                    atomic.Uint64
+}
+
+// Transport is sharding's Transport over a cluster.Transport, for one node
+// incarnation.
+type Transport struct {
+	cfg  Config
+	log  *slog.Logger
+	self cluster.UniqueAddress
+	name string
+	stat counters
+
+	ct  atomic.Pointer[cluster.Transport]
+	sys atomic.Pointer[entity.System]
+
+	mu       sync.RWMutex
+	handlers map[wire.Target]func(sharding.Message) error
+
+	logged sync.Map // "kind from" → struct{}: what was logged once already
+}
+
+var (
+	_ sharding.ReplyCarrier = (*Transport)(nil)
+	_ entity.ReplyRouter    = (*Transport)(nil)
+)
+
+// New returns the transport of incarnation self; Bind gives it the
+// cluster transport, whose handler must be Handle.
+func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
+	if cfg.Codec == nil || self.Node == "" {
+		return nil, fmt.Errorf("%w: remote needs a node id and a Codec", cluster.ErrInvalidConfig)
+	}
+	if err := wire.RegisterTypes(cfg.Codec); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Transport{
+		cfg: cfg, log: cfg.Logger, self: self, name: NodeName(self),
+		handlers: make(map[wire.Target]func(sharding.Message) error),
+	}, nil
+}
+
+// Bind sets the cluster transport that carries messages to other nodes;
+// it must send from this incarnation.
+func (t *Transport) Bind(ct cluster.Transport) error {
+	if ct.Self() != t.self {
+		return fmt.Errorf("%w: cluster transport of %s bound to the remote transport of %s", cluster.ErrInvalidConfig, ct.Self(), t.self)
+	}
+	t.ct.Store(&ct)
+	return nil
+}
+
+// Node is this incarnation's sharding name (NodeName).
+func (t *Transport) Node() string { return t.name }
+
+// Stats returns the counters so far.
+func (t *Transport) Stats() Stats {
+	c := &t.stat
+	return Stats{
+		Sent: c.sent.Load(), Local: c.local.Load(), Received: c.received.Load(), Delivered: c.delivered.Load(),
+		Replies: c.replies.Load(), UnknownTarget: c.unknownTarget.Load(), Undecodable: c.undecodable.Load(),
+		NotProtocol: c.notProtocol.Load(), Stale: c.stale.Load(), ListenerRefused: c.listenerRefused.Load(),
+		ReplyRefused: c.replyRefused.Load(), AsksFailed: c.asksFailed.Load(),
+	}
+}
+
+// Listen implements sharding.Transport for addresses of this node.
+func (t *Transport) Listen(addr sharding.Address, handle func(sharding.Message) error) (func(), error) {
+	if addr.Node != t.name {
+		return nil, fmt.Errorf("remote: %s cannot listen at %s, an address of another node", t.name, addr)
+	}
+	target := wire.Target{Type: addr.Type, Coordinator: addr.Coordinator}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, taken := t.handlers[target]; taken {
+		return nil, fmt.Errorf("remote: %s already has a listener", addr)
+	}
+	t.handlers[target] = handle
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.handlers, target)
+	}, nil
+}
+
+func (t *Transport) handler(target wire.Target) func(sharding.Message) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.handlers[target]
+}
+
+// Send implements sharding.Transport. To this node it hands msg to the
+// listener; to another it never blocks (cluster.Transport.Send). Errors
+// for an address that cannot be reached (unknown, stale or closed) match
+// sharding.ErrUnreachable as well as the cluster's error; a full link
+// queue is cluster.ErrQueueFull, a user message the codec refuses the
+// codec's error, a frame over the limit cluster.ErrFrameTooLarge.
+func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
+	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
+	if to.Node == t.name {
+		h := t.handler(target)
+		if h == nil {
+			return fmt.Errorf("%w: %s: %w", sharding.ErrUnreachable, to, ErrUnknownTarget)
+		}
+		t.stat.local.Add(1)
+		return h(msg)
+	}
+	dest, err := ParseNodeName(to.Node)
+	if err != nil {
+		return fmt.Errorf("%w: %w", sharding.ErrUnreachable, err)
+	}
+	w, err := toWire(t.cfg.Codec, target, msg)
+	if err != nil {
+		return err
+	}
+	return t.send(dest, w)
+}
+
+func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
+	ct := t.ct.Load()
+	if ct == nil {
+		return fmt.Errorf("%w: %w", sharding.ErrUnreachable, ErrNotBound)
+	}
+	if err := (*ct).Send(to, msg); err != nil {
+		if errors.Is(err, cluster.ErrUnreachable) || errors.Is(err, cluster.ErrStaleIncarnation) || errors.Is(err, cluster.ErrClosed) {
+			return fmt.Errorf("%w: %w", sharding.ErrUnreachable, err)
+		}
+		return err
+	}
+	t.stat.sent.Add(1)
+	return nil
+}
+
+// Attach implements sharding.ReplyCarrier: replies to asks of other nodes
+// that sys's Config.RemoteReplies does not carry go through RouteReply,
+// and replies arriving for sys's asks are handed to it.
+func (t *Transport) Attach(_ string, sys *entity.System) {
+	t.sys.Store(sys)
+	sys.SetReplyRouter(t)
+}
+
+// RouteReply implements entity.ReplyRouter: it encodes v and sends it.
+func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
+	manifest, payload, err := entity.EncodeReply(t.cfg.Codec, v)
+	if err != nil {
+		return fmt.Errorf("remote: reply to %s: %w", to, err)
+	}
+	return t.SendReply(to, manifest, payload)
+}
+
+// SendReply sends an encoded reply to the asking incarnation: it is an
+// entity.RemoteReplies, for the System's Config.
+func (t *Transport) SendReply(to entity.ReplyAddress, manifest string, payload []byte) error {
+	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
+		wire.Reply{To: to, Manifest: manifest, Payload: payload})
+}
+
+// Handle is the cluster.Handler of the bound transport: Receive, whose
+// error it has already counted and logged.
+func (t *Transport) Handle(from cluster.UniqueAddress, msg any) { _ = t.Receive(from, msg) }
+
+// Receive handles one message from another node and returns why it was
+// dropped, if it was (see the package doc); the drop is counted and
+// logged once per kind and sender. It never blocks.
+func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
+	t.stat.received.Add(1)
+	if t.staleSender(from) {
+		return t.refuse(&t.stat.stale, from, fmt.Errorf("remote: message from %s: %w", from, cluster.ErrStaleIncarnation))
+	}
+	switch r := msg.(type) {
+	case wire.Reply:
+		return t.reply(from, r)
+	case wire.AskFailed:
+		return t.askFailed(from, r)
+	}
+	target, m, failed, err := fromWire(t.cfg.Codec, msg)
+	switch {
+	case errors.Is(err, ErrNotProtocol):
+		return t.refuse(&t.stat.notProtocol, from, err)
+	case err != nil:
+		t.failAsks(failed, wire.RefusedUndecodable, err)
+		if m == nil {
+			return t.refuse(&t.stat.undecodable, from, err)
+		}
+		// A hand-over keeps what decodes; the rest is reported.
+		_ = t.refuse(&t.stat.undecodable, from, err)
+	}
+	h := t.handler(target)
+	if h == nil {
+		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
+		t.failAsks(entriesOf(msg), wire.RefusedUnknownTarget, err)
+		return t.refuse(&t.stat.unknownTarget, from, err)
+	}
+	if herr := h(m); herr != nil {
+		err := fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr)
+		t.failAsks(entriesOf(msg), wire.RefusedByListener, err)
+		return t.refuse(&t.stat.listenerRefused, from, err)
+	}
+	t.stat.delivered.Add(1)
+	return err
+}
+
+// entriesOf lists the user messages a wire message carries.
+func entriesOf(msg any) []wire.Entry {
+	switch m := msg.(type) {
+	case wire.Deliver:
+		return []wire.Entry{m.Entry}
+	case wire.HostShard:
+		return m.Buffered
+	case wire.ShardStopped:
+		return m.Buffered
+	}
+	return nil
+}
+
+// failAsks tells the askers waiting on entries that were refused here.
+func (t *Transport) failAsks(entries []wire.Entry, kind string, cause error) {
+	for _, e := range entries {
+		for _, to := range e.ReplyTo {
+			f := wire.AskFailed{To: to, Kind: kind, Reason: cause.Error()}
+			var err error
+			if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
+				err = t.askFailed(t.self, f)
+			} else {
+				err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
+			}
+			if err == nil {
+				t.stat.asksFailed.Add(1)
+			}
+		}
+	}
+}
+
+// askFailed fails this node's ask named by f.
+func (t *Transport) askFailed(from cluster.UniqueAddress, f wire.AskFailed) error {
+	sys := t.sys.Load()
+	if sys == nil {
+		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: ask failure for %s: %w", f.To, entity.ErrNoRemoteReplies))
+	}
+	err := sys.FailAsk(f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
+	if err != nil && !errors.Is(err, entity.ErrAskEnded) {
+		return t.refuse(&t.stat.replyRefused, from, err)
+	}
+	return err
+}
+
+func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
+	sys := t.sys.Load()
+	if sys == nil {
+		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: reply to %s: %w", r.To, entity.ErrNoRemoteReplies))
+	}
+	if err := sys.DeliverReply(context.Background(), r.To, r.Manifest, r.Payload); err != nil {
+		t.stat.replyRefused.Add(1)
+		if errors.Is(err, entity.ErrAskEnded) {
+			return err // a race with the ask's deadline: the runtime counted a dead letter
+		}
+		t.logOnce(from, err)
+		return err
+	}
+	t.stat.replies.Add(1)
+	return nil
+}
+
+// staleSender reports whether the view holds from as Down or replaced.
+func (t *Transport) staleSender(from cluster.UniqueAddress) bool {
+	if t.cfg.Membership == nil {
+		return false
+	}
+	view := t.cfg.Membership.View()
+	if m, ok := view.Member(from); ok {
+		return m.Status == cluster.Down
+	}
+	for _, m := range view.Members() {
+		if m.Address.Node == from.Node && m.Address.Incarnation > from.Incarnation {
+			return true
+		}
+	}
+	return false // not in the view yet: views lag
+}
+
+// refuse counts and logs a dropped message and returns err.
+func (t *Transport) refuse(c *atomic.Uint64, from cluster.UniqueAddress, err error) error {
+	c.Add(1)
+	t.logOnce(from, err)
+	return err
+}
+
+// logOnce logs err at Warn the first time its kind comes from from, and at
+// Debug after that: a peer that keeps sending bad messages cannot flood
+// the log, and Stats keeps counting.
+func (t *Transport) logOnce(from cluster.UniqueAddress, err error) {
+	key := kindOf(err) + " " + from.String()
+	if _, seen := t.logged.LoadOrStore(key, struct{}{}); seen {
+		t.log.Debug("remote: dropped a message", "from", from, "err", err)
+		return
+	}
+	t.log.Warn("remote: dropped a message (further ones of this kind from this sender are logged at debug level)", "from", from, "err", err)
+}
+
+func kindOf(err error) string {
+	for _, k := range []error{ErrUndecodable, ErrUnknownTarget, ErrNotProtocol, cluster.ErrStaleIncarnation,
+		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, entity.ErrNotThisNode} {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	return "other"
+}
