@@ -1,0 +1,225 @@
+package sharding
+
+import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Running the simulator. Environment:
+//
+//	SHOAL_SIM_SEEDS=N       seeds to run (default simDefaultSeeds)
+//	SHOAL_SIM_SEED_BASE=B   first seed (default 1): runs B..B+N-1
+//	SHOAL_SIM_FAULTS=LIST   fault classes, comma-separated: "all", "none",
+//	                        or names from simAllFaults; a leading "+" adds
+//	                        to the default set (simDefaultFaults)
+//	SHOAL_SIM_TRACE=FILE    write the failing (or, with one seed, the only)
+//	                        run's whole trace to FILE
+//
+// A failure prints the seed, the invariant, an excerpt of the trace and
+// the command that replays it; the same seed and faults replay the same run.
+//
+//	go test ./sharding -run 'TestSimulation$' -v
+//	SHOAL_SIM_SEEDS=1000 SHOAL_SIM_FAULTS=all go test ./sharding -run 'TestSimulation$'
+
+// simDefaultSeeds keeps make test's share small (see the report in the
+// commit that set it for seeds/s under -race).
+const simDefaultSeeds = 40
+
+// simDefaultFaults are the classes today's protocol survives (issue 9 item
+// 5 is to make it survive all): per-link FIFO with arbitrary delay breaks
+// the protocol's order, and the others lose its messages or its single
+// coordinator. Add a class here when its pinned failures are fixed.
+var simDefaultFaults = []string{faultDrift}
+
+func simEnvInt(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+// simFaultsFrom parses a SHOAL_SIM_FAULTS value.
+func simFaultsFrom(spec string) (map[string]bool, error) {
+	faults := map[string]bool{}
+	spec = strings.TrimSpace(spec)
+	if spec == "" || strings.HasPrefix(spec, "+") {
+		for _, f := range simDefaultFaults {
+			faults[f] = true
+		}
+		spec = strings.TrimPrefix(spec, "+")
+	}
+	for _, f := range strings.Split(spec, ",") {
+		switch f = strings.TrimSpace(f); {
+		case f == "" || f == "none":
+		case f == "all":
+			for _, f := range simAllFaults {
+				faults[f] = true
+			}
+		case slices.Contains(simAllFaults, f):
+			faults[f] = true
+		default:
+			return nil, fmt.Errorf("unknown fault class %q (known: %s, all, none)", f, strings.Join(simAllFaults, ", "))
+		}
+	}
+	return faults, nil
+}
+
+func simFaultNames(faults map[string]bool) string {
+	var names []string
+	for _, f := range simAllFaults {
+		if faults[f] {
+			names = append(names, f)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// runSimSeed runs one seed; a failure runs it again with the trace on.
+func runSimSeed(cfg simConfig) simResult {
+	res := newSimWorld(cfg).run()
+	if res.failure != "" && !cfg.trace {
+		cfg.trace = true
+		traced := newSimWorld(cfg).run()
+		if traced.failure != res.failure || traced.at != res.at {
+			traced.failure += fmt.Sprintf("\n(NOT DETERMINISTIC: the untraced run failed with %q at %v)", res.failure, res.at)
+		}
+		return traced
+	}
+	return res
+}
+
+// simReport describes a failed run: what broke, how to replay it, and the
+// trace around it.
+func simReport(res simResult, faults map[string]bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "simulation seed %d failed at %v (step %d), invariant %q:\n  %s\n", res.seed, res.at, res.steps,
+		res.invariant, res.failure)
+	fmt.Fprintf(&b, "replay: SHOAL_SIM_SEEDS=1 SHOAL_SIM_SEED_BASE=%d SHOAL_SIM_FAULTS=%s go test ./sharding -run 'TestSimulation$' -v\n",
+		res.seed, simFaultNames(faults))
+	if res.focus != "" {
+		var about []string
+		for _, line := range res.trace {
+			if strings.Contains(line, res.focus+" ") || strings.Contains(line, res.focus+"#") || strings.Contains(line, "EntityID:"+res.focus+" ") {
+				about = append(about, line)
+			}
+		}
+		fmt.Fprintf(&b, "--- the trace's last lines about %s:\n", res.focus)
+		b.WriteString(strings.Join(tail(about, 40), "\n"))
+		b.WriteString("\n")
+	}
+	b.WriteString("--- the trace's last lines:\n")
+	b.WriteString(strings.Join(tail(res.trace, 60), "\n"))
+	return b.String()
+}
+
+func tail(lines []string, n int) []string { return lines[max(0, len(lines)-n):] }
+
+func writeSimTrace(t *testing.T, res simResult) {
+	if file := os.Getenv("SHOAL_SIM_TRACE"); file != "" {
+		if err := os.WriteFile(file, []byte(strings.Join(res.trace, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("SHOAL_SIM_TRACE: %v", err)
+		}
+	}
+}
+
+// TestSimulation runs seeded simulations of several nodes through joins,
+// graceful leaves, rebalances, passivation and the enabled faults, and
+// fails at the first seed that breaks an invariant.
+func TestSimulation(t *testing.T) {
+	seeds := simEnvInt(t, "SHOAL_SIM_SEEDS", simDefaultSeeds)
+	base := simEnvInt(t, "SHOAL_SIM_SEED_BASE", 1)
+	faults, err := simFaultsFrom(os.Getenv("SHOAL_SIM_FAULTS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var steps, delivered, messages int
+	for seed := base; seed < base+seeds; seed++ {
+		res := runSimSeed(simConfig{seed: seed, faults: faults, trace: seeds == 1})
+		steps, delivered, messages = steps+res.steps, delivered+res.delivered, messages+res.messages
+		if res.failure != "" {
+			writeSimTrace(t, res)
+			t.Fatal(simReport(res, faults))
+		}
+		if seeds == 1 {
+			writeSimTrace(t, res)
+		}
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d seeds (faults %s) in %v: %.1f seeds/s; %d events, %d protocol messages, %d entity messages delivered",
+		seeds, simFaultNames(faults), elapsed.Round(time.Millisecond), float64(seeds)/elapsed.Seconds(), steps, messages, delivered)
+}
+
+// The same seed gives the same run, event for event: nothing but the seed
+// (no map order, no goroutine, no wall clock) decides.
+func TestSimulationIsDeterministic(t *testing.T) {
+	faults, _ := simFaultsFrom("all")
+	for seed := range uint64(3) {
+		digest := func() (uint64, simResult) {
+			res := newSimWorld(simConfig{seed: seed, faults: faults, trace: true}).run()
+			h := fnv.New64a()
+			for _, line := range res.trace {
+				h.Write([]byte(line))
+			}
+			return h.Sum64(), res
+		}
+		d1, r1 := digest()
+		d2, r2 := digest()
+		if d1 != d2 || len(r1.trace) != len(r2.trace) {
+			for i := range min(len(r1.trace), len(r2.trace)) {
+				if r1.trace[i] != r2.trace[i] {
+					t.Fatalf("seed %d: runs diverge at line %d:\n  %s\n  %s", seed, i, r1.trace[i], r2.trace[i])
+				}
+			}
+			t.Fatalf("seed %d: runs differ in length: %d and %d lines", seed, len(r1.trace), len(r2.trace))
+		}
+		if len(r1.trace) < 1000 {
+			t.Fatalf("seed %d: only %d trace lines: the run hardly ran", seed, len(r1.trace))
+		}
+	}
+}
+
+// The invariants can fail: a network that duplicates forwarded messages
+// breaks at-most-once, and one that loses some breaks no-loss or liveness.
+func TestSimulationCatchesSabotage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   simConfig
+		wants []string
+	}{
+		{"duplicates", simConfig{duplicate: true}, []string{"at-most-once", "order"}},
+		{"drops", simConfig{dropSome: true}, []string{"no loss", "liveness"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caught := 0
+			for seed := range uint64(5) {
+				cfg := tc.cfg
+				cfg.seed, cfg.faults = seed, map[string]bool{}
+				res := newSimWorld(cfg).run()
+				if res.failure != "" {
+					if !slices.Contains(tc.wants, res.invariant) {
+						t.Fatalf("seed %d: failed %q, want one of %v: %s", seed, res.invariant, tc.wants, res.failure)
+					}
+					caught++
+				}
+			}
+			if caught < 4 {
+				t.Fatalf("caught the sabotage in %d of 5 seeds", caught)
+			}
+		})
+	}
+}
