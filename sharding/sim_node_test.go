@@ -202,6 +202,7 @@ func (n *simNode) leave() {
 // sent it, and leaves the membership.
 func (n *simNode) finishLeave(late bool) {
 	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
+	n.w.droppedAtStop(n)
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	n.stopped = true
 	if late {
@@ -439,7 +440,7 @@ func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
 	sh.apply()
 	switch verdict {
 	case deliverHeld:
-		w.tracef("%s shard %s holds %v for %s", sh.n.name, sh.id, p.msg, p.entityID)
+		w.tracef("%s shard %s holds %+v for %s", sh.n.name, sh.id, p.msg, p.entityID)
 		return nil
 	case deliverBufferFull:
 		return ErrBufferFull
@@ -506,7 +507,7 @@ func (sh *simShard) apply() {
 				leftover := ef.leftover
 				sh.afterWrites(func() {
 					n.local(func() {
-						w.tracef("%s shard %s handed off, leftover %v", n.name, sh.id, leftover)
+						w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
 						sh.gone = true
 						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
 					})

@@ -142,7 +142,10 @@ type simNet struct {
 	last     map[simLink]time.Duration // latest arrival scheduled on the link
 	gen      map[simLink]uint64        // bumped by a break: older messages are lost
 	cut      map[simLink]bool          // partitioned
-	maxDelay time.Duration             // 0: every message takes minDelay
+	// maxDelay bounds a message's random flight time; with 0 every message
+	// arrives next, after what was sent before it on any link (the
+	// in-process transport's one global order).
+	maxDelay time.Duration
 	// duplicate, a sabotage for the self-tests, delivers every Deliver twice.
 	duplicate bool
 }
@@ -155,7 +158,7 @@ func (n *simNet) delay(l simLink) time.Duration {
 		return 0 // in-process: the node's own mailbox
 	}
 	if n.maxDelay <= 0 {
-		return simMinDelay
+		return 0
 	}
 	return simMinDelay + time.Duration(n.w.rng.Int64N(int64(n.maxDelay)))
 }
