@@ -3,6 +3,7 @@ package sharding
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -240,4 +241,60 @@ func TestSimulationCatchesSabotage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSimulationSurvey, with SHOAL_SIM_SURVEY=N, runs N seeds (from
+// SHOAL_SIM_SEED_BASE) per fault class, each class alone on top of the
+// default ones, then all together, and the strict no-loss check without
+// faults; it prints how many seeds fail, by invariant, and the failing
+// seed that fails soonest, with its report. It never fails: it measures.
+func TestSimulationSurvey(t *testing.T) {
+	n := simEnvInt(t, "SHOAL_SIM_SURVEY", 0)
+	if n == 0 {
+		t.Skip("set SHOAL_SIM_SURVEY=N to survey N seeds per fault class")
+	}
+	base := simEnvInt(t, "SHOAL_SIM_SEED_BASE", 1)
+	type row struct {
+		name   string
+		spec   string
+		strict bool
+	}
+	rows := []row{{"default", "", false}}
+	for _, f := range simAllFaults {
+		rows = append(rows, row{f, "+" + f, false})
+	}
+	rows = append(rows, row{"all", "all", false}, row{"strict (no faults)", "none", true})
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-20s %8s  %-50s %s\n", "faults", "failed", "by invariant", "soonest failure")
+	for _, r := range rows {
+		faults, _ := simFaultsFrom(r.spec)
+		byInvariant := map[string]int{}
+		failed := 0
+		var first *simResult
+		start := time.Now()
+		for seed := base; seed < base+n; seed++ {
+			res := newSimWorld(simConfig{seed: seed, faults: faults, strict: r.strict}).run()
+			if res.failure == "" {
+				continue
+			}
+			failed++
+			byInvariant[res.invariant]++
+			if first == nil || res.steps < first.steps {
+				first = &res
+			}
+		}
+		var inv []string
+		for _, k := range slices.Sorted(maps.Keys(byInvariant)) {
+			inv = append(inv, fmt.Sprintf("%s %d", k, byInvariant[k]))
+		}
+		soonest := "-"
+		if first != nil {
+			soonest = fmt.Sprintf("seed %d (%v, step %d)", first.seed, first.at.Round(time.Millisecond), first.steps)
+			traced := runSimSeed(simConfig{seed: first.seed, faults: faults, strict: r.strict})
+			t.Logf("%s: %s", r.name, simReport(traced, faults))
+		}
+		fmt.Fprintf(&table, "%-20s %4d/%-3d  %-50s %s   [%.1f seeds/s]\n", r.name, failed, n, strings.Join(inv, ", "), soonest,
+			float64(n)/time.Since(start).Seconds())
+	}
+	t.Log("\n" + table.String())
 }

@@ -42,7 +42,7 @@ const simType = "Sim"
 // The fault classes.
 const (
 	faultDelay      = "delay"      // random per-message delay: order only per link
-	faultBreaks     = "breaks"     // link breaks lose what is in flight
+	faultBreaks     = "breaks"     // link breaks lose what is in flight (alone: every message takes 1 ms)
 	faultPartitions = "partitions" // network partitions, views split to match
 	faultCrashes    = "crashes"    // nodes die without a word
 	faultViews      = "views"      // views lag and drop live members for a while
@@ -143,8 +143,12 @@ func newSimWorld(cfg simConfig) *simWorld {
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
 	w.net = &simNet{w: w, last: map[simLink]time.Duration{}, gen: map[simLink]uint64{}, cut: map[simLink]bool{},
 		duplicate: cfg.duplicate}
-	if cfg.faults[faultDelay] {
+	switch {
+	case cfg.faults[faultDelay]:
 		w.net.maxDelay = 300 * time.Millisecond
+	case cfg.faults[faultBreaks]:
+		// Something must be in flight for a break to lose it.
+		w.net.fixedDelay = simMinDelay
 	}
 	idle := time.Duration(-1)
 	if w.rng.chance(0.5) {

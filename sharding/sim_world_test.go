@@ -143,9 +143,9 @@ type simNet struct {
 	gen      map[simLink]uint64        // bumped by a break: older messages are lost
 	cut      map[simLink]bool          // partitioned
 	// maxDelay bounds a message's random flight time; with 0 every message
-	// arrives next, after what was sent before it on any link (the
-	// in-process transport's one global order).
-	maxDelay time.Duration
+	// takes fixedDelay, so messages arrive in the one global order they
+	// were sent in (the in-process transport's).
+	maxDelay, fixedDelay time.Duration
 	// duplicate, a sabotage for the self-tests, delivers every Deliver twice.
 	duplicate bool
 }
@@ -158,7 +158,7 @@ func (n *simNet) delay(l simLink) time.Duration {
 		return 0 // in-process: the node's own mailbox
 	}
 	if n.maxDelay <= 0 {
-		return 0
+		return n.fixedDelay
 	}
 	return simMinDelay + time.Duration(n.w.rng.Int64N(int64(n.maxDelay)))
 }
