@@ -125,8 +125,17 @@ func simReport(res simResult, faults map[string]bool) string {
 		fmt.Fprintf(&b, "--- the trace's last lines about %s:\n", res.focus)
 		b.WriteString(strings.Join(tail(grepTrace(res.trace, res.focus+" ", res.focus+"#", "EntityID:"+res.focus+" "), 40), "\n") + "\n")
 	}
+	var control []string // membership and protocol, without the traffic
+	for _, line := range res.trace {
+		if !strings.Contains(line, " receives ") && !strings.Contains(line, " tell ") && !strings.Contains(line, "Deliver{") &&
+			!strings.Contains(line, " holds ") {
+			control = append(control, line)
+		}
+	}
+	b.WriteString("--- the trace's last membership and protocol lines:\n")
+	b.WriteString(strings.Join(tail(control, 40), "\n") + "\n")
 	b.WriteString("--- the trace's last lines:\n")
-	b.WriteString(strings.Join(tail(res.trace, 60), "\n"))
+	b.WriteString(strings.Join(tail(res.trace, 20), "\n"))
 	return b.String()
 }
 

@@ -185,6 +185,14 @@ func (w *simWorld) tracef(format string, args ...any) {
 	}
 }
 
+// failAbout is fail naming the entity the failure concerns.
+func (w *simWorld) failAbout(entityID, invariant, format string, args ...any) {
+	if !w.failed() {
+		w.res.focus = entityID
+		w.fail(invariant, format, args...)
+	}
+}
+
 // fail records the first violated invariant; the run stops there.
 func (w *simWorld) fail(invariant, format string, args ...any) {
 	if w.res.failure != "" {
@@ -514,6 +522,11 @@ func (w *simWorld) storeOutage() {
 // heal ends every fault: from here on, liveness is owed.
 func (w *simWorld) heal() {
 	w.tracef("heal")
+	for _, name := range w.order { // crashes are detected by now
+		if _, ok := w.truth[name]; ok && w.nodes[name].crashed {
+			delete(w.truth, name)
+		}
+	}
 	clear(w.net.cut)
 	clear(w.hidden)
 	w.storeFail = 0
@@ -572,6 +585,9 @@ func (w *simWorld) publishView(n *simNode) {
 // removeMember takes a node out of the membership after delay.
 func (w *simWorld) removeMember(name string, delay time.Duration) {
 	w.clock.after(delay, func() {
+		if _, ok := w.truth[name]; !ok {
+			return
+		}
 		w.tracef("%s removed from the membership", name)
 		delete(w.truth, name)
 		w.publishViews("")
@@ -605,8 +621,7 @@ func (w *simWorld) start(sh *simShard, entityID string) *simInc {
 	w.serials++
 	inc := &simInc{serial: w.serials, entityID: entityID, sh: sh}
 	if old := w.live[entityID]; old != nil {
-		w.res.focus = entityID
-		w.fail("one incarnation", "%s started as #%d on %s while #%d is active on %s",
+		w.failAbout(entityID, "one incarnation", "%s started as #%d on %s while #%d is active on %s",
 			entityID, inc.serial, sh.n.name, old.serial, old.sh.n.name)
 	}
 	w.live[entityID] = inc
@@ -628,24 +643,23 @@ func (w *simWorld) kill(inc *simInc) {
 func (w *simWorld) received(inc *simInc, msg simCmd) {
 	s := w.sends[msg]
 	w.tracef("%s#%d on %s receives %+v", inc.entityID, inc.serial, inc.sh.n.name, msg)
+	id := inc.entityID
 	switch {
 	case inc.dead:
-		w.fail("runner", "%v told to stopped incarnation %s#%d", msg, inc.entityID, inc.serial)
-	case s == nil || s.entityID != inc.entityID:
-		w.fail("at-most-once", "%v reached %s, which it was not sent to", msg, inc.entityID)
+		w.failAbout(id, "runner", "%v told to stopped incarnation %s#%d", msg, id, inc.serial)
+	case s == nil || s.entityID != id:
+		w.failAbout(id, "at-most-once", "%v reached %s, which it was not sent to", msg, id)
 	case s.delivered:
-		w.fail("at-most-once", "%v reached %s twice (first at %v)", msg, inc.entityID, s.deliveredAt)
+		w.failAbout(id, "at-most-once", "%v reached %s twice (first at %v)", msg, id, s.deliveredAt)
 	case !s.accepted && !s.inTell:
-		w.fail("at-most-once", "%v reached %s although Tell refused it", msg, inc.entityID)
+		w.failAbout(id, "at-most-once", "%v reached %s although Tell refused it", msg, id)
 	}
 	if w.failed() {
-		w.res.focus = inc.entityID
 		return
 	}
 	k := [2]string{msg.Sender, inc.entityID}
 	if last := w.last[k]; msg.Seq < last {
-		w.res.focus = inc.entityID
-		w.fail("order", "%s got %v after %s:%d", inc.entityID, msg, msg.Sender, last)
+		w.failAbout(id, "order", "%s got %v after %s:%d", inc.entityID, msg, msg.Sender, last)
 		return
 	}
 	w.last[k] = msg.Seq
@@ -702,13 +716,13 @@ func (w *simWorld) finalChecks() {
 		late := !s.delivered || s.deliveredAt > s.at+livenessBound
 		switch {
 		case s.at >= w.healAt && late:
-			w.fail("liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
+			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
 		case !lossy && !s.delivered && (w.cfg.strict || !s.droppedAtStop):
-			w.fail("no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
+			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
 		default:
 			continue
 		}
-		w.res.focus, w.res.focusMsg = s.entityID, fmt.Sprintf("Sender:%s Seq:%d}", k.Sender, k.Seq)
+		w.res.focusMsg = fmt.Sprintf("Sender:%s Seq:%d}", k.Sender, k.Seq)
 		return
 	}
 }
