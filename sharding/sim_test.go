@@ -231,7 +231,9 @@ func (w *simWorld) localDelay() time.Duration {
 	return 0
 }
 
-func (w *simWorld) storeLatency() time.Duration { return w.rng.between(time.Millisecond, 20*time.Millisecond) }
+func (w *simWorld) storeLatency() time.Duration {
+	return w.rng.between(time.Millisecond, 20*time.Millisecond)
+}
 
 // stopDuration is how long an entity takes to stop after its stop
 // message: mostly quick, sometimes slow, now and then past its timeout.

@@ -138,10 +138,10 @@ type simLink struct{ from, to string }
 // delay per message, no order across links; a link break loses what is in
 // flight on it; a partition loses everything across it.
 type simNet struct {
-	w        *simWorld
-	last     map[simLink]time.Duration // latest arrival scheduled on the link
-	gen      map[simLink]uint64        // bumped by a break: older messages are lost
-	cut      map[simLink]bool          // partitioned
+	w    *simWorld
+	last map[simLink]time.Duration // latest arrival scheduled on the link
+	gen  map[simLink]uint64        // bumped by a break: older messages are lost
+	cut  map[simLink]bool          // partitioned
 	// maxDelay bounds a message's random flight time; with 0 every message
 	// takes fixedDelay, so messages arrive in the one global order they
 	// were sent in (the in-process transport's).
