@@ -195,29 +195,33 @@ func TestSimulation(t *testing.T) {
 // The same seed gives the same run, event for event: nothing but the seed
 // (no map order, no goroutine, no wall clock) decides.
 func TestSimulationIsDeterministic(t *testing.T) {
-	faults, _ := simFaultsFrom("all")
-	for seed := range uint64(3) {
-		digest := func() (uint64, simResult) {
-			res := newSimWorld(simConfig{seed: seed, faults: faults, trace: true}).run()
-			h := fnv.New64a()
-			for _, line := range res.trace {
-				h.Write([]byte(line))
-			}
-			return h.Sum64(), res
-		}
-		d1, r1 := digest()
-		d2, r2 := digest()
-		if d1 != d2 || len(r1.trace) != len(r2.trace) {
-			for i := range min(len(r1.trace), len(r2.trace)) {
-				if r1.trace[i] != r2.trace[i] {
-					t.Fatalf("seed %d: runs diverge at line %d:\n  %s\n  %s", seed, i, r1.trace[i], r2.trace[i])
+	lines := 0
+	for _, spec := range []string{"", "all"} {
+		faults, _ := simFaultsFrom(spec)
+		for seed := range uint64(3) {
+			run := func() (uint64, simResult) {
+				res := newSimWorld(simConfig{seed: seed, faults: faults, trace: true}).run()
+				h := fnv.New64a()
+				for _, line := range res.trace {
+					h.Write([]byte(line))
 				}
+				return h.Sum64(), res
 			}
-			t.Fatalf("seed %d: runs differ in length: %d and %d lines", seed, len(r1.trace), len(r2.trace))
+			d1, r1 := run()
+			d2, r2 := run()
+			if d1 != d2 || len(r1.trace) != len(r2.trace) {
+				for i := range min(len(r1.trace), len(r2.trace)) {
+					if r1.trace[i] != r2.trace[i] {
+						t.Fatalf("faults %q seed %d: runs diverge at line %d:\n  %s\n  %s", spec, seed, i, r1.trace[i], r2.trace[i])
+					}
+				}
+				t.Fatalf("faults %q seed %d: runs differ in length: %d and %d lines", spec, seed, len(r1.trace), len(r2.trace))
+			}
+			lines += len(r1.trace)
 		}
-		if len(r1.trace) < 1000 {
-			t.Fatalf("seed %d: only %d trace lines: the run hardly ran", seed, len(r1.trace))
-		}
+	}
+	if lines < 10_000 {
+		t.Fatalf("only %d trace lines in all: the runs hardly ran", lines)
 	}
 }
 
