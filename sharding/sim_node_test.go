@@ -230,12 +230,23 @@ func (n *simNode) gone() {
 // is in flight to or from it is lost.
 func (n *simNode) crash() {
 	n.w.tracef("%s crashes", n.name)
+	for _, e := range n.region.shards {
+		n.w.lostToFault(e.buffer)
+	}
 	for _, id := range n.region.hostedShards() {
 		sh, _ := n.region.local(id)
 		for _, inc := range sh.incs() {
 			n.w.kill(inc)
 		}
+		for _, e := range sh.core.entities {
+			n.w.lostToFault(e.buffer)
+		}
+		n.w.lostToFault(sh.core.leftover)
+		n.w.lostToFault(sh.leftover)
 		sh.gone = true
+	}
+	if n.coord != nil && n.coord.core != nil {
+		n.w.lostToFault(n.coord.core.carried)
 	}
 	n.state, n.crashed, n.stopped, n.coord = nodeGone, true, true, nil
 	for _, other := range n.w.order {
@@ -394,6 +405,8 @@ type simShard struct {
 	writes  []rememberWrite // remember-entities writes, in order
 	writing bool
 	drained func()
+	// leftover of a finished hand-off, on its way to the region
+	leftover []pending[simCmd]
 }
 
 // simInc is one incarnation of an entity.
@@ -505,10 +518,11 @@ func (sh *simShard) apply() {
 				sh.remember(ef.entityID, ef.add)
 			case effHandedOff:
 				leftover := ef.leftover
+				sh.leftover = leftover
 				sh.afterWrites(func() {
 					n.local(func() {
 						w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
-						sh.gone = true
+						sh.gone, sh.leftover = true, nil
 						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
 					})
 				})

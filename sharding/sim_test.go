@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -31,8 +32,9 @@ import (
 //
 //   - liveness: once every fault has healed, each message sent is delivered
 //     within livenessBound of virtual time;
-//   - no loss: with no fault class that may lose messages (breaks,
-//     partitions, crashes), every message Tell accepted is delivered.
+//   - no loss: every message Tell accepted is delivered, unless a fault
+//     lost it: it was in flight on a link that broke or across a partition
+//     (alone or inside a protocol message), or held by a node that crashed.
 //
 // Each fault class is a flag; TestSimulation documents how to pick them.
 
@@ -52,9 +54,6 @@ const (
 
 // simAllFaults lists every fault class, in the order reports print them.
 var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift}
-
-// simLossyFaults may lose messages by the network model's own rules.
-var simLossyFaults = []string{faultBreaks, faultPartitions, faultCrashes}
 
 type simConfig struct {
 	seed   uint64
@@ -94,6 +93,8 @@ type simSend struct {
 	deliveredAt time.Duration
 	// droppedAtStop: its sender's region stopped with it in its buffer.
 	droppedAtStop bool
+	// faultLost: a fault lost it (a message carrying it, or a node holding it).
+	faultLost bool
 }
 
 type simWorld struct {
@@ -603,6 +604,9 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 	n := w.nodes[to]
 	if n == nil || n.state == nodeGone {
 		w.tracef("%s -> %s%s dropped (node gone): %s", from, to, coordSuffix(coordinator), simShow(msg))
+		if n != nil && n.crashed {
+			w.lostToFault(msg)
+		}
 		return
 	}
 	if coordinator {
@@ -684,6 +688,16 @@ func (w *simWorld) received(inc *simInc, msg simCmd) {
 	}
 }
 
+// lostToFault marks the entity messages in v (a protocol message, a
+// buffer) as lost by a fault: a link break, a partition or a crash.
+func (w *simWorld) lostToFault(v any) {
+	simCmds(reflect.ValueOf(v), func(c simCmd) {
+		if s := w.sends[c]; s != nil && !s.delivered {
+			s.faultLost = true
+		}
+	})
+}
+
 // droppedAtStop marks the messages n's region still buffers as it stops.
 func (w *simWorld) droppedAtStop(n *simNode) {
 	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
@@ -703,10 +717,6 @@ func (w *simWorld) lost(p pending[simCmd], format string, args ...any) {
 
 // finalChecks: liveness after the heal, and no loss without lossy faults.
 func (w *simWorld) finalChecks() {
-	lossy := false
-	for _, f := range simLossyFaults {
-		lossy = lossy || w.cfg.faults[f]
-	}
 	keys := slices.SortedFunc(maps.Keys(w.sends), func(a, b simCmd) int {
 		return cmpSends(w.sends[a], w.sends[b], a, b)
 	})
@@ -719,7 +729,7 @@ func (w *simWorld) finalChecks() {
 		switch {
 		case s.at >= w.healAt && late:
 			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
-		case !lossy && !s.delivered && (w.cfg.strict || !s.droppedAtStop):
+		case !s.delivered && !s.faultLost && (w.cfg.strict || !s.droppedAtStop):
 			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
 		default:
 			continue

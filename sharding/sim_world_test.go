@@ -130,6 +130,34 @@ func cloneValue(v reflect.Value) reflect.Value {
 	panic(fmt.Sprintf("sim: a %s (%s) cannot cross a wire", v.Kind(), v.Type()))
 }
 
+// simCmds finds the entity messages v carries, however deep, without
+// following pointers.
+func simCmds(v reflect.Value, found func(simCmd)) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[simCmd]() {
+			found(simCmd{Sender: v.Field(0).String(), Seq: int(v.Field(1).Int())})
+			return
+		}
+		for i := range v.NumField() {
+			simCmds(v.Field(i), found)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			simCmds(v.Index(i), found)
+		}
+	case reflect.Map:
+		iter := v.MapRange()
+		for iter.Next() {
+			simCmds(iter.Value(), found)
+		}
+	case reflect.Interface:
+		if !v.IsNil() {
+			simCmds(v.Elem(), found)
+		}
+	}
+}
+
 // simLink is one direction of a node pair: per-link FIFO is all the
 // network promises.
 type simLink struct{ from, to string }
@@ -168,6 +196,7 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 	l := simLink{from, to}
 	if n.cut[l] {
 		n.w.tracef("%s -> %s%s lost (partition): %s", from, to, coordSuffix(coordinator), simShow(msg))
+		n.w.lostToFault(msg)
 		return
 	}
 	msg = simClone(msg)
@@ -182,6 +211,7 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 		n.w.clock.after(at-n.w.clock.now, func() {
 			if n.gen[l] != gen {
 				n.w.tracef("%s -> %s%s lost (link broke): %s", from, to, coordSuffix(coordinator), simShow(msg))
+				n.w.lostToFault(msg)
 				return
 			}
 			n.w.arrive(from, to, coordinator, msg)
