@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shoal-dev/shoal/internal/pgtest"
@@ -41,12 +42,53 @@ const benchPayload = 100 // bytes per event
 
 var benchRun atomic.Int64 // keeps persistence ids unique across benchmark invocations
 
-func benchPool(b *testing.B) *pgxpool.Pool {
-	return pgtest.NewPool(b, pgBench.MigratedDSN(b), func(c *pgxpool.Config) { c.MaxConns = 16 })
+// benchPool opens a pool on a fresh schema of the fsync-on server; its
+// batchTimer times the journal's batch inserts.
+func benchPool(b *testing.B) (*pgxpool.Pool, *batchTimer) {
+	bt := &batchTimer{}
+	pool := pgtest.NewPool(b, pgBench.MigratedDSN(b), func(c *pgxpool.Config) {
+		c.MaxConns = 16
+		c.ConnConfig.Tracer = bt
+	})
+	return pool, bt
+}
+
+// batchTimer is a pgx tracer that times the journal's batch inserts, from
+// the statement's start on its connection to its answer: the part of a
+// write's latency spent in the database.
+type batchTimer struct {
+	mu  sync.Mutex
+	rtt []time.Duration
+}
+
+type batchStart struct{}
+
+func (t *batchTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "INSERT INTO event_journal\n") {
+		return context.WithValue(ctx, batchStart{}, time.Now())
+	}
+	return ctx
+}
+
+func (t *batchTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if start, ok := ctx.Value(batchStart{}).(time.Time); ok {
+		t.mu.Lock()
+		t.rtt = append(t.rtt, time.Since(start))
+		t.mu.Unlock()
+	}
+}
+
+// take returns the round trips timed since the last take.
+func (t *batchTimer) take() []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rtt := t.rtt
+	t.rtt = nil
+	return rtt
 }
 
 func BenchmarkWrite(b *testing.B) {
-	pool := benchPool(b)
+	pool, batches := benchPool(b)
 	createRawTable(b, pool)
 	payload := bytes.Repeat([]byte{'x'}, benchPayload)
 	for _, rows := range []int{100, 1000} {
@@ -73,11 +115,12 @@ func BenchmarkWrite(b *testing.B) {
 			j := postgres.New(pool, benchConfig())
 			defer j.Close()
 			before := j.Stats()
+			batches.take()
 			b.ResetTimer()
 			lat, elapsed := closedLoop(b, writers, b.N, journalWriter(j, payload))
 			b.StopTimer()
 			reportLatency(b, "", lat, elapsed)
-			reportBatches(b, before, j.Stats())
+			reportBatches(b, before, j.Stats(), batches.take())
 		})
 	}
 }
@@ -92,7 +135,7 @@ func BenchmarkWrite(b *testing.B) {
 //
 //	go test -run '^$' -bench WriteVsRaw -benchtime 4000x -count 3 ./journal/postgres
 func BenchmarkWriteVsRaw(b *testing.B) {
-	pool := benchPool(b)
+	pool, batches := benchPool(b)
 	createRawTable(b, pool)
 	payload := bytes.Repeat([]byte{'x'}, benchPayload)
 	for _, writers := range []int{1, 100} {
@@ -103,6 +146,7 @@ func BenchmarkWriteVsRaw(b *testing.B) {
 			var lat [2][]time.Duration
 			var elapsed [2]time.Duration
 			before := j.Stats()
+			batches.take()
 			const rounds = 4
 			b.ResetTimer()
 			for r := range rounds {
@@ -119,7 +163,7 @@ func BenchmarkWriteVsRaw(b *testing.B) {
 			b.StopTimer()
 			reportLatency(b, "raw-", lat[0], elapsed[0])
 			reportLatency(b, "", lat[1], elapsed[1])
-			reportBatches(b, before, j.Stats())
+			reportBatches(b, before, j.Stats(), batches.take())
 			if raw := percentileMillis(lat[0], 0.50); raw > 0 {
 				b.ReportMetric(percentileMillis(lat[1], 0.50)/raw, "p50-x-raw")
 			}
@@ -228,10 +272,15 @@ func reportLatency(b *testing.B, prefix string, lat []time.Duration, elapsed tim
 	b.ReportMetric(percentileMillis(lat, 0.99), prefix+"p99-ms")
 }
 
-// reportBatches reports the mean batch size between two Stats.
-func reportBatches(b *testing.B, before, after postgres.Stats) {
+// reportBatches reports the mean batch size between two Stats and the
+// p50 and p99 of the batches' round trips (batch-p50-ms, batch-p99-ms).
+func reportBatches(b *testing.B, before, after postgres.Stats, rtt []time.Duration) {
 	if batches := after.Batches - before.Batches; batches > 0 {
 		b.ReportMetric(float64(after.Events-before.Events)/float64(batches), "events/batch")
+	}
+	if len(rtt) > 0 {
+		b.ReportMetric(percentileMillis(rtt, 0.50), "batch-p50-ms")
+		b.ReportMetric(percentileMillis(rtt, 0.99), "batch-p99-ms")
 	}
 }
 
@@ -310,7 +359,7 @@ func BenchmarkReplay(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_REPLAY_EVENTS")); err == nil && v > 0 {
 		history = v
 	}
-	pool := benchPool(b)
+	pool, _ := benchPool(b)
 	ctx := context.Background()
 	const pid = "replay-bench"
 	payload := bytes.Repeat([]byte{'x'}, benchPayload)
