@@ -8,13 +8,10 @@
 // Config.MaxBatchEvents events, and store them with one multi-row INSERT —
 // one round trip and one commit for many entities. At most Config.Writers
 // batches are in flight; while they are, the next ones fill, so under load
-// batches grow. A Write that finds a batch slot free (and Config.MaxBatchWait
-// not asking to wait for company) sends its events itself, with whatever is
-// queued behind them, without a hand-off to a writer goroutine: at rest a
-// lone write goes out at once (a single event as a one-row INSERT), and
-// under load the caller already running takes the queue along instead of
-// waiting for a writer goroutine to be scheduled, a wait that on a busy
-// machine is a large part of a write's latency.
+// batches grow. At rest a lone write goes out at once: when nothing is queued
+// and a batch slot is free (and Config.MaxBatchWait does not ask to wait for
+// company), Write sends it itself, as a one-row INSERT when it is a single
+// event, without a hand-off to a writer goroutine.
 //
 // Each Write is atomic and gets its own result: a conflict on one
 // persistence id never fails the other writes in its batch. The common case
@@ -247,20 +244,18 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 		return err
 	}
 	r := &request{events: events, done: make(chan error, 1)}
-	if j.cfg.MaxBatchWait == 0 {
+	if j.cfg.MaxBatchWait == 0 && len(j.queue) == 0 {
 		select {
 		case j.slots <- struct{}{}:
-			// A batch slot is free: send r, with whatever is queued, from
-			// here, without a hand-off to a writer goroutine.
+			// Idle: nothing to batch with, so no hand-off either.
 			select {
 			case <-j.closed:
 				<-j.slots
 				return ErrClosed
 			default:
 			}
-			for carry := j.send(r, false); carry != nil; {
-				carry = j.send(carry, false) // rare: more was queued than fits in one batch
-			}
+			r.state.Store(taken)
+			j.flush([]*request{r}, len(events))
 			<-j.slots
 			return <-r.done
 		default:
@@ -325,10 +320,22 @@ func (j *Journal) writer() {
 	defer j.wg.Done()
 	var carry *request
 	for {
+		batch, n := make([]*request, 0, 64), 0
+		add := func(r *request) bool { // false when r does not fit
+			if n > 0 && n+len(r.events) > j.cfg.MaxBatchEvents {
+				return false
+			}
+			if r.take() {
+				batch = append(batch, r)
+				n += len(r.events)
+			}
+			return true
+		}
 		// Wait for a write, then for a free slot, and only then claim it, so
 		// that a write withdrawn meanwhile is not sent, and writes keep
 		// queueing (to join this batch) while every slot is busy.
 		first := carry
+		carry = nil
 		if first == nil {
 			select {
 			case first = <-j.queue:
@@ -344,65 +351,47 @@ func (j *Journal) writer() {
 			}
 			return
 		}
-		carry = j.send(first, true)
+		add(first)
+		var timer <-chan time.Time
+		var t *time.Timer
+		if j.cfg.MaxBatchWait > 0 && n < j.cfg.MaxBatchEvents {
+			t = time.NewTimer(j.cfg.MaxBatchWait)
+			timer = t.C
+		}
+	fill:
+		for n < j.cfg.MaxBatchEvents {
+			select {
+			case r := <-j.queue:
+				if !add(r) {
+					carry = r
+					break fill
+				}
+				continue
+			default:
+			}
+			if timer == nil {
+				break
+			}
+			select {
+			case r := <-j.queue:
+				if !add(r) {
+					carry = r
+					break fill
+				}
+			case <-timer:
+				break fill
+			case <-j.closed:
+				break fill
+			}
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if len(batch) > 0 {
+			j.flush(batch, n)
+		}
 		<-j.slots
 	}
-}
-
-// send stores first and whatever is queued behind it, up to
-// Config.MaxBatchEvents events, in one batch; the caller holds a slot. It
-// waits up to Config.MaxBatchWait for company when wait is set. It returns
-// the queued write that did not fit (not yet claimed), which goes first in
-// the next batch, or nil.
-func (j *Journal) send(first *request, wait bool) (carry *request) {
-	batch, n := make([]*request, 0, 64), 0
-	add := func(r *request) bool { // false when r does not fit
-		if n > 0 && n+len(r.events) > j.cfg.MaxBatchEvents {
-			return false
-		}
-		if r.take() {
-			batch = append(batch, r)
-			n += len(r.events)
-		}
-		return true
-	}
-	add(first)
-	var timer <-chan time.Time
-	if wait && j.cfg.MaxBatchWait > 0 && n < j.cfg.MaxBatchEvents {
-		t := time.NewTimer(j.cfg.MaxBatchWait)
-		defer t.Stop()
-		timer = t.C
-	}
-fill:
-	for n < j.cfg.MaxBatchEvents {
-		select {
-		case r := <-j.queue:
-			if !add(r) {
-				carry = r
-				break fill
-			}
-			continue
-		default:
-		}
-		if timer == nil {
-			break
-		}
-		select {
-		case r := <-j.queue:
-			if !add(r) {
-				carry = r
-				break fill
-			}
-		case <-timer:
-			break fill
-		case <-j.closed:
-			break fill
-		}
-	}
-	if len(batch) > 0 {
-		j.flush(batch, n)
-	}
-	return carry
 }
 
 const insertSQL = `INSERT INTO event_journal
