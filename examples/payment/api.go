@@ -59,6 +59,9 @@ type API struct {
 	// Ready and Alive answer the probes: nil is up. A nil func is always
 	// up (a node of its own serves while it listens).
 	Ready, Alive func() error
+	// Members, when set, lists the cluster's members in /ready's answer,
+	// as this node sees them.
+	Members func() []string
 }
 
 // MaxHeaderBytes bounds a request's header fields (names and values); a
@@ -77,8 +80,8 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("PUT "+cancel, a.cancel)
 	mux.HandleFunc(payment, methodNotAllowed)
 	mux.HandleFunc(cancel, methodNotAllowed)
-	mux.HandleFunc("/ready", probe(a.Ready))
-	mux.HandleFunc("/alive", probe(a.Alive))
+	mux.HandleFunc("/ready", probe(a.Ready, a.Members))
+	mux.HandleFunc("/alive", probe(a.Alive, nil))
 	mux.HandleFunc("/", notFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerBytes(r.Header) > MaxHeaderBytes {
@@ -96,19 +99,23 @@ func (a *API) Handler() http.Handler {
 
 // probeBody is the answer of /ready and /alive.
 type probeBody struct {
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason,omitempty"`
+	Members []string `json:"members,omitempty"`
 }
 
-func probe(check func() error) http.HandlerFunc {
+func probe(check func() error, members func() []string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
+		body, status := probeBody{Status: "up"}, http.StatusOK
 		if check != nil {
 			if err := check(); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, probeBody{Status: "down", Reason: err.Error()})
-				return
+				body, status = probeBody{Status: "down", Reason: err.Error()}, http.StatusServiceUnavailable
 			}
 		}
-		writeJSON(w, http.StatusOK, probeBody{Status: "up"})
+		if members != nil {
+			body.Members = members()
+		}
+		writeJSON(w, status, body)
 	}
 }
 

@@ -139,14 +139,17 @@ func TestClusterFlagsAccepted(t *testing.T) {
 // The probes answer 200 while the check passes and 503 with the reason
 // otherwise; a node of its own is always up while it listens.
 func TestProbes(t *testing.T) {
-	api := &API{Ready: func() error { return fmt.Errorf("%w: joining", node.ErrNotJoined) }}
+	api := &API{
+		Ready:   func() error { return fmt.Errorf("%w: joining", node.ErrNotJoined) },
+		Members: func() []string { return []string{"a#1(Joining, order 0)"} },
+	}
 	h := api.Handler()
 	for _, tc := range []struct {
 		path   string
 		status int
 		body   string
 	}{
-		{"/ready", 503, `{"status":"down","reason":"node: not joined: joining"}`},
+		{"/ready", 503, `{"status":"down","reason":"node: not joined: joining","members":["a#1(Joining, order 0)"]}`},
 		{"/alive", 200, `{"status":"up"}`},
 	} {
 		rec := httptest.NewRecorder()
@@ -200,18 +203,25 @@ func startPaymentNode(t *testing.T, issuerURL string, minMembers int, args ...st
 // awaitReady waits until every node's /ready answers 200.
 func awaitReady(t *testing.T, nodes ...*Node) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	for _, n := range nodes {
-		for {
-			err := probeURL(context.Background(), n.APIURL+"/ready")
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready within 30 s: %v", n.APIURL, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		within(t, 30*time.Second, n.APIURL+" ready", func() error { return probeURL(context.Background(), n.APIURL+"/ready") })
+	}
+}
+
+// within polls cond until it holds, failing the test when it still does
+// not after d: a bound a working cluster meets much sooner.
+func within(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -251,6 +261,11 @@ func TestClusterOfThree(t *testing.T) {
 	n3 := startPaymentNode(t, issuer.URL, 3, flagsOf("pay-3", seed)...)
 	nodes := []*Node{n1, n2, n3}
 	awaitReady(t, nodes...)
+	for _, n := range nodes {
+		if up := upMembers(t, n); len(up) != 3 {
+			t.Fatalf("%s /ready lists %d members Up, want 3: %v", n.APIURL, len(up), up)
+		}
+	}
 
 	const orders = 30
 	path := func(i int, what string) string { return fmt.Sprintf("shop-1/cl%02d/%s", i, what) }
@@ -317,9 +332,12 @@ func TestClusterOfThree(t *testing.T) {
 		t.Fatalf("after the leave the issuer received %d authorizations and %d reversals, want still %d and %d", a, r, auths, revs)
 	}
 	for _, n := range stay {
-		if err := n.Cluster.Ready(); err != nil {
-			t.Fatalf("%s not ready after the leave: %v", n.Cluster.Self(), err)
-		}
+		within(t, 30*time.Second, n.APIURL+" sees the leaver gone", func() error {
+			if up := upMembers(t, n); len(up) != 2 || slices.ContainsFunc(up, func(m string) bool { return strings.HasPrefix(m, "pay-1#") }) {
+				return fmt.Errorf("/ready lists as Up %v, want the two others", up)
+			}
+			return nil
+		})
 	}
 	t.Logf("%d of %d orders lived on %s before it left", onGone, orders, gone.Cluster.Self())
 	for _, n := range slices.Backward(stay) {
@@ -327,6 +345,27 @@ func TestClusterOfThree(t *testing.T) {
 			t.Fatalf("shutdown of %s: %v", n.Cluster.Self(), err)
 		}
 	}
+}
+
+// upMembers are the members /ready of n lists as Up; the node must be ready.
+func upMembers(t *testing.T, n *Node) []string {
+	t.Helper()
+	resp, err := http.Get(n.APIURL + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body probeBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s/ready: %s %+v %v", n.APIURL, resp.Status, body, err)
+	}
+	var up []string
+	for _, m := range body.Members {
+		if strings.Contains(m, "(Up,") {
+			up = append(up, m)
+		}
+	}
+	return up
 }
 
 func countMTIs(reqs []IssuerRequest) (auths, reversals int) {

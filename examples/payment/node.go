@@ -199,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
 	if n.Cluster != nil {
-		api.Ready, api.Alive = n.Cluster.Ready, n.Cluster.Alive
+		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
 	}
 	n.api = &http.Server{
 		Handler:           api.Handler(),
@@ -279,6 +279,15 @@ func (n *Node) watchFence() {
 			}
 		}
 	}()
+}
+
+// members lists the cluster's members as this node sees them.
+func (n *Node) members() []string {
+	var out []string
+	for _, m := range n.Cluster.Membership().View().Members() {
+		out = append(out, m.String())
+	}
+	return out
 }
 
 // fenceCheck is how often a cluster node's liveness is checked.
