@@ -55,6 +55,9 @@ type FlagError struct {
 
 func (e *FlagError) Error() string {
 	msg := fmt.Sprintf("-%s %q: %s", e.Flag, e.Value, e.Reason)
+	if e.Flag == "" {
+		msg = fmt.Sprintf("%q: %s", e.Value, e.Reason)
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -66,6 +66,7 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"demo on a cluster", append(cl, "-demo"), "demo", nil},
 		{"issuer only on a cluster", append(cl, "-issuer-only"), "issuer-only", nil},
 		{"a stray argument", []string{"-postgres", "postgres://x", "cluster"}, "", nil},
+		{"postgres given no DSN", []string{"-postgres", "-node-id", "n2"}, "postgres", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseArgs(tc.args, io.Discard)

@@ -183,6 +183,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	if err := flags.Parse(args); err != nil {
 		return o, err
 	}
+	if strings.HasPrefix(cfg.PostgresDSN, "-") {
+		return o, &FlagError{Flag: "postgres", Value: cfg.PostgresDSN, Reason: "a flag, not a DSN: is the DSN missing?"}
+	}
 	if flags.NArg() > 0 {
 		return o, &FlagError{Flag: "", Value: flags.Arg(0), Reason: "unexpected argument (flags only)"}
 	}
