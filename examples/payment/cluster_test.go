@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
+	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
+	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/internal/testcert"
 	"github.com/shoal-dev/shoal/node"
 )
@@ -439,5 +442,42 @@ func TestProbeFlag(t *testing.T) {
 	}
 	if err := run(nil, []string{"-probe", up.URL + "/alive"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("-probe of a 503 succeeded")
+	}
+}
+
+// A node downed in the database fences itself: /alive turns 503 and Err
+// reports node.ErrFenced, on which the program exits 1 so that its
+// supervisor restarts it as a new incarnation.
+func TestClusterNodeFencedReportsOnErr(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	dsn := pg.MigratedDSN(t)
+	o, err := parseArgs([]string{"-node-id", "fenced", "-postgres", dsn}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg.Cluster
+	c.Node.Timing = clusterTiming()
+	// Renewed often, so the refusal is met soon after the downing.
+	c.Node.Leases = lease.DefaultSettings()
+	c.Node.Leases.Node = lease.Timing{Length: 3 * time.Second, RenewEvery: 200 * time.Millisecond, Margin: time.Second}
+	n := startNode(t, func(cfg *Config) {
+		cfg.Cluster, cfg.PostgresDSN, cfg.Sequences = c, dsn, nil
+	})
+	awaitReady(t, n)
+	if err := leasepg.New(pgtest.NewPool(t, dsn, nil)).DownNode(context.Background(), n.Cluster.Self()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-n.Err():
+		if !errors.Is(err, node.ErrFenced) {
+			t.Fatalf("Err: %v, want node.ErrFenced", err)
+		}
+	case <-time.After(testPatience):
+		t.Fatal("no error on Err after the node was downed")
+	}
+	if err := probeURL(context.Background(), n.APIURL+"/alive"); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("/alive of a fenced node: %v, want 503", err)
 	}
 }

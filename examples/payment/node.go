@@ -273,7 +273,10 @@ func (n *Node) watchFence() {
 				return
 			case <-t.C:
 				if err := n.Cluster.Alive(); errors.Is(err, node.ErrFenced) {
-					n.serveErr <- err
+					select {
+					case n.serveErr <- err:
+					case <-n.done:
+					}
 					return
 				}
 			}
