@@ -35,6 +35,7 @@ type Region[C any] struct {
 	mu      regionLock // the data path read-locks one stripe
 	core    regionCore[C, *shard[C]]
 	leftAll chan struct{} // closed on regLeft
+	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
 
 	ctl         *entity.Cell[Message]
@@ -55,7 +56,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},
 		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
-		clock: s.sys.Clock(),
+		clock: s.sys.Clock(), gone: make(chan struct{}),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
 	if idle := settings.PassivateIdleAfter; idle > 0 {
@@ -253,7 +254,7 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, false, ef.accepted); err != nil {
 				r.s.log.Warn("sharding: message not delivered", "type", r.typ, "entity", ef.p.entityID, "err", err)
 			}
-		case regHandOff, regPassivateIdle:
+		case regHandOff, regPassivateIdle, regTerminate:
 			later = append(later, *ef)
 		case regArmTick:
 			r.tick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(retryTick{}) })
@@ -262,6 +263,8 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 				close(r.leftAll)
 				r.leftAll = nil
 			}
+		case regGone:
+			close(r.gone)
 		case regNote:
 			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"type", r.typ}, ef.args...)...)
 		}
@@ -290,10 +293,24 @@ func (r *Region[C]) runUnlocked(later []regionEffect[C, *shard[C]]) {
 			})
 		case regPassivateIdle:
 			sh.passivateIdle(ef.tick, ef.ticks)
+		case regTerminate:
+			// Waited for on a goroutine of its own: an entity stuck in its
+			// handler may never stop, and Shutdown keeps its deadline.
+			cells, shardID := sh.forceStopAll(), ef.shard
+			go func() {
+				for _, c := range cells {
+					<-c.Done()
+				}
+				sh.forgetAll()
+				r.step(func(c *regionCore[C, *shard[C]]) { c.shardTerminated(shardID) })
+			}()
 		}
 	}
 }
 
+// shutdown leaves gracefully until ctx ends, then stops what still runs.
+// The region reports itself gone (and gone closes) once its entities have
+// stopped, which may be after shutdown returns.
 func (r *Region[C]) shutdown(ctx context.Context) error {
 	oldest := r.coordinatorNode()
 	left := make(chan struct{})
@@ -310,16 +327,12 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	r.step(func(c *regionCore[C, *shard[C]]) { c.stop() })
 	r.unlisten()
 	r.stopCoordinator()
-	if err != nil {
-		// Out of time: what still runs stops now, as in a crash, rather
-		// than outlive its region.
-		for _, sh := range r.localShards() {
-			sh.terminate()
-		}
-	}
 	r.stopControl()
 	return err
 }
+
+// goneCh is closed once the region has told the coordinator it is gone.
+func (r *Region[C]) goneCh() <-chan struct{} { return r.gone }
 
 // stopControl stops the control entity and its tick.
 func (r *Region[C]) stopControl() {

@@ -33,6 +33,7 @@ type regionCore[C any, S comparable] struct {
 	leaving             bool
 	leaveAcked          bool // the coordinator allocates nothing to us any more
 	awaitingLeft        bool // regLeft is still to be emitted
+	awaitingGone        bool // stopped: RegionStopped waits for hosted shards to stop
 	idleTick            uint64
 
 	out []regionEffect[C, S]
@@ -87,6 +88,12 @@ const (
 	// regLeft: a leaving region hosts nothing and will be allocated
 	// nothing: it may stop.
 	regLeft
+	// regTerminate: stop the local shard's entities at once, without
+	// their stop message; shardTerminated reports when all have stopped.
+	regTerminate
+	// regGone: the region told the coordinator it is gone: the node may
+	// leave the membership.
+	regGone
 	// regNote: a log line about something ignored or dropped.
 	regNote
 )
@@ -454,6 +461,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	// would make the coordinator drop the hand-off, and the messages
 	// ShardStopped carries with it.
 	c.checkLeft()
+	c.checkGone()
 }
 
 // deliver is p as the protocol carries it.
@@ -530,20 +538,49 @@ func (c *regionCore[C, S]) checkLeft() {
 	c.emit(regionEffect[C, S]{kind: regLeft})
 }
 
-// stop ends a leave, finished or not: the coordinator hears that the
-// region is gone, and the region refuses messages from now on.
+// stop ends a leave, finished or not: the region refuses messages from
+// now on and stops at once what it still hosts (the leave ran out of
+// time). It tells the coordinator it is gone only once those entities have
+// stopped (see shardTerminated): told earlier, the coordinator would start
+// their shards elsewhere while they still run.
 func (c *regionCore[C, S]) stop() {
-	c.toCoordinator(RegionStopped{Region: c.cfg.self})
-	c.stopped, c.awaitingLeft = true, false
+	if c.stopped {
+		return
+	}
+	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, true
 	if c.buffered > 0 {
 		c.notef(slog.LevelWarn, "sharding: region stopped with undelivered buffered messages", "count", c.buffered)
 	}
+	for _, id := range c.hostedShards() {
+		c.emit(regionEffect[C, S]{kind: regTerminate, shard: id})
+	}
+	c.checkGone()
+}
+
+// shardTerminated reports that every entity of a shard stop terminated
+// has stopped.
+func (c *regionCore[C, S]) shardTerminated(shardID string) {
+	if e := c.shards[shardID]; e != nil && e.hosted {
+		var none S
+		e.local, e.hosted, e.home = none, false, ""
+	}
+	c.checkGone()
+}
+
+// checkGone reports a stopped region gone once it hosts nothing.
+func (c *regionCore[C, S]) checkGone() {
+	if !c.awaitingGone || len(c.hostedShards()) > 0 {
+		return
+	}
+	c.awaitingGone = false
+	c.toCoordinator(RegionStopped{Region: c.cfg.self})
+	c.emit(regionEffect[C, S]{kind: regGone})
 }
 
 // terminate stops the region as a crash would: buffered messages are
 // dropped, and nobody is told.
 func (c *regionCore[C, S]) terminate() {
-	c.stopped, c.awaitingLeft = true, false
+	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, false
 	for _, e := range c.shards {
 		e.buffer = nil
 	}

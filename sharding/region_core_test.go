@@ -41,6 +41,7 @@ import (
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
 //	                     the local shard's entities all stopped
+//	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
 //	stop                 end it (Shutdown, after the leave or its deadline)
@@ -114,6 +115,9 @@ func (h *regionHarness) run(line string) string {
 	case "handed-off":
 		need(1)
 		h.core.handedOff(pos[0], h.pendings(pos[0], kv["leftover"]))
+	case "terminated":
+		need(1)
+		h.core.shardTerminated(pos[0])
 	case "tick":
 		h.core.tick()
 	case "leave":
@@ -316,8 +320,13 @@ func (h *regionHarness) apply() {
 				h.printf("passivate idle %s: tick %d, idle after %d", local, ef.tick, ef.ticks)
 			case regArmTick:
 				h.printf("tick in %v", ef.after)
+			case regTerminate:
+				local, _ := h.core.local(ef.shard)
+				h.printf("terminate %s", local)
 			case regLeft:
 				h.printf("left")
+			case regGone:
+				h.printf("gone")
 			case regNote:
 				h.printf("note %s: %s %v", ef.level, ef.note, ef.args)
 			}

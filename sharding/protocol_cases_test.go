@@ -1,0 +1,118 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// The protocol cases of issue 9 item 5, each a deterministic test that
+// failed before its fix.
+
+// gate is a channel that a test closes once, on any path out of it, so
+// that an entity held in its handler never outlives the synctest bubble.
+func gate(t *testing.T) (ch chan struct{}, open func()) {
+	ch = make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(open)
+	return ch, open
+}
+
+// regionStopped reports whether node sent RegionStopped.
+func regionStopped(l *sentLog, node string) bool {
+	return slices.ContainsFunc(l.all(), func(m sentMsg) bool {
+		rs, ok := m.msg.(sharding.RegionStopped)
+		return ok && rs.Region == node
+	})
+}
+
+// byPrefix puts each entity in the shard named by its id's first letter.
+func byPrefix(id string) string { return id[:1] }
+
+// A Shutdown whose deadline passes while an entity is stuck in its handler
+// returns at its deadline; the region reports RegionStopped, and the node
+// leaves, only once that entity has stopped: until then the coordinator
+// must not start its shard elsewhere.
+func TestShutdownWithAStuckEntityHonoursItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{ShardID: byPrefix})
+		s.sent = &sentLog{}
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		a.tell(t, "w", note{Text: "0"}) // shard w goes to a, so shard e goes to b
+		synctest.Wait()
+		stuck, unstick := gate(t)
+		b.tell(t, "e", hold{until: stuck})
+		synctest.Wait()
+		if len(b.region.State().Shards) != 1 {
+			t.Fatalf("b hosts %v, want shard e", b.region.State().Shards)
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.sh.Shutdown(ctx) }()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Shutdown: %v, want DeadlineExceeded", err)
+			}
+		default:
+			t.Fatal("Shutdown still running 1 s past its deadline")
+		}
+		if regionStopped(s.sent, "b") {
+			t.Fatal("b reported RegionStopped while its entity still ran")
+		}
+		if _, ok := a.region.State().Shards["e"]; ok {
+			t.Fatal("a hosts shard e while b's entity still runs")
+		}
+
+		unstick()
+		synctest.Wait()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if !regionStopped(s.sent, "b") {
+			t.Fatal("b never reported RegionStopped after its entity stopped")
+		}
+		a.tell(t, "e", note{Text: "1"})
+		if got := a.ask(t, "e"); !slices.Equal(got, []string{"1"}) {
+			t.Fatalf("e on a got %v", got)
+		}
+	})
+}
+
+// Terminate stops entities at once; one stuck in its handler cannot be
+// stopped, and Terminate returns after StopTimeout rather than hang.
+func TestTerminateWithAStuckEntityReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{StopTimeout: 10 * time.Second})
+		a := s.join("a", "host")
+		stuck, _ := gate(t)
+		a.tell(t, "e", hold{until: stuck})
+		a.tell(t, "f", note{Text: "1"})
+		synctest.Wait()
+		done := make(chan struct{})
+		go func() { a.sh.Terminate(); close(done) }()
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("Terminate still waiting for an entity stuck in its handler")
+		}
+		for shard, ids := range a.region.State().Shards {
+			if len(ids) > 0 {
+				t.Fatalf("shard %s still lists %v after Terminate", shard, ids)
+			}
+		}
+	})
+}
