@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
@@ -113,6 +114,38 @@ func TestTerminateWithAStuckEntityReturns(t *testing.T) {
 			if len(ids) > 0 {
 				t.Fatalf("shard %s still lists %v after Terminate", shard, ids)
 			}
+		}
+	})
+}
+
+// A message forwarded to another node whose entity's mailbox is full is
+// refused there; the sender's Tell had returned nil, so the refusal is a
+// dead letter, counted and logged, never a silent loss. The same Tell on
+// the entity's own node fails with ErrMailboxFull.
+func TestForwardedMessageRefusedByAFullMailboxIsADeadLetter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{ShardID: byPrefix, MailboxCapacity: 1})
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		a.tell(t, "w", note{Text: "0"}) // shard w goes to a, so shard e goes to b
+		synctest.Wait()
+		stuck, unstick := gate(t)
+		b.tell(t, "e", hold{until: stuck})
+		synctest.Wait()
+		if _, ok := b.region.State().Shards["e"]; !ok {
+			t.Fatalf("b hosts %v, want shard e", b.region.State().Shards)
+		}
+		a.tell(t, "e", note{Text: "1"}) // fills e's mailbox
+		a.tell(t, "e", note{Text: "2"}) // refused by it, on b
+		synctest.Wait()
+		if err := b.region.EntityRefFor("e").Tell(note{Text: "3"}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Fatalf("local tell to a full mailbox: %v, want ErrMailboxFull", err)
+		}
+		unstick()
+		synctest.Wait()
+		dead := b.sys.Stats().DeadLetters
+		if got := s.log.notes("e"); !slices.Equal(got, []string{"1"}) || dead != 1 {
+			t.Fatalf("e got %v with %d dead letters on b; want [1] and 1 dead letter (note 2)", got, dead)
 		}
 	})
 }

@@ -243,7 +243,7 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 			}
 		case regForward:
 			if err := r.forward(ef.node, ef.shard, ef.p); err != nil {
-				r.s.log.Warn("sharding: message not delivered", "type", r.typ, "entity", ef.p.entityID, "err", err)
+				r.deadLetter(err, ef.p, "buffered message not forwarded")
 			}
 		case regHost:
 			r.core.attach(ef.shard, newShard(r, ef.shard))
@@ -252,7 +252,7 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 			// Not failFast: the sender of a buffered or forwarded message
 			// is not waiting for this answer.
 			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, false, ef.accepted); err != nil {
-				r.s.log.Warn("sharding: message not delivered", "type", r.typ, "entity", ef.p.entityID, "err", err)
+				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
 			}
 		case regHandOff, regPassivateIdle, regTerminate:
 			later = append(later, *ef)
@@ -265,6 +265,8 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 			}
 		case regGone:
 			close(r.gone)
+		case regDeadLetter:
+			r.deadLetter(ef.err, ef.p, "forwarded message refused")
 		case regNote:
 			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"type", r.typ}, ef.args...)...)
 		}
@@ -274,6 +276,13 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 		r.core.out = out[:0]
 	}
 	return later
+}
+
+// deadLetter records a message whose sender's Tell returned already (it
+// was buffered here, or forwarded by another region) and that could not be
+// delivered: counted and logged, and the local asks it carries fail now.
+func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
+	r.s.sys.DeadLetter(err, r.typ+"/"+p.entityID, reason+": "+err.Error(), p.msg)
 }
 
 // runUnlocked carries out what applyLocked left for after the lock.

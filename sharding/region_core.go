@@ -94,6 +94,9 @@ const (
 	// regGone: the region told the coordinator it is gone: the node may
 	// leave the membership.
 	regGone
+	// regDeadLetter: p, forwarded here by another region, is refused
+	// with err: a dead letter, counted and logged.
+	regDeadLetter
 	// regNote: a log line about something ignored or dropped.
 	regNote
 )
@@ -110,6 +113,7 @@ type regionEffect[C any, S comparable] struct {
 	accepted    bool
 	tick, ticks uint64
 	after       time.Duration
+	err         error      // regDeadLetter
 	level       slog.Level // regNote
 	note        string
 	args        []any
@@ -294,8 +298,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		case routeRemote:
 			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: m.Shard, p: p})
 		case routeStopped, routeFull:
-			c.notef(slog.LevelWarn, "sharding: forwarded message not delivered", "entity", m.EntityID,
-				"err", verdictError(v))
+			// Its sender's Tell returned long ago.
+			c.emit(regionEffect[C, S]{kind: regDeadLetter, shard: m.Shard, p: p, err: verdictError(v)})
 		}
 	}
 }

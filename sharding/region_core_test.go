@@ -327,6 +327,8 @@ func (h *regionHarness) apply() {
 				h.printf("left")
 			case regGone:
 				h.printf("gone")
+			case regDeadLetter:
+				h.printf("dead letter: %s %s: %v", ef.shard, fmtPending(ef.p), ef.err)
 			case regNote:
 				h.printf("note %s: %s %v", ef.level, ef.note, ef.args)
 			}
