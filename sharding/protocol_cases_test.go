@@ -149,3 +149,54 @@ func TestForwardedMessageRefusedByAFullMailboxIsADeadLetter(t *testing.T) {
 		}
 	})
 }
+
+// failingDeallocations fails its first fail Deallocate calls and counts
+// the coordinators that acquired it.
+type failingDeallocations struct {
+	*sharding.MemoryCoordinatorStore
+	mu             sync.Mutex
+	fail, acquires int
+}
+
+func (f *failingDeallocations) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
+	f.mu.Lock()
+	f.acquires++
+	f.mu.Unlock()
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
+}
+
+func (f *failingDeallocations) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
+	f.mu.Lock()
+	fail := f.fail > 0
+	f.fail--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("store unavailable")
+	}
+	return f.MemoryCoordinatorStore.Deallocate(ctx, typeName, epoch, shard)
+}
+
+// A store write that fails at the end of a hand-off is retried: the
+// coordinator neither stops nor loses the messages the region held for
+// the shard during the hand-off.
+func TestStoreFailureAtTheEndOfAHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &failingDeallocations{MemoryCoordinatorStore: sharding.NewMemoryCoordinatorStore(), fail: 2}
+		_, n := singleNode(t, sharding.Config{CoordinatorStore: store},
+			sharding.Settings{ShardID: byPrefix, HandOffTimeout: 5 * time.Second})
+		n.tell(t, "e", note{Text: "1"})
+		n.tell(t, "e", slowStop{}) // e holds its stop message: the hand-off waits for its timeout
+		synctest.Wait()
+		n.region.StopShards("e")
+		synctest.Wait()
+		n.tell(t, "e", note{Text: "2"}) // held by the region during the hand-off
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := n.ask(t, "e"); !slices.Equal(got, []string{"1", "2"}) {
+			t.Fatalf("e got %v, want [1 2]", got)
+		}
+		if store.acquires != 1 {
+			t.Fatalf("%d coordinators acquired the store, want 1: a failed write stopped it", store.acquires)
+		}
+	})
+}
