@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -205,7 +206,13 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
-		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest) })
+		var live []string
+		for _, m := range r.s.cfg.Membership.Members() {
+			if m.Status != allocation.Down {
+				live = append(live, m.Node)
+			}
+		}
+		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest, live) })
 	case shardHandedOff[C]:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.handedOff(m.shard, m.leftover) })
 	case GetRegionStats:

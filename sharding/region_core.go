@@ -28,6 +28,7 @@ type regionCore[C any, S comparable] struct {
 	// last told; coordinator the one this region registered with ("" for
 	// oldest).
 	oldest, coordinator string
+	live                map[string]bool // nodes in the membership view; nil: not told yet
 	registered          bool
 	stopped             bool
 	leaving             bool
@@ -56,6 +57,14 @@ type regionShard[C any, S comparable] struct {
 	buffer     []pending[C]
 	handingOff bool
 	requested  bool // GetShardHome sent, unanswered
+	// handOver: this region was the shard's home and holds mail for the
+	// next one (in buffer), which it sends there once it learns of it.
+	handOver bool
+	// awaiting is the previous home whose HandOver this region waits for
+	// before it starts the shard allocated to it; handedIn, that a
+	// HandOver came before the HostShard.
+	awaiting string
+	handedIn bool
 }
 
 type pending[C any] struct {
@@ -151,7 +160,7 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 && !c.stopped {
 		return e
 	}
 	return nil
@@ -191,7 +200,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && len(e.buffer) == 0 {
+	if e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -206,9 +215,14 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 	// this region yet would place the shard without it.
 	if e.home == "" && !e.handingOff && !e.requested && c.registered {
 		e.requested = true
-		c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+		c.askHome(shardID, e)
 	}
 	return routeHeld, e
+}
+
+// askHome asks the coordinator where a shard lives.
+func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
+	c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self, HandOver: e.handOver})
 }
 
 // toCoordinator sends m to the coordinator; without one in view, the retry
@@ -234,7 +248,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 				e.requested = true
-				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+				c.askHome(id, e)
 			}
 		}
 	case ShardHomes:
@@ -259,9 +273,13 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		c.adoptBuffered(m.Shard, m.Buffered)
+		if e := c.entry(m.Shard); m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
+			e.awaiting = m.From
+		}
 		c.setHome(m.Shard, c.cfg.self)
 		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+	case HandOver:
+		c.handedOver(m)
 	case BeginHandOff:
 		if !c.fresh(m.Epoch) {
 			return
@@ -281,7 +299,10 @@ func (c *regionCore[C, S]) step(msg Message) {
 			c.emit(regionEffect[C, S]{kind: regHandOff, shard: m.Shard})
 			return
 		}
-		c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Buffered: c.takeBuffer(m.Shard, nil)})
+		// Not hosted here after all (the HostShard never came): what the
+		// region holds for it goes to the next home.
+		e.handOver = len(e.buffer) > 0
+		c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
 			c.leaveAcked = true
@@ -338,10 +359,23 @@ func (c *regionCore[C, S]) fresh(epoch uint64) bool {
 	return true
 }
 
-// membership takes the coordinator's node in a new membership view
-// ("" when no member can host it).
-func (c *regionCore[C, S]) membership(oldest string) {
+// membership takes a new membership view: the coordinator's node ("" when
+// no member can host it) and every node in the view. A shard that waits
+// for the hand-over of a node no longer in the view starts without it.
+func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	c.oldest = oldest
+	c.live = make(map[string]bool, len(live))
+	for _, n := range live {
+		c.live[n] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		if e := c.shards[id]; e.awaiting != "" && !c.live[e.awaiting] {
+			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
+				"shard", id, "from", e.awaiting)
+			e.awaiting = ""
+			c.setHome(id, e.home)
+		}
+	}
 	if c.coordinator != oldest {
 		c.coordinator, c.registered = oldest, false
 	}
@@ -373,8 +407,8 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
-				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+				c.askHome(id, e)
 			}
 		}
 	}
@@ -406,13 +440,35 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	if e.handingOff && e.hosted {
 		return // our own hand-off is still running
 	}
+	if home != c.cfg.self {
+		// Moved on before the hand-over came: it follows the shard.
+		e.awaiting, e.handedIn = "", false
+	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home == "" { // stopped shard: ask again if anything waits for it
 		if len(e.buffer) > 0 {
 			e.requested = true
-			c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+			c.askHome(shardID, e)
 		}
 		return
+	}
+	if e.handOver && home != c.cfg.self {
+		// The mail this region held as the shard's old home goes to the
+		// new one at once, as one message, on the link its forwards take.
+		e.handOver = false
+		msgs := make([]Deliver, len(e.buffer))
+		for i, p := range e.buffer {
+			msgs[i] = p.deliver(shardID)
+		}
+		c.buffered -= len(e.buffer)
+		e.buffer = nil
+		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
+		c.checkLeft()
+		return
+	}
+	e.handOver = false
+	if home == c.cfg.self && e.awaiting != "" {
+		return // started once the previous home's mail is here
 	}
 	if home == c.cfg.self && !e.hosted {
 		if c.cfg.proxy || c.leaving || c.stopped {
@@ -424,7 +480,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
-		e.hosted = true
+		e.hosted, e.handedIn = true, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
 	if home != c.cfg.self && e.hosted {
@@ -454,16 +510,13 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	var none S
 	e.local, e.hosted, e.home = none, false, ""
 	// Messages the shard held for stopping entities arrived before
-	// anything the region buffered since BeginHandOff; both go to the next
-	// home through the coordinator, ahead of what other regions buffered.
-	front := make([]Deliver, 0, len(leftover)+len(e.buffer))
-	for _, p := range leftover {
-		front = append(front, p.deliver(shardID))
-	}
-	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Buffered: c.takeBuffer(shardID, front)})
+	// anything the region buffered since BeginHandOff; both wait here for
+	// the next home, which waits for them (see HandOver).
+	c.prepend(e, leftover)
+	e.handOver = len(e.buffer) > 0
+	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
-	// would make the coordinator drop the hand-off, and the messages
-	// ShardStopped carries with it.
+	// would make the coordinator drop the hand-off.
 	c.checkLeft()
 	c.checkGone()
 }
@@ -477,36 +530,37 @@ func (p pending[C]) deliver(shardID string) Deliver {
 	return d
 }
 
-// takeBuffer empties a shard's region buffer into front, for ShardStopped.
-func (c *regionCore[C, S]) takeBuffer(shardID string, front []Deliver) []Deliver {
-	e := c.entry(shardID)
-	for _, p := range e.buffer {
-		front = append(front, p.deliver(shardID))
-	}
-	c.buffered -= len(e.buffer)
-	e.buffer = nil
-	if len(front) == 0 {
-		return nil
-	}
-	return front
-}
-
-// adoptBuffered puts the messages a shard's previous home held ahead of
-// what this region buffered for it. They were accepted there, so the
-// buffer limit does not apply.
-func (c *regionCore[C, S]) adoptBuffered(shardID string, ds []Deliver) {
-	if len(ds) == 0 {
+// prepend puts ps ahead of a shard's buffer. They were accepted already,
+// so the buffer limit does not apply.
+func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
+	if len(ps) == 0 {
 		return
 	}
-	front := make([]pending[C], 0, len(ds))
-	for _, d := range ds {
+	e.buffer = append(slices.Clone(ps), e.buffer...)
+	c.buffered += len(ps)
+}
+
+// handedOver takes the mail a shard's previous home held: it goes ahead
+// of whatever this region holds for the shard, and a shard that waited
+// for it starts now.
+func (c *regionCore[C, S]) handedOver(m HandOver) {
+	front := make([]pending[C], 0, len(m.Msgs))
+	for _, d := range m.Msgs {
 		if p, ok := c.fromDeliver(d); ok {
 			front = append(front, p)
 		}
 	}
-	e := c.entry(shardID)
-	e.buffer = append(front, e.buffer...)
-	c.buffered += len(front)
+	e := c.entry(m.Shard)
+	c.prepend(e, front)
+	switch {
+	case e.awaiting != "":
+		e.awaiting = ""
+		c.setHome(m.Shard, e.home)
+	case e.hosted || e.home != "" && !e.handingOff:
+		c.drain(m.Shard, e)
+	default:
+		e.handedIn = true // ahead of its HostShard: nothing to wait for then
+	}
 }
 
 // leave starts a graceful leave: the coordinator hands off every shard
@@ -534,7 +588,7 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	for _, e := range c.shards {
-		if e.hosted {
+		if e.hosted || e.handOver { // nor before it handed over the mail it holds
 			return
 		}
 	}
@@ -590,6 +644,9 @@ func (c *regionCore[C, S]) terminate() {
 	}
 	c.buffered = 0
 }
+
+// isLive reports whether node is in the membership view.
+func (c *regionCore[C, S]) isLive(node string) bool { return c.live == nil || c.live[node] }
 
 // homes is every shard home this region knows: shard → node.
 func (c *regionCore[C, S]) homes() map[string]string {

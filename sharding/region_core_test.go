@@ -26,7 +26,9 @@ import (
 //
 //	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N]
 //	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation)
-//	members OLDEST       a new membership view whose coordinator is on OLDEST ("-": none)
+//	members OLDEST [live=NODE,...]
+//	                     a new membership view whose coordinator is on OLDEST ("-": none),
+//	                     with the nodes listed (default: OLDEST and self)
 //	tell SHARD ENTITY MSG
 //	                     a message for ENTITY, of SHARD, through this region
 //	start SHARD ENTITY   StartEntity
@@ -34,7 +36,8 @@ import (
 //	  register-ack COORD epoch=E
 //	  homes epoch=E [NODE=SHARD,SHARD...]...
 //	  home SHARD NODE epoch=E   (NODE "-": the shard has no home)
-//	  host SHARD epoch=E [buffered=ENTITY:MSG,...]
+//	  host SHARD epoch=E [from=NODE]
+//	  hand-over SHARD from=NODE [msgs=ENTITY:MSG,...]   (the previous home's mail)
 //	  begin-hand-off SHARD epoch=E
 //	  hand-off SHARD epoch=E
 //	  leave-ack epoch=E
@@ -98,7 +101,14 @@ func (h *regionHarness) run(line string) string {
 		h.configure(kv)
 	case "members":
 		need(1)
-		h.core.membership(node(pos[0]))
+		live := []string{h.core.cfg.self}
+		if o := node(pos[0]); o != "" {
+			live = append(live, o)
+		}
+		if l, ok := kv["live"]; ok {
+			live = strings.Split(l, ",")
+		}
+		h.core.membership(node(pos[0]), live)
 	case "tell", "start":
 		var p pending[string]
 		if cmd == "tell" {
@@ -198,11 +208,14 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
 	case "host":
 		need(1)
+		return HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}
+	case "hand-over":
+		need(1)
 		var ds []Deliver
-		for _, p := range h.pendings(pos[0], kv["buffered"]) {
+		for _, p := range h.pendings(pos[0], kv["msgs"]) {
 			ds = append(ds, p.deliver(pos[0]))
 		}
-		return HostShard{Shard: pos[0], Epoch: h.epoch(kv), Buffered: ds}
+		return HandOver{Shard: pos[0], From: kv["from"], Msgs: ds}
 	case "begin-hand-off":
 		need(1)
 		return BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
@@ -265,13 +278,21 @@ func fmtMessage(m Message) string {
 	case RegisterProxy:
 		return "RegisterProxy " + m.Region
 	case GetShardHome:
+		if m.HandOver {
+			return "GetShardHome " + m.Shard + " (holding its mail)"
+		}
 		return "GetShardHome " + m.Shard
 	case ShardStarted:
 		return "ShardStarted " + m.Shard
 	case BeginHandOffAck:
 		return "BeginHandOffAck " + m.Shard
 	case ShardStopped:
-		return fmt.Sprintf("ShardStopped %s, buffered: %s", m.Shard, fmtDelivers(m.Buffered))
+		if m.Held {
+			return "ShardStopped " + m.Shard + ", holding its mail"
+		}
+		return "ShardStopped " + m.Shard
+	case HandOver:
+		return fmt.Sprintf("HandOver %s: %s", m.Shard, fmtDelivers(m.Msgs))
 	case GracefulShutdownReq:
 		return "GracefulShutdownReq " + m.Region
 	case RegionStopped:
@@ -365,6 +386,12 @@ func (h *regionHarness) printState() {
 		}
 		if e.requested {
 			line += " requested"
+		}
+		if e.handOver {
+			line += " hand-over"
+		}
+		if e.awaiting != "" {
+			line += " awaiting=" + e.awaiting
 		}
 		if len(e.buffer) > 0 {
 			parts := make([]string, len(e.buffer))
