@@ -34,6 +34,7 @@ type handoff struct {
 	stop    bool // StopShards: deallocate, do not move
 	from    string
 	pending map[string]bool // regions whose BeginHandOffAck is outstanding
+	fences  []string        // regions that fenced their forwards to from
 	handing bool            // HandOff sent to from
 }
 
@@ -170,6 +171,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, nil
 	case BeginHandOffAck:
 		if h := c.handoffs[m.Shard]; h != nil {
+			if h.pending[m.Region] && m.FencedAt == h.from && m.Region != h.from {
+				h.fences = append(h.fences, m.Region)
+			}
 			delete(h.pending, m.Region)
 			return nil, c.maybeHandOff(m.Shard)
 		}
@@ -329,7 +333,8 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 		return nil
 	}
 	h.handing = true
-	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch}}}
+	slices.Sort(h.fences)
+	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still
@@ -346,6 +351,9 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 			continue
 		}
 		delete(h.pending, region)
+		if !h.handing {
+			h.fences = slices.DeleteFunc(h.fences, func(r string) bool { return r == region })
+		}
 		out = append(out, c.maybeHandOff(shard)...)
 	}
 	for _, shard := range slices.Clone(c.byRegion[region]) {

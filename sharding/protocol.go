@@ -54,12 +54,21 @@ type (
 		Shard string
 		Epoch uint64
 	}
-	// BeginHandOffAck confirms BeginHandOff.
-	BeginHandOffAck struct{ Shard, Region string }
-	// HandOff tells the owning region to stop the shard's entities.
+	// BeginHandOffAck confirms BeginHandOff. FencedAt is the region the
+	// acknowledging region sent its Fence to ("" for none): the home it
+	// forwarded the shard's messages to.
+	BeginHandOffAck struct{ Shard, Region, FencedAt string }
+	// Fence follows, on the data link, the last message a region forwarded
+	// for a shard before it began buffering them for a hand-off: once the
+	// home holds it, nothing that region forwarded is still on its way.
+	Fence struct{ Shard, From string }
+	// HandOff tells the owning region to stop the shard's entities, once it
+	// holds a Fence from each region in Fences that is still in its view,
+	// so that everything forwarded to it before the hand-off is in first.
 	HandOff struct {
-		Shard string
-		Epoch uint64
+		Shard  string
+		Epoch  uint64
+		Fences []string
 	}
 	// ShardStopped confirms HandOff: every entity of the shard has stopped.
 	// Held: the region holds mail for the shard (for entities that were
@@ -120,6 +129,7 @@ func (BeginHandOffAck) protocolMessage()     {}
 func (HandOff) protocolMessage()             {}
 func (ShardStopped) protocolMessage()        {}
 func (HandOver) protocolMessage()            {}
+func (Fence) protocolMessage()               {}
 func (GracefulShutdownReq) protocolMessage() {}
 func (LeaveAck) protocolMessage()            {}
 func (RegionStopped) protocolMessage()       {}

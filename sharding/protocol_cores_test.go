@@ -19,7 +19,11 @@ type coreNet struct {
 	held    []netMsg
 	hold    func(netMsg) bool
 	got     map[string][]string // node → "entity msg" delivered to its local shards
+	seen    []string            // every delivery, in order: "node:entity msg"
 	stored  map[string]string   // the coordinator store: shard → region
+	// leftover is what a shard holds for stopping entities when its
+	// hand-off ends, by shard.
+	leftover map[string][]pending[string]
 }
 
 type netMsg struct {
@@ -90,10 +94,35 @@ func (n *coreNet) effects(node string) {
 			case regHost:
 				r.attach(ef.shard, ef.shard)
 			case regDeliver:
-				n.got[node] = append(n.got[node], ef.p.entityID+" "+ef.p.msg)
+				n.delivered(node, ef.p)
+			case regHandOff:
+				// The shard's entities stop at once.
+				r.handedOff(ef.shard, n.leftover[ef.shard])
 			}
 		}
 	}
+}
+
+func (n *coreNet) delivered(node string, p pending[string]) {
+	n.got[node] = append(n.got[node], p.entityID+" "+p.msg)
+	n.seen = append(n.seen, node+":"+p.entityID+" "+p.msg)
+}
+
+// tell sends a message for entity of shard through node's region, as
+// EntityRef.Tell would.
+func (n *coreNet) tell(node, shard, entity, msg string) {
+	n.input(node, func(r *regionCore[string, string]) {
+		p := pending[string]{entityID: entity, msg: msg}
+		switch v, e := r.route(shard, p); v {
+		case routeLocal:
+			n.delivered(node, p)
+		case routeRemote:
+			n.queue = append(n.queue, netMsg{node, e.home, p.deliver(shard)})
+		case routeHeld:
+		default:
+			n.t.Fatalf("tell %s via %s refused: %d", msg, node, v)
+		}
+	})
 }
 
 func (n *coreNet) input(node string, fn func(r *regionCore[string, string])) {
@@ -127,11 +156,9 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 		}
 	})
 	// b leaves: its shard is handed off while entity e passivates, holding 1 and 2.
-	n.input("b", func(r *regionCore[string, string]) { r.leave("a") })
+	n.leftover = map[string][]pending[string]{"s": {{entityID: "e", msg: "1"}, {entityID: "e", msg: "2"}}}
 	n.hold = func(m netMsg) bool { _, ok := m.msg.(HostShard); return ok && m.to == "c" }
-	n.input("b", func(r *regionCore[string, string]) {
-		r.handedOff("s", []pending[string]{{entityID: "e", msg: "1"}, {entityID: "e", msg: "2"}})
-	})
+	n.input("b", func(r *regionCore[string, string]) { r.leave("a") })
 	if n.stored["s"] != "c" || len(n.held) != 1 {
 		t.Fatalf("stored %v, held %v: want s allocated to c and its HostShard held", n.stored, n.held)
 	}
@@ -152,5 +179,27 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	}
 	if got := fmt.Sprint(n.got["b"]); got != "[]" {
 		t.Fatalf("b delivered %v after its hand-off", got)
+	}
+}
+
+// A message forwarded to a shard's home is overtaken, on another link, by
+// the hand-off of its shard: the home must not stop the shard before the
+// forwarding region's fence, sent on the link the forward took, arrived
+// after it. Else the forwarded message reaches the entity after one sent
+// later, which waited at its sender for the new home: 0, 2, 1.
+func TestForwardOvertakenByAHandOffOnAnotherLink(t *testing.T) {
+	n := newCoreNet(t, "o", "x", "y")
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	n.coord = newCoordinatorCore("a", 1, map[string]string{"s": "o", "t": "y"}, strategy, 1)
+	n.members("a", "o", "x", "y")
+	n.tell("x", "s", "e", "0")
+	n.hold = func(m netMsg) bool { return m.from == "x" && m.to == "o" } // a slow link
+	n.tell("x", "s", "e", "1")
+	n.input("o", func(r *regionCore[string, string]) { r.leave("a") }) // s moves to x, the region with fewest shards
+	n.tell("x", "s", "e", "2")
+	n.release()
+	want := []string{"o:e 0", "x:e 1", "x:e 2"}
+	if !slices.Equal(n.seen, want) {
+		t.Fatalf("deliveries %v, want %v", n.seen, want)
 	}
 }

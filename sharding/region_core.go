@@ -65,6 +65,12 @@ type regionShard[C any, S comparable] struct {
 	// HandOver came before the HostShard.
 	awaiting string
 	handedIn bool
+	// fences are the regions whose Fence for the shard arrived here;
+	// stopWaits, while stopping, the regions whose fence the HandOff
+	// awaits before the shard stops.
+	fences    map[string]bool
+	stopWaits []string
+	stopping  bool // HandOff received, waiting for fences
 }
 
 type pending[C any] struct {
@@ -286,23 +292,30 @@ func (c *regionCore[C, S]) step(msg Message) {
 		}
 		// From now on the shard's messages wait here; only then is the
 		// hand-off acknowledged, so nothing this region routes can reach
-		// the old home after the coordinator hears every ack.
-		c.entry(m.Shard).handingOff = true
-		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self})
+		// the old home after the coordinator hears every ack. The fence
+		// follows, on the same link, whatever this region forwarded there.
+		e := c.entry(m.Shard)
+		e.handingOff = true
+		fencedAt := ""
+		if e.home != "" && e.home != c.cfg.self && !e.hosted {
+			fencedAt = e.home
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: Fence{Shard: m.Shard, From: c.cfg.self}})
+		}
+		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
+	case Fence:
+		e := c.entry(m.Shard)
+		if e.fences == nil {
+			e.fences = make(map[string]bool)
+		}
+		e.fences[m.From] = true
+		c.maybeStop(m.Shard, e)
 	case HandOff:
 		if !c.fresh(m.Epoch) {
 			return
 		}
 		e := c.entry(m.Shard)
-		e.handingOff = true
-		if e.hosted {
-			c.emit(regionEffect[C, S]{kind: regHandOff, shard: m.Shard})
-			return
-		}
-		// Not hosted here after all (the HostShard never came): what the
-		// region holds for it goes to the next home.
-		e.handOver = len(e.buffer) > 0
-		c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+		e.handingOff, e.stopping, e.stopWaits = true, true, m.Fences
+		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
 			c.leaveAcked = true
@@ -323,6 +336,29 @@ func (c *regionCore[C, S]) step(msg Message) {
 			c.emit(regionEffect[C, S]{kind: regDeadLetter, shard: m.Shard, p: p, err: verdictError(v)})
 		}
 	}
+}
+
+// maybeStop stops a shard told to hand off once every region named in
+// the HandOff has fenced its forwards here, or left the view: the
+// entities stop after every message forwarded before the hand-off.
+func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
+	if !e.stopping {
+		return
+	}
+	for _, r := range e.stopWaits {
+		if !e.fences[r] && c.isLive(r) {
+			return
+		}
+	}
+	e.stopping, e.stopWaits, e.fences = false, nil, nil
+	if e.hosted {
+		c.emit(regionEffect[C, S]{kind: regHandOff, shard: shardID})
+		return
+	}
+	// Not hosted here after all (the HostShard never came): what the
+	// region holds for it goes to the next home.
+	e.handOver = len(e.buffer) > 0
+	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
 // verdictError names a refusal for notes; the runner wraps the sentinel.
@@ -369,7 +405,9 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		c.live[n] = true
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-		if e := c.shards[id]; e.awaiting != "" && !c.live[e.awaiting] {
+		e := c.shards[id]
+		c.maybeStop(id, e) // a region it awaits a fence from may be gone
+		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard", id, "from", e.awaiting)
 			e.awaiting = ""

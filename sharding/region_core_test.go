@@ -39,7 +39,8 @@ import (
 //	  host SHARD epoch=E [from=NODE]
 //	  hand-over SHARD from=NODE [msgs=ENTITY:MSG,...]   (the previous home's mail)
 //	  begin-hand-off SHARD epoch=E
-//	  hand-off SHARD epoch=E
+//	  hand-off SHARD epoch=E [fences=NODE,...]
+//	  fence SHARD from=NODE
 //	  leave-ack epoch=E
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
@@ -221,7 +222,14 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
 	case "hand-off":
 		need(1)
-		return HandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+		var fences []string
+		if f := kv["fences"]; f != "" {
+			fences = strings.Split(f, ",")
+		}
+		return HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: fences}
+	case "fence":
+		need(1)
+		return Fence{Shard: pos[0], From: kv["from"]}
 	case "leave-ack":
 		return LeaveAck{Epoch: h.epoch(kv)}
 	case "deliver":
@@ -285,7 +293,12 @@ func fmtMessage(m Message) string {
 	case ShardStarted:
 		return "ShardStarted " + m.Shard
 	case BeginHandOffAck:
+		if m.FencedAt != "" {
+			return "BeginHandOffAck " + m.Shard + " (fenced at " + m.FencedAt + ")"
+		}
 		return "BeginHandOffAck " + m.Shard
+	case Fence:
+		return "Fence " + m.Shard + " from " + m.From
 	case ShardStopped:
 		if m.Held {
 			return "ShardStopped " + m.Shard + ", holding its mail"
@@ -392,6 +405,9 @@ func (h *regionHarness) printState() {
 		}
 		if e.awaiting != "" {
 			line += " awaiting=" + e.awaiting
+		}
+		if e.stopping {
+			line += " stopping, awaiting fences from " + strings.Join(e.stopWaits, ",")
 		}
 		if len(e.buffer) > 0 {
 			parts := make([]string, len(e.buffer))
