@@ -360,6 +360,11 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 		c.unplace(shard)
 		changes = append(changes, change{shard: shard})
 		ch, o := c.allocate("", shard)
+		if len(ch) == 0 {
+			// Placed later, when a region registers: meanwhile no region
+			// may keep forwarding to the one that is gone.
+			o = c.broadcast(ShardHome{Shard: shard, Epoch: c.epoch})
+		}
 		changes, out = append(changes, ch...), append(out, o...)
 	}
 	return changes, out

@@ -279,3 +279,23 @@ func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 		t.Fatalf("a rejoined region gets no shard: changes %v", changes)
 	}
 }
+
+// A shard whose region is gone and that cannot be placed again at once is
+// pushed as deallocated, so that no region keeps forwarding to the dead
+// one; it is placed when a region registers.
+func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
+	c := newCoordinatorCore("a", 7, map[string]string{"s1": "z"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(RegisterProxy{Region: "p"}) // routes only: nothing can be placed
+	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "p", Status: allocation.Up, Reachable: true}}
+	changes, out := c.step(membersChanged{members: members})
+	if !slices.Equal(changes, []change{{shard: "s1"}}) {
+		t.Fatalf("changes %v, want s1 deallocated", changes)
+	}
+	if got := sent(out); !slices.Contains(got, "p: ShardHome s1@") {
+		t.Fatalf("sent %v, want the deallocation pushed to p", got)
+	}
+	changes, out = c.step(Register{Region: "a"})
+	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
+		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
+	}
+}

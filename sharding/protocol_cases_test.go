@@ -3,6 +3,7 @@ package sharding_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -197,6 +198,42 @@ func TestStoreFailureAtTheEndOfAHandOff(t *testing.T) {
 		}
 		if store.acquires != 1 {
 			t.Fatalf("%d coordinators acquired the store, want 1: a failed write stopped it", store.acquires)
+		}
+	})
+}
+
+// A home that cannot be reached is unlearned: the Tell that found it out
+// fails with ErrUnreachable, later ones wait while the region asks the
+// coordinator again, and they reach the shard's next home once the
+// membership drops the dead node. (Tell used to fail for good.)
+func TestUnreachableHomeIsUnlearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{ShardID: byPrefix})
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		a.tell(t, "x1", note{Text: "0"}) // shard x: a, so shard y: b
+		synctest.Wait()
+		a.tell(t, "y1", note{Text: "0"})
+		synctest.Wait()
+		if a.region.Homes()["y"] != "b" {
+			t.Fatalf("homes %v", a.region.Homes())
+		}
+		b.sh.Terminate()
+		if err := a.region.EntityRefFor("y1").Tell(note{Text: "lost"}); !errors.Is(err, sharding.ErrUnreachable) {
+			t.Fatalf("first tell to the crashed node: %v, want ErrUnreachable", err)
+		}
+		time.Sleep(5 * time.Second) // retry ticks ask again, and are answered b
+		synctest.Wait()
+		for i := 1; i <= 3; i++ {
+			a.tell(t, "y1", note{Text: fmt.Sprint(i)})
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		s.cluster.Remove("b") // the failure detector's verdict
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if got := a.ask(t, "y1"); !slices.Equal(got, []string{"0", "1", "2", "3"}) {
+			t.Fatalf("y1 got %v, want [0 1 2 3]: 0 from b's log, then what waited for the new home", got)
 		}
 	})
 }

@@ -24,6 +24,8 @@ type coreNet struct {
 	// leftover is what a shard holds for stopping entities when its
 	// hand-off ends, by shard.
 	leftover map[string][]pending[string]
+	// unreachable are the messages sent to a node with no region.
+	unreachable []netMsg
 }
 
 type netMsg struct {
@@ -62,7 +64,12 @@ func (n *coreNet) run() {
 			}
 			continue
 		}
-		n.regions[m.to].step(m.msg)
+		r := n.regions[m.to]
+		if r == nil {
+			n.unreachable = append(n.unreachable, m)
+			continue
+		}
+		r.step(m.msg)
 		n.effects(m.to)
 	}
 }
@@ -201,5 +208,45 @@ func TestForwardOvertakenByAHandOffOnAnotherLink(t *testing.T) {
 	want := []string{"o:e 0", "x:e 1", "x:e 2"}
 	if !slices.Equal(n.seen, want) {
 		t.Fatalf("deliveries %v, want %v", n.seen, want)
+	}
+}
+
+// Homes can be unlearned. A coordinator on a leaving node finds a region
+// gone, deallocates its shard and cannot place it (no region registered
+// yet), and goes before anyone asks; its successor, rebuilt from the
+// store, knows no home for the shard. Regions that learned the dead home
+// from an older epoch must forget it: their ShardHomes do not list it. Else
+// they forward to the dead node forever and never ask again.
+func TestStaleHomeIsUnlearned(t *testing.T) {
+	n := newCoreNet(t, "x", "y")
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	for _, node := range []string{"x", "y"} {
+		n.input(node, func(r *regionCore[string, string]) {
+			r.step(ShardHomes{Homes: map[string][]string{"z": {"s"}}, Epoch: 1})
+		})
+	}
+	alive := []Member{{Node: "l", Status: allocation.Leaving, Reachable: true},
+		{Node: "x", Status: allocation.Up, Reachable: true}, {Node: "y", Status: allocation.Up, Reachable: true}}
+	n.coord = newCoordinatorCore("l", 2, map[string]string{"s": "z"}, strategy, 1)
+	n.hold = func(m netMsg) bool { return m.to == "coordinator" } // l goes before it hears from anyone
+	changes, out := n.coord.step(membersChanged{members: alive})
+	if !slices.Equal(changes, []change{{shard: "s"}}) {
+		t.Fatalf("changes %v, want s deallocated", changes)
+	}
+	for _, o := range out {
+		n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+	}
+	n.run()
+	n.hold, n.held = nil, nil
+	n.stored = map[string]string{}
+	n.coord = newCoordinatorCore("x", 3, n.stored, strategy, 1)
+	_, out = n.coord.step(membersChanged{members: alive[1:]})
+	for _, o := range out {
+		n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+	}
+	n.members("x", "x", "y")
+	n.tell("y", "s", "e", "1")
+	if len(n.seen) != 1 || n.seen[0][2:] != "e 1" {
+		t.Fatalf("deliveries %v, unreachable %v: want e 1 delivered", n.seen, n.unreachable)
 	}
 }

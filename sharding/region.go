@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -154,6 +155,7 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 		return ErrInvalidEntityID
 	}
 	shardID := r.settings.ShardID(entityID)
+	p := pending[C]{entityID, msg, start}
 	stripe := r.mu.RLockShard(shardID)
 	if e := r.core.routable(shardID); e != nil {
 		if e.hosted {
@@ -164,30 +166,44 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 		// Forward under the read lock: BeginHandOff takes the write lock
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
-		err := r.forward(e.home, shardID, pending[C]{entityID, msg, start})
+		home := e.home
+		err := r.forward(home, shardID, p)
 		stripe.RUnlock()
+		if errors.Is(err, ErrUnreachable) {
+			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
+		}
 		return err
 	}
 	stripe.RUnlock()
 
 	r.mu.Lock()
-	p := pending[C]{entityID, msg, start}
 	v, e := r.core.route(shardID, p)
+	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
-	var err error
-	switch v {
-	case routeLocal:
-		err = e.local.deliver(entityID, msg, start, failFast, false)
-	case routeRemote:
-		err = r.forward(e.home, shardID, p)
-	case routeStopped:
-		err = fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
-	case routeFull:
-		err = fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.core.buffered)
-	}
 	r.mu.Unlock()
 	r.runUnlocked(idle)
 	return err
+}
+
+// sendRouted carries out the core's verdict on p; r.mu is held for
+// writing. The sender learns of a home the transport cannot reach, and the
+// core forgets that home (DESIGN §5: homes can be unlearned).
+func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
+	switch v {
+	case routeLocal:
+		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted)
+	case routeRemote:
+		err := r.forward(e.home, shardID, p)
+		if errors.Is(err, ErrUnreachable) {
+			r.core.unreachable(shardID, e.home)
+		}
+		return err
+	case routeStopped:
+		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
+	case routeFull:
+		return fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.core.buffered)
+	}
+	return nil // held
 }
 
 func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
@@ -238,6 +254,13 @@ func (r *Region[C]) step(input func(c *regionCore[C, *shard[C]])) {
 // shard and need not hold up the data path of other shards (the core
 // buffers a shard's messages while it hands off).
 func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
+	for len(r.core.out) > 0 { // an effect may step the core again
+		later = r.applyBatch(later)
+	}
+	return later
+}
+
+func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffect[C, *shard[C]] {
 	out := r.core.out
 	r.core.out = nil
 	for i := range out {
@@ -249,7 +272,15 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 				r.s.log.Debug("sharding: unreachable; will retry", "type", r.typ, "to", to.String(), "err", err)
 			}
 		case regForward:
-			if err := r.forward(ef.node, ef.shard, ef.p); err != nil {
+			err := r.forward(ef.node, ef.shard, ef.p)
+			if errors.Is(err, ErrUnreachable) {
+				// Accepted here before: it waits again, for the home the
+				// retry tick asks for.
+				r.core.unreachable(ef.shard, ef.node)
+				v, e := r.core.route(ef.shard, ef.p)
+				err = r.sendRouted(v, e, ef.shard, ef.p, false, true)
+			}
+			if err != nil {
 				r.deadLetter(err, ef.p, "buffered message not forwarded")
 			}
 		case regHost:

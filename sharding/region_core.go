@@ -231,6 +231,18 @@ func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
 	c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self, HandOver: e.handOver})
 }
 
+// unreachable reports that the transport could not carry a message to
+// home: the region forgets that home, unless a newer one replaced it
+// meanwhile. The shard's messages wait from now on, and the retry tick,
+// not each of them, asks the coordinator again: it may well answer the
+// same home until the membership drops it.
+func (c *regionCore[C, S]) unreachable(shardID, home string) {
+	if e := c.shards[shardID]; e != nil && e.home == home && !e.hosted && !c.stopped {
+		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard", shardID, "home", home)
+		e.home, e.requested = "", true
+	}
+}
+
 // toCoordinator sends m to the coordinator; without one in view, the retry
 // tick sends again.
 func (c *regionCore[C, S]) toCoordinator(m Message) {
@@ -261,9 +273,19 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
+		listed := make(map[string]bool)
 		for _, region := range slices.Sorted(maps.Keys(m.Homes)) {
 			for _, s := range m.Homes[region] {
+				listed[s] = true
 				c.setHome(s, region)
+			}
+		}
+		// Every home the coordinator knows: one it does not list was
+		// deallocated, perhaps by a coordinator this region never heard
+		// from. Forgotten, it is asked for again when a message needs it.
+		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+			if e := c.shards[id]; !listed[id] && e.home != "" && !e.hosted && e.awaiting == "" {
+				c.setHome(id, "")
 			}
 		}
 		// A new coordinator announces itself with ShardHomes. Not on a

@@ -45,6 +45,8 @@ import (
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
 //	                     the local shard's entities all stopped
+//	unreachable SHARD NODE
+//	                     the transport could not carry a message to NODE, SHARD's home
 //	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
@@ -126,6 +128,9 @@ func (h *regionHarness) run(line string) string {
 	case "handed-off":
 		need(1)
 		h.core.handedOff(pos[0], h.pendings(pos[0], kv["leftover"]))
+	case "unreachable":
+		need(2)
+		h.core.unreachable(pos[0], pos[1])
 	case "terminated":
 		need(1)
 		h.core.shardTerminated(pos[0])
