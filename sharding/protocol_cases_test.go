@@ -38,24 +38,36 @@ func regionStopped(l *sentLog, node string) bool {
 // byPrefix puts each entity in the shard named by its id's first letter.
 func byPrefix(id string) string { return id[:1] }
 
+// stuckOnB starts nodes a and b, with entities in shards named by their
+// first letter, and holds entity e (of shard e, on b) in its handler until
+// unstick. With record the sim records the protocol messages sent.
+func stuckOnB(t *testing.T, settings sharding.Settings, record bool) (s *sim, a, b *node, unstick func()) {
+	t.Helper()
+	settings.ShardID = byPrefix
+	s = newSim(t, settings)
+	if record {
+		s.sent = &sentLog{}
+	}
+	a = s.join("a", "host")
+	b = s.join("b", "host")
+	a.tell(t, "w", note{Text: "0"}) // shard w goes to a, so shard e goes to b
+	synctest.Wait()
+	stuck, unstick := gate(t)
+	b.tell(t, "e", hold{until: stuck})
+	synctest.Wait()
+	if _, ok := b.region.State().Shards["e"]; !ok {
+		t.Fatalf("b hosts %v, want shard e", b.region.State().Shards)
+	}
+	return s, a, b, unstick
+}
+
 // A Shutdown whose deadline passes while an entity is stuck in its handler
 // returns at its deadline; the region reports RegionStopped, and the node
 // leaves, only once that entity has stopped: until then the coordinator
 // must not start its shard elsewhere.
 func TestShutdownWithAStuckEntityHonoursItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSim(t, sharding.Settings{ShardID: byPrefix})
-		s.sent = &sentLog{}
-		a := s.join("a", "host")
-		b := s.join("b", "host")
-		a.tell(t, "w", note{Text: "0"}) // shard w goes to a, so shard e goes to b
-		synctest.Wait()
-		stuck, unstick := gate(t)
-		b.tell(t, "e", hold{until: stuck})
-		synctest.Wait()
-		if len(b.region.State().Shards) != 1 {
-			t.Fatalf("b hosts %v, want shard e", b.region.State().Shards)
-		}
+		s, a, b, unstick := stuckOnB(t, sharding.Settings{}, true)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -125,17 +137,7 @@ func TestTerminateWithAStuckEntityReturns(t *testing.T) {
 // the entity's own node fails with ErrMailboxFull.
 func TestForwardedMessageRefusedByAFullMailboxIsADeadLetter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSim(t, sharding.Settings{ShardID: byPrefix, MailboxCapacity: 1})
-		a := s.join("a", "host")
-		b := s.join("b", "host")
-		a.tell(t, "w", note{Text: "0"}) // shard w goes to a, so shard e goes to b
-		synctest.Wait()
-		stuck, unstick := gate(t)
-		b.tell(t, "e", hold{until: stuck})
-		synctest.Wait()
-		if _, ok := b.region.State().Shards["e"]; !ok {
-			t.Fatalf("b hosts %v, want shard e", b.region.State().Shards)
-		}
+		s, a, b, unstick := stuckOnB(t, sharding.Settings{MailboxCapacity: 1}, false)
 		a.tell(t, "e", note{Text: "1"}) // fills e's mailbox
 		a.tell(t, "e", note{Text: "2"}) // refused by it, on b
 		synctest.Wait()
@@ -151,38 +153,12 @@ func TestForwardedMessageRefusedByAFullMailboxIsADeadLetter(t *testing.T) {
 	})
 }
 
-// failingDeallocations fails its first fail Deallocate calls and counts
-// the coordinators that acquired it.
-type failingDeallocations struct {
-	*sharding.MemoryCoordinatorStore
-	mu             sync.Mutex
-	fail, acquires int
-}
-
-func (f *failingDeallocations) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
-	f.mu.Lock()
-	f.acquires++
-	f.mu.Unlock()
-	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
-}
-
-func (f *failingDeallocations) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
-	f.mu.Lock()
-	fail := f.fail > 0
-	f.fail--
-	f.mu.Unlock()
-	if fail {
-		return errors.New("store unavailable")
-	}
-	return f.MemoryCoordinatorStore.Deallocate(ctx, typeName, epoch, shard)
-}
-
 // A store write that fails at the end of a hand-off is retried: the
 // coordinator neither stops nor loses the messages the region held for
 // the shard during the hand-off.
 func TestStoreFailureAtTheEndOfAHandOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &failingDeallocations{MemoryCoordinatorStore: sharding.NewMemoryCoordinatorStore(), fail: 2}
+		store := &faultyCoordinatorStore{MemoryCoordinatorStore: sharding.NewMemoryCoordinatorStore(), failDeallocates: 2}
 		_, n := singleNode(t, sharding.Config{CoordinatorStore: store},
 			sharding.Settings{ShardID: byPrefix, HandOffTimeout: 5 * time.Second})
 		n.tell(t, "e", note{Text: "1"})

@@ -47,6 +47,9 @@ type regionCoreConfig struct {
 	bufferSize   int    // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+	// waitTicks bounds, in ticks, how long a shard waits for a hand-over
+	// or for fences that may have been lost with a broken link; 0 for no bound.
+	waitTicks uint64
 }
 
 // regionShard is what a region knows of one shard.
@@ -70,7 +73,8 @@ type regionShard[C any, S comparable] struct {
 	// awaits before the shard stops.
 	fences    map[string]bool
 	stopWaits []string
-	stopping  bool // HandOff received, waiting for fences
+	stopping  bool   // HandOff received, waiting for fences
+	waited    uint64 // ticks spent waiting for a hand-over or fences
 }
 
 type pending[C any] struct {
@@ -302,7 +306,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		if e := c.entry(m.Shard); m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
-			e.awaiting = m.From
+			e.awaiting, e.waited = m.From, 0
 		}
 		c.setHome(m.Shard, c.cfg.self)
 		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
@@ -336,7 +340,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		e.handingOff, e.stopping, e.stopWaits = true, true, m.Fences
+		e.handingOff, e.stopping, e.stopWaits, e.waited = true, true, m.Fences, 0
 		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -377,8 +381,10 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 		c.emit(regionEffect[C, S]{kind: regHandOff, shard: shardID})
 		return
 	}
-	// Not hosted here after all (the HostShard never came): what the
-	// region holds for it goes to the next home.
+	// Not hosted here after all (the HostShard never came, or the shard
+	// was waiting for its hand-over): what the region holds for it, and
+	// a hand-over yet to come, go to the next home.
+	e.awaiting = ""
 	e.handOver = len(e.buffer) > 0
 	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
@@ -472,6 +478,7 @@ func (c *regionCore[C, S]) tick() {
 			}
 		}
 	}
+	c.giveUpWaiting()
 	c.idleTick++
 	if c.cfg.idleTicks > 0 {
 		for _, id := range c.hostedShards() {
@@ -479,6 +486,34 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
+}
+
+// giveUpWaiting ages the waits for hand-overs and fences, and ends those
+// past waitTicks: a link that broke may have lost what they wait for, and
+// a shard that waits for ever is lost too.
+func (c *regionCore[C, S]) giveUpWaiting() {
+	if c.cfg.waitTicks == 0 {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		if e.awaiting == "" && !e.stopping {
+			continue
+		}
+		if e.waited++; e.waited < c.cfg.waitTicks {
+			continue
+		}
+		if e.awaiting != "" {
+			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
+			e.awaiting = ""
+			c.setHome(id, e.home)
+		}
+		if e.stopping {
+			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard", id, "from", e.stopWaits)
+			e.stopWaits = nil
+			c.maybeStop(id, e)
+		}
+	}
 }
 
 // hostedShards lists the shards hosted here, sorted.

@@ -24,8 +24,9 @@ import (
 //
 // Commands:
 //
-//	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N]
-//	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation)
+//	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N] [wait-ticks=N]
+//	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation,
+//	                     0 = wait for hand-overs and fences for ever)
 //	members OLDEST [live=NODE,...]
 //	                     a new membership view whose coordinator is on OLDEST ("-": none),
 //	                     with the nodes listed (default: OLDEST and self)
@@ -84,6 +85,8 @@ func (h *regionHarness) configure(kv map[string]string) {
 			cfg.tickInterval, err = time.ParseDuration(v)
 		case "idle-ticks":
 			cfg.idleTicks, err = strconv.ParseUint(v, 10, 64)
+		case "wait-ticks":
+			cfg.waitTicks, err = strconv.ParseUint(v, 10, 64)
 		default:
 			h.fatalf("unknown config key %q", k)
 		}

@@ -13,14 +13,15 @@ import (
 	"github.com/shoal-dev/shoal/sharding"
 )
 
-// faultyCoordinatorStore fails its first failAllocates Allocate calls and
-// makes its first hangAcquires Acquire calls wait for their context.
+// faultyCoordinatorStore fails its first failAllocates Allocate and
+// failDeallocates Deallocate calls, and makes its first hangAcquires
+// Acquire calls wait for their context.
 type faultyCoordinatorStore struct {
 	*sharding.MemoryCoordinatorStore
-	mu            sync.Mutex
-	failAllocates int
-	hangAcquires  int
-	acquires      int
+	mu                             sync.Mutex
+	failAllocates, failDeallocates int
+	hangAcquires                   int
+	acquires                       int
 }
 
 func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
@@ -33,6 +34,17 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 		return 0, nil, ctx.Err()
 	}
 	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
+}
+
+func (f *faultyCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
+	f.mu.Lock()
+	fail := f.failDeallocates > 0
+	f.failDeallocates--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("store unavailable")
+	}
+	return f.MemoryCoordinatorStore.Deallocate(ctx, typeName, epoch, shard)
 }
 
 func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
