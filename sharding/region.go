@@ -158,7 +158,6 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 		return ErrInvalidEntityID
 	}
 	shardID := r.settings.ShardID(entityID)
-	p := pending[C]{entityID, msg, start}
 	stripe := r.mu.RLockShard(shardID)
 	if e := r.core.routable(shardID); e != nil {
 		if e.hosted {
@@ -170,7 +169,7 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
 		home := e.home
-		err := r.forward(home, shardID, p)
+		err := r.forward(home, shardID, pending[C]{entityID, msg, start})
 		stripe.RUnlock()
 		if errors.Is(err, ErrUnreachable) {
 			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
@@ -180,6 +179,7 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 	stripe.RUnlock()
 
 	r.mu.Lock()
+	p := pending[C]{entityID, msg, start}
 	v, e := r.core.route(shardID, p)
 	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
