@@ -182,8 +182,9 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 			r.s.log.Error("sharding: coordinator deposed; stopping it", "type", r.typ, "err", err)
 			return entity.Stopped[Message]()
 		default:
-			// Retried, not abandoned: stopping would lose what the
-			// decisions carry, and a successor would meet the same store.
+			// Retried, not abandoned: stopping would lose the decisions
+			// (a hand-off's end, shards waiting for a home), and a
+			// successor would meet the same store.
 			after := w.retries.NextBackOff()
 			r.s.log.Warn("sharding: coordinator store write failed; retrying", "type", r.typ, "retry_in", after, "err", err)
 			ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
