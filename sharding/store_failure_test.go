@@ -36,24 +36,27 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
 }
 
-func (f *faultyCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
+// fail fails the call while *left is positive, counting it down.
+func (f *faultyCoordinatorStore) fail(left *int) error {
 	f.mu.Lock()
-	fail := f.failDeallocates > 0
-	f.failDeallocates--
-	f.mu.Unlock()
-	if fail {
+	defer f.mu.Unlock()
+	if *left > 0 {
+		*left--
 		return errors.New("store unavailable")
+	}
+	return nil
+}
+
+func (f *faultyCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
+	if err := f.fail(&f.failDeallocates); err != nil {
+		return err
 	}
 	return f.MemoryCoordinatorStore.Deallocate(ctx, typeName, epoch, shard)
 }
 
 func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
-	f.mu.Lock()
-	fail := f.failAllocates > 0
-	f.failAllocates--
-	f.mu.Unlock()
-	if fail {
-		return errors.New("store unavailable")
+	if err := f.fail(&f.failAllocates); err != nil {
+		return err
 	}
 	return f.MemoryCoordinatorStore.Allocate(ctx, typeName, epoch, shard, region)
 }
