@@ -19,21 +19,22 @@ type coordinatorCore struct {
 	minMembers int
 
 	members      map[string]Member
-	regions      map[string]bool      // registered hosting regions
-	proxies      map[string]bool      // registered routing-only regions
-	shards       map[string]string    // shard → region
-	byRegion     map[string][]string  // region → shards, in allocation order
-	handoffs     map[string]*handoff  // shards being moved
-	leaving      map[string]bool      // regions that asked for a graceful shutdown
-	waitingHomes map[string]bool      // shards asked for before enough regions registered
-	carried      map[string][]Deliver // messages a handed-off shard held, for its next home
-	announced    bool                 // ShardHomes sent to every member once, at start
+	regions      map[string]bool     // registered hosting regions
+	proxies      map[string]bool     // registered routing-only regions
+	shards       map[string]string   // shard → region
+	byRegion     map[string][]string // region → shards, in allocation order
+	handoffs     map[string]*handoff // shards being moved
+	leaving      map[string]bool     // regions that asked for a graceful shutdown
+	waitingHomes map[string]bool     // shards asked for before enough regions registered
+	handOverFrom map[string]string   // shard → the region that holds mail for its next home
+	announced    bool                // ShardHomes sent to every member once, at start
 }
 
 type handoff struct {
 	stop    bool // StopShards: deallocate, do not move
 	from    string
 	pending map[string]bool // regions whose BeginHandOffAck is outstanding
+	fences  []string        // regions that fenced their forwards to from
 	handing bool            // HandOff sent to from
 }
 
@@ -54,7 +55,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
-		carried: make(map[string][]Deliver),
+		handOverFrom: make(map[string]string),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -156,6 +157,11 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		if region, ok := c.shards[m.Shard]; ok {
 			return nil, []outbound{{to: m.Region, msg: ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
 		}
+		if _, named := c.handOverFrom[m.Shard]; m.HandOver && !named {
+			// A predecessor stopped the shard and did not place it: the
+			// new home waits for this region's mail all the same.
+			c.handOverFrom[m.Shard] = m.Region
+		}
 		if len(c.regions) < c.minMembers {
 			c.waitingHomes[m.Shard] = true
 			return nil, nil
@@ -165,6 +171,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, nil
 	case BeginHandOffAck:
 		if h := c.handoffs[m.Shard]; h != nil {
+			if h.pending[m.Region] && m.FencedAt == h.from && m.Region != h.from {
+				h.fences = append(h.fences, m.Region)
+			}
 			delete(h.pending, m.Region)
 			return nil, c.maybeHandOff(m.Shard)
 		}
@@ -180,10 +189,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		delete(c.handoffs, m.Shard)
 		c.unplace(m.Shard)
 		changes = append(changes, change{shard: m.Shard})
-		if len(m.Buffered) > 0 {
-			c.carried[m.Shard] = append(c.carried[m.Shard], m.Buffered...)
+		if m.Held {
+			c.handOverFrom[m.Shard] = m.Region
 		}
-		if h.stop && len(c.carried[m.Shard]) == 0 {
+		if _, held := c.handOverFrom[m.Shard]; h.stop && !held {
 			return changes, append(c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
 		}
 		ch, o := c.allocate("", m.Shard)
@@ -297,10 +306,10 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 		return nil, nil
 	}
 	c.place(shard, region)
-	// HostShard goes first: the messages it carries reach the new home
-	// before any region, told below, forwards something of its own.
-	out := []outbound{{to: region, msg: HostShard{Shard: shard, Epoch: c.epoch, Buffered: c.carried[shard]}}}
-	delete(c.carried, shard)
+	// HostShard goes first, so that the new home knows to wait for the
+	// previous home's mail before any region, told below, forwards to it.
+	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: c.handOverFrom[shard], Epoch: c.epoch}}}
+	delete(c.handOverFrom, shard)
 	out = append(out, c.broadcast(ShardHome{Shard: shard, Region: region, Epoch: c.epoch})...)
 	return []change{{shard: shard, region: region}}, out
 }
@@ -324,7 +333,8 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 		return nil
 	}
 	h.handing = true
-	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch}}}
+	slices.Sort(h.fences)
+	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still
@@ -333,6 +343,7 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 	delete(c.regions, region)
 	delete(c.proxies, region)
 	delete(c.leaving, region)
+	maps.DeleteFunc(c.handOverFrom, func(_, from string) bool { return from == region }) // its mail is gone with it
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.from == region {
@@ -340,12 +351,20 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 			continue
 		}
 		delete(h.pending, region)
+		if !h.handing {
+			h.fences = slices.DeleteFunc(h.fences, func(r string) bool { return r == region })
+		}
 		out = append(out, c.maybeHandOff(shard)...)
 	}
 	for _, shard := range slices.Clone(c.byRegion[region]) {
 		c.unplace(shard)
 		changes = append(changes, change{shard: shard})
 		ch, o := c.allocate("", shard)
+		if len(ch) == 0 {
+			// Placed later, when a region registers: meanwhile no region
+			// may keep forwarding to the one that is gone.
+			o = c.broadcast(ShardHome{Shard: shard, Epoch: c.epoch})
+		}
 		changes, out = append(changes, ch...), append(out, o...)
 	}
 	return changes, out

@@ -89,7 +89,7 @@ func TestCoordinatorAllocatesNothingBeforeMinMembers(t *testing.T) {
 	}
 }
 
-func TestCoordinatorHandOffCarriesBufferedMessagesToTheNextHome(t *testing.T) {
+func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) {
 	c := newTestCore(1)
 	c.step(Register{Region: "a"})
 	c.step(GetShardHome{Shard: "s1", Region: "a"})
@@ -108,10 +108,9 @@ func TestCoordinatorHandOffCarriesBufferedMessagesToTheNextHome(t *testing.T) {
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	held := []Deliver{{Shard: "s1", EntityID: "e", Msg: "1"}, {Shard: "s1", EntityID: "e", Msg: "2"}}
-	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Buffered: held})
-	// Stopped, not moved, but messages wait: it is allocated again at once,
-	// and the new home gets them before anyone learns where it is.
+	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	// Stopped, not moved, but mail waits at a: it is allocated again at
+	// once, and the new home learns first that a holds its mail.
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
 		t.Fatalf("changes %v", changes)
 	}
@@ -119,11 +118,11 @@ func TestCoordinatorHandOffCarriesBufferedMessagesToTheNextHome(t *testing.T) {
 		t.Fatal("nothing sent")
 	}
 	host, ok := out[0].msg.(HostShard)
-	if !ok || !slices.Equal(host.Buffered, held) {
-		t.Fatalf("first message %#v, want HostShard carrying %v", out[0].msg, held)
+	if !ok || host.From != "a" {
+		t.Fatalf("first message %#v, want HostShard from a", out[0].msg)
 	}
-	if len(c.carried) != 0 {
-		t.Fatalf("carried messages kept after allocation: %v", c.carried)
+	if len(c.handOverFrom) != 0 {
+		t.Fatalf("hand-over kept after allocation: %v", c.handOverFrom)
 	}
 }
 
@@ -135,12 +134,11 @@ func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
 	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
 	}
-	held := []Deliver{{Shard: "s1", EntityID: "e", Msg: "1"}}
-	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Buffered: held})
+	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
 		t.Fatalf("changes %v", changes)
 	}
-	if host, ok := out[0].msg.(HostShard); !ok || !slices.Equal(host.Buffered, held) {
+	if host, ok := out[0].msg.(HostShard); !ok || host.From != "a" {
 		t.Fatalf("first message %#v", out[0].msg)
 	}
 }
@@ -279,5 +277,25 @@ func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 	c.step(Register{Region: "a"})
 	if changes, _ := c.step(GetShardHome{Shard: "s1", Region: "a"}); !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
 		t.Fatalf("a rejoined region gets no shard: changes %v", changes)
+	}
+}
+
+// A shard whose region is gone and that cannot be placed again at once is
+// pushed as deallocated, so that no region keeps forwarding to the dead
+// one; it is placed when a region registers.
+func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
+	c := newCoordinatorCore("a", 7, map[string]string{"s1": "z"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(RegisterProxy{Region: "p"}) // routes only: nothing can be placed
+	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "p", Status: allocation.Up, Reachable: true}}
+	changes, out := c.step(membersChanged{members: members})
+	if !slices.Equal(changes, []change{{shard: "s1"}}) {
+		t.Fatalf("changes %v, want s1 deallocated", changes)
+	}
+	if got := sent(out); !slices.Contains(got, "p: ShardHome s1@") {
+		t.Fatalf("sent %v, want the deallocation pushed to p", got)
+	}
+	changes, out = c.step(Register{Region: "a"})
+	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
+		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
 	}
 }

@@ -19,8 +19,12 @@ type (
 		Coordinator string
 		Epoch       uint64
 	}
-	// GetShardHome asks where a shard lives.
-	GetShardHome struct{ Shard, Region string }
+	// GetShardHome asks where a shard lives. HandOver: the asking region
+	// holds mail for the shard from its hand-off (see HandOver).
+	GetShardHome struct {
+		Shard, Region string
+		HandOver      bool
+	}
 	// ShardHome tells where a shard lives. The coordinator sends it to
 	// every region on each allocation; an empty Region means the shard was
 	// stopped and has no home until it is asked for again.
@@ -33,14 +37,14 @@ type (
 		Homes map[string][]string
 		Epoch uint64
 	}
-	// HostShard tells a region to start a shard allocated to it. Buffered
-	// are the messages the shard's previous home still held when it was
-	// handed off (see ShardStopped); the new home delivers them before
-	// anything it buffered itself or receives later.
+	// HostShard tells a region to start a shard allocated to it. From,
+	// when set, is the shard's previous home, which holds mail for it: the
+	// new home starts the shard once From's HandOver arrived, or From is
+	// gone from the membership, so that the mail comes first. User messages
+	// never ride in the coordinator's messages (DESIGN §5).
 	HostShard struct {
-		Shard    string
-		Epoch    uint64
-		Buffered []Deliver
+		Shard, From string
+		Epoch       uint64
 	}
 	// ShardStarted confirms HostShard.
 	ShardStarted struct{ Shard, Region string }
@@ -50,23 +54,38 @@ type (
 		Shard string
 		Epoch uint64
 	}
-	// BeginHandOffAck confirms BeginHandOff.
-	BeginHandOffAck struct{ Shard, Region string }
-	// HandOff tells the owning region to stop the shard's entities.
+	// BeginHandOffAck confirms BeginHandOff. FencedAt is the region the
+	// acknowledging region sent its Fence to ("" for none): the home it
+	// forwarded the shard's messages to.
+	BeginHandOffAck struct{ Shard, Region, FencedAt string }
+	// Fence follows, on the data link, the last message a region forwarded
+	// for a shard before it began buffering them for a hand-off: once the
+	// home holds it, nothing that region forwarded is still on its way.
+	Fence struct{ Shard, From string }
+	// HandOff tells the owning region to stop the shard's entities, once it
+	// holds a Fence from each region in Fences that is still in its view,
+	// so that everything forwarded to it before the hand-off is in first.
 	HandOff struct {
-		Shard string
-		Epoch uint64
+		Shard  string
+		Epoch  uint64
+		Fences []string
 	}
 	// ShardStopped confirms HandOff: every entity of the shard has stopped.
-	// Buffered are the messages the region held for the shard, in arrival
-	// order: those waiting for entities that were stopping, then those the
-	// region buffered during the hand-off. The coordinator passes them to
-	// the shard's next home in HostShard, which reaches that home before
-	// any region learns the new home, so every sender's order holds across
-	// the move (Akka drops these messages, akka/akka#30957).
+	// Held: the region holds mail for the shard (for entities that were
+	// stopping, or buffered during the hand-off), which it hands over to
+	// the next home when it learns of it; the coordinator then allocates
+	// the shard even when told to stop it, and names the region as From in
+	// its HostShard.
 	ShardStopped struct {
 		Shard, Region string
-		Buffered      []Deliver
+		Held          bool
+	}
+	// HandOver is the mail a shard's previous home held for it, in arrival
+	// order, sent straight to the new home over the link its forwards take
+	// (Akka drops these messages, akka/akka#30957).
+	HandOver struct {
+		Shard, From string
+		Msgs        []Deliver
 	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
 	// region's shards before the region leaves. The coordinator answers
@@ -109,6 +128,8 @@ func (BeginHandOff) protocolMessage()        {}
 func (BeginHandOffAck) protocolMessage()     {}
 func (HandOff) protocolMessage()             {}
 func (ShardStopped) protocolMessage()        {}
+func (HandOver) protocolMessage()            {}
+func (Fence) protocolMessage()               {}
 func (GracefulShutdownReq) protocolMessage() {}
 func (LeaveAck) protocolMessage()            {}
 func (RegionStopped) protocolMessage()       {}

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -35,6 +37,7 @@ type Region[C any] struct {
 	mu      regionLock // the data path read-locks one stripe
 	core    regionCore[C, *shard[C]]
 	leftAll chan struct{} // closed on regLeft
+	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
 
 	ctl         *entity.Cell[Message]
@@ -55,12 +58,15 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},
 		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
-		clock: s.sys.Clock(),
+		clock: s.sys.Clock(), gone: make(chan struct{}),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
 	if idle := settings.PassivateIdleAfter; idle > 0 {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
+	// A hand-over or fence lost with a broken link is waited for as long
+	// as a hand-off may take.
+	cfg.waitTicks = uint64((settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
 	r.core.init(cfg)
 	return r
 }
@@ -162,8 +168,12 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 		// Forward under the read lock: BeginHandOff takes the write lock
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
-		err := r.forward(e.home, shardID, pending[C]{entityID, msg, start})
+		home := e.home
+		err := r.forward(home, shardID, pending[C]{entityID, msg, start})
 		stripe.RUnlock()
+		if errors.Is(err, ErrUnreachable) {
+			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
+		}
 		return err
 	}
 	stripe.RUnlock()
@@ -171,21 +181,32 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 	r.mu.Lock()
 	p := pending[C]{entityID, msg, start}
 	v, e := r.core.route(shardID, p)
+	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
-	var err error
-	switch v {
-	case routeLocal:
-		err = e.local.deliver(entityID, msg, start, failFast, false)
-	case routeRemote:
-		err = r.forward(e.home, shardID, p)
-	case routeStopped:
-		err = fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
-	case routeFull:
-		err = fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.core.buffered)
-	}
 	r.mu.Unlock()
 	r.runUnlocked(idle)
 	return err
+}
+
+// sendRouted carries out the core's verdict on p; r.mu is held for
+// writing. The sender learns of a home the transport cannot reach, and the
+// core forgets that home (DESIGN §5: homes can be unlearned).
+func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
+	switch v {
+	case routeLocal:
+		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted)
+	case routeRemote:
+		err := r.forward(e.home, shardID, p)
+		if errors.Is(err, ErrUnreachable) {
+			r.core.unreachable(shardID, e.home)
+		}
+		return err
+	case routeStopped:
+		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
+	case routeFull:
+		return fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.core.buffered)
+	}
+	return nil // held
 }
 
 func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
@@ -204,7 +225,13 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
-		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest) })
+		var live []string
+		for _, m := range r.s.cfg.Membership.Members() {
+			if m.Status != allocation.Down {
+				live = append(live, m.Node)
+			}
+		}
+		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest, live) })
 	case shardHandedOff[C]:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.handedOff(m.shard, m.leftover) })
 	case GetRegionStats:
@@ -230,6 +257,13 @@ func (r *Region[C]) step(input func(c *regionCore[C, *shard[C]])) {
 // shard and need not hold up the data path of other shards (the core
 // buffers a shard's messages while it hands off).
 func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
+	for len(r.core.out) > 0 { // an effect may step the core again
+		later = r.applyBatch(later)
+	}
+	return later
+}
+
+func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffect[C, *shard[C]] {
 	out := r.core.out
 	r.core.out = nil
 	for i := range out {
@@ -241,8 +275,16 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 				r.s.log.Debug("sharding: unreachable; will retry", "type", r.typ, "to", to.String(), "err", err)
 			}
 		case regForward:
-			if err := r.forward(ef.node, ef.shard, ef.p); err != nil {
-				r.s.log.Warn("sharding: message not delivered", "type", r.typ, "entity", ef.p.entityID, "err", err)
+			err := r.forward(ef.node, ef.shard, ef.p)
+			if errors.Is(err, ErrUnreachable) {
+				// Accepted here before: it waits again, for the home the
+				// retry tick asks for.
+				r.core.unreachable(ef.shard, ef.node)
+				v, e := r.core.route(ef.shard, ef.p)
+				err = r.sendRouted(v, e, ef.shard, ef.p, false, true)
+			}
+			if err != nil {
+				r.deadLetter(err, ef.p, "buffered message not forwarded")
 			}
 		case regHost:
 			r.core.attach(ef.shard, newShard(r, ef.shard))
@@ -251,9 +293,9 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 			// Not failFast: the sender of a buffered or forwarded message
 			// is not waiting for this answer.
 			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, false, ef.accepted); err != nil {
-				r.s.log.Warn("sharding: message not delivered", "type", r.typ, "entity", ef.p.entityID, "err", err)
+				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
 			}
-		case regHandOff, regPassivateIdle:
+		case regHandOff, regPassivateIdle, regTerminate:
 			later = append(later, *ef)
 		case regArmTick:
 			r.tick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(retryTick{}) })
@@ -262,6 +304,10 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 				close(r.leftAll)
 				r.leftAll = nil
 			}
+		case regGone:
+			close(r.gone)
+		case regDeadLetter:
+			r.deadLetter(ef.err, ef.p, "forwarded message refused")
 		case regNote:
 			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"type", r.typ}, ef.args...)...)
 		}
@@ -271,6 +317,13 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 		r.core.out = out[:0]
 	}
 	return later
+}
+
+// deadLetter records a message whose sender's Tell returned already (it
+// was buffered here, or forwarded by another region) and that could not be
+// delivered: counted and logged, and the local asks it carries fail now.
+func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
+	r.s.sys.DeadLetter(err, r.typ+"/"+p.entityID, reason+": "+err.Error(), p.msg)
 }
 
 // runUnlocked carries out what applyLocked left for after the lock.
@@ -290,10 +343,24 @@ func (r *Region[C]) runUnlocked(later []regionEffect[C, *shard[C]]) {
 			})
 		case regPassivateIdle:
 			sh.passivateIdle(ef.tick, ef.ticks)
+		case regTerminate:
+			// Waited for on a goroutine of its own: an entity stuck in its
+			// handler may never stop, and Shutdown keeps its deadline.
+			cells, shardID := sh.forceStopAll(), ef.shard
+			go func() {
+				for _, c := range cells {
+					<-c.Done()
+				}
+				sh.forgetAll()
+				r.step(func(c *regionCore[C, *shard[C]]) { c.shardTerminated(shardID) })
+			}()
 		}
 	}
 }
 
+// shutdown leaves gracefully until ctx ends, then stops what still runs.
+// The region reports itself gone (and gone closes) once its entities have
+// stopped, which may be after shutdown returns.
 func (r *Region[C]) shutdown(ctx context.Context) error {
 	oldest := r.coordinatorNode()
 	left := make(chan struct{})
@@ -310,16 +377,12 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	r.step(func(c *regionCore[C, *shard[C]]) { c.stop() })
 	r.unlisten()
 	r.stopCoordinator()
-	if err != nil {
-		// Out of time: what still runs stops now, as in a crash, rather
-		// than outlive its region.
-		for _, sh := range r.localShards() {
-			sh.terminate()
-		}
-	}
 	r.stopControl()
 	return err
 }
+
+// goneCh is closed once the region has told the coordinator it is gone.
+func (r *Region[C]) goneCh() <-chan struct{} { return r.gone }
 
 // stopControl stops the control entity and its tick.
 func (r *Region[C]) stopControl() {

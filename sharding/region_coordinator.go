@@ -64,10 +64,7 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	r.coord = nil
 	now := r.clock.Now()
 	if r.coordRestarts == nil {
-		r.coordRestarts = backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(r.settings.RetryInterval),
-			backoff.WithMaxInterval(30*time.Second),
-			backoff.WithMaxElapsedTime(0))
+		r.coordRestarts = storeBackOff(r.settings)
 	} else if now.Sub(r.coordStarted) > 30*time.Second {
 		r.coordRestarts.Reset() // it ran a while: a new failure, not a loop
 	}
@@ -146,33 +143,115 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 		core.startShards(remembered)
 	}
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
-	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-		if _, ok := m.(stopCoordinator); ok {
-			return entity.Stopped[Message]()
-		}
-		changes, out := core.step(m)
-		for _, c := range changes {
-			storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-			var err error
-			if c.region == "" {
-				err = store.Deallocate(storeCtx, r.typ, epoch, c.shard)
-			} else {
-				err = store.Allocate(storeCtx, r.typ, epoch, c.shard, c.region)
-			}
-			cancel()
-			if err != nil {
-				// A deposed or failing coordinator must not announce what it
-				// could not record; its successor rebuilds from the store.
-				r.s.log.Error("sharding: coordinator store write failed; stopping coordinator", "type", r.typ,
-					"deposed", errors.Is(err, ErrStaleEpoch), "err", err)
-				return entity.Stopped[Message]()
-			}
-		}
-		for _, o := range out {
+	w := &coordinatorWrites{store: store, typ: r.typ, epoch: epoch, timeout: r.settings.StoreTimeout,
+		retries: storeBackOff(r.settings), send: func(o outbound) {
 			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
 				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
 			}
+		}}
+	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+		switch m.(type) {
+		case stopCoordinator:
+			return entity.Stopped[Message]()
+		case retryStoreWrites:
+			if !w.waiting() {
+				return entity.Same[Message]()
+			}
+		case rebalanceTick:
+			if w.waiting() {
+				return entity.Same[Message]() // periodic: the next one comes
+			}
+			w.take(core.step(m))
+		default:
+			if w.waiting() {
+				// After the decisions waiting for the store, in order.
+				if err := ctx.Stash().Stash(m); err != nil {
+					r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "type", r.typ, "err", err)
+					return entity.Stopped[Message]()
+				}
+				return entity.Same[Message]()
+			}
+			w.take(core.step(m))
+		}
+		switch err := w.flush(); {
+		case err == nil:
+			ctx.Stash().UnstashAll()
+		case errors.Is(err, ErrStaleEpoch):
+			// Deposed: it must not announce what it could not record; its
+			// successor rebuilds from the store.
+			r.s.log.Error("sharding: coordinator deposed; stopping it", "type", r.typ, "err", err)
+			return entity.Stopped[Message]()
+		default:
+			// Retried, not abandoned: stopping would lose the decisions
+			// (a hand-off's end, shards waiting for a home), and a
+			// successor would meet the same store.
+			after := w.retries.NextBackOff()
+			r.s.log.Warn("sharding: coordinator store write failed; retrying", "type", r.typ, "retry_in", after, "err", err)
+			ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
 		}
 		return entity.Same[Message]()
 	})
+}
+
+// retryStoreWrites makes a coordinator try its failed store writes again.
+type retryStoreWrites struct{}
+
+func (retryStoreWrites) protocolMessage() {}
+
+// coordinatorWrites holds one step's decisions until the store has them:
+// its changes are written in order, and its messages sent only once all
+// are; while they wait, the coordinator takes no other message.
+type coordinatorWrites struct {
+	store   CoordinatorStore
+	typ     string
+	epoch   uint64
+	timeout time.Duration
+	send    func(outbound)
+	retries *backoff.ExponentialBackOff
+	changes []change
+	out     []outbound
+}
+
+func (w *coordinatorWrites) waiting() bool { return len(w.changes) > 0 }
+
+// take queues a step's decisions; nothing may be waiting.
+func (w *coordinatorWrites) take(changes []change, out []outbound) {
+	w.changes, w.out = changes, out
+}
+
+// flush writes the waiting changes in order, then sends the messages that
+// depend on them. On an error the changes not yet written still wait.
+func (w *coordinatorWrites) flush() error {
+	for len(w.changes) > 0 {
+		c := w.changes[0]
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		var err error
+		if c.region == "" {
+			err = w.store.Deallocate(ctx, w.typ, w.epoch, c.shard)
+		} else {
+			err = w.store.Allocate(ctx, w.typ, w.epoch, c.shard, c.region)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+		w.changes = w.changes[1:]
+	}
+	w.changes = nil
+	w.retries.Reset()
+	out := w.out
+	w.out = nil
+	for _, o := range out {
+		w.send(o)
+	}
+	return nil
+}
+
+// storeBackOff paces the retries of a coordinator's store: its writes, and
+// its restarts when it cannot acquire the store.
+func storeBackOff(st Settings) *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(st.RetryInterval),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithMaxElapsedTime(0))
 }

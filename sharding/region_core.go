@@ -28,11 +28,13 @@ type regionCore[C any, S comparable] struct {
 	// last told; coordinator the one this region registered with ("" for
 	// oldest).
 	oldest, coordinator string
+	live                map[string]bool // nodes in the membership view; nil: not told yet
 	registered          bool
 	stopped             bool
 	leaving             bool
 	leaveAcked          bool // the coordinator allocates nothing to us any more
 	awaitingLeft        bool // regLeft is still to be emitted
+	awaitingGone        bool // stopped: RegionStopped waits for hosted shards to stop
 	idleTick            uint64
 
 	out []regionEffect[C, S]
@@ -45,6 +47,9 @@ type regionCoreConfig struct {
 	bufferSize   int    // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+	// waitTicks bounds, in ticks, how long a shard waits for a hand-over
+	// or for fences that may have been lost with a broken link; 0 for no bound.
+	waitTicks uint64
 }
 
 // regionShard is what a region knows of one shard.
@@ -55,6 +60,21 @@ type regionShard[C any, S comparable] struct {
 	buffer     []pending[C]
 	handingOff bool
 	requested  bool // GetShardHome sent, unanswered
+	// handOver: this region was the shard's home and holds mail for the
+	// next one (in buffer), which it sends there once it learns of it.
+	handOver bool
+	// awaiting is the previous home whose HandOver this region waits for
+	// before it starts the shard allocated to it; handedIn, that a
+	// HandOver came before the HostShard.
+	awaiting string
+	handedIn bool
+	// fences are the regions whose Fence for the shard arrived here;
+	// stopWaits, while stopping, the regions whose fence the HandOff
+	// awaits before the shard stops.
+	fences    map[string]bool
+	stopWaits []string
+	stopping  bool   // HandOff received, waiting for fences
+	waited    uint64 // ticks spent waiting for a hand-over or fences
 }
 
 type pending[C any] struct {
@@ -87,6 +107,15 @@ const (
 	// regLeft: a leaving region hosts nothing and will be allocated
 	// nothing: it may stop.
 	regLeft
+	// regTerminate: stop the local shard's entities at once, without
+	// their stop message; shardTerminated reports when all have stopped.
+	regTerminate
+	// regGone: the region told the coordinator it is gone: the node may
+	// leave the membership.
+	regGone
+	// regDeadLetter: p, forwarded here by another region, is refused
+	// with err: a dead letter, counted and logged.
+	regDeadLetter
 	// regNote: a log line about something ignored or dropped.
 	regNote
 )
@@ -103,6 +132,7 @@ type regionEffect[C any, S comparable] struct {
 	accepted    bool
 	tick, ticks uint64
 	after       time.Duration
+	err         error      // regDeadLetter
 	level       slog.Level // regNote
 	note        string
 	args        []any
@@ -140,7 +170,7 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 && !c.stopped {
 		return e
 	}
 	return nil
@@ -180,7 +210,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && len(e.buffer) == 0 {
+	if e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -195,9 +225,26 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 	// this region yet would place the shard without it.
 	if e.home == "" && !e.handingOff && !e.requested && c.registered {
 		e.requested = true
-		c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+		c.askHome(shardID, e)
 	}
 	return routeHeld, e
+}
+
+// askHome asks the coordinator where a shard lives.
+func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
+	c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self, HandOver: e.handOver})
+}
+
+// unreachable reports that the transport could not carry a message to
+// home: the region forgets that home, unless a newer one replaced it
+// meanwhile. The shard's messages wait from now on, and the retry tick,
+// not each of them, asks the coordinator again: it may well answer the
+// same home until the membership drops it.
+func (c *regionCore[C, S]) unreachable(shardID, home string) {
+	if e := c.shards[shardID]; e != nil && e.home == home && !e.hosted && !c.stopped {
+		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard", shardID, "home", home)
+		e.home, e.requested = "", true
+	}
 }
 
 // toCoordinator sends m to the coordinator; without one in view, the retry
@@ -223,16 +270,26 @@ func (c *regionCore[C, S]) step(msg Message) {
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 				e.requested = true
-				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+				c.askHome(id, e)
 			}
 		}
 	case ShardHomes:
 		if !c.fresh(m.Epoch) {
 			return
 		}
+		listed := make(map[string]bool)
 		for _, region := range slices.Sorted(maps.Keys(m.Homes)) {
 			for _, s := range m.Homes[region] {
+				listed[s] = true
 				c.setHome(s, region)
+			}
+		}
+		// Every home the coordinator knows: one it does not list was
+		// deallocated, perhaps by a coordinator this region never heard
+		// from. Forgotten, it is asked for again when a message needs it.
+		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+			if e := c.shards[id]; !listed[id] && e.home != "" && !e.hosted && e.awaiting == "" {
+				c.setHome(id, "")
 			}
 		}
 		// A new coordinator announces itself with ShardHomes. Not on a
@@ -248,29 +305,43 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		c.adoptBuffered(m.Shard, m.Buffered)
+		if e := c.entry(m.Shard); m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
+			e.awaiting, e.waited = m.From, 0
+		}
 		c.setHome(m.Shard, c.cfg.self)
 		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+	case HandOver:
+		c.handedOver(m)
 	case BeginHandOff:
 		if !c.fresh(m.Epoch) {
 			return
 		}
 		// From now on the shard's messages wait here; only then is the
 		// hand-off acknowledged, so nothing this region routes can reach
-		// the old home after the coordinator hears every ack.
-		c.entry(m.Shard).handingOff = true
-		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self})
+		// the old home after the coordinator hears every ack. The fence
+		// follows, on the same link, whatever this region forwarded there.
+		e := c.entry(m.Shard)
+		e.handingOff = true
+		fencedAt := ""
+		if e.home != "" && e.home != c.cfg.self && !e.hosted {
+			fencedAt = e.home
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: Fence{Shard: m.Shard, From: c.cfg.self}})
+		}
+		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
+	case Fence:
+		e := c.entry(m.Shard)
+		if e.fences == nil {
+			e.fences = make(map[string]bool)
+		}
+		e.fences[m.From] = true
+		c.maybeStop(m.Shard, e)
 	case HandOff:
 		if !c.fresh(m.Epoch) {
 			return
 		}
 		e := c.entry(m.Shard)
-		e.handingOff = true
-		if e.hosted {
-			c.emit(regionEffect[C, S]{kind: regHandOff, shard: m.Shard})
-			return
-		}
-		c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Buffered: c.takeBuffer(m.Shard, nil)})
+		e.handingOff, e.stopping, e.stopWaits, e.waited = true, true, m.Fences, 0
+		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
 			c.leaveAcked = true
@@ -287,10 +358,35 @@ func (c *regionCore[C, S]) step(msg Message) {
 		case routeRemote:
 			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: m.Shard, p: p})
 		case routeStopped, routeFull:
-			c.notef(slog.LevelWarn, "sharding: forwarded message not delivered", "entity", m.EntityID,
-				"err", verdictError(v))
+			// Its sender's Tell returned long ago.
+			c.emit(regionEffect[C, S]{kind: regDeadLetter, shard: m.Shard, p: p, err: verdictError(v)})
 		}
 	}
+}
+
+// maybeStop stops a shard told to hand off once every region named in
+// the HandOff has fenced its forwards here, or left the view: the
+// entities stop after every message forwarded before the hand-off.
+func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
+	if !e.stopping {
+		return
+	}
+	for _, r := range e.stopWaits {
+		if !e.fences[r] && c.isLive(r) {
+			return
+		}
+	}
+	e.stopping, e.stopWaits, e.fences = false, nil, nil
+	if e.hosted {
+		c.emit(regionEffect[C, S]{kind: regHandOff, shard: shardID})
+		return
+	}
+	// Not hosted here after all (the HostShard never came, or the shard
+	// was waiting for its hand-over): what the region holds for it, and
+	// a hand-over yet to come, go to the next home.
+	e.awaiting = ""
+	e.handOver = len(e.buffer) > 0
+	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
 // verdictError names a refusal for notes; the runner wraps the sentinel.
@@ -327,10 +423,25 @@ func (c *regionCore[C, S]) fresh(epoch uint64) bool {
 	return true
 }
 
-// membership takes the coordinator's node in a new membership view
-// ("" when no member can host it).
-func (c *regionCore[C, S]) membership(oldest string) {
+// membership takes a new membership view: the coordinator's node ("" when
+// no member can host it) and every node in the view. A shard that waits
+// for the hand-over of a node no longer in the view starts without it.
+func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	c.oldest = oldest
+	c.live = make(map[string]bool, len(live))
+	for _, n := range live {
+		c.live[n] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		c.maybeStop(id, e) // a region it awaits a fence from may be gone
+		if e.awaiting != "" && !c.live[e.awaiting] {
+			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
+				"shard", id, "from", e.awaiting)
+			e.awaiting = ""
+			c.setHome(id, e.home)
+		}
+	}
 	if c.coordinator != oldest {
 		c.coordinator, c.registered = oldest, false
 	}
@@ -362,11 +473,12 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
-				c.toCoordinator(GetShardHome{Shard: id, Region: c.cfg.self})
+			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+				c.askHome(id, e)
 			}
 		}
 	}
+	c.giveUpWaiting()
 	c.idleTick++
 	if c.cfg.idleTicks > 0 {
 		for _, id := range c.hostedShards() {
@@ -374,6 +486,34 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
+}
+
+// giveUpWaiting ages the waits for hand-overs and fences, and ends those
+// past waitTicks: a link that broke may have lost what they wait for, and
+// a shard that waits for ever is lost too.
+func (c *regionCore[C, S]) giveUpWaiting() {
+	if c.cfg.waitTicks == 0 {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		if e.awaiting == "" && !e.stopping {
+			continue
+		}
+		if e.waited++; e.waited < c.cfg.waitTicks {
+			continue
+		}
+		if e.awaiting != "" {
+			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
+			e.awaiting = ""
+			c.setHome(id, e.home)
+		}
+		if e.stopping {
+			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard", id, "from", e.stopWaits)
+			e.stopWaits = nil
+			c.maybeStop(id, e)
+		}
+	}
 }
 
 // hostedShards lists the shards hosted here, sorted.
@@ -395,13 +535,35 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	if e.handingOff && e.hosted {
 		return // our own hand-off is still running
 	}
+	if home != c.cfg.self {
+		// Moved on before the hand-over came: it follows the shard.
+		e.awaiting, e.handedIn = "", false
+	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home == "" { // stopped shard: ask again if anything waits for it
 		if len(e.buffer) > 0 {
 			e.requested = true
-			c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self})
+			c.askHome(shardID, e)
 		}
 		return
+	}
+	if e.handOver && home != c.cfg.self {
+		// The mail this region held as the shard's old home goes to the
+		// new one at once, as one message, on the link its forwards take.
+		e.handOver = false
+		msgs := make([]Deliver, len(e.buffer))
+		for i, p := range e.buffer {
+			msgs[i] = p.deliver(shardID)
+		}
+		c.buffered -= len(e.buffer)
+		e.buffer = nil
+		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
+		c.checkLeft()
+		return
+	}
+	e.handOver = false
+	if home == c.cfg.self && e.awaiting != "" {
+		return // started once the previous home's mail is here
 	}
 	if home == c.cfg.self && !e.hosted {
 		if c.cfg.proxy || c.leaving || c.stopped {
@@ -413,7 +575,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
-		e.hosted = true
+		e.hosted, e.handedIn = true, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
 	if home != c.cfg.self && e.hosted {
@@ -443,17 +605,15 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	var none S
 	e.local, e.hosted, e.home = none, false, ""
 	// Messages the shard held for stopping entities arrived before
-	// anything the region buffered since BeginHandOff; both go to the next
-	// home through the coordinator, ahead of what other regions buffered.
-	front := make([]Deliver, 0, len(leftover)+len(e.buffer))
-	for _, p := range leftover {
-		front = append(front, p.deliver(shardID))
-	}
-	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Buffered: c.takeBuffer(shardID, front)})
+	// anything the region buffered since BeginHandOff; both wait here for
+	// the next home, which waits for them (see HandOver).
+	c.prepend(e, leftover)
+	e.handOver = len(e.buffer) > 0
+	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
-	// would make the coordinator drop the hand-off, and the messages
-	// ShardStopped carries with it.
+	// would make the coordinator drop the hand-off.
 	c.checkLeft()
+	c.checkGone()
 }
 
 // deliver is p as the protocol carries it.
@@ -465,36 +625,37 @@ func (p pending[C]) deliver(shardID string) Deliver {
 	return d
 }
 
-// takeBuffer empties a shard's region buffer into front, for ShardStopped.
-func (c *regionCore[C, S]) takeBuffer(shardID string, front []Deliver) []Deliver {
-	e := c.entry(shardID)
-	for _, p := range e.buffer {
-		front = append(front, p.deliver(shardID))
-	}
-	c.buffered -= len(e.buffer)
-	e.buffer = nil
-	if len(front) == 0 {
-		return nil
-	}
-	return front
-}
-
-// adoptBuffered puts the messages a shard's previous home held ahead of
-// what this region buffered for it. They were accepted there, so the
-// buffer limit does not apply.
-func (c *regionCore[C, S]) adoptBuffered(shardID string, ds []Deliver) {
-	if len(ds) == 0 {
+// prepend puts ps ahead of a shard's buffer. They were accepted already,
+// so the buffer limit does not apply.
+func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
+	if len(ps) == 0 {
 		return
 	}
-	front := make([]pending[C], 0, len(ds))
-	for _, d := range ds {
+	e.buffer = append(slices.Clone(ps), e.buffer...)
+	c.buffered += len(ps)
+}
+
+// handedOver takes the mail a shard's previous home held: it goes ahead
+// of whatever this region holds for the shard, and a shard that waited
+// for it starts now.
+func (c *regionCore[C, S]) handedOver(m HandOver) {
+	front := make([]pending[C], 0, len(m.Msgs))
+	for _, d := range m.Msgs {
 		if p, ok := c.fromDeliver(d); ok {
 			front = append(front, p)
 		}
 	}
-	e := c.entry(shardID)
-	e.buffer = append(front, e.buffer...)
-	c.buffered += len(front)
+	e := c.entry(m.Shard)
+	c.prepend(e, front)
+	switch {
+	case e.awaiting != "":
+		e.awaiting = ""
+		c.setHome(m.Shard, e.home)
+	case e.hosted || e.home != "" && !e.handingOff:
+		c.drain(m.Shard, e)
+	default:
+		e.handedIn = true // ahead of its HostShard: nothing to wait for then
+	}
 }
 
 // leave starts a graceful leave: the coordinator hands off every shard
@@ -522,7 +683,7 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	for _, e := range c.shards {
-		if e.hosted {
+		if e.hosted || e.handOver { // nor before it handed over the mail it holds
 			return
 		}
 	}
@@ -530,25 +691,57 @@ func (c *regionCore[C, S]) checkLeft() {
 	c.emit(regionEffect[C, S]{kind: regLeft})
 }
 
-// stop ends a leave, finished or not: the coordinator hears that the
-// region is gone, and the region refuses messages from now on.
+// stop ends a leave, finished or not: the region refuses messages from
+// now on and stops at once what it still hosts (the leave ran out of
+// time). It tells the coordinator it is gone only once those entities have
+// stopped (see shardTerminated): told earlier, the coordinator would start
+// their shards elsewhere while they still run.
 func (c *regionCore[C, S]) stop() {
-	c.toCoordinator(RegionStopped{Region: c.cfg.self})
-	c.stopped, c.awaitingLeft = true, false
+	if c.stopped {
+		return
+	}
+	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, true
 	if c.buffered > 0 {
 		c.notef(slog.LevelWarn, "sharding: region stopped with undelivered buffered messages", "count", c.buffered)
 	}
+	for _, id := range c.hostedShards() {
+		c.emit(regionEffect[C, S]{kind: regTerminate, shard: id})
+	}
+	c.checkGone()
+}
+
+// shardTerminated reports that every entity of a shard stop terminated
+// has stopped.
+func (c *regionCore[C, S]) shardTerminated(shardID string) {
+	if e := c.shards[shardID]; e != nil && e.hosted {
+		var none S
+		e.local, e.hosted, e.home = none, false, ""
+	}
+	c.checkGone()
+}
+
+// checkGone reports a stopped region gone once it hosts nothing.
+func (c *regionCore[C, S]) checkGone() {
+	if !c.awaitingGone || len(c.hostedShards()) > 0 {
+		return
+	}
+	c.awaitingGone = false
+	c.toCoordinator(RegionStopped{Region: c.cfg.self})
+	c.emit(regionEffect[C, S]{kind: regGone})
 }
 
 // terminate stops the region as a crash would: buffered messages are
 // dropped, and nobody is told.
 func (c *regionCore[C, S]) terminate() {
-	c.stopped, c.awaitingLeft = true, false
+	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, false
 	for _, e := range c.shards {
 		e.buffer = nil
 	}
 	c.buffered = 0
 }
+
+// isLive reports whether node is in the membership view.
+func (c *regionCore[C, S]) isLive(node string) bool { return c.live == nil || c.live[node] }
 
 // homes is every shard home this region knows: shard → node.
 func (c *regionCore[C, S]) homes() map[string]string {

@@ -24,9 +24,12 @@ import (
 //
 // Commands:
 //
-//	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N]
-//	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation)
-//	members OLDEST       a new membership view whose coordinator is on OLDEST ("-": none)
+//	config [self=NODE] [proxy=B] [buffer-size=N] [tick=D] [idle-ticks=N] [wait-ticks=N]
+//	                     a new core (defaults: a, false, 100000, 2s, 0 = no idle passivation,
+//	                     0 = wait for hand-overs and fences for ever)
+//	members OLDEST [live=NODE,...]
+//	                     a new membership view whose coordinator is on OLDEST ("-": none),
+//	                     with the nodes listed (default: OLDEST and self)
 //	tell SHARD ENTITY MSG
 //	                     a message for ENTITY, of SHARD, through this region
 //	start SHARD ENTITY   StartEntity
@@ -34,13 +37,18 @@ import (
 //	  register-ack COORD epoch=E
 //	  homes epoch=E [NODE=SHARD,SHARD...]...
 //	  home SHARD NODE epoch=E   (NODE "-": the shard has no home)
-//	  host SHARD epoch=E [buffered=ENTITY:MSG,...]
+//	  host SHARD epoch=E [from=NODE]
+//	  hand-over SHARD from=NODE [msgs=ENTITY:MSG,...]   (the previous home's mail)
 //	  begin-hand-off SHARD epoch=E
-//	  hand-off SHARD epoch=E
+//	  hand-off SHARD epoch=E [fences=NODE,...]
+//	  fence SHARD from=NODE
 //	  leave-ack epoch=E
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
 //	                     the local shard's entities all stopped
+//	unreachable SHARD NODE
+//	                     the transport could not carry a message to NODE, SHARD's home
+//	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
 //	stop                 end it (Shutdown, after the leave or its deadline)
@@ -77,6 +85,8 @@ func (h *regionHarness) configure(kv map[string]string) {
 			cfg.tickInterval, err = time.ParseDuration(v)
 		case "idle-ticks":
 			cfg.idleTicks, err = strconv.ParseUint(v, 10, 64)
+		case "wait-ticks":
+			cfg.waitTicks, err = strconv.ParseUint(v, 10, 64)
 		default:
 			h.fatalf("unknown config key %q", k)
 		}
@@ -97,7 +107,14 @@ func (h *regionHarness) run(line string) string {
 		h.configure(kv)
 	case "members":
 		need(1)
-		h.core.membership(node(pos[0]))
+		live := []string{h.core.cfg.self}
+		if o := node(pos[0]); o != "" {
+			live = append(live, o)
+		}
+		if l, ok := kv["live"]; ok {
+			live = strings.Split(l, ",")
+		}
+		h.core.membership(node(pos[0]), live)
 	case "tell", "start":
 		var p pending[string]
 		if cmd == "tell" {
@@ -114,6 +131,12 @@ func (h *regionHarness) run(line string) string {
 	case "handed-off":
 		need(1)
 		h.core.handedOff(pos[0], h.pendings(pos[0], kv["leftover"]))
+	case "unreachable":
+		need(2)
+		h.core.unreachable(pos[0], pos[1])
+	case "terminated":
+		need(1)
+		h.core.shardTerminated(pos[0])
 	case "tick":
 		h.core.tick()
 	case "leave":
@@ -194,17 +217,27 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
 	case "host":
 		need(1)
+		return HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}
+	case "hand-over":
+		need(1)
 		var ds []Deliver
-		for _, p := range h.pendings(pos[0], kv["buffered"]) {
+		for _, p := range h.pendings(pos[0], kv["msgs"]) {
 			ds = append(ds, p.deliver(pos[0]))
 		}
-		return HostShard{Shard: pos[0], Epoch: h.epoch(kv), Buffered: ds}
+		return HandOver{Shard: pos[0], From: kv["from"], Msgs: ds}
 	case "begin-hand-off":
 		need(1)
 		return BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
 	case "hand-off":
 		need(1)
-		return HandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+		var fences []string
+		if f := kv["fences"]; f != "" {
+			fences = strings.Split(f, ",")
+		}
+		return HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: fences}
+	case "fence":
+		need(1)
+		return Fence{Shard: pos[0], From: kv["from"]}
 	case "leave-ack":
 		return LeaveAck{Epoch: h.epoch(kv)}
 	case "deliver":
@@ -261,13 +294,26 @@ func fmtMessage(m Message) string {
 	case RegisterProxy:
 		return "RegisterProxy " + m.Region
 	case GetShardHome:
+		if m.HandOver {
+			return "GetShardHome " + m.Shard + " (holding its mail)"
+		}
 		return "GetShardHome " + m.Shard
 	case ShardStarted:
 		return "ShardStarted " + m.Shard
 	case BeginHandOffAck:
+		if m.FencedAt != "" {
+			return "BeginHandOffAck " + m.Shard + " (fenced at " + m.FencedAt + ")"
+		}
 		return "BeginHandOffAck " + m.Shard
+	case Fence:
+		return "Fence " + m.Shard + " from " + m.From
 	case ShardStopped:
-		return fmt.Sprintf("ShardStopped %s, buffered: %s", m.Shard, fmtDelivers(m.Buffered))
+		if m.Held {
+			return "ShardStopped " + m.Shard + ", holding its mail"
+		}
+		return "ShardStopped " + m.Shard
+	case HandOver:
+		return fmt.Sprintf("HandOver %s: %s", m.Shard, fmtDelivers(m.Msgs))
 	case GracefulShutdownReq:
 		return "GracefulShutdownReq " + m.Region
 	case RegionStopped:
@@ -316,8 +362,15 @@ func (h *regionHarness) apply() {
 				h.printf("passivate idle %s: tick %d, idle after %d", local, ef.tick, ef.ticks)
 			case regArmTick:
 				h.printf("tick in %v", ef.after)
+			case regTerminate:
+				local, _ := h.core.local(ef.shard)
+				h.printf("terminate %s", local)
 			case regLeft:
 				h.printf("left")
+			case regGone:
+				h.printf("gone")
+			case regDeadLetter:
+				h.printf("dead letter: %s %s: %v", ef.shard, fmtPending(ef.p), ef.err)
 			case regNote:
 				h.printf("note %s: %s %v", ef.level, ef.note, ef.args)
 			}
@@ -354,6 +407,15 @@ func (h *regionHarness) printState() {
 		}
 		if e.requested {
 			line += " requested"
+		}
+		if e.handOver {
+			line += " hand-over"
+		}
+		if e.awaiting != "" {
+			line += " awaiting=" + e.awaiting
+		}
+		if e.stopping {
+			line += " stopping, awaiting fences from " + strings.Join(e.stopWaits, ",")
 		}
 		if len(e.buffer) > 0 {
 			parts := make([]string, len(e.buffer))

@@ -80,6 +80,7 @@ type regionRuntime interface {
 	typeName() string
 	membershipChanged()
 	shutdown(ctx context.Context) error
+	goneCh() <-chan struct{}
 	terminate()
 }
 
@@ -316,7 +317,11 @@ func EntityRefFor[C any](s *Sharding, key entity.TypeKey[C], id string) (EntityR
 // Shutdown leaves gracefully: each region hands its shards off to other
 // regions (entities get their stop message) and then stops; a coordinator
 // on this node goes last, so other regions never lose shard homes and the
-// coordinator at once. It returns when every region has stopped or ctx ends.
+// coordinator at once. It returns when every region has stopped or ctx
+// ends. Past ctx's deadline, entities still running are stopped at once;
+// the regions report themselves gone, and the node leaves the membership,
+// only once they have stopped, which for an entity stuck in its handler is
+// after Shutdown returns: until then no other node starts their shards.
 func (s *Sharding) Shutdown(ctx context.Context) error {
 	regions, ok := s.stop()
 	if !ok {
@@ -329,8 +334,18 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.unsub()
-	if l, ok := s.cfg.Membership.(interface{ Leave() }); ok {
-		l.Leave()
+	leave := func() {
+		for _, r := range regions {
+			<-r.goneCh()
+		}
+		if l, ok := s.cfg.Membership.(interface{ Leave() }); ok {
+			l.Leave()
+		}
+	}
+	if len(errs) == 0 {
+		leave() // every region left: all are gone already
+	} else {
+		go leave()
 	}
 	return errors.Join(errs...)
 }

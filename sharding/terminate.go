@@ -1,6 +1,11 @@
 package sharding
 
-import "github.com/shoal-dev/shoal/entity"
+import (
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/timers"
+)
 
 // Terminate stops this node's sharding as a crash would: every entity stops
 // at once without its stop message, whatever it was doing; buffered
@@ -34,20 +39,50 @@ func (r *Region[C]) terminate() {
 		r.coord = nil
 	}
 	r.coordinated.Unlock()
+	var cells []*entity.Cell[C]
 	for _, sh := range shards {
-		sh.terminate()
+		cells = append(cells, sh.forceStopAll()...)
+	}
+	// Bounded: an entity stuck in its handler cannot be stopped, and a
+	// crash does not wait for it.
+	if !waitDone(r.clock, r.settings.StopTimeout, cells) {
+		r.s.log.Warn("sharding: entities still in their handlers after Terminate", "type", r.typ, "after", r.settings.StopTimeout)
+	}
+	for _, sh := range shards {
+		sh.forgetAll()
 	}
 	r.stopControl()
 }
 
-// terminate stops every entity at once and waits for them. The shard stays
-// in hand-off with nobody to tell, so nothing restarts: not a failed
-// entity's back-off, not remembered entities, not idle passivation.
-func (sh *shard[C]) terminate() {
+// waitDone waits until every cell is done or the clock passes bound, and
+// reports whether all were.
+func waitDone[C any](clock timers.Clock, bound time.Duration, cells []*entity.Cell[C]) bool {
+	if len(cells) == 0 {
+		return true
+	}
+	expired := make(chan struct{})
+	t := clock.AfterFunc(bound, func() { close(expired) })
+	defer t.Stop()
+	for _, c := range cells {
+		select {
+		case <-c.Done():
+		case <-expired:
+			return false
+		}
+	}
+	return true
+}
+
+// forceStopAll stops every entity at once, as a crash would, and returns
+// their incarnations for the caller to wait for. The shard stays in
+// hand-off with nobody to tell, so nothing restarts: not a failed entity's
+// back-off, not remembered entities, not idle passivation.
+func (sh *shard[C]) forceStopAll() []*entity.Cell[C] {
 	sh.wmu.Lock()
 	sh.terminated, sh.writes = true, nil
 	sh.wmu.Unlock()
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	sh.handedOff = nil
 	sh.core.terminate()
 	cells := make([]*entity.Cell[C], 0, len(sh.core.out))
@@ -57,13 +92,13 @@ func (sh *shard[C]) terminate() {
 		}
 	}
 	sh.apply()
-	sh.mu.Unlock()
-	for _, c := range cells {
-		<-c.Done()
-	}
-	// A cell is done before its Stopped runs: forget the entities here, so
-	// that the shard is empty when terminate returns (a late Stopped finds
-	// nothing and does nothing).
+	return cells
+}
+
+// forgetAll empties a shard whose entities forceStopAll stopped. A cell is
+// done before its Stopped runs: forgetting them here leaves the shard
+// empty once its entities are done (a late Stopped finds nothing).
+func (sh *shard[C]) forgetAll() {
 	sh.mu.Lock()
 	sh.core.forgetAll()
 	sh.mu.Unlock()

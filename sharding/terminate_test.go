@@ -67,6 +67,7 @@ func TestShutdownPastItsDeadlineStopsTheRest(t *testing.T) {
 		if err := a.sh.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Shutdown: %v, want DeadlineExceeded", err)
 		}
+		synctest.Wait() // past the deadline the forced stops end after Shutdown returns
 		for shard, ids := range a.region.State().Shards {
 			if len(ids) > 0 {
 				t.Fatalf("shard %s still runs %v after Shutdown returned", shard, ids)
