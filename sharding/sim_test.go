@@ -1,3 +1,5 @@
+//go:build shoalsim
+
 package sharding
 
 import (

@@ -20,25 +20,28 @@ func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, err
 	case sharding.RegisterAck:
 		return wire.RegisterAck{To: to, Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
 	case sharding.GetShardHome:
-		return wire.GetShardHome{To: to, Shard: m.Shard, Region: m.Region}, nil
+		return wire.GetShardHome{To: to, Shard: m.Shard, Region: m.Region, HandOver: m.HandOver}, nil
 	case sharding.ShardHome:
 		return wire.ShardHome{To: to, Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
 	case sharding.ShardHomes:
 		return wire.ShardHomes{To: to, Homes: m.Homes, Epoch: m.Epoch}, nil
 	case sharding.HostShard:
-		buf, err := entries(reg, m.Buffered)
-		return wire.HostShard{To: to, Shard: m.Shard, Epoch: m.Epoch, Buffered: buf}, err
+		return wire.HostShard{To: to, Shard: m.Shard, From: m.From, Epoch: m.Epoch}, nil
 	case sharding.ShardStarted:
 		return wire.ShardStarted{To: to, Shard: m.Shard, Region: m.Region}, nil
 	case sharding.BeginHandOff:
 		return wire.BeginHandOff{To: to, Shard: m.Shard, Epoch: m.Epoch}, nil
 	case sharding.BeginHandOffAck:
-		return wire.BeginHandOffAck{To: to, Shard: m.Shard, Region: m.Region}, nil
+		return wire.BeginHandOffAck{To: to, Shard: m.Shard, Region: m.Region, FencedAt: m.FencedAt}, nil
+	case sharding.Fence:
+		return wire.Fence{To: to, Shard: m.Shard, From: m.From}, nil
 	case sharding.HandOff:
-		return wire.HandOff{To: to, Shard: m.Shard, Epoch: m.Epoch}, nil
+		return wire.HandOff{To: to, Shard: m.Shard, Epoch: m.Epoch, Fences: m.Fences}, nil
 	case sharding.ShardStopped:
-		buf, err := entries(reg, m.Buffered)
-		return wire.ShardStopped{To: to, Shard: m.Shard, Region: m.Region, Buffered: buf}, err
+		return wire.ShardStopped{To: to, Shard: m.Shard, Region: m.Region, Held: m.Held}, nil
+	case sharding.HandOver:
+		msgs, err := entries(reg, m.Msgs)
+		return wire.HandOver{To: to, Shard: m.Shard, From: m.From, Msgs: msgs}, err
 	case sharding.GracefulShutdownReq:
 		return wire.GracefulShutdownReq{To: to, Region: m.Region}, nil
 	case sharding.LeaveAck:
@@ -59,8 +62,8 @@ func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, err
 // fromWire turns a wire message back into the protocol message for its
 // target, decoding the user messages it carries with reg. A user message
 // that does not decode is reported with a *DecodeError and in failed: a
-// Deliver is then dropped (m is nil); of a hand-over (HostShard,
-// ShardStopped) the entries that decode are kept.
+// Deliver is then dropped (m is nil); of a HandOver the entries that
+// decode are kept.
 func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message, failed []wire.Entry, err error) {
 	a, ok := msg.(wire.Addressed)
 	if !ok {
@@ -68,12 +71,9 @@ func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message,
 	}
 	to = a.Target()
 	switch w := msg.(type) {
-	case wire.HostShard:
-		buf, failed, err := delivers(reg, w.Buffered)
-		return to, sharding.HostShard{Shard: w.Shard, Epoch: w.Epoch, Buffered: buf}, failed, err
-	case wire.ShardStopped:
-		buf, failed, err := delivers(reg, w.Buffered)
-		return to, sharding.ShardStopped{Shard: w.Shard, Region: w.Region, Buffered: buf}, failed, err
+	case wire.HandOver:
+		msgs, failed, err := delivers(reg, w.Msgs)
+		return to, sharding.HandOver{Shard: w.Shard, From: w.From, Msgs: msgs}, failed, err
 	case wire.Deliver:
 		d, err := deliver(reg, w.Entry)
 		if err != nil {
@@ -95,19 +95,25 @@ func fromWireControl(msg any) (sharding.Message, error) {
 	case wire.RegisterAck:
 		return sharding.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
 	case wire.GetShardHome:
-		return sharding.GetShardHome{Shard: m.Shard, Region: m.Region}, nil
+		return sharding.GetShardHome{Shard: m.Shard, Region: m.Region, HandOver: m.HandOver}, nil
 	case wire.ShardHome:
 		return sharding.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
 	case wire.ShardHomes:
 		return sharding.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
+	case wire.HostShard:
+		return sharding.HostShard{Shard: m.Shard, From: m.From, Epoch: m.Epoch}, nil
+	case wire.ShardStopped:
+		return sharding.ShardStopped{Shard: m.Shard, Region: m.Region, Held: m.Held}, nil
+	case wire.Fence:
+		return sharding.Fence{Shard: m.Shard, From: m.From}, nil
 	case wire.ShardStarted:
 		return sharding.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
 	case wire.BeginHandOff:
 		return sharding.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
 	case wire.BeginHandOffAck:
-		return sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region}, nil
+		return sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region, FencedAt: m.FencedAt}, nil
 	case wire.HandOff:
-		return sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
+		return sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch, Fences: m.Fences}, nil
 	case wire.GracefulShutdownReq:
 		return sharding.GracefulShutdownReq{Region: m.Region}, nil
 	case wire.LeaveAck:

@@ -409,8 +409,8 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			t.Fatalf("entity after bad messages: %+v, want 5", got)
 		}
 		// A hand-over keeps the messages that decode and reports the others.
-		err := b.tr.Receive(a.self, wire.ShardStopped{To: wire.Target{Type: counters.Name(), Coordinator: true}, Shard: shard,
-			Buffered: []wire.Entry{{Shard: shard, EntityID: id, Manifest: "test.Nope"}, {Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}})
+		err := b.tr.Receive(a.self, wire.HandOver{To: wire.Target{Type: counters.Name(), Coordinator: true}, Shard: shard, From: "x",
+			Msgs: []wire.Entry{{Shard: shard, EntityID: id, Manifest: "test.Nope"}, {Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}})
 		if !errors.Is(err, remote.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
 			t.Fatalf("hand-over with an undecodable entry to a node without coordinator: %v, stats %+v", err, b.tr.Stats())
 		}

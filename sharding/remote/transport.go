@@ -362,10 +362,8 @@ func entriesOf(msg any) []wire.Entry {
 	switch m := msg.(type) {
 	case wire.Deliver:
 		return []wire.Entry{m.Entry}
-	case wire.HostShard:
-		return m.Buffered
-	case wire.ShardStopped:
-		return m.Buffered
+	case wire.HandOver:
+		return m.Msgs
 	}
 	return nil
 }

@@ -86,9 +86,10 @@ type (
 	}
 	// GetShardHome is sharding.GetShardHome.
 	GetShardHome struct {
-		To     Target `json:"to"`
-		Shard  string `json:"shard"`
-		Region string `json:"region"`
+		To       Target `json:"to"`
+		Shard    string `json:"shard"`
+		Region   string `json:"region"`
+		HandOver bool   `json:"handOver,omitempty"`
 	}
 	// ShardHome is sharding.ShardHome.
 	ShardHome struct {
@@ -103,12 +104,12 @@ type (
 		Homes map[string][]string `json:"homes"`
 		Epoch uint64              `json:"epoch"`
 	}
-	// HostShard is sharding.HostShard, its handed-over messages as Entries.
+	// HostShard is sharding.HostShard.
 	HostShard struct {
-		To       Target  `json:"to"`
-		Shard    string  `json:"shard"`
-		Epoch    uint64  `json:"epoch"`
-		Buffered []Entry `json:"buffered,omitempty"`
+		To    Target `json:"to"`
+		Shard string `json:"shard"`
+		From  string `json:"from,omitempty"`
+		Epoch uint64 `json:"epoch"`
 	}
 	// ShardStarted is sharding.ShardStarted.
 	ShardStarted struct {
@@ -124,22 +125,37 @@ type (
 	}
 	// BeginHandOffAck is sharding.BeginHandOffAck.
 	BeginHandOffAck struct {
-		To     Target `json:"to"`
-		Shard  string `json:"shard"`
-		Region string `json:"region"`
+		To       Target `json:"to"`
+		Shard    string `json:"shard"`
+		Region   string `json:"region"`
+		FencedAt string `json:"fencedAt,omitempty"`
+	}
+	// Fence is sharding.Fence.
+	Fence struct {
+		To    Target `json:"to"`
+		Shard string `json:"shard"`
+		From  string `json:"from"`
 	}
 	// HandOff is sharding.HandOff.
 	HandOff struct {
-		To    Target `json:"to"`
-		Shard string `json:"shard"`
-		Epoch uint64 `json:"epoch"`
+		To     Target   `json:"to"`
+		Shard  string   `json:"shard"`
+		Epoch  uint64   `json:"epoch"`
+		Fences []string `json:"fences,omitempty"`
 	}
-	// ShardStopped is sharding.ShardStopped, its buffered messages as Entries.
+	// ShardStopped is sharding.ShardStopped.
 	ShardStopped struct {
-		To       Target  `json:"to"`
-		Shard    string  `json:"shard"`
-		Region   string  `json:"region"`
-		Buffered []Entry `json:"buffered,omitempty"`
+		To     Target `json:"to"`
+		Shard  string `json:"shard"`
+		Region string `json:"region"`
+		Held   bool   `json:"held,omitempty"`
+	}
+	// HandOver is sharding.HandOver, its messages as Entries.
+	HandOver struct {
+		To    Target  `json:"to"`
+		Shard string  `json:"shard"`
+		From  string  `json:"from"`
+		Msgs  []Entry `json:"msgs,omitempty"`
 	}
 	// GracefulShutdownReq is sharding.GracefulShutdownReq.
 	GracefulShutdownReq struct {
@@ -203,6 +219,8 @@ func (m BeginHandOff) Target() Target        { return m.To }
 func (m BeginHandOffAck) Target() Target     { return m.To }
 func (m HandOff) Target() Target             { return m.To }
 func (m ShardStopped) Target() Target        { return m.To }
+func (m Fence) Target() Target               { return m.To }
+func (m HandOver) Target() Target            { return m.To }
 func (m GracefulShutdownReq) Target() Target { return m.To }
 func (m LeaveAck) Target() Target            { return m.To }
 func (m StopShards) Target() Target          { return m.To }
@@ -229,6 +247,8 @@ func RegisterTypes(reg *codec.Registry) error {
 		add[BeginHandOffAck](reg, "BeginHandOffAck"),
 		add[HandOff](reg, "HandOff"),
 		add[ShardStopped](reg, "ShardStopped"),
+		add[Fence](reg, "Fence"),
+		add[HandOver](reg, "HandOver"),
 		add[GracefulShutdownReq](reg, "GracefulShutdownReq"),
 		add[LeaveAck](reg, "LeaveAck"),
 		add[StopShards](reg, "StopShards"),
