@@ -226,11 +226,11 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		}
 	}
 
-	page := make([]replayed[E], 0, b.cfg.ReplayBatch)
+	// The page grows with the replay up to ReplayBatch: most entities have
+	// a short history, and a page allocated whole cost each recovery
+	// ReplayBatch events' worth of zeroed memory.
+	var page []replayed[E]
 	flush := func() error {
-		if len(page) == 0 {
-			return nil
-		}
 		failed := false
 		ok := b.onEntity(ctx, func() { failed = !b.applyReplayed(page) })
 		page = page[:0]
@@ -245,16 +245,14 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 		}
 		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
-		if len(page) == cap(page) {
+		if len(page) == b.cfg.ReplayBatch {
 			return flush()
 		}
 		return nil
 	})
-	if err == nil {
-		err = flush()
-	}
+	replayed := err == nil
 	var highest uint64
-	if err == nil {
+	if replayed {
 		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
 	}
 	if err != nil {
@@ -264,10 +262,19 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		if _, ok := errors.AsType[*RecoveryError](err); !ok {
 			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
 		}
-		b.onEntity(ctx, func() { b.failRecovery(err) })
+		b.onEntity(ctx, func() {
+			if !replayed || b.applyReplayed(page) {
+				b.failRecovery(err)
+			}
+		})
 		return
 	}
-	b.onEntity(ctx, func() { b.completeRecovery(highest) })
+	// The last page and the end of recovery in one trip to the entity.
+	b.onEntity(ctx, func() {
+		if b.applyReplayed(page) {
+			b.completeRecovery(highest)
+		}
+	})
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.

@@ -118,6 +118,8 @@ type listOptions struct {
 	retention eventsourced.Retention
 	when      func(state, event, uint64) bool
 	pid       func(id string) eventsourced.PersistenceID
+	// replayBatch is Config.ReplayBatch; 0 keeps the default.
+	replayBatch int
 }
 
 func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
@@ -148,6 +150,7 @@ func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
 			},
 			Retention:    o.retention,
 			SnapshotWhen: o.when,
+			ReplayBatch:  o.replayBatch,
 		})
 	}
 }

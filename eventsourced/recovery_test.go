@@ -2,10 +2,12 @@ package eventsourced_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 )
@@ -43,5 +45,36 @@ func TestStoppingDuringRecoveryCancelsItAndFreesItsTurn(t *testing.T) {
 	<-j.stopped // the replay's context was cancelled by the stop
 	if got := askItems(t, next); !slices.Equal(got, []string{"kept"}) {
 		t.Fatalf("items %q after recovery, want [kept]", got)
+	}
+}
+
+// A history longer than ReplayBatch is handed over in pages; every page,
+// the last partial one included, is applied in order before commands run.
+func TestRecoveryInPagesAppliesEveryEventInOrder(t *testing.T) {
+	for _, n := range []int{0, 1, 3, 6, 7} {
+		t.Run(fmt.Sprint(n, " events"), func(t *testing.T) {
+			j := memory.New()
+			var want []string
+			for i := range n {
+				item := fmt.Sprint("e", i+1)
+				seed(t, j, "List|paged", added{Item: item})
+				want = append(want, item)
+			}
+			rec := &recorder{}
+			sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: j, Logger: quietLogger()})
+			cell := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{rec: rec, replayBatch: 3})}, "paged")
+			if got := askItems(t, cell); !slices.Equal(got, want) {
+				t.Fatalf("items %q after recovery, want %q", got, want)
+			}
+			var completed []uint64
+			for _, s := range rec.signals() {
+				if rc, ok := s.(eventsourced.RecoveryCompleted); ok {
+					completed = append(completed, rc.SeqNr)
+				}
+			}
+			if !slices.Equal(completed, []uint64{uint64(n)}) {
+				t.Fatalf("RecoveryCompleted at %v, want once at %d", completed, n)
+			}
+		})
 	}
 }

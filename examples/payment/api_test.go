@@ -35,7 +35,7 @@ func (tokenAuthorizer) Authorize(_ context.Context, token string) (Principal, er
 	return Principal{CustomerID: token, ClientID: 0}, nil
 }
 
-func startNode(t *testing.T, mutate func(*Config)) *Node {
+func startNode(t testing.TB, mutate func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = quietLogger()
