@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -104,53 +102,6 @@ func headerBytes(h http.Header) int {
 	return n
 }
 
-// errBody is the reason a settle body is refused.
-var errBody = errors.New(`body must be {"amount": <integer>}`)
-
-// decodeAmount reads a settle body strictly: one JSON object, no trailing
-// data, field names matched exactly (encoding/json would take "AMOUNT")
-// and each at most once; fields other than amount are ignored.
-func decodeAmount(r io.Reader) (int64, error) {
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return 0, errBody
-	}
-	var amount *int64
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return 0, errBody
-		}
-		name, _ := tok.(string)
-		if seen[name] {
-			return 0, fmt.Errorf("%w: duplicate field %q", errBody, name)
-		}
-		seen[name] = true
-		if name != "amount" {
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return 0, errBody
-			}
-			continue
-		}
-		if err := dec.Decode(&amount); err != nil {
-			return 0, errBody
-		}
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return 0, errBody
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("%w: data after the object", errBody)
-	}
-	if amount == nil {
-		return 0, errBody
-	}
-	return *amount, nil
-}
-
 // statusOf maps an error code to its HTTP status (AppExceptionHandler).
 var statusOf = map[Code]int{
 	CodeForbidden:                 http.StatusForbidden,
@@ -177,7 +128,7 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	amount, err := decodeAmount(io.LimitReader(r.Body, 1<<16))
+	amount, err := decodeAmount(r.Body)
 	if err != nil {
 		writeFailure(w, ValidationFailure(err.Error()))
 		return
