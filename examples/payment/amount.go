@@ -16,13 +16,31 @@ var errBody = errors.New(`body must be {"amount": <integer>}`)
 // maxSettleBody bounds what is read of a settle body.
 const maxSettleBody = 1 << 16
 
-// bodyReader is a settle body's buffer, reused across requests.
-type bodyReader struct {
+// bodyBuffer holds a body being read; bodyBuffers reuses them.
+type bodyBuffer struct {
 	buf   bytes.Buffer
 	limit io.LimitedReader
 }
 
-var bodyReaders = sync.Pool{New: func() any { return new(bodyReader) }}
+var bodyBuffers = sync.Pool{New: func() any { return new(bodyBuffer) }}
+
+// readBody reads at most limit bytes of r and hands them to use with the
+// error that ended the read early, if any; use's error is returned. Once
+// the pool holds a buffer it allocates nothing: body is valid only during use.
+func readBody(r io.Reader, limit int64, use func(body []byte, readErr error) error) error {
+	bb := bodyBuffers.Get().(*bodyBuffer)
+	defer func() {
+		if bb.buf.Cap() > maxSettleBody {
+			return // a rare large body: not worth keeping
+		}
+		bb.buf.Reset()
+		bb.limit.R = nil
+		bodyBuffers.Put(bb)
+	}()
+	bb.limit = io.LimitedReader{R: r, N: limit}
+	_, err := bb.buf.ReadFrom(&bb.limit)
+	return use(bb.buf.Bytes(), err)
+}
 
 // decodeAmount reads a settle body strictly: one JSON object, no trailing
 // data, field names matched exactly (encoding/json would take "AMOUNT")
@@ -32,16 +50,12 @@ var bodyReaders = sync.Pool{New: func() any { return new(bodyReader) }}
 // It parses by hand what a json.Decoder's tokens would give, without the
 // decoder's allocations; encoding/json still validates each value, and
 // decodes a field name that holds escapes or non-ASCII bytes.
-func decodeAmount(r io.Reader) (int64, error) {
-	br := bodyReaders.Get().(*bodyReader)
-	defer func() {
-		br.buf.Reset()
-		br.limit.R = nil
-		bodyReaders.Put(br)
-	}()
-	br.limit = io.LimitedReader{R: r, N: maxSettleBody}
-	_, readErr := br.buf.ReadFrom(&br.limit)
-	return parseAmount(br.buf.Bytes(), readErr)
+func decodeAmount(r io.Reader) (amount int64, err error) {
+	err = readBody(r, maxSettleBody, func(body []byte, readErr error) error {
+		amount, err = parseAmount(body, readErr)
+		return err
+	})
+	return amount, err
 }
 
 // parseAmount parses body, read in full unless readErr says otherwise.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -296,17 +298,38 @@ type successBody struct {
 	WalletShopID string `json:"walletShopId"`
 }
 
+// writeJSON answers status with v's JSON, a newline, and the headers that
+// say what it is and how long.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		body = []byte(`{"code":"CODE-012","message":"unexpected error"}`)
+	jw := jsonWriters.Get().(*jsonWriter)
+	defer jw.release()
+	if err := jw.enc.Encode(v); err != nil {
+		jw.buf.Reset()
+		jw.buf.WriteString(`{"code":"CODE-012","message":"unexpected error"}` + "\n")
 		status = http.StatusInternalServerError
 	}
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
+	h["Content-Length"] = []string{strconv.Itoa(jw.buf.Len())}
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(jw.buf.Bytes())
+}
+
+// jsonWriter is an encoder and its buffer, reused across answers.
+type jsonWriter struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var jsonWriters = sync.Pool{New: func() any {
+	jw := new(jsonWriter)
+	jw.enc = json.NewEncoder(&jw.buf) // escapes HTML, as json.Marshal does
+	return jw
+}}
+
+func (jw *jsonWriter) release() {
+	jw.buf.Reset()
+	jsonWriters.Put(jw)
 }
 
 func newTraceID() string {
