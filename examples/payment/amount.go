@@ -228,44 +228,40 @@ func (s *scanner) str() bool {
 }
 
 // value reads one JSON value of any kind: it finds where the value ends,
-// then lets encoding/json validate it (nesting limit included).
+// then lets encoding/json validate it (nesting limit included). A string,
+// object or array ends where its closing character brings the nesting back
+// to the start; a number or a literal runs to the next delimiter.
 func (s *scanner) value() ([]byte, bool) {
-	start := s.pos
-	if s.pos == len(s.data) {
-		return nil, false
-	}
-	switch s.data[s.pos] {
-	case '"':
-		if !s.str() {
-			return nil, false
-		}
-	case '{', '[':
-		depth := 0
-		for done := false; !done; {
-			if s.pos == len(s.data) {
+	start, depth := s.pos, 0
+scan:
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case '"':
+			if !s.str() {
 				return nil, false
 			}
-			switch s.data[s.pos] {
-			case '"':
-				if !s.str() {
-					return nil, false
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				done = depth == 0
-			}
+		case '{', '[':
+			depth++
 			s.pos++
-		}
-	default: // a number or a literal: up to the next delimiter
-	scan:
-		for ; s.pos < len(s.data); s.pos++ {
-			switch s.data[s.pos] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
+			continue
+		case '}', ']':
+			if depth == 0 {
 				break scan
 			}
+			depth--
+			s.pos++
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				break scan
+			}
+			s.pos++
+			continue
+		default:
+			s.pos++
+			continue
+		}
+		if depth == 0 {
+			break // a string or a container closed at the value's own level
 		}
 	}
 	v := s.data[start:s.pos]
