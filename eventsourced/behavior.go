@@ -143,6 +143,9 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 		b.failRecovery(fmt.Errorf("eventsourced: no codec configured"))
 		return
 	}
+	if b.recoverImmediately() {
+		return
+	}
 	cl.Suspend()
 	// Cancelled by PostStop, so a recovery whose entity stopped ends
 	// without a goroutine of its own watching for it.
@@ -277,6 +280,43 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	})
 }
 
+// recoverImmediately recovers on the entity's goroutine, as it starts,
+// when the journal reads without IO (journal.ImmediateReader), no snapshot
+// store is configured, and the history fits one page: no reader goroutine,
+// no turn among MaxConcurrentRecoveries, no hand-over. A longer history
+// goes to a reader, so that no entity holds a worker for long. It reports
+// whether it recovered, or failed the recovery.
+func (b *behavior[C, E, S]) recoverImmediately() bool {
+	j, ok := b.cfg.Journal.(journal.ImmediateReader)
+	if !ok || b.cfg.Snapshots != nil {
+		return false
+	}
+	ctx := context.Background()
+	highest, err := j.HighestSeqNr(ctx, b.pid())
+	if err != nil || highest > uint64(b.cfg.ReplayBatch) {
+		return false // the reader retries, and reports what fails
+	}
+	var page []replayed[E]
+	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) error {
+		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+		if err != nil {
+			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+		}
+		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
+		return nil
+	})
+	switch {
+	case err != nil:
+		if _, ok := errors.AsType[*RecoveryError](err); !ok {
+			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
+		}
+		b.failRecovery(err)
+	case b.applyReplayed(page):
+		b.completeRecovery(highest)
+	}
+	return true
+}
+
 // errAbandoned ends a replay whose failure the entity has already handled.
 var errAbandoned = errors.New("eventsourced: replay abandoned")
 
@@ -304,8 +344,10 @@ func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
 func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
 	b.seqNr = max(b.seqNr, highest)
 	b.recovering = false
-	b.cancelRecovery()
-	b.cancelRecovery = nil
+	if b.cancelRecovery != nil { // nil when it recovered immediately
+		b.cancelRecovery()
+		b.cancelRecovery = nil
+	}
 	b.signal(RecoveryCompleted{SeqNr: b.seqNr})
 	b.cell().Resume()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/eventsourced"
@@ -77,4 +79,28 @@ func TestRecoveryInPagesAppliesEveryEventInOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a journal that reads without IO (journal.ImmediateReader), an entity
+// with a short history recovers as it starts: it takes no turn among
+// MaxConcurrentRecoveries, so a recovery stuck on a slow journal does not
+// hold it up.
+func TestShortHistoryOnImmediateJournalRecoversWithoutATurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		seed(t, mem, "List|quick", added{Item: "a"}, added{Item: "b"})
+		slow := &blockingReplay{Journal: mem, pid: "List|stuck", started: make(chan struct{}), stopped: make(chan struct{})}
+		sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: mem, Logger: quietLogger(), MaxConcurrentRecoveries: 1})
+		stuck := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{journal: slow})}, "stuck")
+		<-slow.started // holds the only turn
+		quick := entity.Spawn(sys, &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{})}, "quick")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		items, err := entity.Ask(ctx, quick, func(r entity.ReplyTo[[]string]) cmd { return getItems{ReplyTo: r} })
+		if err != nil || !slices.Equal(items, []string{"a", "b"}) {
+			t.Fatalf("quick entity answered %q, %v while another recovery held the turn; want [a b]", items, err)
+		}
+		stuck.StopNow()
+		<-stuck.Done()
+	})
 }
