@@ -243,11 +243,11 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		return nil
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
-		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+		r, err := b.decode(ev)
 		if err != nil {
-			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+			return err
 		}
-		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
+		page = append(page, r)
 		if len(page) == b.cfg.ReplayBatch {
 			return flush()
 		}
@@ -298,12 +298,9 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 	}
 	var page []replayed[E]
 	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) error {
-		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
-		if err != nil {
-			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
-		}
-		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
-		return nil
+		r, err := b.decode(ev)
+		page = append(page, r)
+		return err
 	})
 	switch {
 	case err != nil:
@@ -315,6 +312,16 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 		b.completeRecovery(highest)
 	}
 	return true
+}
+
+// decode turns a stored event into one to replay; an event that does not
+// decode fails the recovery, naming it.
+func (b *behavior[C, E, S]) decode(ev journal.Event) (replayed[E], error) {
+	e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+	if err != nil {
+		return replayed[E]{}, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+	}
+	return replayed[E]{event: e, seqNr: ev.SeqNr}, nil
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.
