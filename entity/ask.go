@@ -156,8 +156,8 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 		copied, err := roundTripReply(sys.cfg.Codec, v)
 		if err != nil {
 			err = fmt.Errorf("entity: ask: reply %T: %w", v, err)
-			// The asker learns why; the reply itself reached nobody.
-			// Counted before the asker wakes, so it sees the count.
+			// The asker learns why; the reply itself reached nobody, and is
+			// counted before the asker returns.
 			sys.deadLetter(nil, a.String(), "reply does not serialize", v)
 			sys.replies.deliver(a.AskID, askFailure{err})
 			return err

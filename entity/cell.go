@@ -495,14 +495,47 @@ func (c *Cell[C]) extras() *extras[C] {
 	return c.x
 }
 
-// Log implements Context.
+// Log implements Context. Its records carry entity_type and entity_id.
 func (c *Cell[C]) Log() *slog.Logger {
 	x := c.extras()
 	if x.log == nil {
-		x.log = c.sys.log.With("entity_type", c.props.Key.name, "entity_id", c.id)
+		x.log = slog.New(&entityLogHandler{parent: c.sys.log.Handler(), typ: c.props.Key.name, id: c.id})
 	}
 	return x.log
 }
+
+// entityLogHandler is the parent handler with an entity's type and id
+// added, as Logger.With would add them, except that it asks the parent for
+// that handler only when the entity first logs: most incarnations take
+// their logger and never log, and a text or JSON handler formats the
+// attributes as it is made.
+type entityLogHandler struct {
+	parent  slog.Handler
+	typ, id string
+	once    sync.Once
+	with    slog.Handler
+}
+
+func (h *entityLogHandler) handler() slog.Handler {
+	h.once.Do(func() {
+		h.with = h.parent.WithAttrs([]slog.Attr{slog.String("entity_type", h.typ), slog.String("entity_id", h.id)})
+	})
+	return h.with
+}
+
+func (h *entityLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.parent.Enabled(ctx, l)
+}
+
+func (h *entityLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.handler().Handle(ctx, r)
+}
+
+func (h *entityLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return h.handler().WithAttrs(attrs)
+}
+
+func (h *entityLogHandler) WithGroup(name string) slog.Handler { return h.handler().WithGroup(name) }
 
 // Timers implements Context.
 func (c *Cell[C]) Timers() *timers.Scheduler[C] {

@@ -139,6 +139,9 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 		b.failRecovery(fmt.Errorf("eventsourced: no codec configured"))
 		return
 	}
+	if b.recoverImmediately() {
+		return
+	}
 	cl.Suspend()
 	// Cancelled by PostStop, so a recovery whose entity stopped ends
 	// without a goroutine of its own watching for it.
@@ -222,11 +225,11 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		}
 	}
 
-	page := make([]replayed[E], 0, b.cfg.ReplayBatch)
+	// The page grows with the replay up to ReplayBatch: most entities have
+	// a short history, and a page allocated whole cost each recovery
+	// ReplayBatch events' worth of zeroed memory.
+	var page []replayed[E]
 	flush := func() error {
-		if len(page) == 0 {
-			return nil
-		}
 		failed := false
 		ok := b.onEntity(ctx, func() { failed = !b.applyReplayed(page) })
 		page = page[:0]
@@ -236,21 +239,19 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		return nil
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
-		e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+		r, err := b.decode(ev)
 		if err != nil {
-			return &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+			return err
 		}
-		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
-		if len(page) == cap(page) {
+		page = append(page, r)
+		if len(page) == b.cfg.ReplayBatch {
 			return flush()
 		}
 		return nil
 	})
-	if err == nil {
-		err = flush()
-	}
+	replayed := err == nil
 	var highest uint64
-	if err == nil {
+	if replayed {
 		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
 	}
 	if err != nil {
@@ -260,10 +261,63 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		if _, ok := errors.AsType[*RecoveryError](err); !ok {
 			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
 		}
-		b.onEntity(ctx, func() { b.failRecovery(err) })
+		b.onEntity(ctx, func() {
+			if !replayed || b.applyReplayed(page) {
+				b.failRecovery(err)
+			}
+		})
 		return
 	}
-	b.onEntity(ctx, func() { b.completeRecovery(highest) })
+	// The last page and the end of recovery in one trip to the entity.
+	b.onEntity(ctx, func() {
+		if b.applyReplayed(page) {
+			b.completeRecovery(highest)
+		}
+	})
+}
+
+// recoverImmediately recovers on the entity's goroutine, as it starts,
+// when the journal reads without IO (journal.ImmediateReader), no snapshot
+// store is configured, and the history fits one page: no reader goroutine,
+// no turn among MaxConcurrentRecoveries, no hand-over. A longer history
+// goes to a reader, so that no entity holds a worker for long. It reports
+// whether it recovered, or failed the recovery.
+func (b *behavior[C, E, S]) recoverImmediately() bool {
+	j, ok := b.cfg.Journal.(journal.ImmediateReader)
+	if !ok || b.cfg.Snapshots != nil {
+		return false
+	}
+	ctx := context.Background()
+	highest, err := j.HighestSeqNr(ctx, b.pid())
+	if err != nil || highest > uint64(b.cfg.ReplayBatch) {
+		return false // the reader retries, and reports what fails
+	}
+	var page []replayed[E]
+	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) error {
+		r, err := b.decode(ev)
+		page = append(page, r)
+		return err
+	})
+	switch {
+	case err != nil:
+		if _, ok := errors.AsType[*RecoveryError](err); !ok {
+			err = &RecoveryError{PersistenceID: b.pid(), Err: err}
+		}
+		b.failRecovery(err)
+	case b.applyReplayed(page):
+		b.completeRecovery(highest)
+	}
+	return true
+}
+
+// decode turns a stored event into one to replay; an event that does not
+// decode fails the recovery, naming it.
+func (b *behavior[C, E, S]) decode(ev journal.Event) (replayed[E], error) {
+	e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+	if err != nil {
+		return replayed[E]{}, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+	}
+	return replayed[E]{event: e, seqNr: ev.SeqNr}, nil
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.
@@ -293,8 +347,10 @@ func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
 func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
 	b.seqNr = max(b.seqNr, highest)
 	b.recovering = false
-	b.cancelRecovery()
-	b.cancelRecovery = nil
+	if b.cancelRecovery != nil { // nil when it recovered immediately
+		b.cancelRecovery()
+		b.cancelRecovery = nil
+	}
 	b.signal(RecoveryCompleted{SeqNr: b.seqNr})
 	b.cell().Resume()
 }

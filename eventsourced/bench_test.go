@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 )
 
@@ -110,4 +111,34 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkRecoverShortHistory measures an incarnation's start over a
+// history of two events, as a passivated entity's next message causes:
+// spawn, recover, answer one command, stop.
+func BenchmarkRecoverShortHistory(b *testing.B) {
+	j := memory.New()
+	reg := newRegistry()
+	for seq, item := range []string{"a", "b"} {
+		m, p, err := reg.Encode(added{Item: item})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.Write(context.Background(), []journal.Event{{PersistenceID: "List|short", SeqNr: uint64(seq) + 1, Manifest: m, Payload: p}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sys, _ := entity.NewSystem(entity.Config{Codec: reg, Journal: j, Logger: quietLogger()})
+	props := &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{})}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		cell := entity.Spawn(sys, props, "short")
+		items, err := entity.Ask(ctx, cell, func(r entity.ReplyTo[[]string]) cmd { return getItems{ReplyTo: r} })
+		if err != nil || len(items) != 2 {
+			b.Fatalf("items %q, err %v", items, err)
+		}
+		cell.StopNow()
+		<-cell.Done()
+	}
 }

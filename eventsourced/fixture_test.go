@@ -8,6 +8,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/journal"
 )
 
 // The fixture entity keeps a list of strings. Its commands exercise every
@@ -118,6 +119,10 @@ type listOptions struct {
 	retention eventsourced.Retention
 	when      func(state, event, uint64) bool
 	pid       func(id string) eventsourced.PersistenceID
+	// replayBatch is Config.ReplayBatch; 0 keeps the default.
+	replayBatch int
+	// journal is Config.Journal; nil takes the System's.
+	journal journal.Journal
 }
 
 func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
@@ -148,6 +153,8 @@ func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
 			},
 			Retention:    o.retention,
 			SnapshotWhen: o.when,
+			ReplayBatch:  o.replayBatch,
+			Journal:      o.journal,
 		})
 	}
 }

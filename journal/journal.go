@@ -61,6 +61,16 @@ type AsyncWriter interface {
 	WriteAsync(events []Event, done func(error))
 }
 
+// ImmediateReader is an optional extension of Journal for implementations
+// whose Replay and HighestSeqNr never wait on IO, such as the memory
+// journal. An entity whose history is short replays one on its own
+// goroutine as it starts, without a reader goroutine or a hand-over.
+type ImmediateReader interface {
+	Journal
+	// ReadsImmediately marks the implementation; it does nothing.
+	ReadsImmediately()
+}
+
 // ErrWriteConflict means another writer already stored an event at one of the
 // sequence numbers: two incarnations of one entity are alive.
 var ErrWriteConflict = errors.New("journal: write conflict")

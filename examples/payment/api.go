@@ -1,18 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -138,53 +138,6 @@ func headerBytes(h http.Header) int {
 	return n
 }
 
-// errBody is the reason a settle body is refused.
-var errBody = errors.New(`body must be {"amount": <integer>}`)
-
-// decodeAmount reads a settle body strictly: one JSON object, no trailing
-// data, field names matched exactly (encoding/json would take "AMOUNT")
-// and each at most once; fields other than amount are ignored.
-func decodeAmount(r io.Reader) (int64, error) {
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return 0, errBody
-	}
-	var amount *int64
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return 0, errBody
-		}
-		name, _ := tok.(string)
-		if seen[name] {
-			return 0, fmt.Errorf("%w: duplicate field %q", errBody, name)
-		}
-		seen[name] = true
-		if name != "amount" {
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return 0, errBody
-			}
-			continue
-		}
-		if err := dec.Decode(&amount); err != nil {
-			return 0, errBody
-		}
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return 0, errBody
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("%w: data after the object", errBody)
-	}
-	if amount == nil {
-		return 0, errBody
-	}
-	return *amount, nil
-}
-
 // statusOf maps an error code to its HTTP status (AppExceptionHandler).
 var statusOf = map[Code]int{
 	CodeForbidden:                 http.StatusForbidden,
@@ -211,7 +164,7 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	amount, err := decodeAmount(io.LimitReader(r.Body, 1<<16))
+	amount, err := decodeAmount(r.Body)
 	if err != nil {
 		writeFailure(w, ValidationFailure(err.Error()))
 		return
@@ -379,17 +332,38 @@ type successBody struct {
 	WalletShopID string `json:"walletShopId"`
 }
 
+// writeJSON answers status with v's JSON, a newline, and the headers that
+// say what it is and how long.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		body = []byte(`{"code":"CODE-012","message":"unexpected error"}`)
+	jw := jsonWriters.Get().(*jsonWriter)
+	defer jw.release()
+	if err := jw.enc.Encode(v); err != nil {
+		jw.buf.Reset()
+		jw.buf.WriteString(`{"code":"CODE-012","message":"unexpected error"}` + "\n")
 		status = http.StatusInternalServerError
 	}
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
+	h["Content-Length"] = []string{strconv.Itoa(jw.buf.Len())}
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(jw.buf.Bytes())
+}
+
+// jsonWriter is an encoder and its buffer, reused across answers.
+type jsonWriter struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var jsonWriters = sync.Pool{New: func() any {
+	jw := new(jsonWriter)
+	jw.enc = json.NewEncoder(&jw.buf) // escapes HTML, as json.Marshal does
+	return jw
+}}
+
+func (jw *jsonWriter) release() {
+	jw.buf.Reset()
+	jsonWriters.Put(jw)
 }
 
 func newTraceID() string {

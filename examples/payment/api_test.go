@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -35,7 +36,7 @@ func (tokenAuthorizer) Authorize(_ context.Context, token string) (Principal, er
 	return Principal{CustomerID: token, ClientID: 0}, nil
 }
 
-func startNode(t *testing.T, mutate func(*Config)) *Node {
+func startNode(t testing.TB, mutate func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = quietLogger()
@@ -368,5 +369,31 @@ func TestAPIUnknownRoute(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+}
+
+// An answer is its body's JSON and a newline, with the headers that say
+// what and how long it is; a value that does not encode is a 500 with the
+// unexpected-error body. Answers reuse buffers: one must not leak into the next.
+func TestWriteJSONAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		status     int
+		v          any
+		wantStatus int
+		wantBody   string
+	}{
+		{200, successBody{OrderID: "o<1>", WalletShopID: "shop-1"}, 200, `{"orderId":"o\u003c1\u003e","walletShopId":"shop-1"}` + "\n"},
+		{400, errorBody{Code: "CODE-003", Message: "amount must be between 1 and 9999999999"}, 400, `{"code":"CODE-003","message":"amount must be between 1 and 9999999999"}` + "\n"},
+		{200, map[string]any{"f": func() {}}, 500, `{"code":"CODE-012","message":"unexpected error"}` + "\n"},
+		{404, errorBody{Code: "CODE-002", Message: "no such endpoint"}, 404, `{"code":"CODE-002","message":"no such endpoint"}` + "\n"},
+	} {
+		rec := httptest.NewRecorder()
+		writeJSON(rec, tc.status, tc.v)
+		if rec.Code != tc.wantStatus || rec.Body.String() != tc.wantBody {
+			t.Fatalf("writeJSON(%d, %v) = %d %q, want %d %q", tc.status, tc.v, rec.Code, rec.Body, tc.wantStatus, tc.wantBody)
+		}
+		if ct, cl := rec.Header().Get("Content-Type"), rec.Header().Get("Content-Length"); ct != "application/json" || cl != strconv.Itoa(len(tc.wantBody)) {
+			t.Fatalf("headers Content-Type %q, Content-Length %q; want application/json, %d", ct, cl, len(tc.wantBody))
+		}
 	}
 }

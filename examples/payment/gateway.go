@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
@@ -168,15 +167,12 @@ func (c *IssuerClient) Reverse(ctx context.Context, req IssuerRequest) (IssuerRe
 
 func (c *IssuerClient) send(ctx context.Context, req IssuerRequest) (IssuerResponse, error) {
 	name := mtiName(req.MTI)
-	status, body, err := c.post(ctx, req)
+	var resp IssuerResponse
+	status, err := c.post(ctx, req, &resp)
 	switch {
-	case err != nil: // timeout, connection error: the issuer may have acted
+	case err != nil: // timeout, connection error, a 200 without the JSON answer: the issuer may have acted
 		return IssuerResponse{}, c.failureCancel(ctx, req)
 	case status == http.StatusOK:
-		var resp IssuerResponse
-		if err := json.Unmarshal(body, &resp); err != nil {
-			return IssuerResponse{}, c.failureCancel(ctx, req)
-		}
 		return resp, nil
 	case status == http.StatusBadRequest:
 		return IssuerResponse{}, IssuingServiceBadRequest(name)
@@ -205,7 +201,7 @@ func (c *IssuerClient) failureCancel(ctx context.Context, req IssuerRequest) err
 		fc.MTI = MTIReversalFailureCancel
 	}
 	try := func() error {
-		status, _, err := c.post(ctx, fc)
+		status, err := c.post(ctx, fc, nil)
 		switch {
 		case err != nil:
 			return err
@@ -235,27 +231,33 @@ func (c *IssuerClient) failureCancel(ctx context.Context, req IssuerRequest) err
 	return IssuingServiceServerError(original, "-")
 }
 
-// post sends one request, bounded by ResponseTimeout.
-func (c *IssuerClient) post(ctx context.Context, req IssuerRequest) (status int, body []byte, err error) {
+// post sends one request, bounded by ResponseTimeout, and decodes a 200's
+// body into answer unless it is nil; a body that does not decode is an error.
+func (c *IssuerClient) post(ctx context.Context, req IssuerRequest, answer *IssuerResponse) (status int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ResponseTimeout)
 	defer cancel()
 	payload, err := json.Marshal(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(payload))
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	err = readBody(resp.Body, 1<<20, func(body []byte, readErr error) error {
+		if readErr != nil || resp.StatusCode != http.StatusOK || answer == nil {
+			return readErr
+		}
+		return json.Unmarshal(body, answer)
+	})
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
-	return resp.StatusCode, body, nil
+	return resp.StatusCode, nil
 }

@@ -48,10 +48,10 @@ func (h *handler) authorize(ctx Ctx, c Settle, acceptedAt time.Time) {
 		res.Request = IssuerRequest{
 			MTI:           MTIAuthorization,
 			PAN:           cred.HousePAN,
-			AmountTran:    fmt.Sprintf("%012d", c.Amount),
+			AmountTran:    zeroPad(c.Amount, 12),
 			TranDateTime:  acceptedAt.Format("0102150405"),
 			TransactionID: txID,
-			AcceptorID:    fmt.Sprintf("%-15s", cred.MemberStoreID),
+			AcceptorID:    padRight(cred.MemberStoreID, 15),
 			PaymentID:     paymentID,
 			TerminalID:    cred.TerminalID,
 		}

@@ -54,9 +54,14 @@ func (l *log) position(seq uint64) (chunk, index int) {
 }
 
 var (
-	_ journal.Journal     = (*Journal)(nil)
-	_ journal.AsyncWriter = (*Journal)(nil)
+	_ journal.Journal         = (*Journal)(nil)
+	_ journal.AsyncWriter     = (*Journal)(nil)
+	_ journal.ImmediateReader = (*Journal)(nil)
 )
+
+// ReadsImmediately implements journal.ImmediateReader: reads take a lock,
+// never IO.
+func (*Journal) ReadsImmediately() {}
 
 // New returns an empty journal.
 func New() *Journal { return &Journal{logs: make(map[string]*log)} }
