@@ -3,10 +3,12 @@ package sharding
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 )
 
@@ -121,18 +123,72 @@ type stopCoordinator struct{}
 
 func (stopCoordinator) protocolMessage() {}
 
-// newCoordinatorRunner acquires the coordinator role in the store and
-// returns the behavior that steps the core and does its IO.
+// newCoordinatorRunner returns the behavior that holds the coordinator
+// lease, steps the core and does its IO.
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
-	store := r.s.cfg.CoordinatorStore
+	cr := &coordinatorRunner[C]{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
+	if r.s.cfg.NodeLeases != nil {
+		cr.down = newDowning()
+	}
+	return cr.tryAcquire(ctx)
+}
+
+// coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
+// while it holds the type's coordinator lease. Until it gets the lease it
+// retries every RetryInterval and drops what it is sent (regions retry);
+// once it holds it, a Holder renews it, and the runner stops at once,
+// sending nothing more, when the Holder says it no longer holds it. Every
+// store write carries the lease's epoch, which the store checks.
+type coordinatorRunner[C any] struct {
+	r      *Region[C]
+	store  CoordinatorStore
+	timing lease.Timing
+
+	epoch  uint64
+	holder *lease.Holder // nil until the lease is held
+	core   *coordinatorCore
+	down   *downing // nil without Config.NodeLeases
+	view   []Member // the latest membership view, unfiltered
+}
+
+// coordinatorFenced is the Holder's word that the lease is lost.
+type coordinatorFenced struct{ err error }
+
+func (coordinatorFenced) protocolMessage() {}
+
+// acquireTick retries the acquisition of a lease someone else holds.
+type acquireTick struct{}
+
+func (acquireTick) protocolMessage() {}
+
+// tryAcquire acquires the lease and starts acting, or waits for it while
+// another node holds it; any other failure stops the coordinator, which
+// the region restarts after a back-off.
+func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
+	r := cr.r
 	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-	epoch, shards, err := store.Acquire(storeCtx, r.typ, r.s.self)
+	start := time.Now() // the Holder's clock: its fence counts from before the call
+	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
 	cancel()
+	if errors.Is(err, ErrLeaseHeld) {
+		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "type", r.typ, "err", err)
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
+		return cr
+	}
 	if err != nil {
 		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
 		return entity.Stopped[Message]()
 	}
-	core := newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	self := ctx.Self()
+	holder, err := lease.Hold(cr.timing, start, func(c context.Context) error {
+		return cr.store.Renew(c, r.typ, epoch, cr.timing.Length)
+	}, func(err error) { _ = self.Tell(coordinatorFenced{err: err}) })
+	if err != nil { // the timing was validated by New
+		r.s.log.Error("sharding: cannot hold the coordinator lease", "type", r.typ, "err", err)
+		return entity.Stopped[Message]()
+	}
+	cr.epoch, cr.holder = epoch, holder
+	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a
 		// message, so their entities come back after the cluster restarts.
@@ -143,36 +199,154 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 			r.s.log.Error("sharding: cannot read the shards of remembered entities", "type", r.typ, "err", err)
 			return entity.Stopped[Message]()
 		}
-		core.startShards(remembered)
+		cr.core.startShards(remembered)
 	}
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
-	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-		if _, ok := m.(stopCoordinator); ok {
-			return entity.Stopped[Message]()
-		}
-		changes, out := core.step(m)
-		for _, c := range changes {
-			storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-			var err error
-			if c.region == "" {
-				err = store.Deallocate(storeCtx, r.typ, epoch, c.shard)
-			} else {
-				err = store.Allocate(storeCtx, r.typ, epoch, c.shard, c.region)
-			}
-			cancel()
-			if err != nil {
-				// A deposed or failing coordinator must not announce what it
-				// could not record; its successor rebuilds from the store.
-				r.s.log.Error("sharding: coordinator store write failed; stopping coordinator", "type", r.typ,
-					"deposed", errors.Is(err, ErrStaleEpoch), "err", err)
-				return entity.Stopped[Message]()
-			}
-		}
-		for _, o := range out {
-			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
-				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
-			}
+	if cr.down != nil {
+		every := max(r.settings.RetryInterval/4, time.Millisecond)
+		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
+	}
+	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
+		return next
+	}
+	return cr
+}
+
+// Receive implements entity.Behavior.
+func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	switch m := m.(type) {
+	case stopCoordinator:
+		cr.release()
+		return entity.Stopped[Message]()
+	case coordinatorFenced:
+		cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", cr.r.typ, "epoch", cr.epoch, "err", m.err)
+		return entity.Stopped[Message]()
+	case acquireTick:
+		if cr.holder == nil {
+			return cr.tryAcquire(ctx)
 		}
 		return entity.Same[Message]()
-	})
+	}
+	if cr.holder == nil {
+		return entity.Same[Message]() // not the coordinator (yet): regions retry
+	}
+	return cr.act(ctx, m)
+}
+
+// OnSignal implements entity.SignalHandler: however the coordinator
+// stops, it stops renewing.
+func (cr *coordinatorRunner[C]) OnSignal(_ entity.Context[Message], sig entity.Signal) {
+	if _, ok := sig.(entity.PostStop); ok && cr.holder != nil {
+		cr.holder.Stop()
+	}
+}
+
+// release gives the lease up on a graceful stop, so that the next
+// coordinator need not wait for it to expire.
+func (cr *coordinatorRunner[C]) release() {
+	if cr.holder == nil {
+		return
+	}
+	cr.holder.Stop()
+	if !cr.holder.Holds() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
+	defer cancel()
+	if err := cr.store.Release(ctx, cr.r.typ, cr.epoch); err != nil {
+		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "type", cr.r.typ, "err", err)
+	}
+}
+
+// act steps the core with one message while the lease is held, writes
+// its changes under the lease's epoch, then sends its output.
+func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	r := cr.r
+	if cr.down != nil {
+		switch m := m.(type) {
+		case membersChanged:
+			cr.view = m.members
+			cr.down.observe(cr.view, cr.knownRegions())
+			cr.startDowning(ctx)
+			return cr.step(membersChanged{members: cr.down.filter(cr.view)})
+		case downingTick:
+			cr.startDowning(ctx)
+			return entity.Same[Message]()
+		case downResult:
+			if m.err != nil {
+				r.s.log.Warn("sharding: downing store call failed; retrying", "type", r.typ, "node", m.call.node, "down", m.call.down, "err", m.err)
+			}
+			if !cr.down.result(m) {
+				return entity.Same[Message]()
+			}
+			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "type", r.typ, "node", m.call.node)
+			return cr.step(membersChanged{members: cr.down.filter(cr.view)})
+		}
+	}
+	return cr.step(m)
+}
+
+func (cr *coordinatorRunner[C]) step(m Message) entity.Behavior[Message] {
+	r := cr.r
+	changes, out := cr.core.step(m)
+	for _, c := range changes {
+		storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
+		var err error
+		if c.region == "" {
+			err = cr.store.Deallocate(storeCtx, r.typ, cr.epoch, c.shard)
+		} else {
+			err = cr.store.Allocate(storeCtx, r.typ, cr.epoch, c.shard, c.region)
+		}
+		cancel()
+		if err != nil {
+			// A deposed or failing coordinator must not announce what it
+			// could not record; its successor rebuilds from the store.
+			r.s.log.Error("sharding: coordinator store write failed; stopping coordinator", "type", r.typ,
+				"deposed", errors.Is(err, ErrStaleEpoch), "err", err)
+			return entity.Stopped[Message]()
+		}
+	}
+	if len(out) > 0 && !cr.holder.Holds() {
+		// The lease ran out (by this node's clock) while the writes ran: a
+		// successor may be acting already.
+		r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", r.typ, "epoch", cr.epoch)
+		return entity.Stopped[Message]()
+	}
+	for _, o := range out {
+		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
+			r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
+		}
+	}
+	return entity.Same[Message]()
+}
+
+// knownRegions is every region the core knows of: registered, or named by
+// an allocation.
+func (cr *coordinatorRunner[C]) knownRegions() []string {
+	known := cr.core.everyone()
+	for r := range cr.core.byRegion {
+		if !slices.Contains(known, r) {
+			known = append(known, r)
+		}
+	}
+	return known
+}
+
+// startDowning starts the store calls the downing machine asks for; each
+// answers with a downResult.
+func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
+	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
+	for _, call := range cr.down.due() {
+		ctx.PipeToSelf(func(c context.Context) Message {
+			c, cancel := context.WithTimeout(c, timeout)
+			defer cancel()
+			res := downResult{call: call}
+			if call.down {
+				res.err = leases.DownNode(c, call.node)
+			} else {
+				res.expired, res.err = leases.NodeLeaseExpired(c, call.node)
+			}
+			return res
+		})
+	}
 }

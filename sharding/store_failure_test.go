@@ -23,7 +23,7 @@ type faultyCoordinatorStore struct {
 	acquires      int
 }
 
-func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
+func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
 	f.mu.Lock()
 	f.acquires++
 	hang := f.acquires <= f.hangAcquires
@@ -32,7 +32,7 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 		<-ctx.Done()
 		return 0, nil, ctx.Err()
 	}
-	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
 }
 
 func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
