@@ -135,31 +135,46 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 
 // coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
 // while it holds the type's coordinator lease. Until it gets the lease it
-// retries every RetryInterval and drops what it is sent (regions retry);
-// once it holds it, a Holder renews it, and the runner stops at once,
-// sending nothing more, when the Holder says it no longer holds it. Every
-// store write carries the lease's epoch, which the store checks.
+// retries every RetryInterval and drops what it is sent (regions retry).
+// Once it holds it, a lease.Keeper on the coordinator's own timers (no
+// goroutine of its own: idle, it owns none) renews it every RenewEvery and
+// says when it no longer holds it: at the last successful renewal's start
+// + Length − Margin, or at once when the store refuses a renewal. The
+// runner then stops, and sends nothing from the moment it no longer holds
+// the lease. Every store write carries the lease's epoch, which the store
+// checks.
 type coordinatorRunner[C any] struct {
 	r      *Region[C]
 	store  CoordinatorStore
 	timing lease.Timing
 
-	epoch  uint64
-	holder *lease.Holder // nil until the lease is held
-	core   *coordinatorCore
-	down   *downing // nil without Config.NodeLeases
-	view   []Member // the latest membership view, unfiltered
+	epoch    uint64
+	keeper   *lease.Keeper // nil until the lease is held
+	renewing bool          // a renewal is under way
+	core     *coordinatorCore
+	down     *downing // nil without Config.NodeLeases
+	view     []Member // the latest membership view, unfiltered
 }
-
-// coordinatorFenced is the Holder's word that the lease is lost.
-type coordinatorFenced struct{ err error }
-
-func (coordinatorFenced) protocolMessage() {}
 
 // acquireTick retries the acquisition of a lease someone else holds.
 type acquireTick struct{}
 
+// renewTick starts a renewal; fenceTick checks whether the lease ran out.
+type (
+	renewTick struct{}
+	fenceTick struct{}
+)
+
+// renewed is a renewal's answer.
+type renewed struct {
+	start time.Time
+	err   error
+}
+
 func (acquireTick) protocolMessage() {}
+func (renewTick) protocolMessage()   {}
+func (fenceTick) protocolMessage()   {}
+func (renewed) protocolMessage()     {}
 
 // tryAcquire acquires the lease and starts acting, or waits for it while
 // another node holds it; any other failure stops the coordinator, which
@@ -167,7 +182,7 @@ func (acquireTick) protocolMessage() {}
 func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
 	r := cr.r
 	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-	start := time.Now() // the Holder's clock: its fence counts from before the call
+	start := ctx.Clock().Now() // the fence counts from before the call
 	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
 	cancel()
 	if errors.Is(err, ErrLeaseHeld) {
@@ -179,15 +194,11 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
 		return entity.Stopped[Message]()
 	}
-	self := ctx.Self()
-	holder, err := lease.Hold(cr.timing, start, func(c context.Context) error {
-		return cr.store.Renew(c, r.typ, epoch, cr.timing.Length)
-	}, func(err error) { _ = self.Tell(coordinatorFenced{err: err}) })
-	if err != nil { // the timing was validated by New
-		r.s.log.Error("sharding: cannot hold the coordinator lease", "type", r.typ, "err", err)
+	cr.epoch, cr.keeper = epoch, lease.NewKeeper(cr.timing)
+	if !cr.granted(ctx, start) {
+		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "type", r.typ, "epoch", epoch)
 		return entity.Stopped[Message]()
 	}
-	cr.epoch, cr.holder = epoch, holder
 	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a
@@ -212,48 +223,101 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 	return cr
 }
 
+// granted records a successful acquisition or renewal that started at
+// start and arms the renewal and fence timers; false once the lease is
+// no longer held.
+func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.Time) bool {
+	now := ctx.Clock().Now()
+	if !cr.keeper.Granted(start, now) {
+		return false
+	}
+	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.keeper.RenewAt().Sub(now))
+	ctx.Timers().StartSingleTimer("fence", fenceTick{}, cr.keeper.FenceAt().Sub(now))
+	return true
+}
+
+// holds reports whether the coordinator may act now.
+func (cr *coordinatorRunner[C]) holds(ctx entity.Context[Message]) bool {
+	return cr.keeper.Holds(ctx.Clock().Now())
+}
+
+// renew starts a renewal, bounded by the fence time: past it, its answer
+// would be of no use.
+func (cr *coordinatorRunner[C]) renew(ctx entity.Context[Message]) {
+	if cr.renewing {
+		return
+	}
+	cr.renewing = true
+	start := ctx.Clock().Now()
+	within := cr.keeper.FenceAt().Sub(start)
+	typ, epoch, ttl, store := cr.r.typ, cr.epoch, cr.timing.Length, cr.store
+	ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, within)
+		defer cancel()
+		return renewed{start: start, err: store.Renew(c, typ, epoch, ttl)}
+	})
+}
+
 // Receive implements entity.Behavior.
 func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	switch m := m.(type) {
+	r := cr.r
+	switch m.(type) {
 	case stopCoordinator:
-		cr.release()
-		return entity.Stopped[Message]()
-	case coordinatorFenced:
-		cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", cr.r.typ, "epoch", cr.epoch, "err", m.err)
+		cr.release(ctx)
 		return entity.Stopped[Message]()
 	case acquireTick:
-		if cr.holder == nil {
+		if cr.keeper == nil {
 			return cr.tryAcquire(ctx)
 		}
 		return entity.Same[Message]()
 	}
-	if cr.holder == nil {
+	if cr.keeper == nil {
 		return entity.Same[Message]() // not the coordinator (yet): regions retry
+	}
+	switch m := m.(type) {
+	case renewTick:
+		cr.renew(ctx)
+		return entity.Same[Message]()
+	case renewed:
+		cr.renewing = false
+		switch {
+		case m.err == nil:
+			if !cr.granted(ctx, m.start) {
+				return cr.lost(nil)
+			}
+		case lease.Refused(m.err):
+			cr.keeper.Refused()
+			return cr.lost(m.err)
+		default: // the store is unreachable or slow: try again soon
+			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "type", r.typ, "err", m.err)
+			ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.timing.RenewEvery/4)
+		}
+		return entity.Same[Message]()
+	}
+	if !cr.holds(ctx) {
+		return cr.lost(nil)
+	}
+	if _, ok := m.(fenceTick); ok {
+		return entity.Same[Message]() // a fence timer of an earlier renewal
 	}
 	return cr.act(ctx, m)
 }
 
-// OnSignal implements entity.SignalHandler: however the coordinator
-// stops, it stops renewing.
-func (cr *coordinatorRunner[C]) OnSignal(_ entity.Context[Message], sig entity.Signal) {
-	if _, ok := sig.(entity.PostStop); ok && cr.holder != nil {
-		cr.holder.Stop()
-	}
+// lost stops a coordinator that no longer holds its lease.
+func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
+	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", cr.r.typ, "epoch", cr.epoch, "err", err)
+	return entity.Stopped[Message]()
 }
 
 // release gives the lease up on a graceful stop, so that the next
 // coordinator need not wait for it to expire.
-func (cr *coordinatorRunner[C]) release() {
-	if cr.holder == nil {
+func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) {
+	if cr.keeper == nil || !cr.holds(ctx) {
 		return
 	}
-	cr.holder.Stop()
-	if !cr.holder.Holds() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
+	storeCtx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
 	defer cancel()
-	if err := cr.store.Release(ctx, cr.r.typ, cr.epoch); err != nil {
+	if err := cr.store.Release(storeCtx, cr.r.typ, cr.epoch); err != nil {
 		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "type", cr.r.typ, "err", err)
 	}
 }
@@ -306,11 +370,10 @@ func (cr *coordinatorRunner[C]) step(m Message) entity.Behavior[Message] {
 			return entity.Stopped[Message]()
 		}
 	}
-	if len(out) > 0 && !cr.holder.Holds() {
+	if len(out) > 0 && !cr.keeper.Holds(r.clock.Now()) {
 		// The lease ran out (by this node's clock) while the writes ran: a
 		// successor may be acting already.
-		r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", r.typ, "epoch", cr.epoch)
-		return entity.Stopped[Message]()
+		return cr.lost(nil)
 	}
 	for _, o := range out {
 		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
