@@ -114,6 +114,12 @@ type testNode struct {
 
 func startNode(t testing.TB, dsn, id string, seeds []string, tune ...func(*node.Config)) *testNode {
 	t.Helper()
+	return startNodeWith(t, dsn, id, seeds, sharding.Settings{NumberOfShards: 30, MinMembers: len(seeds) + 1}, tune...)
+}
+
+// startNodeWith starts a node hosting the Ops type with settings.
+func startNodeWith(t testing.TB, dsn, id string, seeds []string, settings sharding.Settings, tune ...func(*node.Config)) *testNode {
+	t.Helper()
 	cfg := node.DefaultConfig(id)
 	cfg.PostgresDSN = dsn
 	cfg.Seeds = seeds
@@ -131,8 +137,7 @@ func startNode(t testing.TB, dsn, id string, seeds []string, tune ...func(*node.
 	}
 	t.Cleanup(n.Kill)
 	ops, err := sharding.Init(n.Sharding(), sharding.Entity[Command]{
-		Key: opsKey, Create: newOps(id), StopMessage: Stop{},
-		Settings: sharding.Settings{NumberOfShards: 30, MinMembers: len(seeds) + 1},
+		Key: opsKey, Create: newOps(id), StopMessage: Stop{}, Settings: settings,
 	})
 	if err != nil {
 		t.Fatal(err)

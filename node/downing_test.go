@@ -1,0 +1,229 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shoal-dev/shoal/cluster/lease"
+	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/node"
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// crashLeases are short leases for crash tests, with room for a machine
+// busy with the race detector: a node fences itself only after 5 s
+// without a successful renewal (it tries every second).
+func crashLeases(c *node.Config) {
+	t := lease.Timing{Length: 8 * time.Second, RenewEvery: time.Second, Margin: 3 * time.Second}
+	c.Leases = lease.Settings{Node: t, Coordinator: t}
+}
+
+// Three nodes over loopback and a real Postgres; one is killed (no
+// graceful leave: its entities stop without stop messages, it vanishes
+// from gossip, its leases are left to expire) while the others keep
+// writing. memberlist reports it failed, the coordinator downs it in
+// Postgres and, once its node lease has expired, moves its shards: its
+// remembered entities restart on the survivors without a message, with
+// their event-sourced state. No acknowledged operation is lost or applied
+// twice, and the journal shows no two incarnations of an entity writing
+// in turn. The killed node is the newest, or the oldest, which hosts the
+// coordinator: then the coordinator lease must expire too.
+func TestKilledNodeShardsComeBackElsewhere(t *testing.T) {
+	t.Run("newest", func(t *testing.T) { testKill(t, 2) })
+	t.Run("oldest", func(t *testing.T) { testKill(t, 0) })
+}
+
+func testKill(t *testing.T, victim int) {
+	dsn := pg.MigratedDSN(t)
+	settings := func(members int) sharding.Settings {
+		return sharding.Settings{NumberOfShards: 30, MinMembers: members, RememberEntities: true, RetryInterval: 500 * time.Millisecond}
+	}
+	n1 := startNodeWith(t, dsn, "node-1", nil, settings(1), crashLeases)
+	seeds := []string{n1.GossipAddr()}
+	n2 := startNodeWith(t, dsn, "node-2", seeds, settings(2), crashLeases)
+	n3 := startNodeWith(t, dsn, "node-3", seeds, settings(3), crashLeases)
+	nodes := []*testNode{n1, n2, n3}
+	awaitUp(t, nodes)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	led := newLedger()
+	var ids []string
+	for i := range 60 {
+		ids = append(ids, fmt.Sprintf("ops-%02d", i))
+	}
+	for i, id := range ids {
+		op := "p1-" + id
+		led.try(id, op)
+		if err := apply(ctx, nodes[i%3].ops, id, op); err != nil {
+			t.Fatalf("apply %s: %v", id, err)
+		}
+		led.ack(id, op)
+	}
+	gone := nodes[victim]
+	var stay []*testNode
+	for i, n := range nodes {
+		if i != victim {
+			stay = append(stay, n)
+		}
+	}
+	// The victim's entities; the load below touches only the first half
+	// of ids, so that those of the second half come back by being
+	// remembered, not by a message.
+	onVictim := map[string]bool{}
+	for _, entities := range gone.ops.State().Shards {
+		for _, id := range entities {
+			onVictim[id] = true
+		}
+	}
+	quiet := slices.DeleteFunc(slices.Clone(ids[30:]), func(id string) bool { return !onVictim[id] })
+	if len(onVictim) == 0 || len(quiet) == 0 {
+		t.Fatalf("victim %s hosts %d entities, %d of them untouched by the load", gone.Self(), len(onVictim), len(quiet))
+	}
+
+	stopLoad := make(chan struct{})
+	var load sync.WaitGroup
+	for w, via := range stay {
+		load.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stopLoad:
+					return
+				default:
+				}
+				id := ids[(k*7+w)%30]
+				op := fmt.Sprintf("p2-%d-%d", w, k)
+				led.try(id, op)
+				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+				if err := apply(actx, via.ops, id, op); err == nil {
+					led.ack(id, op)
+				}
+				acancel()
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	killedAt := time.Now()
+	gone.Kill()
+
+	// Its remembered entities come back on the survivors unasked.
+	within(t, 2*time.Minute, "the victim's remembered entities restart on the survivors", func() error {
+		running := map[string]bool{}
+		for _, n := range stay {
+			for _, entities := range n.ops.State().Shards {
+				for _, id := range entities {
+					running[id] = true
+				}
+			}
+		}
+		for _, id := range quiet {
+			if !running[id] {
+				return fmt.Errorf("%s not running on %s or %s", id, stay[0].Self(), stay[1].Self())
+			}
+		}
+		return nil
+	})
+	t.Logf("remembered entities of %s back %v after the kill", gone.Self(), time.Since(killedAt).Round(100*time.Millisecond))
+	time.Sleep(time.Second) // the load runs on the new homes too
+	close(stopLoad)
+	load.Wait()
+
+	for _, id := range ids {
+		var s Snapshot
+		within(t, time.Minute, "read "+id, func() error {
+			var err error
+			s, err = read(ctx, stay[0].ops, id)
+			return err
+		})
+		if s.Node == gone.Self().Node {
+			t.Fatalf("%s answered by the killed node", id)
+		}
+		seen := map[string]bool{}
+		for _, op := range s.Ops {
+			if seen[op] {
+				t.Fatalf("%s applied %s twice: %v", id, op, s.Ops)
+			}
+			seen[op] = true
+			if !led.attempted[id][op] {
+				t.Fatalf("%s applied %s, never sent", id, op)
+			}
+		}
+		for _, op := range led.acked[id] {
+			if !seen[op] {
+				t.Fatalf("%s lost acknowledged %s: has %v", id, op, s.Ops)
+			}
+		}
+	}
+	pool := pgtest.NewPool(t, dsn, nil)
+	checkWriterRuns(t, pool)
+	// It was downed, not just left to expire.
+	var down bool
+	if err := pool.QueryRow(ctx, `SELECT down FROM node_leases WHERE node_id = $1 AND incarnation = $2`,
+		gone.Self().Node, int64(gone.Self().Incarnation)).Scan(&down); err != nil || !down {
+		t.Fatalf("%s's node lease: down %v, %v; want downed by the coordinator", gone.Self(), down, err)
+	}
+	for _, n := range stay {
+		if err := n.Ready(); err != nil {
+			t.Fatalf("%s not ready: %v", n.Self(), err)
+		}
+	}
+}
+
+// checkWriterRuns: in each entity's journal, the writer ids (one per
+// entity incarnation) form runs, and no writer comes back after another
+// wrote: two incarnations never wrote in turn.
+func checkWriterRuns(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT persistence_id, writer_id FROM event_journal ORDER BY persistence_id, seq_nr`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid, writer string
+	last := map[string]string{}
+	done := map[string]map[string]bool{}
+	events := 0
+	_, err = pgx.ForEachRow(rows, []any{&pid, &writer}, func() error {
+		events++
+		if done[pid] == nil {
+			done[pid] = map[string]bool{}
+		}
+		if prev := last[pid]; prev != writer {
+			if done[pid][writer] {
+				return fmt.Errorf("%s: writer %s wrote again after %s: two incarnations in turn", pid, writer, prev)
+			}
+			done[pid][prev] = true
+			last[pid] = writer
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events == 0 {
+		t.Fatal("the journal is empty")
+	}
+}
+
+// within polls cond until it holds or d has passed: a bound on outcomes,
+// generous for a busy machine, not a measure of speed.
+func within(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
