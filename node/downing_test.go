@@ -2,7 +2,13 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -226,4 +232,109 @@ func within(t *testing.T, d time.Duration, what string, cond func() error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// A node cut off from Postgres cannot renew its node lease: it fences
+// itself by its own clock, before the database lets its lease expire,
+// stopping every entity at once; Alive says why.
+func TestNodeCutOffFromPostgresFencesItself(t *testing.T) {
+	dsn := pg.MigratedDSN(t)
+	proxy := newCutProxy(t, dsn)
+	n := startNodeWith(t, proxy.dsn, "cut", nil, sharding.Settings{NumberOfShards: 10}, crashLeases, func(c *node.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	})
+	within(t, time.Minute, "ready", n.Ready)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := apply(ctx, n.ops, "e", "op-1"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.cut()
+	within(t, time.Minute, "fenced", func() error {
+		if err := n.Alive(); !errors.Is(err, node.ErrFenced) {
+			return fmt.Errorf("Alive: %v", err)
+		}
+		return nil
+	})
+	within(t, time.Minute, "entities stopped", func() error {
+		if err := n.ops.EntityRefFor("e").Tell(Apply{Op: "op-2"}); !errors.Is(err, sharding.ErrRegionStopped) {
+			return fmt.Errorf("Tell after fencing: %v, want ErrRegionStopped", err)
+		}
+		for shard, entities := range n.ops.State().Shards {
+			if len(entities) > 0 {
+				return fmt.Errorf("shard %s still runs %v", shard, entities)
+			}
+		}
+		return nil
+	})
+}
+
+// cutProxy forwards loopback TCP to Postgres until cut, which closes every
+// connection and refuses new ones: the database is unreachable.
+type cutProxy struct {
+	dsn string
+	ln  net.Listener
+
+	mu    sync.Mutex
+	conns []net.Conn
+	isCut bool
+}
+
+func newCutProxy(t *testing.T, dsn string) *cutProxy {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	p := &cutProxy{dsn: u.String(), ln: ln}
+	t.Cleanup(p.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if !p.track(c, up) {
+				return
+			}
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.isCut {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	p.conns = append(p.conns, cs...)
+	return true
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }
