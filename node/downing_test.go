@@ -23,11 +23,12 @@ import (
 	"github.com/shoal-dev/shoal/sharding"
 )
 
-// crashLeases are short leases for crash tests, with room for a machine
-// busy with the race detector: a node fences itself only after 5 s
-// without a successful renewal (it tries every second).
+// crashLeases are the default lease length with room for a machine busy
+// with the race detector and a CPU hog: a node fences itself only after
+// 10 s without a successful renewal (it tries every second); 5 s was seen
+// to fence a healthy node whose renewals waited that long for the pool.
 func crashLeases(c *node.Config) {
-	t := lease.Timing{Length: 8 * time.Second, RenewEvery: time.Second, Margin: 3 * time.Second}
+	t := lease.Timing{Length: 15 * time.Second, RenewEvery: time.Second, Margin: 5 * time.Second}
 	c.Leases = lease.Settings{Node: t, Coordinator: t}
 }
 
