@@ -62,18 +62,7 @@ func testKill(t *testing.T, victim int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	led := newLedger()
-	var ids []string
-	for i := range 60 {
-		ids = append(ids, fmt.Sprintf("ops-%02d", i))
-	}
-	for i, id := range ids {
-		op := "p1-" + id
-		led.try(id, op)
-		if err := apply(ctx, nodes[i%3].ops, id, op); err != nil {
-			t.Fatalf("apply %s: %v", id, err)
-		}
-		led.ack(id, op)
-	}
+	ids := led.firstOps(t, ctx, nodes)
 	gone := nodes[victim]
 	var stay []*testNode
 	for i, n := range nodes {
@@ -95,27 +84,7 @@ func testKill(t *testing.T, victim int) {
 		t.Fatalf("victim %s hosts %d entities, %d of them untouched by the load", gone.Self(), len(onVictim), len(quiet))
 	}
 
-	stopLoad := make(chan struct{})
-	var load sync.WaitGroup
-	for w, via := range stay {
-		load.Go(func() {
-			for k := 0; ; k++ {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				id := ids[(k*7+w)%30]
-				op := fmt.Sprintf("p2-%d-%d", w, k)
-				led.try(id, op)
-				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-				if err := apply(actx, via.ops, id, op); err == nil {
-					led.ack(id, op)
-				}
-				acancel()
-			}
-		})
-	}
+	stopLoad := led.load(ctx, stay, ids[:30], 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	killedAt := time.Now()
 	gone.Kill()
@@ -139,8 +108,7 @@ func testKill(t *testing.T, victim int) {
 	})
 	t.Logf("remembered entities of %s back %v after the kill", gone.Self(), time.Since(killedAt).Round(100*time.Millisecond))
 	time.Sleep(time.Second) // the load runs on the new homes too
-	close(stopLoad)
-	load.Wait()
+	stopLoad()
 
 	for _, id := range ids {
 		var s Snapshot
@@ -152,21 +120,7 @@ func testKill(t *testing.T, victim int) {
 		if s.Node == gone.Self().Node {
 			t.Fatalf("%s answered by the killed node", id)
 		}
-		seen := map[string]bool{}
-		for _, op := range s.Ops {
-			if seen[op] {
-				t.Fatalf("%s applied %s twice: %v", id, op, s.Ops)
-			}
-			seen[op] = true
-			if !led.attempted[id][op] {
-				t.Fatalf("%s applied %s, never sent", id, op)
-			}
-		}
-		for _, op := range led.acked[id] {
-			if !seen[op] {
-				t.Fatalf("%s lost acknowledged %s: has %v", id, op, s.Ops)
-			}
-		}
+		led.check(t, id, s.Ops)
 	}
 	pool := pgtest.NewPool(t, dsn, nil)
 	checkWriterRuns(t, pool)
