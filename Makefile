@@ -2,7 +2,7 @@
 # the integration tests need when the machine cannot pull one.
 GO ?= go
 
-.PHONY: test run bench
+.PHONY: test run bench cluster-up cluster-down
 
 run:
 	$(GO) run ./examples/payment
@@ -14,3 +14,10 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The payment example as a 3-node cluster in containers (README: "Run a 3-node cluster").
+cluster-up:
+	./scripts/cluster-up.sh
+
+cluster-down:
+	./scripts/cluster-down.sh

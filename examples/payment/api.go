@@ -44,7 +44,11 @@ func (StubAuthorizer) Authorize(context.Context, string) (Principal, error) {
 //	PUT /00/ec/settlements/{walletShopId}/{orderId}/payment   {"amount": 1000}
 //	PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel
 //
-// with headers X-Tenant-Id (example or tenant-a) and Authorization: Bearer.
+// with headers X-Tenant-Id (example or tenant-a) and Authorization: Bearer,
+// and the probes of a load balancer or orchestrator:
+//
+//	/ready   200 {"status":"up"} when the node serves, else 503 with the reason
+//	/alive   200 {"status":"up"} unless the node must be restarted (503)
 type API struct {
 	Payments *sharding.Region[Command]
 	Auth     Authorizer
@@ -52,6 +56,12 @@ type API struct {
 	// client gets 500 CODE-012. Default 15s.
 	AskTimeout time.Duration
 	Log        *slog.Logger
+	// Ready and Alive answer the probes: nil is up. A nil func is always
+	// up (a node of its own serves while it listens).
+	Ready, Alive func() error
+	// Members, when set, lists the cluster's members in /ready's answer,
+	// as this node sees them.
+	Members func() []string
 }
 
 // MaxHeaderBytes bounds a request's header fields (names and values); a
@@ -70,6 +80,8 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("PUT "+cancel, a.cancel)
 	mux.HandleFunc(payment, methodNotAllowed)
 	mux.HandleFunc(cancel, methodNotAllowed)
+	mux.HandleFunc("/ready", probe(a.Ready, a.Members))
+	mux.HandleFunc("/alive", probe(a.Alive, nil))
 	mux.HandleFunc("/", notFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerBytes(r.Header) > MaxHeaderBytes {
@@ -83,6 +95,28 @@ func (a *API) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// probeBody is the answer of /ready and /alive.
+type probeBody struct {
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason,omitempty"`
+	Members []string `json:"members,omitempty"`
+}
+
+func probe(check func() error, members func() []string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		body, status := probeBody{Status: "up"}, http.StatusOK
+		if check != nil {
+			if err := check(); err != nil {
+				body, status = probeBody{Status: "down", Reason: err.Error()}, http.StatusServiceUnavailable
+			}
+		}
+		if members != nil {
+			body.Members = members()
+		}
+		writeJSON(w, status, body)
+	}
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) {

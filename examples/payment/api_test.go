@@ -225,7 +225,7 @@ func newBubbleAPIOn(t *testing.T, settings Settings, issuer func(*IssuerClientCo
 	tables := NewMemoryTables()
 	SeedDemo(tables)
 	p := &Payments{Settings: settings, Issuer: simulatedIssuer(sim, issuer), Credentials: tables, Sequences: tables}
-	region, err := InitPayments(sh, p)
+	region, err := InitPayments(sh, p, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

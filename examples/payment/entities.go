@@ -12,8 +12,9 @@ import (
 // timeout). The shard waits for a stopping entity as long as a phase can
 // last, so that passivation and hand-off never cut an issuer call short:
 // an entity in Settling or Canceling stashes StopActor until its answer or
-// its processing timeout.
-func InitPayments(sh *sharding.Sharding, p *Payments) (*sharding.Region[Command], error) {
+// its processing timeout. On a cluster, no shard is allocated before
+// minMembers nodes host payments.
+func InitPayments(sh *sharding.Sharding, p *Payments, minMembers int) (*sharding.Region[Command], error) {
 	phase := p.Settings.AskTimeout + p.Settings.FailSafeMargin + 5*time.Second
 	return sharding.Init(sh, sharding.Entity[Command]{
 		Key:         TypeKey,
@@ -24,6 +25,7 @@ func InitPayments(sh *sharding.Sharding, p *Payments) (*sharding.Region[Command]
 			PassivateIdleAfter: -1,
 			StopTimeout:        phase,
 			HandOffTimeout:     phase,
+			MinMembers:         minMembers,
 		},
 	})
 }

@@ -370,7 +370,7 @@ func newLocalNode(t *testing.T, settings Settings) *localNode {
 	t.Cleanup(n.sharding.Terminate)
 	t.Cleanup(n.issuer.releaseHeld)
 	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
-	if n.entities, err = InitPayments(n.sharding, p); err != nil {
+	if n.entities, err = InitPayments(n.sharding, p, 1); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -5,6 +5,7 @@
 //	go run ./examples/payment            # API + issuer simulator on loopback, in-memory journal
 //	go run ./examples/payment -demo      # a scripted run of requests, then exit
 //	go run ./examples/payment -postgres 'postgres://user:pw@127.0.0.1:5432/db'
+//	go run ./examples/payment -postgres DSN -node-id n2 -seeds 127.0.0.1:7946   # a cluster node
 //
 // See README.md for the design.
 package main
@@ -21,6 +22,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -66,45 +69,16 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 
-	cfg := DefaultConfig()
-	flags := flag.NewFlagSet("payment", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.StringVar(&cfg.APIAddr, "addr", cfg.APIAddr, "listen address of the payment API")
-	flags.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "bound on reading a whole API request, body included")
-	flags.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "bound on an API request from its headers to the end of its response (keep above the 15s ask timeout)")
-	flags.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "at shutdown, how long requests in flight may take before their connections are closed")
-	flags.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close keep-alive API connections idle this long")
-	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
-	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
-	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
-	pprofAddr := flags.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
-	demo := flags.Bool("demo", false, "run a scripted demo against the simulator, then exit")
-	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
-	verbose := flags.Bool("v", false, "log at debug level")
-	if err := flags.Parse(args); err != nil {
+	opts, err := parseArgs(args, stderr)
+	if err != nil {
 		return err
 	}
-
-	level := slog.LevelInfo
-	if *demo {
-		level = slog.LevelError // keep the demo's output to requests and responses
+	cfg := opts.cfg
+	if opts.probe != "" {
+		return probeURL(ctx, opts.probe)
 	}
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if *demo {
-		if cfg.IssuerURL != "" {
-			return errors.New("-demo drives the simulator; it cannot be combined with -issuer-url")
-		}
-		if *demoStretch < 1 {
-			return fmt.Errorf("-demo-stretch %d: must be at least 1", *demoStretch)
-		}
-		cfg.Settings, cfg.Issuer = demoTimeouts(time.Duration(*demoStretch))
-	}
-
-	if *pprofAddr != "" {
-		ln, err := net.Listen("tcp", *pprofAddr)
+	if opts.pprofAddr != "" {
+		ln, err := net.Listen("tcp", opts.pprofAddr)
 		if err != nil {
 			return fmt.Errorf("pprof: %w", err)
 		}
@@ -112,6 +86,10 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "pprof at http://%s/debug/pprof/\n", ln.Addr())
 		go func() { _ = http.Serve(ln, pprofMux()) }()
 	}
+	if opts.issuerOnly {
+		return serveIssuer(ctx, cfg.SimulatorAddr, stdout)
+	}
+	demo := opts.demo
 
 	node, err := Start(ctx, cfg)
 	if err != nil {
@@ -122,9 +100,12 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		journal = "postgres"
 	}
 	fmt.Fprintf(stdout, "payment API listening on %s (journal: %s)\n", node.APIURL, journal)
+	if c := node.Cluster; c != nil {
+		fmt.Fprintf(stdout, "cluster node %s: gossip at %s, transport at %s\n", c.Self(), c.GossipAddr(), c.TransportAddr())
+	}
 	fmt.Fprintf(stdout, "issuer at %s\n", node.IssuerURL)
 
-	if *demo {
+	if demo {
 		demoErr := runDemo(ctx, node, cfg.Settings, stdout)
 		// The hung issuer call of the demo runs until its response timeout.
 		shutdownCtx, cancel := context.WithTimeout(force, 10*time.Second+2*cfg.Issuer.ResponseTimeout)
@@ -167,4 +148,117 @@ func pprofMux() *http.ServeMux {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// options are the parsed command line.
+type options struct {
+	cfg              Config
+	demo, issuerOnly bool
+	pprofAddr, probe string
+}
+
+// parseArgs parses the command line into a Config; a refused combination
+// is a *FlagError.
+func parseArgs(args []string, stderr io.Writer) (options, error) {
+	o := options{cfg: DefaultConfig()}
+	cfg := &o.cfg
+	var cf clusterFlags
+	flags := flag.NewFlagSet("payment", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.StringVar(&cfg.APIAddr, "addr", cfg.APIAddr, "listen address of the payment API (and of its /ready and /alive probes)")
+	flags.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "bound on reading a whole API request, body included")
+	flags.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "bound on an API request from its headers to the end of its response (keep above the 15s ask timeout)")
+	flags.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "at shutdown, how long requests in flight may take before their connections are closed")
+	flags.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close keep-alive API connections idle this long")
+	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
+	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
+	flags.BoolVar(&o.issuerOnly, "issuer-only", false, "serve only the issuer simulator, on -issuer-addr (one issuer for a cluster)")
+	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
+	flags.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
+	flags.StringVar(&o.probe, "probe", "", "GET this URL (say http://127.0.0.1:8080/ready) and exit 0 if it answers 200, else 1: a health check for images without a shell")
+	flags.BoolVar(&o.demo, "demo", false, "run a scripted demo against the simulator, then exit")
+	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
+	verbose := flags.Bool("v", false, "log at debug level")
+	cf.register(flags)
+	if err := flags.Parse(args); err != nil {
+		return o, err
+	}
+	if strings.HasPrefix(cfg.PostgresDSN, "-") {
+		return o, &FlagError{Flag: "postgres", Value: cfg.PostgresDSN, Reason: "a flag, not a DSN: is the DSN missing?"}
+	}
+	if flags.NArg() > 0 {
+		return o, &FlagError{Flag: "", Value: flags.Arg(0), Reason: "unexpected argument (flags only)"}
+	}
+	level := slog.LevelInfo
+	if o.demo {
+		level = slog.LevelError // keep the demo's output to requests and responses
+	}
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var err error
+	if cfg.Cluster, err = cf.config(flags, cfg.PostgresDSN); err != nil {
+		return o, err
+	}
+	if o.demo {
+		if cfg.IssuerURL != "" {
+			return o, &FlagError{Flag: "demo", Value: "true", Reason: "drives the simulator; it cannot be combined with -issuer-url"}
+		}
+		if cfg.Cluster != nil {
+			return o, &FlagError{Flag: "demo", Value: "true", Reason: "runs one node of its own; it cannot be combined with cluster flags"}
+		}
+		if *demoStretch < 1 {
+			return o, &FlagError{Flag: "demo-stretch", Value: strconv.Itoa(*demoStretch), Reason: "must be at least 1"}
+		}
+		cfg.Settings, cfg.Issuer = demoTimeouts(time.Duration(*demoStretch))
+	}
+	if o.issuerOnly && (o.demo || cfg.Cluster != nil || cfg.IssuerURL != "") {
+		return o, &FlagError{Flag: "issuer-only", Value: "true", Reason: "serves the simulator alone; it cannot be combined with -demo, -issuer-url or cluster flags"}
+	}
+	return o, nil
+}
+
+// probeURL is -probe: GET url, nil if it answers 200.
+func probeURL(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return &FlagError{Flag: "probe", Value: url, Reason: "not a URL", Err: err}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe: %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// serveIssuer is -issuer-only: the simulator alone until ctx ends.
+func serveIssuer(ctx context.Context, addr string, stdout io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("issuer simulator: %w", err)
+	}
+	sim := NewSimulator()
+	mux := http.NewServeMux()
+	mux.Handle("/payment", sim)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "issuer simulator at http://%s/payment\n", ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("issuer simulator: %w", err)
+	}
+	sim.Close()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
+	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 	"github.com/shoal-dev/shoal/timers"
@@ -46,8 +48,11 @@ type Config struct {
 	IssuerURL     string
 	SimulatorAddr string
 	// PostgresDSN selects the Postgres journal (migrations applied at
-	// start); empty keeps events in memory.
+	// start); empty keeps events in memory. Cluster mode requires it.
 	PostgresDSN string
+	// Cluster, when set, makes the node a member of a cluster (see
+	// Cluster); nil runs one node on its own, sharding in process.
+	Cluster *Cluster
 
 	Settings Settings
 	Issuer   IssuerClientConfig
@@ -86,15 +91,20 @@ type Node struct {
 	Sharding  *sharding.Sharding
 	Payments  *sharding.Region[Command]
 	Journal   journal.Journal
+	// Cluster is the Shoal cluster node, nil on a node of its own.
+	Cluster *node.Node
 
-	cfg      Config
-	payments *Payments
-	api      *http.Server
-	sim      *http.Server
-	pool     *pgxpool.Pool
-	pgJ      *postgres.Journal
-	log      *slog.Logger
-	serveErr chan error
+	cfg       Config
+	payments  *Payments
+	api       *http.Server
+	sim       *http.Server
+	pool      *pgxpool.Pool
+	ownsPool  bool
+	done      chan struct{} // closed at Shutdown or Kill, when set
+	closeDone sync.Once
+	pgJ       *postgres.Journal
+	log       *slog.Logger
+	serveErr  chan error
 }
 
 // Start starts a node. Stop it with Shutdown (graceful) or Kill.
@@ -125,7 +135,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	if err := n.openJournal(ctx); err != nil {
+	reg := codec.NewRegistry()
+	if cfg.Cluster != nil {
+		if err := n.joinCluster(ctx, reg); err != nil {
+			return nil, err
+		}
+	} else if err := n.openJournal(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Credentials == nil || cfg.Sequences == nil {
@@ -157,12 +172,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.IssuerURL = cfg.IssuerURL
 
-	reg := codec.NewRegistry()
-	Register(reg)
-	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: n.Journal, Clock: cfg.Clock, Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
 	issuerCfg := cfg.Issuer
 	issuerCfg.URL = cfg.IssuerURL
 	n.payments = &Payments{
@@ -171,16 +180,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Credentials: cfg.Credentials,
 		Sequences:   cfg.Sequences,
 	}
-	var shardingCfg sharding.Config
-	if n.pool != nil {
-		// Allocations and remembered entities outlive the process, as the events do.
-		shardingCfg.CoordinatorStore = shardingpg.NewCoordinatorStore(n.pool)
-		shardingCfg.RememberStore = shardingpg.NewRememberStore(n.pool)
+	if n.Cluster == nil {
+		if n.Sharding, err = n.localSharding(reg); err != nil {
+			return nil, err
+		}
 	}
-	if n.Sharding, err = sharding.New(sys, shardingCfg); err != nil {
-		return nil, err
+	minMembers := 1
+	if cfg.Cluster != nil {
+		minMembers = max(1, cfg.Cluster.MinMembers)
 	}
-	if n.Payments, err = InitPayments(n.Sharding, n.payments); err != nil {
+	if n.Payments, err = InitPayments(n.Sharding, n.payments, minMembers); err != nil {
 		return nil, err
 	}
 
@@ -189,6 +198,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
 	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	if n.Cluster != nil {
+		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
+	}
 	n.api = &http.Server{
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
@@ -201,6 +213,89 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	return n, nil
 }
 
+// localSharding runs sharding in this process alone, on the Postgres
+// stores when there is a database: allocations and remembered entities
+// outlive the process, as the events do.
+func (n *Node) localSharding(reg *codec.Registry) (*sharding.Sharding, error) {
+	Register(reg)
+	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: n.Journal, Clock: n.cfg.Clock, Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	var shardingCfg sharding.Config
+	if n.pool != nil {
+		shardingCfg.CoordinatorStore = shardingpg.NewCoordinatorStore(n.pool)
+		shardingCfg.RememberStore = shardingpg.NewRememberStore(n.pool)
+	}
+	return sharding.New(sys, shardingCfg)
+}
+
+// joinCluster starts the Shoal node of cfg.Cluster: its pool is the
+// journal's, its sharding the payments'. A node that fenced itself (its
+// lease lost) is reported on Err: the process should restart as a new
+// incarnation.
+func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
+	nc := n.cfg.Cluster.Node
+	if nc.PostgresDSN == "" && nc.Pool == nil {
+		nc.PostgresDSN = n.cfg.PostgresDSN
+	}
+	if nc.Codec == nil {
+		nc.Codec = reg
+	}
+	Register(nc.Codec)
+	if nc.Logger == nil {
+		nc.Logger = n.log
+	}
+	if nc.Entity.Clock == nil {
+		nc.Entity.Clock = n.cfg.Clock
+	}
+	c := *n.cfg.Cluster
+	c.Node = nc
+	cn, err := startClusterNode(ctx, c, n.log)
+	if err != nil {
+		return err
+	}
+	n.Cluster, n.Sharding, n.Journal = cn, cn.Sharding(), cn.System().Journal()
+	n.pool, n.ownsPool = cn.Pool(), false
+	n.watchFence()
+	return nil
+}
+
+// watchFence reports on Err when the cluster node fences itself.
+func (n *Node) watchFence() {
+	n.done = make(chan struct{})
+	go func() {
+		t := time.NewTicker(fenceCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.done:
+				return
+			case <-t.C:
+				if err := n.Cluster.Alive(); errors.Is(err, node.ErrFenced) {
+					select {
+					case n.serveErr <- err:
+					case <-n.done:
+					}
+					return
+				}
+			}
+		}
+	}()
+}
+
+// members lists the cluster's members as this node sees them.
+func (n *Node) members() []string {
+	var out []string
+	for _, m := range n.Cluster.Membership().View().Members() {
+		out = append(out, m.String())
+	}
+	return out
+}
+
+// fenceCheck is how often a cluster node's liveness is checked.
+const fenceCheck = time.Second
+
 func (n *Node) openJournal(ctx context.Context) error {
 	if n.cfg.PostgresDSN == "" {
 		n.Journal = memory.New()
@@ -210,7 +305,7 @@ func (n *Node) openJournal(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	n.pool = pool
+	n.pool, n.ownsPool = pool, true
 	applied, err := migrations.Apply(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
@@ -249,7 +344,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.api != nil {
 		n.drainAPI(ctx)
 	}
-	if n.Sharding != nil {
+	switch {
+	case n.Cluster != nil:
+		// Hands the shards off to the other nodes, then leaves.
+		errs = append(errs, n.Cluster.Shutdown(ctx))
+	case n.Sharding != nil:
 		errs = append(errs, n.Sharding.Shutdown(ctx))
 	}
 	if n.payments != nil {
@@ -277,13 +376,19 @@ func (n *Node) Kill() {
 	if n.api != nil {
 		_ = n.api.Close()
 	}
-	if n.Sharding != nil {
+	switch {
+	case n.Cluster != nil:
+		n.Cluster.Kill()
+	case n.Sharding != nil:
 		n.Sharding.Terminate()
 	}
 	n.closeRest()
 }
 
 func (n *Node) closeRest() {
+	if n.done != nil {
+		n.closeDone.Do(func() { close(n.done) })
+	}
 	if n.Simulator != nil {
 		n.Simulator.Close()
 	}
@@ -293,7 +398,7 @@ func (n *Node) closeRest() {
 	if n.pgJ != nil {
 		_ = n.pgJ.Close()
 	}
-	if n.pool != nil {
+	if n.pool != nil && n.ownsPool {
 		n.pool.Close()
 	}
 }

@@ -2,7 +2,10 @@
 // settle → cancel → cancel mix of one order per cycle, from -c concurrent
 // clients for -d, and prints throughput, status counts and latency
 // percentiles per step. With -pid it also reports the server's CPU time per
-// request (Linux, from /proc).
+// request (Linux, from /proc). -url may list several nodes of a cluster,
+// comma-separated: the requests of an order go to them in turn, so that
+// its settle and its cancel arrive through different nodes, and the
+// statuses are counted per node too.
 //
 // Every acknowledged outcome is appended to -record as it happens, so that
 // after the server crashes (kill -9) and restarts,
@@ -23,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -31,11 +35,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -44,6 +49,7 @@ func main() {
 }
 
 type config struct {
+	urls                                     []string
 	url, tenant, token, shop, record, prefix string
 	concurrency                              int
 	duration                                 time.Duration
@@ -54,7 +60,7 @@ type config struct {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	var cfg config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "base URL of the payment API")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "base URL of the payment API; several (comma-separated) are used in turn")
 	fs.IntVar(&cfg.concurrency, "c", 16, "concurrent clients")
 	fs.DurationVar(&cfg.duration, "d", 10*time.Second, "how long to run")
 	fs.StringVar(&cfg.tenant, "tenant", "example", "X-Tenant-Id")
@@ -67,7 +73,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.concurrency, MaxIdleConns: cfg.concurrency}}
+	for u := range strings.SplitSeq(cfg.url, ",") {
+		if u = strings.TrimSuffix(strings.TrimSpace(u), "/"); u != "" {
+			cfg.urls = append(cfg.urls, u)
+		}
+	}
+	if len(cfg.urls) == 0 {
+		return fmt.Errorf("-url %q: no URL", cfg.url)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.concurrency, MaxIdleConns: cfg.concurrency * len(cfg.urls)}}
 	if cfg.verify {
 		if cfg.record == "" {
 			return errors.New("-verify needs -record")
@@ -99,6 +113,7 @@ type stats struct {
 	mu        sync.Mutex
 	latencies [][]time.Duration // per step
 	statuses  map[string]int    // "step status"
+	via       map[string]int    // "url status"
 }
 
 func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) error {
@@ -111,7 +126,7 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 		defer f.Close()
 		rec = &recorder{w: f}
 	}
-	st := &stats{latencies: make([][]time.Duration, len(steps)), statuses: map[string]int{}}
+	st := &stats{latencies: make([][]time.Duration, len(steps)), statuses: map[string]int{}, via: map[string]int{}}
 	cpu0, err := cpuTime(cfg.pid)
 	if err != nil {
 		return err
@@ -128,7 +143,8 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 				var acked *outcome
 				for i, s := range steps {
 					t0 := time.Now()
-					status, err := put(ctx, client, cfg, order, s.endpoint)
+					base := cfg.urls[(w+n+i)%len(cfg.urls)]
+					status, err := put(ctx, client, cfg, base, order, s.endpoint)
 					if err != nil {
 						if acked != nil {
 							acked.Later = true
@@ -136,7 +152,7 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 						break // the run ended, or the server is gone
 					}
 					requests.Add(1)
-					st.add(i, s.name, status, time.Since(t0))
+					st.add(i, s.name, base, status, time.Since(t0))
 					if status == http.StatusOK {
 						acked = &outcome{Order: order, State: s.state}
 						rec.write(*acked)
@@ -164,11 +180,12 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 	return nil
 }
 
-func (s *stats) add(step int, name string, status int, d time.Duration) {
+func (s *stats) add(step int, name, base string, status int, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latencies[step] = append(s.latencies[step], d)
 	s.statuses[name+" "+strconv.Itoa(status)]++
+	s.via[base+" "+strconv.Itoa(status)]++
 }
 
 func (s *stats) print(out io.Writer) {
@@ -182,15 +199,13 @@ func (s *stats) print(out io.Writer) {
 		fmt.Fprintf(out, "%-13s %8d %9v %9v %9v %9v\n", step.name, len(l),
 			percentile(l, 50), percentile(l, 90), percentile(l, 99), l[len(l)-1])
 	}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range s.statuses {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(s.statuses)) {
 		fmt.Fprintf(out, "status %-20s %d\n", k, s.statuses[k])
+	}
+	if len(s.via) > 1 {
+		for _, k := range slices.Sorted(maps.Keys(s.via)) {
+			fmt.Fprintf(out, "via %s %d\n", k, s.via[k])
+		}
 	}
 }
 
@@ -200,13 +215,13 @@ func percentile(l []time.Duration, p int) time.Duration {
 	return l[max(0, min(len(l)-1, i-1))].Round(time.Microsecond)
 }
 
-func put(ctx context.Context, client *http.Client, cfg config, order, endpoint string) (int, error) {
+func put(ctx context.Context, client *http.Client, cfg config, base, order, endpoint string) (int, error) {
 	var body io.Reader
 	if endpoint == "payment" {
 		body = strings.NewReader(`{"amount":1000}`)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut,
-		cfg.url+"/00/ec/settlements/"+cfg.shop+"/"+order+"/"+endpoint, body)
+		base+"/00/ec/settlements/"+cfg.shop+"/"+order+"/"+endpoint, body)
 	if err != nil {
 		return 0, err
 	}
@@ -263,13 +278,13 @@ func verify(ctx context.Context, client *http.Client, cfg config, out io.Writer)
 		return err
 	}
 	var bad []string
-	for _, id := range order {
+	for i, id := range order {
 		o := last[id]
 		endpoint := "payment"
 		if o.State == "canceled" {
 			endpoint = "cancel"
 		}
-		status, err := put(ctx, client, cfg, id, endpoint)
+		status, err := put(ctx, client, cfg, cfg.urls[i%len(cfg.urls)], id, endpoint)
 		if err != nil {
 			return err
 		}

@@ -122,3 +122,51 @@ func TestCPUTimeOfThisProcess(t *testing.T) {
 		t.Fatalf("without a pid: %v, %v", none, err)
 	}
 }
+
+// With several URLs (the nodes of a cluster), each order's requests go to
+// them in turn, so an order settled through one node is settled again and
+// canceled through the others, and the report counts statuses per node.
+func TestSeveralURLs(t *testing.T) {
+	api := &fakeAPI{orders: map[string]string{}}
+	var mu sync.Mutex
+	via := map[string]map[string]bool{} // order → servers that got its requests
+	serve := func(name string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			parts := strings.Split(r.URL.Path, "/")
+			if len(parts) == 7 {
+				mu.Lock()
+				if via[parts[5]] == nil {
+					via[parts[5]] = map[string]bool{}
+				}
+				via[parts[5]][name] = true
+				mu.Unlock()
+			}
+			api.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := serve("a"), serve("b")
+	var out bytes.Buffer
+	for !strings.Contains(out.String(), "status cancel-again 200") {
+		out.Reset()
+		if err := run(context.Background(), []string{"-url", a.URL + "," + b.URL + "/", "-c", "2", "-d", "200ms"}, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"via " + a.URL + " 200", "via " + b.URL + " 200"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for order, servers := range via {
+		if api.orders[order] == "canceled" && len(servers) != 2 {
+			t.Fatalf("order %s went through %v only, want both", order, servers)
+		}
+	}
+	if err := run(context.Background(), []string{"-url", " , "}, &out); err == nil {
+		t.Fatal("-url without a URL accepted")
+	}
+}

@@ -1,0 +1,626 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// A simulated node: the real regionCore, shardCores and coordinatorCore,
+// with runners that do what region.go, shard.go and region_coordinator.go
+// do, on the simulator's clock and network instead of goroutines, timers
+// and a transport. Every asynchronous hop of the real runners (a control
+// mailbox, an entity's Stopped report, a store call) is an event here.
+
+// simCmd is the simulated entity type's command: a numbered message from a sender.
+type simCmd struct {
+	Sender string
+	Seq    int
+}
+
+type simNodeState uint8
+
+const (
+	nodeUp simNodeState = iota
+	nodeLeaving
+	nodeGone // left, or crashed
+)
+
+type simNode struct {
+	w        *simWorld
+	name     string
+	state    simNodeState
+	crashed  bool
+	rate     float64 // clock drift: a local duration d takes d×rate of virtual time
+	view     []Member
+	viewLast time.Duration // per-node FIFO of membership views
+	region   *regionCore[simCmd, *simShard]
+	stopped  bool // the region stopped (RegionStopped sent) and no longer listens
+
+	coord        *simCoord
+	coordSerial  int
+	coordNext    time.Duration // a failed coordinator restarts no earlier
+	coordRestart int           // back-offs since the last reset
+	coordStarted time.Duration
+}
+
+// now is the node's own clock, with its drift.
+func (n *simNode) now() time.Time {
+	return simBase.Add(time.Duration(float64(n.w.clock.now) / n.rate))
+}
+
+// after runs fn after the local duration d, unless the node is gone by then.
+func (n *simNode) after(d time.Duration, fn func()) {
+	n.w.clock.after(time.Duration(float64(d)*n.rate), func() {
+		if n.state != nodeGone {
+			fn()
+		}
+	})
+}
+
+// local runs fn as a hop through one of the node's mailboxes.
+func (n *simNode) local(fn func()) { n.after(n.w.localDelay(), fn) }
+
+func (n *simNode) oldest() string {
+	m, ok := Oldest(n.view, "")
+	if !ok {
+		return ""
+	}
+	return m.Node
+}
+
+// ---- the region runner (region.go) ----
+
+// regionInput steps the region core and carries out its effects.
+func (n *simNode) regionInput(fn func(c *regionCore[simCmd, *simShard])) {
+	fn(n.region)
+	n.applyRegion()
+}
+
+func (n *simNode) applyRegion() {
+	for len(n.region.out) > 0 {
+		out := n.region.out
+		n.region.out = nil
+		var later []regionEffect[simCmd, *simShard]
+		for _, ef := range out {
+			switch ef.kind {
+			case regSend:
+				n.w.net.send(n.name, ef.node, ef.coordinator, ef.msg)
+			case regForward:
+				n.w.net.send(n.name, ef.node, false, ef.p.deliver(ef.shard))
+			case regHost:
+				n.region.attach(ef.shard, n.newShard(ef.shard))
+			case regDeliver:
+				sh, ok := n.region.local(ef.shard)
+				if !ok {
+					n.w.fail("runner", "%s: deliver to shard %s, which is not hosted", n.name, ef.shard)
+					return
+				}
+				if err := sh.deliver(ef.p, false, ef.accepted); err != nil {
+					n.w.lost(ef.p, "%s: accepted message refused by shard %s: %v", n.name, ef.shard, err)
+				}
+			case regHandOff, regPassivateIdle:
+				later = append(later, ef)
+			case regArmTick:
+				n.after(ef.after, n.tick)
+			case regLeft:
+				n.local(func() {
+					if n.state == nodeLeaving && !n.stopped {
+						n.finishLeave(false)
+					}
+				})
+			case regNote:
+				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
+			default:
+				n.w.fail("runner", "unknown region effect %d: teach the simulator", ef.kind)
+				return
+			}
+		}
+		for _, ef := range later {
+			sh, ok := n.region.local(ef.shard)
+			if !ok {
+				continue
+			}
+			if ef.kind == regHandOff {
+				n.w.tracef("%s hands off shard %s", n.name, ef.shard)
+				sh.core.handOff()
+			} else {
+				sh.core.passivateIdle(ef.tick, ef.ticks)
+			}
+			sh.apply()
+		}
+	}
+}
+
+// tell is EntityRef.Tell on this node.
+func (n *simNode) tell(entityID string, msg simCmd) error {
+	shardID := n.w.settings.ShardID(entityID)
+	p := pending[simCmd]{entityID: entityID, msg: msg}
+	v, e := n.region.route(shardID, p)
+	n.applyRegion()
+	switch v {
+	case routeLocal:
+		return e.local.deliver(p, false, false)
+	case routeRemote:
+		n.w.net.send(n.name, e.home, false, p.deliver(shardID))
+	case routeStopped:
+		return ErrRegionStopped
+	case routeFull:
+		return ErrBufferFull
+	}
+	return nil
+}
+
+// tick is the region's retry tick (retryTick in region.go).
+func (n *simNode) tick() {
+	if n.stopped {
+		return
+	}
+	n.restartFailedCoordinator()
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.tick() })
+}
+
+// applyView takes a new membership view (Region.membershipChanged).
+func (n *simNode) applyView(view []Member) {
+	n.view = view
+	n.w.tracef("%s view %s", n.name, simShowView(view))
+	n.hostCoordinatorIfOldest()
+	oldest := n.oldest()
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest) })
+	if c := n.coord; c.usable() {
+		c.step(membersChanged{members: slices.Clone(view)})
+	}
+}
+
+// arrive takes a protocol message for the region.
+func (n *simNode) arrive(from string, msg Message) {
+	if n.stopped {
+		n.w.tracef("%s -> %s dropped (region stopped): %s", from, n.name, simShow(msg))
+		return
+	}
+	n.w.tracef("%s -> %s: %s", from, n.name, simShow(msg))
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.step(msg) })
+}
+
+// leave is Sharding.Shutdown: the region hands its shards off, then stops;
+// past the deadline its entities stop at once.
+func (n *simNode) leave() {
+	n.state = nodeLeaving
+	n.w.tracef("%s leaves (oldest=%v)", n.name, n.oldest() == n.name)
+	oldest := n.oldest()
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.leave(oldest) })
+	n.after(n.w.leaveDeadline, func() {
+		if n.state == nodeLeaving && !n.stopped {
+			n.finishLeave(true)
+		}
+	})
+}
+
+// finishLeave stops the region, then the coordinator after what the region
+// sent it, and leaves the membership.
+func (n *simNode) finishLeave(late bool) {
+	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
+	n.w.droppedAtStop(n)
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
+	n.stopped = true
+	if late {
+		for _, id := range n.region.hostedShards() {
+			sh, _ := n.region.local(id)
+			sh.core.terminate()
+			sh.apply()
+			sh.gone, sh.terminated = true, true
+		}
+	}
+	if n.coord != nil && !n.coord.failed {
+		n.stopCoordinator()
+		return // gone once the coordinator has processed what it was sent
+	}
+	n.coord = nil
+	n.gone()
+}
+
+func (n *simNode) gone() {
+	n.state = nodeGone
+	n.w.removeMember(n.name, 0)
+}
+
+// crash kills the node: entities stop at once, nothing is reported, what
+// is in flight to or from it is lost.
+func (n *simNode) crash() {
+	n.w.tracef("%s crashes", n.name)
+	for _, e := range n.region.shards {
+		n.w.lostToFault(e.buffer)
+	}
+	for _, id := range n.region.hostedShards() {
+		sh, _ := n.region.local(id)
+		for _, inc := range sh.incs() {
+			n.w.kill(inc)
+		}
+		for _, e := range sh.core.entities {
+			n.w.lostToFault(e.buffer)
+		}
+		n.w.lostToFault(sh.core.leftover)
+		n.w.lostToFault(sh.leftover)
+		sh.gone = true
+	}
+	if n.coord != nil && n.coord.core != nil {
+		n.w.lostToFault(n.coord.core.carried)
+	}
+	n.state, n.crashed, n.stopped, n.coord = nodeGone, true, true, nil
+	for _, other := range n.w.order {
+		n.w.net.breakLink(n.name, other)
+	}
+	n.w.removeMember(n.name, n.w.rng.between(time.Second, 5*time.Second))
+}
+
+// ---- the coordinator runner (region_coordinator.go) ----
+
+type simCoord struct {
+	n        *simNode
+	serial   int
+	core     *coordinatorCore
+	epoch    uint64
+	failed   bool // stopped by itself: a store call failed
+	stopping bool // unlistened; stops after what its own node sent it
+}
+
+// simStopCoord stops a coordinator after the messages its node queued for
+// it (stopCoordinator in region_coordinator.go).
+type simStopCoord struct{ Serial int }
+
+func (simStopCoord) protocolMessage() {}
+
+func (c *simCoord) usable() bool { return c != nil && !c.failed && !c.stopping }
+
+func (n *simNode) hostCoordinatorIfOldest() {
+	oldest := n.oldest() == n.name && !n.stopped
+	n.reapFailedCoordinator()
+	switch {
+	case oldest && n.coord == nil && n.w.clock.now >= n.coordNext:
+		n.startCoordinator()
+	case !oldest && n.coord != nil && !n.coord.stopping:
+		n.stopCoordinator()
+	}
+}
+
+func (n *simNode) restartFailedCoordinator() {
+	n.reapFailedCoordinator()
+	if n.coord == nil && !n.stopped && n.oldest() == n.name && n.w.clock.now >= n.coordNext {
+		n.startCoordinator()
+	}
+}
+
+// reapFailedCoordinator forgets a coordinator whose store failed and
+// schedules its restart after a back-off.
+func (n *simNode) reapFailedCoordinator() {
+	if n.coord == nil || !n.coord.failed {
+		return
+	}
+	n.coord = nil
+	if n.w.clock.now-n.coordStarted > 30*time.Second {
+		n.coordRestart = 0
+	}
+	wait := n.w.backoff(n.w.settings.RetryInterval, 30*time.Second, n.coordRestart)
+	n.coordRestart++
+	n.coordNext = n.w.clock.now + wait
+	n.w.tracef("%s coordinator failed; restart after %v", n.name, wait)
+}
+
+func (n *simNode) stopCoordinator() {
+	c := n.coord
+	c.stopping = true
+	n.w.net.send(n.name, n.name, true, simStopCoord{Serial: c.serial})
+}
+
+func (n *simNode) startCoordinator() {
+	w := n.w
+	n.coordSerial++
+	c := &simCoord{n: n, serial: n.coordSerial}
+	n.coord, n.coordStarted = c, w.clock.now
+	epoch, shards, err := w.coordStore.Acquire(context.Background(), simType, n.name)
+	if err != nil {
+		w.tracef("%s coordinator cannot acquire: %v", n.name, err)
+		c.failed = true
+		return
+	}
+	c.epoch = epoch
+	c.core = newCoordinatorCore(n.name, epoch, shards, w.settings.Strategy, w.settings.MinMembers)
+	if w.settings.RememberEntities {
+		remembered, err := w.remember.Shards(context.Background(), simType)
+		if err != nil {
+			w.tracef("%s coordinator cannot read remembered shards: %v", n.name, err)
+			c.failed = true
+			return
+		}
+		c.core.startShards(remembered)
+	}
+	w.tracef("%s coordinator starts, epoch %d, homes %v", n.name, epoch, shards)
+	var rebalance func()
+	rebalance = func() {
+		if n.coord == c && c.usable() {
+			c.step(rebalanceTick{})
+			n.after(w.settings.RebalanceInterval, rebalance)
+		}
+	}
+	n.after(w.settings.RebalanceInterval, rebalance)
+	c.step(membersChanged{members: slices.Clone(n.view)})
+}
+
+// arriveCoordinator takes a message for this node's coordinator.
+func (n *simNode) arriveCoordinator(from string, msg Message) {
+	c := n.coord
+	if stop, ok := msg.(simStopCoord); ok {
+		if c != nil && c.serial == stop.Serial {
+			n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
+			n.coord = nil
+			if n.stopped {
+				n.gone()
+			}
+		}
+		return
+	}
+	if !c.usable() && !(c != nil && c.stopping && !c.failed && from == n.name) {
+		n.w.tracef("%s -> %s/coordinator dropped (no coordinator): %s", from, n.name, simShow(msg))
+		return
+	}
+	n.w.tracef("%s -> %s/coordinator: %s", from, n.name, simShow(msg))
+	c.step(msg)
+}
+
+// step steps the core, writes its changes, then sends its messages.
+func (c *simCoord) step(msg Message) {
+	w := c.n.w
+	changes, out := c.core.step(msg)
+	for _, ch := range changes {
+		var err error
+		if ch.region == "" {
+			err = w.coordStore.Deallocate(context.Background(), simType, c.epoch, ch.shard)
+		} else {
+			err = w.coordStore.Allocate(context.Background(), simType, c.epoch, ch.shard, ch.region)
+		}
+		if err != nil {
+			w.tracef("%s coordinator (epoch %d) store write failed, stops: %v", c.n.name, c.epoch, err)
+			c.failed = true
+			return
+		}
+	}
+	for _, o := range out {
+		w.net.send(c.n.name, o.to, false, o.msg)
+	}
+}
+
+// ---- the shard runner (shard.go) ----
+
+type simShard struct {
+	n      *simNode
+	id     string
+	core   *shardCore[simCmd, *simInc]
+	timers map[uint64]bool // armed generations
+	gone   bool            // handed off, terminated, or its node is gone
+	// terminated by a late shutdown: its remember writes die with it
+	terminated bool
+
+	writes  []rememberWrite // remember-entities writes, in order
+	writing bool
+	drained func()
+	// leftover of a finished hand-off, on its way to the region
+	leftover []pending[simCmd]
+}
+
+// simInc is one incarnation of an entity.
+type simInc struct {
+	serial   int
+	entityID string
+	sh       *simShard
+	dead     bool
+	stopping bool
+}
+
+func (n *simNode) newShard(id string) *simShard {
+	w := n.w
+	sh := &simShard{n: n, id: id, timers: map[uint64]bool{}}
+	sh.core = newShardCore[simCmd, *simInc](w.shardCfg, w.rng.Float64)
+	w.tracef("%s hosts shard %s", n.name, id)
+	if w.settings.RememberEntities {
+		sh.readRemembered(0)
+	}
+	return sh
+}
+
+// incs lists the shard's live incarnations.
+func (sh *simShard) incs() []*simInc {
+	var out []*simInc
+	for _, id := range sh.core.entityIDs() {
+		if inc := sh.core.handle(id); inc != nil && !inc.dead {
+			out = append(out, inc)
+		}
+	}
+	return out
+}
+
+// deliver is shard.deliver.
+func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
+	w := sh.n.w
+	if p.start {
+		sh.core.startEntity(p.entityID, sh.n.now())
+		sh.apply()
+		return nil
+	}
+	tick := sh.n.region.idleTick
+	verdict, inc := sh.core.deliver(p.entityID, p.msg, failFast, accepted, tick)
+	sh.apply()
+	switch verdict {
+	case deliverHeld:
+		w.tracef("%s shard %s holds %+v for %s", sh.n.name, sh.id, p.msg, p.entityID)
+		return nil
+	case deliverBufferFull:
+		return ErrBufferFull
+	case deliverUnavailable:
+		return ErrEntityUnavailable
+	case deliverTellNew:
+		inc = sh.core.handle(p.entityID)
+	}
+	if inc.dead { // stopped, not yet reported
+		if !sh.core.undelivered(p.entityID, p.msg, accepted) {
+			return ErrBufferFull
+		}
+		return nil
+	}
+	w.received(inc, p.msg)
+	sh.core.told(p.entityID, tick)
+	return nil
+}
+
+// apply is shard.apply: the core's effects, in order.
+func (sh *simShard) apply() {
+	w, n := sh.n.w, sh.n
+	for len(sh.core.out) > 0 {
+		out := sh.core.out
+		sh.core.out = nil
+		for _, ef := range out {
+			switch ef.kind {
+			case effStart:
+				inc := w.start(sh, ef.entityID)
+				sh.core.attach(ef.entityID, inc)
+				for _, m := range ef.msgs {
+					w.received(inc, m)
+				}
+			case effSendStop:
+				if inc := ef.handle; inc != nil && !inc.dead && !inc.stopping {
+					inc.stopping = true
+					n.after(w.stopDuration(), func() { sh.die(inc, nil) })
+				}
+			case effForceStop:
+				if inc := ef.handle; inc != nil && !inc.dead {
+					w.tracef("%s force-stops %s#%d (%d)", n.name, inc.entityID, inc.serial, ef.force)
+					if ef.force == forceTerminate {
+						w.kill(inc) // the runner waits, then forgets all: no report
+					} else {
+						sh.die(inc, nil)
+					}
+				}
+			case effArmTimer:
+				kind, id, gen := ef.timer, ef.entityID, ef.gen
+				sh.timers[gen] = true
+				n.after(ef.after, func() {
+					if sh.gone || !sh.timers[gen] {
+						return
+					}
+					delete(sh.timers, gen)
+					sh.core.timerFired(kind, id, gen, n.now())
+					sh.apply()
+				})
+			case effCancelTimer:
+				delete(sh.timers, ef.gen)
+			case effRemember:
+				sh.remember(ef.entityID, ef.add)
+			case effHandedOff:
+				leftover := ef.leftover
+				sh.leftover = leftover
+				sh.afterWrites(func() {
+					n.local(func() {
+						w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
+						sh.gone, sh.leftover = true, nil
+						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
+					})
+				})
+			default:
+				w.fail("runner", "unknown shard effect %d: teach the simulator", ef.kind)
+				return
+			}
+		}
+	}
+}
+
+var errSimFailure = errors.New("sim: entity failed")
+
+// die stops inc; its Stopped report reaches the shard through a mailbox hop.
+func (sh *simShard) die(inc *simInc, err error) {
+	if inc.dead {
+		return
+	}
+	sh.n.w.kill(inc)
+	sh.n.local(func() {
+		if sh.gone {
+			return
+		}
+		sh.core.stopped(inc.entityID, inc, err, sh.n.now())
+		sh.apply()
+	})
+}
+
+// remember queues a remember-entities write; they are stored one at a
+// time, in order, each retried until the store takes it.
+func (sh *simShard) remember(entityID string, add bool) {
+	sh.writes = append(sh.writes, rememberWrite{entityID, add})
+	if !sh.writing {
+		sh.writing = true
+		sh.writeNext(0)
+	}
+}
+
+func (sh *simShard) writeNext(attempt int) {
+	w := sh.n.w
+	if len(sh.writes) == 0 || sh.terminated {
+		sh.writing, sh.writes = false, nil
+		if d := sh.drained; d != nil {
+			sh.drained = nil
+			d()
+		}
+		return
+	}
+	wr := sh.writes[0]
+	sh.n.after(w.storeLatency(), func() {
+		var err error
+		if wr.add {
+			err = w.remember.Add(context.Background(), simType, sh.id, wr.entityID)
+		} else {
+			err = w.remember.Remove(context.Background(), simType, sh.id, wr.entityID)
+		}
+		if err != nil {
+			w.tracef("%s remember write %v failed; retrying", sh.n.name, wr)
+			sh.n.after(w.backoff(w.settings.RestartBackoffMin, w.settings.RestartBackoffMax, attempt), func() { sh.writeNext(attempt + 1) })
+			return
+		}
+		sh.writes = sh.writes[1:]
+		sh.writeNext(0)
+	})
+}
+
+func (sh *simShard) afterWrites(fn func()) {
+	if sh.writing {
+		sh.drained = fn
+		return
+	}
+	fn()
+}
+
+func (sh *simShard) readRemembered(attempt int) {
+	w := sh.n.w
+	sh.n.after(w.storeLatency(), func() {
+		if sh.gone || sh.core.handingOff {
+			return
+		}
+		ids, err := w.remember.Entities(context.Background(), simType, sh.id)
+		if err != nil {
+			sh.n.after(w.backoff(w.settings.RestartBackoffMin, w.settings.RestartBackoffMax, attempt), func() { sh.readRemembered(attempt + 1) })
+			return
+		}
+		w.tracef("%s shard %s remembers %v", sh.n.name, sh.id, ids)
+		sh.core.remembered(ids)
+		sh.apply()
+	})
+}
+
+func simShowView(view []Member) string {
+	s := "["
+	for i, m := range view {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%s@%d", m.Node, m.JoinedAt)
+	}
+	return s + "]"
+}

@@ -1,0 +1,370 @@
+package sharding
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Running the simulator. Environment:
+//
+//	SHOAL_SIM_SEEDS=N       seeds to run (default simDefaultSeeds)
+//	SHOAL_SIM_SEED_BASE=B   first seed (default 1): runs B..B+N-1
+//	SHOAL_SIM_FAULTS=LIST   fault classes, comma-separated: "all", "none",
+//	                        or names from simAllFaults; a leading "+" adds
+//	                        to the default set (simDefaultFaults)
+//	SHOAL_SIM_STRICT=1      also count as lost what a leaving region still
+//	                        buffers when it stops (logged as undelivered today)
+//	SHOAL_SIM_KEEP_GOING=1  list every failing seed (one line each), not only the first
+//	SHOAL_SIM_TRACE=FILE    write the failing (or, with one seed, the only)
+//	                        run's whole trace to FILE
+//
+// A failure prints the seed, the invariant, an excerpt of the trace and
+// the command that replays it; the same seed and faults replay the same run.
+//
+//	go test ./sharding -run 'TestSimulation$' -v
+//	SHOAL_SIM_SEEDS=1000 SHOAL_SIM_FAULTS=all go test ./sharding -run 'TestSimulation$'
+
+// simDefaultSeeds keeps make test's share small (see the report in the
+// commit that set it for seeds/s under -race).
+const simDefaultSeeds = 40
+
+// simDefaultFaults are the classes today's protocol survives (issue 9 item
+// 5 is to make it survive all; TestSimulationPinned holds a failing seed
+// of each other class): any message latency, even the 1 ms every message
+// takes with breaks alone, lets a replaced coordinator's HostShard lose
+// the messages it carries, and the others lose messages or give two
+// active incarnations. Add a class here when its pinned seeds pass.
+var simDefaultFaults = []string{faultCrashes, faultDrift}
+
+func simEnvInt(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+// simFaultsFrom parses a SHOAL_SIM_FAULTS value.
+func simFaultsFrom(spec string) (map[string]bool, error) {
+	faults := map[string]bool{}
+	spec = strings.TrimSpace(spec)
+	if spec == "" || strings.HasPrefix(spec, "+") {
+		for _, f := range simDefaultFaults {
+			faults[f] = true
+		}
+		spec = strings.TrimPrefix(spec, "+")
+	}
+	for _, f := range strings.Split(spec, ",") {
+		switch f = strings.TrimSpace(f); {
+		case f == "" || f == "none":
+		case f == "all":
+			for _, f := range simAllFaults {
+				faults[f] = true
+			}
+		case slices.Contains(simAllFaults, f):
+			faults[f] = true
+		default:
+			return nil, fmt.Errorf("unknown fault class %q (known: %s, all, none)", f, strings.Join(simAllFaults, ", "))
+		}
+	}
+	return faults, nil
+}
+
+func simFaultNames(faults map[string]bool) string {
+	var names []string
+	for _, f := range simAllFaults {
+		if faults[f] {
+			names = append(names, f)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// runSimSeed runs one seed; a failure runs it again with the trace on.
+func runSimSeed(cfg simConfig) simResult {
+	res := newSimWorld(cfg).run()
+	if res.failure != "" && !cfg.trace {
+		cfg.trace = true
+		traced := newSimWorld(cfg).run()
+		if traced.failure != res.failure || traced.at != res.at {
+			traced.failure += fmt.Sprintf("\n(NOT DETERMINISTIC: the untraced run failed with %q at %v)", res.failure, res.at)
+		}
+		return traced
+	}
+	return res
+}
+
+// simReport describes a failed run: what broke, how to replay it, and the
+// trace around it.
+func simReport(res simResult, faults map[string]bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "simulation seed %d failed at %v (step %d), invariant %q:\n  %s\n", res.seed, res.at, res.steps,
+		res.invariant, res.failure)
+	strict := ""
+	if res.strict {
+		strict = "SHOAL_SIM_STRICT=1 "
+	}
+	fmt.Fprintf(&b, "replay: %sSHOAL_SIM_SEEDS=1 SHOAL_SIM_SEED_BASE=%d SHOAL_SIM_FAULTS=%s go test ./sharding -run 'TestSimulation$' -v\n",
+		strict, res.seed, simFaultNames(faults))
+	if res.focusMsg != "" {
+		fmt.Fprintf(&b, "--- the trace's lines about %s:\n", res.focusMsg)
+		b.WriteString(strings.Join(tail(grepTrace(res.trace, res.focusMsg), 30), "\n") + "\n")
+	}
+	if res.focus != "" {
+		fmt.Fprintf(&b, "--- the trace's last lines about %s:\n", res.focus)
+		b.WriteString(strings.Join(tail(grepTrace(res.trace, res.focus+" ", res.focus+"#", "EntityID:"+res.focus+" "), 40), "\n") + "\n")
+	}
+	var control []string // membership and protocol, without the traffic
+	for _, line := range res.trace {
+		if !strings.Contains(line, " receives ") && !strings.Contains(line, " tell ") && !strings.Contains(line, "Deliver{") &&
+			!strings.Contains(line, " holds ") {
+			control = append(control, line)
+		}
+	}
+	b.WriteString("--- the trace's last membership and protocol lines:\n")
+	b.WriteString(strings.Join(tail(control, 40), "\n") + "\n")
+	b.WriteString("--- the trace's last lines:\n")
+	b.WriteString(strings.Join(tail(res.trace, 20), "\n"))
+	return b.String()
+}
+
+// grepTrace is the trace's lines that contain any of needles.
+func grepTrace(trace []string, needles ...string) []string {
+	var out []string
+	for _, line := range trace {
+		for _, n := range needles {
+			if strings.Contains(line, n) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func tail(lines []string, n int) []string { return lines[max(0, len(lines)-n):] }
+
+func writeSimTrace(t *testing.T, res simResult) {
+	if file := os.Getenv("SHOAL_SIM_TRACE"); file != "" {
+		if err := os.WriteFile(file, []byte(strings.Join(res.trace, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("SHOAL_SIM_TRACE: %v", err)
+		}
+	}
+}
+
+// TestSimulation runs seeded simulations of several nodes through joins,
+// graceful leaves, rebalances, passivation and the enabled faults, and
+// fails at the first seed that breaks an invariant.
+func TestSimulation(t *testing.T) {
+	seeds := simEnvInt(t, "SHOAL_SIM_SEEDS", simDefaultSeeds)
+	base := simEnvInt(t, "SHOAL_SIM_SEED_BASE", 1)
+	faults, err := simFaultsFrom(os.Getenv("SHOAL_SIM_FAULTS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := os.Getenv("SHOAL_SIM_STRICT") == "1"
+	keepGoing := os.Getenv("SHOAL_SIM_KEEP_GOING") == "1"
+	failures := 0
+	start := time.Now()
+	var steps, delivered, messages int
+	for seed := base; seed < base+seeds; seed++ {
+		res := runSimSeed(simConfig{seed: seed, faults: faults, trace: seeds == 1, strict: strict})
+		steps, delivered, messages = steps+res.steps, delivered+res.delivered, messages+res.messages
+		if res.failure != "" && keepGoing {
+			failures++
+			t.Errorf("seed %d: %s at %v: %s", seed, res.invariant, res.at, strings.SplitN(res.failure, "\n", 2)[0])
+			continue
+		}
+		if res.failure != "" {
+			writeSimTrace(t, res)
+			t.Fatal(simReport(res, faults))
+		}
+		if seeds == 1 {
+			writeSimTrace(t, res)
+		}
+	}
+	elapsed := time.Since(start)
+	if failures > 0 {
+		t.Logf("%d of %d seeds failed", failures, seeds)
+	}
+	t.Logf("%d seeds (faults %s) in %v: %.1f seeds/s; %d events, %d protocol messages, %d entity messages delivered",
+		seeds, simFaultNames(faults), elapsed.Round(time.Millisecond), float64(seeds)/elapsed.Seconds(), steps, messages, delivered)
+}
+
+// The same seed gives the same run, event for event: nothing but the seed
+// (no map order, no goroutine, no wall clock) decides.
+func TestSimulationIsDeterministic(t *testing.T) {
+	lines := 0
+	for _, spec := range []string{"", "all"} {
+		faults, _ := simFaultsFrom(spec)
+		for seed := range uint64(3) {
+			run := func() (uint64, simResult) {
+				res := newSimWorld(simConfig{seed: seed, faults: faults, trace: true}).run()
+				h := fnv.New64a()
+				for _, line := range res.trace {
+					h.Write([]byte(line))
+				}
+				return h.Sum64(), res
+			}
+			d1, r1 := run()
+			d2, r2 := run()
+			if d1 != d2 || len(r1.trace) != len(r2.trace) {
+				for i := range min(len(r1.trace), len(r2.trace)) {
+					if r1.trace[i] != r2.trace[i] {
+						t.Fatalf("faults %q seed %d: runs diverge at line %d:\n  %s\n  %s", spec, seed, i, r1.trace[i], r2.trace[i])
+					}
+				}
+				t.Fatalf("faults %q seed %d: runs differ in length: %d and %d lines", spec, seed, len(r1.trace), len(r2.trace))
+			}
+			lines += len(r1.trace)
+		}
+	}
+	if lines < 10_000 {
+		t.Fatalf("only %d trace lines in all: the runs hardly ran", lines)
+	}
+}
+
+// The invariants can fail: a network that duplicates forwarded messages
+// breaks at-most-once, and one that loses some breaks no-loss or liveness.
+func TestSimulationCatchesSabotage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   simConfig
+		wants []string
+	}{
+		{"duplicates", simConfig{duplicate: true}, []string{"at-most-once", "order"}},
+		{"drops", simConfig{dropSome: true}, []string{"no loss", "liveness"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caught := 0
+			for seed := range uint64(5) {
+				cfg := tc.cfg
+				cfg.seed, cfg.faults = seed, map[string]bool{}
+				res := newSimWorld(cfg).run()
+				if res.failure != "" {
+					if !slices.Contains(tc.wants, res.invariant) {
+						t.Fatalf("seed %d: failed %q, want one of %v: %s", seed, res.invariant, tc.wants, res.failure)
+					}
+					caught++
+				}
+			}
+			if caught < 4 {
+				t.Fatalf("caught the sabotage in %d of 5 seeds", caught)
+			}
+		})
+	}
+}
+
+// TestSimulationSurvey, with SHOAL_SIM_SURVEY=N, runs N seeds (from
+// SHOAL_SIM_SEED_BASE) per fault class, each class alone on top of the
+// default ones, then all together, and the strict no-loss check without
+// faults; it prints how many seeds fail, by invariant, and the failing
+// seed that fails soonest, with its report. It never fails: it measures.
+func TestSimulationSurvey(t *testing.T) {
+	n := simEnvInt(t, "SHOAL_SIM_SURVEY", 0)
+	if n == 0 {
+		t.Skip("set SHOAL_SIM_SURVEY=N to survey N seeds per fault class")
+	}
+	base := simEnvInt(t, "SHOAL_SIM_SEED_BASE", 1)
+	type row struct {
+		name   string
+		spec   string
+		strict bool
+	}
+	rows := []row{{"default", "", false}}
+	for _, f := range simAllFaults {
+		rows = append(rows, row{f, "+" + f, false})
+	}
+	rows = append(rows, row{"all", "all", false}, row{"strict (no faults)", "none", true})
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-20s %8s  %-50s %s\n", "faults", "failed", "by invariant", "soonest failure")
+	for _, r := range rows {
+		faults, _ := simFaultsFrom(r.spec)
+		byInvariant := map[string]int{}
+		failed := 0
+		var first *simResult
+		start := time.Now()
+		for seed := base; seed < base+n; seed++ {
+			res := newSimWorld(simConfig{seed: seed, faults: faults, strict: r.strict}).run()
+			if res.failure == "" {
+				continue
+			}
+			failed++
+			byInvariant[res.invariant]++
+			if first == nil || res.steps < first.steps {
+				first = &res
+			}
+		}
+		var inv []string
+		for _, k := range slices.Sorted(maps.Keys(byInvariant)) {
+			inv = append(inv, fmt.Sprintf("%s %d", k, byInvariant[k]))
+		}
+		soonest := "-"
+		if first != nil {
+			soonest = fmt.Sprintf("seed %d (%v, step %d)", first.seed, first.at.Round(time.Millisecond), first.steps)
+			traced := runSimSeed(simConfig{seed: first.seed, faults: faults, strict: r.strict})
+			t.Logf("%s: %s", r.name, simReport(traced, faults))
+		}
+		fmt.Fprintf(&table, "%-20s %4d/%-3d  %-50s %s   [%.1f seeds/s]\n", r.name, failed, n, strings.Join(inv, ", "), soonest,
+			float64(n)/time.Since(start).Seconds())
+	}
+	t.Log("\n" + table.String())
+}
+
+// TestSimulationPinned keeps one failing seed of each distinct failure the
+// simulator found in today's protocol (issue 9 item 5). Each is skipped
+// with what it shows; the protocol work unskips one when its fix lands,
+// and adds the class to simDefaultFaults once its seeds pass.
+func TestSimulationPinned(t *testing.T) {
+	for _, pin := range []struct {
+		name   string
+		faults string // SHOAL_SIM_FAULTS syntax
+		strict bool
+		seed   uint64
+		skip   string // why it fails today; "" once fixed
+	}{
+		{"stale-host-shard-loses-carried", "+breaks", false, 57,
+			"issue 9 item 5 (HostShard from a replaced coordinator): the HostShard carrying a hand-off's messages reaches the new home after a newer epoch and is ignored; the messages are lost (no loss)"},
+		{"carried-messages-ignored-with-delay", "+delay", false, 1,
+			"issue 9 item 5 (hand-over, not carry): messages a handed-off shard held ride in ShardStopped/HostShard and are dropped where the HostShard is ignored (no loss)"},
+		{"hand-off-overtakes-forward", "+delay", false, 168,
+			"issue 9 item 5 (fence on the data link): a forwarded message is overtaken by its shard's hand-off on another link; the entity sees seq 3 before 2 (order)"},
+		{"stale-home-after-heal", "+delay", false, 19,
+			"issue 9 item 5 (homes can be unlearned): after the heal a region still forwards to a region that left; nothing tells it to forget the home (liveness)"},
+		{"store-failure-loses-carried", "+store", false, 169,
+			"issue 9 item 5 (store failure at the end of a hand-off): the coordinator stops on a failed write and the messages ShardStopped carried are lost (no loss)"},
+		{"partition-dual-activation", "+partitions", false, 147,
+			"issue 9 items 5 and 6 (leases, DESIGN §8): each side of a partition drops the other from its view and reallocates its shards: one entity active on two nodes (one incarnation)"},
+		{"suspected-member-dual-activation", "+views", false, 175,
+			"issue 9 item 5 (a member dropped from the view while alive): the coordinator's node suspects a live region and reallocates its shards: one entity active on two nodes (one incarnation)"},
+		{"leaving-region-drops-its-buffer", "none", true, 184,
+			"issue 9 item 5 (graceful leave): a leaving region stops with messages it accepted still buffered for a shard being handed off, and drops them (no loss, strict)"},
+	} {
+		t.Run(pin.name, func(t *testing.T) {
+			if pin.skip != "" {
+				t.Skipf("seed %d, faults %s: %s", pin.seed, pin.faults, pin.skip)
+			}
+			faults, err := simFaultsFrom(pin.faults)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := runSimSeed(simConfig{seed: pin.seed, faults: faults, strict: pin.strict}); res.failure != "" {
+				t.Fatal(simReport(res, faults))
+			}
+		})
+	}
+}

@@ -1,0 +1,833 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// The deterministic sharding simulator (issue 9 item 7, DESIGN §8
+// "Simulate before sockets"), FoundationDB style: one seed drives one
+// PRNG, which drives everything — the workload (senders, joins, graceful
+// leaves, the oldest's too, StopShards, passivation, entity failures,
+// remember-entities), the faults (message delay, link breaks, partitions,
+// crashes, divergent membership views, clock drift, store failures) and
+// the real cores' own randomness. Several nodes run the real region, shard
+// and coordinator cores (sim_node_test.go) over the simulated network
+// (sim_world_test.go). Invariants are checked on every step:
+//
+//   - one incarnation: at most one active incarnation per entity, cluster-wide;
+//   - at-most-once: no message reaches an entity twice, and none that Tell refused;
+//   - order: per sender, an entity gets its messages in send order;
+//
+// and at the end of the run:
+//
+//   - liveness: once every fault has healed, each message sent is delivered
+//     within livenessBound of virtual time;
+//   - no loss: every message Tell accepted is delivered, unless a fault
+//     lost it: it was in flight on a link that broke or across a partition
+//     (alone or inside a protocol message), or held by a node that crashed.
+//
+// Each fault class is a flag; TestSimulation documents how to pick them.
+
+// simType is the simulated entity type's name.
+const simType = "Sim"
+
+// The fault classes.
+const (
+	faultDelay      = "delay"      // random per-message delay: order only per link
+	faultBreaks     = "breaks"     // link breaks lose what is in flight (alone: every message takes 1 ms)
+	faultPartitions = "partitions" // network partitions, views split to match
+	faultCrashes    = "crashes"    // nodes die without a word
+	faultViews      = "views"      // views lag and drop live members for a while
+	faultStore      = "store"      // coordinator and remember store calls fail
+	faultDrift      = "drift"      // each node's clock runs up to 5% fast or slow
+)
+
+// simAllFaults lists every fault class, in the order reports print them.
+var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift}
+
+type simConfig struct {
+	seed   uint64
+	faults map[string]bool
+	trace  bool
+	// Sabotage, for the simulator's own tests: a network that delivers
+	// every forwarded message twice, or a region that loses some.
+	duplicate bool
+	dropSome  bool
+	// strict also counts as lost what a leaving region still buffered when
+	// it stopped (it logs them as undelivered today).
+	strict bool
+}
+
+// simResult is what one run found.
+type simResult struct {
+	seed      uint64
+	strict    bool
+	failure   string // "" when every invariant held
+	invariant string // the invariant that failed
+	focus     string // an entity the failure concerns, for the trace excerpt
+	focusMsg  string // and a message, as the trace prints it
+	at        time.Duration
+	steps     int
+	trace     []string
+	delivered int
+	accepted  int
+	messages  int // protocol messages sent
+}
+
+type simSend struct {
+	entityID    string
+	at          time.Duration
+	inTell      bool // Tell has not returned yet
+	accepted    bool
+	delivered   bool
+	deliveredAt time.Duration
+	// droppedAtStop: its sender's region stopped with it in its buffer.
+	droppedAtStop bool
+	// faultLost: a fault lost it (a message carrying it, or a node holding it).
+	faultLost bool
+}
+
+type simWorld struct {
+	cfg   simConfig
+	rng   simRand
+	clock simClock
+	net   *simNet
+
+	settings      Settings
+	shardCfg      shardCoreConfig
+	leaveDeadline time.Duration
+	coordStore    *simCoordStore
+	remember      *simRememberStore
+	storeFail     float64 // chance that a store call fails, now
+
+	nodes    map[string]*simNode
+	order    []string // node names, in join order
+	truth    map[string]Member
+	hidden   map[string]map[string]bool // observer → members missing from its view
+	joins    int64
+	entities []string
+
+	live    map[string]*simInc // entity → its active incarnation
+	serials int
+	sends   map[simCmd]*simSend
+	last    map[[2]string]int // (sender, entity) → last seq delivered
+	senders int
+
+	healAt, sendEnd, end time.Duration
+	res                  simResult
+}
+
+// Phases of a run, in virtual time.
+const (
+	simChaos      = 90 * time.Second // faults and membership changes happen before this
+	simCalm       = 30 * time.Second // then only traffic, for this long
+	livenessBound = 60 * time.Second // a message sent after the heal arrives within this
+	simDrain      = 3 * time.Second  // senders on a node stop this long before it leaves
+)
+
+func newSimWorld(cfg simConfig) *simWorld {
+	w := &simWorld{
+		cfg: cfg, rng: simRand{rand.New(rand.NewPCG(cfg.seed, 0x5eed))},
+		nodes: map[string]*simNode{}, truth: map[string]Member{}, hidden: map[string]map[string]bool{},
+		live: map[string]*simInc{}, sends: map[simCmd]*simSend{}, last: map[[2]string]int{},
+	}
+	w.res.seed, w.res.strict = cfg.seed, cfg.strict
+	w.net = &simNet{w: w, last: map[simLink]time.Duration{}, gen: map[simLink]uint64{}, cut: map[simLink]bool{},
+		duplicate: cfg.duplicate}
+	switch {
+	case cfg.faults[faultDelay]:
+		w.net.maxDelay = 300 * time.Millisecond
+	case cfg.faults[faultBreaks]:
+		// Something must be in flight for a break to lose it.
+		w.net.fixedDelay = simMinDelay
+	}
+	idle := time.Duration(-1)
+	if w.rng.chance(0.5) {
+		idle = 20 * time.Second
+	}
+	w.settings = Settings{
+		NumberOfShards: 3 + w.rng.IntN(10), StopTimeout: 5 * time.Second, HandOffTimeout: 10 * time.Second,
+		RebalanceInterval: 5 * time.Second, RetryInterval: time.Second, PassivateIdleAfter: idle,
+		RememberEntities: w.rng.chance(0.35), RecoveryRate: w.rng.IntN(3),
+		RestartBackoffMin: 200 * time.Millisecond, RestartBackoffMax: 5 * time.Second,
+	}.withDefaults()
+	w.shardCfg = shardCoreConfig{
+		hasStopMessage: w.rng.chance(0.9), remember: w.settings.RememberEntities,
+		stopTimeout: w.settings.StopTimeout, handOffTimeout: w.settings.HandOffTimeout,
+		restartBackoffMin: w.settings.RestartBackoffMin, restartBackoffMax: w.settings.RestartBackoffMax,
+		recoveryRate: w.settings.RecoveryRate, recoveryInterval: w.settings.RecoveryInterval,
+		bufferLimit: entityBufferLimit(w.settings),
+	}
+	w.leaveDeadline = 60 * time.Second
+	w.coordStore = newSimCoordStore(w)
+	w.remember = &simRememberStore{MemoryRememberStore: NewMemoryRememberStore(), w: w}
+	for i := range 6 + w.rng.IntN(14) {
+		w.entities = append(w.entities, fmt.Sprintf("e%02d", i))
+	}
+	w.healAt = simChaos
+	w.sendEnd = w.healAt + simCalm
+	w.end = w.sendEnd + livenessBound
+	return w
+}
+
+func (w *simWorld) tracef(format string, args ...any) {
+	if w.cfg.trace {
+		w.res.trace = append(w.res.trace, fmt.Sprintf("%9.3fs ", w.clock.now.Seconds())+fmt.Sprintf(format, args...))
+	}
+}
+
+// failAbout is fail naming the entity the failure concerns.
+func (w *simWorld) failAbout(entityID, invariant, format string, args ...any) {
+	if !w.failed() {
+		w.res.focus = entityID
+		w.fail(invariant, format, args...)
+	}
+}
+
+// fail records the first violated invariant; the run stops there.
+func (w *simWorld) fail(invariant, format string, args ...any) {
+	if w.res.failure != "" {
+		return
+	}
+	w.res.invariant = invariant
+	w.res.failure = fmt.Sprintf(format, args...)
+	w.res.at = w.clock.now
+	w.tracef("FAIL %s: %s", invariant, w.res.failure)
+}
+
+func (w *simWorld) failed() bool { return w.res.failure != "" }
+
+// run plays the whole schedule and returns what it found.
+func (w *simWorld) run() (res simResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.fail("panic", "panic: %v", p)
+		}
+		w.res.steps = w.clock.steps
+		res = w.res
+	}()
+	w.schedule()
+	w.clock.runUntil(w.end, w.failed)
+	if !w.failed() {
+		w.finalChecks()
+	}
+	return
+}
+
+// localDelay is one hop through a node's mailbox.
+func (w *simWorld) localDelay() time.Duration {
+	if w.cfg.faults[faultDelay] {
+		return w.rng.between(0, 2*time.Millisecond)
+	}
+	return 0
+}
+
+func (w *simWorld) storeLatency() time.Duration {
+	return w.rng.between(time.Millisecond, 20*time.Millisecond)
+}
+
+// stopDuration is how long an entity takes to stop after its stop
+// message: mostly quick, sometimes slow, now and then past its timeout.
+func (w *simWorld) stopDuration() time.Duration {
+	switch r := w.rng.Float64(); {
+	case r < 0.8:
+		return w.rng.between(0, 300*time.Millisecond)
+	case r < 0.95:
+		return w.rng.between(300*time.Millisecond, 3*time.Second)
+	default:
+		return w.rng.between(w.settings.StopTimeout, 3*w.settings.StopTimeout)
+	}
+}
+
+// backoff is exponential from lo (×1.5 a step) to hi, ±50%.
+func (w *simWorld) backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := float64(lo)
+	for range attempt {
+		d = min(d*backoffMultiplier, float64(hi))
+	}
+	return time.Duration(d * (0.5 + w.rng.Float64()))
+}
+
+// ---- the workload ----
+
+func (w *simWorld) schedule() {
+	for range 2 + w.rng.IntN(3) {
+		w.clock.after(w.rng.between(0, 100*time.Millisecond), w.join)
+	}
+	var chaos func()
+	chaos = func() {
+		if w.clock.now >= w.healAt {
+			return
+		}
+		w.chaosAction()
+		w.clock.after(w.rng.between(2*time.Second, 8*time.Second), chaos)
+	}
+	w.clock.after(w.rng.between(time.Second, 5*time.Second), chaos)
+	w.clock.after(w.healAt, w.heal)
+}
+
+// chaosAction picks one membership change or fault among those enabled.
+func (w *simWorld) chaosAction() {
+	type action struct {
+		weight int
+		do     func()
+	}
+	actions := []action{{3, w.join}, {3, w.leaveOne}, {1, w.stopShards}}
+	f := w.cfg.faults
+	if f[faultCrashes] {
+		actions = append(actions, action{2, w.crashOne})
+	}
+	if f[faultBreaks] {
+		actions = append(actions, action{3, w.breakOne})
+	}
+	if f[faultPartitions] {
+		actions = append(actions, action{1, w.partition})
+	}
+	if f[faultViews] {
+		actions = append(actions, action{3, w.suspect})
+	}
+	if f[faultStore] {
+		actions = append(actions, action{2, w.storeOutage})
+	}
+	total := 0
+	for _, a := range actions {
+		total += a.weight
+	}
+	r := w.rng.IntN(total)
+	for _, a := range actions {
+		if r < a.weight {
+			a.do()
+			return
+		}
+		r -= a.weight
+	}
+}
+
+// up lists the nodes that are up and not leaving, in join order.
+func (w *simWorld) up() []*simNode {
+	var out []*simNode
+	for _, name := range w.order {
+		if n := w.nodes[name]; n.state == nodeUp {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (w *simWorld) join() {
+	if len(w.up()) >= 6 {
+		return
+	}
+	w.joins++
+	name := fmt.Sprintf("n%d", w.joins)
+	n := &simNode{w: w, name: name, rate: 1}
+	if w.cfg.faults[faultDrift] {
+		n.rate = 0.95 + 0.1*w.rng.Float64()
+	}
+	n.region = newRegionCore[simCmd, *simShard](w.regionConfig(name))
+	w.nodes[name] = n
+	w.order = append(w.order, name)
+	w.truth[name] = Member{Node: name, JoinedAt: w.joins, Status: allocation.Up, Reachable: true}
+	w.tracef("%s joins", name)
+	n.view = w.viewOf(name)
+	n.viewLast = w.clock.now
+	n.applyView(n.view)
+	n.tick()
+	w.publishViews(name)
+	for range 1 + w.rng.IntN(2) {
+		w.senders++
+		w.startSender(n, fmt.Sprintf("s%d@%s", w.senders, name))
+	}
+}
+
+// regionConfig is what newRegion derives from the settings.
+func (w *simWorld) regionConfig(self string) regionCoreConfig {
+	cfg := regionCoreConfig{self: self, bufferSize: w.settings.BufferSize, tickInterval: w.settings.RetryInterval}
+	if idle := w.settings.PassivateIdleAfter; idle > 0 {
+		cfg.tickInterval = min(cfg.tickInterval, idle/2)
+		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
+	}
+	return cfg
+}
+
+// startSender sends numbered messages through n to random entities, until
+// n leaves or the run's sending ends.
+func (w *simWorld) startSender(n *simNode, id string) {
+	seq := 0
+	var send func()
+	send = func() {
+		if n.state != nodeUp || w.clock.now >= w.sendEnd {
+			return
+		}
+		seq++
+		msg := simCmd{Sender: id, Seq: seq}
+		entityID := w.entities[w.rng.IntN(len(w.entities))]
+		s := &simSend{entityID: entityID, at: w.clock.now, inTell: true}
+		w.sends[msg] = s
+		err := n.tell(entityID, msg)
+		s.inTell = false
+		if err != nil {
+			w.tracef("%s tell %s %+v: %v", n.name, entityID, msg, err)
+			if s.delivered {
+				w.fail("at-most-once", "%v to %s was delivered although Tell refused it: %v", msg, entityID, err)
+			}
+		} else {
+			s.accepted = true
+			w.res.accepted++
+			w.tracef("%s tell %s %+v", n.name, entityID, msg)
+		}
+		w.clock.after(w.rng.between(50*time.Millisecond, 400*time.Millisecond), send)
+	}
+	w.clock.after(w.rng.between(0, 200*time.Millisecond), send)
+}
+
+func (w *simWorld) leaveOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	n := up[w.rng.IntN(len(up))]
+	if w.rng.chance(0.3) {
+		n = up[0] // the oldest, coordinator and all
+	}
+	// As a service drains its requests before it shuts sharding down:
+	// the senders stop, then the region leaves.
+	n.state = nodeLeaving
+	w.tracef("%s drains", n.name)
+	n.after(simDrain, n.leave)
+}
+
+func (w *simWorld) crashOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	up[w.rng.IntN(len(up))].crash()
+}
+
+func (w *simWorld) stopShards() {
+	up := w.up()
+	if len(up) == 0 {
+		return
+	}
+	n := up[w.rng.IntN(len(up))]
+	shard := w.settings.ShardID(w.entities[w.rng.IntN(len(w.entities))])
+	w.tracef("%s asks to stop shard %s", n.name, shard)
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.toCoordinator(StopShards{Shards: []string{shard}}) })
+}
+
+func (w *simWorld) breakOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	a, b := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
+	if a != b {
+		w.tracef("link %s-%s breaks", a.name, b.name)
+		w.net.breakLink(a.name, b.name)
+	}
+}
+
+// partition splits the live nodes in two for a while; after a detection
+// delay each side's views drop the other.
+func (w *simWorld) partition() {
+	var live []string
+	for _, name := range w.order {
+		if w.nodes[name].state != nodeGone {
+			live = append(live, name)
+		}
+	}
+	if len(live) < 2 {
+		return
+	}
+	var side []string
+	for len(side) == 0 || len(side) == len(live) {
+		side = side[:0]
+		for _, name := range live {
+			if w.rng.chance(0.5) {
+				side = append(side, name)
+			}
+		}
+	}
+	w.tracef("partition %v | rest", side)
+	var pairs [][2]string
+	for _, a := range side {
+		for _, b := range live {
+			if !slices.Contains(side, b) {
+				pairs = append(pairs, [2]string{a, b})
+				w.net.cut[simLink{a, b}], w.net.cut[simLink{b, a}] = true, true
+				w.net.breakLink(a, b)
+			}
+		}
+	}
+	w.clock.after(w.rng.between(time.Second, 3*time.Second), func() {
+		for _, p := range pairs {
+			if w.net.cut[simLink{p[0], p[1]}] {
+				w.hide(p[0], p[1])
+				w.hide(p[1], p[0])
+			}
+		}
+		w.publishViews("")
+	})
+	w.clock.after(w.rng.between(3*time.Second, 15*time.Second), func() {
+		w.tracef("partition %v heals", side)
+		for _, p := range pairs {
+			delete(w.net.cut, simLink{p[0], p[1]})
+			delete(w.net.cut, simLink{p[1], p[0]})
+			w.unhide(p[0], p[1])
+			w.unhide(p[1], p[0])
+		}
+		w.publishViews("")
+	})
+}
+
+// suspect makes one node's view drop a live member for a while.
+func (w *simWorld) suspect() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	o, x := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
+	if w.rng.chance(0.4) {
+		x = up[0] // the oldest: two coordinators
+	}
+	if o == x {
+		return
+	}
+	w.tracef("%s suspects %s", o.name, x.name)
+	w.hide(o.name, x.name)
+	w.publishView(o)
+	w.clock.after(w.rng.between(2*time.Second, 10*time.Second), func() {
+		w.unhide(o.name, x.name)
+		w.publishView(o)
+	})
+}
+
+func (w *simWorld) storeOutage() {
+	w.storeFail = 0.3
+	w.tracef("store starts failing")
+	w.clock.after(w.rng.between(time.Second, 8*time.Second), func() {
+		w.storeFail = 0
+		w.tracef("store recovers")
+	})
+}
+
+// heal ends every fault: from here on, liveness is owed.
+func (w *simWorld) heal() {
+	w.tracef("heal")
+	for _, name := range w.order { // crashes are detected by now
+		if _, ok := w.truth[name]; ok && w.nodes[name].crashed {
+			delete(w.truth, name)
+		}
+	}
+	clear(w.net.cut)
+	clear(w.hidden)
+	w.storeFail = 0
+	w.publishViews("")
+}
+
+// ---- membership ----
+
+func (w *simWorld) hide(observer, member string) {
+	if w.hidden[observer] == nil {
+		w.hidden[observer] = map[string]bool{}
+	}
+	w.hidden[observer][member] = true
+}
+
+func (w *simWorld) unhide(observer, member string) { delete(w.hidden[observer], member) }
+
+// viewOf is observer's view of the cluster now: every member it does not
+// believe gone, sorted by name.
+func (w *simWorld) viewOf(observer string) []Member {
+	var view []Member
+	for _, name := range slices.Sorted(maps.Keys(w.truth)) {
+		if name == observer || !w.hidden[observer][name] {
+			view = append(view, w.truth[name])
+		}
+	}
+	return view
+}
+
+// publishViews sends every live node (but skip) its current view.
+func (w *simWorld) publishViews(skip string) {
+	for _, name := range w.order {
+		if n := w.nodes[name]; name != skip && n.state != nodeGone {
+			w.publishView(n)
+		}
+	}
+}
+
+// publishView hands n its view after a lag: at once, or up to 3 s with
+// the views fault. Views reach a node in the order they were taken.
+func (w *simWorld) publishView(n *simNode) {
+	view := w.viewOf(n.name)
+	lag := time.Duration(0)
+	if w.cfg.faults[faultViews] && w.clock.now < w.healAt {
+		lag = w.rng.between(0, 3*time.Second)
+	}
+	at := max(w.clock.now+lag, n.viewLast)
+	n.viewLast = at
+	w.clock.after(at-w.clock.now, func() {
+		if n.state != nodeGone {
+			n.applyView(view)
+		}
+	})
+}
+
+// removeMember takes a node out of the membership after delay.
+func (w *simWorld) removeMember(name string, delay time.Duration) {
+	w.clock.after(delay, func() {
+		if _, ok := w.truth[name]; !ok {
+			return
+		}
+		w.tracef("%s removed from the membership", name)
+		delete(w.truth, name)
+		w.publishViews("")
+	})
+}
+
+// ---- the network's far end ----
+
+func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
+	w.res.messages++
+	n := w.nodes[to]
+	if n == nil || n.state == nodeGone {
+		w.tracef("%s -> %s%s dropped (node gone): %s", from, to, coordSuffix(coordinator), simShow(msg))
+		if n != nil && n.crashed {
+			w.lostToFault(msg)
+		}
+		return
+	}
+	if coordinator {
+		n.arriveCoordinator(from, msg)
+		return
+	}
+	if d, ok := msg.(Deliver); ok && w.cfg.dropSome && w.rng.chance(0.2) {
+		w.tracef("%s -> %s: sabotage drops %v", from, to, d.Msg)
+		return
+	}
+	n.arrive(from, msg)
+}
+
+// ---- invariants ----
+
+// start records a new incarnation: no other may be active anywhere.
+func (w *simWorld) start(sh *simShard, entityID string) *simInc {
+	w.serials++
+	inc := &simInc{serial: w.serials, entityID: entityID, sh: sh}
+	if old := w.live[entityID]; old != nil {
+		w.failAbout(entityID, "one incarnation", "%s started as #%d on %s while #%d is active on %s",
+			entityID, inc.serial, sh.n.name, old.serial, old.sh.n.name)
+	}
+	w.live[entityID] = inc
+	w.tracef("%s starts %s#%d in shard %s", sh.n.name, entityID, inc.serial, sh.id)
+	return inc
+}
+
+// kill records that inc stopped.
+func (w *simWorld) kill(inc *simInc) {
+	inc.dead = true
+	if w.live[inc.entityID] == inc {
+		delete(w.live, inc.entityID)
+	}
+	w.tracef("%s#%d stops on %s", inc.entityID, inc.serial, inc.sh.n.name)
+}
+
+// received checks and records one delivery, then lets the entity act:
+// now and then it asks to passivate, fails, or stops by itself.
+func (w *simWorld) received(inc *simInc, msg simCmd) {
+	s := w.sends[msg]
+	w.tracef("%s#%d on %s receives %+v", inc.entityID, inc.serial, inc.sh.n.name, msg)
+	id := inc.entityID
+	switch {
+	case inc.dead:
+		w.failAbout(id, "runner", "%v told to stopped incarnation %s#%d", msg, id, inc.serial)
+	case s == nil || s.entityID != id:
+		w.failAbout(id, "at-most-once", "%v reached %s, which it was not sent to", msg, id)
+	case s.delivered:
+		w.failAbout(id, "at-most-once", "%v reached %s twice (first at %v)", msg, id, s.deliveredAt)
+	case !s.accepted && !s.inTell:
+		w.failAbout(id, "at-most-once", "%v reached %s although Tell refused it", msg, id)
+	}
+	if w.failed() {
+		return
+	}
+	k := [2]string{msg.Sender, inc.entityID}
+	if last := w.last[k]; msg.Seq < last {
+		w.failAbout(id, "order", "%s got %v after %s:%d", inc.entityID, msg, msg.Sender, last)
+		return
+	}
+	w.last[k] = msg.Seq
+	s.delivered, s.deliveredAt = true, w.clock.now
+	w.res.delivered++
+	sh, n := inc.sh, inc.sh.n
+	switch r := w.rng.Float64(); {
+	case r < 0.03:
+		n.local(func() {
+			if !inc.dead && !sh.gone {
+				w.tracef("%s#%d asks to passivate", inc.entityID, inc.serial)
+				sh.core.passivate(inc.entityID, inc)
+				sh.apply()
+			}
+		})
+	case r < 0.035:
+		n.local(func() { sh.die(inc, errSimFailure) })
+	case r < 0.037:
+		n.local(func() { sh.die(inc, nil) })
+	}
+}
+
+// lostToFault marks the entity messages in v (a protocol message, a
+// buffer) as lost by a fault: a link break, a partition or a crash.
+func (w *simWorld) lostToFault(v any) {
+	simCmds(reflect.ValueOf(v), func(c simCmd) {
+		if s := w.sends[c]; s != nil && !s.delivered {
+			s.faultLost = true
+		}
+	})
+}
+
+// droppedAtStop marks the messages n's region still buffers as it stops.
+func (w *simWorld) droppedAtStop(n *simNode) {
+	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
+		for _, p := range n.region.shards[id].buffer {
+			if s := w.sends[p.msg]; s != nil && !p.start {
+				s.droppedAtStop = true
+				w.tracef("%s stops with %+v for %s in its buffer", n.name, p.msg, p.entityID)
+			}
+		}
+	}
+}
+
+// lost records a message a region accepted and then dropped.
+func (w *simWorld) lost(p pending[simCmd], format string, args ...any) {
+	w.tracef("LOST %+v: "+format, append([]any{p.msg}, args...)...)
+}
+
+// finalChecks: liveness after the heal, and no loss without lossy faults.
+func (w *simWorld) finalChecks() {
+	keys := slices.SortedFunc(maps.Keys(w.sends), func(a, b simCmd) int {
+		return cmpSends(w.sends[a], w.sends[b], a, b)
+	})
+	for _, k := range keys {
+		s := w.sends[k]
+		if !s.accepted {
+			continue
+		}
+		late := !s.delivered || s.deliveredAt > s.at+livenessBound
+		switch {
+		case s.at >= w.healAt && late:
+			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
+		case !s.delivered && !s.faultLost && (w.cfg.strict || !s.droppedAtStop):
+			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
+		default:
+			continue
+		}
+		w.res.focusMsg = fmt.Sprintf("Sender:%s Seq:%d}", k.Sender, k.Seq)
+		return
+	}
+}
+
+func cmpSends(a, b *simSend, ka, kb simCmd) int {
+	if a.at != b.at {
+		return int(a.at - b.at)
+	}
+	return strings.Compare(fmt.Sprint(ka), fmt.Sprint(kb))
+}
+
+func deliveredWhen(s *simSend) string {
+	if !s.delivered {
+		return "never delivered"
+	}
+	return fmt.Sprintf("delivered only at %v", s.deliveredAt)
+}
+
+// ---- stores with injectable failures ----
+
+var errSimStore = errors.New("sim: store unavailable")
+
+type simCoordStore struct {
+	*MemoryCoordinatorStore
+	w *simWorld
+}
+
+// Acquire takes the lease over whoever holds it: the simulator models a
+// takeover by views and epochs alone, not (yet) by lease expiry (see
+// newSimCoordStore).
+func (s *simCoordStore) Acquire(ctx context.Context, typ, owner string) (uint64, map[string]string, error) {
+	if s.w.storeFails() {
+		return 0, nil, errSimStore
+	}
+	return s.MemoryCoordinatorStore.Acquire(ctx, typ, owner, time.Microsecond)
+}
+
+// newSimCoordStore is a memory store whose clock moves an hour at every
+// reading, so that every lease (held 1µs) has expired by the next call:
+// deterministic, and the same unconditional takeover as before leases.
+func newSimCoordStore(w *simWorld) *simCoordStore {
+	var now time.Time
+	return &simCoordStore{MemoryCoordinatorStore: NewMemoryCoordinatorStoreAt(func() time.Time {
+		now = now.Add(time.Hour)
+		return now
+	}), w: w}
+}
+
+func (s *simCoordStore) Allocate(ctx context.Context, typ string, epoch uint64, shard, region string) error {
+	if s.w.storeFails() {
+		return errSimStore
+	}
+	return s.MemoryCoordinatorStore.Allocate(ctx, typ, epoch, shard, region)
+}
+
+func (s *simCoordStore) Deallocate(ctx context.Context, typ string, epoch uint64, shard string) error {
+	if s.w.storeFails() {
+		return errSimStore
+	}
+	return s.MemoryCoordinatorStore.Deallocate(ctx, typ, epoch, shard)
+}
+
+type simRememberStore struct {
+	*MemoryRememberStore
+	w *simWorld
+}
+
+func (s *simRememberStore) Shards(ctx context.Context, typ string) ([]string, error) {
+	if s.w.storeFails() {
+		return nil, errSimStore
+	}
+	return s.MemoryRememberStore.Shards(ctx, typ)
+}
+
+func (s *simRememberStore) Entities(ctx context.Context, typ, shard string) ([]string, error) {
+	if s.w.storeFails() {
+		return nil, errSimStore
+	}
+	return s.MemoryRememberStore.Entities(ctx, typ, shard)
+}
+
+func (s *simRememberStore) Add(ctx context.Context, typ, shard, id string) error {
+	if s.w.storeFails() {
+		return errSimStore
+	}
+	return s.MemoryRememberStore.Add(ctx, typ, shard, id)
+}
+
+func (s *simRememberStore) Remove(ctx context.Context, typ, shard, id string) error {
+	if s.w.storeFails() {
+		return errSimStore
+	}
+	return s.MemoryRememberStore.Remove(ctx, typ, shard, id)
+}
+
+func (w *simWorld) storeFails() bool { return w.storeFail > 0 && w.rng.chance(w.storeFail) }
