@@ -13,14 +13,20 @@
 // bootstraps a new cluster when there are none) and starts sharding; the
 // application then calls sharding.Init on Node.Sharding for each entity
 // type. Shutdown leaves gracefully: sharding hands every shard off, then
-// the node leaves the membership, then everything is closed and the node
-// lease released. Ready and Alive answer readiness and liveness probes.
+// the node lease is released, then the node leaves the membership, then
+// everything is closed. Ready and Alive answer readiness and liveness
+// probes.
 //
-// Self-fencing (DESIGN §8): when the node lease cannot be renewed in time,
-// or the store refuses it (the node was downed), the node stops every
-// entity at once without stop messages and stops gossiping, as a crash
-// would; Alive then reports ErrFenced and the process should be restarted
-// (it comes back as a new incarnation).
+// Self-fencing and downing (DESIGN §8): when the node lease cannot be
+// renewed in time (the node is cut off from Postgres), or the store
+// refuses it (the node was downed), the node stops every entity at once
+// without stop messages and stops gossiping, as a crash would; Alive then
+// reports ErrFenced and the process should be restarted (it comes back as
+// a new incarnation). The coordinator of each entity type downs the
+// members that memberlist reports failed (unreachable after its suspicion
+// timeout) or Down, and moves their shards once their node lease has
+// expired in the database's time; it acts only while it holds its type's
+// coordinator lease (Config.Leases.Coordinator).
 package node
 
 import (
@@ -275,6 +281,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Membership:       n.view,
 		CoordinatorStore: shardingpg.NewCoordinatorStore(n.pool),
 		RememberStore:    shardingpg.NewRememberStore(n.pool),
+		CoordinatorLease: cfg.Leases.Coordinator,
+		NodeLeases:       remote.NodeLeases(n.leases),
 		Logger:           cfg.Logger,
 	})
 	if err != nil {
@@ -451,8 +459,8 @@ func (n *Node) Alive() error {
 
 // Shutdown leaves the cluster gracefully within ctx: sharding hands every
 // shard off (entities get their stop messages and the shards start
-// elsewhere), then the node leaves the membership, then the transport,
-// the node lease (released, so nothing waits for it to expire), the
+// elsewhere), then the node lease is released (so nothing waits for it to
+// expire), then the node leaves the membership, then the transport, the
 // journal and the pool are closed. What the deadline cuts short is
 // stopped at once, and the error says so. Calling it again returns the
 // first call's error.
@@ -463,18 +471,21 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.sharding.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		// The lease before the leave: the coordinator downs every member
+		// that leaves the view, and a node still renewing then would fence
+		// itself. Released, it hosts nothing the others must wait for.
+		n.holder.Stop()
+		if n.fenced.Load() == nil {
+			if err := n.leases.ReleaseNode(ctx, n.self); err != nil {
+				errs = append(errs, fmt.Errorf("node: release the node lease: %w", err))
+			}
+		}
 		if err := n.members.Leave(ctx); err != nil {
 			errs = append(errs, err)
 		}
 		n.view.Close()
 		if err := n.net.Close(ctx); err != nil {
 			errs = append(errs, err)
-		}
-		n.holder.Stop()
-		if n.fenced.Load() == nil {
-			if err := n.leases.ReleaseNode(ctx, n.self); err != nil {
-				errs = append(errs, fmt.Errorf("node: release the node lease: %w", err))
-			}
 		}
 		n.closeStores()
 		n.stopErr = errors.Join(errs...)

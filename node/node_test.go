@@ -114,6 +114,12 @@ type testNode struct {
 
 func startNode(t testing.TB, dsn, id string, seeds []string, tune ...func(*node.Config)) *testNode {
 	t.Helper()
+	return startNodeWith(t, dsn, id, seeds, sharding.Settings{NumberOfShards: 30, MinMembers: len(seeds) + 1}, tune...)
+}
+
+// startNodeWith starts a node hosting the Ops type with settings.
+func startNodeWith(t testing.TB, dsn, id string, seeds []string, settings sharding.Settings, tune ...func(*node.Config)) *testNode {
+	t.Helper()
 	cfg := node.DefaultConfig(id)
 	cfg.PostgresDSN = dsn
 	cfg.Seeds = seeds
@@ -131,8 +137,7 @@ func startNode(t testing.TB, dsn, id string, seeds []string, tune ...func(*node.
 	}
 	t.Cleanup(n.Kill)
 	ops, err := sharding.Init(n.Sharding(), sharding.Entity[Command]{
-		Key: opsKey, Create: newOps(id), StopMessage: Stop{},
-		Settings: sharding.Settings{NumberOfShards: 30, MinMembers: len(seeds) + 1},
+		Key: opsKey, Create: newOps(id), StopMessage: Stop{}, Settings: settings,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +209,76 @@ func (l *ledger) try(id, op string) {
 	l.attempted[id][op] = true
 }
 
+// firstOps gives each of 60 entities one operation, "p1-" + its id,
+// through every node in turn, and returns their ids.
+func (l *ledger) firstOps(t testing.TB, ctx context.Context, nodes []*testNode) []string {
+	t.Helper()
+	var ids []string
+	for i := range 60 {
+		id := fmt.Sprintf("ops-%02d", i)
+		ids = append(ids, id)
+		via, op := nodes[i%len(nodes)], "p1-"+id
+		l.try(id, op)
+		if err := apply(ctx, via.ops, id, op); err != nil {
+			t.Fatalf("apply %s via %s: %v", id, via.Self(), err)
+		}
+		l.ack(id, op)
+	}
+	return ids
+}
+
+// load writes "p2-w-k" operations to ids through each of via (w its
+// index) until the returned stop is called, which waits for the writers.
+// Each ask waits at most timeout; the acknowledged ones are recorded.
+func (l *ledger) load(ctx context.Context, via []*testNode, ids []string, timeout time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w, n := range via {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id := ids[(k*7+w)%len(ids)]
+				op := fmt.Sprintf("p2-%d-%d", w, k)
+				l.try(id, op)
+				actx, cancel := context.WithTimeout(ctx, timeout)
+				if err := apply(actx, n.ops, id, op); err == nil {
+					l.ack(id, op)
+				}
+				cancel()
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// check fails t unless ops, the state of entity id, holds every
+// acknowledged operation, none twice, and nothing never attempted.
+func (l *ledger) check(t testing.TB, id string, ops []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if seen[op] {
+			t.Fatalf("%s applied %s twice: %v", id, op, ops)
+		}
+		seen[op] = true
+		if !l.attempted[id][op] {
+			t.Fatalf("%s applied %s, never sent", id, op)
+		}
+	}
+	for _, op := range l.acked[id] {
+		if !seen[op] {
+			t.Fatalf("%s lost acknowledged %s: has %v", id, op, ops)
+		}
+	}
+}
+
 func (l *ledger) ack(id, op string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -233,20 +308,7 @@ func testGracefulLeave(t *testing.T, leaver int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	led := newLedger()
-	var ids []string
-	for i := range 60 {
-		ids = append(ids, fmt.Sprintf("ops-%02d", i))
-	}
-	// Phase 1: every entity gets one operation, through every node in turn.
-	for i, id := range ids {
-		via := nodes[i%3]
-		op := fmt.Sprintf("p1-%s", id)
-		led.try(id, op)
-		if err := apply(ctx, via.ops, id, op); err != nil {
-			t.Fatalf("apply %s via %s: %v", id, via.Self(), err)
-		}
-		led.ack(id, op)
-	}
+	ids := led.firstOps(t, ctx, nodes)
 	hostOf := map[string]string{}
 	crossed := 0
 	for i, id := range ids {
@@ -280,27 +342,7 @@ func testGracefulLeave(t *testing.T, leaver int) {
 			stay = append(stay, n)
 		}
 	}
-	stopLoad := make(chan struct{})
-	var load sync.WaitGroup
-	for w, via := range stay {
-		load.Go(func() {
-			for k := 0; ; k++ {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				id := ids[(k*7+w)%len(ids)]
-				op := fmt.Sprintf("p2-%d-%d", w, k)
-				led.try(id, op)
-				actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-				if err := apply(actx, via.ops, id, op); err == nil {
-					led.ack(id, op)
-				}
-				acancel()
-			}
-		})
-	}
+	stopLoad := led.load(ctx, stay, ids, 20*time.Second)
 	time.Sleep(200 * time.Millisecond) // some writes before the leave
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	err := gone.Shutdown(sctx)
@@ -320,8 +362,7 @@ func testGracefulLeave(t *testing.T, leaver int) {
 		return nil
 	})
 	time.Sleep(200 * time.Millisecond) // some writes after the leave
-	close(stopLoad)
-	load.Wait()
+	stopLoad()
 
 	// Every entity answers from a remaining node, with every acknowledged
 	// operation, none twice, and nothing that was never attempted.
@@ -339,21 +380,7 @@ func testGracefulLeave(t *testing.T, leaver int) {
 		if hostOf[id] == gone.Self().Node {
 			moved++
 		}
-		seen := map[string]bool{}
-		for _, op := range s.Ops {
-			if seen[op] {
-				t.Fatalf("%s applied %s twice: %v", id, op, s.Ops)
-			}
-			seen[op] = true
-			if !led.attempted[id][op] {
-				t.Fatalf("%s applied %s, never sent", id, op)
-			}
-		}
-		for _, op := range led.acked[id] {
-			if !seen[op] {
-				t.Fatalf("%s lost acknowledged %s: has %v", id, op, s.Ops)
-			}
-		}
+		led.check(t, id, s.Ops)
 	}
 	if moved == 0 {
 		t.Fatal("no entity had lived on the leaver")

@@ -77,6 +77,10 @@ func schedule(t *testing.T, s *sim, rng *rand.Rand, round func(via *node), remov
 		time.Sleep(time.Duration(rng.IntN(8)) * time.Second) // sometimes past a rebalance
 		synctest.Wait()
 	}
+	// The coordinator lease of a crashed coordinator runs out (15 s by
+	// default) before its successor acts.
+	time.Sleep(20 * time.Second)
+	synctest.Wait()
 	for _, n := range live {
 		round(n)
 	}

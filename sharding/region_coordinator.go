@@ -3,10 +3,12 @@ package sharding
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 )
 
@@ -118,18 +120,91 @@ type stopCoordinator struct{}
 
 func (stopCoordinator) protocolMessage() {}
 
-// newCoordinatorRunner acquires the coordinator role in the store and
-// returns the behavior that steps the core and does its IO.
+// newCoordinatorRunner returns the behavior that holds the coordinator
+// lease, steps the core and does its IO.
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
-	store := r.s.cfg.CoordinatorStore
+	cr := &coordinatorRunner[C]{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
+	if r.s.cfg.NodeLeases != nil {
+		cr.down = newDowning()
+	}
+	return cr.tryAcquire(ctx)
+}
+
+// coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
+// while it holds the type's coordinator lease. Until it gets the lease it
+// retries every RetryInterval and drops what it is sent (regions retry).
+// Once it holds it, a lease.Keeper on the coordinator's own timers (no
+// goroutine of its own: idle, it owns none) renews it every RenewEvery and
+// says when it no longer holds it: at the last successful renewal's start
+// + Length − Margin, or at once when the store refuses a renewal. The
+// runner then stops, and sends nothing from the moment it no longer holds
+// the lease. Every store write carries the lease's epoch, which the store
+// checks.
+type coordinatorRunner[C any] struct {
+	r      *Region[C]
+	store  CoordinatorStore
+	timing lease.Timing
+
+	epoch    uint64
+	keeper   *lease.Keeper // nil until the lease is held
+	renewing bool          // a renewal is under way
+	core     *coordinatorCore
+	down     *downing // nil without Config.NodeLeases
+	view     []Member // the latest membership view, unfiltered
+	writes   *coordinatorWrites
+}
+
+// acquireTick retries the acquisition of a lease someone else holds.
+type acquireTick struct{}
+
+// renewTick starts a renewal; fenceTick checks whether the lease ran out.
+type (
+	renewTick struct{}
+	fenceTick struct{}
+)
+
+// renewed is a renewal's answer.
+type renewed struct {
+	start time.Time
+	err   error
+}
+
+func (acquireTick) protocolMessage() {}
+func (renewTick) protocolMessage()   {}
+func (fenceTick) protocolMessage()   {}
+func (renewed) protocolMessage()     {}
+
+// tryAcquire acquires the lease and starts acting, or waits for it while
+// another node holds it; any other failure stops the coordinator, which
+// the region restarts after a back-off.
+func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
+	r := cr.r
 	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-	epoch, shards, err := store.Acquire(storeCtx, r.typ, r.s.self)
+	start := ctx.Clock().Now() // the fence counts from before the call
+	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
 	cancel()
+	if errors.Is(err, ErrLeaseHeld) {
+		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "type", r.typ, "err", err)
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
+		return cr
+	}
 	if err != nil {
 		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
 		return entity.Stopped[Message]()
 	}
-	core := newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	cr.epoch, cr.keeper = epoch, lease.NewKeeper(cr.timing)
+	if !cr.granted(ctx, start) {
+		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "type", r.typ, "epoch", epoch)
+		return entity.Stopped[Message]()
+	}
+	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	cr.writes = &coordinatorWrites{store: cr.store, typ: r.typ, epoch: epoch, timeout: r.settings.StoreTimeout,
+		retries: storeBackOff(r.settings), holds: func() bool { return cr.keeper.Holds(r.clock.Now()) },
+		send: func(o outbound) {
+			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
+				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
+			}
+		}}
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a
 		// message, so their entities come back after the cluster restarts.
@@ -140,58 +215,224 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 			r.s.log.Error("sharding: cannot read the shards of remembered entities", "type", r.typ, "err", err)
 			return entity.Stopped[Message]()
 		}
-		core.startShards(remembered)
+		cr.core.startShards(remembered)
 	}
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
-	w := &coordinatorWrites{store: store, typ: r.typ, epoch: epoch, timeout: r.settings.StoreTimeout,
-		retries: storeBackOff(r.settings), send: func(o outbound) {
-			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
-				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
-			}
-		}}
-	return entity.Receive(func(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-		switch m.(type) {
-		case stopCoordinator:
-			return entity.Stopped[Message]()
-		case retryStoreWrites:
-			if !w.waiting() {
-				return entity.Same[Message]()
-			}
-		case rebalanceTick:
-			if w.waiting() {
-				return entity.Same[Message]() // periodic: the next one comes
-			}
-			w.take(core.step(m))
-		default:
-			if w.waiting() {
-				// After the decisions waiting for the store, in order.
-				if err := ctx.Stash().Stash(m); err != nil {
-					r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "type", r.typ, "err", err)
-					return entity.Stopped[Message]()
-				}
-				return entity.Same[Message]()
-			}
-			w.take(core.step(m))
-		}
-		switch err := w.flush(); {
-		case err == nil:
-			ctx.Stash().UnstashAll()
-		case errors.Is(err, ErrStaleEpoch):
-			// Deposed: it must not announce what it could not record; its
-			// successor rebuilds from the store.
-			r.s.log.Error("sharding: coordinator deposed; stopping it", "type", r.typ, "err", err)
-			return entity.Stopped[Message]()
-		default:
-			// Retried, not abandoned: stopping would lose the decisions
-			// (a hand-off's end, shards waiting for a home), and a
-			// successor would meet the same store.
-			after := w.retries.NextBackOff()
-			r.s.log.Warn("sharding: coordinator store write failed; retrying", "type", r.typ, "retry_in", after, "err", err)
-			ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
-		}
-		return entity.Same[Message]()
+	if cr.down != nil {
+		every := max(r.settings.RetryInterval/4, time.Millisecond)
+		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
+	}
+	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
+		return next
+	}
+	return cr
+}
+
+// granted records a successful acquisition or renewal that started at
+// start and arms the renewal and fence timers; false once the lease is
+// no longer held.
+func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.Time) bool {
+	now := ctx.Clock().Now()
+	if !cr.keeper.Granted(start, now) {
+		return false
+	}
+	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.keeper.RenewAt().Sub(now))
+	ctx.Timers().StartSingleTimer("fence", fenceTick{}, cr.keeper.FenceAt().Sub(now))
+	return true
+}
+
+// holds reports whether the coordinator may act now.
+func (cr *coordinatorRunner[C]) holds(ctx entity.Context[Message]) bool {
+	return cr.keeper.Holds(ctx.Clock().Now())
+}
+
+// renew starts a renewal, bounded by the fence time: past it, its answer
+// would be of no use.
+func (cr *coordinatorRunner[C]) renew(ctx entity.Context[Message]) {
+	if cr.renewing {
+		return
+	}
+	cr.renewing = true
+	start := ctx.Clock().Now()
+	within := cr.keeper.FenceAt().Sub(start)
+	typ, epoch, ttl, store := cr.r.typ, cr.epoch, cr.timing.Length, cr.store
+	ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, within)
+		defer cancel()
+		return renewed{start: start, err: store.Renew(c, typ, epoch, ttl)}
 	})
 }
+
+// Receive implements entity.Behavior.
+func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	r := cr.r
+	switch m.(type) {
+	case stopCoordinator:
+		cr.release(ctx)
+		return entity.Stopped[Message]()
+	case acquireTick:
+		if cr.keeper == nil {
+			return cr.tryAcquire(ctx)
+		}
+		return entity.Same[Message]()
+	}
+	if cr.keeper == nil {
+		return entity.Same[Message]() // not the coordinator (yet): regions retry
+	}
+	switch m := m.(type) {
+	case renewTick:
+		cr.renew(ctx)
+		return entity.Same[Message]()
+	case renewed:
+		cr.renewing = false
+		switch {
+		case m.err == nil:
+			if !cr.granted(ctx, m.start) {
+				return cr.lost(nil)
+			}
+		case lease.Refused(m.err):
+			cr.keeper.Refused()
+			return cr.lost(m.err)
+		default: // the store is unreachable or slow: try again soon
+			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "type", r.typ, "err", m.err)
+			ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.timing.RenewEvery/4)
+		}
+		return entity.Same[Message]()
+	}
+	if !cr.holds(ctx) {
+		return cr.lost(nil)
+	}
+	if _, ok := m.(fenceTick); ok {
+		return entity.Same[Message]() // a fence timer of an earlier renewal
+	}
+	return cr.act(ctx, m)
+}
+
+// lost stops a coordinator that no longer holds its lease.
+func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
+	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", cr.r.typ, "epoch", cr.epoch, "err", err)
+	return entity.Stopped[Message]()
+}
+
+// release gives the lease up on a graceful stop, so that the next
+// coordinator need not wait for it to expire.
+func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) {
+	if cr.keeper == nil || !cr.holds(ctx) {
+		return
+	}
+	storeCtx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
+	defer cancel()
+	if err := cr.store.Release(storeCtx, cr.r.typ, cr.epoch); err != nil {
+		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "type", cr.r.typ, "err", err)
+	}
+}
+
+// act steps the core with one message while the lease is held, writes
+// its changes under the lease's epoch, then sends its output.
+func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	r := cr.r
+	if cr.down != nil {
+		switch m := m.(type) {
+		case membersChanged:
+			cr.view = m.members
+			cr.down.observe(cr.view, cr.knownRegions())
+			cr.startDowning(ctx)
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view)})
+		case downingTick:
+			cr.startDowning(ctx)
+			return entity.Same[Message]()
+		case downResult:
+			if m.err != nil {
+				r.s.log.Warn("sharding: downing store call failed; retrying", "type", r.typ, "node", m.call.node, "down", m.call.down, "err", m.err)
+			}
+			if !cr.down.result(m) {
+				return entity.Same[Message]()
+			}
+			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "type", r.typ, "node", m.call.node)
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view)})
+		}
+	}
+	return cr.step(ctx, m)
+}
+
+func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	r, w := cr.r, cr.writes
+	switch m.(type) {
+	case retryStoreWrites:
+		if !w.waiting() {
+			return entity.Same[Message]()
+		}
+	case rebalanceTick:
+		if w.waiting() {
+			return entity.Same[Message]() // periodic: the next one comes
+		}
+		w.take(cr.core.step(m))
+	default:
+		if w.waiting() {
+			// After the decisions waiting for the store, in order.
+			if err := ctx.Stash().Stash(m); err != nil {
+				r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "type", r.typ, "err", err)
+				return entity.Stopped[Message]()
+			}
+			return entity.Same[Message]()
+		}
+		w.take(cr.core.step(m))
+	}
+	switch err := w.flush(); {
+	case err == nil:
+		ctx.Stash().UnstashAll()
+	case errors.Is(err, errLeaseRanOut):
+		return cr.lost(nil)
+	case errors.Is(err, ErrStaleEpoch):
+		// Deposed: it must not announce what it could not record; its
+		// successor rebuilds from the store.
+		r.s.log.Error("sharding: coordinator deposed; stopping it", "type", r.typ, "err", err)
+		return entity.Stopped[Message]()
+	default:
+		// Retried, not abandoned: stopping would lose the decisions (a
+		// hand-off's end, shards waiting for a home), and a successor
+		// would meet the same store.
+		after := w.retries.NextBackOff()
+		r.s.log.Warn("sharding: coordinator store write failed; retrying", "type", r.typ, "retry_in", after, "err", err)
+		ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
+	}
+	return entity.Same[Message]()
+}
+
+// knownRegions is every region the core knows of: registered, or named by
+// an allocation.
+func (cr *coordinatorRunner[C]) knownRegions() []string {
+	known := cr.core.everyone()
+	for r := range cr.core.byRegion {
+		if !slices.Contains(known, r) {
+			known = append(known, r)
+		}
+	}
+	return known
+}
+
+// startDowning starts the store calls the downing machine asks for; each
+// answers with a downResult.
+func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
+	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
+	for _, call := range cr.down.due() {
+		ctx.PipeToSelf(func(c context.Context) Message {
+			c, cancel := context.WithTimeout(c, timeout)
+			defer cancel()
+			res := downResult{call: call}
+			if call.down {
+				res.err = leases.DownNode(c, call.node)
+			} else {
+				res.expired, res.err = leases.NodeLeaseExpired(c, call.node)
+			}
+			return res
+		})
+	}
+}
+
+// errLeaseRanOut: the lease ran out (by this node's clock) while the
+// writes ran.
+var errLeaseRanOut = errors.New("sharding: coordinator lease ran out")
 
 // retryStoreWrites makes a coordinator try its failed store writes again.
 type retryStoreWrites struct{}
@@ -207,6 +448,9 @@ type coordinatorWrites struct {
 	epoch   uint64
 	timeout time.Duration
 	send    func(outbound)
+	// holds reports whether the lease is still held: messages go out
+	// only while it is, as a successor may be acting once it is not.
+	holds   func() bool
 	retries *backoff.ExponentialBackOff
 	changes []change
 	out     []outbound
@@ -239,6 +483,9 @@ func (w *coordinatorWrites) flush() error {
 	}
 	w.changes = nil
 	w.retries.Reset()
+	if len(w.out) > 0 && !w.holds() {
+		return errLeaseRanOut
+	}
 	out := w.out
 	w.out = nil
 	for _, o := range out {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -33,8 +34,12 @@ func TestRegionAsksForHomesOnlyOnceRegistered(t *testing.T) {
 func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, sharding.Settings{})
-		// A predecessor held epoch 1; the coordinator a starts gets epoch 2.
-		if _, _, err := s.store.Acquire(context.Background(), "Test", "old"); err != nil {
+		// A predecessor held epoch 1 and released it; the coordinator a
+		// starts gets epoch 2.
+		if _, _, err := s.store.Acquire(context.Background(), "Test", "old", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.store.Release(context.Background(), "Test", 1); err != nil {
 			t.Fatal(err)
 		}
 		a := s.join("a", "host")

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
@@ -58,6 +59,17 @@ type Config struct {
 	CoordinatorStore CoordinatorStore
 	// RememberStore records remembered entities. Default: in memory.
 	RememberStore RememberStore
+	// CoordinatorLease is how a coordinator holds its type's lease in
+	// CoordinatorStore: it acts only while it holds it, renews it every
+	// RenewEvery and stops at once when it cannot. Every node of a cluster
+	// must use the same. Default lease.DefaultSettings().Coordinator.
+	CoordinatorLease lease.Timing
+	// NodeLeases, when set, makes the coordinator down the nodes that
+	// membership reports unreachable or Down, and reallocate their shards
+	// only once their node lease has expired (DESIGN §8). Without it (one
+	// process, or members that cannot outlive their membership), a region
+	// that leaves the view or is Down gives its shards up at once.
+	NodeLeases NodeLeases
 	// Logger defaults to the System's.
 	Logger *slog.Logger
 }
@@ -97,6 +109,12 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	}
 	if cfg.RememberStore == nil {
 		cfg.RememberStore = NewMemoryRememberStore()
+	}
+	if cfg.CoordinatorLease == (lease.Timing{}) {
+		cfg.CoordinatorLease = lease.DefaultSettings().Coordinator
+	}
+	if err := cfg.CoordinatorLease.Validate(); err != nil {
+		return nil, fmt.Errorf("sharding: CoordinatorLease: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()

@@ -143,8 +143,9 @@ type sim struct {
 	log           *journal
 	settings      sharding.Settings
 	nodes         map[string]*node
-	logger        *slog.Logger // the nodes' logger; default quiet
-	sent          *sentLog     // when set, records every protocol message nodes joining later send
+	logger        *slog.Logger        // the nodes' logger; default quiet
+	sent          *sentLog            // when set, records every protocol message nodes joining later send
+	nodeLeases    sharding.NodeLeases // when set, given to nodes that join later
 }
 
 // sentLog records protocol messages in send order.
@@ -203,7 +204,7 @@ func (s *sim) join(name string, roles ...string) *node {
 	}
 	sh, err := sharding.New(sys, sharding.Config{
 		Transport: transport, Membership: s.cluster.Join(name, roles...),
-		CoordinatorStore: s.store, RememberStore: remember,
+		CoordinatorStore: s.store, RememberStore: remember, NodeLeases: s.nodeLeases,
 	})
 	if err != nil {
 		s.t.Fatal(err)

@@ -171,7 +171,7 @@ func newSimWorld(cfg simConfig) *simWorld {
 		bufferLimit: entityBufferLimit(w.settings),
 	}
 	w.leaveDeadline = 60 * time.Second
-	w.coordStore = &simCoordStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), w: w}
+	w.coordStore = newSimCoordStore(w)
 	w.remember = &simRememberStore{MemoryRememberStore: NewMemoryRememberStore(), w: w}
 	for i := range 6 + w.rng.IntN(14) {
 		w.entities = append(w.entities, fmt.Sprintf("e%02d", i))
@@ -764,11 +764,25 @@ type simCoordStore struct {
 	w *simWorld
 }
 
+// Acquire takes the lease over whoever holds it: the simulator models a
+// takeover by views and epochs alone, not (yet) by lease expiry (see
+// newSimCoordStore).
 func (s *simCoordStore) Acquire(ctx context.Context, typ, owner string) (uint64, map[string]string, error) {
 	if s.w.storeFails() {
 		return 0, nil, errSimStore
 	}
-	return s.MemoryCoordinatorStore.Acquire(ctx, typ, owner)
+	return s.MemoryCoordinatorStore.Acquire(ctx, typ, owner, time.Microsecond)
+}
+
+// newSimCoordStore is a memory store whose clock moves an hour at every
+// reading, so that every lease (held 1µs) has expired by the next call:
+// deterministic, and the same unconditional takeover as before leases.
+func newSimCoordStore(w *simWorld) *simCoordStore {
+	var now time.Time
+	return &simCoordStore{MemoryCoordinatorStore: NewMemoryCoordinatorStoreAt(func() time.Time {
+		now = now.Add(time.Hour)
+		return now
+	}), w: w}
 }
 
 func (s *simCoordStore) Allocate(ctx context.Context, typ string, epoch uint64, shard, region string) error {

@@ -2,27 +2,59 @@ package sharding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster/lease"
 )
 
-// ErrStaleEpoch is returned by a CoordinatorStore write from a coordinator
-// that a newer one has replaced: it must stop acting.
-var ErrStaleEpoch = errors.New("sharding: stale coordinator epoch")
+var (
+	// ErrStaleEpoch is returned by a CoordinatorStore write or renewal from
+	// a coordinator that a newer one has replaced: it must stop acting. It
+	// is lease.ErrStaleEpoch: the coordinator lease is a lease like any.
+	ErrStaleEpoch = lease.ErrStaleEpoch
+	// ErrLeaseHeld is returned by Acquire while another owner holds the
+	// coordinator lease of the type and it has not expired. It is
+	// lease.ErrLeaseHeld.
+	ErrLeaseHeld = lease.ErrLeaseHeld
+	// ErrLeaseExpired is returned by Renew once the lease expired in the
+	// store's time (or was released): acquire again, under a new epoch. It
+	// is lease.ErrLeaseExpired.
+	ErrLeaseExpired = lease.ErrLeaseExpired
+)
 
-// CoordinatorStore keeps shard allocations across coordinator moves. Every
-// write carries the epoch Acquire handed out; only the newest epoch may
-// write, so two coordinators can never both win.
+// CoordinatorStore keeps allocations across coordinator moves, and the
+// coordinator lease of each type (DESIGN §8): only the lease's holder
+// acts as coordinator, and every write carries the epoch Acquire handed
+// out; only the newest epoch may write, so two coordinators can never both
+// win. Expiry is on the store's clock (the database's for Postgres); a
+// holder renews well before it and stops acting, by its own clock, before
+// the store could hand the lease to someone else (see lease.Keeper).
+//
+// The suite in sharding/shardingtest holds every implementation to this.
 type CoordinatorStore interface {
-	// Acquire makes owner the coordinator of typeName under an epoch
-	// greater than any before, and returns the stored allocations (shard → region).
-	Acquire(ctx context.Context, typeName, owner string) (epoch uint64, shards map[string]string, err error)
-	// Allocate records shard → region.
+	// Acquire makes owner, which names one node incarnation, the holder of
+	// typeName's coordinator lease until the store's time + ttl, under an
+	// epoch greater than any before, and returns the stored allocations
+	// (shard → region). It fails with ErrLeaseHeld while another owner
+	// holds an unexpired lease; the same owner may acquire again at once
+	// (its new epoch fences its earlier self).
+	Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (epoch uint64, shards map[string]string, err error)
+	// Renew extends the lease held under epoch until the store's time +
+	// ttl: ErrStaleEpoch when a newer epoch exists, ErrLeaseExpired once
+	// it expired.
+	Renew(ctx context.Context, typeName string, epoch uint64, ttl time.Duration) error
+	// Release expires the lease held under epoch now, so that a successor
+	// need not wait for it: ErrStaleEpoch when a newer epoch exists.
+	Release(ctx context.Context, typeName string, epoch uint64) error
+	// Allocate records shard → region: ErrStaleEpoch unless epoch is the
+	// newest.
 	Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error
-	// Deallocate forgets shard's home.
+	// Deallocate forgets shard's home: ErrStaleEpoch unless epoch is the
+	// newest.
 	Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error
 }
 
@@ -38,43 +70,59 @@ type RememberStore interface {
 	Remove(ctx context.Context, typeName, shard, entityID string) error
 }
 
-// MemoryCoordinatorStore is a CoordinatorStore for one process.
+// MemoryCoordinatorStore is a CoordinatorStore for one process. Its
+// leases are a lease.MemoryStore's, so they decide as the Postgres store
+// does.
 type MemoryCoordinatorStore struct {
+	leases *lease.MemoryStore
+
 	mu    sync.Mutex
 	types map[string]*storedType
 }
 
 type storedType struct {
-	epoch  uint64
-	owner  string
+	epoch  uint64 // the newest epoch the lease handed out
 	shards map[string]string
 }
 
-// NewMemoryCoordinatorStore returns an empty store.
+// NewMemoryCoordinatorStore returns an empty store on the wall clock.
 func NewMemoryCoordinatorStore() *MemoryCoordinatorStore {
-	return &MemoryCoordinatorStore{types: make(map[string]*storedType)}
+	return NewMemoryCoordinatorStoreAt(time.Now)
 }
 
-func (s *MemoryCoordinatorStore) get(typeName string) *storedType {
+// NewMemoryCoordinatorStoreAt returns an empty store whose leases expire
+// on now's time: a fake clock in tests.
+func NewMemoryCoordinatorStoreAt(now func() time.Time) *MemoryCoordinatorStore {
+	return &MemoryCoordinatorStore{leases: lease.NewMemoryStore(now), types: make(map[string]*storedType)}
+}
+
+// Acquire implements CoordinatorStore.
+func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+	// Under s.mu, so that no write of the old epoch lands after the new
+	// one is handed out.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner, ttl)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sharding: acquire %s for %s: %w", typeName, owner, err)
+	}
 	t := s.types[typeName]
 	if t == nil {
 		t = &storedType{shards: make(map[string]string)}
 		s.types[typeName] = t
 	}
-	return t
+	t.epoch = epoch
+	return epoch, maps.Clone(t.shards), nil
 }
 
-// Acquire implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.get(typeName)
-	t.epoch++
-	t.owner = owner
-	return t.epoch, maps.Clone(t.shards), nil
+// Renew implements CoordinatorStore.
+func (s *MemoryCoordinatorStore) Renew(ctx context.Context, typeName string, epoch uint64, ttl time.Duration) error {
+	return s.leases.RenewCoordinator(ctx, typeName, epoch, ttl)
+}
+
+// Release implements CoordinatorStore.
+func (s *MemoryCoordinatorStore) Release(ctx context.Context, typeName string, epoch uint64) error {
+	return s.leases.ReleaseCoordinator(ctx, typeName, epoch)
 }
 
 func (s *MemoryCoordinatorStore) write(ctx context.Context, typeName string, epoch uint64, fn func(*storedType)) error {

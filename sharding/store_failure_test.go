@@ -24,7 +24,7 @@ type faultyCoordinatorStore struct {
 	acquires                       int
 }
 
-func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
+func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
 	f.mu.Lock()
 	f.acquires++
 	hang := f.acquires <= f.hangAcquires
@@ -33,7 +33,7 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 		<-ctx.Done()
 		return 0, nil, ctx.Err()
 	}
-	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner)
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
 }
 
 // fail fails the call while *left is positive, counting it down.

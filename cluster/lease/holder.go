@@ -189,7 +189,7 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 				h.keeper.Granted(r.start, time.Now())
 				nextTry = h.keeper.RenewAt()
 				h.mu.Unlock()
-			case refused(r.err):
+			case Refused(r.err):
 				h.mu.Lock()
 				h.keeper.Refused()
 				h.mu.Unlock()
@@ -201,9 +201,10 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 	}
 }
 
-// refused reports whether err is the store's verdict that the lease is
-// gone, as opposed to a failure to ask.
-func refused(err error) bool {
+// Refused reports whether err is the store's verdict that the lease is
+// gone (down, expired, unknown or superseded), on which the holder must
+// fence at once, as opposed to a failure to ask, which it retries.
+func Refused(err error) bool {
 	return errors.Is(err, ErrNodeDown) || errors.Is(err, ErrLeaseExpired) ||
 		errors.Is(err, ErrNoLease) || errors.Is(err, ErrStaleEpoch)
 }

@@ -3,10 +3,13 @@
 // shard_allocations tables and a sharding.RememberStore on
 // remembered_entities, all from package migrations.
 //
-// Fencing is enforced by the database: Acquire increments the lease row's
-// epoch under its row lock, and each Allocate or Deallocate is one statement
-// that share-locks the lease row and writes only if its epoch still equals
-// the writer's. A write therefore either commits before a takeover, and the
+// The coordinator lease is cluster/lease/postgres's coordinator lease of
+// the type (the same coordinator_lease row): it expires on the database's
+// clock, and Acquire refuses it while another owner holds it. Fencing is
+// enforced by the database: acquiring increments the row's epoch under
+// its row lock, and each Allocate or Deallocate is one statement that
+// share-locks the row and writes only if its epoch still equals the
+// writer's. A write therefore either commits before a takeover, and the
 // new coordinator's Acquire sees it, or fails with sharding.ErrStaleEpoch.
 package postgres
 
@@ -15,71 +18,83 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
 // CoordinatorStore is a sharding.CoordinatorStore on PostgreSQL. The pool
 // stays the caller's.
-//
-// Acquire takes the lease over unconditionally, as the interface asks:
-// deciding who may coordinate is membership's job. The lease row's
-// expires_at is written as 'infinity' (held until taken over), since the
-// interface has no lease duration or renewal. Leases on the same row, with
-// an expiry and renewal on database time, are cluster/lease/postgres's
-// AcquireCoordinator and RenewCoordinator: their epochs fence this store's
-// writes as Acquire's do, and a row Acquire wrote never expires for them.
 type CoordinatorStore struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	leases *leasepg.Store
 }
 
 var _ sharding.CoordinatorStore = (*CoordinatorStore)(nil)
 
+// Option configures a CoordinatorStore.
+type Option func(*options)
+
+type options struct{ lease []leasepg.Option }
+
+// WithClock makes the store's leases use now instead of the database
+// server's clock: for tests only (see cluster/lease/postgres.WithClock).
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.lease = append(o.lease, leasepg.WithClock(now)) }
+}
+
 // NewCoordinatorStore returns a store on pool, whose search_path must reach
 // the tables of package migrations.
-func NewCoordinatorStore(pool *pgxpool.Pool) *CoordinatorStore { return &CoordinatorStore{pool: pool} }
+func NewCoordinatorStore(pool *pgxpool.Pool, opts ...Option) *CoordinatorStore {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return &CoordinatorStore{pool: pool, leases: leasepg.New(pool, o.lease...)}
+}
 
 // Acquire implements sharding.CoordinatorStore.
-func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string) (uint64, map[string]string, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
+func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+	// The acquisition waited for fenced writes in flight (they share-lock
+	// the lease row it updated) and has committed: a statement started
+	// now sees every write of the old epoch that will ever land.
+	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner, ttl)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sharding/postgres: %w", err)
 	}
-	var (
-		epoch  int64
-		shards = make(map[string]string)
-	)
-	// Two statements in one READ COMMITTED transaction, not one: the upsert
-	// waits for in-flight fenced writes (they share-lock the lease row), and
-	// only a statement started after it takes a snapshot that includes them.
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO coordinator_lease (type_name, epoch, owner, expires_at)
-			VALUES ($1, 1, $2, 'infinity')
-			ON CONFLICT (type_name) DO UPDATE SET
-				epoch = coordinator_lease.epoch + 1,
-				owner = excluded.owner,
-				expires_at = excluded.expires_at
-			RETURNING epoch`, typeName, owner).Scan(&epoch)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT shard_id, region FROM shard_allocations WHERE type_name = $1`, typeName)
-		if err != nil {
-			return err
-		}
+	shards := make(map[string]string)
+	rows, err := s.pool.Query(ctx, `SELECT shard_id, region FROM shard_allocations WHERE type_name = $1`, typeName)
+	if err == nil {
 		var shard, region string
 		_, err = pgx.ForEachRow(rows, []any{&shard, &region}, func() error {
 			shards[shard] = region
 			return nil
 		})
-		return err
-	})
-	if err != nil {
-		return 0, nil, fmt.Errorf("sharding/postgres: acquire %s for %s: %w", typeName, owner, err)
 	}
-	return uint64(epoch), shards, nil
+	if err != nil {
+		return 0, nil, fmt.Errorf("sharding/postgres: read the allocations of %s: %w", typeName, err)
+	}
+	return epoch, shards, nil
+}
+
+// Renew implements sharding.CoordinatorStore.
+func (s *CoordinatorStore) Renew(ctx context.Context, typeName string, epoch uint64, ttl time.Duration) error {
+	if err := s.leases.RenewCoordinator(ctx, typeName, epoch, ttl); err != nil {
+		return fmt.Errorf("sharding/postgres: %w", err)
+	}
+	return nil
+}
+
+// Release implements sharding.CoordinatorStore.
+func (s *CoordinatorStore) Release(ctx context.Context, typeName string, epoch uint64) error {
+	if err := s.leases.ReleaseCoordinator(ctx, typeName, epoch); err != nil {
+		return fmt.Errorf("sharding/postgres: %w", err)
+	}
+	return nil
 }
 
 // The lease CTE share-locks the lease row, so a concurrent Acquire either

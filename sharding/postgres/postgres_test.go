@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
+	"github.com/shoal-dev/shoal/cluster/lease/leasetest"
 	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/postgres"
@@ -21,8 +23,8 @@ var pg = pgtest.New()
 func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }
 
 func TestCoordinatorStoreConformance(t *testing.T) {
-	shardingtest.RunCoordinatorStore(t, func(t *testing.T) sharding.CoordinatorStore {
-		return postgres.NewCoordinatorStore(pg.Pool(t))
+	shardingtest.RunCoordinatorStore(t, func(t *testing.T, clock *leasetest.Clock) sharding.CoordinatorStore {
+		return postgres.NewCoordinatorStore(pg.Pool(t), postgres.WithClock(clock.Now))
 	})
 }
 
@@ -37,8 +39,8 @@ func TestRememberStoreConformance(t *testing.T) {
 func TestStoresShareOneSchema(t *testing.T) {
 	pool := pg.Pool(t)
 	t.Run("Coordinator", func(t *testing.T) {
-		shardingtest.RunCoordinatorStore(t, func(*testing.T) sharding.CoordinatorStore {
-			return postgres.NewCoordinatorStore(pool)
+		shardingtest.RunCoordinatorStore(t, func(_ *testing.T, clock *leasetest.Clock) sharding.CoordinatorStore {
+			return postgres.NewCoordinatorStore(pool, postgres.WithClock(clock.Now))
 		})
 	})
 	t.Run("Remember", func(t *testing.T) {
@@ -54,14 +56,17 @@ func TestAllocationRecordsEpoch(t *testing.T) {
 	pool := pg.Pool(t)
 	ctx := context.Background()
 	s := postgres.NewCoordinatorStore(pool)
-	e1, _, err := s.Acquire(ctx, "T", "a")
+	e1, _, err := s.Acquire(ctx, "T", "a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Allocate(ctx, "T", e1, "s1", "r1"); err != nil {
 		t.Fatal(err)
 	}
-	e2, _, err := s.Acquire(ctx, "T", "b")
+	if err := s.Release(ctx, "T", e1); err != nil {
+		t.Fatal(err)
+	}
+	e2, _, err := s.Acquire(ctx, "T", "b", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +106,12 @@ func TestDatabaseUnreachable(t *testing.T) {
 
 	cs := postgres.NewCoordinatorStore(pool)
 	rs := postgres.NewRememberStore(pool)
-	_, _, acqErr := cs.Acquire(ctx, "T", "a")
+	_, _, acqErr := cs.Acquire(ctx, "T", "a", time.Second)
 	_, entErr := rs.Entities(ctx, "T", "s1")
 	for name, err := range map[string]error{
 		"Acquire":    acqErr,
+		"Renew":      cs.Renew(ctx, "T", 1, time.Second),
+		"Release":    cs.Release(ctx, "T", 1),
 		"Allocate":   cs.Allocate(ctx, "T", 1, "s1", "r1"),
 		"Deallocate": cs.Deallocate(ctx, "T", 1, "s1"),
 		"Entities":   entErr,
@@ -115,8 +122,8 @@ func TestDatabaseUnreachable(t *testing.T) {
 			t.Errorf("%s succeeded against an unreachable database", name)
 			continue
 		}
-		if errors.Is(err, sharding.ErrStaleEpoch) {
-			t.Errorf("%s: %v: an outage is not a stale epoch", name, err)
+		if lease.Refused(err) || errors.Is(err, sharding.ErrLeaseHeld) {
+			t.Errorf("%s: %v: an outage is not the store's verdict", name, err)
 		}
 		t.Logf("%s: %v", name, err)
 	}

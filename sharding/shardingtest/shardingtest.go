@@ -2,14 +2,16 @@
 // sharding.CoordinatorStore and sharding.RememberStore implementation passes.
 //
 //	func TestCoordinatorStoreConformance(t *testing.T) {
-//		shardingtest.RunCoordinatorStore(t, func(t *testing.T) sharding.CoordinatorStore {
-//			return sharding.NewMemoryCoordinatorStore()
+//		shardingtest.RunCoordinatorStore(t, func(t *testing.T, clock *leasetest.Clock) sharding.CoordinatorStore {
+//			return sharding.NewMemoryCoordinatorStoreAt(clock.Now)
 //		})
 //	}
 //
 // The constructor is called once per subtest; it may return a fresh store or
 // a shared one (every subtest uses type names of its own), and it registers
-// any cleanup with t.Cleanup.
+// any cleanup with t.Cleanup. A CoordinatorStore takes the time of its
+// leases from clock, which only the suite moves, so that expiry is tested
+// without waiting.
 package shardingtest
 
 import (
@@ -26,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/lease/leasetest"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
@@ -52,12 +55,31 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
+// ttl is the coordinator lease length the suite acquires with.
+const ttl = 10 * time.Second
+
+// coordStore is a store under test with the clock of its leases.
+type coordStore struct {
+	sharding.CoordinatorStore
+	clock *leasetest.Clock
+}
+
+// expire lets every lease the subtest handed out run out.
+func (s coordStore) expire() { s.clock.Advance(ttl) }
+
 // RunCoordinatorStore runs the CoordinatorStore suite as subtests of t.
-func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T) sharding.CoordinatorStore) {
-	run(t, newStore, []struct {
+func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T, clock *leasetest.Clock) sharding.CoordinatorStore) {
+	run(t, func(t *testing.T) coordStore {
+		clock := leasetest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		return coordStore{CoordinatorStore: newStore(t, clock), clock: clock}
+	}, []struct {
 		name string
-		fn   func(t *testing.T, s sharding.CoordinatorStore, typ names)
+		fn   func(t *testing.T, s coordStore, typ names)
 	}{
+		{"LeaseHeldUntilExpiry", testLeaseHeld},
+		{"LeaseRenewal", testLeaseRenewal},
+		{"LeaseRelease", testLeaseRelease},
+		{"TwoWouldBeCoordinators", testTwoWouldBeCoordinators},
 		{"FirstAcquire", testFirstAcquire},
 		{"EpochsIncrease", testEpochsIncrease},
 		{"WritesVisibleToNextAcquire", testWritesVisible},
@@ -72,27 +94,145 @@ func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T) sharding.Coor
 	})
 }
 
-func acquire(t *testing.T, s sharding.CoordinatorStore, typ, owner string) (uint64, map[string]string) {
+func acquire(t *testing.T, s coordStore, typ, owner string) (uint64, map[string]string) {
 	t.Helper()
-	epoch, shards, err := s.Acquire(ctxFor(t), typ, owner)
+	epoch, shards, err := s.Acquire(ctxFor(t), typ, owner, ttl)
 	if err != nil {
 		t.Fatalf("Acquire(%q, %q): %v", typ, owner, err)
 	}
 	return epoch, shards
 }
 
-func allocate(t *testing.T, s sharding.CoordinatorStore, typ string, epoch uint64, shard, region string) {
+func allocate(t *testing.T, s coordStore, typ string, epoch uint64, shard, region string) {
 	t.Helper()
 	if err := s.Allocate(ctxFor(t), typ, epoch, shard, region); err != nil {
 		t.Fatalf("Allocate(%q, %d, %q, %q): %v", typ, epoch, shard, region, err)
 	}
 }
 
-func deallocate(t *testing.T, s sharding.CoordinatorStore, typ string, epoch uint64, shard string) {
+func deallocate(t *testing.T, s coordStore, typ string, epoch uint64, shard string) {
 	t.Helper()
 	if err := s.Deallocate(ctxFor(t), typ, epoch, shard); err != nil {
 		t.Fatalf("Deallocate(%q, %d, %q): %v", typ, epoch, shard, err)
 	}
+}
+
+// takeOver lets the current lease expire, then acquires it for owner.
+func takeOver(t *testing.T, s coordStore, typ, owner string) (uint64, map[string]string) {
+	t.Helper()
+	s.expire()
+	return acquire(t, s, typ, owner)
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: err %v, want %v", what, err, want)
+	}
+}
+
+// Another owner cannot take an unexpired lease; once it expired (in the
+// store's time) it can, and the old holder's renewals, releases and
+// writes are refused as stale.
+func testLeaseHeld(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	e1, _ := acquire(t, s, typ("T"), "a#1")
+	allocate(t, s, typ("T"), e1, "s1", "a")
+	_, _, err := s.Acquire(ctx, typ("T"), "b#1", ttl)
+	wantErr(t, "Acquire while held", err, sharding.ErrLeaseHeld)
+	s.clock.Advance(ttl - time.Microsecond)
+	_, _, err = s.Acquire(ctx, typ("T"), "b#1", ttl)
+	wantErr(t, "Acquire 1µs before expiry", err, sharding.ErrLeaseHeld)
+	// The refused acquisitions changed nothing: the holder still writes.
+	allocate(t, s, typ("T"), e1, "s2", "a")
+	s.clock.Advance(time.Microsecond)
+	e2, shards := acquire(t, s, typ("T"), "b#1")
+	if e2 <= e1 {
+		t.Fatalf("takeover epoch %d, not above %d", e2, e1)
+	}
+	wantShards(t, "taken over", shards, map[string]string{"s1": "a", "s2": "a"})
+	wantStale(t, "Renew by the old holder", s.Renew(ctx, typ("T"), e1, ttl))
+	wantStale(t, "Release by the old holder", s.Release(ctx, typ("T"), e1))
+	wantStale(t, "Allocate by the old holder", s.Allocate(ctx, typ("T"), e1, "s3", "a"))
+	wantStale(t, "Deallocate by the old holder", s.Deallocate(ctx, typ("T"), e1, "s1"))
+	_, _, err = s.Acquire(ctx, typ("T"), "a#1", ttl)
+	wantErr(t, "Acquire by the old holder", err, sharding.ErrLeaseHeld)
+	allocate(t, s, typ("T"), e2, "s3", "b")
+}
+
+// A renewal extends the lease from the store's time; once it expired, a
+// renewal is refused and the holder must acquire again.
+func testLeaseRenewal(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	e, _ := acquire(t, s, typ("T"), "a#1")
+	s.clock.Advance(6 * time.Second)
+	if err := s.Renew(ctx, typ("T"), e, ttl); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	s.clock.Advance(ttl - time.Microsecond)
+	_, _, err := s.Acquire(ctx, typ("T"), "b#1", ttl)
+	wantErr(t, "Acquire within the renewed lease", err, sharding.ErrLeaseHeld)
+	s.clock.Advance(time.Microsecond)
+	wantErr(t, "Renew after expiry", s.Renew(ctx, typ("T"), e, ttl), sharding.ErrLeaseExpired)
+	wantStale(t, "Renew under an epoch never issued", s.Renew(ctx, typ("T"), e+1, ttl))
+	// The same owner may acquire again at once, under a new epoch that
+	// fences its earlier self.
+	e2, _ := acquire(t, s, typ("T"), "a#1")
+	e3, _ := acquire(t, s, typ("T"), "a#1")
+	if e2 <= e || e3 <= e2 {
+		t.Fatalf("epochs %d, %d, %d do not increase", e, e2, e3)
+	}
+	wantStale(t, "Renew under the superseded epoch", s.Renew(ctx, typ("T"), e2, ttl))
+	wantStale(t, "Allocate under the superseded epoch", s.Allocate(ctx, typ("T"), e2, "s1", "a"))
+	if err := s.Renew(ctx, typ("T"), e3, ttl); err != nil {
+		t.Fatalf("Renew under the newest epoch: %v", err)
+	}
+}
+
+// A released lease can be taken at once; a renewal of it is refused.
+func testLeaseRelease(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	e, _ := acquire(t, s, typ("T"), "a#1")
+	allocate(t, s, typ("T"), e, "s1", "a")
+	if err := s.Release(ctx, typ("T"), e); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wantErr(t, "Renew after Release", s.Renew(ctx, typ("T"), e, ttl), sharding.ErrLeaseExpired)
+	e2, shards := acquire(t, s, typ("T"), "b#1")
+	if e2 <= e {
+		t.Fatalf("epoch %d after %d", e2, e)
+	}
+	wantShards(t, "after a release", shards, map[string]string{"s1": "a"})
+}
+
+// Two would-be coordinators (two nodes whose views both say they are the
+// oldest) race for the lease: exactly one acts; the other is refused
+// until the lease expires, and a write with the epoch it had before is
+// refused as stale.
+func testTwoWouldBeCoordinators(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	// b coordinated before; its lease expired (a long pause).
+	stale, _ := acquire(t, s, typ("T"), "b#1")
+	s.expire()
+	owners := []string{"a#1", "b#1"}
+	epochs := make([]uint64, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, o := range owners {
+		wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), o, ttl) })
+	}
+	wg.Wait()
+	winner, loser := 0, 1
+	if errs[0] != nil {
+		winner, loser = 1, 0
+	}
+	if errs[winner] != nil {
+		t.Fatalf("neither acquired: %v", errs)
+	}
+	wantErr(t, owners[loser]+"'s Acquire", errs[loser], sharding.ErrLeaseHeld)
+	allocate(t, s, typ("T"), epochs[winner], "s1", owners[winner])
+	wantStale(t, "a write under b's expired epoch", s.Allocate(ctx, typ("T"), stale, "s1", "b#1"))
+	wantStale(t, "a renewal of b's expired epoch", s.Renew(ctx, typ("T"), stale, ttl))
 }
 
 // wantShards compares allocations; an empty result may be nil.
@@ -126,7 +266,7 @@ func wantStale(t *testing.T, what string, err error) {
 	}
 }
 
-func testFirstAcquire(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testFirstAcquire(t *testing.T, s coordStore, typ names) {
 	epoch, shards := acquire(t, s, typ("T"), "node-a")
 	// Zero is the epoch of no coordinator at all.
 	if epoch == 0 {
@@ -135,11 +275,14 @@ func testFirstAcquire(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	wantShards(t, "first Acquire", shards, nil)
 }
 
-func testEpochsIncrease(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testEpochsIncrease(t *testing.T, s coordStore, typ names) {
 	var last uint64
 	// The same owner acquiring again (a restarted coordinator) gets a new
 	// epoch too: its previous incarnation must be fenced off.
 	for i, owner := range []string{"node-a", "node-a", "node-b", "node-a", "node-c"} {
+		if i > 1 {
+			s.expire() // another owner held it
+		}
 		epoch, _ := acquire(t, s, typ("T"), owner)
 		if epoch <= last {
 			t.Fatalf("Acquire %d by %s: epoch %d, not above %d", i, owner, epoch, last)
@@ -148,7 +291,7 @@ func testEpochsIncrease(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	}
 }
 
-func testWritesVisible(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testWritesVisible(t *testing.T, s coordStore, typ names) {
 	e1, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), e1, "s1", "region-a")
 	allocate(t, s, typ("T"), e1, "s2", "region-a")
@@ -158,17 +301,17 @@ func testWritesVisible(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	deallocate(t, s, typ("T"), e1, "never-allocated") // not an error
 	deallocate(t, s, typ("T"), e1, "s3")              // idempotent
 
-	e2, shards := acquire(t, s, typ("T"), "node-b")
+	e2, shards := takeOver(t, s, typ("T"), "node-b")
 	wantShards(t, "after writes", shards, map[string]string{"s1": "region-a", "s2": "region-c"})
 
 	// The new coordinator's writes build on the old ones.
 	allocate(t, s, typ("T"), e2, "s3", "region-b")
 	deallocate(t, s, typ("T"), e2, "s1")
-	_, shards = acquire(t, s, typ("T"), "node-a")
+	_, shards = takeOver(t, s, typ("T"), "node-a")
 	wantShards(t, "after the successor's writes", shards, map[string]string{"s2": "region-c", "s3": "region-b"})
 }
 
-func testAcquiredMapIsACopy(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testAcquiredMapIsACopy(t *testing.T, s coordStore, typ names) {
 	e, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), e, "s1", "region-a")
 	_, shards := acquire(t, s, typ("T"), "node-a")
@@ -178,12 +321,12 @@ func testAcquiredMapIsACopy(t *testing.T, s sharding.CoordinatorStore, typ names
 	wantShards(t, "after mutating a returned map", shards, map[string]string{"s1": "region-a"})
 }
 
-func testStaleEpoch(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testStaleEpoch(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	old, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), old, "s1", "region-a")
 	allocate(t, s, typ("T"), old, "s2", "region-a")
-	cur, _ := acquire(t, s, typ("T"), "node-b")
+	cur, _ := takeOver(t, s, typ("T"), "node-b")
 
 	wantStale(t, "Allocate new shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s3", "region-a"))
 	wantStale(t, "Allocate moving a shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s1", "region-x"))
@@ -193,11 +336,11 @@ func testStaleEpoch(t *testing.T, s sharding.CoordinatorStore, typ names) {
 	allocate(t, s, typ("T"), cur, "s4", "region-b")
 	wantStale(t, "Allocate with the old epoch after the new one wrote", s.Allocate(ctx, typ("T"), old, "s4", "region-a"))
 
-	_, shards := acquire(t, s, typ("T"), "node-c")
+	_, shards := takeOver(t, s, typ("T"), "node-c")
 	wantShards(t, "after stale writes", shards, map[string]string{"s1": "region-a", "s2": "region-a", "s4": "region-b"})
 }
 
-func testUnknownEpoch(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testUnknownEpoch(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	e, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), e, "s1", "region-a")
@@ -212,7 +355,7 @@ func testUnknownEpoch(t *testing.T, s sharding.CoordinatorStore, typ names) {
 
 // Nobody holds the lease of a type never acquired: no epoch may write it,
 // not even the zero value of an uninitialised coordinator.
-func testWriteWithoutLease(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testWriteWithoutLease(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	for _, epoch := range []uint64{0, 1} {
 		wantStale(t, fmt.Sprintf("Allocate with epoch %d before any Acquire", epoch), s.Allocate(ctx, typ("T"), epoch, "s1", "region-x"))
@@ -222,76 +365,87 @@ func testWriteWithoutLease(t *testing.T, s sharding.CoordinatorStore, typ names)
 	wantShards(t, "after writes without a lease", shards, nil)
 }
 
-func testCoordinatorIsolation(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testCoordinatorIsolation(t *testing.T, s coordStore, typ names) {
 	ea, _ := acquire(t, s, typ("A"), "node-a")
 	eb, _ := acquire(t, s, typ("B"), "node-b")
 	allocate(t, s, typ("A"), ea, "s1", "region-a")
 	allocate(t, s, typ("B"), eb, "s1", "region-b")
 	allocate(t, s, typ("B"), eb, "s2", "region-b")
 
-	// A takeover of B leaves A's coordinator in office.
-	eb2, _ := acquire(t, s, typ("B"), "node-c")
+	// A takeover of B leaves A's coordinator in office (its lease expired
+	// too, but nobody took it over: its epoch is still the newest).
+	eb2, _ := takeOver(t, s, typ("B"), "node-c")
 	allocate(t, s, typ("A"), ea, "s3", "region-a")
 	wantStale(t, "B's old epoch", s.Allocate(ctxFor(t), typ("B"), eb, "s3", "region-b"))
 	deallocate(t, s, typ("B"), eb2, "s1")
 
 	_, a := acquire(t, s, typ("A"), "node-a")
 	wantShards(t, "type A", a, map[string]string{"s1": "region-a", "s3": "region-a"})
-	_, b := acquire(t, s, typ("B"), "node-b")
+	_, b := takeOver(t, s, typ("B"), "node-b")
 	wantShards(t, "type B", b, map[string]string{"s2": "region-b"})
 	_, c := acquire(t, s, typ("C"), "node-c")
 	wantShards(t, "type C", c, nil)
 }
 
-// testConcurrentAcquire races several would-be coordinators: each gets its
-// own epoch, and of their writes only the newest epoch's lands.
-func testConcurrentAcquire(t *testing.T, s sharding.CoordinatorStore, typ names) {
+// testConcurrentAcquire races several would-be coordinators, twice: each
+// time exactly one gets the lease, and once the second winner holds it, of
+// everyone's writes only the newest epoch's lands.
+func testConcurrentAcquire(t *testing.T, s coordStore, typ names) {
 	const owners = 8
 	ctx := ctxFor(t)
-	epochs := make([]uint64, owners)
-	errs := make([]error, owners)
+	race := func(round int) (winner int, epoch uint64) {
+		t.Helper()
+		epochs := make([]uint64, owners)
+		errs := make([]error, owners)
+		var wg sync.WaitGroup
+		for i := range owners {
+			wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), fmt.Sprintf("r%d-node-%d", round, i), ttl) })
+		}
+		wg.Wait()
+		winner = -1
+		for i, err := range errs {
+			switch {
+			case err == nil && winner >= 0:
+				t.Fatalf("round %d: node-%d and node-%d both acquired (epochs %d, %d)", round, winner, i, epochs[winner], epochs[i])
+			case err == nil:
+				winner = i
+			case !errors.Is(err, sharding.ErrLeaseHeld):
+				t.Fatalf("round %d: Acquire by node-%d: %v, want nil or ErrLeaseHeld", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: nobody acquired a free lease", round)
+		}
+		return winner, epochs[winner]
+	}
+	_, first := race(1)
+	s.expire()
+	second, newest := race(2)
+	if newest <= first {
+		t.Fatalf("second winner's epoch %d, not above the first's %d", newest, first)
+	}
+	// Both winners, and a coordinator that never got an epoch, write the
+	// same shard at once: exactly the newest lands.
+	var errFirst, errNewest, errNone error
 	var wg sync.WaitGroup
-	for i := range owners {
-		wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), fmt.Sprintf("node-%d", i)) })
-	}
+	wg.Go(func() { errFirst = s.Allocate(ctx, typ("T"), first, "s1", "first") })
+	wg.Go(func() { errNewest = s.Allocate(ctx, typ("T"), newest, "s1", "newest") })
+	wg.Go(func() { errNone = s.Allocate(ctx, typ("T"), 0, "s1", "none") })
 	wg.Wait()
-	newest := 0
-	seen := map[uint64]int{}
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("Acquire by node-%d: %v", i, err)
-		}
-		if j, dup := seen[epochs[i]]; dup {
-			t.Fatalf("node-%d and node-%d both got epoch %d", j, i, epochs[i])
-		}
-		seen[epochs[i]] = i
-		if epochs[i] > epochs[newest] {
-			newest = i
-		}
+	if errNewest != nil {
+		t.Fatalf("the holder's write: %v", errNewest)
 	}
-
-	// Everyone now writes the same shard at once: exactly the newest wins.
-	for i := range owners {
-		wg.Go(func() { errs[i] = s.Allocate(ctx, typ("T"), epochs[i], "s1", fmt.Sprintf("node-%d", i)) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		switch {
-		case i == newest && err != nil:
-			t.Fatalf("newest coordinator node-%d (epoch %d): %v", i, epochs[i], err)
-		case i != newest:
-			wantStale(t, fmt.Sprintf("node-%d (epoch %d, newest %d)", i, epochs[i], epochs[newest]), err)
-		}
-	}
-	_, shards := acquire(t, s, typ("T"), "observer")
-	wantShards(t, "after the race", shards, map[string]string{"s1": fmt.Sprintf("node-%d", newest)})
+	wantStale(t, "the first winner's write after the second won", errFirst)
+	wantStale(t, "a write with epoch 0", errNone)
+	_, shards := takeOver(t, s, typ("T"), "observer")
+	wantShards(t, fmt.Sprintf("after the race won by r2-node-%d", second), shards, map[string]string{"s1": "newest"})
 }
 
 // testTakeoverDuringWrites deposes a coordinator while it writes. Each of
 // its writes either happened before the takeover — then the successor's
 // Acquire returns it — or is refused; nothing written by the deposed
 // coordinator may appear later.
-func testTakeoverDuringWrites(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testTakeoverDuringWrites(t *testing.T, s coordStore, typ names) {
 	const (
 		rounds  = 10
 		writers = 4
@@ -330,7 +484,8 @@ func testTakeoverDuringWrites(t *testing.T, s sharding.CoordinatorStore, typ nam
 		for range writers {
 			<-started
 		}
-		_, took, err := s.Acquire(ctx, tn, "new")
+		s.expire()
+		_, took, err := s.Acquire(ctx, tn, "new", ttl)
 		if err != nil {
 			stop.Store(true)
 		}
@@ -339,15 +494,15 @@ func testTakeoverDuringWrites(t *testing.T, s sharding.CoordinatorStore, typ nam
 			t.Fatalf("round %d: Acquire: %v", round, err)
 		}
 		wantShards(t, fmt.Sprintf("round %d: successor's view vs the deposed coordinator's successful writes", round), took, written)
-		_, later := acquire(t, s, tn, "observer")
+		_, later := takeOver(t, s, tn, "observer")
 		wantShards(t, fmt.Sprintf("round %d: stored after the takeover", round), later, written)
 	}
 }
 
-func testCoordinatorCancelled(t *testing.T, s sharding.CoordinatorStore, typ names) {
+func testCoordinatorCancelled(t *testing.T, s coordStore, typ names) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := s.Acquire(ctx, typ("T"), "node-a"); err == nil {
+	if _, _, err := s.Acquire(ctx, typ("T"), "node-a", ttl); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
 	// A cancelled Acquire leaves the type usable and its allocations empty.

@@ -18,12 +18,10 @@
 //
 // Fencing with sharding/postgres. The coordinator lease of an entity type
 // is the coordinator_lease row whose epoch sharding/postgres's Allocate and
-// Deallocate check, so AcquireCoordinator fences the allocation writes of
-// every earlier holder: it locks the row (waiting for writes in flight,
-// which share-lock it) and increments its epoch. sharding/postgres's
-// Acquire, which takes over unconditionally and writes expires_at =
-// 'infinity', predates leases: a row it wrote never expires here, so a
-// deployment uses one or the other for a type, not both.
+// Deallocate check; sharding/postgres acquires and renews it through this
+// store. AcquireCoordinator fences the allocation writes of every earlier
+// holder: it locks the row (waiting for writes in flight, which
+// share-lock it) and increments its epoch.
 package postgres
 
 import (

@@ -1,0 +1,99 @@
+package sharding_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// fakeLeases are node leases the test expires by hand.
+type fakeLeases struct {
+	mu      sync.Mutex
+	downs   []string
+	expired map[string]bool
+}
+
+func (f *fakeLeases) DownNode(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.downs = append(f.downs, node)
+	return nil
+}
+
+func (f *fakeLeases) NodeLeaseExpired(_ context.Context, node string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.expired[node], nil
+}
+
+func (f *fakeLeases) expire(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expired[node] = true
+}
+
+func (f *fakeLeases) downed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.downs)
+}
+
+// With node leases, the coordinator downs a member that fails and moves
+// its shards only once the member's lease has expired: never while the
+// failed node may still run them. (Without leases a Down member's shards
+// move at once, which is how this fails on code that ignores the leases.)
+func TestFailedNodeShardsMoveOnlyAfterItsLeaseExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{})
+		leases := &fakeLeases{expired: map[string]bool{}}
+		s.nodeLeases = leases
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		synctest.Wait()
+		var id, shard string
+		for i := range 200 {
+			id = fmt.Sprint("e", i)
+			a.tell(t, id, note{Text: "1"})
+			synctest.Wait()
+			shard = a.region.ShardID(id)
+			if _, onB := b.region.State().Shards[shard]; onB {
+				break
+			}
+		}
+		if _, onB := b.region.State().Shards[shard]; !onB {
+			t.Fatal("no entity landed on b")
+		}
+		b.sh.Terminate()
+		s.cluster.SetStatus("b", allocation.Down)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if !slices.Contains(leases.downed(), "b") {
+			t.Fatalf("downed %v, want b", leases.downed())
+		}
+		_ = a.region.EntityRefFor(id).Tell(note{Text: "2"}) // b is gone: may fail
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, onA := a.region.State().Shards[shard]; onA {
+			t.Fatalf("shard %s of the failed node started on a before its lease expired", shard)
+		}
+		leases.expire("b")
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		a.tell(t, id, note{Text: "3"})
+		synctest.Wait()
+		if _, onA := a.region.State().Shards[shard]; !onA {
+			t.Fatalf("shard %s not on a after the failed node's lease expired: a hosts %v", shard, a.region.State().Shards)
+		}
+		if got := s.log.notes(id); !slices.Contains(got, "3") || slices.Contains(got, "2") {
+			t.Fatalf("%s got %v, want 1 and 3 (2 went to the failed node)", id, got)
+		}
+		_ = a.sh.Shutdown(context.Background())
+	})
+}

@@ -1,0 +1,47 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shoal-dev/shoal/cluster/lease"
+	"github.com/shoal-dev/shoal/sharding"
+)
+
+// NodeLeases is sharding's view of the node leases in store: nodes named
+// as NodeName names them (node#incarnation), so that the coordinator downs
+// exactly the incarnation membership reported failed.
+func NodeLeases(store lease.Store) sharding.NodeLeases { return nodeLeases{store} }
+
+type nodeLeases struct{ store lease.Store }
+
+// DownNode implements sharding.NodeLeases.
+func (l nodeLeases) DownNode(ctx context.Context, node string) error {
+	a, err := ParseNodeName(node)
+	if err != nil {
+		return err
+	}
+	if err := l.store.DownNode(ctx, a); err != nil {
+		return fmt.Errorf("remote: down %s: %w", a, err)
+	}
+	return nil
+}
+
+// NodeLeaseExpired implements sharding.NodeLeases. An incarnation the
+// store never heard of never hosted anything (a node holds its lease
+// before it joins): expired.
+func (l nodeLeases) NodeLeaseExpired(ctx context.Context, node string) (bool, error) {
+	a, err := ParseNodeName(node)
+	if err != nil {
+		return false, err
+	}
+	expired, err := l.store.NodeLeaseExpired(ctx, a)
+	switch {
+	case errors.Is(err, lease.ErrNoLease):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("remote: node lease of %s: %w", a, err)
+	}
+	return expired, nil
+}
