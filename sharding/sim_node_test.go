@@ -1,5 +1,3 @@
-//go:build shoalsim
-
 package sharding
 
 import (
@@ -8,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
@@ -39,7 +39,10 @@ type simNode struct {
 	view     []Member
 	viewLast time.Duration // per-node FIFO of membership views
 	region   *regionCore[simCmd, *simShard]
-	stopped  bool // the region stopped (RegionStopped sent) and no longer listens
+	stopped  bool // the region stopped and no longer listens
+	// regionGone: the region reported itself gone (regGone), once the
+	// entities of its terminated shards stopped.
+	regionGone bool
 
 	coord        *simCoord
 	coordSerial  int
@@ -103,7 +106,7 @@ func (n *simNode) applyRegion() {
 				if err := sh.deliver(ef.p, false, ef.accepted); err != nil {
 					n.w.lost(ef.p, "%s: accepted message refused by shard %s: %v", n.name, ef.shard, err)
 				}
-			case regHandOff, regPassivateIdle:
+			case regHandOff, regPassivateIdle, regTerminate:
 				later = append(later, ef)
 			case regArmTick:
 				n.after(ef.after, n.tick)
@@ -113,6 +116,11 @@ func (n *simNode) applyRegion() {
 						n.finishLeave(false)
 					}
 				})
+			case regGone:
+				n.regionGone = true
+				n.maybeGone()
+			case regDeadLetter:
+				n.w.lost(ef.p, "%s: forwarded message refused: %v", n.name, ef.err)
 			case regNote:
 				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
 			default:
@@ -125,13 +133,17 @@ func (n *simNode) applyRegion() {
 			if !ok {
 				continue
 			}
-			if ef.kind == regHandOff {
+			switch ef.kind {
+			case regHandOff:
 				n.w.tracef("%s hands off shard %s", n.name, ef.shard)
 				sh.core.handOff()
-			} else {
+				sh.apply()
+			case regPassivateIdle:
 				sh.core.passivateIdle(ef.tick, ef.ticks)
+				sh.apply()
+			case regTerminate:
+				n.terminateShard(sh)
 			}
-			sh.apply()
 		}
 	}
 }
@@ -170,7 +182,13 @@ func (n *simNode) applyView(view []Member) {
 	n.w.tracef("%s view %s", n.name, simShowView(view))
 	n.hostCoordinatorIfOldest()
 	oldest := n.oldest()
-	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest) })
+	var live []string
+	for _, m := range view {
+		if m.Status != allocation.Down {
+			live = append(live, m.Node)
+		}
+	}
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest, live) })
 	if c := n.coord; c.usable() {
 		c.step(membersChanged{members: slices.Clone(view)})
 	}
@@ -200,27 +218,42 @@ func (n *simNode) leave() {
 	})
 }
 
-// finishLeave stops the region, then the coordinator after what the region
-// sent it, and leaves the membership.
+// finishLeave stops the region (Region.shutdown): past the deadline the
+// core terminates what it still hosts and reports itself gone once those
+// entities stopped; the coordinator stops after what the region sent it,
+// and the node leaves the membership once both are done (Sharding.Shutdown).
 func (n *simNode) finishLeave(late bool) {
 	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
 	n.w.droppedAtStop(n)
-	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	n.stopped = true
-	if late {
-		for _, id := range n.region.hostedShards() {
-			sh, _ := n.region.local(id)
-			sh.core.terminate()
-			sh.apply()
-			sh.gone, sh.terminated = true, true
-		}
-	}
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	if n.coord != nil && !n.coord.failed {
 		n.stopCoordinator()
 		return // gone once the coordinator has processed what it was sent
 	}
 	n.coord = nil
-	n.gone()
+	n.maybeGone()
+}
+
+// terminateShard is regTerminate: the shard's entities stop at once and
+// its remember writes die; the region hears of it after a mailbox hop.
+func (n *simNode) terminateShard(sh *simShard) {
+	sh.terminated, sh.writes = true, nil
+	sh.core.terminate()
+	sh.apply()
+	n.local(func() {
+		sh.core.forgetAll()
+		sh.gone = true
+		n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.shardTerminated(sh.id) })
+	})
+}
+
+// maybeGone leaves the membership once the stopped region is gone and the
+// coordinator, if any, has stopped.
+func (n *simNode) maybeGone() {
+	if n.stopped && n.regionGone && n.coord == nil && n.state != nodeGone {
+		n.gone()
+	}
 }
 
 func (n *simNode) gone() {
@@ -247,8 +280,9 @@ func (n *simNode) crash() {
 		n.w.lostToFault(sh.leftover)
 		sh.gone = true
 	}
-	if n.coord != nil && n.coord.core != nil {
-		n.w.lostToFault(n.coord.core.carried)
+	if c := n.coord; c != nil {
+		n.w.lostToFault(c.out) // decisions waiting for the store
+		n.w.lostToFault(c.stash)
 	}
 	n.state, n.crashed, n.stopped, n.coord = nodeGone, true, true, nil
 	for _, other := range n.w.order {
@@ -266,6 +300,14 @@ type simCoord struct {
 	epoch    uint64
 	failed   bool // stopped by itself: a store call failed
 	stopping bool // unlistened; stops after what its own node sent it
+
+	// coordinatorWrites: one step's decisions wait here until the store
+	// has its changes; meanwhile other messages wait in stash.
+	changes  []change
+	out      []outbound
+	stash    []Message
+	attempts int  // failed flushes in a row
+	retrying bool // a retryStoreWrites is scheduled
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
@@ -357,9 +399,7 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 		if c != nil && c.serial == stop.Serial {
 			n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
 			n.coord = nil
-			if n.stopped {
-				n.gone()
-			}
+			n.maybeGone()
 		}
 		return
 	}
@@ -371,25 +411,78 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 	c.step(msg)
 }
 
-// step steps the core, writes its changes, then sends its messages.
+// step is coordinatorRunner.step: it steps the core unless decisions
+// still wait for the store, writes the changes in order, then sends the
+// messages; a failed write is retried after a back-off, a stale epoch
+// stops the coordinator.
 func (c *simCoord) step(msg Message) {
-	w := c.n.w
-	changes, out := c.core.step(msg)
-	for _, ch := range changes {
+	switch msg.(type) {
+	case retryStoreWrites:
+		c.retrying = false
+		if !c.waiting() {
+			return
+		}
+	case rebalanceTick:
+		if c.waiting() {
+			return // periodic: the next one comes
+		}
+		c.changes, c.out = c.core.step(msg)
+	default:
+		if c.waiting() {
+			c.stash = append(c.stash, msg)
+			return
+		}
+		c.changes, c.out = c.core.step(msg)
+	}
+	c.flush()
+	for !c.waiting() && !c.failed && len(c.stash) > 0 {
+		next := c.stash[0]
+		c.stash = c.stash[1:]
+		c.changes, c.out = c.core.step(next)
+		c.flush()
+	}
+}
+
+func (c *simCoord) waiting() bool { return len(c.changes) > 0 }
+
+func (c *simCoord) flush() {
+	w, n := c.n.w, c.n
+	for len(c.changes) > 0 {
+		ch := c.changes[0]
 		var err error
 		if ch.region == "" {
 			err = w.coordStore.Deallocate(context.Background(), simType, c.epoch, ch.shard)
 		} else {
 			err = w.coordStore.Allocate(context.Background(), simType, c.epoch, ch.shard, ch.region)
 		}
-		if err != nil {
-			w.tracef("%s coordinator (epoch %d) store write failed, stops: %v", c.n.name, c.epoch, err)
-			c.failed = true
+		if errors.Is(err, ErrStaleEpoch) {
+			w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
+			w.lostToFault(c.out)
+			w.lostToFault(c.stash)
+			c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
 			return
 		}
+		if err != nil {
+			wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
+			c.attempts++
+			w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
+			if !c.retrying {
+				c.retrying = true
+				n.after(wait, func() {
+					if n.coord == c && !c.failed {
+						c.step(retryStoreWrites{})
+					}
+				})
+			}
+			return
+		}
+		c.changes = c.changes[1:]
 	}
+	c.changes, c.attempts = nil, 0
+	out := c.out
+	c.out = nil
 	for _, o := range out {
-		w.net.send(c.n.name, o.to, false, o.msg)
+		w.net.send(n.name, o.to, false, o.msg)
 	}
 }
 

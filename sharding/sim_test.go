@@ -1,5 +1,3 @@
-//go:build shoalsim
-
 package sharding
 
 import (
