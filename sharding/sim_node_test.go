@@ -94,7 +94,16 @@ func (n *simNode) applyRegion() {
 			case regSend:
 				n.w.net.send(n.name, ef.node, ef.coordinator, ef.msg)
 			case regForward:
-				n.w.net.send(n.name, ef.node, false, ef.p.deliver(ef.shard))
+				if n.w.reachable(ef.node) {
+					n.w.net.send(n.name, ef.node, false, ef.p.deliver(ef.shard))
+					break
+				}
+				// Accepted before: it waits again for the home the tick asks for.
+				n.region.unreachable(ef.shard, ef.node)
+				v, e := n.region.route(ef.shard, ef.p)
+				if err := n.sendRouted(v, e, ef.shard, ef.p, true); err != nil {
+					n.w.lost(ef.p, "%s: buffered message not forwarded: %v", n.name, err)
+				}
 			case regHost:
 				n.region.attach(ef.shard, n.newShard(ef.shard))
 			case regDeliver:
@@ -153,11 +162,22 @@ func (n *simNode) tell(entityID string, msg simCmd) error {
 	shardID := n.w.settings.ShardID(entityID)
 	p := pending[simCmd]{entityID: entityID, msg: msg}
 	v, e := n.region.route(shardID, p)
+	err := n.sendRouted(v, e, shardID, p, false)
 	n.applyRegion()
+	return err
+}
+
+// sendRouted is Region.sendRouted: a home the transport cannot reach (its
+// node left or died) is forgotten, and the sender learns of it.
+func (n *simNode) sendRouted(v routeVerdict, e *regionShard[simCmd, *simShard], shardID string, p pending[simCmd], accepted bool) error {
 	switch v {
 	case routeLocal:
-		return e.local.deliver(p, false, false)
+		return e.local.deliver(p, false, accepted)
 	case routeRemote:
+		if !n.w.reachable(e.home) {
+			n.region.unreachable(shardID, e.home)
+			return ErrUnreachable
+		}
 		n.w.net.send(n.name, e.home, false, p.deliver(shardID))
 	case routeStopped:
 		return ErrRegionStopped

@@ -219,6 +219,13 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 	}
 }
 
+// reachable is what the transport's Send finds out at once: a node that
+// left or died refuses the connection.
+func (w *simWorld) reachable(node string) bool {
+	n := w.nodes[node]
+	return n != nil && n.state != nodeGone
+}
+
 // breakLink loses everything in flight between a and b, both ways.
 func (n *simNet) breakLink(a, b string) {
 	n.gen[simLink{a, b}]++
