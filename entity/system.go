@@ -291,37 +291,34 @@ type keyedQueues struct {
 }
 
 func (k *keyedQueues) enqueue(key string, job func()) {
-	if k.push(key, job) {
+	if !k.queue(key, job, true) {
 		go k.drain(key, job)
 	}
 }
 
 // runOrCall calls fn at once when nothing runs under key, else queues it.
 func (k *keyedQueues) runOrCall(key string, fn func()) {
-	k.mu.Lock()
-	if q, busy := k.queues[key]; busy {
-		k.queues[key] = append(q, fn)
-		k.mu.Unlock()
-		return
+	if !k.queue(key, fn, false) {
+		fn()
 	}
-	k.mu.Unlock()
-	fn()
 }
 
-// push queues job behind the running ones and reports whether none ran,
-// making the caller the key's runner.
-func (k *keyedQueues) push(key string, job func()) (first bool) {
+// queue puts job behind the jobs running under key and reports true, or,
+// when none run, reports false, making the caller key's runner if claim.
+func (k *keyedQueues) queue(key string, job func(), claim bool) (queued bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if q, busy := k.queues[key]; busy {
 		k.queues[key] = append(q, job)
-		return false
+		return true
 	}
-	if k.queues == nil {
-		k.queues = make(map[string][]func())
+	if claim {
+		if k.queues == nil {
+			k.queues = make(map[string][]func())
+		}
+		k.queues[key] = nil
 	}
-	k.queues[key] = nil
-	return true
+	return false
 }
 
 func (k *keyedQueues) drain(key string, job func()) {
