@@ -79,7 +79,7 @@ func Start(t testing.TB) *Browser {
 		chromedp.WindowSize(1280, 800),
 		// No traffic beyond the loopback pages a test loads: no background
 		// services, updates, sync, metrics or safe browsing, and no host name
-		// resolves except localhost, so a forgotten service fails closed.
+		// resolves except loopback, so a forgotten service fails closed.
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
@@ -93,7 +93,7 @@ func Start(t testing.TB) *Browser {
 		chromedp.Flag("metrics-recording-only", true),
 		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"+
 			"AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions"),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost"),
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1 , EXCLUDE [::1]"),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	b := &Browser{}
