@@ -6,6 +6,8 @@ replace github.com/Azure/go-ansiterm => github.com/Azure/go-ansiterm v0.0.0-2023
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/moby/moby/api v1.55.0
@@ -18,8 +20,6 @@ require (
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect

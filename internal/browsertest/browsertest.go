@@ -32,18 +32,26 @@ const Timeout = 60 * time.Second
 // candidates are the names a Chromium or Chrome binary goes by on PATH.
 var candidates = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell", "headless_shell"}
 
-// FindChromium returns the browser to use: $SHOAL_CHROMIUM when set, else the
-// first of the usual names on PATH.
+// ErrNoChromium means no Chromium is installed: a browser test skips.
+var ErrNoChromium = errors.New("no Chromium on PATH; run scripts/chromium.sh or set SHOAL_CHROMIUM")
+
+// FindChromium returns the browser to use: $SHOAL_CHROMIUM when set (an
+// error other than ErrNoChromium when it is not a program), else the first
+// of the usual names on PATH, else ErrNoChromium.
 func FindChromium() (string, error) {
 	if p := os.Getenv("SHOAL_CHROMIUM"); p != "" {
-		return exec.LookPath(p)
+		path, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("SHOAL_CHROMIUM=%s: %w", p, err)
+		}
+		return path, nil
 	}
 	for _, name := range candidates {
 		if p, err := exec.LookPath(name); err == nil {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("no Chromium on PATH (looked for %v); run scripts/chromium.sh or set SHOAL_CHROMIUM", candidates)
+	return "", fmt.Errorf("%w (looked for %v)", ErrNoChromium, candidates)
 }
 
 // Browser is one headless browser owned by a test.
@@ -56,12 +64,15 @@ type Browser struct {
 
 // Start starts a fresh headless browser for t and closes it at t's cleanup.
 // It skips t when no Chromium is installed, or fails it when the environment
-// variable SHOAL_REQUIRE_BROWSER is set. Uncaught JavaScript exceptions in
+// variable SHOAL_REQUIRE_BROWSER is set or SHOAL_CHROMIUM names no program. Uncaught JavaScript exceptions in
 // any tab of the browser fail t at cleanup.
 func Start(t testing.TB) *Browser {
 	t.Helper()
 	path, err := FindChromium()
 	if err != nil {
+		if !errors.Is(err, ErrNoChromium) {
+			t.Fatalf("browsertest: %v", err)
+		}
 		if os.Getenv("SHOAL_REQUIRE_BROWSER") != "" {
 			t.Fatalf("browsertest: SHOAL_REQUIRE_BROWSER is set: %v", err)
 		}
