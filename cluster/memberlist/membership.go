@@ -455,3 +455,14 @@ func (d *delegate) NotifyConflict(existing, other *ml.Node) {
 func copyEvent(kind nodeEventKind, n *ml.Node) nodeEvent {
 	return nodeEvent{kind: kind, name: n.Name, addr: n.Address(), meta: append([]byte(nil), n.Meta...)}
 }
+
+// GossipAddrs maps the name (node#incarnation, cluster.UniqueAddress's
+// String) of every node memberlist knows alive or suspect to the address
+// it gossips at: for operators.
+func (m *Membership) GossipAddrs() map[string]string {
+	out := make(map[string]string)
+	for _, n := range m.list.Members() {
+		out[n.Name] = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	}
+	return out
+}
