@@ -95,8 +95,14 @@ func TestMembersTableAndJSON(t *testing.T) {
 	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("members table:\n%s", out)
 	}
-	// Columns are aligned: every row has its second column at one offset.
+	// Columns are aligned (every row has its second column at one offset),
+	// with no trailing blanks.
 	rows := strings.Split(out, "\n")
+	for _, r := range rows {
+		if strings.HasSuffix(r, " ") {
+			t.Fatalf("trailing blanks in %q", r)
+		}
+	}
 	if i := strings.Index(rows[0], "STATUS"); strings.Index(rows[1], "Up") != i || strings.Index(rows[2], "Leaving") != i {
 		t.Fatalf("columns not aligned:\n%s", out)
 	}
