@@ -169,7 +169,7 @@ func (n *Node) startAdmin() error {
 	h := admin.New(adminSource{n}, admin.Options{
 		Token: n.cfg.AdminToken, ReadsNeedToken: n.cfg.AdminReadsNeedToken, Logger: n.log,
 	})
-	n.admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	n.admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	n.adminAddr = ln.Addr().String()
 	go func() {
 		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
