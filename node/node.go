@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,17 @@ type Config struct {
 	// ...). NodeID, Incarnation, Codec, Journal, Snapshots, RemoteReplies
 	// and Logger are set by Start.
 	Entity entity.Config
+	// AdminAddr is where the admin HTTP API (package node/admin) listens,
+	// e.g. "127.0.0.1:0" (read the port back with Node.AdminAddr). Empty:
+	// no admin API.
+	AdminAddr string
+	// AdminToken is the bearer token the admin API's actions need (leave,
+	// rebalance, down); empty turns the actions off.
+	AdminToken string
+	// AdminReadsNeedToken makes the admin API's reads need the token too
+	// (the /ready and /alive probes stay open).
+	AdminReadsNeedToken bool
+
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -220,15 +232,21 @@ type Node struct {
 	ownsPool bool
 	journal  *journalpg.Journal
 	leases   lease.Store
-	holder   *lease.Holder
-	members  *memberlist.Membership
-	net      *tcp.Transport
-	remote   *remote.Transport
-	view     *remote.Membership
-	sys      *entity.System
-	sharding *sharding.Sharding
+	// leaseList lists the leases for the admin API.
+	leaseList *leasepg.Store
+	holder    *lease.Holder
+	members   *memberlist.Membership
+	net       *tcp.Transport
+	remote    *remote.Transport
+	view      *remote.Membership
+	sys       *entity.System
+	sharding  *sharding.Sharding
+
+	admin     *http.Server // nil without Config.AdminAddr
+	adminAddr string
 
 	started  chan struct{} // closed when Start returns
+	done     chan struct{} // closed when Shutdown or Kill has finished
 	stopping atomic.Bool
 	fenced   atomic.Pointer[error]
 	stopOnce sync.Once
@@ -242,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, self: cluster.UniqueAddress{Node: cfg.NodeID, Incarnation: cfg.Incarnation}, started: make(chan struct{})}
+	n := &Node{cfg: cfg, self: cluster.UniqueAddress{Node: cfg.NodeID, Incarnation: cfg.Incarnation}, started: make(chan struct{}), done: make(chan struct{})}
 	n.log = cfg.Logger.With("node", n.self.String())
 	defer func() {
 		if err != nil {
@@ -283,9 +301,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		RememberStore:    shardingpg.NewRememberStore(n.pool),
 		CoordinatorLease: cfg.Leases.Coordinator,
 		NodeLeases:       remote.NodeLeases(n.leases),
+		OnLeaveRequest:   n.leaveRequested,
 		Logger:           cfg.Logger,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := n.startAdmin(); err != nil {
 		return nil, err
 	}
 	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
@@ -320,7 +342,8 @@ func (n *Node) openStores(ctx context.Context) error {
 		}
 	}
 	n.journal = journalpg.New(n.pool, n.cfg.Journal)
-	n.leases = leasepg.New(n.pool)
+	n.leaseList = leasepg.New(n.pool)
+	n.leases = n.leaseList
 	return nil
 }
 
@@ -488,8 +511,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		n.closeStores()
+		n.stopAdmin()
 		n.stopErr = errors.Join(errs...)
 		n.log.Info("node: shut down", "err", n.stopErr)
+		close(n.done)
 	})
 	return n.stopErr
 }
@@ -501,12 +526,14 @@ func (n *Node) Kill() {
 	n.stopOnce.Do(func() {
 		n.stopErr = errors.New("node: killed")
 		n.kill()
+		close(n.done)
 	})
 }
 
 // kill stops whatever has been started, as a crash would.
 func (n *Node) kill() {
 	n.stopping.Store(true)
+	n.stopAdmin()
 	if n.sharding != nil {
 		n.sharding.Terminate()
 	}

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds the images and starts the 3-node payment cluster of
 # examples/payment/deploy/docker-compose.yml: Postgres, the issuer
-# simulator, payment1..3 (API on 127.0.0.1:18081..18083) and one run of the
-# load generator through all three, whose report it prints.
+# simulator, payment1..3 (API on 127.0.0.1:18081..18083, admin API on
+# 127.0.0.1:19081..19083) and one run of the load generator through all
+# three, whose report it prints.
 #
 #   scripts/cluster-up.sh                 build, start, wait for the load run
 #   LOAD_DURATION=60s scripts/cluster-up.sh
 #   PAYMENT1_PORT=28081 ... scripts/cluster-up.sh   other host ports
+#   PAYMENT1_ADMIN_PORT=29081 ... scripts/cluster-up.sh
+#   SHOAL_ADMIN_TOKEN=... scripts/cluster-up.sh      the admin API's token
+#                                                    (default dev-token)
 #
 # Nothing is pulled: the payment image is two static binaries built here
 # (CGO_ENABLED=0) on `FROM scratch`, the Postgres image comes from
@@ -44,4 +48,6 @@ fi
 cat >&2 <<MSG
 cluster: up. The nodes' APIs:
   http://127.0.0.1:${PAYMENT1_PORT:-18081}  http://127.0.0.1:${PAYMENT2_PORT:-18082}  http://127.0.0.1:${PAYMENT3_PORT:-18083}
+Their admin APIs (token \$SHOAL_ADMIN_TOKEN, default dev-token):
+  http://127.0.0.1:${PAYMENT1_ADMIN_PORT:-19081}  http://127.0.0.1:${PAYMENT2_ADMIN_PORT:-19082}  http://127.0.0.1:${PAYMENT3_ADMIN_PORT:-19083}
 MSG

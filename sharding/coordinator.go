@@ -219,6 +219,11 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 		}
 		return nil, out
+	case RebalanceShards:
+		for _, shard := range m.Shards {
+			out = append(out, c.beginHandOff(shard)...)
+		}
+		return nil, out
 	case rebalanceTick:
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {

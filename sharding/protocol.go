@@ -99,6 +99,14 @@ type (
 	// StopShards asks the coordinator to hand shards off without moving
 	// them: they start again, wherever allocated, on their next message.
 	StopShards struct{ Shards []string }
+	// RebalanceShards asks the coordinator to move shards: each is handed
+	// off and allocated again by the strategy, wherever it places it (an
+	// operator's rebalance).
+	RebalanceShards struct{ Shards []string }
+	// LeaveRequest asks a node to leave the cluster gracefully. It goes to
+	// the node's address with an empty Type, where Sharding listens when
+	// Config.OnLeaveRequest is set.
+	LeaveRequest struct{}
 	// RegionStopped tells the coordinator a region is gone.
 	RegionStopped struct{ Region string }
 	// GetRegionStats asks a region for its entities per hosted shard.
@@ -134,6 +142,8 @@ func (GracefulShutdownReq) protocolMessage() {}
 func (LeaveAck) protocolMessage()            {}
 func (RegionStopped) protocolMessage()       {}
 func (StopShards) protocolMessage()          {}
+func (RebalanceShards) protocolMessage()     {}
+func (LeaveRequest) protocolMessage()        {}
 func (Deliver) protocolMessage()             {}
 func (GetRegionStats) protocolMessage()      {}
 func (rebalanceTick) protocolMessage()       {}

@@ -753,3 +753,17 @@ func (c *regionCore[C, S]) homes() map[string]string {
 	}
 	return out
 }
+
+// shardStates lists, sorted by id, every shard this region knows a home
+// for, hands off, or holds messages for while it waits for a home.
+func (c *regionCore[C, S]) shardStates() []ShardState {
+	var out []ShardState
+	for id, e := range c.shards {
+		if e.home == "" && !e.handingOff && len(e.buffer) == 0 {
+			continue
+		}
+		out = append(out, ShardState{ID: id, Home: e.home, HandingOff: e.handingOff, Entities: -1})
+	}
+	sortShardStates(out)
+	return out
+}

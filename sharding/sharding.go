@@ -70,6 +70,10 @@ type Config struct {
 	// process, or members that cannot outlive their membership), a region
 	// that leaves the view or is Down gives its shards up at once.
 	NodeLeases NodeLeases
+	// OnLeaveRequest, when set, runs when another node asks this one to
+	// leave (RequestLeave); it must not block: start the graceful
+	// shutdown on a goroutine of its own.
+	OnLeaveRequest func()
 	// Logger defaults to the System's.
 	Logger *slog.Logger
 }
@@ -85,11 +89,14 @@ type Sharding struct {
 	regions map[string]regionRuntime
 	stopped bool
 	unsub   func()
+	unleave func() // stops listening for LeaveRequest
 }
 
 // regionRuntime is what the node needs of a Region, whatever its command type.
 type regionRuntime interface {
 	typeName() string
+	typeState(ctx context.Context) TypeState
+	rebalance(shard string) error
 	membershipChanged()
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
@@ -125,6 +132,10 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	}
 	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
 		lt.Attach(sys.NodeID(), sys)
+	}
+	var err error
+	if s.unleave, err = s.listenForLeave(); err != nil {
+		return nil, err
 	}
 	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
 	return s, nil
@@ -352,6 +363,7 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.unsub()
+	s.unleave()
 	leave := func() {
 		for _, r := range regions {
 			<-r.goneCh()

@@ -20,6 +20,7 @@ func (s *Sharding) Terminate() {
 		return
 	}
 	s.unsub()
+	s.unleave()
 	for _, r := range regions {
 		r.terminate()
 	}

@@ -147,6 +147,12 @@ func TestJoinGivesEveryNodeTheSameOrderAndOldest(t *testing.T) {
 			if oldest, ok := v.Oldest("shard"); !ok || oldest.Address != a.Self() {
 				t.Errorf("%s sees oldest %v, want %s", n.Self(), oldest, a.Self())
 			}
+			addrs := n.GossipAddrs()
+			for _, o := range []*node{a, b, c} {
+				if got := addrs[o.Self().String()]; got != o.Addr() {
+					t.Errorf("%s sees %s gossip at %q, want %q", n.Self(), o.Self(), got, o.Addr())
+				}
+			}
 		}
 	})
 }

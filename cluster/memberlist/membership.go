@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -70,6 +71,12 @@ type Membership struct {
 	meta    Meta
 	encoded []byte
 
+	// gossipAddrs maps each node memberlist knows to its gossip address,
+	// copied from its events: memberlist's own Node values change under
+	// its lock, which is not ours to take.
+	gossipMu    sync.Mutex
+	gossipAddrs map[string]string
+
 	inbox   inbox
 	barrier chan chan uint64 // Join asks the loop for the highest join order
 	failed  chan []string    // loop → reconnector: who to rejoin
@@ -97,8 +104,10 @@ func New(cfg Config) (*Membership, error) {
 		cfg:     cfg,
 		meta:    cfg.meta(0, false),
 		barrier: make(chan chan uint64),
-		failed:  make(chan []string, 1),
-		stop:    make(chan struct{}),
+
+		gossipAddrs: make(map[string]string),
+		failed:      make(chan []string, 1),
+		stop:        make(chan struct{}),
 	}
 	m.inbox.wake = make(chan struct{}, 1)
 	if m.encoded, err = m.meta.Encode(); err != nil {
@@ -419,13 +428,22 @@ func (d *delegate) LocalState(join bool) []byte { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
 
 // NotifyJoin implements memberlist.EventDelegate.
-func (d *delegate) NotifyJoin(n *ml.Node) { d.m.inbox.push(copyEvent(nodeJoined, n)) }
+func (d *delegate) NotifyJoin(n *ml.Node) {
+	d.m.setGossipAddr(n.Name, n.Address())
+	d.m.inbox.push(copyEvent(nodeJoined, n))
+}
 
 // NotifyLeave implements memberlist.EventDelegate.
-func (d *delegate) NotifyLeave(n *ml.Node) { d.m.inbox.push(copyEvent(nodeLeft, n)) }
+func (d *delegate) NotifyLeave(n *ml.Node) {
+	d.m.setGossipAddr(n.Name, "")
+	d.m.inbox.push(copyEvent(nodeLeft, n))
+}
 
 // NotifyUpdate implements memberlist.EventDelegate.
-func (d *delegate) NotifyUpdate(n *ml.Node) { d.m.inbox.push(copyEvent(nodeUpdated, n)) }
+func (d *delegate) NotifyUpdate(n *ml.Node) {
+	d.m.setGossipAddr(n.Name, n.Address())
+	d.m.inbox.push(copyEvent(nodeUpdated, n))
+}
 
 // NotifyAlive implements memberlist.AliveDelegate: a node whose metadata
 // does not decode, or names another incarnation than its node name, is
@@ -454,4 +472,24 @@ func (d *delegate) NotifyConflict(existing, other *ml.Node) {
 
 func copyEvent(kind nodeEventKind, n *ml.Node) nodeEvent {
 	return nodeEvent{kind: kind, name: n.Name, addr: n.Address(), meta: append([]byte(nil), n.Meta...)}
+}
+
+// GossipAddrs maps the name (node#incarnation, cluster.UniqueAddress's
+// String) of every node memberlist knows alive or suspect to the address
+// it gossips at: for operators.
+func (m *Membership) GossipAddrs() map[string]string {
+	m.gossipMu.Lock()
+	defer m.gossipMu.Unlock()
+	return maps.Clone(m.gossipAddrs)
+}
+
+// setGossipAddr records (or, with "", forgets) a node's gossip address.
+func (m *Membership) setGossipAddr(name, addr string) {
+	m.gossipMu.Lock()
+	defer m.gossipMu.Unlock()
+	if addr == "" {
+		delete(m.gossipAddrs, name)
+	} else {
+		m.gossipAddrs[name] = addr
+	}
 }

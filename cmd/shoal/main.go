@@ -1,41 +1,79 @@
 // Command shoal is Shoal's operations tool.
 //
-//	shoal migrate --dsn postgres://user:pass@host:5432/db
+//	shoal migrate --dsn DSN
+//	shoal members [--admin URL] [--token T] [--json]
+//	shoal shards TYPE [--admin URL] [--token T] [--json]
+//	shoal leave NODE [--admin URL] --token T [--json]
+//	shoal remove-internal-data TYPE --dsn DSN [--json]
 //
 // migrate applies the embedded schema migrations (see package migrations);
 // it is safe to run from several processes at once. The DSN may also come
 // from $SHOAL_DSN or $DATABASE_URL. Tables go to the first schema of the
 // search_path (add ?search_path=name to the DSN to choose one).
+//
+// members, shards and leave talk to one node's admin API (package
+// node/admin): --admin or $SHOAL_ADMIN is its base URL
+// (http://127.0.0.1:9001), --token or $SHOAL_TOKEN its bearer token
+// (leave needs it; reads only when the node protects them). members lists
+// the cluster's members as that node sees them, shards the shard map of an
+// entity type, and leave asks NODE (a node id, or node#incarnation) to
+// leave the cluster gracefully.
+//
+// remove-internal-data deletes an entity type's sharding state from
+// Postgres directly (Akka's remove-internal-cluster-sharding-data): its
+// shard allocations and its remembered entities, so that the type starts
+// afresh. Its events and snapshots stay. It refuses, and exits with status
+// 3, while a node holds the type's coordinator lease unexpired: stop every
+// node running the type first. The lease row itself stays, so that its
+// fencing epoch never goes back.
+//
+// Output is an aligned table, or the admin API's JSON with --json. Exit
+// status: 0 done, 1 failed, 2 usage, 3 refused.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/shoal-dev/shoal/migrations"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
 	}
+	stop()
+	os.Exit(exitCode(err))
 }
 
-var errUsage = errors.New("usage: shoal migrate --dsn DSN")
+var (
+	errUsage = errors.New(`usage:
+  shoal migrate --dsn DSN
+  shoal members [--admin URL] [--token TOKEN] [--json]
+  shoal shards TYPE [--admin URL] [--token TOKEN] [--json]
+  shoal leave NODE [--admin URL] [--token TOKEN] [--json]
+  shoal remove-internal-data TYPE [--dsn DSN] [--json]`)
+	// errRefused: the command would be unsafe now and did nothing.
+	errRefused = errors.New("refused")
+)
+
+// exitCode is the process status for run's error.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, errRefused):
+		return 3
+	}
+	return 1
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -44,46 +82,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "migrate":
 		return migrate(ctx, args[1:], stdout, stderr)
+	case "members":
+		return members(ctx, args[1:], stdout, stderr)
+	case "shards":
+		return shards(ctx, args[1:], stdout, stderr)
+	case "leave":
+		return leave(ctx, args[1:], stdout, stderr)
+	case "remove-internal-data":
+		return removeInternalData(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil
 	default:
 		return fmt.Errorf("%w (unknown command %q)", errUsage, args[0])
 	}
-}
-
-func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", firstNonEmpty(os.Getenv("SHOAL_DSN"), os.Getenv("DATABASE_URL")), "PostgreSQL connection string")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if *dsn == "" || fs.NArg() > 0 {
-		return errUsage
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, *dsn)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	applied, err := migrations.Apply(ctx, conn)
-	if err != nil {
-		return err
-	}
-	v, err := migrations.Version(ctx, conn)
-	if err != nil {
-		return err
-	}
-	if len(applied) == 0 {
-		fmt.Fprintf(stdout, "schema up to date at version %d\n", v)
-		return nil
-	}
-	fmt.Fprintf(stdout, "applied %v; schema at version %d\n", applied, v)
-	return nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -78,6 +78,8 @@ type clusterFlags struct {
 	gossipAddr, gossipAdvertise       string
 	transportAddr, transportAdvertise string
 	tlsCert, tlsKey, tlsCA            string
+	adminAddr, adminToken             string
+	adminReadsNeedToken               bool
 	bootstrap                         bool
 	minMembers                        int
 	joinTimeout                       time.Duration
@@ -87,6 +89,7 @@ type clusterFlags struct {
 var clusterFlagNames = []string{
 	"node-id", "seeds", "bootstrap", "cluster-name", "gossip-addr", "gossip-advertise",
 	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "min-members", "join-timeout",
+	"admin-addr", "admin-token", "admin-reads-need-token",
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -103,6 +106,9 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "cluster mode: PEM certificates of the CAs that sign the nodes' certificates")
 	fs.IntVar(&c.minMembers, "min-members", 1, "cluster mode: nodes that must host payments before shards are first allocated")
 	fs.DurationVar(&c.joinTimeout, "join-timeout", time.Minute, "cluster mode: how long to retry the seeds when none answers")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
+	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
+	fs.BoolVar(&c.adminReadsNeedToken, "admin-reads-need-token", false, "cluster mode: the admin API's reads need the token too")
 }
 
 // config returns the Cluster the flags describe, or nil when no cluster
@@ -161,6 +167,15 @@ func (c *clusterFlags) config(fs *flag.FlagSet, postgresDSN string) (*Cluster, e
 	if nc.ServerTLS, nc.ClientTLS, err = c.loadTLS(); err != nil {
 		return nil, err
 	}
+	if c.adminAddr != "" {
+		if err := checkAddr("admin-addr", c.adminAddr, true); err != nil {
+			return nil, err
+		}
+	}
+	if c.adminReadsNeedToken && c.adminToken == "" {
+		return nil, &FlagError{Flag: "admin-reads-need-token", Value: "true", Reason: "needs -admin-token (or $SHOAL_ADMIN_TOKEN)"}
+	}
+	nc.AdminAddr, nc.AdminToken, nc.AdminReadsNeedToken = c.adminAddr, c.adminToken, c.adminReadsNeedToken
 	return &Cluster{Node: nc, Bootstrap: c.bootstrap, JoinTimeout: c.joinTimeout, MinMembers: c.minMembers}, nil
 }
 

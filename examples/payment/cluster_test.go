@@ -66,6 +66,9 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"CA file missing", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", missing), "tls-ca", fs.ErrNotExist},
 		{"CA file without a certificate", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", notPEM), "tls-ca", nil},
 		{"min members 0", append(cl, "-min-members", "0"), "min-members", nil},
+		{"admin address not host:port", append(cl, "-admin-addr", "9001"), "admin-addr", nil},
+		{"admin reads protected without a token", append(cl, "-admin-addr", "127.0.0.1:0", "-admin-reads-need-token"), "admin-reads-need-token", nil},
+		{"admin address without a node id", []string{"-admin-addr", "127.0.0.1:9001", "-postgres", "postgres://x"}, "node-id", nil},
 		{"demo on a cluster", append(cl, "-demo"), "demo", nil},
 		{"issuer only on a cluster", append(cl, "-issuer-only"), "issuer-only", nil},
 		{"a stray argument", []string{"-postgres", "postgres://x", "cluster"}, "", nil},
@@ -112,6 +115,7 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		"-gossip-addr", "0.0.0.0:7946", "-gossip-advertise", "payment2:7946",
 		"-transport-addr", "0.0.0.0:7947", "-transport-advertise", "payment2:7947",
 		"-min-members", "2", "-join-timeout", "30s",
+		"-admin-addr", "0.0.0.0:9001", "-admin-token", "tok", "-admin-reads-need-token",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +129,18 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		!slices.Equal(nc.Seeds, []string{"payment1:7946", "payment3:7946"}) ||
 		nc.GossipAddr != "0.0.0.0:7946" || nc.GossipAdvertise != "payment2:7946" ||
 		nc.TransportAddr != "0.0.0.0:7947" || nc.TransportAdvertise != "payment2:7947" ||
-		nc.ServerTLS != nil || !c.Bootstrap || c.MinMembers != 2 || c.JoinTimeout != 30*time.Second {
+		nc.ServerTLS != nil || !c.Bootstrap || c.MinMembers != 2 || c.JoinTimeout != 30*time.Second ||
+		nc.AdminAddr != "0.0.0.0:9001" || nc.AdminToken != "tok" || !nc.AdminReadsNeedToken {
 		t.Fatalf("cluster config: %+v", c)
 	}
+
+	// The token may come from the environment.
+	t.Setenv("SHOAL_ADMIN_TOKEN", "from-env")
+	o, err = parseArgs([]string{"-node-id", "n1", "-postgres", "postgres://x", "-admin-addr", "127.0.0.1:0"}, io.Discard)
+	if err != nil || o.cfg.Cluster.Node.AdminToken != "from-env" || o.cfg.Cluster.Node.AdminAddr != "127.0.0.1:0" {
+		t.Fatalf("admin token from $SHOAL_ADMIN_TOKEN: %+v, %v", o.cfg.Cluster, err)
+	}
+	t.Setenv("SHOAL_ADMIN_TOKEN", "")
 
 	// A node id alone: loopback on free ports, the node package's defaults.
 	o, err = parseArgs([]string{"-node-id", "n1", "-postgres", "postgres://x"}, io.Discard)
@@ -135,7 +148,7 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := node.DefaultConfig("n1"); o.cfg.Cluster.Node.GossipAddr != d.GossipAddr || o.cfg.Cluster.Node.TransportAddr != d.TransportAddr ||
-		o.cfg.Cluster.Node.ClusterName != d.ClusterName || len(o.cfg.Cluster.Node.Seeds) != 0 {
+		o.cfg.Cluster.Node.ClusterName != d.ClusterName || len(o.cfg.Cluster.Node.Seeds) != 0 || o.cfg.Cluster.Node.AdminAddr != "" {
 		t.Fatalf("defaults: %+v", o.cfg.Cluster.Node)
 	}
 }
@@ -479,5 +492,50 @@ func TestClusterNodeFencedReportsOnErr(t *testing.T) {
 	}
 	if err := probeURL(context.Background(), n.APIURL+"/alive"); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("/alive of a fenced node: %v, want 503", err)
+	}
+}
+
+// A node with -admin-addr serves the admin API; asked there to leave, it
+// leaves gracefully and reports ErrLeftCluster on Err, on which the
+// program drains its API and exits 0.
+func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	dsn := pg.MigratedDSN(t)
+	o, err := parseArgs([]string{"-node-id", "leaver", "-postgres", dsn, "-admin-addr", "127.0.0.1:0", "-admin-token", "tok"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg.Cluster
+	c.Node.Timing = clusterTiming()
+	n := startNode(t, func(cfg *Config) {
+		cfg.Cluster, cfg.PostgresDSN, cfg.Sequences = c, dsn, nil
+	})
+	awaitReady(t, n)
+	admin := "http://" + n.Cluster.AdminAddr()
+	if err := probeURL(context.Background(), admin+"/ready"); err != nil {
+		t.Fatalf("admin /ready: %v", err)
+	}
+	req, err := http.NewRequest(http.MethodPost, admin+"/admin/v1/leave", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("leave: %d", resp.StatusCode)
+	}
+	select {
+	case err := <-n.Err():
+		if !errors.Is(err, ErrLeftCluster) {
+			t.Fatalf("Err: %v, want ErrLeftCluster", err)
+		}
+	case <-time.After(testPatience):
+		t.Fatal("no ErrLeftCluster on Err after the leave")
 	}
 }

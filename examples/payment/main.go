@@ -117,8 +117,12 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	select {
 	case <-ctx.Done():
 	case err := <-node.Err():
-		node.Kill()
-		return err
+		if !errors.Is(err, ErrLeftCluster) {
+			node.Kill()
+			return err
+		}
+		// The shards are handed off already; what follows drains the API.
+		fmt.Fprintln(stdout, "left the cluster on request")
 	}
 	// Entities waiting for the issuer stop after its answer or their
 	// processing timeout, which is at most AskTimeout+FailSafeMargin away;

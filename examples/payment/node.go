@@ -261,7 +261,13 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 	return nil
 }
 
-// watchFence reports on Err when the cluster node fences itself.
+// ErrLeftCluster is reported on Err when the cluster node left the cluster
+// because the admin API (or another node) asked it to: the process should
+// stop, as after a SIGTERM.
+var ErrLeftCluster = errors.New("payment: the node left the cluster on request")
+
+// watchFence reports on Err when the cluster node fences itself or leaves
+// on request.
 func (n *Node) watchFence() {
 	n.done = make(chan struct{})
 	go func() {
@@ -270,6 +276,14 @@ func (n *Node) watchFence() {
 		for {
 			select {
 			case <-n.done:
+				return
+			case <-n.Cluster.Done():
+				// It left on an operator's or another node's request
+				// (the admin API), not through Shutdown here.
+				select {
+				case n.serveErr <- ErrLeftCluster:
+				case <-n.done:
+				}
 				return
 			case <-t.C:
 				if err := n.Cluster.Alive(); errors.Is(err, node.ErrFenced) {

@@ -48,6 +48,10 @@ func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, err
 		return wire.LeaveAck{To: to, Epoch: m.Epoch}, nil
 	case sharding.StopShards:
 		return wire.StopShards{To: to, Shards: m.Shards}, nil
+	case sharding.RebalanceShards:
+		return wire.RebalanceShards{To: to, Shards: m.Shards}, nil
+	case sharding.LeaveRequest:
+		return wire.LeaveRequest{To: to}, nil
 	case sharding.RegionStopped:
 		return wire.RegionStopped{To: to, Region: m.Region}, nil
 	case sharding.GetRegionStats:
@@ -120,6 +124,10 @@ func fromWireControl(msg any) (sharding.Message, error) {
 		return sharding.LeaveAck{Epoch: m.Epoch}, nil
 	case wire.StopShards:
 		return sharding.StopShards{Shards: m.Shards}, nil
+	case wire.RebalanceShards:
+		return sharding.RebalanceShards{Shards: m.Shards}, nil
+	case wire.LeaveRequest:
+		return sharding.LeaveRequest{}, nil
 	case wire.RegionStopped:
 		return sharding.RegionStopped{Region: m.Region}, nil
 	case wire.GetRegionStats:

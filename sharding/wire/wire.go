@@ -172,6 +172,15 @@ type (
 		To     Target   `json:"to"`
 		Shards []string `json:"shards"`
 	}
+	// RebalanceShards is sharding.RebalanceShards.
+	RebalanceShards struct {
+		To     Target   `json:"to"`
+		Shards []string `json:"shards"`
+	}
+	// LeaveRequest is sharding.LeaveRequest; its Target has an empty Type.
+	LeaveRequest struct {
+		To Target `json:"to"`
+	}
 	// RegionStopped is sharding.RegionStopped.
 	RegionStopped struct {
 		To     Target `json:"to"`
@@ -224,6 +233,8 @@ func (m HandOver) Target() Target            { return m.To }
 func (m GracefulShutdownReq) Target() Target { return m.To }
 func (m LeaveAck) Target() Target            { return m.To }
 func (m StopShards) Target() Target          { return m.To }
+func (m RebalanceShards) Target() Target     { return m.To }
+func (m LeaveRequest) Target() Target        { return m.To }
 func (m RegionStopped) Target() Target       { return m.To }
 func (m GetRegionStats) Target() Target      { return m.To }
 func (m Deliver) Target() Target             { return m.To }
@@ -252,6 +263,8 @@ func RegisterTypes(reg *codec.Registry) error {
 		add[GracefulShutdownReq](reg, "GracefulShutdownReq"),
 		add[LeaveAck](reg, "LeaveAck"),
 		add[StopShards](reg, "StopShards"),
+		add[RebalanceShards](reg, "RebalanceShards"),
+		add[LeaveRequest](reg, "LeaveRequest"),
 		add[RegionStopped](reg, "RegionStopped"),
 		add[GetRegionStats](reg, "GetRegionStats"),
 		add[Deliver](reg, "Deliver"),

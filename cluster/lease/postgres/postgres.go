@@ -318,3 +318,63 @@ func (s *Store) withCoordinator(ctx context.Context, name string, epoch uint64, 
 		return fn(tx, r)
 	})
 }
+
+// NodeLease is a node lease that was not downed or released, for
+// operators: Expired says whether it has expired in the store's time (a
+// crashed incarnation nobody downed yet).
+type NodeLease struct {
+	Node      cluster.UniqueAddress
+	ExpiresAt time.Time
+	Expired   bool
+}
+
+// CoordinatorLease is the coordinator lease of one name, for operators.
+type CoordinatorLease struct {
+	Name, Owner string
+	Epoch       uint64
+	ExpiresAt   time.Time
+	Expired     bool
+}
+
+// NodeLeases lists the node leases that were neither downed nor
+// released, by node id and incarnation.
+func (s *Store) NodeLeases(ctx context.Context) ([]NodeLease, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, incarnation, expires_at,
+			expires_at <= coalesce($1::timestamptz, clock_timestamp())
+		FROM node_leases WHERE NOT down ORDER BY node_id COLLATE "C", incarnation`, s.timeParam())
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: list node leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodeLease, error) {
+		var l NodeLease
+		var inc int64
+		err := row.Scan(&l.Node.Node, &inc, &l.ExpiresAt, &l.Expired)
+		l.Node.Incarnation = uint64(inc)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: list node leases: %w", err)
+	}
+	return out, nil
+}
+
+// CoordinatorLeases lists every coordinator lease, by name.
+func (s *Store) CoordinatorLeases(ctx context.Context) ([]CoordinatorLease, error) {
+	rows, err := s.pool.Query(ctx, `SELECT type_name, owner, epoch, expires_at,
+			expires_at <= coalesce($1::timestamptz, clock_timestamp())
+		FROM coordinator_lease ORDER BY type_name COLLATE "C"`, s.timeParam())
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: list coordinator leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (CoordinatorLease, error) {
+		var l CoordinatorLease
+		var epoch int64
+		err := row.Scan(&l.Name, &l.Owner, &epoch, &l.ExpiresAt, &l.Expired)
+		l.Epoch = uint64(epoch)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: list coordinator leases: %w", err)
+	}
+	return out, nil
+}

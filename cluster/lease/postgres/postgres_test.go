@@ -162,3 +162,60 @@ func TestDatabaseUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestListLeases: operators see the live node leases (downed and released
+// ones left out, expired ones marked) and every coordinator lease.
+func TestListLeases(t *testing.T) {
+	pool := pg.Pool(t)
+	ctx := context.Background()
+	clock := leasetest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := postgres.New(pool, postgres.WithClock(clock.Now))
+	a1, b1, b2, c1 := cluster.UniqueAddress{Node: "a", Incarnation: 1}, cluster.UniqueAddress{Node: "b", Incarnation: 1},
+		cluster.UniqueAddress{Node: "b", Incarnation: 2}, cluster.UniqueAddress{Node: "c", Incarnation: 1}
+	for _, n := range []cluster.UniqueAddress{a1, b1, c1} {
+		if err := s.AcquireNode(ctx, n, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(5 * time.Second)
+	if err := s.AcquireNode(ctx, b2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DownNode(ctx, c1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseNode(ctx, b1); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := s.AcquireCoordinator(ctx, "T", "b#2", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(6 * time.Second) // a#1 expired, b#2 not
+
+	nodes, err := s.NodeLeases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	want := []postgres.NodeLease{
+		{Node: a1, ExpiresAt: start.Add(10 * time.Second), Expired: true},
+		{Node: b2, ExpiresAt: start.Add(25 * time.Second)},
+	}
+	if len(nodes) != len(want) {
+		t.Fatalf("node leases %+v, want %+v", nodes, want)
+	}
+	for i := range want {
+		if nodes[i].Node != want[i].Node || !nodes[i].ExpiresAt.Equal(want[i].ExpiresAt) || nodes[i].Expired != want[i].Expired {
+			t.Fatalf("node lease %d: %+v, want %+v", i, nodes[i], want[i])
+		}
+	}
+	coords, err := s.CoordinatorLeases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(coords) != 1 || coords[0].Name != "T" || coords[0].Owner != "b#2" || coords[0].Epoch != epoch ||
+		!coords[0].ExpiresAt.Equal(start.Add(15*time.Second)) || coords[0].Expired {
+		t.Fatalf("coordinator leases %+v", coords)
+	}
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shoal-dev/shoal/node/admin"
+)
+
+// APIError is an error answer of a node's admin API.
+type APIError struct {
+	Status int
+	Code   admin.Code
+	Msg    string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("admin API: %d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+// adminClient calls one node's admin API.
+type adminClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// adminFlags are the flags of the commands that use the admin API.
+type adminFlags struct {
+	admin, token *string
+	json         *bool
+	timeout      *time.Duration
+}
+
+func newAdminFlags(fs *flag.FlagSet) adminFlags {
+	return adminFlags{
+		admin:   fs.String("admin", os.Getenv("SHOAL_ADMIN"), "base URL of a node's admin API ($SHOAL_ADMIN), e.g. http://127.0.0.1:9001"),
+		token:   fs.String("token", os.Getenv("SHOAL_TOKEN"), "bearer token of the admin API ($SHOAL_TOKEN)"),
+		json:    fs.Bool("json", false, "print JSON instead of a table"),
+		timeout: fs.Duration("timeout", 30*time.Second, "give up after this long"),
+	}
+}
+
+func (f adminFlags) client() (*adminClient, error) {
+	if *f.admin == "" {
+		return nil, fmt.Errorf("%w (no --admin or $SHOAL_ADMIN)", errUsage)
+	}
+	u, err := url.Parse(*f.admin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w (--admin %q: want http://host:port)", errUsage, *f.admin)
+	}
+	return &adminClient{base: strings.TrimRight(*f.admin, "/"), token: *f.token, http: &http.Client{Timeout: *f.timeout}}, nil
+}
+
+// parseArgs parses flags placed before or after the positional arguments
+// and returns those.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// call sends a request and returns the body of a 2xx answer; any other is
+// an *APIError.
+func (c *adminClient) call(ctx context.Context, method, path string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &APIError{Status: resp.StatusCode}
+		var eb struct {
+			Error string     `json:"error"`
+			Code  admin.Code `json:"code"`
+		}
+		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
+			e.Code, e.Msg = eb.Code, eb.Error
+		} else {
+			e.Msg = strings.TrimSpace(string(data))
+		}
+		return nil, e
+	}
+	return data, nil
+}
+
+func (c *adminClient) get(ctx context.Context, path string, out any) ([]byte, error) {
+	data, err := c.call(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return nil, fmt.Errorf("admin API: %s: %w", path, err)
+	}
+	return data, nil
+}
+
+// printJSON prints an API answer indented.
+func printJSON(w io.Writer, data []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, data, "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// table prints rows aligned in columns, without trailing blanks.
+func table(w io.Writer, header []string, rows [][]string) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var out strings.Builder
+	for line := range strings.Lines(buf.String()) {
+		out.WriteString(strings.TrimRight(line, " \n"))
+		out.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func members(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := newAdminFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil || len(pos) != 0 {
+		return errUsage
+	}
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	var m admin.Members
+	data, err := c.get(ctx, "/admin/v1/members", &m)
+	if err != nil {
+		return err
+	}
+	if *f.json {
+		return printJSON(stdout, data)
+	}
+	var rows [][]string
+	for _, mem := range m.Members {
+		var marks []string
+		if mem.ID == m.Self {
+			marks = append(marks, "self")
+		}
+		if mem.ID == m.Oldest {
+			marks = append(marks, "oldest")
+		}
+		reach := "yes"
+		if mem.Unreachable {
+			reach = "NO"
+		}
+		rows = append(rows, []string{mem.ID, mem.Status, reach, strconv.FormatUint(mem.JoinOrder, 10),
+			orDash(strings.Join(mem.Roles, ",")), orDash(mem.AppVersion), orDash(mem.TransportAddr), orDash(mem.GossipAddr),
+			strings.Join(marks, ",")})
+	}
+	return table(stdout, []string{"MEMBER", "STATUS", "REACHABLE", "ORDER", "ROLES", "VERSION", "TRANSPORT", "GOSSIP", ""}, rows)
+}
+
+func shards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := newAdminFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil || len(pos) != 1 || pos[0] == "" {
+		return errUsage
+	}
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	var st admin.Shards
+	data, err := c.get(ctx, "/admin/v1/shards/"+url.PathEscape(pos[0]), &st)
+	if err != nil {
+		return err
+	}
+	if *f.json {
+		return printJSON(stdout, data)
+	}
+	coord := "none"
+	if st.Coordinator.Node != "" {
+		coord = fmt.Sprintf("%s#%d (epoch %d)", st.Coordinator.Node, st.Coordinator.Incarnation, st.Coordinator.Epoch)
+	}
+	fmt.Fprintf(stdout, "type %s, coordinator %s, nodes %s\n", st.Type, coord, strings.Join(st.Nodes, " "))
+	var rows [][]string
+	for _, sh := range st.Shards {
+		entities := "?"
+		if sh.Entities >= 0 {
+			entities = strconv.Itoa(sh.Entities)
+		}
+		rows = append(rows, []string{sh.ID, orDash(sh.Node), sh.State, entities})
+	}
+	return table(stdout, []string{"SHARD", "NODE", "STATE", "ENTITIES"}, rows)
+}
+
+func leave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leave", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := newAdminFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil || len(pos) != 1 || pos[0] == "" {
+		return errUsage
+	}
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	data, err := c.call(ctx, http.MethodPost, "/admin/v1/leave", admin.LeaveRequest{Node: pos[0]})
+	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+			return fmt.Errorf("%w (leave needs --token or $SHOAL_TOKEN)", err)
+		}
+		return err
+	}
+	if *f.json {
+		return printJSON(stdout, data)
+	}
+	fmt.Fprintf(stdout, "%s is leaving the cluster\n", pos[0])
+	return nil
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/node/admin"
+)
+
+// fakeNode is a node's admin API over fixed data; it records leaves.
+type fakeNode struct{ left []string }
+
+func (f *fakeNode) Ready() error { return nil }
+func (f *fakeNode) Alive() error { return nil }
+func (f *fakeNode) Members() admin.Members {
+	return admin.Members{Self: "node-b#2", Oldest: "node-a#1", Members: []admin.Member{
+		{Node: "node-a", Incarnation: 1, ID: "node-a#1", TransportAddr: "10.0.0.1:7001", GossipAddr: "10.0.0.1:7946",
+			Status: "Up", Roles: []string{"payment"}, AppVersion: "1.0", JoinOrder: 1},
+		{Node: "node-b", Incarnation: 2, ID: "node-b#2", TransportAddr: "10.0.0.2:7001", GossipAddr: "10.0.0.2:7946",
+			Status: "Leaving", Roles: []string{}, JoinOrder: 2, Unreachable: true},
+	}}
+}
+func (f *fakeNode) Types() []string { return []string{"payment"} }
+func (f *fakeNode) Shards(_ context.Context, typeName string) (admin.Shards, error) {
+	if typeName != "payment" {
+		return admin.Shards{}, fmt.Errorf("%w: %q", admin.ErrUnknownType, typeName)
+	}
+	return admin.Shards{Type: "payment", Coordinator: admin.Coordinator{Node: "node-a", Incarnation: 1, Epoch: 7},
+		Nodes: []string{"node-a#1", "node-b#2"},
+		Shards: []admin.Shard{
+			{ID: "2", Node: "node-a#1", State: admin.StateActive, Entities: 4},
+			{ID: "10", Node: "node-b#2", State: admin.StateHandingOff, Entities: 12},
+			{ID: "11", State: admin.StateUnallocated, Entities: -1},
+		}}, nil
+}
+func (f *fakeNode) Leases(context.Context) (admin.Leases, error) { return admin.Leases{}, nil }
+func (f *fakeNode) Leave(_ context.Context, node string) error {
+	if node != "node-b" {
+		return fmt.Errorf("%w: %q", admin.ErrUnknownNode, node)
+	}
+	f.left = append(f.left, node)
+	return nil
+}
+func (f *fakeNode) Rebalance(context.Context, string, string) error   { return nil }
+func (f *fakeNode) Down(context.Context, cluster.UniqueAddress) error { return nil }
+
+func startFakeNode(t *testing.T) (*fakeNode, string) {
+	f := &fakeNode{}
+	srv := httptest.NewServer(admin.New(f, admin.Options{Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	t.Setenv("SHOAL_ADMIN", "")
+	t.Setenv("SHOAL_TOKEN", "")
+	return f, srv.URL
+}
+
+func runCmd(args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, args, &out, &errOut)
+	return out.String(), err
+}
+
+// lines splits output into lines with runs of spaces collapsed, so that
+// tests check the cells, not the exact padding.
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		out = append(out, strings.Join(strings.Fields(l), " "))
+	}
+	return out
+}
+
+func TestMembersTableAndJSON(t *testing.T) {
+	_, url := startFakeNode(t)
+	out, err := runCmd("members", "--admin", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"MEMBER STATUS REACHABLE ORDER ROLES VERSION TRANSPORT GOSSIP",
+		"node-a#1 Up yes 1 payment 1.0 10.0.0.1:7001 10.0.0.1:7946 oldest",
+		"node-b#2 Leaving NO 2 - - 10.0.0.2:7001 10.0.0.2:7946 self",
+	}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("members table:\n%s", out)
+	}
+	// Columns are aligned (every row has its second column at one offset),
+	// with no trailing blanks.
+	rows := strings.Split(out, "\n")
+	for _, r := range rows {
+		if strings.HasSuffix(r, " ") {
+			t.Fatalf("trailing blanks in %q", r)
+		}
+	}
+	if i := strings.Index(rows[0], "STATUS"); strings.Index(rows[1], "Up") != i || strings.Index(rows[2], "Leaving") != i {
+		t.Fatalf("columns not aligned:\n%s", out)
+	}
+
+	t.Setenv("SHOAL_ADMIN", url) // the environment instead of the flag
+	out, err = runCmd("members", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m admin.Members
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Self != "node-b#2" || len(m.Members) != 2 || m.Members[1].GossipAddr != "10.0.0.2:7946" {
+		t.Fatalf("members --json: %v\n%s", err, out)
+	}
+}
+
+func TestShardsTableAndJSON(t *testing.T) {
+	_, url := startFakeNode(t)
+	out, err := runCmd("shards", "payment", "--admin", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"type payment, coordinator node-a#1 (epoch 7), nodes node-a#1 node-b#2",
+		"SHARD NODE STATE ENTITIES",
+		"2 node-a#1 active 4",
+		"10 node-b#2 handing-off 12",
+		"11 - unallocated ?",
+	}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("shards table:\n%s", out)
+	}
+	out, err = runCmd("shards", "--json", "--admin", url, "payment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st admin.Shards
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Coordinator.Epoch != 7 || len(st.Shards) != 3 || st.Shards[2].State != admin.StateUnallocated {
+		t.Fatalf("shards --json: %v\n%s", err, out)
+	}
+
+	_, err = runCmd("shards", "nope", "--admin", url)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 404 || ae.Code != admin.CodeUnknownType || exitCode(err) != 1 {
+		t.Fatalf("shards of an unknown type: %v", err)
+	}
+}
+
+func TestLeave(t *testing.T) {
+	f, url := startFakeNode(t)
+	if _, err := runCmd("leave", "node-b", "--admin", url); !strings.Contains(fmt.Sprint(err), "--token") {
+		t.Fatalf("leave without a token: %v", err)
+	}
+	if _, err := runCmd("leave", "node-b", "--admin", url, "--token", "wrong"); err == nil {
+		t.Fatal("leave with a wrong token succeeded")
+	}
+	if len(f.left) != 0 {
+		t.Fatalf("refused leaves acted: %v", f.left)
+	}
+	out, err := runCmd("leave", "node-b", "--admin", url, "--token", "tok")
+	if err != nil || out != "node-b is leaving the cluster\n" {
+		t.Fatalf("leave: %q %v", out, err)
+	}
+	t.Setenv("SHOAL_TOKEN", "tok")
+	out, err = runCmd("leave", "--json", "node-b", "--admin", url)
+	if err != nil || strings.TrimSpace(out) != "{\n  \"status\": \"accepted\"\n}" {
+		t.Fatalf("leave --json: %q %v", out, err)
+	}
+	if len(f.left) != 2 {
+		t.Fatalf("leaves: %v", f.left)
+	}
+	_, err = runCmd("leave", "node-z", "--admin", url)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != admin.CodeUnknownNode {
+		t.Fatalf("leave of an unknown node: %v", err)
+	}
+}
+
+func TestAdminCommandsUsage(t *testing.T) {
+	_, url := startFakeNode(t)
+	for _, args := range [][]string{
+		{"members"}, // no --admin
+		{"members", "--admin", "not a url"},
+		{"members", "extra", "--admin", url},
+		{"shards", "--admin", url},
+		{"shards", "a", "b", "--admin", url},
+		{"leave", "--admin", url},
+		{"members", "--bogus"},
+		{"remove-internal-data", "--dsn", "postgres://x"},
+		{"remove-internal-data", "payment"}, // no --dsn
+	} {
+		t.Setenv("SHOAL_DSN", "")
+		t.Setenv("DATABASE_URL", "")
+		if _, err := runCmd(args...); !errors.Is(err, errUsage) || exitCode(err) != 2 {
+			t.Errorf("run %q: %v, want usage (exit 2)", args, err)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package sharding
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/shoal-dev/shoal/sharding/allocation"
+)
+
+// What operators ask of a node's sharding (the admin API): which types
+// run, where each shard lives, and the actions that move work about. The
+// methods are type-erased so that a caller needs no command type.
+
+// ErrUnknownShard is returned by RebalanceShard for a shard that has no
+// home in this node's view: there is nothing to move.
+var ErrUnknownShard = errors.New("sharding: unknown shard")
+
+// ShardState is one shard as a node sees it.
+type ShardState struct {
+	ID string
+	// Home is the node of the region hosting the shard; "" while it has
+	// none (stopped, or messages wait for the coordinator to place it).
+	Home string
+	// HandingOff is set while the shard moves: its messages are buffered.
+	HandingOff bool
+	// Entities is how many entities run in the shard, as its home
+	// reported; -1 when the home did not answer.
+	Entities int
+}
+
+// TypeState is the sharding of one entity type, as one node sees it.
+type TypeState struct {
+	Type string
+	// Coordinator is the node hosting the type's coordinator, as this
+	// node's region last learned it ("" while there is none), and Epoch
+	// the newest coordinator epoch it has seen.
+	Coordinator string
+	Epoch       uint64
+	// Regions lists, sorted, the nodes that may host the type's shards.
+	Regions []string
+	// Shards are sorted by id, in numeric order where both ids are numbers.
+	Shards []ShardState
+	// Unanswered lists the regions that did not report their entities.
+	Unanswered []string
+}
+
+// Types lists the entity types started on this node, sorted.
+func (s *Sharding) Types() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.regions))
+}
+
+func (s *Sharding) region(typeName string) (regionRuntime, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.regions[typeName]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownEntityType, typeName)
+	}
+	return r, nil
+}
+
+// TypeState reports the shards of typeName: homes and hand-offs as this
+// node's region knows them, entity counts as each hosting region reports
+// them (it asks them all; give ctx a deadline).
+func (s *Sharding) TypeState(ctx context.Context, typeName string) (TypeState, error) {
+	r, err := s.region(typeName)
+	if err != nil {
+		return TypeState{}, err
+	}
+	return r.typeState(ctx), nil
+}
+
+// RebalanceShard asks the coordinator of typeName to move shard: it is
+// handed off (its entities get their stop message) and placed again by
+// the allocation strategy, which may pick the same node. It returns once
+// the request is sent; ErrUnknownShard when the shard has no home here.
+func (s *Sharding) RebalanceShard(typeName, shard string) error {
+	r, err := s.region(typeName)
+	if err != nil {
+		return err
+	}
+	return r.rebalance(shard)
+}
+
+// RequestLeave asks node (a node name in the membership) to leave the
+// cluster gracefully: its Config.OnLeaveRequest runs. It returns once the
+// request is sent; an error matching ErrUnreachable when nothing listens
+// for it there.
+func (s *Sharding) RequestLeave(node string) error {
+	return s.cfg.Transport.Send(Address{Node: node}, LeaveRequest{})
+}
+
+// listenForLeave routes a LeaveRequest for this node to OnLeaveRequest.
+func (s *Sharding) listenForLeave() (func(), error) {
+	if s.cfg.OnLeaveRequest == nil {
+		return func() {}, nil
+	}
+	return s.cfg.Transport.Listen(Address{Node: s.self}, func(m Message) error {
+		if _, ok := m.(LeaveRequest); ok {
+			s.log.Info("sharding: leave requested", "node", s.self)
+			s.cfg.OnLeaveRequest()
+		}
+		return nil
+	})
+}
+
+func (r *Region[C]) typeState(ctx context.Context) TypeState {
+	r.mu.RLock()
+	st := TypeState{Type: r.typ, Coordinator: r.core.coordinator, Epoch: r.core.epoch, Shards: r.core.shardStates()}
+	r.mu.RUnlock()
+	for _, m := range r.s.cfg.Membership.Members() {
+		if m.HasRole(r.ent.Role) && m.Status != allocation.Down {
+			st.Regions = append(st.Regions, m.Node)
+		}
+	}
+	slices.Sort(st.Regions)
+	stats := r.ClusterStats(ctx)
+	st.Unanswered = stats.Failed
+	known := make(map[string]int, len(st.Shards))
+	for i, sh := range st.Shards {
+		known[sh.ID] = i
+	}
+	for _, region := range slices.Sorted(maps.Keys(stats.Regions)) {
+		for shard, n := range stats.Regions[region] {
+			i, ok := known[shard]
+			if !ok {
+				// Hosted there but not yet announced here.
+				st.Shards = append(st.Shards, ShardState{ID: shard, Home: region, Entities: n})
+				known[shard] = len(st.Shards) - 1
+				continue
+			}
+			if st.Shards[i].Home == region {
+				st.Shards[i].Entities = n
+			}
+		}
+	}
+	sortShardStates(st.Shards)
+	return st
+}
+
+func (r *Region[C]) rebalance(shardID string) error {
+	var err error
+	r.step(func(c *regionCore[C, *shard[C]]) {
+		if e := c.shards[shardID]; e == nil || e.home == "" {
+			err = fmt.Errorf("%w: %s shard %q has no home", ErrUnknownShard, r.typ, shardID)
+			return
+		}
+		c.toCoordinator(RebalanceShards{Shards: []string{shardID}})
+	})
+	return err
+}
+
+// sortShardStates sorts by id, numbers in numeric order before other ids.
+func sortShardStates(shards []ShardState) {
+	slices.SortFunc(shards, func(a, b ShardState) int { return CompareShardIDs(a.ID, b.ID) })
+}
+
+// CompareShardIDs orders shard ids: numbers in numeric order, before any
+// other id; other ids in byte order.
+func CompareShardIDs(a, b string) int {
+	na, errA := strconv.ParseUint(a, 10, 64)
+	nb, errB := strconv.ParseUint(b, 10, 64)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Or(cmp.Compare(na, nb), cmp.Compare(a, b))
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}

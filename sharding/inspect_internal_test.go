@@ -1,0 +1,57 @@
+package sharding
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestRegionCoreShardStatesShowHomesHandOffsAndWaitingShards(t *testing.T) {
+	c := newRegionCore[string, string](regionCoreConfig{self: "b", bufferSize: 100, tickInterval: time.Second})
+	c.membership("a", []string{"a", "b"})
+	c.step(RegisterAck{Coordinator: "a", Epoch: 3})
+	c.step(ShardHomes{Homes: map[string][]string{"a": {"10", "2"}}, Epoch: 3})
+	c.step(BeginHandOff{Shard: "10", Epoch: 3})
+	c.route("x", pending[string]{entityID: "e", msg: "m"}) // no home yet: held
+	want := []ShardState{
+		{ID: "2", Home: "a", Entities: -1},
+		{ID: "10", Home: "a", HandingOff: true, Entities: -1},
+		{ID: "x", Entities: -1},
+	}
+	if got := c.shardStates(); !slices.Equal(got, want) {
+		t.Fatalf("shardStates\n got %+v\nwant %+v", got, want)
+	}
+	if c.coordinator != "a" || c.epoch != 3 {
+		t.Fatalf("coordinator %q epoch %d", c.coordinator, c.epoch)
+	}
+}
+
+func TestCoordinatorRebalanceShardsMovesAShardWhereTheStrategyPlacesIt(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(GetShardHome{Shard: "s2", Region: "a"})
+	c.step(Register{Region: "b"})
+	_, out := c.step(RebalanceShards{Shards: []string{"s1", "unknown"}})
+	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
+		t.Fatalf("sent %v", got)
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
+	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a"})
+	// Not stopped like StopShards: placed again at once, on b, which has fewer shards.
+	if !slices.Equal(changes, []change{{shard: "s1"}, {shard: "s1", region: "b"}}) {
+		t.Fatalf("changes %v", changes)
+	}
+	if got := sent(out); len(got) == 0 || got[0] != "b: HostShard s1" {
+		t.Fatalf("sent %v", got)
+	}
+}
+
+func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
+	ids := []string{"b", "10", "a", "9", "100", "09"}
+	slices.SortFunc(ids, CompareShardIDs)
+	if want := []string{"09", "9", "10", "100", "a", "b"}; !slices.Equal(ids, want) {
+		t.Fatalf("sorted %v, want %v", ids, want)
+	}
+}
