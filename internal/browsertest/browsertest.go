@@ -185,12 +185,23 @@ func Load(t testing.TB, tab context.Context, url string) {
 
 // WaitFor waits until the JavaScript expression is truthy in tab, checking
 // on every animation frame. After Timeout it fails t, saying what it waited
-// for.
+// for and showing the page's text.
 func WaitFor(t testing.TB, tab context.Context, what, expression string) {
 	t.Helper()
 	if err := TryWaitFor(tab, expression); err != nil {
-		t.Fatalf("browsertest: waiting for %s: %v", what, err)
+		t.Fatalf("browsertest: waiting for %s: %v\npage text:\n%s", what, err, pageText(tab))
 	}
+}
+
+// pageText is the visible text of the page in tab, for failure messages.
+func pageText(tab context.Context) string {
+	ctx, cancel := context.WithTimeout(tab, Timeout)
+	defer cancel()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ''`))
+	if err != nil {
+		return fmt.Sprintf("(cannot read it: %v)", err)
+	}
+	return text
 }
 
 // TryWaitFor is WaitFor that returns the error, for a test that wants to

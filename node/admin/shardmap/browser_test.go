@@ -25,8 +25,8 @@ type shardMap struct {
 
 type coordinator struct {
 	Node        string `json:"node"`
-	Incarnation int    `json:"incarnation"`
-	Epoch       int    `json:"epoch"`
+	Incarnation uint64 `json:"incarnation"`
+	Epoch       uint64 `json:"epoch"`
 }
 
 type shard struct {
@@ -257,8 +257,9 @@ var (
 		{"4", "node-b#1", "active", 1},
 		{"5", "", "unallocated", 0},
 	}}
-	orderMap = shardMap{Type: "order", Coordinator: &coordinator{Node: "node-b", Incarnation: 1, Epoch: 2},
-		Nodes: []string{"node-a#3", "node-b#1"}, Shards: []shard{{"7", "node-a#3", "active", 3}}}
+	// Incarnations are uint64s: above 2^53 a JavaScript number would round them.
+	orderMap = shardMap{Type: "order", Coordinator: &coordinator{Node: "node-b", Incarnation: 1795435303818723675, Epoch: 2},
+		Nodes: []string{"node-a#3", "node-b#1795435303818723675"}, Shards: []shard{{"7", "node-a#3", "active", 3}}}
 )
 
 // The expected views, written out by hand: cells under their node's column,
@@ -301,12 +302,12 @@ var (
 			}},
 			viewBefore.Columns[2], viewBefore.Columns[3],
 		}}
-	viewOrder = pageView{Type: "order", Connection: "live", Stale: "false", Coordinator: "node-b#1", Epoch: "2",
+	viewOrder = pageView{Type: "order", Connection: "live", Stale: "false", Coordinator: "node-b#1795435303818723675", Epoch: "2",
 		Shards: "1", Entities: "3", Columns: []columnView{
 			{Node: "node-a#3", Title: "node-a#3", Shards: "1", Entities: "3", Cells: []cellView{
 				{"7", "node-a#3", "active", "3", "7 3"},
 			}},
-			{Node: "node-b#1", Title: "node-b#1", Coordinator: true, Shards: "0", Entities: "0", Cells: []cellView{}},
+			{Node: "node-b#1795435303818723675", Title: "node-b#1795435303818723675", Coordinator: true, Shards: "0", Entities: "0", Cells: []cellView{}},
 		}}
 )
 

@@ -110,7 +110,7 @@
       if (source !== es) return;
       let snap;
       try {
-        snap = parseSnapshot(JSON.parse(ev.data));
+        snap = parseSnapshot(JSON.parse(ev.data, exactNumbers));
       } catch (err) {
         setConnection('live', `Live; ignored a bad update (${err.message})`);
         return;
@@ -129,6 +129,26 @@
     });
   }
 
+  // exactNumbers keeps incarnations and epochs as the digits sent: they are
+  // uint64s, and above 2^53 a JavaScript number rounds them (where the
+  // browser has JSON.parse source access; else parseSnapshot matches the
+  // rounded number against the node list).
+  function exactNumbers(key, value, context) {
+    if ((key === 'incarnation' || key === 'epoch') && typeof value === 'number' && context && context.source) {
+      return context.source;
+    }
+    return value;
+  }
+
+  // coordinatorID names the coordinator's incarnation as the node list does.
+  function coordinatorID(c, nodes) {
+    if (c.incarnation == null) return c.node;
+    if (typeof c.incarnation === 'string') return `${c.node}#${c.incarnation}`;
+    const prefix = `${c.node}#`;
+    const match = nodes.find((n) => n.startsWith(prefix) && Number(n.slice(prefix.length)) === c.incarnation);
+    return match || `${prefix}${c.incarnation}`;
+  }
+
   // parseSnapshot checks the shape of one map and fills in defaults, so
   // render deals with clean values only.
   function parseSnapshot(raw) {
@@ -142,7 +162,7 @@
     const nodes = Array.isArray(raw.nodes) ? raw.nodes.filter((n) => typeof n === 'string' && n !== '') : [];
     const c = raw.coordinator;
     const coordinator = c && typeof c.node === 'string' && c.node !== ''
-      ? { id: c.incarnation != null ? `${c.node}#${c.incarnation}` : c.node, epoch: c.epoch }
+      ? { id: coordinatorID(c, nodes), epoch: c.epoch }
       : null;
     return { nodes, shards, coordinator };
   }
