@@ -64,8 +64,8 @@ type Browser struct {
 
 // Start starts a fresh headless browser for t and closes it at t's cleanup.
 // It skips t when no Chromium is installed, or fails it when the environment
-// variable SHOAL_REQUIRE_BROWSER is set or SHOAL_CHROMIUM names no program. Uncaught JavaScript exceptions in
-// any tab of the browser fail t at cleanup.
+// variable SHOAL_REQUIRE_BROWSER is set or SHOAL_CHROMIUM names no program.
+// Uncaught JavaScript exceptions in any tab of the browser fail t at cleanup.
 func Start(t testing.TB) *Browser {
 	t.Helper()
 	path, err := FindChromium()
@@ -80,7 +80,7 @@ func Start(t testing.TB) *Browser {
 	}
 	profile := filepath.Join(t.TempDir(), "profile")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], // an array: append copies
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(profile),
 		chromedp.Headless,
