@@ -1,5 +1,7 @@
 # One command runs every test: `make test`. It builds the local Postgres image
-# the integration tests need when the machine cannot pull one.
+# the integration tests need when the machine cannot pull one, and installs
+# Chromium for the shard-map browser test when it is missing;
+# SHOAL_REQUIRE_BROWSER=1 makes that test fail rather than skip without it.
 GO ?= go
 
 .PHONY: test run bench cluster-up cluster-down
@@ -9,8 +11,9 @@ run:
 
 test:
 	./scripts/postgres-image.sh
+	./scripts/chromium.sh
 	$(GO) vet ./...
-	$(GO) test -race -timeout 40m ./...
+	SHOAL_REQUIRE_BROWSER=1 $(GO) test -race -timeout 40m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
