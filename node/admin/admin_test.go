@@ -199,6 +199,18 @@ func TestReadsAnswerTheContractsJSON(t *testing.T) {
 	}
 }
 
+// Behind a reverse proxy the admin API may live under a prefix the node does
+// not know, so the page's redirect must be relative.
+func TestMapWithoutSlashRedirectsRelatively(t *testing.T) {
+	h := admin.New(newFake(), admin.Options{Token: token, Logger: quiet()})
+	req := httptest.NewRequest("GET", "/admin/map?type=payment", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "map/?type=payment" {
+		t.Fatalf("got %d Location %q, want 301 to map/?type=payment", rec.Code, rec.Header().Get("Location"))
+	}
+}
+
 func TestProbes(t *testing.T) {
 	f := newFake()
 	h := admin.New(f, admin.Options{Token: token, ReadsNeedToken: true, Logger: quiet()})
