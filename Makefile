@@ -2,7 +2,7 @@
 # the integration tests need when the machine cannot pull one.
 GO ?= go
 
-.PHONY: test run bench cluster-up cluster-down
+.PHONY: test run bench experiment cluster-up cluster-down
 
 run:
 	$(GO) run ./examples/payment
@@ -14,6 +14,11 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The seed's rolling-update experiment (least-shard vs coordinator-avoidance):
+# prints the stop-window table and where the plots are.
+experiment:
+	./scripts/rolling-update-experiment.sh
 
 # The payment example as a 3-node cluster in containers (README: "Run a 3-node cluster").
 cluster-up:
