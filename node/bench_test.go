@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -281,7 +283,12 @@ func killFailover(b *testing.B, victim int) failoverResult {
 	b.StopTimer()
 	defer b.StartTimer()
 	c := startEchoCluster(b, 3, sharding.Settings{NumberOfShards: 30, RetryInterval: 500 * time.Millisecond},
-		func(cfg *node.Config) { cfg.Leases = lease.Settings{Node: failoverLease, Coordinator: failoverLease} })
+		func(cfg *node.Config) {
+			cfg.Leases = lease.Settings{Node: failoverLease, Coordinator: failoverLease}
+			// The survivors' complaints about the dead node would break
+			// up the benchmark's output lines.
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+		})
 	survivor := c.regions[(victim+1)%3]
 	gone := remote.NodeName(c.nodes[victim].Self())
 	byHome := entitiesByHome(b, survivor, 300)
