@@ -312,9 +312,9 @@ func killFailover(b *testing.B, victim int) failoverResult {
 
 	done := make(chan struct{})
 	var res failoverResult
-	var others50 sync.WaitGroup
+	var othersDone sync.WaitGroup
 	var lat []time.Duration
-	others50.Go(func() { // asks to the survivors' entities, one at a time
+	othersDone.Go(func() { // asks to the survivors' entities, one at a time
 		for k := 0; ; k++ {
 			select {
 			case <-done:
@@ -353,7 +353,7 @@ func killFailover(b *testing.B, victim int) failoverResult {
 	}
 	back.Wait()
 	close(done)
-	others50.Wait()
+	othersDone.Wait()
 	res.othersMax = slices.Max(lat)
 	_, res.othersP99 = percentiles(lat)
 	return res
