@@ -125,8 +125,8 @@ func TestRollingUpdateExperiment(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "step %v, warm-up %v, rebalance every %v, %d asks/s over %d entities, %d shards\n\n",
 		p.step, p.warmup, p.rebalance, p.rate, p.entities, p.shards)
-	table.WriteString("| strategy | window | requests | failed | p50 ms | p99 ms | max ms | shards on the stopped node | stop took |\n")
-	table.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	table.WriteString("| strategy | window | requests | failed | p50 ms | p99 ms | max ms | shards on the stopped node | stop took | max ms, its shards | max ms, other shards |\n")
+	table.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, name := range p.strategies {
 		strategy, err := strategyNamed(name)
 		if err != nil {
@@ -143,9 +143,17 @@ func TestRollingUpdateExperiment(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, w := range rollingupdate.Windows(samples, events, r.end) {
-				info := r.stops[w.Label]
-				fmt.Fprintf(&table, "| %s | %s | %d | %d | %.1f | %.1f | %.1f | %s | %s |\n", name, w.Label, w.Requests, w.Failed,
-					ms(w.P50), ms(w.P99), ms(w.Max), info.shards, info.took)
+				info, shards, split := r.stops[w.Label], "", " | "
+				if info.moved != nil {
+					shards = strconv.Itoa(len(info.moved))
+					// Requests for the shards the stopping node handed off,
+					// and for all the others: where the time went.
+					its := rollingupdate.WindowWhere(w.Label, samples, w.From, w.To, func(s rollingupdate.Sample) bool { return info.moved[r.shardOf(s.Entity)] })
+					others := rollingupdate.WindowWhere(w.Label, samples, w.From, w.To, func(s rollingupdate.Sample) bool { return !info.moved[r.shardOf(s.Entity)] })
+					split = fmt.Sprintf("%.1f (%d req) | %.1f", ms(its.Max), its.Requests, ms(others.Max))
+				}
+				fmt.Fprintf(&table, "| %s | %s | %d | %d | %.1f | %.1f | %.1f | %s | %s | %s |\n", name, w.Label, w.Requests, w.Failed,
+					ms(w.P50), ms(w.P99), ms(w.Max), shards, info.took, split)
 			}
 		})
 	}
@@ -157,15 +165,21 @@ func TestRollingUpdateExperiment(t *testing.T) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// run is one strategy's run: its recording, when it ended, and what each
-// stop found.
+// run is one strategy's run: its recording, when it ended, what each
+// stop found, and the shard of an entity.
 type run struct {
-	rec   *rollingupdate.Recorder
-	end   time.Duration
-	stops map[string]stopInfo
+	rec     *rollingupdate.Recorder
+	end     time.Duration
+	stops   map[string]stopInfo
+	shardOf func(entityID string) string
 }
 
-type stopInfo struct{ shards, took string }
+// stopInfo is the shards a stopping node hosted when its stop began, and
+// how long its Shutdown took.
+type stopInfo struct {
+	moved map[string]bool
+	took  string
+}
 
 // member is a running node and its region, and the asks in flight through it.
 type member struct {
@@ -337,7 +351,7 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 				defer cancel()
 				sent := time.Now()
 				err := ask(ctx, m, id)
-				rec.Request(sent, time.Now(), err != nil)
+				rec.Request(id, sent, time.Now(), err != nil)
 				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 					logger.Warn("experiment: ask failed", "entity", id, "via", m.name, "err", err)
 				}
@@ -375,7 +389,10 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 		for d := time.Now().Add(5 * time.Second); m.inFlight.Load() > 0 && time.Now().Before(d); {
 			time.Sleep(5 * time.Millisecond)
 		}
-		shards := len(m.region.State().Shards)
+		moved := map[string]bool{}
+		for shard := range m.region.State().Shards {
+			moved[shard] = true
+		}
 		began := time.Now()
 		rec.Event(began, rollingupdate.Event{Label: label, Stop: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -386,7 +403,7 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 			t.Errorf("%s shutdown: %v", m.name, err)
 		}
 		rec.Event(time.Now(), rollingupdate.Event{Label: fmt.Sprintf("old-%d stopped", i), Note: true})
-		stops[label] = stopInfo{shards: strconv.Itoa(shards), took: took.Round(time.Millisecond).String()}
+		stops[label] = stopInfo{moved: moved, took: took.Round(time.Millisecond).String()}
 	}
 	for i := 1; i <= 3; i++ {
 		at(2 * (i - 1))
@@ -405,15 +422,15 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 	for _, m := range all[4:] {
 		t.Logf("%s hosts %d shards at the end", m.name, len(m.region.State().Shards))
 	}
-	return run{rec: rec, end: end, stops: stops}
+	return run{rec: rec, end: end, stops: stops, shardOf: old[4].region.ShardID}
 }
 
 // writeCSV writes the samples and the events of a run as CSV files.
 func writeCSV(dir, name string, samples []rollingupdate.Sample, events []rollingupdate.Event) error {
 	var b strings.Builder
-	b.WriteString("sent_ms,latency_ms,failed\n")
+	b.WriteString("sent_ms,latency_ms,failed,entity\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "%.3f,%.3f,%t\n", ms(s.At), ms(s.Latency), s.Failed)
+		fmt.Fprintf(&b, "%.3f,%.3f,%t,%s\n", ms(s.At), ms(s.Latency), s.Failed, s.Entity)
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+"-samples.csv"), []byte(b.String()), 0o644); err != nil {
 		return err

@@ -19,11 +19,13 @@ import (
 )
 
 // Sample is one request: when it was sent (since the start of the run),
-// how long it took to be answered or to fail, and whether it failed.
+// how long it took to be answered or to fail, whether it failed, and the
+// entity it was for.
 type Sample struct {
 	At      time.Duration
 	Latency time.Duration
 	Failed  bool
+	Entity  string
 }
 
 // Event is something the run did to the cluster, at At since its start.
@@ -56,9 +58,9 @@ func (r *Recorder) Start() time.Time { return r.start }
 // Since is t relative to the recorder's start.
 func (r *Recorder) Since(t time.Time) time.Duration { return t.Sub(r.start) }
 
-// Request records a request sent at sent that ended at ended.
-func (r *Recorder) Request(sent, ended time.Time, failed bool) {
-	s := Sample{At: r.Since(sent), Latency: ended.Sub(sent), Failed: failed}
+// Request records a request to entity sent at sent that ended at ended.
+func (r *Recorder) Request(entity string, sent, ended time.Time, failed bool) {
+	s := Sample{At: r.Since(sent), Latency: ended.Sub(sent), Failed: failed, Entity: entity}
 	r.mu.Lock()
 	r.samples = append(r.samples, s)
 	r.mu.Unlock()
@@ -107,10 +109,16 @@ type Stats struct {
 // Latencies of failed requests count too: a request that timed out was
 // as slow as its timeout.
 func Window(label string, samples []Sample, from, to time.Duration) Stats {
+	return WindowWhere(label, samples, from, to, nil)
+}
+
+// WindowWhere is Window over the samples keep accepts (all when keep is
+// nil): say, the requests to the shards a stopping node hosted.
+func WindowWhere(label string, samples []Sample, from, to time.Duration, keep func(Sample) bool) Stats {
 	st := Stats{Label: label, From: from, To: to}
 	var lat []time.Duration
 	for _, s := range samples {
-		if s.At < from || s.At >= to {
+		if s.At < from || s.At >= to || (keep != nil && !keep(s)) {
 			continue
 		}
 		lat = append(lat, s.Latency)

@@ -67,6 +67,28 @@ func TestWindowsSplitAtActionsNotNotes(t *testing.T) {
 	}
 }
 
+// WindowWhere keeps only the samples its filter accepts, within the window.
+func TestWindowWhereFilters(t *testing.T) {
+	samples := []Sample{
+		{At: 1 * time.Second, Latency: 300 * ms, Entity: "moved"},
+		{At: 2 * time.Second, Latency: 5 * ms, Entity: "stayed"},
+		{At: 3 * time.Second, Latency: 7 * ms, Entity: "stayed"},
+		{At: 9 * time.Second, Latency: 900 * ms, Entity: "moved"}, // outside
+	}
+	moved := func(s Sample) bool { return s.Entity == "moved" }
+	got := WindowWhere("w", samples, 0, 5*time.Second, moved)
+	if got.Requests != 1 || got.Max != 300*ms {
+		t.Fatalf("moved: %+v", got)
+	}
+	got = WindowWhere("w", samples, 0, 5*time.Second, func(s Sample) bool { return !moved(s) })
+	if got.Requests != 2 || got.Max != 7*ms || got.P50 != 5*ms {
+		t.Fatalf("stayed: %+v", got)
+	}
+	if got := WindowWhere("w", samples, 0, 5*time.Second, nil); got.Requests != 3 {
+		t.Fatalf("unfiltered: %+v", got)
+	}
+}
+
 func TestRecorderSortsAndTimesFromStart(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	r := NewRecorder(t0)
@@ -74,7 +96,7 @@ func TestRecorderSortsAndTimesFromStart(t *testing.T) {
 	for i := range 50 {
 		wg.Go(func() {
 			sent := t0.Add(time.Duration(49-i) * time.Second)
-			r.Request(sent, sent.Add(time.Duration(i)*ms), i%10 == 0)
+			r.Request("e", sent, sent.Add(time.Duration(i)*ms), i%10 == 0)
 		})
 	}
 	wg.Wait()
@@ -85,7 +107,7 @@ func TestRecorderSortsAndTimesFromStart(t *testing.T) {
 		t.Fatalf("%d samples", len(samples))
 	}
 	for i, s := range samples {
-		if s.At != time.Duration(i)*time.Second || s.Latency != time.Duration(49-i)*ms || s.Failed != ((49-i)%10 == 0) {
+		if s.At != time.Duration(i)*time.Second || s.Latency != time.Duration(49-i)*ms || s.Failed != ((49-i)%10 == 0) || s.Entity != "e" {
 			t.Fatalf("sample %d = %+v", i, s)
 		}
 	}
