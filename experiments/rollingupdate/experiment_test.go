@@ -335,7 +335,9 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 	rec := rollingupdate.NewRecorder(time.Now())
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	var requests sync.WaitGroup
+	loadDone := make(chan struct{})
 	go func() {
+		defer close(loadDone)
 		tick := time.NewTicker(time.Second / time.Duration(p.rate))
 		defer tick.Stop()
 		for k := 0; ; k++ {
@@ -417,6 +419,7 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 	stopOld(4)
 	at(9)
 	stopLoad()
+	<-loadDone // no request starts after this: Wait may begin
 	requests.Wait()
 	end := rec.Since(time.Now())
 	for _, m := range all[4:] {
