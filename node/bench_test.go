@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -35,7 +36,7 @@ func (Count) isCommand() {}
 var echoKey = entity.NewTypeKey[Command]("Echo")
 
 // newEcho returns the echo entity: it answers Pings and adds each Count
-// to counted (which may be nil when nothing tells it).
+// to counted.
 func newEcho(counted *atomic.Int64) func(entity.Context[Command]) entity.Behavior[Command] {
 	return func(entity.Context[Command]) entity.Behavior[Command] {
 		return entity.Receive(func(ctx entity.Context[Command], c Command) entity.Behavior[Command] {
@@ -117,7 +118,7 @@ func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
 	}
 	slices.Sort(lat)
 	at := func(p float64) time.Duration {
-		return lat[min(len(lat)-1, max(0, int(p*float64(len(lat))+0.999999)-1))]
+		return lat[min(len(lat)-1, max(0, int(math.Ceil(p*float64(len(lat))))-1))]
 	}
 	return at(0.50), at(0.99)
 }
