@@ -4,7 +4,7 @@
 # SHOAL_REQUIRE_BROWSER=1 makes that test fail rather than skip without it.
 GO ?= go
 
-.PHONY: test run bench cluster-up cluster-down
+.PHONY: test run bench experiment cluster-up cluster-down
 
 run:
 	$(GO) run ./examples/payment
@@ -17,6 +17,11 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The seed's rolling-update experiment (least-shard vs coordinator-avoidance):
+# prints the stop-window table and where the plots are.
+experiment:
+	./scripts/rolling-update-experiment.sh
 
 # The payment example as a 3-node cluster in containers (README: "Run a 3-node cluster").
 cluster-up:
