@@ -10,7 +10,7 @@
 #
 #   scripts/rolling-update-experiment.sh [OUT_DIR]
 #
-# Knobs (environment), defaults in experiments/rollingupdate/experiment_test.go:
+# Knobs (environment), defaults in internal/experiments/rollingupdate/experiment_test.go:
 #   SHOAL_EXPERIMENT_STEP=10s        time between events (the seed: 60s)
 #   SHOAL_EXPERIMENT_WARMUP=20s      steady load before the first event
 #   SHOAL_EXPERIMENT_REBALANCE=2s    rebalance interval (the seed: 10s)
@@ -26,7 +26,7 @@ out="$(cd "$out" && pwd)"
 "$repo/scripts/postgres-image.sh"
 echo "rolling-update experiment: output in $out (load before: $(uptime | sed 's/.*load average/load average/'))"
 (cd "$repo" && SHOAL_EXPERIMENT=1 SHOAL_EXPERIMENT_OUT="$out" \
-	go test -count=1 -timeout 60m -run '^TestRollingUpdateExperiment$' -v ./experiments/rollingupdate) >"$out/test.log" 2>&1 || {
+	go test -count=1 -timeout 60m -run '^TestRollingUpdateExperiment$' -v ./internal/experiments/rollingupdate) >"$out/test.log" 2>&1 || {
 	tail -50 "$out/test.log" >&2
 	echo "rolling-update experiment: failed; full log in $out/test.log" >&2
 	exit 1

@@ -17,7 +17,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/memberlist"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/experiments/rollingupdate"
+	"github.com/shoal-dev/shoal/internal/experiments/rollingupdate"
 	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
