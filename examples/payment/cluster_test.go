@@ -66,6 +66,8 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"CA file missing", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", missing), "tls-ca", fs.ErrNotExist},
 		{"CA file without a certificate", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", notPEM), "tls-ca", nil},
 		{"min members 0", append(cl, "-min-members", "0"), "min-members", nil},
+		{"lease too short to renew", append(cl, "-lease", "500ms"), "lease", nil},
+		{"unknown gossip timing", append(cl, "-gossip-timing", "wan"), "gossip-timing", nil},
 		{"demo on a cluster", append(cl, "-demo"), "demo", nil},
 		{"issuer only on a cluster", append(cl, "-issuer-only"), "issuer-only", nil},
 		{"a stray argument", []string{"-postgres", "postgres://x", "cluster"}, "", nil},
