@@ -76,7 +76,9 @@ func InitCounters(sh *sharding.Sharding, activations *ActivationLog, minMembers 
 			})
 		},
 		StopMessage: CounterStop{},
-		Settings:    sharding.Settings{NumberOfShards: 20, PassivateIdleAfter: -1, MinMembers: minMembers},
+		// Remembered: a shard restarts its counters when it starts, so
+		// tests can see remember-entities survive a full cluster restart.
+		Settings: sharding.Settings{NumberOfShards: 20, PassivateIdleAfter: -1, MinMembers: minMembers, RememberEntities: true},
 	})
 }
 

@@ -36,6 +36,9 @@ type Options struct {
 	Lease time.Duration
 	// MinMembers is payment -min-members. Default 1.
 	MinMembers int
+	// Initial is how many of the nodes Start starts; AddNode starts the
+	// others. Default Nodes.
+	Initial int
 }
 
 func (o Options) withDefaults() Options {
@@ -47,6 +50,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MinMembers <= 0 {
 		o.MinMembers = 1
+	}
+	if o.Initial <= 0 || o.Initial > o.Nodes {
+		o.Initial = o.Nodes
 	}
 	return o
 }
@@ -114,14 +120,25 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	c.startPostgres(ctx, pgImage)
 	c.startIssuer(ctx)
-	for i := range opts.Nodes {
-		c.Nodes = append(c.Nodes, c.newNode(ctx, fmt.Sprintf("node%d", i+1), i == 0))
+	for range opts.Initial {
+		c.AddNode(ctx)
 	}
-	// The first node bootstraps; the others join it.
-	c.Nodes[0].WaitReady(ctx)
 	c.WaitAllReady(ctx)
 	t.Logf("clustertest: %d nodes ready after %v", opts.Nodes, time.Since(began).Round(time.Millisecond))
 	return c
+}
+
+// AddNode starts the next node (node1 bootstraps; the others join the
+// seeds) without waiting for it to be ready.
+func (c *Cluster) AddNode(ctx context.Context) *Node {
+	c.t.Helper()
+	i := len(c.Nodes)
+	if i == c.opts.Nodes {
+		c.t.Fatalf("clustertest: all %d nodes started", i)
+	}
+	n := c.newNode(ctx, fmt.Sprintf("node%d", i+1), i == 0)
+	c.Nodes = append(c.Nodes, n)
+	return n
 }
 
 // dsn is the nodes' database address on the backend network.

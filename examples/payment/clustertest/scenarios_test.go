@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,23 +112,253 @@ func (c *Cluster) verify(ctx context.Context, l *load) {
 		len(rep.Intervals), len(rep.Overlaps), len(rep.Conflicts), time.Since(healed).Round(time.Millisecond))
 }
 
-// Crash failover (ClusterShardingSpec): kill -9 of a node that is not the
-// coordinator's, under load. Its shards move once its lease has expired;
-// nothing acknowledged is lost; no entity runs twice.
+// Crash failover (ClusterShardingSpec): kill -9 of a node that does not
+// host the coordinator, under load. Its shards move once its lease has
+// expired; nothing acknowledged is lost; no entity runs twice.
 func TestCrashFailover(t *testing.T) {
 	ctx := scenarioContext(t)
 	c := Start(t, Options{})
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
-	victim := c.Nodes[len(c.Nodes)-1]
-	if victim == c.Oldest(ctx) {
-		victim = c.Nodes[0]
-	}
+	victim := c.notOldest(ctx)
 	killed := time.Now()
 	victim.Kill(ctx)
-	moved := c.waitNoShardsOn(ctx, victim.Name)
-	t.Logf("%s killed; its shards released %v later (lease %v)", victim.Name, (time.Since(killed) - 0).Round(time.Millisecond), c.opts.Lease)
-	_ = moved
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("%s killed; its shards released %v later (lease %v)", victim.Name, time.Since(killed).Round(time.Millisecond), c.opts.Lease)
 	c.waitAcked(ctx, l.payments, 30, "after the kill")
+	c.verify(ctx, l)
+}
+
+// Coordinator crash (ClusterShardingSpec): kill -9 of the oldest node,
+// which hosts the coordinators. A new coordinator takes over from
+// Postgres once the old lease expired; the shards move.
+func TestCoordinatorCrash(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	victim := c.Oldest(ctx)
+	killed := time.Now()
+	victim.Kill(ctx)
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("%s (oldest) killed; its shards released %v later (lease %v)", victim.Name, time.Since(killed).Round(time.Millisecond), c.opts.Lease)
+	c.waitAcked(ctx, l.payments, 30, "after the kill")
+	c.verify(ctx, l)
+}
+
+// notOldest is a running node that is not the oldest.
+func (c *Cluster) notOldest(ctx context.Context) *Node {
+	oldest := c.Oldest(ctx)
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		if n := c.Nodes[i]; n != oldest {
+			return n
+		}
+	}
+	c.t.Fatal("clustertest: one node only")
+	return nil
+}
+
+// Graceful leave (ClusterShardingGracefulShutdownSpec and ...OldestSpec):
+// SIGTERM of a node, then of the oldest. Each hands its shards off and
+// exits 0; the others serve everything.
+func TestGracefulLeave(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	for _, victim := range []*Node{c.notOldest(ctx), c.Oldest(ctx)} {
+		began := time.Now()
+		victim.Stop(ctx)
+		if _, code := victim.Running(ctx); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0 (a clean hand-off)", victim.Name, code)
+		}
+		c.waitNoShardsOn(ctx, victim.Name)
+		t.Logf("%s left gracefully in %v", victim.Name, time.Since(began).Round(time.Millisecond))
+		c.waitAcked(ctx, l.payments, 20, "after "+victim.Name+" left")
+	}
+	c.verify(ctx, l)
+}
+
+// Partition (ClusterShardCoordinatorDowningSpec): a node cut from its
+// peers but not from Postgres is downed by the coordinator; its next
+// renewal fails, it fences itself and exits; its shards move. After the
+// heal it comes back as a new incarnation.
+func TestPartition(t *testing.T) {
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	partition(t, ctx, c, c.notOldest(ctx))
+}
+
+// The same, for the node that hosts the coordinators (the oldest).
+func TestPartitionCoordinator(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	partition(t, ctx, c, c.Oldest(ctx))
+}
+
+func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	cut := time.Now()
+	victim.Partition(ctx)
+	code := victim.WaitExit(ctx)
+	fenced := time.Since(cut)
+	if code != 1 || !strings.Contains(victim.Logs(ctx), "node lease lost") {
+		t.Errorf("%s exited %d after the partition; want 1 after fencing itself (node lease lost)", victim.Name, code)
+	}
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("%s partitioned; fenced and exited %v later, its shards released %v later (lease %v)",
+		victim.Name, fenced.Round(time.Millisecond), time.Since(cut).Round(time.Millisecond), c.opts.Lease)
+	c.waitAcked(ctx, l.payments, 30, "during the partition")
+	victim.Reconnect(ctx)
+	c.verify(ctx, l)
+}
+
+// Pause past the lease (ClusterShardingFailureSpec, Kleppmann's pause):
+// the paused node's lease expires and its shards move; on unpause it must
+// fence itself before it acts: it exits, and the activation log and the
+// counters show it served nothing after its lease ran out.
+func TestPausePastLease(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	victim := c.notOldest(ctx)
+	victim.Pause(ctx)
+	c.waitNoShardsOn(ctx, victim.Name)
+	c.waitAcked(ctx, l.payments, 30, "while paused")
+	victim.Unpause(ctx)
+	if code := victim.WaitExit(ctx); code != 1 || !strings.Contains(victim.Logs(ctx), "node lease lost") {
+		t.Errorf("%s exited %d after the unpause; want 1 after fencing itself (node lease lost)", victim.Name, code)
+	}
+	c.verify(ctx, l)
+}
+
+// Postgres restart under load (ClusterShardingFailureSpec): nodes that
+// cannot renew their leases fence themselves; once Postgres is back and
+// the fenced nodes restarted, every acknowledged payment is there.
+func TestPostgresRestart(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	c.RestartPostgres(ctx, c.opts.Lease)
+	fenced := 0
+	for _, n := range c.Nodes {
+		if running, _ := n.Running(ctx); !running {
+			fenced++
+		}
+	}
+	t.Logf("postgres restarted; %d of %d nodes had fenced themselves by then", fenced, len(c.Nodes))
+	c.Heal(ctx)
+	c.waitAcked(ctx, l.payments, 30, "after the restart")
+	c.verify(ctx, l)
+}
+
+// Remembered entities after a full cluster restart
+// (ClusterShardingRememberEntitiesSpec): counters are remembered; after
+// every node stopped and started again, each counter is active again
+// before anyone asks for it.
+func TestRememberedEntitiesAfterFullRestart(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 10, "before the restart")
+	l.stop()
+	c.CheckCountersReachable(ctx, l.counters, reachBound)
+	restarted := time.Now()
+	for _, n := range c.Nodes {
+		n.Stop(ctx)
+	}
+	for _, n := range c.Nodes {
+		n.Start(ctx)
+	}
+	c.WaitAllReady(ctx)
+	deadline := time.Now().Add(opBound)
+	for {
+		active := map[string]bool{}
+		for _, iv := range c.Activations(ctx).Intervals {
+			if iv.Type == "counter" && iv.From.After(restarted) {
+				active[iv.Entity] = true
+			}
+		}
+		missing := 0
+		for _, name := range l.counters.Names() {
+			if !active[name] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Logf("all %d counters active again %v after the restart began, none asked for", len(active), time.Since(restarted).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d remembered counters not restarted within %v of the full restart", missing, len(l.counters.Names()), opBound)
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+	c.verify(ctx, l)
+}
+
+// Min-nr-of-members (ClusterShardingMinMembersSpec): with -min-members 2
+// no shard is allocated while one node runs; once the second joins,
+// requests are served.
+func TestMinMembers(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{Nodes: 2, Initial: 1, MinMembers: 2})
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err := counterRequest(short, c.Nodes[0].URL, CounterOp{Counter: "minmembers", Add: true, By: 1})
+	cancel()
+	if err == nil {
+		t.Fatal("a counter answered with one node of a required two")
+	}
+	var allocated int
+	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations`).Scan(&allocated); err != nil {
+		t.Fatal(err)
+	}
+	if allocated != 0 {
+		t.Fatalf("%d shards allocated with one node of a required two", allocated)
+	}
+	c.AddNode(ctx)
+	c.WaitAllReady(ctx)
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 20, "with two nodes")
+	c.verify(ctx, l)
+}
+
+// Rolling update (RollingUpdateShardAllocationSpec, the seed's order):
+// each node in turn, the oldest last, stops gracefully and starts again as
+// a new incarnation, under load.
+func TestRollingUpdate(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 20, "before the update")
+	oldest := c.Oldest(ctx)
+	order := []*Node{}
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		if c.Nodes[i] != oldest {
+			order = append(order, c.Nodes[i])
+		}
+	}
+	for _, n := range append(order, oldest) {
+		began := time.Now()
+		n.Stop(ctx)
+		if _, code := n.Running(ctx); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0", n.Name, code)
+		}
+		n.Start(ctx)
+		n.WaitReady(ctx)
+		t.Logf("%s replaced in %v", n.Name, time.Since(began).Round(time.Millisecond))
+		c.waitAcked(ctx, l.payments, 10, "after replacing "+n.Name)
+	}
 	c.verify(ctx, l)
 }

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -226,6 +228,11 @@ func (c *Cluster) StartCounters(clients, counters int) *Counters {
 				op.Call = w.History.Now()
 				value, err := counterRequest(ctx, node.URL, op)
 				op.Return = w.History.Now()
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					// Never sent (the node is down): no operation.
+					pause(ctx, errorPause)
+					continue
+				}
 				if ctx.Err() != nil && err != nil {
 					// Cut by Stop: an add may still land.
 					op.Unknown = true
