@@ -2,7 +2,7 @@
 # the integration tests need when the machine cannot pull one.
 GO ?= go
 
-.PHONY: test run bench cluster-up cluster-down
+.PHONY: test test-cluster run bench cluster-up cluster-down
 
 run:
 	$(GO) run ./examples/payment
@@ -11,6 +11,13 @@ test:
 	./scripts/postgres-image.sh
 	$(GO) vet ./...
 	$(GO) test -race -timeout 40m ./...
+
+# Every multi-node fault scenario of examples/payment/clustertest, with real
+# processes in containers (make test runs the fast core set: crash failover
+# and partition, each with the linearizability check).
+test-cluster:
+	./scripts/postgres-image.sh
+	SHOAL_CLUSTER_TESTS=all $(GO) test -count=1 -timeout 60m -v ./examples/payment/clustertest/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

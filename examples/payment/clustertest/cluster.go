@@ -32,7 +32,7 @@ type Options struct {
 	Nodes int
 	// Lease is the node and coordinator lease (payment -lease): the
 	// shards of a crashed node move about this long after its last
-	// renewal. Default 3s.
+	// renewal. Default 4s.
 	Lease time.Duration
 	// MinMembers is payment -min-members. Default 1.
 	MinMembers int
@@ -46,7 +46,7 @@ func (o Options) withDefaults() Options {
 		o.Nodes = 3
 	}
 	if o.Lease <= 0 {
-		o.Lease = 3 * time.Second
+		o.Lease = 4 * time.Second
 	}
 	if o.MinMembers <= 0 {
 		o.MinMembers = 1
@@ -323,12 +323,19 @@ func (n *Node) ready(ctx context.Context) error {
 	return nil
 }
 
-// waitReady polls /ready until it answers 200 or startBound passes.
+// waitReady polls /ready until it answers 200 or startBound passes. A
+// node that exits on its own meanwhile (it fenced itself on a loaded
+// host, or gave up joining) is started again, as the compose file's
+// restart: on-failure does.
 func (n *Node) waitReady(ctx context.Context) {
 	deadline := time.Now().Add(startBound)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if n.ready(ctx) == nil {
 			return
+		}
+		if running, code := n.Running(ctx); !running && code != 0 {
+			n.cl.t.Logf("clustertest: %s exited %d while starting; starting it again", n.Name, code)
+			n.Start(ctx)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
