@@ -37,6 +37,7 @@ type Payments struct {
 	acked   []string
 	failed  int
 	unknown int
+	notSent int // the node refused the connection: it was down
 }
 
 // StartPayments starts workers clients settling payments until Stop.
@@ -54,6 +55,8 @@ func (c *Cluster) StartPayments(workers int) *Payments {
 				switch {
 				case err == nil && status == http.StatusOK:
 					p.acked = append(p.acked, order)
+				case errors.Is(err, syscall.ECONNREFUSED):
+					p.notSent++
 				case err != nil || status >= 500:
 					p.unknown++
 				default:
@@ -85,7 +88,7 @@ func (p *Payments) Acked() []string {
 func (p *Payments) String() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return fmt.Sprintf("%d acknowledged, %d refused, %d unanswered or failed", len(p.acked), p.failed, p.unknown)
+	return fmt.Sprintf("%d acknowledged, %d refused, %d unanswered or failed, %d not sent (node down)", len(p.acked), p.failed, p.unknown, p.notSent)
 }
 
 // settle PUTs a settlement of order at shop-1 through the node at url.
