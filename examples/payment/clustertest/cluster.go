@@ -2,7 +2,6 @@ package clustertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -359,7 +358,7 @@ func (n *Node) Kill(ctx context.Context) {
 	if _, err := n.cl.docker.ContainerKill(ctx, n.id(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		n.cl.t.Fatalf("clustertest: kill %s: %v", n.Name, err)
 	}
-	n.waitExited(ctx)
+	n.WaitExit(ctx)
 }
 
 // Stop sends SIGTERM and waits for the node to leave gracefully (it is
@@ -370,7 +369,7 @@ func (n *Node) Stop(ctx context.Context) {
 	if _, err := n.cl.docker.ContainerStop(ctx, n.id(), client.ContainerStopOptions{Timeout: &grace}); err != nil {
 		n.cl.t.Fatalf("clustertest: stop %s: %v", n.Name, err)
 	}
-	n.waitExited(ctx)
+	n.WaitExit(ctx)
 }
 
 // Start starts the node's container again: a new incarnation.
@@ -456,8 +455,6 @@ func (n *Node) WaitExit(ctx context.Context) int {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-func (n *Node) waitExited(ctx context.Context) { n.WaitExit(ctx) }
 
 // Logs is everything the node's container printed, over all its runs.
 func (n *Node) Logs(ctx context.Context) string {
@@ -577,6 +574,3 @@ func freePort(t testing.TB) string {
 	defer ln.Close()
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
-
-// errUnknown marks an operation whose outcome the client could not learn.
-var errUnknown = errors.New("outcome unknown")

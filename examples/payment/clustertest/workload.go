@@ -25,6 +25,9 @@ const errorPause = 50 * time.Millisecond
 
 var httpClient = &http.Client{Timeout: requestTimeout}
 
+// errUnknown marks an operation whose outcome the client could not learn.
+var errUnknown = errors.New("outcome unknown")
+
 // Payments drives settlements through the nodes round-robin, each on a
 // new order, and keeps the orders the API acknowledged (200).
 type Payments struct {
