@@ -302,6 +302,32 @@ func (c *Cluster) Oldest(ctx context.Context) *Node {
 	return best
 }
 
+// Coordinator is the node whose incarnation holds the payment type's
+// coordinator lease, with the lease's epoch; it fails the test if no
+// running node holds it within opBound.
+func (c *Cluster) Coordinator(ctx context.Context) (*Node, uint64) {
+	c.t.Helper()
+	deadline := time.Now().Add(opBound)
+	for {
+		var owner string
+		var epoch int64
+		err := c.DB.QueryRow(ctx, `SELECT owner, epoch FROM coordinator_lease
+			WHERE type_name = 'ec-house-money' AND expires_at > clock_timestamp()`).Scan(&owner, &epoch)
+		if err == nil {
+			name, _, _ := strings.Cut(owner, "#")
+			for _, n := range c.Nodes {
+				if n.Name == name {
+					return n, uint64(epoch)
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("clustertest: no node holds the coordinator lease within %v (last: %q, %v)", opBound, owner, err)
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
 // ready reports nil when the node answers /ready with 200.
 func (n *Node) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -138,18 +138,23 @@ func TestCoordinatorCrash(t *testing.T) {
 	c := Start(t, Options{})
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
-	victim := c.Oldest(ctx)
+	victim, epoch := c.Coordinator(ctx)
 	killed := time.Now()
 	victim.Kill(ctx)
 	c.waitNoShardsOn(ctx, victim.Name)
-	t.Logf("%s (oldest) killed; its shards released %v later (lease %v)", victim.Name, time.Since(killed).Round(time.Millisecond), c.opts.Lease)
+	successor, newEpoch := c.Coordinator(ctx)
+	if successor == victim || newEpoch <= epoch {
+		t.Fatalf("after the coordinator on %s (epoch %d) died, the lease is %s's at epoch %d", victim.Name, epoch, successor.Name, newEpoch)
+	}
+	t.Logf("%s (coordinator, epoch %d) killed; its shards released %v later (lease %v); coordinator now on %s, epoch %d",
+		victim.Name, epoch, time.Since(killed).Round(time.Millisecond), c.opts.Lease, successor.Name, newEpoch)
 	c.waitAcked(ctx, l.payments, 30, "after the kill")
 	c.verify(ctx, l)
 }
 
-// notOldest is a running node that is not the oldest.
+// notOldest is a running node that does not host the coordinator.
 func (c *Cluster) notOldest(ctx context.Context) *Node {
-	oldest := c.Oldest(ctx)
+	oldest, _ := c.Coordinator(ctx)
 	for i := len(c.Nodes) - 1; i >= 0; i-- {
 		if n := c.Nodes[i]; n != oldest {
 			return n
@@ -196,7 +201,8 @@ func TestPartitionCoordinator(t *testing.T) {
 	extended(t)
 	ctx := scenarioContext(t)
 	c := Start(t, Options{})
-	partition(t, ctx, c, c.Oldest(ctx))
+	coordinator, _ := c.Coordinator(ctx)
+	partition(t, ctx, c, coordinator)
 }
 
 func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
