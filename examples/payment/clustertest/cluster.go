@@ -280,28 +280,6 @@ func (c *Cluster) Heal(ctx context.Context) {
 	c.WaitAllReady(ctx)
 }
 
-// Oldest is the node whose join came first among those running, as the
-// nodes see it: the one hosting the coordinator (its /ready lists
-// members in join order).
-func (c *Cluster) Oldest(ctx context.Context) *Node {
-	c.t.Helper()
-	var best *Node
-	bestStart := time.Time{}
-	for _, n := range c.Nodes {
-		if running, _ := n.Running(ctx); !running {
-			continue
-		}
-		started := n.startedAt(ctx)
-		if best == nil || started.Before(bestStart) {
-			best, bestStart = n, started
-		}
-	}
-	if best == nil {
-		c.t.Fatal("clustertest: no node runs")
-	}
-	return best
-}
-
 // Coordinator is the node whose incarnation holds the payment type's
 // coordinator lease, with the lease's epoch; it fails the test if no
 // running node holds it within opBound.
@@ -454,15 +432,6 @@ func (n *Node) Running(ctx context.Context) (bool, int) {
 		n.cl.t.Fatalf("clustertest: inspect %s: %v", n.Name, err)
 	}
 	return ins.State.Running, ins.State.ExitCode
-}
-
-func (n *Node) startedAt(ctx context.Context) time.Time {
-	ins, err := n.inspect(ctx)
-	if err != nil || ins.State == nil {
-		n.cl.t.Fatalf("clustertest: inspect %s: %v", n.Name, err)
-	}
-	at, _ := time.Parse(time.RFC3339Nano, ins.State.StartedAt)
-	return at
 }
 
 // WaitExit waits until the node's process has exited and returns its
