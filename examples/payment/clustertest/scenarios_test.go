@@ -200,13 +200,86 @@ func TestPartition(t *testing.T) {
 	partition(t, ctx, c, c.notCoordinator(ctx))
 }
 
-// The same, for the node that hosts the coordinators (the oldest).
+// The same cut for the node that hosts the coordinators. Postgres is the
+// arbiter (DESIGN §8), and the coordinator still reaches it: it sees the
+// others fail and downs them, so they fence themselves and the cut-off
+// node serves alone (Pekko's split-brain resolver would keep the
+// majority). Either side may be the one that survives; never both. After
+// the heal every node must serve again through its own API: the nodes
+// that restarted while cut off formed a cluster of their own, which must
+// merge with the coordinator's.
 func TestPartitionCoordinator(t *testing.T) {
 	extended(t)
 	ctx := scenarioContext(t)
 	c := Start(t, Options{})
-	coordinator, _ := c.Coordinator(ctx)
-	partition(t, ctx, c, coordinator)
+	victim, _ := c.Coordinator(ctx)
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	cut := time.Now()
+	victim.Partition(ctx)
+	var others []*Node
+	for _, n := range c.Nodes {
+		if n != victim {
+			others = append(others, n)
+		}
+	}
+	survivor := c.waitOneSideFenced(ctx, victim, others)
+	t.Logf("coordinator %s partitioned; %v later the side of %s alone serves", victim.Name, time.Since(cut).Round(time.Millisecond), survivor)
+	c.waitAcked(ctx, l.payments, 20, "during the partition")
+	victim.Reconnect(ctx)
+	c.verify(ctx, l)
+	c.checkEachNodeServes(ctx, l.counters)
+}
+
+// waitOneSideFenced waits until either victim or every one of others has
+// exited after fencing itself, and says which side survived. Both sides
+// fenced is allowed (everything restarts); both serving is not.
+func (c *Cluster) waitOneSideFenced(ctx context.Context, victim *Node, others []*Node) string {
+	c.t.Helper()
+	deadline := time.Now().Add(opBound)
+	for {
+		if running, _ := victim.Running(ctx); !running {
+			return "the others"
+		}
+		down := 0
+		for _, n := range others {
+			if running, _ := n.Running(ctx); !running {
+				down++
+			}
+		}
+		if down == len(others) {
+			return victim.Name
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("clustertest: %v after the partition neither %s nor all of the others fenced themselves", opBound, victim.Name)
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+}
+
+// checkEachNodeServes fails the test unless every counter answers through
+// every node's own API within reachBound: no node is left in a cluster
+// of its own.
+func (c *Cluster) checkEachNodeServes(ctx context.Context, w *Counters) {
+	c.t.Helper()
+	for _, n := range c.Nodes {
+		deadline := time.Now().Add(reachBound)
+		for _, name := range w.Names() {
+			for {
+				short, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := counterRequest(short, n.URL, CounterOp{Counter: name})
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					c.t.Errorf("counter %s does not answer through %s within %v of healing: %v", name, n.Name, reachBound, err)
+					return
+				}
+				pause(ctx, errorPause)
+			}
+		}
+	}
 }
 
 func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
