@@ -298,6 +298,7 @@ func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
 	c.waitAcked(ctx, l.payments, 30, "during the partition")
 	victim.Reconnect(ctx)
 	c.verify(ctx, l)
+	c.checkEachNodeServes(ctx, l.counters)
 }
 
 // Pause past the lease (ClusterShardingFailureSpec, Kleppmann's pause):
