@@ -336,9 +336,12 @@ func (n *Node) waitReady(ctx context.Context) {
 		if n.ready(ctx) == nil {
 			return
 		}
-		if running, code := n.Running(ctx); !running && code != 0 {
-			n.cl.t.Logf("clustertest: %s exited %d while starting; starting it again", n.Name, code)
-			n.Start(ctx)
+		// Runs on a goroutine of WaitAllReady: no t.Fatal here.
+		if ins, err := n.inspect(ctx); err == nil && ins.State != nil && !ins.State.Running && ins.State.ExitCode != 0 {
+			n.cl.t.Logf("clustertest: %s exited %d while starting; starting it again", n.Name, ins.State.ExitCode)
+			if _, err := n.cl.docker.ContainerStart(ctx, n.id(), client.ContainerStartOptions{}); err != nil {
+				n.cl.t.Logf("clustertest: start %s: %v", n.Name, err)
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

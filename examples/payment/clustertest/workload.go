@@ -239,11 +239,8 @@ func (c *Cluster) StartCounters(clients, counters int) *Counters {
 					pause(ctx, errorPause)
 					continue
 				}
-				if ctx.Err() != nil && err != nil {
-					// Cut by Stop: an add may still land.
-					op.Unknown = true
-				}
-				op.Value, op.Unknown = value, op.Unknown || err != nil
+				// Unanswered, or cut by Stop: an add may still land.
+				op.Value, op.Unknown = value, err != nil
 				w.History.Record(op)
 				if err != nil {
 					pause(ctx, errorPause)
