@@ -40,8 +40,12 @@ type load struct {
 	counters *Counters
 }
 
+// startLoad starts 3 payment clients and 4 counter clients on 6
+// counters; a test that fails midway stops them at its end.
 func startLoad(c *Cluster) *load {
-	return &load{payments: c.StartPayments(3), counters: c.StartCounters(4, 6)}
+	l := &load{payments: c.StartPayments(3), counters: c.StartCounters(4, 6)}
+	c.t.Cleanup(l.stop)
+	return l
 }
 
 func (l *load) stop() {
