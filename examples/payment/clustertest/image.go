@@ -176,5 +176,21 @@ func BuildImage(ctx context.Context, docker *testcontainers.DockerClient) (strin
 	if _, err := docker.ImageInspect(ctx, image); err != nil {
 		return "", fmt.Errorf("clustertest: built %s but cannot find it: %w", image, err)
 	}
+	removeOlderImages(ctx, docker, image)
 	return image, nil
+}
+
+// removeOlderImages removes the images of earlier sources, best effort:
+// one in use by a container stays (no force).
+func removeOlderImages(ctx context.Context, docker *testcontainers.DockerClient, keep string) {
+	list, err := docker.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", "dev.shoal.clustertest=payment")})
+	if err != nil {
+		return
+	}
+	for _, img := range list.Items {
+		if slices.Contains(img.RepoTags, keep) {
+			continue
+		}
+		_, _ = docker.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{PruneChildren: true})
+	}
 }
