@@ -188,9 +188,11 @@ func removeOlderImages(ctx context.Context, docker *testcontainers.DockerClient,
 		return
 	}
 	for _, img := range list.Items {
-		if slices.Contains(img.RepoTags, keep) {
-			continue
+		for _, tag := range img.RepoTags {
+			if tag != keep {
+				// By tag: an image that also carries keep only loses the tag.
+				_, _ = docker.ImageRemove(ctx, tag, client.ImageRemoveOptions{PruneChildren: true})
+			}
 		}
-		_, _ = docker.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{PruneChildren: true})
 	}
 }
