@@ -4,7 +4,7 @@
 # SHOAL_REQUIRE_BROWSER=1 makes that test fail rather than skip without it.
 GO ?= go
 
-.PHONY: test run bench experiment cluster-up cluster-down
+.PHONY: test test-cluster run bench experiment cluster-up cluster-down
 
 run:
 	$(GO) run ./examples/payment
@@ -14,6 +14,13 @@ test:
 	./scripts/chromium.sh
 	$(GO) vet ./...
 	SHOAL_REQUIRE_BROWSER=1 $(GO) test -race -timeout 40m ./...
+
+# Every multi-node fault scenario of examples/payment/clustertest, with real
+# processes in containers (make test runs the fast core set: crash failover
+# and partition, each with the linearizability check).
+test-cluster:
+	./scripts/postgres-image.sh
+	SHOAL_CLUSTER_TESTS=all $(GO) test -count=1 -timeout 60m -v ./examples/payment/clustertest/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -151,11 +151,17 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 }
 
 // OnSignal implements entity.SignalHandler: a stop ends a running recovery.
+// The user's OnSignal then sees Stopped.
 func (b *behavior[C, E, S]) OnSignal(_ entity.Context[C], sig entity.Signal) {
-	if _, ok := sig.(entity.PostStop); ok && b.cancelRecovery != nil {
+	stop, ok := sig.(entity.PostStop)
+	if !ok {
+		return
+	}
+	if b.cancelRecovery != nil {
 		b.cancelRecovery()
 		b.cancelRecovery = nil
 	}
+	b.signal(Stopped{Err: stop.Err})
 }
 
 func firstNonNil[T comparable](a, b T) T {

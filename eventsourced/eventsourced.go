@@ -261,6 +261,10 @@ type (
 		UpTo uint64
 		Err  error
 	}
+	// Stopped: the incarnation has stopped (its last signal), Err nil for
+	// a normal stop (a stop effect, passivation, hand-off) and the cause
+	// otherwise (a failed write, a forced stop).
+	Stopped struct{ Err error }
 )
 
 func (RecoveryCompleted) isSignal()        {}
@@ -274,6 +278,7 @@ func (DeleteSnapshotsFailed) isSignal()    {}
 func (DeleteEventsCompleted) isSignal()    {}
 func (DeleteEventsFailed) isSignal()       {}
 func (ReplyMissing) isSignal()             {}
+func (Stopped) isSignal()                  {}
 
 var (
 	// ErrPersistFailed matches the stop reason of an entity whose write

@@ -427,6 +427,42 @@ func TestWriteConflictStopsTheSecondIncarnation(t *testing.T) {
 	}
 }
 
+// Stopped is the last signal of an incarnation and carries its stop
+// reason: nil after a normal stop, the write conflict after a failed write.
+func TestStoppedIsTheLastSignal(t *testing.T) {
+	j := memory.New()
+	sys, _ := entity.NewSystem(entity.Config{Codec: newRegistry(), Journal: j, Logger: quietLogger()})
+	firstRec, secondRec := &recorder{}, &recorder{}
+	spawn := func(rec *recorder) *entity.Cell[cmd] {
+		props := &entity.Props[cmd]{Key: listKey, Create: listEntity(listOptions{rec: rec})}
+		return entity.Spawn(sys, props, "dup")
+	}
+	first, second := spawn(firstRec), spawn(secondRec)
+	askItems(t, first)
+	askItems(t, second)
+	_ = first.Tell(add{Item: "from first"})
+	askItems(t, first)
+	_ = second.Tell(add{Item: "from second"})
+	<-second.Done()
+	sigs := secondRec.signals()
+	last, ok := sigs[len(sigs)-1].(eventsourced.Stopped)
+	if !ok || !errors.Is(last.Err, eventsourced.ErrWriteConflict) {
+		t.Fatalf("second's signals %#v: want Stopped with the write conflict last", sigs)
+	}
+	if n := countSignals[eventsourced.Stopped](secondRec); n != 1 {
+		t.Fatalf("%d Stopped signals, want 1", n)
+	}
+	if n := countSignals[eventsourced.Stopped](firstRec); n != 0 {
+		t.Fatalf("first got Stopped while running")
+	}
+	first.StopNow()
+	<-first.Done()
+	sigs = firstRec.signals()
+	if last, ok := sigs[len(sigs)-1].(eventsourced.Stopped); !ok || last.Err != nil {
+		t.Fatalf("first's signals %#v: want Stopped{nil} last", sigs)
+	}
+}
+
 func TestUnhandledIsADeadLetter(t *testing.T) {
 	kit := newKit(t, listOptions{})
 	before := kit.System().DeadLetters()

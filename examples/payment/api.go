@@ -62,6 +62,8 @@ type API struct {
 	// Members, when set, lists the cluster's members in /ready's answer,
 	// as this node sees them.
 	Members func() []string
+	// Counters, when set, serves the counter endpoints (counter.go).
+	Counters *sharding.Region[CounterCommand]
 }
 
 // MaxHeaderBytes bounds a request's header fields (names and values); a
@@ -82,6 +84,13 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc(cancel, methodNotAllowed)
 	mux.HandleFunc("/ready", probe(a.Ready, a.Members))
 	mux.HandleFunc("/alive", probe(a.Alive, nil))
+	if a.Counters != nil {
+		timeout := a.AskTimeout
+		if timeout <= 0 {
+			timeout = DefaultSettings().AskTimeout
+		}
+		counterAPI{counters: a.Counters, askTimeout: timeout}.register(mux)
+	}
 	mux.HandleFunc("/", notFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerBytes(r.Header) > MaxHeaderBytes {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/node"
@@ -83,6 +84,8 @@ type clusterFlags struct {
 	bootstrap                         bool
 	minMembers                        int
 	joinTimeout                       time.Duration
+	lease                             time.Duration
+	gossipTiming                      string
 }
 
 // clusterFlagNames are the flags that select cluster mode.
@@ -90,6 +93,7 @@ var clusterFlagNames = []string{
 	"node-id", "seeds", "bootstrap", "cluster-name", "gossip-addr", "gossip-advertise",
 	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "min-members", "join-timeout",
 	"admin-addr", "admin-token", "admin-reads-need-token",
+	"lease", "gossip-timing",
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -109,6 +113,29 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
 	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
 	fs.BoolVar(&c.adminReadsNeedToken, "admin-reads-need-token", false, "cluster mode: the admin API's reads need the token too")
+	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 15s)")
+	fs.StringVar(&c.gossipTiming, "gossip-timing", "lan", "cluster mode: failure detection, \"lan\" (memberlist's LAN defaults: a crashed node is declared failed after about 4 s) or \"fast\" (about 1 s: for tests on one host)")
+}
+
+// minLease is the shortest -lease: renewals every third of it must fit
+// a database round trip on a busy host.
+const minLease = 900 * time.Millisecond
+
+// leaseSettings are the node and coordinator leases for -lease d.
+func leaseSettings(d time.Duration) lease.Settings {
+	t := lease.Timing{Length: d, RenewEvery: d / 3, Margin: d / 5}
+	return lease.Settings{Node: t, Coordinator: t}
+}
+
+// fastGossipTiming is -gossip-timing fast: memberlist.FastTiming with a
+// probe timeout and suspicion a little looser, so that a loaded CI host
+// does not declare live nodes failed.
+func fastGossipTiming() memberlist.Timing {
+	t := memberlist.FastTiming()
+	t.ProbeInterval, t.ProbeTimeout = 200*time.Millisecond, 150*time.Millisecond
+	t.SuspicionMult, t.SuspicionMaxTimeoutMult = 3, 3
+	t.TCPTimeout = time.Second
+	return t
 }
 
 // config returns the Cluster the flags describe, or nil when no cluster
@@ -142,6 +169,19 @@ func (c *clusterFlags) config(fs *flag.FlagSet, postgresDSN string) (*Cluster, e
 	}
 	nc := node.DefaultConfig(c.nodeID)
 	nc.PostgresDSN = postgresDSN
+	if c.lease != 0 {
+		if c.lease < minLease {
+			return nil, &FlagError{Flag: "lease", Value: c.lease.String(), Reason: "must be at least " + minLease.String()}
+		}
+		nc.Leases = leaseSettings(c.lease)
+	}
+	switch c.gossipTiming {
+	case "lan":
+	case "fast":
+		nc.Timing = fastGossipTiming()
+	default:
+		return nil, &FlagError{Flag: "gossip-timing", Value: c.gossipTiming, Reason: "must be lan or fast"}
+	}
 	if c.clusterName != "" {
 		nc.ClusterName = c.clusterName
 	}

@@ -69,6 +69,8 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"admin address not host:port", append(cl, "-admin-addr", "9001"), "admin-addr", nil},
 		{"admin reads protected without a token", append(cl, "-admin-addr", "127.0.0.1:0", "-admin-reads-need-token"), "admin-reads-need-token", nil},
 		{"admin address without a node id", []string{"-admin-addr", "127.0.0.1:9001", "-postgres", "postgres://x"}, "node-id", nil},
+		{"lease too short to renew", append(cl, "-lease", "500ms"), "lease", nil},
+		{"unknown gossip timing", append(cl, "-gossip-timing", "wan"), "gossip-timing", nil},
 		{"demo on a cluster", append(cl, "-demo"), "demo", nil},
 		{"issuer only on a cluster", append(cl, "-issuer-only"), "issuer-only", nil},
 		{"a stray argument", []string{"-postgres", "postgres://x", "cluster"}, "", nil},

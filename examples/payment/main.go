@@ -74,6 +74,9 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg := opts.cfg
+	if opts.activationLog {
+		cfg.ActivationLog = stdout
+	}
 	if opts.probe != "" {
 		return probeURL(ctx, opts.probe)
 	}
@@ -158,6 +161,8 @@ func pprofMux() *http.ServeMux {
 type options struct {
 	cfg              Config
 	demo, issuerOnly bool
+	// activationLog: the activation log goes to stdout.
+	activationLog    bool
 	pprofAddr, probe string
 }
 
@@ -183,6 +188,8 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.BoolVar(&o.demo, "demo", false, "run a scripted demo against the simulator, then exit")
 	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
 	verbose := flags.Bool("v", false, "log at debug level")
+	flags.BoolVar(&cfg.Counters, "counter", false, "also serve counter entities (POST /counter/{id}/add?by=N, GET /counter/{id}): a workload for linearizability tests")
+	activationLog := flags.Bool("activation-log", false, "print a line to stdout, prefixed \"ACTIVATION \", when an entity starts, stops or meets another incarnation's write: for tests that check no entity is active on two nodes at once")
 	cf.register(flags)
 	if err := flags.Parse(args); err != nil {
 		return o, err
@@ -201,6 +208,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		level = slog.LevelDebug
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	o.activationLog = *activationLog
 	var err error
 	if cfg.Cluster, err = cf.config(flags, cfg.PostgresDSN); err != nil {
 		return o, err

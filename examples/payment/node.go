@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/journal"
@@ -53,6 +55,12 @@ type Config struct {
 	// Cluster, when set, makes the node a member of a cluster (see
 	// Cluster); nil runs one node on its own, sharding in process.
 	Cluster *Cluster
+	// Counters adds the counter entity type and its endpoints (see
+	// counter.go): a workload for the cluster's linearizability tests.
+	Counters bool
+	// ActivationLog, when set, receives the entities' activation log (see
+	// ActivationLog).
+	ActivationLog io.Writer
 
 	Settings Settings
 	Issuer   IssuerClientConfig
@@ -90,7 +98,9 @@ type Node struct {
 	Simulator *Simulator
 	Sharding  *sharding.Sharding
 	Payments  *sharding.Region[Command]
-	Journal   journal.Journal
+	// Counters is nil unless Config.Counters.
+	Counters *sharding.Region[CounterCommand]
+	Journal  journal.Journal
 	// Cluster is the Shoal cluster node, nil on a node of its own.
 	Cluster *node.Node
 
@@ -189,15 +199,27 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Cluster != nil {
 		minMembers = max(1, cfg.Cluster.MinMembers)
 	}
+	if cfg.ActivationLog != nil {
+		self := cluster.UniqueAddress{Node: "local"}
+		if n.Cluster != nil {
+			self = n.Cluster.Self()
+		}
+		n.payments.Activations = NewActivationLog(self, cfg.ActivationLog)
+	}
 	if n.Payments, err = InitPayments(n.Sharding, n.payments, minMembers); err != nil {
 		return nil, err
+	}
+	if cfg.Counters {
+		if n.Counters, err = InitCounters(n.Sharding, n.payments.Activations, minMembers); err != nil {
+			return nil, err
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
-	api := &API{Payments: n.Payments, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	api := &API{Payments: n.Payments, Counters: n.Counters, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
 	if n.Cluster != nil {
 		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
 	}
@@ -218,6 +240,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 // outlive the process, as the events do.
 func (n *Node) localSharding(reg *codec.Registry) (*sharding.Sharding, error) {
 	Register(reg)
+	registerCounter(reg)
 	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: n.Journal, Clock: n.cfg.Clock, Logger: n.log})
 	if err != nil {
 		return nil, err
@@ -243,6 +266,7 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 		nc.Codec = reg
 	}
 	Register(nc.Codec)
+	registerCounter(nc.Codec)
 	if nc.Logger == nil {
 		nc.Logger = n.log
 	}

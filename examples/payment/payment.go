@@ -34,6 +34,8 @@ type Payments struct {
 	Issuer      Issuer
 	Credentials Credentials
 	Sequences   Sequences
+	// Activations, when set, records each incarnation's lifecycle.
+	Activations *ActivationLog
 
 	calls sync.WaitGroup // issuer calls in flight
 }
@@ -57,6 +59,9 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		OnEvent:       h.onEvent,
 		// Every Settle and Cancel is answered, now or from its result.
 		EnforcedReplies: true,
+		OnSignal: func(ctx EventCtx, _ State, sig eventsourced.Signal) {
+			p.Activations.Observe(TypeKey.Name(), ctx.EntityID(), sig)
+		},
 	})
 }
 

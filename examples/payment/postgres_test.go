@@ -138,3 +138,24 @@ func TestPostgresRecoveryAfterCrashMidSettlement(t *testing.T) {
 		t.Fatalf("shard_allocations: %d shards, newest epoch %d; want some, written by the third coordinator (epoch 3)", shards, epoch)
 	}
 }
+
+// Nodes of a cluster start together and each creates the sequences'
+// tables: concurrent calls on a fresh schema all succeed (without the lock
+// one of them met the catalog's unique constraint).
+func TestPostgresSequencesCreatedConcurrently(t *testing.T) {
+	for round := range 5 {
+		pool := pg.EmptyPool(t)
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				_, err := NewPostgresSequences(t.Context(), pool)
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}

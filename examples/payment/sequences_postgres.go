@@ -14,9 +14,13 @@ import (
 // connection's schema if missing.
 type PostgresSequences struct{ pool *pgxpool.Pool }
 
-// NewPostgresSequences creates the example's tables if needed.
+// NewPostgresSequences creates the example's tables if needed. Nodes that
+// start together may call it at once: IF NOT EXISTS alone races (both see
+// no table, the second insert into the catalog fails), so the statements
+// run as one transaction under an advisory lock.
 func NewPostgresSequences(ctx context.Context, pool *pgxpool.Pool) (*PostgresSequences, error) {
 	_, err := pool.Exec(ctx, `
+		SELECT pg_advisory_xact_lock(hashtext('shoal example payment sequences'));
 		CREATE SEQUENCE IF NOT EXISTS payment_transaction_id;
 		CREATE TABLE IF NOT EXISTS payment_payment_id (
 			tenant      text   NOT NULL,

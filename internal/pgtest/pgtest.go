@@ -482,3 +482,23 @@ func ephemeralLow() int {
 	n, _ := strconv.Atoi(fields[0])
 	return n
 }
+
+// Image returns the Postgres image tests use (see the package doc),
+// building the local one when it is missing, for tests that run Postgres
+// in a container setup of their own (a network of several containers). It
+// configures testcontainers as the package doc says, and skips t when no
+// Docker daemon is reachable.
+func Image(t testing.TB) string {
+	t.Helper()
+	configureTestcontainers()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if reason := dockerUnavailable(ctx); reason != "" {
+		t.Skip(reason)
+	}
+	image, err := chooseImage(ctx, t)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return image
+}

@@ -1,0 +1,452 @@
+package clustertest
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// reachBound is the stated bound: after healing, every entity answers
+// within it.
+const reachBound = 30 * time.Second
+
+// scenarioBound keeps a broken scenario from hanging the run.
+const scenarioBound = 8 * time.Minute
+
+// all reports whether SHOAL_CLUSTER_TESTS=all asks for every scenario;
+// without it only the fast core set runs.
+func all() bool { return os.Getenv("SHOAL_CLUSTER_TESTS") == "all" }
+
+func extended(t *testing.T) {
+	t.Helper()
+	if !all() {
+		t.Skip("an extended cluster scenario: run with SHOAL_CLUSTER_TESTS=all (make test-cluster)")
+	}
+}
+
+func scenarioContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), scenarioBound)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// load is the workload every scenario runs through its fault.
+type load struct {
+	payments *Payments
+	counters *Counters
+}
+
+// startLoad starts 3 payment clients and 4 counter clients on 6
+// counters; a test that fails midway stops them at its end.
+func startLoad(c *Cluster) *load {
+	l := &load{payments: c.StartPayments(3), counters: c.StartCounters(4, 6)}
+	c.t.Cleanup(l.stop)
+	return l
+}
+
+func (l *load) stop() {
+	l.payments.Stop()
+	l.counters.Stop()
+}
+
+// waitAcked waits until at least n more payments than now are
+// acknowledged: the cluster serves.
+func (c *Cluster) waitAcked(ctx context.Context, p *Payments, n int, why string) {
+	c.t.Helper()
+	target := len(p.Acked()) + n
+	deadline := time.Now().Add(opBound)
+	for len(p.Acked()) < target {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.t.Fatalf("clustertest: %s: %d more acknowledged payments not reached within %v (%v)", why, n, opBound, p)
+		}
+		pause(ctx, 20*time.Millisecond)
+	}
+}
+
+// waitNoShardsOn waits until no shard is allocated to node's current
+// incarnation any more: its shards moved or were released.
+func (c *Cluster) waitNoShardsOn(ctx context.Context, node string) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	for {
+		var n int
+		if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations WHERE region LIKE $1 || '#%'`, node).Scan(&n); err != nil {
+			c.t.Fatalf("clustertest: shard allocations: %v", err)
+		}
+		if n == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > opBound {
+			c.t.Fatalf("clustertest: %d shards still allocated to %s after %v", n, node, opBound)
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+// verify heals the cluster and checks everything from outside.
+func (c *Cluster) verify(ctx context.Context, l *load) {
+	c.t.Helper()
+	l.stop()
+	c.Heal(ctx)
+	healed := time.Now()
+	slowest := c.CheckPaymentsKept(ctx, l.payments.Acked(), reachBound)
+	slowestCounter := c.CheckCountersReachable(ctx, l.counters, reachBound)
+	c.t.Logf("payments: %v; every entity answered %v after healing (payments), %v (counters); bound %v",
+		l.payments, slowest.Round(time.Millisecond), slowestCounter.Round(time.Millisecond), reachBound)
+	ops := l.counters.History.Ops()
+	unknown := 0
+	for _, op := range ops {
+		if op.Unknown {
+			unknown++
+		}
+	}
+	began := time.Now()
+	res := CheckLinearizable(ops, 2*time.Minute)
+	c.t.Logf("linearizability: %v over %d counter operations (%d without an answer), checked in %v",
+		res, len(ops), unknown, time.Since(began).Round(time.Millisecond))
+	if res != porcupine.Ok {
+		c.t.Errorf("the counter history is not linearizable: %v", res)
+	}
+	rep := c.CheckNoDualActivation(ctx)
+	c.t.Logf("activation log: %d activations, %d overlaps, %d write conflicts; verified %v after healing",
+		len(rep.Intervals), len(rep.Overlaps), len(rep.Conflicts), time.Since(healed).Round(time.Millisecond))
+}
+
+// Crash failover (ClusterShardingSpec): kill -9 of a node that does not
+// host the coordinator, under load. Its shards move once its lease has
+// expired; nothing acknowledged is lost; no entity runs twice.
+func TestCrashFailover(t *testing.T) {
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	victim := c.notCoordinator(ctx)
+	killed := time.Now()
+	victim.Kill(ctx)
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("%s killed; its shards released %v later (lease %v)", victim.Name, time.Since(killed).Round(time.Millisecond), c.opts.Lease)
+	c.waitAcked(ctx, l.payments, 30, "after the kill")
+	c.verify(ctx, l)
+}
+
+// Coordinator crash (ClusterShardingSpec): kill -9 of the node holding
+// the coordinator lease (the oldest). A new coordinator takes over from
+// Postgres once the old lease expired, at a higher epoch; the shards move.
+func TestCoordinatorCrash(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	victim, epoch := c.Coordinator(ctx)
+	killed := time.Now()
+	victim.Kill(ctx)
+	c.waitNoShardsOn(ctx, victim.Name)
+	successor, newEpoch := c.Coordinator(ctx)
+	if successor == victim || newEpoch <= epoch {
+		t.Fatalf("after the coordinator on %s (epoch %d) died, the lease is %s's at epoch %d", victim.Name, epoch, successor.Name, newEpoch)
+	}
+	t.Logf("%s (coordinator, epoch %d) killed; its shards released %v later (lease %v); coordinator now on %s, epoch %d",
+		victim.Name, epoch, time.Since(killed).Round(time.Millisecond), c.opts.Lease, successor.Name, newEpoch)
+	c.waitAcked(ctx, l.payments, 30, "after the kill")
+	c.verify(ctx, l)
+}
+
+// notCoordinator is a node that does not host the coordinator.
+func (c *Cluster) notCoordinator(ctx context.Context) *Node {
+	oldest, _ := c.Coordinator(ctx)
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		if n := c.Nodes[i]; n != oldest {
+			return n
+		}
+	}
+	c.t.Fatal("clustertest: one node only")
+	return nil
+}
+
+// Graceful leave (ClusterShardingGracefulShutdownSpec and ...OldestSpec):
+// SIGTERM of a node, then of the oldest. Each hands its shards off and
+// exits 0; the others serve everything.
+func TestGracefulLeave(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	for i := range 2 {
+		victim := c.notCoordinator(ctx)
+		if i == 1 {
+			victim, _ = c.Coordinator(ctx)
+		}
+		began := time.Now()
+		victim.Stop(ctx)
+		if _, code := victim.Running(ctx); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0 (a clean hand-off)", victim.Name, code)
+		}
+		c.waitNoShardsOn(ctx, victim.Name)
+		t.Logf("%s left gracefully in %v", victim.Name, time.Since(began).Round(time.Millisecond))
+		c.waitAcked(ctx, l.payments, 20, "after "+victim.Name+" left")
+	}
+	c.verify(ctx, l)
+}
+
+// Partition (ClusterShardCoordinatorDowningSpec): a node cut from its
+// peers but not from Postgres is downed by the coordinator; its next
+// renewal fails, it fences itself and exits; its shards move. After the
+// heal it comes back as a new incarnation.
+func TestPartition(t *testing.T) {
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	partition(t, ctx, c, c.notCoordinator(ctx))
+}
+
+// The same cut for the node that hosts the coordinators. Postgres is the
+// arbiter (DESIGN §8), and the coordinator still reaches it: it sees the
+// others fail and downs them, so they fence themselves and the cut-off
+// node serves alone (Pekko's split-brain resolver would keep the
+// majority). Either side may be the one that survives; never both. After
+// the heal every node must serve again through its own API: the nodes
+// that restarted while cut off formed a cluster of their own, which must
+// merge with the coordinator's.
+func TestPartitionCoordinator(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	victim, _ := c.Coordinator(ctx)
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	cut := time.Now()
+	victim.Partition(ctx)
+	var others []*Node
+	for _, n := range c.Nodes {
+		if n != victim {
+			others = append(others, n)
+		}
+	}
+	survivor := c.waitOneSideFenced(ctx, victim, others)
+	t.Logf("coordinator %s partitioned; %v later the side of %s alone serves", victim.Name, time.Since(cut).Round(time.Millisecond), survivor)
+	c.waitAcked(ctx, l.payments, 20, "during the partition")
+	victim.Reconnect(ctx)
+	c.verify(ctx, l)
+	c.checkEachNodeServes(ctx, l.counters)
+}
+
+// waitOneSideFenced waits until either victim or every one of others has
+// exited after fencing itself, and says which side survived. Both sides
+// fenced is allowed (everything restarts); both serving is not.
+func (c *Cluster) waitOneSideFenced(ctx context.Context, victim *Node, others []*Node) string {
+	c.t.Helper()
+	deadline := time.Now().Add(opBound)
+	for {
+		if running, _ := victim.Running(ctx); !running {
+			return "the others"
+		}
+		down := 0
+		for _, n := range others {
+			if running, _ := n.Running(ctx); !running {
+				down++
+			}
+		}
+		if down == len(others) {
+			return victim.Name
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("clustertest: %v after the partition neither %s nor all of the others fenced themselves", opBound, victim.Name)
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+}
+
+// checkEachNodeServes fails the test unless every counter answers through
+// every node's own API within reachBound: no node is left in a cluster
+// of its own.
+func (c *Cluster) checkEachNodeServes(ctx context.Context, w *Counters) {
+	c.t.Helper()
+	for _, n := range c.Nodes {
+		deadline := time.Now().Add(reachBound)
+		for _, name := range w.Names() {
+			for {
+				short, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := counterRequest(short, n.URL, CounterOp{Counter: name})
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					c.t.Errorf("counter %s does not answer through %s within %v of healing: %v", name, n.Name, reachBound, err)
+					return
+				}
+				pause(ctx, errorPause)
+			}
+		}
+	}
+}
+
+func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	cut := time.Now()
+	victim.Partition(ctx)
+	code := victim.WaitExit(ctx)
+	fenced := time.Since(cut)
+	if code != 1 || !strings.Contains(victim.Logs(ctx), "node lease lost") {
+		t.Errorf("%s exited %d after the partition; want 1 after fencing itself (node lease lost)", victim.Name, code)
+	}
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("%s partitioned; fenced and exited %v later, its shards released %v later (lease %v)",
+		victim.Name, fenced.Round(time.Millisecond), time.Since(cut).Round(time.Millisecond), c.opts.Lease)
+	c.waitAcked(ctx, l.payments, 30, "during the partition")
+	victim.Reconnect(ctx)
+	c.verify(ctx, l)
+	c.checkEachNodeServes(ctx, l.counters)
+}
+
+// Pause past the lease (ClusterShardingFailureSpec, Kleppmann's pause):
+// the paused node's lease expires and its shards move; on unpause it must
+// fence itself before it acts: it exits, and the activation log and the
+// counters show it served nothing after its lease ran out.
+func TestPausePastLease(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	victim := c.notCoordinator(ctx)
+	victim.Pause(ctx)
+	c.waitNoShardsOn(ctx, victim.Name)
+	c.waitAcked(ctx, l.payments, 30, "while paused")
+	victim.Unpause(ctx)
+	if code := victim.WaitExit(ctx); code != 1 || !strings.Contains(victim.Logs(ctx), "node lease lost") {
+		t.Errorf("%s exited %d after the unpause; want 1 after fencing itself (node lease lost)", victim.Name, code)
+	}
+	c.verify(ctx, l)
+}
+
+// Postgres restart under load (ClusterShardingFailureSpec): nodes that
+// cannot renew their leases fence themselves; once Postgres is back and
+// the fenced nodes restarted, every acknowledged payment is there.
+func TestPostgresRestart(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	c.RestartPostgres(ctx, c.opts.Lease)
+	fenced := 0
+	for _, n := range c.Nodes {
+		if running, _ := n.Running(ctx); !running {
+			fenced++
+		}
+	}
+	t.Logf("postgres restarted; %d of %d nodes had fenced themselves by then", fenced, len(c.Nodes))
+	c.Heal(ctx)
+	c.waitAcked(ctx, l.payments, 30, "after the restart")
+	c.verify(ctx, l)
+}
+
+// Remembered entities after a full cluster restart
+// (ClusterShardingRememberEntitiesSpec): counters are remembered; after
+// every node stopped and started again, each counter is active again
+// before anyone asks for it.
+func TestRememberedEntitiesAfterFullRestart(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 10, "before the restart")
+	l.stop()
+	c.CheckCountersReachable(ctx, l.counters, reachBound)
+	restarted := time.Now()
+	for _, n := range c.Nodes {
+		n.Stop(ctx)
+	}
+	for _, n := range c.Nodes {
+		n.Start(ctx)
+	}
+	c.WaitAllReady(ctx)
+	deadline := time.Now().Add(opBound)
+	for {
+		active := map[string]bool{}
+		for _, iv := range c.Activations(ctx).Intervals {
+			if iv.Type == "counter" && iv.From.After(restarted) {
+				active[iv.Entity] = true
+			}
+		}
+		missing := 0
+		for _, name := range l.counters.Names() {
+			if !active[name] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Logf("all %d counters active again %v after the restart began, none asked for", len(active), time.Since(restarted).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d remembered counters not restarted within %v of the full restart", missing, len(l.counters.Names()), opBound)
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+	c.verify(ctx, l)
+}
+
+// Min-nr-of-members (ClusterShardingMinMembersSpec): with -min-members 2
+// no shard is allocated while one node runs; once the second joins,
+// requests are served.
+func TestMinMembers(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{Nodes: 2, Initial: 1, MinMembers: 2})
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err := counterRequest(short, c.Nodes[0].URL, CounterOp{Counter: "minmembers", Add: true, By: 1})
+	cancel()
+	if err == nil {
+		t.Fatal("a counter answered with one node of a required two")
+	}
+	var allocated int
+	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations`).Scan(&allocated); err != nil {
+		t.Fatal(err)
+	}
+	if allocated != 0 {
+		t.Fatalf("%d shards allocated with one node of a required two", allocated)
+	}
+	c.AddNode(ctx)
+	c.WaitAllReady(ctx)
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 20, "with two nodes")
+	c.verify(ctx, l)
+}
+
+// Rolling update (RollingUpdateShardAllocationSpec, the seed's order):
+// each node in turn, the oldest last, stops gracefully and starts again as
+// a new incarnation, under load.
+func TestRollingUpdate(t *testing.T) {
+	extended(t)
+	ctx := scenarioContext(t)
+	c := Start(t, Options{})
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 20, "before the update")
+	oldest, _ := c.Coordinator(ctx)
+	order := []*Node{}
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		if c.Nodes[i] != oldest {
+			order = append(order, c.Nodes[i])
+		}
+	}
+	for _, n := range append(order, oldest) {
+		began := time.Now()
+		n.Stop(ctx)
+		if _, code := n.Running(ctx); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0", n.Name, code)
+		}
+		n.Start(ctx)
+		n.WaitReady(ctx)
+		t.Logf("%s replaced in %v", n.Name, time.Since(began).Round(time.Millisecond))
+		c.waitAcked(ctx, l.payments, 10, "after replacing "+n.Name)
+	}
+	c.verify(ctx, l)
+}
