@@ -864,7 +864,9 @@ func (w *simWorld) storeCall(n *simNode, call func() error, answer func(error)) 
 
 // simAddr is the incarnation a sim node's lease names: sim node names are
 // never reused, so one incarnation each.
-func simAddr(node string) cluster.UniqueAddress { return cluster.UniqueAddress{Node: node, Incarnation: 1} }
+func simAddr(node string) cluster.UniqueAddress {
+	return cluster.UniqueAddress{Node: node, Incarnation: 1}
+}
 
 // simNodeLeases is the coordinator's view of the node leases
 // (remote.NodeLeases in production).
