@@ -73,6 +73,19 @@ func (n *simNode) after(d time.Duration, fn func()) {
 	})
 }
 
+// at runs fn once the node's clock reads t (rounding can make after
+// early by a nanosecond: a fence check must not run before its time),
+// unless the node is gone by then.
+func (n *simNode) at(t time.Time, fn func()) {
+	n.after(t.Sub(n.now()), func() {
+		if n.now().Before(t) {
+			n.w.clock.after(time.Nanosecond, func() { n.at(t, fn) })
+			return
+		}
+		fn()
+	})
+}
+
 // local runs fn as a hop through one of the node's mailboxes.
 func (n *simNode) local(fn func()) { n.after(n.w.localDelay(), fn) }
 
@@ -359,7 +372,7 @@ func (n *simNode) leaseGranted(start time.Time) {
 		return
 	}
 	n.after(n.lease.RenewAt().Sub(n.now()), n.renewLease)
-	n.after(n.lease.FenceAt().Sub(n.now()), func() {
+	n.at(n.lease.FenceAt(), func() {
 		if n.lease.Fenced(n.now()) {
 			n.fence("no lease renewal in time")
 		}
@@ -560,7 +573,7 @@ func (c *simCoord) granted(start time.Time) bool {
 		return false
 	}
 	n.after(c.keeper.RenewAt().Sub(n.now()), c.renew)
-	n.after(c.keeper.FenceAt().Sub(n.now()), func() {
+	n.at(c.keeper.FenceAt(), func() {
 		if c.current() && c.keeper.Fenced(n.now()) {
 			c.lose("no lease renewal in time")
 		}
