@@ -670,7 +670,7 @@ func (c *simCoord) arrive(msg Message) {
 		c.view = m.members
 		c.down.observe(c.view, c.knownRegions())
 		c.startDowning()
-		c.step(membersChanged{members: c.down.filter(c.view)})
+		c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
 	case downingTick:
 		c.startDowning()
 	case downResult:
@@ -679,7 +679,7 @@ func (c *simCoord) arrive(msg Message) {
 		}
 		if c.down.result(m) {
 			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
-			c.step(membersChanged{members: c.down.filter(c.view)})
+			c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
 		}
 	default:
 		c.step(msg)
