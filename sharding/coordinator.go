@@ -220,6 +220,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, out
 	case rebalanceTick:
+		out = c.resendBeginHandOffs()
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {
 			inProgress[s] = true
@@ -325,6 +326,25 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	}
 	c.handoffs[shard] = h
 	return append(c.broadcast(BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+}
+
+// resendBeginHandOffs asks again every region whose BeginHandOffAck is
+// still outstanding: the ack, or the BeginHandOff, may have been lost with
+// a broken link, or sent to another coordinator by a region whose view
+// lags; without it the hand-off, and the shard, would wait for ever. A
+// region that acked already acks again, which changes nothing.
+func (c *coordinatorCore) resendBeginHandOffs() []outbound {
+	var out []outbound
+	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
+		h := c.handoffs[shard]
+		if h.handing {
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(h.pending)) {
+			out = append(out, outbound{to: r, msg: BeginHandOff{Shard: shard, Epoch: c.epoch}})
+		}
+	}
+	return out
 }
 
 func (c *coordinatorCore) maybeHandOff(shard string) []outbound {

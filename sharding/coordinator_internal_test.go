@@ -299,3 +299,31 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
 	}
 }
+
+// A BeginHandOffAck that never comes (lost with a broken link, or sent to
+// another coordinator by a region whose view lagged) is asked for again
+// on the next rebalance round, so the hand-off does not wait for ever
+// (simulator, views fault, seed 47: a leaving region then stopped with the
+// shard's messages still buffered).
+func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
+	c := newTestCore(1)
+	for _, r := range []string{"a", "b", "c"} {
+		c.step(Register{Region: r})
+	}
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	// c's ack is lost.
+	_, out := c.step(rebalanceTick{})
+	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
+		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
+	}
+	_, out = c.step(BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
+	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v once c acked, want the HandOff", got)
+	}
+	if _, out = c.step(rebalanceTick{}); slices.ContainsFunc(sent(out), func(s string) bool { return s == "c: BeginHandOff s1" }) {
+		t.Fatalf("sent %v: asked again once the HandOff went out", sent(out))
+	}
+}
