@@ -316,8 +316,14 @@ func (n *simNode) fence(why string) {
 	if n.state == nodeGone {
 		return
 	}
-	n.w.tracef("%s fences itself: %s", n.name, why)
-	n.w.lastFence = n.w.clock.now
+	w := n.w
+	w.tracef("%s fences itself: %s", n.name, why)
+	w.lastFence = w.clock.now
+	if w.clock.now > w.healAt+w.leaseTiming.Node.Length {
+		// Downed before the heal, a node fences at its next renewal:
+		// later, it was downed without a fault.
+		w.fail("liveness", "%s fences itself %v after the heal: %s", n.name, w.clock.now-w.healAt, why)
+	}
 	n.halt()
 }
 

@@ -32,8 +32,10 @@ import (
 //
 // and at the end of the run:
 //
-//   - liveness: once every fault has healed, each message sent is delivered
-//     within livenessBound of virtual time;
+//   - liveness: once every fault has healed, and the last node downed
+//     before the heal has fenced itself (within a node lease of the heal,
+//     or the run fails), each message sent is delivered within
+//     livenessBound of virtual time;
 //   - no loss: every message Tell accepted is delivered, unless a fault
 //     lost it: it was in flight on a link that broke or across a partition
 //     (alone or inside a protocol message), or held by a node that crashed.
@@ -789,7 +791,7 @@ func (w *simWorld) finalChecks() {
 		}
 		late := !s.delivered || s.deliveredAt > s.at+livenessBound
 		switch {
-		case s.at >= w.healAt && late:
+		case s.at >= max(w.healAt, w.lastFence) && late:
 			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
 		case !s.delivered && !s.faultLost && (w.cfg.strict || !s.droppedAtStop):
 			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
