@@ -100,11 +100,19 @@ func (c *coordinatorCore) unplace(shard string) {
 	}
 }
 
-// everyone is every registered region and proxy, sorted for determinism.
+// everyone is every registered region and proxy, and every leaving region
+// (one that never registered with this coordinator still routes what it
+// buffered, and may hold mail for a shard's next home), sorted for
+// determinism.
 func (c *coordinatorCore) everyone() []string {
 	all := slices.Collect(maps.Keys(c.regions))
 	for p := range c.proxies {
 		all = append(all, p)
+	}
+	for r := range c.leaving {
+		if !c.regions[r] && !c.proxies[r] {
+			all = append(all, r)
+		}
 	}
 	slices.Sort(all)
 	return all
@@ -309,9 +317,16 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	c.place(shard, region)
 	// HostShard goes first, so that the new home knows to wait for the
 	// previous home's mail before any region, told below, forwards to it.
-	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: c.handOverFrom[shard], Epoch: c.epoch}}}
+	from := c.handOverFrom[shard]
+	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
 	delete(c.handOverFrom, shard)
-	out = append(out, c.broadcast(ShardHome{Shard: shard, Region: region, Epoch: c.epoch})...)
+	home := ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
+	out = append(out, c.broadcast(home)...)
+	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {
+		// The region holding the mail hands it over when it learns the
+		// new home: it must learn it even when it is not registered here.
+		out = append(out, outbound{to: from, msg: home})
+	}
 	return []change{{shard: shard, region: region}}, out
 }
 

@@ -68,6 +68,10 @@ type regionShard[C any, S comparable] struct {
 	// HandOver came before the HostShard.
 	awaiting string
 	handedIn bool
+	// handOverTo is the node this region sent the shard's mail to, until
+	// that node acknowledges it (ShardStarted): a leaving region stays
+	// until then, so that it never leaves the view ahead of its mail.
+	handOverTo string
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
@@ -312,6 +316,12 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
 	case HandOver:
 		c.handedOver(m)
+	case ShardStarted:
+		// The node this region handed a shard's mail to has it.
+		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region {
+			e.handOverTo = ""
+			c.checkLeft()
+		}
 	case BeginHandOff:
 		if !c.fresh(m.Epoch) {
 			return
@@ -383,9 +393,10 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	}
 	// Not hosted here after all (the HostShard never came, or the shard
 	// was waiting for its hand-over): what the region holds for it, and
-	// a hand-over yet to come, go to the next home.
-	e.awaiting = ""
-	e.handOver = len(e.buffer) > 0
+	// a hand-over yet to come, go to the next home, the latter first: the
+	// next home waits for this region's mail, and this region sends it
+	// once the mail it awaits is in (see setHome).
+	e.home, e.handOver = "", len(e.buffer) > 0 || e.awaiting != ""
 	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
@@ -435,6 +446,9 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
+		if e.handOverTo != "" && !c.live[e.handOverTo] {
+			e.handOverTo = ""
+		}
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard", id, "from", e.awaiting)
@@ -497,11 +511,16 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if e.awaiting == "" && !e.stopping {
+		if e.awaiting == "" && !e.stopping && e.handOverTo == "" {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
+		}
+		if e.handOverTo != "" {
+			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard", id, "to", e.handOverTo)
+			e.handOverTo = ""
+			c.checkLeft()
 		}
 		if e.awaiting != "" {
 			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
@@ -536,6 +555,12 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		return // our own hand-off is still running
 	}
 	if home != c.cfg.self {
+		if e.handOver && e.awaiting != "" && home != "" {
+			// This region's mail for the shard follows the mail it
+			// awaits, which is older: both go on once that is in.
+			e.home, e.requested, e.handingOff = home, false, false
+			return
+		}
 		// Moved on before the hand-over came: it follows the shard.
 		e.awaiting, e.handedIn = "", false
 	}
@@ -557,8 +582,8 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		}
 		c.buffered -= len(e.buffer)
 		e.buffer = nil
+		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
-		c.checkLeft()
 		return
 	}
 	e.handOver = false
@@ -647,6 +672,10 @@ func (c *regionCore[C, S]) handedOver(m HandOver) {
 	}
 	e := c.entry(m.Shard)
 	c.prepend(e, front)
+	if m.From != c.cfg.self {
+		// Its sender may leave now: the mail is here.
+		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
+	}
 	switch {
 	case e.awaiting != "":
 		e.awaiting = ""
@@ -683,7 +712,8 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	for _, e := range c.shards {
-		if e.hosted || e.handOver { // nor before it handed over the mail it holds
+		// Nor before it handed over the mail it holds, and that arrived.
+		if e.hosted || e.handOver || e.handOverTo != "" {
 			return
 		}
 	}
