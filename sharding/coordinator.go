@@ -280,11 +280,17 @@ func (c *coordinatorCore) welcome(region string) []outbound {
 	}
 }
 
-// homes is every allocation, region → shards.
+// homes is every allocation, region → shards, but for shards being handed
+// off: a region that registers meanwhile was not fenced, and forwarding to
+// the old home it could overtake its own later messages, which reach the
+// new home straight. It asks, and hears of the new home with everyone.
 func (c *coordinatorCore) homes() map[string][]string {
 	homes := make(map[string][]string, len(c.byRegion))
 	for r, shards := range c.byRegion {
-		homes[r] = slices.Clone(shards)
+		shards = slices.DeleteFunc(slices.Clone(shards), func(s string) bool { return c.handoffs[s] != nil })
+		if len(shards) > 0 {
+			homes[r] = shards
+		}
 	}
 	return homes
 }

@@ -327,3 +327,25 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 		t.Fatalf("sent %v: asked again once the HandOff went out", sent(out))
 	}
 }
+
+// A region that registers while a shard is handed off is not told the old
+// home: it was not fenced, so what it forwarded there could arrive after
+// the hand-off and reach the new home after its own later messages, sent
+// straight (simulator, delay fault, seed 55).
+func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(GetShardHome{Shard: "s2", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	_, out := c.step(Register{Region: "b"})
+	for _, o := range out {
+		if m, ok := o.msg.(ShardHomes); ok {
+			if !slices.Equal(m.Homes["a"], []string{"s2"}) {
+				t.Fatalf("homes told to b: %v, want only s2 on a", m.Homes)
+			}
+			return
+		}
+	}
+	t.Fatalf("sent %v: no ShardHomes", sent(out))
+}
