@@ -586,7 +586,6 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
 		return
 	}
-	e.handOver = false
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
 	}
@@ -595,7 +594,8 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// Keep its messages until the coordinator hands the shard off
 			// (a leaving region's shards all are) and homes it elsewhere;
 			// routing to ourselves would only loop. Expected when the
-			// allocation crossed our GracefulShutdownReq.
+			// allocation crossed our GracefulShutdownReq. Mail held for
+			// the next home stays so: it goes there as a hand-over.
 			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
@@ -603,6 +603,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		e.hosted, e.handedIn = true, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
+	e.handOver = false // the mail held, if any, is delivered from here
 	if home != c.cfg.self && e.hosted {
 		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard", shardID, "to", home)
 	}
