@@ -28,7 +28,19 @@ type coordinatorCore struct {
 	waitingHomes map[string]bool     // shards asked for before enough regions registered
 	handOverFrom map[string]string   // shard → the region that holds mail for its next home
 	announced    bool                // ShardHomes sent to every member once, at start
+	// Hand-offs wait until every member's region has registered (see
+	// allRegistered): stopLater are the shards StopShards asked for
+	// meanwhile, gone the regions that reported RegionStopped while still
+	// in the view, waitRounds the rebalance rounds waited so far.
+	stopLater  map[string]bool
+	gone       map[string]bool
+	waitRounds int
 }
+
+// registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
+// wait for every member's region to register: a node that never starts
+// the type's region must not hold them up for ever.
+const registrationWaitRounds = 3
 
 type handoff struct {
 	stop    bool // StopShards: deallocate, do not move
@@ -55,7 +67,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
-		handOverFrom: make(map[string]string),
+		handOverFrom: make(map[string]string), stopLater: make(map[string]bool), gone: make(map[string]bool),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -151,10 +163,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		c.regions[m.Region] = true
 		out = append(out, c.welcome(m.Region)...)
 		ch, o := c.allocateWaiting()
-		return append(changes, ch...), append(out, o...)
+		return append(changes, ch...), append(append(out, o...), c.startDeferred()...)
 	case RegisterProxy:
 		c.proxies[m.Region] = true
-		return nil, c.welcome(m.Region)
+		return nil, append(c.welcome(m.Region), c.startDeferred()...)
 	case GetShardHome:
 		if c.handoffs[m.Shard] != nil {
 			// Not the old home: a region that forwarded there now would
@@ -213,22 +225,27 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, []outbound{{to: m.Region, msg: LeaveAck{Epoch: c.epoch}}}
 		}
 		c.leaving[m.Region] = true
-		for _, shard := range slices.Clone(c.byRegion[m.Region]) {
-			out = append(out, c.beginHandOff(shard)...)
-		}
-		return nil, append(out, c.leaveAck(m.Region)...)
+		return nil, append(c.startDeferred(), c.leaveAck(m.Region)...)
 	case RegionStopped:
+		if _, ok := c.members[m.Region]; ok {
+			c.gone[m.Region] = true
+		}
 		return c.removeRegion(m.Region)
 	case StopShards:
 		for _, shard := range m.Shards {
-			out = append(out, c.beginHandOff(shard)...)
-			if h := c.handoffs[shard]; h != nil {
-				h.stop = true
-			}
+			c.stopLater[shard] = true
 		}
-		return nil, out
+		return nil, c.startDeferred()
 	case rebalanceTick:
 		out = c.resendBeginHandOffs()
+		if !c.allRegistered() {
+			c.waitRounds++
+			return nil, out
+		}
+		if c.waitRounds < registrationWaitRounds {
+			c.waitRounds = 0 // all there: a later wait starts afresh
+		}
+		out = append(out, c.startDeferred()...)
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {
 			inProgress[s] = true
@@ -257,6 +274,12 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 				changes, out = append(changes, ch...), append(out, o...)
 			}
 		}
+		for r := range c.gone {
+			if _, ok := c.members[r]; !ok {
+				delete(c.gone, r)
+			}
+		}
+		out = append(out, c.startDeferred()...)
 		if !c.announced {
 			// A new coordinator makes itself known: regions that
 			// registered with a predecessor (even one on this node that
@@ -347,6 +370,51 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	}
 	c.handoffs[shard] = h
 	return append(c.broadcast(BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+}
+
+// allRegistered reports whether every reachable member's region has
+// registered here (or is leaving, or stopped), or the wait ran out. Until
+// then no hand-off begins (as in Akka's coordinator): a region that has
+// not registered yet, typically with a coordinator that just took over,
+// is not fenced, and what it forwards to the old home with the homes it
+// knows would arrive there after the shard moved on, perhaps after that
+// node left.
+func (c *coordinatorCore) allRegistered() bool {
+	if c.waitRounds >= registrationWaitRounds {
+		return true
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.members)) {
+		m := c.members[name]
+		if m.Status == allocation.Down || !m.Reachable {
+			continue
+		}
+		if !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// startDeferred begins, once every region has registered, the hand-offs
+// of leaving regions' shards and of the shards StopShards named.
+func (c *coordinatorCore) startDeferred() []outbound {
+	if !c.allRegistered() {
+		return nil
+	}
+	var out []outbound
+	for _, r := range slices.Sorted(maps.Keys(c.leaving)) {
+		for _, shard := range slices.Clone(c.byRegion[r]) {
+			out = append(out, c.beginHandOff(shard)...)
+		}
+	}
+	for _, shard := range slices.Sorted(maps.Keys(c.stopLater)) {
+		delete(c.stopLater, shard)
+		out = append(out, c.beginHandOff(shard)...)
+		if h := c.handoffs[shard]; h != nil {
+			h.stop = true
+		}
+	}
+	return out
 }
 
 // resendBeginHandOffs asks again every region whose BeginHandOffAck is
