@@ -29,10 +29,10 @@ type coordinatorCore struct {
 	handOverFrom map[string]string   // shard → the region that holds mail for its next home
 	announced    bool                // ShardHomes sent to every member once, at start
 	// Hand-offs wait until every member's region has registered (see
-	// allRegistered): stopLater are the shards StopShards asked for
-	// meanwhile, gone the regions that reported RegionStopped while still
+	// allRegistered): later are the shards to hand off meanwhile, to
+	// stop (true: StopShards) or to move, gone the regions that reported RegionStopped while still
 	// in the view, waitRounds the rebalance rounds waited so far.
-	stopLater  map[string]bool
+	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
 }
@@ -67,7 +67,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
-		handOverFrom: make(map[string]string), stopLater: make(map[string]bool), gone: make(map[string]bool),
+		handOverFrom: make(map[string]string), later: make(map[string]bool), gone: make(map[string]bool),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -200,10 +200,21 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 	case ShardStopped:
 		h := c.handoffs[m.Shard]
 		if h == nil && c.shards[m.Shard] == m.Region {
-			// A hand-off a predecessor started: the shard is stopped all the same.
-			h = &handoff{from: m.Region}
+			// A hand-off a predecessor began stopped the shard after
+			// fences that regions, told by this coordinator that the
+			// shard is still there, may have forwarded past since. A
+			// hand-off of this coordinator's own fences them again; the
+			// region, which hosts the shard no more, then reports it
+			// stopped at once, with what it holds.
+			if _, queued := c.later[m.Shard]; !queued {
+				c.later[m.Shard] = false
+			}
+			return nil, c.startDeferred()
 		}
-		if h == nil || h.from != m.Region {
+		if h == nil || h.from != m.Region || !h.handing {
+			// Not after this coordinator's HandOff (a predecessor's,
+			// whose fences may be stale): that HandOff comes once this
+			// hand-off's fences are in, and the region reports again.
 			return nil, nil
 		}
 		delete(c.handoffs, m.Shard)
@@ -233,7 +244,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return c.removeRegion(m.Region)
 	case StopShards:
 		for _, shard := range m.Shards {
-			c.stopLater[shard] = true
+			c.later[shard] = true
 		}
 		return nil, c.startDeferred()
 	case rebalanceTick:
@@ -396,7 +407,7 @@ func (c *coordinatorCore) allRegistered() bool {
 }
 
 // startDeferred begins, once every region has registered, the hand-offs
-// of leaving regions' shards and of the shards StopShards named.
+// of leaving regions' shards and of the shards in later.
 func (c *coordinatorCore) startDeferred() []outbound {
 	if !c.allRegistered() {
 		return nil
@@ -407,10 +418,11 @@ func (c *coordinatorCore) startDeferred() []outbound {
 			out = append(out, c.beginHandOff(shard)...)
 		}
 	}
-	for _, shard := range slices.Sorted(maps.Keys(c.stopLater)) {
-		delete(c.stopLater, shard)
+	for _, shard := range slices.Sorted(maps.Keys(c.later)) {
+		stop := c.later[shard]
+		delete(c.later, shard)
 		out = append(out, c.beginHandOff(shard)...)
-		if h := c.handoffs[shard]; h != nil {
+		if h := c.handoffs[shard]; h != nil && stop {
 			h.stop = true
 		}
 	}

@@ -126,7 +126,13 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	}
 }
 
-func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
+// A predecessor's hand-off stopped the shard after the fences of its
+// own; regions this coordinator told the home to since (its ShardHomes)
+// may have forwarded past them. So the new coordinator hands the shard off
+// again under its own fences before it moves it (simulator, delay fault,
+// seed 67: the shard moved at once, and what regions had forwarded to the
+// old home since reached the new home after their later messages).
+func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
 	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	c.step(Register{Region: "a"})
@@ -135,6 +141,19 @@ func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
 		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
 	}
 	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	if len(changes) != 0 || !slices.Equal(sent(out), []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
+		t.Fatalf("predecessor's ShardStopped: changes %v, sent %v; want a hand-off of its own", changes, sent(out))
+	}
+	// Reported again before this coordinator's HandOff (the predecessor's
+	// HandOff came late): nothing yet, the fences are not all in.
+	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
+		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	if _, out = c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
+	}
+	changes, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
 		t.Fatalf("changes %v", changes)
 	}
