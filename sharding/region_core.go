@@ -78,6 +78,12 @@ type regionShard[C any, S comparable] struct {
 	fences    map[string]bool
 	stopWaits []string
 	stopping  bool   // HandOff received, waiting for fences
+	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
+	// handOffTold that its HandOff came: a hand-off begun by a coordinator
+	// that is gone before its HandOff is abandoned once a newer one homes
+	// the shard here (see setHome).
+	handOffEpoch uint64
+	handOffTold  bool
 	waited    uint64 // ticks spent waiting for a hand-over or fences
 }
 
@@ -331,7 +337,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// the old home after the coordinator hears every ack. The fence
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
-		e.handingOff = true
+		e.handingOff, e.handOffEpoch = true, m.Epoch
 		fencedAt := ""
 		if e.home != "" && e.home != c.cfg.self && !e.hosted {
 			fencedAt = e.home
@@ -350,7 +356,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		e.handingOff, e.stopping, e.stopWaits, e.waited = true, true, m.Fences, 0
+		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
 		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -552,7 +558,16 @@ func (c *regionCore[C, S]) hostedShards() []string {
 func (c *regionCore[C, S]) setHome(shardID, home string) {
 	e := c.entry(shardID)
 	if e.handingOff && e.hosted {
-		return // our own hand-off is still running
+		if e.handOffTold || c.epoch <= e.handOffEpoch || home != c.cfg.self {
+			return // our own hand-off is still running
+		}
+		// The coordinator that began the hand-off is gone before its
+		// HandOff, and a newer one homes the shard here: the hand-off is
+		// over, and what this region buffered meanwhile is delivered
+		// (else it would wait for ever). Fences for the old hand-off
+		// count for nothing in a new one.
+		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard", shardID)
+		e.handingOff, e.fences = false, nil
 	}
 	if home != c.cfg.self {
 		if e.handOver && e.awaiting != "" && home != "" {
@@ -600,7 +615,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
-		e.hosted, e.handedIn = true, false
+		e.hosted, e.handedIn, e.handOffTold = true, false, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
 	e.handOver = false // the mail held, if any, is delivered from here
@@ -629,7 +644,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home = none, false, ""
+	e.local, e.hosted, e.home, e.handOffTold = none, false, "", false
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
