@@ -637,6 +637,9 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: shardID, p: p, accepted: true})
 		}
 	}
+	if len(buf) > 0 {
+		c.checkLeft()
+	}
 }
 
 // handedOff reports that a local shard's entities have all stopped;
@@ -725,6 +728,11 @@ func (c *regionCore[C, S]) checkLeft() {
 	// Without a coordinator in our view (the last node with the role is
 	// leaving) no allocation can be on its way, nor can an ack come.
 	if !c.leaveAcked && c.oldest != "" {
+		return
+	}
+	// Nor while it buffers messages it accepted (for a shard being handed
+	// off): they go on to the next home first.
+	if c.buffered > 0 {
 		return
 	}
 	for _, e := range c.shards {
