@@ -248,7 +248,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, c.startDeferred()
 	case rebalanceTick:
-		out = c.resendBeginHandOffs()
+		out = c.resendHandOffs()
 		if !c.allRegistered() {
 			c.waitRounds++
 			return nil, out
@@ -429,16 +429,18 @@ func (c *coordinatorCore) startDeferred() []outbound {
 	return out
 }
 
-// resendBeginHandOffs asks again every region whose BeginHandOffAck is
-// still outstanding: the ack, or the BeginHandOff, may have been lost with
-// a broken link, or sent to another coordinator by a region whose view
-// lags; without it the hand-off, and the shard, would wait for ever. A
-// region that acked already acks again, which changes nothing.
-func (c *coordinatorCore) resendBeginHandOffs() []outbound {
+// resendHandOffs asks again every region whose BeginHandOffAck is still
+// outstanding, and the old home whose ShardStopped is: the answer, or the
+// question, may have been lost with a broken link, or sent to another
+// coordinator by a region whose view lags; without it the hand-off, and
+// the shard, would wait for ever. A region that answered already answers
+// again, which changes nothing.
+func (c *coordinatorCore) resendHandOffs() []outbound {
 	var out []outbound
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
+			out = append(out, outbound{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
 			continue
 		}
 		for _, r := range slices.Sorted(maps.Keys(h.pending)) {

@@ -356,6 +356,9 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
+		if e.hosted && e.handOffTold && !e.stopping {
+			return // asked again: the shard's entities are stopping; ShardStopped follows
+		}
 		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
 		c.maybeStop(m.Shard, e)
 	case LeaveAck:
