@@ -77,14 +77,14 @@ type regionShard[C any, S comparable] struct {
 	// awaits before the shard stops.
 	fences    map[string]bool
 	stopWaits []string
-	stopping  bool   // HandOff received, waiting for fences
+	stopping  bool // HandOff received, waiting for fences
 	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
 	// handOffTold that its HandOff came: a hand-off begun by a coordinator
 	// that is gone before its HandOff is abandoned once a newer one homes
 	// the shard here (see setHome).
 	handOffEpoch uint64
 	handOffTold  bool
-	waited    uint64 // ticks spent waiting for a hand-over or fences
+	waited       uint64 // ticks spent waiting for a hand-over or fences
 }
 
 type pending[C any] struct {
