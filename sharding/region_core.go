@@ -84,6 +84,10 @@ type regionShard[C any, S comparable] struct {
 	// the shard here (see setHome).
 	handOffEpoch uint64
 	handOffTold  bool
+	// stopEpoch is the epoch of the last HandOff, doneEpoch of the last
+	// one this region finished: asked again (its ShardStopped was lost),
+	// it reports again at once, without waiting for fences used up.
+	stopEpoch, doneEpoch uint64
 	waited       uint64 // ticks spent waiting for a hand-over or fences
 }
 
@@ -359,7 +363,12 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.hosted && e.handOffTold && !e.stopping {
 			return // asked again: the shard's entities are stopping; ShardStopped follows
 		}
+		if !e.hosted && e.doneEpoch == m.Epoch {
+			c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+			return
+		}
 		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
+		e.stopEpoch = m.Epoch
 		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -405,7 +414,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver = "", len(e.buffer) > 0 || e.awaiting != ""
+	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
 	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
@@ -650,7 +659,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold = none, false, "", false
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch = none, false, "", false, e.stopEpoch
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).

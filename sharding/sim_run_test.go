@@ -367,6 +367,8 @@ func TestSimulationPinned(t *testing.T) {
 		{"unfenced-region-before-registering", "delay,crashes,drift", false, 4},
 		// A lost ShardStopped: the held mail never moved (HandOff resent).
 		{"lost-shard-stopped", "all", false, 944},
+		// Asked again, the old home waited for fences it had used up.
+		{"hand-off-asked-again", "all", false, 848},
 		// A leaving region stopped with its buffer (it waits for it now).
 		{"leaving-region-drops-its-buffer-2", "none", true, 51},
 	} {
