@@ -88,7 +88,7 @@ type regionShard[C any, S comparable] struct {
 	// one this region finished: asked again (its ShardStopped was lost),
 	// it reports again at once, without waiting for fences used up.
 	stopEpoch, doneEpoch uint64
-	waited       uint64 // ticks spent waiting for a hand-over or fences
+	waited               uint64 // ticks spent waiting for a hand-over or fences
 }
 
 type pending[C any] struct {
