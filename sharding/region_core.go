@@ -36,6 +36,10 @@ type regionCore[C any, S comparable] struct {
 	awaitingLeft        bool // regLeft is still to be emitted
 	awaitingGone        bool // stopped: RegionStopped waits for hosted shards to stop
 	idleTick            uint64
+	// leaveWaited counts the ticks a leaving region has waited for its
+	// buffer to go on; past 2×waitTicks it leaves without (the shards may
+	// have nowhere to go: the last region of the type leaves).
+	leaveWaited uint64
 
 	out []regionEffect[C, S]
 }
@@ -511,6 +515,12 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.giveUpWaiting()
+	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 {
+		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
+			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
+			c.checkLeft()
+		}
+	}
 	c.idleTick++
 	if c.cfg.idleTicks > 0 {
 		for _, id := range c.hostedShards() {
@@ -744,7 +754,7 @@ func (c *regionCore[C, S]) checkLeft() {
 	}
 	// Nor while it buffers messages it accepted (for a shard being handed
 	// off): they go on to the next home first.
-	if c.buffered > 0 {
+	if c.buffered > 0 && (c.cfg.waitTicks == 0 || c.leaveWaited < 2*c.cfg.waitTicks) {
 		return
 	}
 	for _, e := range c.shards {
