@@ -32,8 +32,9 @@ import (
 //	go test ./sharding -run 'TestSimulation$' -v
 //	SHOAL_SIM_SEEDS=1000 SHOAL_SIM_FAULTS=all go test ./sharding -run 'TestSimulation$'
 
-// simDefaultSeeds keeps make test's share small (see the report in the
-// commit that set it for seeds/s under -race).
+// simDefaultSeeds keeps make test's share small: with every fault class,
+// the simulator tests (TestSimulation*) took 26 s under -race on two
+// cores at load average 14 (TestSimulation alone 14 s, 2.9 seeds/s).
 const simDefaultSeeds = 40
 
 // simDefaultFaults are the classes TestSimulation runs by default: every
