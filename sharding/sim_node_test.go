@@ -16,6 +16,12 @@ import (
 // do, on the simulator's clock and network instead of goroutines, timers
 // and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
+// As in production (node.go, lease.Holder, region_coordinator.go), each
+// node holds a node lease, renewed on its own drifting clock, and fences
+// itself (stops everything at once, as a crash) when it cannot renew in
+// time or the store refuses it; the coordinator acts only while it holds
+// the coordinator lease, and downs failed members through the store,
+// moving their shards once their lease expired in the store's time.
 
 // simCmd is the simulated entity type's command: a numbered message from a sender.
 type simCmd struct {
