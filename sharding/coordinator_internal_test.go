@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -369,4 +370,68 @@ func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 		}
 	}
 	t.Fatalf("sent %v: no ShardHomes", sent(out))
+}
+
+// No hand-off begins before every reachable member's region registered: a
+// region that has not registered yet (typically with a coordinator that
+// just took over) is not fenced, and could forward to the old home after
+// the shard moved on, perhaps after that node left (simulator, delay
+// fault, seed 4: lost). The wait is bounded by registrationWaitRounds.
+func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
+	c := newTestCore(1)
+	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	home := c.shards["s1"]
+	if _, out := c.step(GracefulShutdownReq{Region: home}); slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") }) {
+		t.Fatalf("sent %v before c registered", sent(out))
+	}
+	_, out := c.step(Register{Region: "c"})
+	var begun []string
+	for _, s := range sent(out) {
+		if strings.HasSuffix(s, "BeginHandOff s1") {
+			begun = append(begun, s)
+		}
+	}
+	if want := []string{"a: BeginHandOff s1", "b: BeginHandOff s1", "c: BeginHandOff s1"}; !slices.Equal(begun, want) {
+		t.Fatalf("once c registered: %v, want %v", begun, want)
+	}
+
+	// A member that never registers holds hand-offs up for a few rounds only.
+	c = newTestCore(1)
+	c.step(membersChanged{members: []Member{up("a"), up("b"), up("x")}})
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	rounds := 0
+	for ; rounds <= registrationWaitRounds; rounds++ {
+		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
+			break
+		}
+	}
+	if rounds != registrationWaitRounds {
+		t.Fatalf("the stop began after %d rounds, want %d", rounds, registrationWaitRounds)
+	}
+}
+
+// A leaving region that never registered with this coordinator is fenced
+// and told where its shards went; the region holding a shard's mail is
+// told the new home even when it is not registered here.
+func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
+	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(Register{Region: "b"})
+	c.step(Register{Region: "c"})
+	_, out := c.step(GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
+	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
+		t.Fatalf("sent %v: the leaving region is not fenced", got)
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "c"})
+	_, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
+		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
+	}
 }
