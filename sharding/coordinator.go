@@ -29,9 +29,10 @@ type coordinatorCore struct {
 	handOverFrom map[string]string   // shard → the region that holds mail for its next home
 	announced    bool                // ShardHomes sent to every member once, at start
 	// Hand-offs wait until every member's region has registered (see
-	// allRegistered): later are the shards to hand off meanwhile, to
-	// stop (true: StopShards) or to move, gone the regions that reported RegionStopped while still
-	// in the view, waitRounds the rebalance rounds waited so far.
+	// allRegistered): later are the shards to hand off meanwhile, to stop
+	// (true: StopShards) or to move; gone the regions that reported
+	// RegionStopped while still in the view; waitRounds the rebalance
+	// rounds waited so far.
 	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
@@ -249,12 +250,13 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, c.startDeferred()
 	case rebalanceTick:
 		out = c.resendHandOffs()
-		if !c.allRegistered() {
+		if c.everyRegionRegistered() {
+			c.waitRounds = 0 // a later wait starts afresh
+		} else {
 			c.waitRounds++
-			return nil, out
 		}
-		if c.waitRounds < registrationWaitRounds {
-			c.waitRounds = 0 // all there: a later wait starts afresh
+		if !c.allRegistered() {
+			return nil, out
 		}
 		out = append(out, c.startDeferred()...)
 		inProgress := make(map[string]bool, len(c.handoffs))
@@ -391,9 +393,12 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 // knows would arrive there after the shard moved on, perhaps after that
 // node left.
 func (c *coordinatorCore) allRegistered() bool {
-	if c.waitRounds >= registrationWaitRounds {
-		return true
-	}
+	return c.waitRounds >= registrationWaitRounds || c.everyRegionRegistered()
+}
+
+// everyRegionRegistered reports whether every reachable member's region
+// has registered here, or is leaving, or stopped.
+func (c *coordinatorCore) everyRegionRegistered() bool {
 	for _, name := range slices.Sorted(maps.Keys(c.members)) {
 		m := c.members[name]
 		if m.Status == allocation.Down || !m.Reachable {

@@ -405,8 +405,8 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 	c.step(Register{Region: "b"})
 	c.step(GetShardHome{Shard: "s1", Region: "a"})
 	c.step(StopShards{Shards: []string{"s1"}})
-	rounds := 0
-	for ; rounds <= registrationWaitRounds; rounds++ {
+	rounds := 1
+	for ; rounds <= registrationWaitRounds+1; rounds++ {
 		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
 			break
 		}
