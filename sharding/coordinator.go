@@ -28,7 +28,20 @@ type coordinatorCore struct {
 	waitingHomes map[string]bool     // shards asked for before enough regions registered
 	handOverFrom map[string]string   // shard → the region that holds mail for its next home
 	announced    bool                // ShardHomes sent to every member once, at start
+	// Hand-offs wait until every member's region has registered (see
+	// allRegistered): later are the shards to hand off meanwhile, to stop
+	// (true: StopShards) or to move; gone the regions that reported
+	// RegionStopped while still in the view; waitRounds the rebalance
+	// rounds waited so far.
+	later      map[string]bool
+	gone       map[string]bool
+	waitRounds int
 }
+
+// registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
+// wait for every member's region to register: a node that never starts
+// the type's region must not hold them up for ever.
+const registrationWaitRounds = 3
 
 type handoff struct {
 	stop    bool // StopShards: deallocate, do not move
@@ -55,7 +68,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
-		handOverFrom: make(map[string]string),
+		handOverFrom: make(map[string]string), later: make(map[string]bool), gone: make(map[string]bool),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -100,11 +113,19 @@ func (c *coordinatorCore) unplace(shard string) {
 	}
 }
 
-// everyone is every registered region and proxy, sorted for determinism.
+// everyone is every registered region and proxy, and every leaving region
+// (one that never registered with this coordinator still routes what it
+// buffered, and may hold mail for a shard's next home), sorted for
+// determinism.
 func (c *coordinatorCore) everyone() []string {
 	all := slices.Collect(maps.Keys(c.regions))
 	for p := range c.proxies {
 		all = append(all, p)
+	}
+	for r := range c.leaving {
+		if !c.regions[r] && !c.proxies[r] {
+			all = append(all, r)
+		}
 	}
 	slices.Sort(all)
 	return all
@@ -143,10 +164,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		c.regions[m.Region] = true
 		out = append(out, c.welcome(m.Region)...)
 		ch, o := c.allocateWaiting()
-		return append(changes, ch...), append(out, o...)
+		return append(changes, ch...), append(append(out, o...), c.startDeferred()...)
 	case RegisterProxy:
 		c.proxies[m.Region] = true
-		return nil, c.welcome(m.Region)
+		return nil, append(c.welcome(m.Region), c.startDeferred()...)
 	case GetShardHome:
 		if c.handoffs[m.Shard] != nil {
 			// Not the old home: a region that forwarded there now would
@@ -180,10 +201,21 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 	case ShardStopped:
 		h := c.handoffs[m.Shard]
 		if h == nil && c.shards[m.Shard] == m.Region {
-			// A hand-off a predecessor started: the shard is stopped all the same.
-			h = &handoff{from: m.Region}
+			// A hand-off a predecessor began stopped the shard after
+			// fences that regions, told by this coordinator that the
+			// shard is still there, may have forwarded past since. A
+			// hand-off of this coordinator's own fences them again; the
+			// region, which hosts the shard no more, then reports it
+			// stopped at once, with what it holds.
+			if _, queued := c.later[m.Shard]; !queued {
+				c.later[m.Shard] = false
+			}
+			return nil, c.startDeferred()
 		}
-		if h == nil || h.from != m.Region {
+		if h == nil || h.from != m.Region || !h.handing {
+			// Not after this coordinator's HandOff (a predecessor's,
+			// whose fences may be stale): that HandOff comes once this
+			// hand-off's fences are in, and the region reports again.
 			return nil, nil
 		}
 		delete(c.handoffs, m.Shard)
@@ -205,26 +237,35 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, []outbound{{to: m.Region, msg: LeaveAck{Epoch: c.epoch}}}
 		}
 		c.leaving[m.Region] = true
-		for _, shard := range slices.Clone(c.byRegion[m.Region]) {
-			out = append(out, c.beginHandOff(shard)...)
-		}
-		return nil, append(out, c.leaveAck(m.Region)...)
+		return nil, append(c.startDeferred(), c.leaveAck(m.Region)...)
 	case RegionStopped:
+		if _, ok := c.members[m.Region]; ok {
+			c.gone[m.Region] = true
+		}
 		return c.removeRegion(m.Region)
 	case StopShards:
 		for _, shard := range m.Shards {
-			out = append(out, c.beginHandOff(shard)...)
-			if h := c.handoffs[shard]; h != nil {
-				h.stop = true
-			}
+			c.later[shard] = true
 		}
-		return nil, out
+		return nil, c.startDeferred()
 	case RebalanceShards:
 		for _, shard := range m.Shards {
-			out = append(out, c.beginHandOff(shard)...)
+			if _, queued := c.later[shard]; !queued {
+				c.later[shard] = false // moved, not stopped
+			}
 		}
-		return nil, out
+		return nil, c.startDeferred()
 	case rebalanceTick:
+		out = c.resendHandOffs()
+		if c.everyRegionRegistered() {
+			c.waitRounds = 0 // a later wait starts afresh
+		} else {
+			c.waitRounds++
+		}
+		if !c.allRegistered() {
+			return nil, out
+		}
+		out = append(out, c.startDeferred()...)
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {
 			inProgress[s] = true
@@ -253,6 +294,12 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 				changes, out = append(changes, ch...), append(out, o...)
 			}
 		}
+		for r := range c.gone {
+			if _, ok := c.members[r]; !ok {
+				delete(c.gone, r)
+			}
+		}
+		out = append(out, c.startDeferred()...)
 		if !c.announced {
 			// A new coordinator makes itself known: regions that
 			// registered with a predecessor (even one on this node that
@@ -276,11 +323,17 @@ func (c *coordinatorCore) welcome(region string) []outbound {
 	}
 }
 
-// homes is every allocation, region → shards.
+// homes is every allocation, region → shards, but for shards being handed
+// off: a region that registers meanwhile was not fenced, and forwarding to
+// the old home it could overtake its own later messages, which reach the
+// new home straight. It asks, and hears of the new home with everyone.
 func (c *coordinatorCore) homes() map[string][]string {
 	homes := make(map[string][]string, len(c.byRegion))
 	for r, shards := range c.byRegion {
-		homes[r] = slices.Clone(shards)
+		shards = slices.DeleteFunc(slices.Clone(shards), func(s string) bool { return c.handoffs[s] != nil })
+		if len(shards) > 0 {
+			homes[r] = shards
+		}
 	}
 	return homes
 }
@@ -313,9 +366,16 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	c.place(shard, region)
 	// HostShard goes first, so that the new home knows to wait for the
 	// previous home's mail before any region, told below, forwards to it.
-	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: c.handOverFrom[shard], Epoch: c.epoch}}}
+	from := c.handOverFrom[shard]
+	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
 	delete(c.handOverFrom, shard)
-	out = append(out, c.broadcast(ShardHome{Shard: shard, Region: region, Epoch: c.epoch})...)
+	home := ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
+	out = append(out, c.broadcast(home)...)
+	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {
+		// The region holding the mail hands it over when it learns the
+		// new home: it must learn it even when it is not registered here.
+		out = append(out, outbound{to: from, msg: home})
+	}
 	return []change{{shard: shard, region: region}}, out
 }
 
@@ -330,6 +390,76 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	}
 	c.handoffs[shard] = h
 	return append(c.broadcast(BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+}
+
+// allRegistered reports whether every reachable member's region has
+// registered here (or is leaving, or stopped), or the wait ran out. Until
+// then no hand-off begins (as in Akka's coordinator): a region that has
+// not registered yet, typically with a coordinator that just took over,
+// is not fenced, and what it forwards to the old home with the homes it
+// knows would arrive there after the shard moved on, perhaps after that
+// node left.
+func (c *coordinatorCore) allRegistered() bool {
+	return c.waitRounds >= registrationWaitRounds || c.everyRegionRegistered()
+}
+
+// everyRegionRegistered reports whether every reachable member's region
+// has registered here, or is leaving, or stopped.
+func (c *coordinatorCore) everyRegionRegistered() bool {
+	for _, name := range slices.Sorted(maps.Keys(c.members)) {
+		m := c.members[name]
+		if m.Status == allocation.Down || !m.Reachable {
+			continue
+		}
+		if !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// startDeferred begins, once every region has registered, the hand-offs
+// of leaving regions' shards and of the shards in later.
+func (c *coordinatorCore) startDeferred() []outbound {
+	if !c.allRegistered() {
+		return nil
+	}
+	var out []outbound
+	for _, r := range slices.Sorted(maps.Keys(c.leaving)) {
+		for _, shard := range slices.Clone(c.byRegion[r]) {
+			out = append(out, c.beginHandOff(shard)...)
+		}
+	}
+	for _, shard := range slices.Sorted(maps.Keys(c.later)) {
+		stop := c.later[shard]
+		delete(c.later, shard)
+		out = append(out, c.beginHandOff(shard)...)
+		if h := c.handoffs[shard]; h != nil && stop {
+			h.stop = true
+		}
+	}
+	return out
+}
+
+// resendHandOffs asks again every region whose BeginHandOffAck is still
+// outstanding, and the old home whose ShardStopped is: the answer, or the
+// question, may have been lost with a broken link, or sent to another
+// coordinator by a region whose view lags; without it the hand-off, and
+// the shard, would wait for ever. A region that answered already answers
+// again, which changes nothing.
+func (c *coordinatorCore) resendHandOffs() []outbound {
+	var out []outbound
+	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
+		h := c.handoffs[shard]
+		if h.handing {
+			out = append(out, outbound{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(h.pending)) {
+			out = append(out, outbound{to: r, msg: BeginHandOff{Shard: shard, Epoch: c.epoch}})
+		}
+	}
+	return out
 }
 
 func (c *coordinatorCore) maybeHandOff(shard string) []outbound {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -126,7 +127,13 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	}
 }
 
-func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
+// A predecessor's hand-off stopped the shard after the fences of its
+// own; regions this coordinator told the home to since (its ShardHomes)
+// may have forwarded past them. So the new coordinator hands the shard off
+// again under its own fences before it moves it (simulator, delay fault,
+// seed 67: the shard moved at once, and what regions had forwarded to the
+// old home since reached the new home after their later messages).
+func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
 	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	c.step(Register{Region: "a"})
@@ -135,6 +142,19 @@ func TestCoordinatorCompletesAHandOffItsPredecessorBegan(t *testing.T) {
 		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
 	}
 	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	if len(changes) != 0 || !slices.Equal(sent(out), []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
+		t.Fatalf("predecessor's ShardStopped: changes %v, sent %v; want a hand-off of its own", changes, sent(out))
+	}
+	// Reported again before this coordinator's HandOff (the predecessor's
+	// HandOff came late): nothing yet, the fences are not all in.
+	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
+		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	if _, out = c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
+	}
+	changes, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
 		t.Fatalf("changes %v", changes)
 	}
@@ -297,5 +317,121 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 	changes, out = c.step(Register{Region: "a"})
 	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
 		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
+	}
+}
+
+// A BeginHandOffAck or ShardStopped that never comes (lost with a broken
+// link, or sent to another coordinator by a region whose view lagged) is
+// asked for again on the next rebalance round, so the hand-off does not
+// wait for ever (simulator, views fault, seed 47: a leaving region then
+// stopped with the shard's messages still buffered; all faults, seed 944:
+// the held mail never reached the next home).
+func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
+	c := newTestCore(1)
+	for _, r := range []string{"a", "b", "c"} {
+		c.step(Register{Region: r})
+	}
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	// c's ack is lost.
+	_, out := c.step(rebalanceTick{})
+	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
+		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
+	}
+	_, out = c.step(BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
+	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v once c acked, want the HandOff", got)
+	}
+	// The old home's ShardStopped is lost: the HandOff is sent again.
+	if _, out = c.step(rebalanceTick{}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+		t.Fatalf("sent %v on the next round, want the HandOff again and no BeginHandOff", sent(out))
+	}
+}
+
+// A region that registers while a shard is handed off is not told the old
+// home: it was not fenced, so what it forwarded there could arrive after
+// the hand-off and reach the new home after its own later messages, sent
+// straight (simulator, delay fault, seed 55).
+func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
+	c := newTestCore(1)
+	c.step(Register{Region: "a"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(GetShardHome{Shard: "s2", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	_, out := c.step(Register{Region: "b"})
+	for _, o := range out {
+		if m, ok := o.msg.(ShardHomes); ok {
+			if !slices.Equal(m.Homes["a"], []string{"s2"}) {
+				t.Fatalf("homes told to b: %v, want only s2 on a", m.Homes)
+			}
+			return
+		}
+	}
+	t.Fatalf("sent %v: no ShardHomes", sent(out))
+}
+
+// No hand-off begins before every reachable member's region registered: a
+// region that has not registered yet (typically with a coordinator that
+// just took over) is not fenced, and could forward to the old home after
+// the shard moved on, perhaps after that node left (simulator, delay
+// fault, seed 4: lost). The wait is bounded by registrationWaitRounds.
+func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
+	c := newTestCore(1)
+	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	home := c.shards["s1"]
+	if _, out := c.step(GracefulShutdownReq{Region: home}); slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") }) {
+		t.Fatalf("sent %v before c registered", sent(out))
+	}
+	_, out := c.step(Register{Region: "c"})
+	var begun []string
+	for _, s := range sent(out) {
+		if strings.HasSuffix(s, "BeginHandOff s1") {
+			begun = append(begun, s)
+		}
+	}
+	if want := []string{"a: BeginHandOff s1", "b: BeginHandOff s1", "c: BeginHandOff s1"}; !slices.Equal(begun, want) {
+		t.Fatalf("once c registered: %v, want %v", begun, want)
+	}
+
+	// A member that never registers holds hand-offs up for a few rounds only.
+	c = newTestCore(1)
+	c.step(membersChanged{members: []Member{up("a"), up("b"), up("x")}})
+	c.step(Register{Region: "a"})
+	c.step(Register{Region: "b"})
+	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(StopShards{Shards: []string{"s1"}})
+	rounds := 1
+	for ; rounds <= registrationWaitRounds+1; rounds++ {
+		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
+			break
+		}
+	}
+	if rounds != registrationWaitRounds {
+		t.Fatalf("the stop began after %d rounds, want %d", rounds, registrationWaitRounds)
+	}
+}
+
+// A leaving region that never registered with this coordinator is fenced
+// and told where its shards went; the region holding a shard's mail is
+// told the new home even when it is not registered here.
+func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
+	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(Register{Region: "b"})
+	c.step(Register{Region: "c"})
+	_, out := c.step(GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
+	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
+		t.Fatalf("sent %v: the leaving region is not fenced", got)
+	}
+	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
+	c.step(BeginHandOffAck{Shard: "s1", Region: "c"})
+	_, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
+		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}
 }

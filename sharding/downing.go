@@ -142,7 +142,19 @@ func (d *downing) result(r downResult) bool {
 // filter returns the view as the core must see it: a failed node whose
 // lease has not expired is an unreachable, Leaving member (so its shards
 // stay put and it gets no new ones), one whose lease expired is Down.
-func (d *downing) filter(members []Member) []Member {
+// known are the regions the core knows of now: one the view does not hold
+// is held back as observe does, even when it registered after the last
+// view (the view lags), so that the core never takes it for gone.
+func (d *downing) filter(members []Member, known []string) []Member {
+	inView := make(map[string]bool, len(members))
+	for _, m := range members {
+		inView[m.Node] = true
+	}
+	for _, r := range known {
+		if !inView[r] && d.nodes[r] == nil {
+			d.nodes[r] = &failedNode{}
+		}
+	}
 	out := make([]Member, 0, len(members)+len(d.nodes))
 	for _, m := range members {
 		if d.nodes[m.Node] == nil {

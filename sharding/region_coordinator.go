@@ -337,7 +337,7 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 			cr.view = m.members
 			cr.down.observe(cr.view, cr.knownRegions())
 			cr.startDowning(ctx)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view)})
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
 		case downingTick:
 			cr.startDowning(ctx)
 			return entity.Same[Message]()
@@ -349,7 +349,7 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 				return entity.Same[Message]()
 			}
 			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "type", r.typ, "node", m.call.node)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view)})
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
 		}
 	}
 	return cr.step(ctx, m)

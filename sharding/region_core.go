@@ -36,6 +36,10 @@ type regionCore[C any, S comparable] struct {
 	awaitingLeft        bool // regLeft is still to be emitted
 	awaitingGone        bool // stopped: RegionStopped waits for hosted shards to stop
 	idleTick            uint64
+	// leaveWaited counts the ticks a leaving region has waited for its
+	// buffer to go on; past 2×waitTicks it leaves without (the shards may
+	// have nowhere to go: the last region of the type leaves).
+	leaveWaited uint64
 
 	out []regionEffect[C, S]
 }
@@ -68,13 +72,27 @@ type regionShard[C any, S comparable] struct {
 	// HandOver came before the HostShard.
 	awaiting string
 	handedIn bool
+	// handOverTo is the node this region sent the shard's mail to, until
+	// that node acknowledges it (ShardStarted): a leaving region stays
+	// until then, so that it never leaves the view ahead of its mail.
+	handOverTo string
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
 	fences    map[string]bool
 	stopWaits []string
-	stopping  bool   // HandOff received, waiting for fences
-	waited    uint64 // ticks spent waiting for a hand-over or fences
+	stopping  bool // HandOff received, waiting for fences
+	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
+	// handOffTold that its HandOff came: a hand-off begun by a coordinator
+	// that is gone before its HandOff is abandoned once a newer one homes
+	// the shard here (see setHome).
+	handOffEpoch uint64
+	handOffTold  bool
+	// stopEpoch is the epoch of the last HandOff, doneEpoch of the last
+	// one this region finished: asked again (its ShardStopped was lost),
+	// it reports again at once, without waiting for fences used up.
+	stopEpoch, doneEpoch uint64
+	waited               uint64 // ticks spent waiting for a hand-over or fences
 }
 
 type pending[C any] struct {
@@ -312,6 +330,12 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
 	case HandOver:
 		c.handedOver(m)
+	case ShardStarted:
+		// The node this region handed a shard's mail to has it.
+		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region {
+			e.handOverTo = ""
+			c.checkLeft()
+		}
 	case BeginHandOff:
 		if !c.fresh(m.Epoch) {
 			return
@@ -321,7 +345,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// the old home after the coordinator hears every ack. The fence
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
-		e.handingOff = true
+		e.handingOff, e.handOffEpoch = true, m.Epoch
 		fencedAt := ""
 		if e.home != "" && e.home != c.cfg.self && !e.hosted {
 			fencedAt = e.home
@@ -340,7 +364,15 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		e.handingOff, e.stopping, e.stopWaits, e.waited = true, true, m.Fences, 0
+		if e.hosted && e.handOffTold && !e.stopping {
+			return // asked again: the shard's entities are stopping; ShardStopped follows
+		}
+		if !e.hosted && e.doneEpoch == m.Epoch {
+			c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+			return
+		}
+		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
+		e.stopEpoch = m.Epoch
 		c.maybeStop(m.Shard, e)
 	case LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -383,9 +415,10 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	}
 	// Not hosted here after all (the HostShard never came, or the shard
 	// was waiting for its hand-over): what the region holds for it, and
-	// a hand-over yet to come, go to the next home.
-	e.awaiting = ""
-	e.handOver = len(e.buffer) > 0
+	// a hand-over yet to come, go to the next home, the latter first: the
+	// next home waits for this region's mail, and this region sends it
+	// once the mail it awaits is in (see setHome).
+	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
 	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
@@ -435,6 +468,9 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
+		if e.handOverTo != "" && !c.live[e.handOverTo] {
+			e.handOverTo = ""
+		}
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard", id, "from", e.awaiting)
@@ -479,6 +515,12 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.giveUpWaiting()
+	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 {
+		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
+			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
+			c.checkLeft()
+		}
+	}
 	c.idleTick++
 	if c.cfg.idleTicks > 0 {
 		for _, id := range c.hostedShards() {
@@ -497,11 +539,16 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if e.awaiting == "" && !e.stopping {
+		if e.awaiting == "" && !e.stopping && e.handOverTo == "" {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
+		}
+		if e.handOverTo != "" {
+			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard", id, "to", e.handOverTo)
+			e.handOverTo = ""
+			c.checkLeft()
 		}
 		if e.awaiting != "" {
 			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
@@ -533,9 +580,24 @@ func (c *regionCore[C, S]) hostedShards() []string {
 func (c *regionCore[C, S]) setHome(shardID, home string) {
 	e := c.entry(shardID)
 	if e.handingOff && e.hosted {
-		return // our own hand-off is still running
+		if e.handOffTold || c.epoch <= e.handOffEpoch || home != c.cfg.self {
+			return // our own hand-off is still running
+		}
+		// The coordinator that began the hand-off is gone before its
+		// HandOff, and a newer one homes the shard here: the hand-off is
+		// over, and what this region buffered meanwhile is delivered
+		// (else it would wait for ever). Fences for the old hand-off
+		// count for nothing in a new one.
+		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard", shardID)
+		e.handingOff, e.fences = false, nil
 	}
 	if home != c.cfg.self {
+		if e.handOver && e.awaiting != "" && home != "" {
+			// This region's mail for the shard follows the mail it
+			// awaits, which is older: both go on once that is in.
+			e.home, e.requested, e.handingOff = home, false, false
+			return
+		}
 		// Moved on before the hand-over came: it follows the shard.
 		e.awaiting, e.handedIn = "", false
 	}
@@ -557,11 +619,10 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		}
 		c.buffered -= len(e.buffer)
 		e.buffer = nil
+		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
-		c.checkLeft()
 		return
 	}
-	e.handOver = false
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
 	}
@@ -570,14 +631,16 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// Keep its messages until the coordinator hands the shard off
 			// (a leaving region's shards all are) and homes it elsewhere;
 			// routing to ourselves would only loop. Expected when the
-			// allocation crossed our GracefulShutdownReq.
+			// allocation crossed our GracefulShutdownReq. Mail held for
+			// the next home stays so: it goes there as a hand-over.
 			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
-		e.hosted, e.handedIn = true, false
+		e.hosted, e.handedIn, e.handOffTold = true, false, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
+	e.handOver = false // the mail held, if any, is delivered from here
 	if home != c.cfg.self && e.hosted {
 		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard", shardID, "to", home)
 	}
@@ -596,6 +659,9 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 			c.emit(regionEffect[C, S]{kind: regForward, node: e.home, shard: shardID, p: p, accepted: true})
 		}
 	}
+	if len(buf) > 0 {
+		c.checkLeft()
+	}
 }
 
 // handedOff reports that a local shard's entities have all stopped;
@@ -603,7 +669,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home = none, false, ""
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch = none, false, "", false, e.stopEpoch
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
@@ -647,6 +713,10 @@ func (c *regionCore[C, S]) handedOver(m HandOver) {
 	}
 	e := c.entry(m.Shard)
 	c.prepend(e, front)
+	if m.From != c.cfg.self {
+		// Its sender may leave now: the mail is here.
+		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
+	}
 	switch {
 	case e.awaiting != "":
 		e.awaiting = ""
@@ -682,8 +752,14 @@ func (c *regionCore[C, S]) checkLeft() {
 	if !c.leaveAcked && c.oldest != "" {
 		return
 	}
+	// Nor while it buffers messages it accepted (for a shard being handed
+	// off): they go on to the next home first.
+	if c.buffered > 0 && (c.cfg.waitTicks == 0 || c.leaveWaited < 2*c.cfg.waitTicks) {
+		return
+	}
 	for _, e := range c.shards {
-		if e.hosted || e.handOver { // nor before it handed over the mail it holds
+		// Nor before it handed over the mail it holds, and that arrived.
+		if e.hosted || e.handOver || e.handOverTo != "" {
 			return
 		}
 	}

@@ -43,6 +43,7 @@ import (
 //	  hand-off SHARD epoch=E [fences=NODE,...]
 //	  fence SHARD from=NODE
 //	  leave-ack epoch=E
+//	  started SHARD NODE   (NODE has the mail this region handed over)
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
 //	                     the local shard's entities all stopped
@@ -240,6 +241,9 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return Fence{Shard: pos[0], From: kv["from"]}
 	case "leave-ack":
 		return LeaveAck{Epoch: h.epoch(kv)}
+	case "started":
+		need(2)
+		return ShardStarted{Shard: pos[0], Region: pos[1]}
 	case "deliver":
 		need(3)
 		return Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -15,6 +16,12 @@ import (
 // do, on the simulator's clock and network instead of goroutines, timers
 // and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
+// As in production (node.go, lease.Holder, region_coordinator.go), each
+// node holds a node lease, renewed on its own drifting clock, and fences
+// itself (stops everything at once, as a crash) when it cannot renew in
+// time or the store refuses it; the coordinator acts only while it holds
+// the coordinator lease, and downs failed members through the store,
+// moving their shards once their lease expired in the store's time.
 
 // simCmd is the simulated entity type's command: a numbered message from a sender.
 type simCmd struct {
@@ -44,6 +51,13 @@ type simNode struct {
 	// entities of its terminated shards stopped.
 	regionGone bool
 
+	// The node lease (lease.Holder in production): held from the join,
+	// renewed every RenewEvery; by the Keeper, on the node's own clock,
+	// the node fences itself when it could not renew in time or the store
+	// refused (it was downed).
+	lease    *lease.Keeper
+	renewing bool
+
 	coord        *simCoord
 	coordSerial  int
 	coordNext    time.Duration // a failed coordinator restarts no earlier
@@ -62,6 +76,19 @@ func (n *simNode) after(d time.Duration, fn func()) {
 		if n.state != nodeGone {
 			fn()
 		}
+	})
+}
+
+// at runs fn once the node's clock reads t (rounding can make after
+// early by a nanosecond: a fence check must not run before its time),
+// unless the node is gone by then.
+func (n *simNode) at(t time.Time, fn func()) {
+	n.after(t.Sub(n.now()), func() {
+		if n.now().Before(t) {
+			n.w.clock.after(time.Nanosecond, func() { n.at(t, fn) })
+			return
+		}
+		fn()
 	})
 }
 
@@ -210,7 +237,7 @@ func (n *simNode) applyView(view []Member) {
 	}
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest, live) })
 	if c := n.coord; c.usable() {
-		c.step(membersChanged{members: slices.Clone(view)})
+		c.arrive(membersChanged{members: slices.Clone(view)})
 	}
 }
 
@@ -278,13 +305,37 @@ func (n *simNode) maybeGone() {
 
 func (n *simNode) gone() {
 	n.state = nodeGone
+	n.releaseLease()
 	n.w.removeMember(n.name, 0)
 }
 
 // crash kills the node: entities stop at once, nothing is reported, what
-// is in flight to or from it is lost.
+// is in flight to or from it is lost; its lease is left to expire.
 func (n *simNode) crash() {
 	n.w.tracef("%s crashes", n.name)
+	n.halt()
+}
+
+// fence is the node lease's fence (node.fence): the node stops every
+// entity at once and stops gossiping, as a crash would.
+func (n *simNode) fence(why string) {
+	if n.state == nodeGone {
+		return
+	}
+	w := n.w
+	w.tracef("%s fences itself: %s", n.name, why)
+	w.lastFence = w.clock.now
+	if w.clock.now > w.healAt+w.leaseTiming.Node.Length {
+		// Downed before the heal, a node fences at its next renewal:
+		// later, it was downed without a fault.
+		w.fail("liveness", "%s fences itself %v after the heal: %s", n.name, w.clock.now-w.healAt, why)
+	}
+	n.halt()
+}
+
+// halt stops the node as a crash does: what it held is lost, and the
+// others' failure detectors notice after a while.
+func (n *simNode) halt() {
 	for _, e := range n.region.shards {
 		n.w.lostToFault(e.buffer)
 	}
@@ -308,18 +359,90 @@ func (n *simNode) crash() {
 	for _, other := range n.w.order {
 		n.w.net.breakLink(n.name, other)
 	}
-	n.w.removeMember(n.name, n.w.rng.between(time.Second, 5*time.Second))
+	n.w.failMember(n.name, n.w.rng.between(time.Second, 5*time.Second))
+}
+
+// ---- the node lease (node.Start, lease.Holder) ----
+
+// holdLease acquires the node lease, before the node hosts anything.
+func (n *simNode) holdLease() error {
+	w := n.w
+	n.lease = lease.NewKeeper(w.leaseTiming.Node)
+	start := n.now()
+	if err := w.leases.AcquireNode(context.Background(), simAddr(n.name), w.leaseTiming.Node.Length); err != nil {
+		return err
+	}
+	n.leaseGranted(start)
+	return nil
+}
+
+// leaseGranted records a successful acquisition or renewal sent at start
+// and arms the next renewal and the fence check.
+func (n *simNode) leaseGranted(start time.Time) {
+	if !n.lease.Granted(start, n.now()) {
+		n.fence("the lease renewal came too late")
+		return
+	}
+	n.after(n.lease.RenewAt().Sub(n.now()), n.renewLease)
+	n.at(n.lease.FenceAt(), func() {
+		if n.lease.Fenced(n.now()) {
+			n.fence("no lease renewal in time")
+		}
+	})
+}
+
+// renewLease renews the node lease; a failed call is retried every
+// RenewEvery/4, a refusal fences at once.
+func (n *simNode) renewLease() {
+	if n.renewing || n.lease.Fenced(n.now()) {
+		return
+	}
+	n.renewing = true
+	w, start := n.w, n.now()
+	w.storeCall(n, func() error {
+		return w.leases.RenewNode(context.Background(), simAddr(n.name), w.leaseTiming.Node.Length)
+	}, func(err error) {
+		n.renewing = false
+		switch {
+		case err == nil:
+			n.leaseGranted(start)
+		case lease.Refused(err):
+			n.lease.Refused()
+			n.fence(err.Error())
+		default:
+			w.tracef("%s lease renewal failed, retrying: %v", n.name, err)
+			n.after(w.leaseTiming.Node.RenewEvery/4, n.renewLease)
+		}
+	})
+}
+
+// releaseLease ends the lease of a node that left gracefully, so that
+// nothing waits for it to expire (node.Shutdown).
+func (n *simNode) releaseLease() {
+	if err := n.w.storeErr(n.name); err != nil {
+		n.w.tracef("%s cannot release its lease: %v", n.name, err)
+		return
+	}
+	if err := n.w.leases.ReleaseNode(context.Background(), simAddr(n.name)); err != nil {
+		n.w.fail("runner", "%s: release the node lease: %v", n.name, err)
+	}
 }
 
 // ---- the coordinator runner (region_coordinator.go) ----
 
 type simCoord struct {
-	n        *simNode
-	serial   int
-	core     *coordinatorCore
-	epoch    uint64
-	failed   bool // stopped by itself: a store call failed
-	stopping bool // unlistened; stops after what its own node sent it
+	n      *simNode
+	serial int
+	core   *coordinatorCore
+	epoch  uint64
+	// keeper holds the coordinator lease, on the node's clock; nil until
+	// acquired: meanwhile the coordinator drops what it is sent.
+	keeper   *lease.Keeper
+	renewing bool
+	down     *downing
+	view     []Member // the latest membership view, unfiltered
+	failed   bool     // stopped by itself: a store call failed, or the lease is lost
+	stopping bool     // unlistened; stops after what its own node sent it
 
 	// coordinatorWrites: one step's decisions wait here until the store
 	// has its changes; meanwhile other messages wait in stash.
@@ -336,7 +459,10 @@ type simStopCoord struct{ Serial int }
 
 func (simStopCoord) protocolMessage() {}
 
-func (c *simCoord) usable() bool { return c != nil && !c.failed && !c.stopping }
+func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.stopping }
+
+// current reports whether c is still its node's coordinator and running.
+func (c *simCoord) current() bool { return c.n.coord == c && !c.failed }
 
 func (n *simNode) hostCoordinatorIfOldest() {
 	oldest := n.oldest() == n.name && !n.stopped
@@ -356,7 +482,7 @@ func (n *simNode) restartFailedCoordinator() {
 	}
 }
 
-// reapFailedCoordinator forgets a coordinator whose store failed and
+// reapFailedCoordinator forgets a coordinator that stopped by itself and
 // schedules its restart after a back-off.
 func (n *simNode) reapFailedCoordinator() {
 	if n.coord == nil || !n.coord.failed {
@@ -379,20 +505,48 @@ func (n *simNode) stopCoordinator() {
 }
 
 func (n *simNode) startCoordinator() {
-	w := n.w
 	n.coordSerial++
-	c := &simCoord{n: n, serial: n.coordSerial}
-	n.coord, n.coordStarted = c, w.clock.now
-	epoch, shards, err := w.coordStore.Acquire(context.Background(), simType, n.name)
+	c := &simCoord{n: n, serial: n.coordSerial, down: newDowning()}
+	n.coord, n.coordStarted = c, n.w.clock.now
+	c.tryAcquire()
+}
+
+// tryAcquire is coordinatorRunner.tryAcquire: it acquires the lease and
+// starts acting, or retries every RetryInterval while another node holds
+// it; any other failure stops the coordinator.
+func (c *simCoord) tryAcquire() {
+	n, w := c.n, c.n.w
+	if !c.current() || c.keeper != nil {
+		return
+	}
+	start := n.now()
+	err := w.storeErr(n.name)
+	var epoch uint64
+	var shards map[string]string
+	if err == nil {
+		epoch, shards, err = w.coordStore.Acquire(context.Background(), simType, n.name, w.leaseTiming.Coordinator.Length)
+	}
+	if errors.Is(err, ErrLeaseHeld) {
+		w.tracef("%s coordinator waits for the lease: %v", n.name, err)
+		n.after(w.settings.RetryInterval, c.tryAcquire)
+		return
+	}
 	if err != nil {
 		w.tracef("%s coordinator cannot acquire: %v", n.name, err)
 		c.failed = true
 		return
 	}
-	c.epoch = epoch
+	c.epoch, c.keeper = epoch, lease.NewKeeper(w.leaseTiming.Coordinator)
+	if !c.granted(start) {
+		return
+	}
 	c.core = newCoordinatorCore(n.name, epoch, shards, w.settings.Strategy, w.settings.MinMembers)
 	if w.settings.RememberEntities {
-		remembered, err := w.remember.Shards(context.Background(), simType)
+		err := w.storeErr(n.name)
+		var remembered []string
+		if err == nil {
+			remembered, err = w.remember.Shards(context.Background(), simType)
+		}
 		if err != nil {
 			w.tracef("%s coordinator cannot read remembered shards: %v", n.name, err)
 			c.failed = true
@@ -401,15 +555,94 @@ func (n *simNode) startCoordinator() {
 		c.core.startShards(remembered)
 	}
 	w.tracef("%s coordinator starts, epoch %d, homes %v", n.name, epoch, shards)
-	var rebalance func()
+	var rebalance, downingTick func()
 	rebalance = func() {
-		if n.coord == c && c.usable() {
-			c.step(rebalanceTick{})
+		if c.current() {
+			c.arrive(rebalanceTick{})
 			n.after(w.settings.RebalanceInterval, rebalance)
 		}
 	}
 	n.after(w.settings.RebalanceInterval, rebalance)
-	c.step(membersChanged{members: slices.Clone(n.view)})
+	downingTick = func() {
+		if c.current() {
+			c.arrive(downingTickMsg)
+			n.after(max(w.settings.RetryInterval/4, time.Millisecond), downingTick)
+		}
+	}
+	n.after(max(w.settings.RetryInterval/4, time.Millisecond), downingTick)
+	c.arrive(membersChanged{members: slices.Clone(n.view)})
+}
+
+var downingTickMsg Message = downingTick{}
+
+// granted records a successful acquisition or renewal sent at start and
+// arms the next renewal and the fence check; false (and the coordinator
+// lost) once the lease is no longer held.
+func (c *simCoord) granted(start time.Time) bool {
+	n := c.n
+	if !c.keeper.Granted(start, n.now()) {
+		c.lose("the lease was granted too late to use")
+		return false
+	}
+	n.after(c.keeper.RenewAt().Sub(n.now()), c.renew)
+	n.at(c.keeper.FenceAt(), func() {
+		if c.current() && c.keeper.Fenced(n.now()) {
+			c.lose("no lease renewal in time")
+		}
+	})
+	return true
+}
+
+// renew renews the coordinator lease; a failed call is retried every
+// RenewEvery/4, a refusal stops the coordinator.
+func (c *simCoord) renew() {
+	n, w := c.n, c.n.w
+	if !c.current() || c.renewing {
+		return
+	}
+	c.renewing = true
+	start, epoch := n.now(), c.epoch
+	w.storeCall(n, func() error {
+		return w.coordStore.Renew(context.Background(), simType, epoch, w.leaseTiming.Coordinator.Length)
+	}, func(err error) {
+		c.renewing = false
+		if !c.current() {
+			return
+		}
+		switch {
+		case err == nil:
+			c.granted(start)
+		case lease.Refused(err):
+			c.keeper.Refused()
+			c.lose(err.Error())
+		default:
+			w.tracef("%s coordinator lease renewal failed, retrying: %v", n.name, err)
+			n.after(w.leaseTiming.Coordinator.RenewEvery/4, c.renew)
+		}
+	})
+}
+
+// lose stops a coordinator that no longer holds its lease: it sends
+// nothing more, and its node restarts it after a back-off.
+func (c *simCoord) lose(why string) {
+	w := c.n.w
+	w.tracef("%s coordinator (epoch %d) lost its lease, stops: %s", c.n.name, c.epoch, why)
+	c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
+}
+
+// release gives the lease up on a graceful stop.
+func (c *simCoord) release() {
+	n, w := c.n, c.n.w
+	if c.keeper == nil || !c.keeper.Holds(n.now()) {
+		return
+	}
+	err := w.storeErr(n.name)
+	if err == nil {
+		err = w.coordStore.Release(context.Background(), simType, c.epoch)
+	}
+	if err != nil {
+		w.tracef("%s coordinator cannot release its lease: %v", n.name, err)
+	}
 }
 
 // arriveCoordinator takes a message for this node's coordinator.
@@ -417,18 +650,86 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 	c := n.coord
 	if stop, ok := msg.(simStopCoord); ok {
 		if c != nil && c.serial == stop.Serial {
+			if !c.failed {
+				c.release()
+			}
 			n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
 			n.coord = nil
 			n.maybeGone()
 		}
 		return
 	}
-	if !c.usable() && !(c != nil && c.stopping && !c.failed && from == n.name) {
+	if !c.usable() && !(c != nil && c.keeper != nil && c.stopping && !c.failed && from == n.name) {
 		n.w.tracef("%s -> %s/coordinator dropped (no coordinator): %s", from, n.name, simShow(msg))
 		return
 	}
 	n.w.tracef("%s -> %s/coordinator: %s", from, n.name, simShow(msg))
-	c.step(msg)
+	c.arrive(msg)
+}
+
+// arrive is coordinatorRunner.Receive once the lease is held: nothing is
+// done once the lease ran out by the node's clock; membership views and
+// downing go through the downing machine, which the core sees only
+// filtered.
+func (c *simCoord) arrive(msg Message) {
+	n, w := c.n, c.n.w
+	if !c.keeper.Holds(n.now()) {
+		c.lose("the lease ran out")
+		return
+	}
+	switch m := msg.(type) {
+	case membersChanged:
+		c.view = m.members
+		c.down.observe(c.view, c.knownRegions())
+		c.startDowning()
+		c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
+	case downingTick:
+		c.startDowning()
+	case downResult:
+		if m.err != nil {
+			w.tracef("%s coordinator: downing call %+v failed: %v", n.name, m.call, m.err)
+		}
+		if c.down.result(m) {
+			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
+			c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
+		}
+	default:
+		c.step(msg)
+	}
+}
+
+// knownRegions is every region the core knows of.
+func (c *simCoord) knownRegions() []string {
+	known := c.core.everyone()
+	for r := range c.core.byRegion {
+		if !slices.Contains(known, r) {
+			known = append(known, r)
+		}
+	}
+	return known
+}
+
+// startDowning makes the store calls the downing machine asks for.
+func (c *simCoord) startDowning() {
+	n, w := c.n, c.n.w
+	for _, call := range c.down.due() {
+		res := downResult{call: call}
+		w.tracef("%s coordinator: downing call %+v", n.name, call)
+		w.storeCall(n, func() error {
+			var err error
+			if call.down {
+				err = w.nodeLeases.DownNode(context.Background(), call.node)
+			} else {
+				res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), call.node)
+			}
+			return err
+		}, func(err error) {
+			res.err = err
+			if c.current() && !c.stopping {
+				c.arrive(res)
+			}
+		})
+	}
 }
 
 // step is coordinatorRunner.step: it steps the core unless decisions
@@ -469,16 +770,14 @@ func (c *simCoord) flush() {
 	w, n := c.n.w, c.n
 	for len(c.changes) > 0 {
 		ch := c.changes[0]
-		var err error
-		if ch.region == "" {
+		err := w.storeErr(n.name)
+		if err == nil && ch.region == "" {
 			err = w.coordStore.Deallocate(context.Background(), simType, c.epoch, ch.shard)
-		} else {
+		} else if err == nil {
 			err = w.coordStore.Allocate(context.Background(), simType, c.epoch, ch.shard, ch.region)
 		}
 		if errors.Is(err, ErrStaleEpoch) {
 			w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
-			w.lostToFault(c.out)
-			w.lostToFault(c.stash)
 			c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
 			return
 		}
@@ -489,8 +788,8 @@ func (c *simCoord) flush() {
 			if !c.retrying {
 				c.retrying = true
 				n.after(wait, func() {
-					if n.coord == c && !c.failed {
-						c.step(retryStoreWrites{})
+					if c.current() {
+						c.arrive(retryStoreWrites{})
 					}
 				})
 			}
@@ -499,6 +798,10 @@ func (c *simCoord) flush() {
 		c.changes = c.changes[1:]
 	}
 	c.changes, c.attempts = nil, 0
+	if len(c.out) > 0 && !c.keeper.Holds(n.now()) {
+		c.lose("the lease ran out while the writes ran")
+		return
+	}
 	out := c.out
 	c.out = nil
 	for _, o := range out {
@@ -688,10 +991,10 @@ func (sh *simShard) writeNext(attempt int) {
 	}
 	wr := sh.writes[0]
 	sh.n.after(w.storeLatency(), func() {
-		var err error
-		if wr.add {
+		err := w.storeErr(sh.n.name)
+		if err == nil && wr.add {
 			err = w.remember.Add(context.Background(), simType, sh.id, wr.entityID)
-		} else {
+		} else if err == nil {
 			err = w.remember.Remove(context.Background(), simType, sh.id, wr.entityID)
 		}
 		if err != nil {
@@ -718,7 +1021,11 @@ func (sh *simShard) readRemembered(attempt int) {
 		if sh.gone || sh.core.handingOff {
 			return
 		}
-		ids, err := w.remember.Entities(context.Background(), simType, sh.id)
+		err := w.storeErr(sh.n.name)
+		var ids []string
+		if err == nil {
+			ids, err = w.remember.Entities(context.Background(), simType, sh.id)
+		}
 		if err != nil {
 			sh.n.after(w.backoff(w.settings.RestartBackoffMin, w.settings.RestartBackoffMax, attempt), func() { sh.readRemembered(attempt + 1) })
 			return

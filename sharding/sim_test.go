@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -30,8 +32,10 @@ import (
 //
 // and at the end of the run:
 //
-//   - liveness: once every fault has healed, each message sent is delivered
-//     within livenessBound of virtual time;
+//   - liveness: once every fault has healed, and the last node downed
+//     before the heal has fenced itself (within a node lease of the heal,
+//     or the run fails), each message sent is delivered within
+//     livenessBound of virtual time;
 //   - no loss: every message Tell accepted is delivered, unless a fault
 //     lost it: it was in flight on a link that broke or across a partition
 //     (alone or inside a protocol message), or held by a node that crashed.
@@ -106,9 +110,14 @@ type simWorld struct {
 	settings      Settings
 	shardCfg      shardCoreConfig
 	leaveDeadline time.Duration
-	coordStore    *simCoordStore
-	remember      *simRememberStore
-	storeFail     float64 // chance that a store call fails, now
+	leaseTiming   lease.Settings
+	leases        *lease.MemoryStore // node leases
+	nodeLeases    simNodeLeases
+	coordStore    *MemoryCoordinatorStore // allocations and coordinator leases
+	remember      *MemoryRememberStore
+	storeFail     float64         // chance that a store call fails, now
+	storeCut      map[string]bool // nodes a partition cut off from the store
+	lastFence     time.Duration   // when a node last fenced itself
 
 	nodes    map[string]*simNode
 	order    []string // node names, in join order
@@ -138,7 +147,7 @@ const (
 func newSimWorld(cfg simConfig) *simWorld {
 	w := &simWorld{
 		cfg: cfg, rng: simRand{rand.New(rand.NewPCG(cfg.seed, 0x5eed))},
-		nodes: map[string]*simNode{}, truth: map[string]Member{}, hidden: map[string]map[string]bool{},
+		nodes: map[string]*simNode{}, truth: map[string]Member{}, hidden: map[string]map[string]bool{}, storeCut: map[string]bool{},
 		live: map[string]*simInc{}, sends: map[simCmd]*simSend{}, last: map[[2]string]int{},
 	}
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
@@ -169,8 +178,11 @@ func newSimWorld(cfg simConfig) *simWorld {
 		bufferLimit: entityBufferLimit(w.settings),
 	}
 	w.leaveDeadline = 60 * time.Second
-	w.coordStore = newSimCoordStore(w)
-	w.remember = &simRememberStore{MemoryRememberStore: NewMemoryRememberStore(), w: w}
+	w.leaseTiming = lease.DefaultSettings()
+	w.leases = lease.NewMemoryStore(w.storeNow)
+	w.nodeLeases = simNodeLeases{w.leases}
+	w.coordStore = NewMemoryCoordinatorStoreAt(w.storeNow)
+	w.remember = NewMemoryRememberStore()
 	for i := range 6 + w.rng.IntN(14) {
 		w.entities = append(w.entities, fmt.Sprintf("e%02d", i))
 	}
@@ -335,6 +347,10 @@ func (w *simWorld) join() {
 		n.rate = 0.95 + 0.1*w.rng.Float64()
 	}
 	n.region = newRegionCore[simCmd, *simShard](w.regionConfig(name))
+	if err := n.holdLease(); err != nil {
+		w.fail("runner", "%s: acquire the node lease: %v", name, err)
+		return
+	}
 	w.nodes[name] = n
 	w.order = append(w.order, name)
 	w.truth[name] = Member{Node: name, JoinedAt: w.joins, Status: allocation.Up, Reachable: true}
@@ -357,6 +373,7 @@ func (w *simWorld) regionConfig(self string) regionCoreConfig {
 		cfg.tickInterval = min(cfg.tickInterval, idle/2)
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
+	cfg.waitTicks = uint64((w.settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
 	return cfg
 }
 
@@ -439,7 +456,8 @@ func (w *simWorld) breakOne() {
 }
 
 // partition splits the live nodes in two for a while; after a detection
-// delay each side's views drop the other.
+// delay each side's views hold the other unreachable. Now and then one
+// side is cut off from the store too: its nodes must fence themselves.
 func (w *simWorld) partition() {
 	var live []string
 	for _, name := range w.order {
@@ -460,6 +478,17 @@ func (w *simWorld) partition() {
 		}
 	}
 	w.tracef("partition %v | rest", side)
+	var cutOff []string
+	if w.rng.chance(0.3) {
+		cutOff = side
+		if w.rng.chance(0.5) {
+			cutOff = slices.DeleteFunc(slices.Clone(live), func(n string) bool { return slices.Contains(side, n) })
+		}
+		w.tracef("%v cut off from the store", cutOff)
+		for _, name := range cutOff {
+			w.storeCut[name] = true
+		}
+	}
 	var pairs [][2]string
 	for _, a := range side {
 		for _, b := range live {
@@ -481,6 +510,9 @@ func (w *simWorld) partition() {
 	})
 	w.clock.after(w.rng.between(3*time.Second, 15*time.Second), func() {
 		w.tracef("partition %v heals", side)
+		for _, name := range cutOff {
+			delete(w.storeCut, name)
+		}
 		for _, p := range pairs {
 			delete(w.net.cut, simLink{p[0], p[1]})
 			delete(w.net.cut, simLink{p[1], p[0]})
@@ -491,7 +523,7 @@ func (w *simWorld) partition() {
 	})
 }
 
-// suspect makes one node's view drop a live member for a while.
+// suspect makes one node's view hold a live member unreachable for a while.
 func (w *simWorld) suspect() {
 	up := w.up()
 	if len(up) < 2 {
@@ -525,13 +557,15 @@ func (w *simWorld) storeOutage() {
 // heal ends every fault: from here on, liveness is owed.
 func (w *simWorld) heal() {
 	w.tracef("heal")
-	for _, name := range w.order { // crashes are detected by now
-		if _, ok := w.truth[name]; ok && w.nodes[name].crashed {
-			delete(w.truth, name)
+	for _, name := range w.order { // crashes are detected by now: Down for good
+		if m, ok := w.truth[name]; ok && w.nodes[name].crashed {
+			m.Status, m.Reachable = allocation.Down, false
+			w.truth[name] = m
 		}
 	}
 	clear(w.net.cut)
 	clear(w.hidden)
+	clear(w.storeCut)
 	w.storeFail = 0
 	w.publishViews("")
 }
@@ -547,14 +581,17 @@ func (w *simWorld) hide(observer, member string) {
 
 func (w *simWorld) unhide(observer, member string) { delete(w.hidden[observer], member) }
 
-// viewOf is observer's view of the cluster now: every member it does not
-// believe gone, sorted by name.
+// viewOf is observer's view of the cluster now, sorted by name: every
+// member, those it cannot reach marked unreachable (memberlist keeps a
+// failed member Unreachable until it comes back or is declared Down).
 func (w *simWorld) viewOf(observer string) []Member {
 	var view []Member
 	for _, name := range slices.Sorted(maps.Keys(w.truth)) {
-		if name == observer || !w.hidden[observer][name] {
-			view = append(view, w.truth[name])
+		m := w.truth[name]
+		if name != observer && w.hidden[observer][name] {
+			m.Reachable = false
 		}
+		view = append(view, m)
 	}
 	return view
 }
@@ -597,6 +634,21 @@ func (w *simWorld) removeMember(name string, delay time.Duration) {
 	})
 }
 
+// failMember makes a node that crashed or fenced itself unreachable in
+// every view, once the failure detector noticed (after delay).
+func (w *simWorld) failMember(name string, delay time.Duration) {
+	w.clock.after(delay, func() {
+		m, ok := w.truth[name]
+		if !ok || !m.Reachable {
+			return
+		}
+		w.tracef("%s unreachable in the membership", name)
+		m.Reachable = false
+		w.truth[name] = m
+		w.publishViews("")
+	})
+}
+
 // ---- the network's far end ----
 
 func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
@@ -622,8 +674,19 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 
 // ---- invariants ----
 
+// checkLease: a node acts on entities only while the store says its node
+// lease has not expired (it fences itself first), else its shards could
+// be running elsewhere.
+func (w *simWorld) checkLease(n *simNode, what string) {
+	expired, err := w.leases.NodeLeaseExpired(context.Background(), simAddr(n.name))
+	if err != nil || expired {
+		w.fail("lease", "%s %s while its node lease is expired in the store (%v)", n.name, what, err)
+	}
+}
+
 // start records a new incarnation: no other may be active anywhere.
 func (w *simWorld) start(sh *simShard, entityID string) *simInc {
+	w.checkLease(sh.n, "starts "+entityID)
 	w.serials++
 	inc := &simInc{serial: w.serials, entityID: entityID, sh: sh}
 	if old := w.live[entityID]; old != nil {
@@ -660,6 +723,7 @@ func (w *simWorld) received(inc *simInc, msg simCmd) {
 	case !s.accepted && !s.inTell:
 		w.failAbout(id, "at-most-once", "%v reached %s although Tell refused it", msg, id)
 	}
+	w.checkLease(inc.sh.n, fmt.Sprintf("delivers %v to %s", msg, id))
 	if w.failed() {
 		return
 	}
@@ -727,7 +791,7 @@ func (w *simWorld) finalChecks() {
 		}
 		late := !s.delivered || s.deliveredAt > s.at+livenessBound
 		switch {
-		case s.at >= w.healAt && late:
+		case s.at >= max(w.healAt, w.lastFence) && late:
 			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
 		case !s.delivered && !s.faultLost && (w.cfg.strict || !s.droppedAtStop):
 			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
@@ -755,79 +819,69 @@ func deliveredWhen(s *simSend) string {
 
 // ---- stores with injectable failures ----
 
-var errSimStore = errors.New("sim: store unavailable")
+// The stores live on the store's clock (virtual time, no drift: the
+// database's), which each node's lease Keeper never reads. A store call
+// from a node that a partition cut off from the store, or made during a
+// store outage, fails.
 
-type simCoordStore struct {
-	*MemoryCoordinatorStore
-	w *simWorld
-}
+var (
+	errSimStore    = errors.New("sim: store unavailable")
+	errSimStoreCut = errors.New("sim: node cut off from the store")
+)
 
-// Acquire takes the lease over whoever holds it: the simulator models a
-// takeover by views and epochs alone, not (yet) by lease expiry (see
-// newSimCoordStore).
-func (s *simCoordStore) Acquire(ctx context.Context, typ, owner string) (uint64, map[string]string, error) {
-	if s.w.storeFails() {
-		return 0, nil, errSimStore
+// storeErr is what a store call from node meets now: nil, or the error
+// of a store it cannot reach.
+func (w *simWorld) storeErr(node string) error {
+	if w.storeCut[node] {
+		return errSimStoreCut
 	}
-	return s.MemoryCoordinatorStore.Acquire(ctx, typ, owner, time.Microsecond)
-}
-
-// newSimCoordStore is a memory store whose clock moves an hour at every
-// reading, so that every lease (held 1µs) has expired by the next call:
-// deterministic, and the same unconditional takeover as before leases.
-func newSimCoordStore(w *simWorld) *simCoordStore {
-	var now time.Time
-	return &simCoordStore{MemoryCoordinatorStore: NewMemoryCoordinatorStoreAt(func() time.Time {
-		now = now.Add(time.Hour)
-		return now
-	}), w: w}
-}
-
-func (s *simCoordStore) Allocate(ctx context.Context, typ string, epoch uint64, shard, region string) error {
-	if s.w.storeFails() {
+	if w.storeFails() {
 		return errSimStore
 	}
-	return s.MemoryCoordinatorStore.Allocate(ctx, typ, epoch, shard, region)
-}
-
-func (s *simCoordStore) Deallocate(ctx context.Context, typ string, epoch uint64, shard string) error {
-	if s.w.storeFails() {
-		return errSimStore
-	}
-	return s.MemoryCoordinatorStore.Deallocate(ctx, typ, epoch, shard)
-}
-
-type simRememberStore struct {
-	*MemoryRememberStore
-	w *simWorld
-}
-
-func (s *simRememberStore) Shards(ctx context.Context, typ string) ([]string, error) {
-	if s.w.storeFails() {
-		return nil, errSimStore
-	}
-	return s.MemoryRememberStore.Shards(ctx, typ)
-}
-
-func (s *simRememberStore) Entities(ctx context.Context, typ, shard string) ([]string, error) {
-	if s.w.storeFails() {
-		return nil, errSimStore
-	}
-	return s.MemoryRememberStore.Entities(ctx, typ, shard)
-}
-
-func (s *simRememberStore) Add(ctx context.Context, typ, shard, id string) error {
-	if s.w.storeFails() {
-		return errSimStore
-	}
-	return s.MemoryRememberStore.Add(ctx, typ, shard, id)
-}
-
-func (s *simRememberStore) Remove(ctx context.Context, typ, shard, id string) error {
-	if s.w.storeFails() {
-		return errSimStore
-	}
-	return s.MemoryRememberStore.Remove(ctx, typ, shard, id)
+	return nil
 }
 
 func (w *simWorld) storeFails() bool { return w.storeFail > 0 && w.rng.chance(w.storeFail) }
+
+// storeNow is the store's clock.
+func (w *simWorld) storeNow() time.Time { return simBase.Add(w.clock.now) }
+
+// storeCall makes an asynchronous store call from n: the request reaches
+// the store after a latency (and acts there even if n died meanwhile, as
+// a request in flight does), the answer reaches n after another, unless
+// n is gone by then.
+func (w *simWorld) storeCall(n *simNode, call func() error, answer func(error)) {
+	w.clock.after(w.storeLatency(), func() {
+		err := w.storeErr(n.name)
+		if err == nil {
+			err = call()
+		}
+		w.clock.after(w.storeLatency(), func() {
+			if n.state != nodeGone {
+				answer(err)
+			}
+		})
+	})
+}
+
+// simAddr is the incarnation a sim node's lease names: sim node names are
+// never reused, so one incarnation each.
+func simAddr(node string) cluster.UniqueAddress {
+	return cluster.UniqueAddress{Node: node, Incarnation: 1}
+}
+
+// simNodeLeases is the coordinator's view of the node leases
+// (remote.NodeLeases in production).
+type simNodeLeases struct{ store *lease.MemoryStore }
+
+func (l simNodeLeases) DownNode(ctx context.Context, node string) error {
+	return l.store.DownNode(ctx, simAddr(node))
+}
+
+func (l simNodeLeases) NodeLeaseExpired(ctx context.Context, node string) (bool, error) {
+	expired, err := l.store.NodeLeaseExpired(ctx, simAddr(node))
+	if errors.Is(err, lease.ErrNoLease) {
+		return true, nil // never held one: never hosted anything
+	}
+	return expired, err
+}
