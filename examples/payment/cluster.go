@@ -83,6 +83,7 @@ type clusterFlags struct {
 	adminReadsNeedToken               bool
 	bootstrap                         bool
 	minMembers                        int
+	appVersion                        string
 	joinTimeout                       time.Duration
 	lease                             time.Duration
 	gossipTiming                      string
@@ -91,7 +92,7 @@ type clusterFlags struct {
 // clusterFlagNames are the flags that select cluster mode.
 var clusterFlagNames = []string{
 	"node-id", "seeds", "bootstrap", "cluster-name", "gossip-addr", "gossip-advertise",
-	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "min-members", "join-timeout",
+	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "min-members", "join-timeout", "app-version",
 	"admin-addr", "admin-token", "admin-reads-need-token",
 	"lease", "gossip-timing",
 }
@@ -109,6 +110,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "cluster mode: PEM private key of -tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "cluster mode: PEM certificates of the CAs that sign the nodes' certificates")
 	fs.IntVar(&c.minMembers, "min-members", 1, "cluster mode: nodes that must host payments before shards are first allocated")
+	fs.StringVar(&c.appVersion, "app-version", "", "cluster mode: this build's version, gossiped to the other nodes (the admin API's members show it during a rolling update)")
 	fs.DurationVar(&c.joinTimeout, "join-timeout", time.Minute, "cluster mode: how long to retry the seeds when none answers")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
 	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
@@ -216,6 +218,7 @@ func (c *clusterFlags) config(fs *flag.FlagSet, postgresDSN string) (*Cluster, e
 		return nil, &FlagError{Flag: "admin-reads-need-token", Value: "true", Reason: "needs -admin-token (or $SHOAL_ADMIN_TOKEN)"}
 	}
 	nc.AdminAddr, nc.AdminToken, nc.AdminReadsNeedToken = c.adminAddr, c.adminToken, c.adminReadsNeedToken
+	nc.AppVersion = c.appVersion
 	return &Cluster{Node: nc, Bootstrap: c.bootstrap, JoinTimeout: c.joinTimeout, MinMembers: c.minMembers}, nil
 }
 

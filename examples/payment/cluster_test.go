@@ -118,6 +118,7 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		"-transport-addr", "0.0.0.0:7947", "-transport-advertise", "payment2:7947",
 		"-min-members", "2", "-join-timeout", "30s",
 		"-admin-addr", "0.0.0.0:9001", "-admin-token", "tok", "-admin-reads-need-token",
+		"-app-version", "2.1.0",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,8 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		nc.GossipAddr != "0.0.0.0:7946" || nc.GossipAdvertise != "payment2:7946" ||
 		nc.TransportAddr != "0.0.0.0:7947" || nc.TransportAdvertise != "payment2:7947" ||
 		nc.ServerTLS != nil || !c.Bootstrap || c.MinMembers != 2 || c.JoinTimeout != 30*time.Second ||
-		nc.AdminAddr != "0.0.0.0:9001" || nc.AdminToken != "tok" || !nc.AdminReadsNeedToken {
+		nc.AdminAddr != "0.0.0.0:9001" || nc.AdminToken != "tok" || !nc.AdminReadsNeedToken ||
+		nc.AppVersion != "2.1.0" {
 		t.Fatalf("cluster config: %+v", c)
 	}
 
