@@ -29,8 +29,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -72,6 +74,10 @@ type Config struct {
 	NodeLeases NodeLeases
 	// Logger defaults to the System's.
 	Logger *slog.Logger
+	// Metrics, when set, receives the sharding layer's Prometheus
+	// collectors (passivations, restarts, back-offs, hand-offs, rebalances,
+	// region buffers, entities per shard). Default nil: none.
+	Metrics prometheus.Registerer
 }
 
 // Sharding is the sharding layer of one node.
@@ -80,6 +86,7 @@ type Sharding struct {
 	cfg  Config
 	self string
 	log  *slog.Logger
+	m    *metrics.Sharding // nil when Config.Metrics is
 
 	mu      sync.Mutex
 	regions map[string]regionRuntime
@@ -90,6 +97,7 @@ type Sharding struct {
 // regionRuntime is what the node needs of a Region, whatever its command type.
 type regionRuntime interface {
 	typeName() string
+	metricsReport() metrics.RegionReport
 	membershipChanged()
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
@@ -123,6 +131,7 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if s.self == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
+	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
 		lt.Attach(sys.NodeID(), sys)
 	}
@@ -135,6 +144,18 @@ func (s *Sharding) Node() string { return s.self }
 
 // System is the entity runtime of this node.
 func (s *Sharding) System() *entity.System { return s.sys }
+
+// metricsReport lists the regions' buffers and shard sizes for a scrape.
+func (s *Sharding) metricsReport() []metrics.RegionReport {
+	s.mu.Lock()
+	regions := slices.Collect(maps.Values(s.regions))
+	s.mu.Unlock()
+	out := make([]metrics.RegionReport, 0, len(regions))
+	for _, r := range regions {
+		out = append(out, r.metricsReport())
+	}
+	return out
+}
 
 func (s *Sharding) membershipChanged() {
 	s.mu.Lock()
@@ -414,6 +435,9 @@ func (r EntityRef[C]) TellAsk(msg C) error {
 	}
 	return r.region.tell(r.id, msg, false, true)
 }
+
+// EntityType is the name of the addressed entity's type.
+func (r EntityRef[C]) EntityType() string { return r.region.typ }
 
 // System implements entity.Ref.
 func (r EntityRef[C]) System() *entity.System { return r.region.s.sys }
