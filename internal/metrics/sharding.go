@@ -19,7 +19,7 @@ type RegionReport struct {
 // Sharding holds the sharding layer's collectors. A nil *Sharding is off.
 type Sharding struct {
 	passivations, restarts, backoffs, handoffs, rebalances *prometheus.CounterVec
-	handoffDuration                                       *prometheus.HistogramVec
+	handoffDuration                                        *prometheus.HistogramVec
 
 	mu    sync.Mutex
 	types map[string]*ShardingType
@@ -82,7 +82,7 @@ func (s *Sharding) Type(name string) *ShardingType {
 // *ShardingType does nothing.
 type ShardingType struct {
 	passivations, restarts, backoffs, handoffs, rebalances prometheus.Counter
-	handoffDuration                                       prometheus.Observer
+	handoffDuration                                        prometheus.Observer
 }
 
 // Passivated counts an entity asked to stop by passivation.
