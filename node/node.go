@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -50,6 +51,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	journalpg "github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
@@ -145,6 +147,10 @@ type Config struct {
 	Entity entity.Config
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, receives every Prometheus collector of the node
+	// (entity runtime, sharding, journal, node lease, transport), each
+	// labelled node=NodeID. Default nil: no metrics.
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns a Config for nodeID with every default spelled
@@ -256,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The lease first: nothing may be hosted by an incarnation the
 	// database does not know to be alive.
-	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence); err != nil {
+	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
 	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: cfg.Logger}); err != nil {
@@ -269,6 +275,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
 	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
 	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger
+	if ec.Metrics == nil {
+		ec.Metrics = n.metrics()
+	}
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
 	}
@@ -284,6 +293,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CoordinatorLease: cfg.Leases.Coordinator,
 		NodeLeases:       remote.NodeLeases(n.leases),
 		Logger:           cfg.Logger,
+		Metrics:          n.metrics(),
 	})
 	if err != nil {
 		return nil, err
@@ -319,7 +329,11 @@ func (n *Node) openStores(ctx context.Context) error {
 			return fmt.Errorf("node: migrate: %w", err)
 		}
 	}
-	n.journal = journalpg.New(n.pool, n.cfg.Journal)
+	jc := n.cfg.Journal
+	if jc.Metrics == nil {
+		jc.Metrics = n.metrics()
+	}
+	n.journal = journalpg.New(n.pool, jc)
 	n.leases = leasepg.New(n.pool)
 	return nil
 }
@@ -359,7 +373,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		Self: n.self, Codec: cfg.Codec, Handler: n.remote.Handle, Membership: n.members,
 		Listener: ln, ClusterName: cfg.ClusterName,
 		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
-		Logger: cfg.Logger,
+		Logger: cfg.Logger, Metrics: n.metrics(),
 	})
 	if err != nil {
 		ln.Close()
@@ -402,6 +416,9 @@ func (n *Node) fence(err error) {
 		}
 	}()
 }
+
+// metrics is Config.Metrics with the node label; nil when it is nil.
+func (n *Node) metrics() prometheus.Registerer { return metrics.WithNode(n.cfg.Metrics, n.cfg.NodeID) }
 
 // Self is this node's incarnation.
 func (n *Node) Self() cluster.UniqueAddress { return n.self }
