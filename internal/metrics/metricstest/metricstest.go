@@ -8,53 +8,63 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Value is the value of the metric name whose labels include labels: a
-// counter's or gauge's value, or a histogram's observation count. It is 0
-// when no such series exists (a counter never incremented).
+// Value sums the series of metric name whose labels include labels: their
+// counter or gauge values, or their histograms' observation counts. It is
+// 0 when no such series exists (a counter never incremented).
 func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
-	m := find(t, g, name, labels)
-	switch {
-	case m == nil:
-		return 0
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
+	total := 0.0
+	for _, m := range find(t, g, name, labels) {
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		default:
+			t.Fatalf("metric %s%v has no counter, gauge or histogram", name, labels)
+		}
 	}
-	t.Fatalf("metric %s%v has no counter, gauge or histogram", name, labels)
-	return 0
+	return total
 }
 
-// HistogramSum is the sum of a histogram's observations.
+// HistogramSum sums the observations of the histograms of metric name
+// whose labels include labels.
 func HistogramSum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
-	m := find(t, g, name, labels)
-	if m == nil || m.Histogram == nil {
+	ms := find(t, g, name, labels)
+	if len(ms) == 0 {
 		t.Fatalf("no histogram %s%v", name, labels)
 	}
-	return m.Histogram.GetSampleSum()
+	total := 0.0
+	for _, m := range ms {
+		if m.Histogram == nil {
+			t.Fatalf("%s%v is not a histogram", name, labels)
+		}
+		total += m.Histogram.GetSampleSum()
+	}
+	return total
 }
 
-func find(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
+func find(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []*dto.Metric {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}
+	var out []*dto.Metric
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			if matches(m, labels) {
-				return m
+				out = append(out, m)
 			}
 		}
 	}
-	return nil
+	return out
 }
 
 func matches(m *dto.Metric, want map[string]string) bool {
