@@ -73,7 +73,13 @@ type Cell[C any] struct {
 	dead     bool // terminated; mirrors status&terminated for lock-free reads
 	x        *extras[C]
 
-	m *metrics.EntityType // nil when metrics are off
+	// Metrics, when on: mailbox depth is reported to the type's gauge
+	// where the cell's lock is held anyway, not per message, so reported
+	// is the depth the gauge holds for this cell; handled counts the
+	// messages delivered in the current run, added once at its end.
+	m        *metrics.EntityType // nil when metrics are off
+	reported int32
+	handled  uint32
 }
 
 type status uint8
@@ -183,7 +189,9 @@ func (c *Cell[C]) Tell(msg C) error {
 		return fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
 	c.mailbox.Push(envelope[C]{msg: msg})
-	c.m.Queued(1)
+	if c.m != nil && c.status&(scheduled|suspended) == suspended { // held; else its run reports it
+		c.reportDepth()
+	}
 	start := c.status&(scheduled|suspended) == 0
 	if start {
 		c.status |= scheduled
@@ -204,7 +212,9 @@ func (c *Cell[C]) enqueueControl(ctl *control) bool {
 		return false
 	}
 	c.mailbox.Push(envelope[C]{ctl: ctl})
-	c.m.Queued(1)
+	if c.m != nil && c.status&(scheduled|suspended) == suspended {
+		c.reportDepth()
+	}
 	start := c.status&(scheduled|suspended) == 0
 	if start {
 		c.status |= scheduled
@@ -268,6 +278,9 @@ func (c *Cell[C]) run() {
 			c.handle(e)
 		} else {
 			c.status &^= scheduled
+			if c.m != nil {
+				c.reportRun()
+			}
 			c.mailbox.Release()
 			c.control = nil // empty here; idle entities keep no queues
 			c.mu.Unlock()
@@ -287,6 +300,11 @@ func (c *Cell[C]) run() {
 			return
 		}
 	}
+	if c.m != nil {
+		c.mu.Lock()
+		c.reportRun()
+		c.mu.Unlock()
+	}
 	c.sys.dispatch.submit(c)
 }
 
@@ -295,11 +313,24 @@ func (c *Cell[C]) popMailbox() (envelope[C], bool) {
 	if c.status&suspended != 0 {
 		return envelope[C]{}, false
 	}
-	e, ok := c.mailbox.Pop()
-	if ok {
-		c.m.Queued(-1)
+	return c.mailbox.Pop()
+}
+
+// reportDepth brings the type's mailbox gauge up to date with this cell;
+// c.mu is held.
+func (c *Cell[C]) reportDepth() {
+	if d := int32(c.mailbox.Len()); d != c.reported {
+		c.m.Queued(int(d - c.reported))
+		c.reported = d
 	}
-	return e, ok
+}
+
+// reportRun adds what the run delivered and the mailbox's depth to the
+// type's metrics; c.mu is held.
+func (c *Cell[C]) reportRun() {
+	c.m.Delivered(int(c.handled))
+	c.handled = 0
+	c.reportDepth()
 }
 
 func (c *Cell[C]) handle(e envelope[C]) {
@@ -326,7 +357,7 @@ func (c *Cell[C]) deliver(msg C) { c.deliverAs(msg, true) }
 // deliverAs hands msg to the behavior; active says whether it counts as
 // activity for the receive timeout (timer messages do not, by default).
 func (c *Cell[C]) deliverAs(msg C, active bool) {
-	c.m.Delivered()
+	c.handled++
 	next := c.behavior.Receive(c, msg)
 	if active && c.x != nil && c.x.timeout != nil { // idle time starts when the handler returns
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
@@ -403,7 +434,11 @@ func (c *Cell[C]) terminate(err error) {
 	c.status = terminated
 	left := c.mailbox
 	c.mailbox = ring.Queue[envelope[C]]{}
-	c.m.Queued(-left.Len())
+	if c.m != nil {
+		c.m.Delivered(int(c.handled))
+		c.m.Queued(-int(c.reported))
+		c.handled, c.reported = 0, 0
+	}
 	c.control = nil
 	if c.term == nil {
 		c.term = &termination{done: make(chan struct{})}

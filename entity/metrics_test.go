@@ -3,6 +3,7 @@ package entity_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,63 +34,80 @@ func TestMetricsDeadLetterCountsOnePerType(t *testing.T) {
 	}
 }
 
-// Mailbox depth counts what waits behind a busy handler; delivered counts
-// what the behavior handled.
+// Mailbox depth counts what waits in a held mailbox (an event-sourced
+// entity persisting); delivered counts what the behavior handled. Both are
+// reported where the cell's lock is taken anyway, not per message, and are
+// exact once the entity's turn has ended.
 func TestMetricsMailboxDepthAndDelivered(t *testing.T) {
-	sys, reg, _ := metricsSystem(t)
-	entered, release, handled := make(chan struct{}), make(chan struct{}), make(chan string, 10)
-	c := spawnFunc(sys, "busy", func(_ entity.Context[string], m string) entity.Behavior[string] {
-		if m == "block" {
-			close(entered)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		sys := newSystem(t, func(c *entity.Config) { c.Metrics = reg })
+		var cell *entity.Cell[string]
+		handled := 0
+		cell = spawnFunc(sys, "held", func(_ entity.Context[string], m string) entity.Behavior[string] {
+			if m == "hold" {
+				cell.Suspend()
+			}
+			handled++
+			return entity.Same[string]()
+		})
+		depth := func() float64 {
+			return metricstest.Value(t, reg, "shoal_entity_mailbox_depth", map[string]string{"type": "strings"})
 		}
-		handled <- m
-		return entity.Same[string]()
+		mustTell(t, cell, "hold")
+		synctest.Wait()
+		for _, m := range []string{"a", "b", "c"} {
+			mustTell(t, cell, m)
+		}
+		synctest.Wait()
+		if got := depth(); got != 3 {
+			t.Fatalf("mailbox depth %v with 3 messages held, want 3", got)
+		}
+		cell.Post(cell.Resume)
+		synctest.Wait()
+		if handled != 4 {
+			t.Fatalf("handled %d, want 4", handled)
+		}
+		if got := depth(); got != 0 {
+			t.Fatalf("mailbox depth %v after all were handled, want 0", got)
+		}
+		if got := metricstest.Value(t, reg, "shoal_entity_messages_delivered_total", map[string]string{"type": "strings"}); got != 4 {
+			t.Fatalf("delivered %v, want 4", got)
+		}
+		cell.StopNow()
+		synctest.Wait()
 	})
-	mustTell(t, c, "block")
-	recv(t, entered)
-	for _, m := range []string{"a", "b", "c"} {
-		mustTell(t, c, m)
-	}
-	depth := func() float64 {
-		return metricstest.Value(t, reg, "shoal_entity_mailbox_depth", map[string]string{"type": "strings"})
-	}
-	if got := depth(); got != 3 {
-		t.Fatalf("mailbox depth %v with 3 messages behind a busy handler, want 3", got)
-	}
-	close(release)
-	for range 4 {
-		recv(t, handled)
-	}
-	if got := depth(); got != 0 {
-		t.Fatalf("mailbox depth %v after all were handled, want 0", got)
-	}
-	if got := metricstest.Value(t, reg, "shoal_entity_messages_delivered_total", map[string]string{"type": "strings"}); got != 4 {
-		t.Fatalf("delivered %v, want 4", got)
-	}
 }
 
-// Messages left in the mailbox of a stopped entity leave the depth.
+// Messages left in the mailbox of a stopped entity leave the depth and
+// become dead letters of its type.
 func TestMetricsMailboxDepthDropsWithStop(t *testing.T) {
-	sys, reg, _ := metricsSystem(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	c := spawnFunc(sys, "s", func(ctx entity.Context[string], m string) entity.Behavior[string] {
-		if m == "block" {
-			close(entered)
-			<-release
-			return entity.Stopped[string]()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		sys := newSystem(t, func(c *entity.Config) { c.Metrics = reg })
+		var cell *entity.Cell[string]
+		cell = spawnFunc(sys, "s", func(_ entity.Context[string], m string) entity.Behavior[string] {
+			cell.Suspend()
+			return entity.Same[string]()
+		})
+		labels := map[string]string{"type": "strings"}
+		mustTell(t, cell, "hold")
+		synctest.Wait()
+		mustTell(t, cell, "x")
+		mustTell(t, cell, "y")
+		synctest.Wait()
+		if got := metricstest.Value(t, reg, "shoal_entity_mailbox_depth", labels); got != 2 {
+			t.Fatalf("mailbox depth %v with 2 held, want 2", got)
 		}
-		return entity.Same[string]()
+		cell.StopNow()
+		synctest.Wait()
+		if got := metricstest.Value(t, reg, "shoal_entity_mailbox_depth", labels); got != 0 {
+			t.Fatalf("mailbox depth %v after the entity stopped, want 0", got)
+		}
+		if got := metricstest.Value(t, reg, "shoal_entity_dead_letters_total", labels); got != 2 {
+			t.Fatalf("dead letters %v, want the 2 left in the mailbox", got)
+		}
 	})
-	mustTell(t, c, "block")
-	recv(t, entered)
-	mustTell(t, c, "x")
-	mustTell(t, c, "y")
-	close(release)
-	waitDone(t, c)
-	if got := metricstest.Value(t, reg, "shoal_entity_mailbox_depth", map[string]string{"type": "strings"}); got != 0 {
-		t.Fatalf("mailbox depth %v after the entity stopped, want 0", got)
-	}
 }
 
 // An ask records one latency observation of its entity type, measured on

@@ -43,7 +43,7 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 		Buckets: latencyBuckets,
 	}, []string{"type"}))
 	e.depthDesc = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "entity", "mailbox_depth"),
-		"Messages waiting in the mailboxes of running entities, per entity type.", []string{"type"}, nil)
+		"Messages waiting in the mailboxes of entities, per entity type; an entity at work reports at the end of its turn (at most the runtime's Throughput messages).", []string{"type"}, nil)
 	register[prometheus.Collector](reg, depthCollector{e})
 	return e
 }
@@ -81,10 +81,10 @@ type EntityType struct {
 	depth       atomic.Int64
 }
 
-// Delivered counts a command handed to a behavior.
-func (t *EntityType) Delivered() {
-	if t != nil {
-		t.delivered.Inc()
+// Delivered counts n messages handed to a behavior.
+func (t *EntityType) Delivered(n int) {
+	if t != nil && n > 0 {
+		t.delivered.Add(float64(n))
 	}
 }
 
