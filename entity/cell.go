@@ -177,7 +177,7 @@ func (c *Cell[C]) Tell(msg C) error {
 	c.mu.Lock()
 	if c.status&terminated != 0 {
 		c.mu.Unlock()
-		c.sys.deadLetter(c.m, ErrStopped, c.name(), "sent to a stopped entity", msg)
+		c.sys.deadLetter(c.m, ErrStopped, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
 		return fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
 	}
 	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
@@ -363,7 +363,7 @@ func (c *Cell[C]) deliverAs(msg C, active bool) {
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
 	}
 	if _, ok := next.(unhandled[C]); ok {
-		c.sys.deadLetter(c.m, ErrUnhandled, c.name(), "unhandled", msg)
+		c.sys.deadLetter(c.m, ErrUnhandled, c.props.Key.name, c.id, c.name(), "unhandled", msg)
 		return
 	}
 	c.become(next)
@@ -455,7 +455,7 @@ func (c *Cell[C]) terminate(err error) {
 	}
 	var lost []leftover
 	deadLetter := func(reason string, m C) {
-		c.sys.deadLetter(c.m, nil, c.name(), reason, m)
+		c.sys.deadLetter(c.m, nil, c.props.Key.name, c.id, c.name(), reason, m)
 		lost = append(lost, leftover{reason, m})
 	}
 	if x := c.x; x != nil {

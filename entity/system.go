@@ -38,7 +38,8 @@ type Config struct {
 	// ReplyRouter if one is set, and are refused with ErrNoRemoteReplies
 	// otherwise.
 	RemoteReplies RemoteReplies
-	// Logger receives runtime logs. Default: slog.Default().
+	// Logger receives runtime logs, each with a node attribute (NodeID).
+	// Default: slog.Default().
 	Logger *slog.Logger
 	// Clock is the time source for timers and timeouts. Default: timers.Real.
 	Clock timers.Clock
@@ -135,7 +136,8 @@ func NewSystem(cfg Config) (*System, error) {
 	if cfg.MaxConcurrentRecoveries <= 0 {
 		cfg.MaxConcurrentRecoveries = 50
 	}
-	s := &System{cfg: cfg, log: cfg.Logger, metrics: metrics.NewEntity(cfg.Metrics)}
+	// Every line of the runtime names its node.
+	s := &System{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), metrics: metrics.NewEntity(cfg.Metrics)}
 	s.untyped = s.metrics.Type(metrics.NoEntityType)
 	s.recoveries.max = cfg.MaxConcurrentRecoveries
 	s.dispatch.max = cfg.Workers
@@ -203,20 +205,21 @@ func (s *System) Stats() Stats {
 // fail at once with cause (when not nil) instead of waiting for their
 // deadline.
 func (s *System) DeadLetter(cause error, to, reason string, msg any) {
-	s.deadLetter(s.untyped, cause, to, reason, msg)
+	s.deadLetter(s.untyped, cause, "", "", to, reason, msg)
 }
 
 // EntityDeadLetter is DeadLetter for a message to entity entityID of type
 // entityType, counted in that type's metrics.
 func (s *System) EntityDeadLetter(cause error, entityType, entityID, reason string, msg any) {
-	s.deadLetter(s.metrics.Type(entityType), cause, entityType+"/"+entityID, reason, msg)
+	s.deadLetter(s.metrics.Type(entityType), cause, entityType, entityID, entityType+"/"+entityID, reason, msg)
 }
 
-// deadLetter records msg, addressed to to, as reaching no handler for
+// deadLetter records msg, addressed to to (entity entityID of type
+// entityType, when it was an entity's), as reaching no handler for
 // reason, logs it within the rate limit, and, when cause is not nil, fails
 // the local asks msg carries with cause (ErrStopped, ErrUnhandled): they
 // would otherwise wait for their deadline.
-func (s *System) deadLetter(m *metrics.EntityType, cause error, to, reason string, msg any) {
+func (s *System) deadLetter(m *metrics.EntityType, cause error, entityType, entityID, to, reason string, msg any) {
 	s.deadLetters.Add(1)
 	m.DeadLetter()
 	unhandled := errors.Is(cause, ErrUnhandled)
@@ -239,6 +242,9 @@ func (s *System) deadLetter(m *metrics.EntityType, cause error, to, reason strin
 		title = "unhandled message"
 	}
 	attrs := []any{"to", to, "type", typeName(msg), "reason", reason}
+	if entityType != "" {
+		attrs = append(attrs, "entity_type", entityType, "entity_id", entityID)
+	}
 	if left > 0 {
 		attrs = append(attrs, "not_logged_before", left)
 	}

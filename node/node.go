@@ -265,7 +265,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
-	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: cfg.Logger}); err != nil {
+	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
 		return nil, err
 	}
 	if err := n.startCluster(ctx); err != nil {
@@ -292,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		RememberStore:    shardingpg.NewRememberStore(n.pool),
 		CoordinatorLease: cfg.Leases.Coordinator,
 		NodeLeases:       remote.NodeLeases(n.leases),
-		Logger:           cfg.Logger,
+		Logger:           n.sys.Logger(), // names the node
 		Metrics:          n.metrics(),
 	})
 	if err != nil {
@@ -353,7 +353,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	mc := memberlist.Config{
 		NodeID: cfg.NodeID, Incarnation: cfg.Incarnation, Endpoint: endpoint,
 		Roles: cfg.Roles, AppVersion: cfg.AppVersion, ClusterName: cfg.ClusterName,
-		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: cfg.Logger,
+		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(),
 	}
 	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.GossipAddr); err != nil {
 		ln.Close()
@@ -373,7 +373,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		Self: n.self, Codec: cfg.Codec, Handler: n.remote.Handle, Membership: n.members,
 		Listener: ln, ClusterName: cfg.ClusterName,
 		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
-		Logger: cfg.Logger, Metrics: n.metrics(),
+		Logger: n.layerLog(), Metrics: n.metrics(),
 	})
 	if err != nil {
 		ln.Close()
@@ -416,6 +416,10 @@ func (n *Node) fence(err error) {
 		}
 	}()
 }
+
+// layerLog is the logger of the layers that do not name the node themselves
+// (the entity runtime and sharding do).
+func (n *Node) layerLog() *slog.Logger { return n.cfg.Logger.With("node", n.cfg.NodeID) }
 
 // metrics is Config.Metrics with the node label; nil when it is nil.
 func (n *Node) metrics() prometheus.Registerer { return metrics.WithNode(n.cfg.Metrics, n.cfg.NodeID) }

@@ -282,7 +282,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 		case regSend:
 			to := Address{Node: ef.node, Type: r.typ, Coordinator: ef.coordinator}
 			if err := r.s.cfg.Transport.Send(to, ef.msg); err != nil {
-				r.s.log.Debug("sharding: unreachable; will retry", "type", r.typ, "to", to.String(), "err", err)
+				r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 			}
 		case regForward:
 			err := r.forward(ef.node, ef.shard, ef.p)
@@ -319,7 +319,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 		case regDeadLetter:
 			r.deadLetter(ef.err, ef.p, "forwarded message refused")
 		case regNote:
-			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"type", r.typ}, ef.args...)...)
+			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"entity_type", r.typ}, ef.args...)...)
 		}
 	}
 	if r.core.out == nil { // reuse the slice

@@ -242,7 +242,7 @@ func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
 // same home until the membership drops it.
 func (c *regionCore[C, S]) unreachable(shardID, home string) {
 	if e := c.shards[shardID]; e != nil && e.home == home && !e.hosted && !c.stopped {
-		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard", shardID, "home", home)
+		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard_id", shardID, "home", home)
 		e.home, e.requested = "", true
 	}
 }
@@ -437,7 +437,7 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
-				"shard", id, "from", e.awaiting)
+				"shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
 		}
@@ -504,12 +504,12 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 			continue
 		}
 		if e.awaiting != "" {
-			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
+			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
 		}
 		if e.stopping {
-			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard", id, "from", e.stopWaits)
+			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
 			e.stopWaits = nil
 			c.maybeStop(id, e)
 		}
@@ -571,7 +571,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// (a leaving region's shards all are) and homes it elsewhere;
 			// routing to ourselves would only loop. Expected when the
 			// allocation crossed our GracefulShutdownReq.
-			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
+			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard_id", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
@@ -579,7 +579,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
 	if home != c.cfg.self && e.hosted {
-		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard", shardID, "to", home)
+		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard_id", shardID, "to", home)
 	}
 	c.drain(shardID, e)
 }

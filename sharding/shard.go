@@ -171,15 +171,15 @@ func (sh *shard[C]) apply() {
 			}
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
 				// A full mailbox: the stop (or hand-off) timeout stops it by force.
-				sh.r.s.log.Warn("sharding: stop message refused", "type", sh.r.typ, "entity", ef.entityID, "during", ef.why.String(), "err", err)
+				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
 			}
 		case effForceStop:
 			switch ef.force {
 			case forceStopTimeout:
 				sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
-					"type", sh.r.typ, "entity", ef.entityID, "during", ef.why.String(), "after", ef.after)
+					"entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "after", ef.after)
 			case forceHandOffTimeout:
-				sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "type", sh.r.typ, "shard", sh.id, "entity", ef.entityID)
+				sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID)
 			}
 			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
 				sh.r.m.Passivated() // passivation without a stop message
@@ -189,7 +189,7 @@ func (sh *shard[C]) apply() {
 			kind, id, gen := ef.timer, ef.entityID, ef.gen
 			if kind == timerRestart {
 				sh.r.m.BackedOff()
-				sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id,
+				sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", id,
 					"err", ef.cause, "attempt", ef.attempt, "backoff", ef.after)
 			}
 			if sh.timers == nil {
@@ -288,8 +288,8 @@ func (sh *shard[C]) writeRemembered() {
 		// Until the store takes it: a lost write would bring a stopped
 		// entity back, or leave a running one behind, after the shard moves.
 		err := backoff.RetryNotifyWithTimer(write, bo, func(err error, next time.Duration) {
-			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "type", typ, "shard", id,
-				"entity", w.entityID, "add", w.add, "retry_in", next, "err", err)
+			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "entity_type", typ, "shard_id", id,
+				"entity_id", w.entityID, "add", w.add, "retry_in", next, "err", err)
 		}, timer)
 		if err != nil {
 			continue // terminated: the writes die with the node
@@ -344,7 +344,7 @@ func (sh *shard[C]) restartRemembered() {
 	// Until the store answers: giving up would leave remembered entities
 	// stopped for good.
 	err := backoff.RetryNotifyWithTimer(read, sh.newBackOff(), func(err error, next time.Duration) {
-		sh.r.s.log.Warn("sharding: cannot read remembered entities; retrying", "type", sh.r.typ, "shard", sh.id,
+		sh.r.s.log.Warn("sharding: cannot read remembered entities; retrying", "entity_type", sh.r.typ, "shard_id", sh.id,
 			"retry_in", next, "err", err)
 	}, &clockTimer{clock: sh.r.clock})
 	if err != nil {

@@ -72,7 +72,9 @@ type Config struct {
 	// process, or members that cannot outlive their membership), a region
 	// that leaves the view or is Down gives its shards up at once.
 	NodeLeases NodeLeases
-	// Logger defaults to the System's.
+	// Logger defaults to the System's. Every line names the node, and the
+	// entity type, shard and entity it concerns (entity_type, shard_id,
+	// entity_id).
 	Logger *slog.Logger
 	// Metrics, when set, receives the sharding layer's Prometheus
 	// collectors (passivations, restarts, back-offs, hand-offs, rebalances,
@@ -127,9 +129,13 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
-	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, log: cfg.Logger, regions: make(map[string]regionRuntime)}
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, regions: make(map[string]regionRuntime)}
 	if s.self == "" {
 		return nil, errors.New("sharding: membership has no self node")
+	}
+	s.log = cfg.Logger
+	if cfg.Logger != sys.Logger() { // the System's names the node already
+		s.log = cfg.Logger.With("node", s.self)
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
