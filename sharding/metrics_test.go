@@ -128,3 +128,24 @@ func TestMetricsRebalances(t *testing.T) {
 		a.sh.Terminate()
 	})
 }
+
+// The coordinator's lease renewals are counted, each with its lag: on a
+// healthy store, renewals happen when due.
+func TestMetricsCoordinatorLeaseRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, reg := metricsSim(t, sharding.Settings{})
+		n := s.join("a", "host")
+		n.tell(t, "e", note{Text: "x"})
+		time.Sleep(16 * time.Second) // renewals every 5 s
+		synctest.Wait()
+		labels := map[string]string{"node": "a", "lease": "coordinator"}
+		ok := metricstest.Value(t, reg, "shoal_lease_renewals_total", map[string]string{"node": "a", "lease": "coordinator", "result": "ok"})
+		if ok != 3 {
+			t.Fatalf("%v coordinator lease renewals in 16 s, want 3", ok)
+		}
+		if lags, sum := metricstest.Value(t, reg, "shoal_lease_renewal_lag_seconds", labels), metricstest.HistogramSum(t, reg, "shoal_lease_renewal_lag_seconds", labels); lags != ok || sum != 0 {
+			t.Fatalf("%v lag observations summing to %v s, want %v summing to 0", lags, sum, ok)
+		}
+		n.sh.Terminate()
+	})
+}

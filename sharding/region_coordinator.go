@@ -148,6 +148,7 @@ type coordinatorRunner[C any] struct {
 	epoch    uint64
 	keeper   *lease.Keeper // nil until the lease is held
 	renewing bool          // a renewal is under way
+	due      time.Time     // when the renewal under way was due, for its lag
 	core     *coordinatorCore
 	down     *downing // nil without Config.NodeLeases
 	view     []Member // the latest membership view, unfiltered
@@ -236,7 +237,8 @@ func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.
 	if !cr.keeper.Granted(start, now) {
 		return false
 	}
-	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.keeper.RenewAt().Sub(now))
+	cr.due = cr.keeper.RenewAt()
+	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.due.Sub(now))
 	ctx.Timers().StartSingleTimer("fence", fenceTick{}, cr.keeper.FenceAt().Sub(now))
 	return true
 }
@@ -287,13 +289,16 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 		cr.renewing = false
 		switch {
 		case m.err == nil:
+			r.s.leaseM.Renewed(ctx.Clock().Now().Sub(cr.due))
 			if !cr.granted(ctx, m.start) {
 				return cr.lost(nil)
 			}
 		case lease.Refused(m.err):
+			r.s.leaseM.Refused()
 			cr.keeper.Refused()
 			return cr.lost(m.err)
 		default: // the store is unreachable or slow: try again soon
+			r.s.leaseM.Failed()
 			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "entity_type", r.typ, "err", m.err)
 			ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.timing.RenewEvery/4)
 		}

@@ -78,7 +78,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, receives the sharding layer's Prometheus
 	// collectors (passivations, restarts, back-offs, hand-offs, rebalances,
-	// region buffers, entities per shard). Default nil: none.
+	// region buffers, entities per shard, coordinator lease renewals).
+	// Default nil: none.
 	Metrics prometheus.Registerer
 }
 
@@ -89,6 +90,8 @@ type Sharding struct {
 	self string
 	log  *slog.Logger
 	m    *metrics.Sharding // nil when Config.Metrics is
+	// leaseM counts the renewals of the coordinator leases this node holds.
+	leaseM *metrics.Lease
 
 	mu      sync.Mutex
 	regions map[string]regionRuntime
@@ -138,6 +141,7 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 		s.log = cfg.Logger.With("node", s.self)
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
+	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
 	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
 		lt.Attach(sys.NodeID(), sys)
 	}
