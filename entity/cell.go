@@ -80,6 +80,7 @@ type Cell[C any] struct {
 	m        *metrics.EntityType // nil when metrics are off
 	reported int32
 	handled  uint32
+	stripe   uint8 // of the type's delivered counter
 }
 
 type status uint8
@@ -144,6 +145,7 @@ func Spawn[C any](sys *System, props *Props[C], id string) *Cell[C] {
 	c := &Cell[C]{sys: sys, props: props, id: id}
 	if sys.metrics != nil {
 		c.m = sys.metrics.Type(props.Key.name)
+		c.stripe = c.m.Stripe()
 	}
 	c.behavior = Setup(props.Create)
 	c.post(func() { c.become(c.behavior) })
@@ -328,7 +330,7 @@ func (c *Cell[C]) reportDepth() {
 // reportRun adds what the run delivered and the mailbox's depth to the
 // type's metrics; c.mu is held.
 func (c *Cell[C]) reportRun() {
-	c.m.Delivered(int(c.handled))
+	c.m.Delivered(c.stripe, int(c.handled))
 	c.handled = 0
 	c.reportDepth()
 }
@@ -435,7 +437,7 @@ func (c *Cell[C]) terminate(err error) {
 	left := c.mailbox
 	c.mailbox = ring.Queue[envelope[C]]{}
 	if c.m != nil {
-		c.m.Delivered(int(c.handled))
+		c.m.Delivered(c.stripe, int(c.handled))
 		c.m.Queued(-int(c.reported))
 		c.handled, c.reported = 0, 0
 	}

@@ -14,10 +14,10 @@ const NoEntityType = "none"
 
 // Entity holds the entity runtime's collectors. A nil *Entity is off.
 type Entity struct {
-	delivered   *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	askLatency  *prometheus.HistogramVec
-	depthDesc   *prometheus.Desc
+	deliveredDesc *prometheus.Desc
+	deadLetters   *prometheus.CounterVec
+	askLatency    *prometheus.HistogramVec
+	depthDesc     *prometheus.Desc
 
 	mu    sync.RWMutex
 	types map[string]*EntityType
@@ -29,10 +29,8 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 		return nil
 	}
 	e := &Entity{types: make(map[string]*EntityType)}
-	e.delivered = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: Namespace, Subsystem: "entity", Name: "messages_delivered_total",
-		Help: "Commands handed to an entity's behavior, per entity type.",
-	}, []string{"type"}))
+	e.deliveredDesc = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "entity", "messages_delivered_total"),
+		"Messages handed to an entity's behavior, per entity type; an entity at work reports at the end of its turn.", []string{"type"}, nil)
 	e.deadLetters = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "entity", Name: "dead_letters_total",
 		Help: "Messages that reached no handler, per entity type (" + NoEntityType + " for replies).",
@@ -44,7 +42,7 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 	}, []string{"type"}))
 	e.depthDesc = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "entity", "mailbox_depth"),
 		"Messages waiting in the mailboxes of entities, per entity type; an entity at work reports at the end of its turn (at most the runtime's Throughput messages).", []string{"type"}, nil)
-	register[prometheus.Collector](reg, depthCollector{e})
+	register[prometheus.Collector](reg, typeCollector{e})
 	return e
 }
 
@@ -63,7 +61,6 @@ func (e *Entity) Type(name string) *EntityType {
 	defer e.mu.Unlock()
 	if t = e.types[name]; t == nil {
 		t = &EntityType{
-			delivered:   e.delivered.WithLabelValues(name),
 			deadLetters: e.deadLetters.WithLabelValues(name),
 			askLatency:  e.askLatency.WithLabelValues(name),
 		}
@@ -75,17 +72,41 @@ func (e *Entity) Type(name string) *EntityType {
 // EntityType is the collectors of one entity type, resolved once. A nil
 // *EntityType does nothing.
 type EntityType struct {
-	delivered   prometheus.Counter
 	deadLetters prometheus.Counter
 	askLatency  prometheus.Observer
 	depth       atomic.Int64
+	// delivered is striped over cache lines: the workers running
+	// different entities of one type count without contending.
+	delivered [deliveredStripes]struct {
+		n atomic.Uint64
+		_ [56]byte
+	}
+	nextStripe atomic.Uint32
 }
 
-// Delivered counts n messages handed to a behavior.
-func (t *EntityType) Delivered(n int) {
-	if t != nil && n > 0 {
-		t.delivered.Add(float64(n))
+const deliveredStripes = 8
+
+// Stripe is the delivered-counter stripe for a new entity to use.
+func (t *EntityType) Stripe() uint8 {
+	if t == nil {
+		return 0
 	}
+	return uint8(t.nextStripe.Add(1) % deliveredStripes)
+}
+
+// Delivered counts n messages handed to a behavior, on stripe (from Stripe).
+func (t *EntityType) Delivered(stripe uint8, n int) {
+	if t != nil && n > 0 {
+		t.delivered[stripe%deliveredStripes].n.Add(uint64(n))
+	}
+}
+
+func (t *EntityType) deliveredTotal() uint64 {
+	var sum uint64
+	for i := range t.delivered {
+		sum += t.delivered[i].n.Load()
+	}
+	return sum
 }
 
 // DeadLetter counts a message that reached no handler.
@@ -109,16 +130,20 @@ func (t *EntityType) Asked(d time.Duration) {
 	}
 }
 
-// depthCollector reports each type's mailbox depth at scrape time, so the
-// runtime only keeps an atomic count per type.
-type depthCollector struct{ e *Entity }
+// typeCollector reports each type's mailbox depth and delivered count at
+// scrape time, so the runtime only keeps atomic counts per type.
+type typeCollector struct{ e *Entity }
 
-func (c depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.e.depthDesc }
+func (c typeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.e.depthDesc
+	ch <- c.e.deliveredDesc
+}
 
-func (c depthCollector) Collect(ch chan<- prometheus.Metric) {
+func (c typeCollector) Collect(ch chan<- prometheus.Metric) {
 	c.e.mu.RLock()
 	defer c.e.mu.RUnlock()
 	for name, t := range c.e.types {
 		ch <- prometheus.MustNewConstMetric(c.e.depthDesc, prometheus.GaugeValue, float64(t.depth.Load()), name)
+		ch <- prometheus.MustNewConstMetric(c.e.deliveredDesc, prometheus.CounterValue, float64(t.deliveredTotal()), name)
 	}
 }
