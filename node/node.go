@@ -194,7 +194,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TransportAddr == "" {
 		c.TransportAddr = d.TransportAddr
 	}
-	if c.Journal == (journalpg.Config{}) {
+	tuning := c.Journal
+	tuning.Metrics = nil // == on an interface panics for an uncomparable value
+	if tuning == (journalpg.Config{}) {
+		d.Journal.Metrics = c.Journal.Metrics
 		c.Journal = d.Journal
 	}
 	if c.Leases == (lease.Settings{}) {
