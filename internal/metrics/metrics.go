@@ -14,6 +14,25 @@
 // off. Label values are bounded: entity type, shard, peer, result — never
 // an entity id. Hot paths resolve their labelled children once (per entity
 // type, shard or peer) and keep the handle.
+//
+// The series (all prefixed shoal_, labelled node when registered through
+// WithNode):
+//
+//	entity_messages_delivered_total{type}   entity_dead_letters_total{type}
+//	entity_mailbox_depth{type}               entity_ask_duration_seconds{type}
+//	entity_passivations_total{type}          entity_restarts_total{type}
+//	entity_backoffs_total{type}              sharding_region_buffer_depth{type}
+//	sharding_active_entities{type,shard}     sharding_handoffs_total{type}
+//	sharding_handoff_duration_seconds{type}  sharding_rebalanced_shards_total{type}
+//	journal_persist_duration_seconds         journal_replay_duration_seconds
+//	journal_batch_events                     lease_renewals_total{lease,result}
+//	lease_renewal_lag_seconds{lease}         transport_sent_bytes_total{peer}
+//	transport_received_bytes_total{peer}     transport_sent_frames_total{peer}
+//	transport_received_frames_total{peer}    transport_queue_depth{peer}
+//
+// Depths, delivered counts and entities per shard are read at scrape
+// time from counts the runtime keeps anyway or updates once per entity
+// turn, so the data path pays no gauge update per message.
 package metrics
 
 import (
