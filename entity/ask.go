@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/deepequal"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -144,12 +145,12 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 	a := to.addr
 	switch {
 	case a.IsZero():
-		sys.deadLetter(nil, a.String(), "reply to a zero address", v)
+		sys.deadLetter(sys.untyped, nil, "", "", a.String(), "reply to a zero address", v)
 		return ErrNoReplyAddress
 	case a.Node != sys.cfg.NodeID:
 		return sys.replyRemote(a, v)
 	case a.Incarnation != sys.cfg.Incarnation:
-		sys.deadLetter(nil, a.String(), "reply to another incarnation", v)
+		sys.deadLetter(sys.untyped, nil, "", "", a.String(), "reply to another incarnation", v)
 		return fmt.Errorf("%w: %s, this is #%d", ErrStaleIncarnation, a, sys.cfg.Incarnation)
 	}
 	if sys.cfg.ForceSerialization {
@@ -158,14 +159,14 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 			err = fmt.Errorf("entity: ask: reply %T: %w", v, err)
 			// The asker learns why; the reply itself reached nobody, and is
 			// counted before the asker returns.
-			sys.deadLetter(nil, a.String(), "reply does not serialize", v)
+			sys.deadLetter(sys.untyped, nil, "", "", a.String(), "reply does not serialize", v)
 			sys.replies.deliver(a.AskID, askFailure{err})
 			return err
 		}
 		v = copied
 	}
 	if !sys.replies.deliver(a.AskID, v) {
-		sys.deadLetter(nil, a.String(), "reply to an ask that has returned", v)
+		sys.deadLetter(sys.untyped, nil, "", "", a.String(), "reply to an ask that has returned", v)
 		return fmt.Errorf("%w: %s", ErrAskEnded, a)
 	}
 	return nil
@@ -176,23 +177,23 @@ func (s *System) replyRemote(a ReplyAddress, v any) error {
 	if send := s.cfg.RemoteReplies; send != nil {
 		manifest, payload, err := encodeReply(s.cfg.Codec, v)
 		if err != nil {
-			s.deadLetter(nil, a.String(), "reply does not serialize", v)
+			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply does not serialize", v)
 			return fmt.Errorf("entity: reply to %s: %w: %w", a, ErrNotSerializable, err)
 		}
 		if err := send(a, manifest, payload); err != nil {
-			s.deadLetter(nil, a.String(), "reply refused on its way to "+a.Node, v)
+			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply refused on its way to "+a.Node, v)
 			return fmt.Errorf("entity: reply to %s: %w", a, err)
 		}
 		return nil
 	}
 	if router := s.router.Load(); router != nil {
 		if err := (*router).RouteReply(a, v); err != nil {
-			s.deadLetter(nil, a.String(), "reply to unreachable node "+a.Node, v)
+			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply to unreachable node "+a.Node, v)
 			return fmt.Errorf("entity: reply to %s: %w", a, err)
 		}
 		return nil
 	}
-	s.deadLetter(nil, a.String(), "reply to another node, and no way there", v)
+	s.deadLetter(s.untyped, nil, "", "", a.String(), "reply to another node, and no way there", v)
 	return fmt.Errorf("%w: %s", ErrNoRemoteReplies, a)
 }
 
@@ -302,6 +303,10 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 		return zero, askContextErr(ctx)
 	}
 	sys := ref.System()
+	if sys.metrics != nil {
+		m, start := sys.metrics.Type(entityTypeOf(ref)), sys.cfg.Clock.Now()
+		defer func() { m.Asked(sys.cfg.Clock.Now().Sub(start)) }()
+	}
 	_, hasDeadline := ctx.Deadline()
 	id, ch := sys.registerAsk(!hasDeadline, decoderFor[R]{})
 	defer sys.replies.unregister(id)
@@ -321,6 +326,15 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 		}
 		return zero, askContextErr(ctx)
 	}
+}
+
+// entityTypeOf names the entity type ref addresses, for metrics, when the
+// ref knows it (a Cell, a sharded EntityRef).
+func entityTypeOf(ref any) string {
+	if t, ok := ref.(interface{ EntityType() string }); ok {
+		return t.EntityType()
+	}
+	return metrics.NoEntityType
 }
 
 func askContextErr(ctx context.Context) error {
@@ -361,8 +375,16 @@ func AskFrom[C, T, R any](ctx Context[C], target Ref[T], timeout time.Duration, 
 		timeout = sys.cfg.AskTimeout
 	}
 	pending := &asyncAsk{}
+	var asked func()
+	if sys.metrics != nil {
+		m, start := sys.metrics.Type(entityTypeOf(target)), sys.cfg.Clock.Now()
+		asked = func() { m.Asked(sys.cfg.Clock.Now().Sub(start)) }
+	}
 	id := sys.replies.add(waiter{dec: decoderFor[R]{}, fn: func(v any) {
 		pending.finish()
+		if asked != nil {
+			asked()
+		}
 		r, err := replyAs[R](v)
 		_ = self.Tell(adapt(r, err)) // a refused Tell is counted as a dead letter by Tell
 	}})
@@ -432,7 +454,7 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 	if s.replies.deliver(to.AskID, v) {
 		return nil
 	}
-	s.deadLetter(nil, to.String(), "reply to an ask that has returned", v)
+	s.deadLetter(s.untyped, nil, "", "", to.String(), "reply to an ask that has returned", v)
 	return fmt.Errorf("%w: %s", ErrAskEnded, to)
 }
 
@@ -455,14 +477,14 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 	}
 	w, ok := s.replies.take(to.AskID)
 	if !ok {
-		s.deadLetter(nil, to.String(), "reply to an ask that has returned", raw)
+		s.deadLetter(s.untyped, nil, "", "", to.String(), "reply to an ask that has returned", raw)
 		return fmt.Errorf("%w: %s", ErrAskEnded, to)
 	}
 	v, err := w.dec.decodeReply(s.cfg.Codec, manifest, payload)
 	if err != nil {
 		err = fmt.Errorf("%w: %s, manifest %q: %w", ErrReplyUndecodable, to, manifest, err)
 		w.send(askFailure{fmt.Errorf("entity: ask: %w", err)})
-		s.deadLetter(nil, to.String(), "reply does not decode", raw)
+		s.deadLetter(s.untyped, nil, "", "", to.String(), "reply does not decode", raw)
 		return err
 	}
 	w.send(v)
@@ -477,10 +499,10 @@ type encodedReply struct{ Manifest string }
 func (s *System) checkReplyAddress(to ReplyAddress, v any) error {
 	switch {
 	case to.Node != s.cfg.NodeID:
-		s.deadLetter(nil, to.String(), "reply for another node", v)
+		s.deadLetter(s.untyped, nil, "", "", to.String(), "reply for another node", v)
 		return fmt.Errorf("%w: %s delivered to %s", ErrNotThisNode, to, s.cfg.NodeID)
 	case to.Incarnation != s.cfg.Incarnation:
-		s.deadLetter(nil, to.String(), "reply for another incarnation", v)
+		s.deadLetter(s.untyped, nil, "", "", to.String(), "reply for another incarnation", v)
 		return fmt.Errorf("%w: %s delivered to incarnation #%d", ErrStaleIncarnation, to, s.cfg.Incarnation)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/ring"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
@@ -68,10 +69,18 @@ type Cell[C any] struct {
 
 	// Owned by the goroutine running the cell.
 	behavior Behavior[C]
-	stopping bool  // stop after the current message
-	stopErr  error // the reason, when stopping because of a failure
-	dead     bool  // terminated; mirrors status&terminated for lock-free reads
+	stopping bool // stop after the current message
+	dead     bool // terminated; mirrors status&terminated for lock-free reads
 	x        *extras[C]
+
+	// Metrics, when on: mailbox depth is reported to the type's gauge
+	// where the cell's lock is held anyway, not per message, so reported
+	// is the depth the gauge holds for this cell; handled counts the
+	// messages delivered in the current run, added once at its end.
+	m        *metrics.EntityType // nil when metrics are off
+	reported int32
+	handled  uint32
+	stripe   uint8 // of the type's delivered counter
 }
 
 type status uint8
@@ -119,6 +128,7 @@ type extras[C any] struct {
 	life       context.Context
 	cancel     context.CancelFunc
 	log        *slog.Logger
+	stopErr    error // the reason, when stopping because of a failure
 }
 
 type receiveTimeout[C any] struct {
@@ -133,10 +143,17 @@ type receiveTimeout[C any] struct {
 // its own goroutine before its first message.
 func Spawn[C any](sys *System, props *Props[C], id string) *Cell[C] {
 	c := &Cell[C]{sys: sys, props: props, id: id}
+	if sys.metrics != nil {
+		c.m = sys.metrics.Type(props.Key.name)
+		c.stripe = c.m.Stripe()
+	}
 	c.behavior = Setup(props.Create)
 	c.post(func() { c.become(c.behavior) })
 	return c
 }
+
+// EntityType is the name of the entity's type.
+func (c *Cell[C]) EntityType() string { return c.props.Key.name }
 
 // EntityID implements Context.
 func (c *Cell[C]) EntityID() string { return c.id }
@@ -162,7 +179,7 @@ func (c *Cell[C]) Tell(msg C) error {
 	c.mu.Lock()
 	if c.status&terminated != 0 {
 		c.mu.Unlock()
-		c.sys.deadLetter(ErrStopped, c.name(), "sent to a stopped entity", msg)
+		c.sys.deadLetter(c.m, ErrStopped, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
 		return fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
 	}
 	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
@@ -174,6 +191,9 @@ func (c *Cell[C]) Tell(msg C) error {
 		return fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
 	c.mailbox.Push(envelope[C]{msg: msg})
+	if c.m != nil && c.status&(scheduled|suspended) == suspended { // held; else its run reports it
+		c.reportDepth()
+	}
 	start := c.status&(scheduled|suspended) == 0
 	if start {
 		c.status |= scheduled
@@ -194,6 +214,9 @@ func (c *Cell[C]) enqueueControl(ctl *control) bool {
 		return false
 	}
 	c.mailbox.Push(envelope[C]{ctl: ctl})
+	if c.m != nil && c.status&(scheduled|suspended) == suspended {
+		c.reportDepth()
+	}
 	start := c.status&(scheduled|suspended) == 0
 	if start {
 		c.status |= scheduled
@@ -257,13 +280,19 @@ func (c *Cell[C]) run() {
 			c.handle(e)
 		} else {
 			c.status &^= scheduled
+			if c.m != nil {
+				c.reportRun()
+			}
 			c.mailbox.Release()
 			c.control = nil // empty here; idle entities keep no queues
 			c.mu.Unlock()
 			return
 		}
 		if c.stopping {
-			err := c.stopErr
+			var err error
+			if c.x != nil {
+				err = c.x.stopErr
+			}
 			c.terminate(err)
 			if handling && err != nil { // the handler failed the entity on this command
 				c.sys.failAsks(current, fmt.Errorf("entity: ask: %s failed handling the command: %w: %w", c.name(), ErrStopped, err))
@@ -272,6 +301,11 @@ func (c *Cell[C]) run() {
 		if c.dead {
 			return
 		}
+	}
+	if c.m != nil {
+		c.mu.Lock()
+		c.reportRun()
+		c.mu.Unlock()
 	}
 	c.sys.dispatch.submit(c)
 }
@@ -282,6 +316,23 @@ func (c *Cell[C]) popMailbox() (envelope[C], bool) {
 		return envelope[C]{}, false
 	}
 	return c.mailbox.Pop()
+}
+
+// reportDepth brings the type's mailbox gauge up to date with this cell;
+// c.mu is held.
+func (c *Cell[C]) reportDepth() {
+	if d := int32(c.mailbox.Len()); d != c.reported {
+		c.m.Queued(int(d - c.reported))
+		c.reported = d
+	}
+}
+
+// reportRun adds what the run delivered and the mailbox's depth to the
+// type's metrics; c.mu is held.
+func (c *Cell[C]) reportRun() {
+	c.m.Delivered(c.stripe, int(c.handled))
+	c.handled = 0
+	c.reportDepth()
 }
 
 func (c *Cell[C]) handle(e envelope[C]) {
@@ -308,12 +359,13 @@ func (c *Cell[C]) deliver(msg C) { c.deliverAs(msg, true) }
 // deliverAs hands msg to the behavior; active says whether it counts as
 // activity for the receive timeout (timer messages do not, by default).
 func (c *Cell[C]) deliverAs(msg C, active bool) {
+	c.handled++
 	next := c.behavior.Receive(c, msg)
 	if active && c.x != nil && c.x.timeout != nil { // idle time starts when the handler returns
 		c.x.timeout.last = c.sys.cfg.Clock.Now()
 	}
 	if _, ok := next.(unhandled[C]); ok {
-		c.sys.deadLetter(ErrUnhandled, c.name(), "unhandled", msg)
+		c.sys.deadLetter(c.m, ErrUnhandled, c.props.Key.name, c.id, c.name(), "unhandled", msg)
 		return
 	}
 	c.become(next)
@@ -384,6 +436,11 @@ func (c *Cell[C]) terminate(err error) {
 	c.status = terminated
 	left := c.mailbox
 	c.mailbox = ring.Queue[envelope[C]]{}
+	if c.m != nil {
+		c.m.Delivered(c.stripe, int(c.handled))
+		c.m.Queued(-int(c.reported))
+		c.handled, c.reported = 0, 0
+	}
 	c.control = nil
 	if c.term == nil {
 		c.term = &termination{done: make(chan struct{})}
@@ -400,7 +457,7 @@ func (c *Cell[C]) terminate(err error) {
 	}
 	var lost []leftover
 	deadLetter := func(reason string, m C) {
-		c.sys.deadLetter(nil, c.name(), reason, m)
+		c.sys.deadLetter(c.m, nil, c.props.Key.name, c.id, c.name(), reason, m)
 		lost = append(lost, leftover{reason, m})
 	}
 	if x := c.x; x != nil {
@@ -470,8 +527,8 @@ func (c *Cell[C]) Stop() { c.stopping = true }
 // it from the entity's goroutine.
 func (c *Cell[C]) Fail(err error) {
 	c.stopping = true
-	if c.stopErr == nil {
-		c.stopErr = err
+	if x := c.extras(); x.stopErr == nil {
+		x.stopErr = err
 	}
 }
 

@@ -149,3 +149,24 @@ func TestOwnerDeadLetterCountedLoggedAndFailsItsAsk(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 dead letter, no ask waiting", st)
 	}
 }
+
+// Every line the runtime logs names its node; a dead letter to an entity
+// names its type and id as attributes of their own.
+func TestRuntimeLogLinesNameNodeAndEntity(t *testing.T) {
+	sys, lines, _ := loggedSystem(t, func(c *entity.Config) { c.NodeID = "n1" })
+	c := spawnFunc(sys, "gone", func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
+	c.StopNow()
+	waitDone(t, c)
+	_ = c.Tell("hello")
+	entity.Reply(sys, entity.ReplyTo[int]{}, 1) // a reply to nobody: no entity
+	recs := lines.records(t)
+	if len(recs) != 2 {
+		t.Fatalf("records %v, want 2 dead letters", recs)
+	}
+	if r := recs[0]; r["node"] != "n1" || r["entity_type"] != "strings" || r["entity_id"] != "gone" {
+		t.Fatalf("dead letter to an entity: %v, want node n1, entity_type strings, entity_id gone", r)
+	}
+	if r := recs[1]; r["node"] != "n1" || r["entity_type"] != nil {
+		t.Fatalf("dead reply: %v, want node n1 and no entity", r)
+	}
+}

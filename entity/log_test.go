@@ -21,8 +21,8 @@ func (h countingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return countingHandler{h.Handler.WithAttrs(attrs), h.derived}
 }
 
-// An entity's logger writes what Logger.With would, the entity's type and
-// id first; taking it without logging asks nothing of the handler, so an
+// An entity's logger writes what Logger.With would, the node, then the
+// entity's type and id; taking it without logging asks nothing of the handler, so an
 // entity that keeps its logger for a failure that never comes does not pay
 // for formatting the two attributes.
 func TestEntityLogNamesTheEntityAndCostsNothingUntilUsed(t *testing.T) {
@@ -36,7 +36,8 @@ func TestEntityLogNamesTheEntityAndCostsNothingUntilUsed(t *testing.T) {
 			return a
 		},
 	})
-	sys := newSystem(t, func(c *entity.Config) { c.Logger = slog.New(countingHandler{text, derived}) })
+	sys := newSystem(t, func(c *entity.Config) { c.Logger, c.NodeID = slog.New(countingHandler{text, derived}), "n1" })
+	derived.Store(0) // the System's own, which names the node
 
 	took := make(chan *slog.Logger, 2)
 	handled := make(chan struct{}, 2)
@@ -68,8 +69,8 @@ func TestEntityLogNamesTheEntityAndCostsNothingUntilUsed(t *testing.T) {
 		<-c.Done()
 	}
 	want := []string{
-		`level=INFO msg=one entity_type=counter entity_id=e-1 n=1`,
-		`level=WARN msg=two entity_type=counter entity_id=e-1 k=v g.n=2`,
+		`level=INFO msg=one node=n1 entity_type=counter entity_id=e-1 n=1`,
+		`level=WARN msg=two node=n1 entity_type=counter entity_id=e-1 k=v g.n=2`,
 	}
 	if got := strings.Split(strings.TrimSpace(out.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

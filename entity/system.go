@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/ring"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
@@ -36,7 +38,8 @@ type Config struct {
 	// ReplyRouter if one is set, and are refused with ErrNoRemoteReplies
 	// otherwise.
 	RemoteReplies RemoteReplies
-	// Logger receives runtime logs. Default: slog.Default().
+	// Logger receives runtime logs, each with a node attribute (NodeID).
+	// Default: slog.Default().
 	Logger *slog.Logger
 	// Clock is the time source for timers and timeouts. Default: timers.Real.
 	Clock timers.Clock
@@ -73,6 +76,10 @@ type Config struct {
 	// with a goroutine the runtime keeps for reuse. Default 50, Akka's
 	// max-concurrent-recoveries.
 	MaxConcurrentRecoveries int
+	// Metrics, when set, receives the runtime's Prometheus collectors:
+	// messages delivered and dead-lettered, mailbox depth and ask latency,
+	// per entity type. Default nil: no metrics, at the cost of a nil check.
+	Metrics prometheus.Registerer
 }
 
 // DefaultDeadLetterLogLimit is Config.DeadLetterLogLimit's default.
@@ -91,6 +98,8 @@ type System struct {
 	dlLog       logLimiter
 	recoveries  limiter
 	inOrder     keyedQueues
+	metrics     *metrics.Entity     // nil when Config.Metrics is
+	untyped     *metrics.EntityType // dead letters of no entity type
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -127,7 +136,9 @@ func NewSystem(cfg Config) (*System, error) {
 	if cfg.MaxConcurrentRecoveries <= 0 {
 		cfg.MaxConcurrentRecoveries = 50
 	}
-	s := &System{cfg: cfg, log: cfg.Logger}
+	// Every line of the runtime names its node.
+	s := &System{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), metrics: metrics.NewEntity(cfg.Metrics)}
+	s.untyped = s.metrics.Type(metrics.NoEntityType)
 	s.recoveries.max = cfg.MaxConcurrentRecoveries
 	s.dispatch.max = cfg.Workers
 	s.replies.pending = make(map[uint64]waiter)
@@ -194,15 +205,23 @@ func (s *System) Stats() Stats {
 // fail at once with cause (when not nil) instead of waiting for their
 // deadline.
 func (s *System) DeadLetter(cause error, to, reason string, msg any) {
-	s.deadLetter(cause, to, reason, msg)
+	s.deadLetter(s.untyped, cause, "", "", to, reason, msg)
 }
 
-// deadLetter records msg, addressed to to, as reaching no handler for
+// EntityDeadLetter is DeadLetter for a message to entity entityID of type
+// entityType, counted in that type's metrics.
+func (s *System) EntityDeadLetter(cause error, entityType, entityID, reason string, msg any) {
+	s.deadLetter(s.metrics.Type(entityType), cause, entityType, entityID, entityType+"/"+entityID, reason, msg)
+}
+
+// deadLetter records msg, addressed to to (entity entityID of type
+// entityType, when it was an entity's), as reaching no handler for
 // reason, logs it within the rate limit, and, when cause is not nil, fails
 // the local asks msg carries with cause (ErrStopped, ErrUnhandled): they
 // would otherwise wait for their deadline.
-func (s *System) deadLetter(cause error, to, reason string, msg any) {
+func (s *System) deadLetter(m *metrics.EntityType, cause error, entityType, entityID, to, reason string, msg any) {
 	s.deadLetters.Add(1)
+	m.DeadLetter()
 	unhandled := errors.Is(cause, ErrUnhandled)
 	if unhandled {
 		s.unhandled.Add(1)
@@ -223,6 +242,9 @@ func (s *System) deadLetter(cause error, to, reason string, msg any) {
 		title = "unhandled message"
 	}
 	attrs := []any{"to", to, "type", typeName(msg), "reason", reason}
+	if entityType != "" {
+		attrs = append(attrs, "entity_type", entityType, "entity_id", entityID)
+	}
 	if left > 0 {
 		attrs = append(attrs, "not_logged_before", left)
 	}

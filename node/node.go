@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -51,6 +52,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	journalpg "github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
@@ -157,6 +159,10 @@ type Config struct {
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, receives every Prometheus collector of the node
+	// (entity runtime, sharding, journal, node lease, transport), each
+	// labelled node=NodeID. Default nil: no metrics.
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns a Config for nodeID with every default spelled
@@ -200,7 +206,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TransportAddr == "" {
 		c.TransportAddr = d.TransportAddr
 	}
-	if c.Journal == (journalpg.Config{}) {
+	tuning := c.Journal
+	tuning.Metrics = nil // == on an interface panics for an uncomparable value
+	if tuning == (journalpg.Config{}) {
+		d.Journal.Metrics = c.Journal.Metrics
 		c.Journal = d.Journal
 	}
 	if c.Leases == (lease.Settings{}) {
@@ -274,10 +283,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The lease first: nothing may be hosted by an incarnation the
 	// database does not know to be alive.
-	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence); err != nil {
+	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
-	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: cfg.Logger}); err != nil {
+	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
 		return nil, err
 	}
 	if err := n.startCluster(ctx); err != nil {
@@ -287,6 +296,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
 	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
 	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger
+	if ec.Metrics == nil {
+		ec.Metrics = n.metrics()
+	}
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
 	}
@@ -302,7 +314,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CoordinatorLease: cfg.Leases.Coordinator,
 		NodeLeases:       remote.NodeLeases(n.leases),
 		OnLeaveRequest:   n.leaveRequested,
-		Logger:           cfg.Logger,
+		Logger:           n.sys.Logger(), // names the node
+		Metrics:          n.metrics(),
 	})
 	if err != nil {
 		return nil, err
@@ -341,7 +354,11 @@ func (n *Node) openStores(ctx context.Context) error {
 			return fmt.Errorf("node: migrate: %w", err)
 		}
 	}
-	n.journal = journalpg.New(n.pool, n.cfg.Journal)
+	jc := n.cfg.Journal
+	if jc.Metrics == nil {
+		jc.Metrics = n.metrics()
+	}
+	n.journal = journalpg.New(n.pool, jc)
 	n.leaseList = leasepg.New(n.pool)
 	n.leases = n.leaseList
 	return nil
@@ -362,7 +379,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	mc := memberlist.Config{
 		NodeID: cfg.NodeID, Incarnation: cfg.Incarnation, Endpoint: endpoint,
 		Roles: cfg.Roles, AppVersion: cfg.AppVersion, ClusterName: cfg.ClusterName,
-		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: cfg.Logger,
+		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(),
 	}
 	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.GossipAddr); err != nil {
 		ln.Close()
@@ -382,7 +399,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		Self: n.self, Codec: cfg.Codec, Handler: n.remote.Handle, Membership: n.members,
 		Listener: ln, ClusterName: cfg.ClusterName,
 		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
-		Logger: cfg.Logger,
+		Logger: n.layerLog(), Metrics: n.metrics(),
 	})
 	if err != nil {
 		ln.Close()
@@ -425,6 +442,13 @@ func (n *Node) fence(err error) {
 		}
 	}()
 }
+
+// layerLog is the logger of the layers that do not name the node themselves
+// (the entity runtime and sharding do).
+func (n *Node) layerLog() *slog.Logger { return n.cfg.Logger.With("node", n.cfg.NodeID) }
+
+// metrics is Config.Metrics with the node label; nil when it is nil.
+func (n *Node) metrics() prometheus.Registerer { return metrics.WithNode(n.cfg.Metrics, n.cfg.NodeID) }
 
 // Self is this node's incarnation.
 func (n *Node) Self() cluster.UniqueAddress { return n.self }

@@ -84,7 +84,7 @@ func TestPassivatingEntityIsStoppedByForceAfterTheStopTimeoutWithAWarning(t *tes
 		if resident(n, "e") {
 			t.Fatal("e still runs after the stop timeout")
 		}
-		if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "did not stop in time") || !strings.Contains(out, "entity=e") {
+		if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "did not stop in time") || !strings.Contains(out, "entity_id=e") {
 			t.Fatalf("no warning for the forced stop:\n%s", out)
 		}
 		if s.log.stopsByNode["a"] != 0 || s.log.startCount("e") != 1 {

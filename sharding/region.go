@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/timers"
 )
@@ -33,6 +34,7 @@ type Region[C any] struct {
 	self     Address
 	proxy    bool
 	clock    timers.Clock
+	m        *metrics.ShardingType // nil when metrics are off
 
 	mu      regionLock // the data path read-locks one stripe
 	core    regionCore[C, *shard[C]]
@@ -58,7 +60,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},
 		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
-		clock: s.sys.Clock(), gone: make(chan struct{}),
+		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
 	if idle := settings.PassivateIdleAfter; idle > 0 {
@@ -72,6 +74,14 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 }
 
 func (r *Region[C]) typeName() string { return r.typ }
+
+// metricsReport is the region's buffer and shard sizes, for a scrape.
+func (r *Region[C]) metricsReport() metrics.RegionReport {
+	r.mu.RLock()
+	buffered := r.core.buffered
+	r.mu.RUnlock()
+	return metrics.RegionReport{Type: r.typ, Buffered: buffered, Shards: r.Stats()}
+}
 
 // idleTickNow is the passivation clock; r.mu is held.
 func (r *Region[C]) idleTickNow() uint64 { return r.core.idleTick }
@@ -272,7 +282,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 		case regSend:
 			to := Address{Node: ef.node, Type: r.typ, Coordinator: ef.coordinator}
 			if err := r.s.cfg.Transport.Send(to, ef.msg); err != nil {
-				r.s.log.Debug("sharding: unreachable; will retry", "type", r.typ, "to", to.String(), "err", err)
+				r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 			}
 		case regForward:
 			err := r.forward(ef.node, ef.shard, ef.p)
@@ -309,7 +319,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 		case regDeadLetter:
 			r.deadLetter(ef.err, ef.p, "forwarded message refused")
 		case regNote:
-			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"type", r.typ}, ef.args...)...)
+			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"entity_type", r.typ}, ef.args...)...)
 		}
 	}
 	if r.core.out == nil { // reuse the slice
@@ -323,7 +333,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 // was buffered here, or forwarded by another region) and that could not be
 // delivered: counted and logged, and the local asks it carries fail now.
 func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
-	r.s.sys.DeadLetter(err, r.typ+"/"+p.entityID, reason+": "+err.Error(), p.msg)
+	r.s.sys.EntityDeadLetter(err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
 }
 
 // runUnlocked carries out what applyLocked left for after the lock.
@@ -337,8 +347,9 @@ func (r *Region[C]) runUnlocked(later []regionEffect[C, *shard[C]]) {
 		}
 		switch ef.kind {
 		case regHandOff:
-			shardID := ef.shard
+			shardID, began := ef.shard, r.clock.Now()
 			sh.handOff(func(leftover []pending[C]) {
+				r.m.HandedOff(r.clock.Now().Sub(began))
 				_ = r.ctl.Tell(shardHandedOff[C]{shard: shardID, leftover: leftover})
 			})
 		case regPassivateIdle:

@@ -72,7 +72,7 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	}
 	wait := r.coordRestarts.NextBackOff()
 	r.coordNext = now.Add(wait)
-	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "type", r.typ, "after", wait)
+	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "entity_type", r.typ, "after", wait)
 }
 
 func (r *Region[C]) stopCoordinator() {
@@ -107,7 +107,7 @@ func (r *Region[C]) startCoordinator() {
 	cell := entity.Spawn(r.s.sys, props, addr.String())
 	stop, err := r.s.cfg.Transport.Listen(addr, func(m Message) error { return cell.Tell(m) })
 	if err != nil {
-		r.s.log.Error("sharding: cannot listen as coordinator", "type", r.typ, "err", err)
+		r.s.log.Error("sharding: cannot listen as coordinator", "entity_type", r.typ, "err", err)
 		cell.StopNow()
 		return
 	}
@@ -148,6 +148,7 @@ type coordinatorRunner[C any] struct {
 	epoch    uint64
 	keeper   *lease.Keeper // nil until the lease is held
 	renewing bool          // a renewal is under way
+	due      time.Time     // when the renewal under way was due, for its lag
 	core     *coordinatorCore
 	down     *downing // nil without Config.NodeLeases
 	view     []Member // the latest membership view, unfiltered
@@ -184,17 +185,17 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
 	cancel()
 	if errors.Is(err, ErrLeaseHeld) {
-		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "type", r.typ, "err", err)
+		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", err)
 		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
 		return cr
 	}
 	if err != nil {
-		r.s.log.Error("sharding: cannot acquire the coordinator role", "type", r.typ, "err", err)
+		r.s.log.Error("sharding: cannot acquire the coordinator role", "entity_type", r.typ, "err", err)
 		return entity.Stopped[Message]()
 	}
 	cr.epoch, cr.keeper = epoch, lease.NewKeeper(cr.timing)
 	if !cr.granted(ctx, start) {
-		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "type", r.typ, "epoch", epoch)
+		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "entity_type", r.typ, "epoch", epoch)
 		return entity.Stopped[Message]()
 	}
 	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
@@ -202,7 +203,7 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 		retries: storeBackOff(r.settings), holds: func() bool { return cr.keeper.Holds(r.clock.Now()) },
 		send: func(o outbound) {
 			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
-				r.s.log.Debug("sharding: coordinator could not reach region", "type", r.typ, "node", o.to, "err", err)
+				r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
 			}
 		}}
 	if r.settings.RememberEntities {
@@ -212,7 +213,7 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 		remembered, err := r.s.cfg.RememberStore.Shards(storeCtx, r.typ)
 		cancel()
 		if err != nil {
-			r.s.log.Error("sharding: cannot read the shards of remembered entities", "type", r.typ, "err", err)
+			r.s.log.Error("sharding: cannot read the shards of remembered entities", "entity_type", r.typ, "err", err)
 			return entity.Stopped[Message]()
 		}
 		cr.core.startShards(remembered)
@@ -236,7 +237,8 @@ func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.
 	if !cr.keeper.Granted(start, now) {
 		return false
 	}
-	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.keeper.RenewAt().Sub(now))
+	cr.due = cr.keeper.RenewAt()
+	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.due.Sub(now))
 	ctx.Timers().StartSingleTimer("fence", fenceTick{}, cr.keeper.FenceAt().Sub(now))
 	return true
 }
@@ -287,14 +289,17 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 		cr.renewing = false
 		switch {
 		case m.err == nil:
+			r.s.leaseM.Renewed(ctx.Clock().Now().Sub(cr.due))
 			if !cr.granted(ctx, m.start) {
 				return cr.lost(nil)
 			}
 		case lease.Refused(m.err):
+			r.s.leaseM.Refused()
 			cr.keeper.Refused()
 			return cr.lost(m.err)
 		default: // the store is unreachable or slow: try again soon
-			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "type", r.typ, "err", m.err)
+			r.s.leaseM.Failed()
+			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "entity_type", r.typ, "err", m.err)
 			ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.timing.RenewEvery/4)
 		}
 		return entity.Same[Message]()
@@ -310,7 +315,7 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 
 // lost stops a coordinator that no longer holds its lease.
 func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
-	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "type", cr.r.typ, "epoch", cr.epoch, "err", err)
+	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "entity_type", cr.r.typ, "epoch", cr.epoch, "err", err)
 	return entity.Stopped[Message]()
 }
 
@@ -323,7 +328,7 @@ func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) {
 	storeCtx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
 	defer cancel()
 	if err := cr.store.Release(storeCtx, cr.r.typ, cr.epoch); err != nil {
-		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "type", cr.r.typ, "err", err)
+		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "entity_type", cr.r.typ, "err", err)
 	}
 }
 
@@ -343,12 +348,12 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 			return entity.Same[Message]()
 		case downResult:
 			if m.err != nil {
-				r.s.log.Warn("sharding: downing store call failed; retrying", "type", r.typ, "node", m.call.node, "down", m.call.down, "err", m.err)
+				r.s.log.Warn("sharding: downing store call failed; retrying", "entity_type", r.typ, "member", m.call.node, "down", m.call.down, "err", m.err)
 			}
 			if !cr.down.result(m) {
 				return entity.Same[Message]()
 			}
-			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "type", r.typ, "node", m.call.node)
+			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "entity_type", r.typ, "member", m.call.node)
 			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
 		}
 	}
@@ -366,12 +371,14 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 		if w.waiting() {
 			return entity.Same[Message]() // periodic: the next one comes
 		}
+		moving := len(cr.core.handoffs)
 		w.take(cr.core.step(m))
+		r.m.Rebalanced(len(cr.core.handoffs) - moving)
 	default:
 		if w.waiting() {
 			// After the decisions waiting for the store, in order.
 			if err := ctx.Stash().Stash(m); err != nil {
-				r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "type", r.typ, "err", err)
+				r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "entity_type", r.typ, "err", err)
 				return entity.Stopped[Message]()
 			}
 			return entity.Same[Message]()
@@ -386,14 +393,14 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 	case errors.Is(err, ErrStaleEpoch):
 		// Deposed: it must not announce what it could not record; its
 		// successor rebuilds from the store.
-		r.s.log.Error("sharding: coordinator deposed; stopping it", "type", r.typ, "err", err)
+		r.s.log.Error("sharding: coordinator deposed; stopping it", "entity_type", r.typ, "err", err)
 		return entity.Stopped[Message]()
 	default:
 		// Retried, not abandoned: stopping would lose the decisions (a
 		// hand-off's end, shards waiting for a home), and a successor
 		// would meet the same store.
 		after := w.retries.NextBackOff()
-		r.s.log.Warn("sharding: coordinator store write failed; retrying", "type", r.typ, "retry_in", after, "err", err)
+		r.s.log.Warn("sharding: coordinator store write failed; retrying", "entity_type", r.typ, "retry_in", after, "err", err)
 		ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
 	}
 	return entity.Same[Message]()

@@ -260,7 +260,7 @@ func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
 // same home until the membership drops it.
 func (c *regionCore[C, S]) unreachable(shardID, home string) {
 	if e := c.shards[shardID]; e != nil && e.home == home && !e.hosted && !c.stopped {
-		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard", shardID, "home", home)
+		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard_id", shardID, "home", home)
 		e.home, e.requested = "", true
 	}
 }
@@ -473,7 +473,7 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		}
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
-				"shard", id, "from", e.awaiting)
+				"shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
 		}
@@ -546,17 +546,17 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 			continue
 		}
 		if e.handOverTo != "" {
-			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard", id, "to", e.handOverTo)
+			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard_id", id, "to", e.handOverTo)
 			e.handOverTo = ""
 			c.checkLeft()
 		}
 		if e.awaiting != "" {
-			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard", id, "from", e.awaiting)
+			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
 		}
 		if e.stopping {
-			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard", id, "from", e.stopWaits)
+			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
 			e.stopWaits = nil
 			c.maybeStop(id, e)
 		}
@@ -588,7 +588,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// over, and what this region buffered meanwhile is delivered
 		// (else it would wait for ever). Fences for the old hand-off
 		// count for nothing in a new one.
-		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard", shardID)
+		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard_id", shardID)
 		e.handingOff, e.fences = false, nil
 	}
 	if home != c.cfg.self {
@@ -633,7 +633,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// routing to ourselves would only loop. Expected when the
 			// allocation crossed our GracefulShutdownReq. Mail held for
 			// the next home stays so: it goes there as a hand-over.
-			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard", shardID)
+			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard_id", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
@@ -642,7 +642,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	}
 	e.handOver = false // the mail held, if any, is delivered from here
 	if home != c.cfg.self && e.hosted {
-		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard", shardID, "to", home)
+		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard_id", shardID, "to", home)
 	}
 	c.drain(shardID, e)
 }

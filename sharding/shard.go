@@ -119,7 +119,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 				// Its sender was told it was taken: a dead letter, not a
 				// log line (a full mailbox, say the region drained more
 				// mail for one entity than a recovering one holds).
-				sh.r.s.sys.DeadLetter(err, sh.r.typ+"/"+entityID, "accepted message refused by the entity: "+err.Error(), msg)
+				sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
 				return nil
 			}
 			return err // the message itself is refused: a full mailbox, no codec
@@ -146,6 +146,9 @@ func (sh *shard[C]) apply() {
 		ef := &out[i]
 		switch ef.kind {
 		case effStart:
+			if ef.afterBackOff {
+				sh.r.m.Restarted()
+			}
 			cell := entity.Spawn(sh.r.s.sys, sh.props, ef.entityID)
 			sh.core.attach(ef.entityID, cell)
 			// The buffer, accepted under bufferLimit, fits the new mailbox
@@ -158,28 +161,35 @@ func (sh *shard[C]) apply() {
 				case errors.Is(err, entity.ErrStopped):
 					sh.core.undelivered(ef.entityID, m, true)
 				case err != nil:
-					sh.r.s.sys.DeadLetter(err, sh.r.typ+"/"+ef.entityID,
+					sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, ef.entityID,
 						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
 		case effSendStop:
+			if ef.why != stopForHandOff {
+				sh.r.m.Passivated()
+			}
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
 				// A full mailbox: the stop (or hand-off) timeout stops it by force.
-				sh.r.s.log.Warn("sharding: stop message refused", "type", sh.r.typ, "entity", ef.entityID, "during", ef.why.String(), "err", err)
+				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
 			}
 		case effForceStop:
 			switch ef.force {
 			case forceStopTimeout:
 				sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
-					"type", sh.r.typ, "entity", ef.entityID, "during", ef.why.String(), "after", ef.after)
+					"entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "after", ef.after)
 			case forceHandOffTimeout:
-				sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "type", sh.r.typ, "shard", sh.id, "entity", ef.entityID)
+				sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID)
+			}
+			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
+				sh.r.m.Passivated() // passivation without a stop message
 			}
 			ef.handle.StopNow()
 		case effArmTimer:
 			kind, id, gen := ef.timer, ef.entityID, ef.gen
 			if kind == timerRestart {
-				sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "type", sh.r.typ, "entity", id,
+				sh.r.m.BackedOff()
+				sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", id,
 					"err", ef.cause, "attempt", ef.attempt, "backoff", ef.after)
 			}
 			if sh.timers == nil {
@@ -278,8 +288,8 @@ func (sh *shard[C]) writeRemembered() {
 		// Until the store takes it: a lost write would bring a stopped
 		// entity back, or leave a running one behind, after the shard moves.
 		err := backoff.RetryNotifyWithTimer(write, bo, func(err error, next time.Duration) {
-			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "type", typ, "shard", id,
-				"entity", w.entityID, "add", w.add, "retry_in", next, "err", err)
+			sh.r.s.log.Warn("sharding: remember-entities store write failed; retrying", "entity_type", typ, "shard_id", id,
+				"entity_id", w.entityID, "add", w.add, "retry_in", next, "err", err)
 		}, timer)
 		if err != nil {
 			continue // terminated: the writes die with the node
@@ -334,7 +344,7 @@ func (sh *shard[C]) restartRemembered() {
 	// Until the store answers: giving up would leave remembered entities
 	// stopped for good.
 	err := backoff.RetryNotifyWithTimer(read, sh.newBackOff(), func(err error, next time.Duration) {
-		sh.r.s.log.Warn("sharding: cannot read remembered entities; retrying", "type", sh.r.typ, "shard", sh.id,
+		sh.r.s.log.Warn("sharding: cannot read remembered entities; retrying", "entity_type", sh.r.typ, "shard_id", sh.id,
 			"retry_in", next, "err", err)
 	}, &clockTimer{clock: sh.r.clock})
 	if err != nil {

@@ -110,7 +110,7 @@ func TestHandOffTimeoutStopsAnEntityByForceOnce(t *testing.T) {
 		synctest.Wait()
 		var forced []string
 		for _, line := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(line, "by force") && strings.Contains(line, "entity=e") {
+			if strings.Contains(line, "by force") && strings.Contains(line, "entity_id=e") {
 				forced = append(forced, line)
 			}
 		}

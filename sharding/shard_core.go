@@ -176,9 +176,11 @@ type shardEffect[C any, H comparable] struct {
 	gen      uint64
 	after    time.Duration
 	add      bool
-	attempt  int   // effArmTimer of timerRestart: the back-off's attempt
-	cause    error // and the failure it follows
-	leftover []pending[C]
+	attempt  int // effArmTimer of timerRestart: the back-off's attempt
+	// effStart: the incarnation follows a failure's back-off.
+	afterBackOff bool
+	cause        error // and the failure it follows
+	leftover     []pending[C]
 }
 
 // deliverVerdict tells the runner what became of a message.
@@ -294,7 +296,7 @@ func (c *shardCore[C, H]) startEntity(entityID string, now time.Time) {
 	case backingOff:
 		c.cancel(&e.timer)
 		e.restarts.restarted = now // the back-off ends here
-		c.restart(entityID, e)
+		c.restartAfterBackOff(entityID, e)
 	}
 }
 
@@ -343,6 +345,13 @@ func (c *shardCore[C, H]) restart(entityID string, e *coreEntity[C, H]) {
 	buf := e.buffer
 	e.buffer, e.startAgain = nil, false
 	c.spawn(entityID, buf)
+}
+
+// restartAfterBackOff is restart at the end of a failure's back-off; its
+// effStart says so.
+func (c *shardCore[C, H]) restartAfterBackOff(entityID string, e *coreEntity[C, H]) {
+	c.restart(entityID, e)
+	c.out[len(c.out)-1].afterBackOff = true
 }
 
 // passivate is the entity's own request to stop (ctx.Passivate()).
@@ -465,7 +474,7 @@ func (c *shardCore[C, H]) timerFired(kind timerKind, entityID string, gen uint64
 			delete(c.entities, entityID) // nobody waits; the next message starts it
 			return
 		}
-		c.restart(entityID, e)
+		c.restartAfterBackOff(entityID, e)
 	case timerHandOff:
 		if c.handOffTimer != gen {
 			return

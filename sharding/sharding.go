@@ -29,8 +29,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -74,8 +76,15 @@ type Config struct {
 	// leave (RequestLeave); it must not block: start the graceful
 	// shutdown on a goroutine of its own.
 	OnLeaveRequest func()
-	// Logger defaults to the System's.
+	// Logger defaults to the System's. Every line names the node, and the
+	// entity type, shard and entity it concerns (entity_type, shard_id,
+	// entity_id).
 	Logger *slog.Logger
+	// Metrics, when set, receives the sharding layer's Prometheus
+	// collectors (passivations, restarts, back-offs, hand-offs, rebalances,
+	// region buffers, entities per shard, coordinator lease renewals).
+	// Default nil: none.
+	Metrics prometheus.Registerer
 }
 
 // Sharding is the sharding layer of one node.
@@ -84,6 +93,9 @@ type Sharding struct {
 	cfg  Config
 	self string
 	log  *slog.Logger
+	m    *metrics.Sharding // nil when Config.Metrics is
+	// leaseM counts the renewals of the coordinator leases this node holds.
+	leaseM *metrics.Lease
 
 	mu      sync.Mutex
 	regions map[string]regionRuntime
@@ -97,6 +109,7 @@ type regionRuntime interface {
 	typeName() string
 	typeState(ctx context.Context) TypeState
 	rebalance(shard string) error
+	metricsReport() metrics.RegionReport
 	membershipChanged()
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
@@ -126,10 +139,16 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
-	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, log: cfg.Logger, regions: make(map[string]regionRuntime)}
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, regions: make(map[string]regionRuntime)}
 	if s.self == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
+	s.log = cfg.Logger
+	if cfg.Logger != sys.Logger() { // the System's names the node already
+		s.log = cfg.Logger.With("node", s.self)
+	}
+	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
+	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
 	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
 		lt.Attach(sys.NodeID(), sys)
 	}
@@ -146,6 +165,18 @@ func (s *Sharding) Node() string { return s.self }
 
 // System is the entity runtime of this node.
 func (s *Sharding) System() *entity.System { return s.sys }
+
+// metricsReport lists the regions' buffers and shard sizes for a scrape.
+func (s *Sharding) metricsReport() []metrics.RegionReport {
+	s.mu.Lock()
+	regions := slices.Collect(maps.Values(s.regions))
+	s.mu.Unlock()
+	out := make([]metrics.RegionReport, 0, len(regions))
+	for _, r := range regions {
+		out = append(out, r.metricsReport())
+	}
+	return out
+}
 
 func (s *Sharding) membershipChanged() {
 	s.mu.Lock()
@@ -426,6 +457,9 @@ func (r EntityRef[C]) TellAsk(msg C) error {
 	}
 	return r.region.tell(r.id, msg, false, true)
 }
+
+// EntityType is the name of the addressed entity's type.
+func (r EntityRef[C]) EntityType() string { return r.region.typ }
 
 // System implements entity.Ref.
 func (r EntityRef[C]) System() *entity.System { return r.region.s.sys }

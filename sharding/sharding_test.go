@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -143,9 +144,10 @@ type sim struct {
 	log           *journal
 	settings      sharding.Settings
 	nodes         map[string]*node
-	logger        *slog.Logger        // the nodes' logger; default quiet
-	sent          *sentLog            // when set, records every protocol message nodes joining later send
-	nodeLeases    sharding.NodeLeases // when set, given to nodes that join later
+	logger        *slog.Logger          // the nodes' logger; default quiet
+	sent          *sentLog              // when set, records every protocol message nodes joining later send
+	nodeLeases    sharding.NodeLeases   // when set, given to nodes that join later
+	metrics       prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
 }
 
 // sentLog records protocol messages in send order.
@@ -190,7 +192,11 @@ func (s *sim) join(name string, roles ...string) *node {
 	if logger == nil {
 		logger = quiet()
 	}
-	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger})
+	var reg prometheus.Registerer
+	if s.metrics != nil {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": name}, s.metrics)
+	}
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger, Metrics: reg})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -204,7 +210,7 @@ func (s *sim) join(name string, roles ...string) *node {
 	}
 	sh, err := sharding.New(sys, sharding.Config{
 		Transport: transport, Membership: s.cluster.Join(name, roles...),
-		CoordinatorStore: s.store, RememberStore: remember, NodeLeases: s.nodeLeases,
+		CoordinatorStore: s.store, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
 	})
 	if err != nil {
 		s.t.Fatal(err)

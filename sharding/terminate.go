@@ -47,7 +47,7 @@ func (r *Region[C]) terminate() {
 	// Bounded: an entity stuck in its handler cannot be stopped, and a
 	// crash does not wait for it.
 	if !waitDone(r.clock, r.settings.StopTimeout, cells) {
-		r.s.log.Warn("sharding: entities still in their handlers after Terminate", "type", r.typ, "after", r.settings.StopTimeout)
+		r.s.log.Warn("sharding: entities still in their handlers after Terminate", "entity_type", r.typ, "after", r.settings.StopTimeout)
 	}
 	for _, sh := range shards {
 		sh.forgetAll()

@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/internal/metrics"
 )
 
 // ErrFenced is what a Holder passes to its fence callback (wrapping the
@@ -34,6 +36,18 @@ type Holder struct {
 
 	mu     sync.Mutex
 	keeper *Keeper
+
+	m *metrics.Lease // nil without WithMetrics
+}
+
+// HoldOption tunes a Holder.
+type HoldOption func(*Holder)
+
+// WithMetrics registers the Holder's renewal metrics (renewals by outcome,
+// renewal lag) on reg, labelled lease=kind ("node", "coordinator"). A nil
+// reg records nothing.
+func WithMetrics(reg prometheus.Registerer, kind string) HoldOption {
+	return func(h *Holder) { h.m = metrics.NewLease(reg, kind) }
 }
 
 // HoldNode acquires node's lease in store and starts a Holder that keeps
@@ -41,7 +55,7 @@ type Holder struct {
 // timing the call itself could read the clock after it and fence late.
 // It returns the store's error when the acquisition fails, and checks
 // timing and fence as Hold does before it asks the store.
-func HoldNode(ctx context.Context, store Store, node cluster.UniqueAddress, timing Timing, fence func(error)) (*Holder, error) {
+func HoldNode(ctx context.Context, store Store, node cluster.UniqueAddress, timing Timing, fence func(error), opts ...HoldOption) (*Holder, error) {
 	if err := checkHold(timing, fence); err != nil {
 		return nil, err
 	}
@@ -51,13 +65,13 @@ func HoldNode(ctx context.Context, store Store, node cluster.UniqueAddress, timi
 	}
 	return Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewNode(ctx, node, timing.Length)
-	}, fence)
+	}, fence, opts...)
 }
 
 // HoldCoordinator acquires the coordinator lease name for owner and starts
 // a Holder that keeps it under the epoch it returns, as HoldNode does for
 // a node lease.
-func HoldCoordinator(ctx context.Context, store Store, name, owner string, timing Timing, fence func(error)) (*Holder, uint64, error) {
+func HoldCoordinator(ctx context.Context, store Store, name, owner string, timing Timing, fence func(error), opts ...HoldOption) (*Holder, uint64, error) {
 	if err := checkHold(timing, fence); err != nil {
 		return nil, 0, err
 	}
@@ -68,7 +82,7 @@ func HoldCoordinator(ctx context.Context, store Store, name, owner string, timin
 	}
 	h, err := Hold(timing, start, func(ctx context.Context) error {
 		return store.RenewCoordinator(ctx, name, epoch, timing.Length)
-	}, fence)
+	}, fence, opts...)
 	return h, epoch, err
 }
 
@@ -94,7 +108,7 @@ func checkHold(timing Timing, fence func(error)) error {
 // that went through a clock interface or a serializer): Hold reads it
 // against the wall clock once and keeps the result on the monotonic
 // clock, so that a later step of the wall clock cannot delay the fence.
-func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error)) (*Holder, error) {
+func Hold(timing Timing, granted time.Time, renew func(context.Context) error, fence func(error), opts ...HoldOption) (*Holder, error) {
 	if err := checkHold(timing, fence); err != nil {
 		return nil, err
 	}
@@ -103,6 +117,9 @@ func Hold(timing Timing, granted time.Time, renew func(context.Context) error, f
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holder{timing: timing, renew: renew, fence: fence, cancel: cancel, done: make(chan struct{}), keeper: NewKeeper(timing)}
+	for _, o := range opts {
+		o(h)
+	}
 	now := time.Now()
 	h.keeper.Granted(now.Add(-now.Sub(granted)), now)
 	go h.run(ctx)
@@ -147,6 +164,7 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 	results := make(chan renewal, 1)
 	inFlight := false
 	nextTry := h.keeper.RenewAt()
+	due := nextTry // when the renewal in progress was due, for its lag; retries keep it
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -186,15 +204,20 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 			switch {
 			case r.err == nil:
 				h.mu.Lock()
-				h.keeper.Granted(r.start, time.Now())
+				now := time.Now()
+				h.keeper.Granted(r.start, now)
 				nextTry = h.keeper.RenewAt()
 				h.mu.Unlock()
+				h.m.Renewed(now.Sub(due))
+				due = nextTry
 			case Refused(r.err):
+				h.m.Refused()
 				h.mu.Lock()
 				h.keeper.Refused()
 				h.mu.Unlock()
 				return fmt.Errorf("%w: %w", ErrFenced, r.err)
 			default: // the store is unreachable or slow: try again soon
+				h.m.Failed()
 				nextTry = time.Now().Add(h.timing.RenewEvery / 4)
 			}
 		}

@@ -33,6 +33,14 @@ type inConn struct {
 	conn net.Conn
 	from cluster.UniqueAddress
 	bad  int // bad frames so far; the first is logged
+	read int // bytes read from conn, counted when metrics are on
+}
+
+// Read counts what the connection's reader takes from conn.
+func (c *inConn) Read(p []byte) (int, error) {
+	n, err := c.conn.Read(p)
+	c.read += n
+	return n, err
 }
 
 func (t *Transport) acceptLoop() {
@@ -88,8 +96,14 @@ func (t *Transport) serveInbound(c *inConn) {
 		return
 	}
 	self := t.cfg.Self
+	peer := t.m.Peer(c.from.Node)
+	c.read = br.Buffered() // read with the handshake, the start of the first frames
 	for {
 		f, err := frame.ReadFrame(br, t.cfg.MaxFrameSize)
+		if peer != nil {
+			peer.Received(0, c.read)
+			c.read = 0
+		}
 		if err != nil {
 			if errors.Is(err, frame.ErrTooLarge) || errors.Is(err, frame.ErrCorrupt) {
 				t.badFrame(c, err)
@@ -118,6 +132,7 @@ func (t *Transport) serveInbound(c *inConn) {
 			t.badFrame(c, fmt.Errorf("%w: frame from %s on the connection of %s", frame.ErrCorrupt, f.From, c.from))
 			continue
 		}
+		peer.Received(1, 0) // a message frame
 		msg, err := t.cfg.Codec.Decode(f.Manifest, f.Payload)
 		if err != nil {
 			t.badFrame(c, err)
@@ -139,7 +154,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 			return nil, fmt.Errorf("%w: tls: %w", ErrRefused, err)
 		}
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
+	br := bufio.NewReaderSize(c, 64<<10)
 	hello, err := readControl(br)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading hello: %w", ErrRefused, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/internal/metrics"
 )
 
 // errLinkDead is wrapped by the errors of a link that will never send
@@ -49,10 +50,11 @@ type link struct {
 	conn      net.Conn
 	inflight  map[uint64]*flushWaiter // markers written on conn, not yet acknowledged
 	nextFlush uint64
+	m         *metrics.Peer // nil when metrics are off
 }
 
 func newLink(t *Transport, to cluster.UniqueAddress) *link {
-	return &link{t: t, to: to, wake: make(chan struct{}, 1), inflight: make(map[uint64]*flushWaiter)}
+	return &link{t: t, to: to, wake: make(chan struct{}, 1), inflight: make(map[uint64]*flushWaiter), m: t.m.Peer(to.Node)}
 }
 
 func (l *link) signal() {
@@ -370,6 +372,7 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 		}
 		wrote = true
 		l.t.stat.batches.Add(1)
+		l.m.Sent(messages, len(buf))
 	}
 }
 

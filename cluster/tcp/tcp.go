@@ -77,9 +77,11 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/metrics"
 )
 
 // Resolver tells a transport where an incarnation listens. It returns an
@@ -190,6 +192,10 @@ type Config struct {
 	// Logger logs refused handshakes, bad frames and broken links.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, receives the transport's Prometheus collectors:
+	// bytes and frames sent and received, and queue depth, per peer node.
+	// Default nil: none.
+	Metrics prometheus.Registerer
 }
 
 // ErrInvalidConfig is returned (wrapped) by Listen for a Config missing a
@@ -280,6 +286,7 @@ type Transport struct {
 
 	mu         sync.Mutex
 	closed     bool
+	m          *metrics.Transport // nil when Config.Metrics is
 	links      map[cluster.UniqueAddress]*link
 	staleBelow map[string]uint64 // node id → lowest incarnation not known dead
 	inbound    map[*inConn]struct{}
@@ -323,6 +330,7 @@ func Listen(cfg Config) (*Transport, error) {
 		inbound:    make(map[*inConn]struct{}),
 		current:    make(map[cluster.UniqueAddress]*inConn),
 	}
+	t.m = metrics.NewTransport(cfg.Metrics, t.queuedPerPeer)
 	if cfg.Membership != nil {
 		_, t.unsubscribe = cfg.Membership.Subscribe(t.follow)
 	}
@@ -352,6 +360,23 @@ func (t *Transport) Stats() Stats {
 		BadFrames:         t.stat.badFrames.Load(),
 		RefusedHandshakes: t.stat.refused.Load(),
 	}
+}
+
+// queuedPerPeer sums the messages queued on the links to each node, for a scrape.
+func (t *Transport) queuedPerPeer() map[string]int {
+	t.mu.Lock()
+	links := make([]*link, 0, len(t.links))
+	for _, l := range t.links {
+		links = append(links, l)
+	}
+	t.mu.Unlock()
+	out := make(map[string]int, len(links))
+	for _, l := range links {
+		l.mu.Lock()
+		out[l.to.Node] += l.queued
+		l.mu.Unlock()
+	}
+	return out
 }
 
 // Send implements cluster.Transport: it encodes msg into a frame and

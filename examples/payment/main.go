@@ -184,6 +184,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.BoolVar(&o.issuerOnly, "issuer-only", false, "serve only the issuer simulator, on -issuer-addr (one issuer for a cluster)")
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
 	flags.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
+	flags.BoolVar(&cfg.Metrics, "metrics", false, "serve Prometheus metrics at /metrics on the API address")
 	flags.StringVar(&o.probe, "probe", "", "GET this URL (say http://127.0.0.1:8080/ready) and exit 0 if it answers 200, else 1: a health check for images without a shell")
 	flags.BoolVar(&o.demo, "demo", false, "run a scripted demo against the simulator, then exit")
 	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")

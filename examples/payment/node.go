@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
@@ -73,6 +76,10 @@ type Config struct {
 	// Clock is the entities' time source. Default: the wall clock.
 	Clock  timers.Clock
 	Logger *slog.Logger
+	// Metrics registers the node's Prometheus collectors (Shoal's, Go's
+	// and the process's) on a registry of its own and serves it at
+	// /metrics on APIAddr, for Prometheus to scrape.
+	Metrics bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -115,6 +122,7 @@ type Node struct {
 	pgJ       *postgres.Journal
 	log       *slog.Logger
 	serveErr  chan error
+	metrics   *prometheus.Registry // nil unless Config.Metrics
 }
 
 // Start starts a node. Stop it with Shutdown (graceful) or Kill.
@@ -139,6 +147,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.DrainTimeout = d.DrainTimeout
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
+	if cfg.Metrics {
+		n.metrics = prometheus.NewRegistry()
+		n.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	defer func() {
 		if err != nil {
 			n.Kill()
@@ -223,8 +235,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.Cluster != nil {
 		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
 	}
+	handler := api.Handler()
+	if n.metrics != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.metrics, promhttp.HandlerOpts{}))
+		mux.Handle("/", handler)
+		handler = mux
+	}
 	n.api = &http.Server{
-		Handler:           api.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -241,11 +260,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 func (n *Node) localSharding(reg *codec.Registry) (*sharding.Sharding, error) {
 	Register(reg)
 	registerCounter(reg)
-	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: n.Journal, Clock: n.cfg.Clock, Logger: n.log})
+	ec := entity.Config{Codec: reg, Journal: n.Journal, Clock: n.cfg.Clock, Logger: n.log}
+	var shardingCfg sharding.Config
+	if n.metrics != nil {
+		ec.Metrics, shardingCfg.Metrics = n.metrics, n.metrics
+	}
+	sys, err := entity.NewSystem(ec)
 	if err != nil {
 		return nil, err
 	}
-	var shardingCfg sharding.Config
 	if n.pool != nil {
 		shardingCfg.CoordinatorStore = shardingpg.NewCoordinatorStore(n.pool)
 		shardingCfg.RememberStore = shardingpg.NewRememberStore(n.pool)
@@ -272,6 +295,9 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 	}
 	if nc.Entity.Clock == nil {
 		nc.Entity.Clock = n.cfg.Clock
+	}
+	if nc.Metrics == nil && n.metrics != nil {
+		nc.Metrics = n.metrics
 	}
 	c := *n.cfg.Cluster
 	c.Node = nc
@@ -351,7 +377,11 @@ func (n *Node) openJournal(ctx context.Context) error {
 	if len(applied) > 0 {
 		n.log.Info("applied migrations", "versions", applied)
 	}
-	n.pgJ = postgres.New(pool, postgres.Config{})
+	var jc postgres.Config
+	if n.metrics != nil {
+		jc.Metrics = n.metrics
+	}
+	n.pgJ = postgres.New(pool, jc)
 	n.Journal = n.pgJ
 	return nil
 }

@@ -207,7 +207,7 @@ func (h *backOffLog) Handle(_ context.Context, r slog.Record) error {
 	c := backOffChoice{duringOutage: h.outage.Load()}
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
-		case "entity":
+		case "entity_id":
 			id = a.Value.String()
 		case "attempt":
 			c.attempt = int(a.Value.Int64())

@@ -61,6 +61,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/journal"
 )
 
@@ -83,6 +85,9 @@ type Config struct {
 	// ReplayPageSize is the number of events Replay fetches per query; at
 	// most two pages are held in memory. Default 2000.
 	ReplayPageSize int
+	// Metrics, when set, receives the journal's Prometheus collectors:
+	// persist and replay latency, events per batch. Default nil: none.
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -151,6 +156,7 @@ type Journal struct {
 	stats     struct{ batches, writes, events, conflictBatches atomic.Uint64 }
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	m         *metrics.Journal // nil when Config.Metrics is
 }
 
 var _ journal.Journal = (*Journal)(nil)
@@ -165,6 +171,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Journal {
 		queue:  make(chan *request, 4*cfg.MaxBatchEvents),
 		slots:  make(chan struct{}, cfg.Writers),
 		closed: make(chan struct{}),
+		m:      metrics.NewJournal(cfg.Metrics),
 	}
 	j.wg.Add(cfg.Writers)
 	for range cfg.Writers {
@@ -207,10 +214,24 @@ type request struct {
 	state  atomic.Int32
 	done   chan error  // Write: buffered, so the writer never blocks on a caller
 	cb     func(error) // WriteAsync
+	m      *metrics.Journal
+	start  time.Time // when m is set
+}
+
+// newRequest is a request for events, timed when metrics are on.
+func (j *Journal) newRequest(events []journal.Event) *request {
+	r := &request{events: events, m: j.m}
+	if j.m != nil {
+		r.start = time.Now()
+	}
+	return r
 }
 
 // reply hands r its outcome.
 func (r *request) reply(err error) {
+	if r.m != nil {
+		r.m.Persisted(time.Since(r.start))
+	}
 	if r.cb != nil {
 		r.cb(err)
 		return
@@ -243,7 +264,8 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	if err := check(events); err != nil {
 		return err
 	}
-	r := &request{events: events, done: make(chan error, 1)}
+	r := j.newRequest(events)
+	r.done = make(chan error, 1)
 	if j.cfg.MaxBatchWait == 0 && len(j.queue) == 0 {
 		select {
 		case j.slots <- struct{}{}:
@@ -298,7 +320,8 @@ func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
 		done(err)
 		return
 	}
-	r := &request{events: events, cb: done}
+	r := j.newRequest(events)
+	r.cb = done
 	select {
 	case j.queue <- r:
 	case <-j.closed:
@@ -513,6 +536,7 @@ func (j *Journal) flush(batch []*request, n int) {
 		err = j.flushConflicting(ctx, batch, args, results)
 	}
 	j.stats.batches.Add(1)
+	j.m.Batch(n)
 	j.stats.writes.Add(uint64(len(batch)))
 	j.stats.events.Add(uint64(n))
 	for i, r := range batch {
@@ -724,6 +748,9 @@ func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn fu
 	lo, hi, ok := clamp(from, to)
 	if !ok {
 		return nil
+	}
+	if j.m != nil {
+		defer func(start time.Time) { j.m.Replayed(time.Since(start)) }(time.Now())
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
