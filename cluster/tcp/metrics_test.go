@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster/clustertest"
@@ -26,6 +27,12 @@ func TestMetricsFramesAndBytesPerPeer(t *testing.T) {
 		t.Fatalf("b received %d pings, want 5", n)
 	}
 	toB, fromA := map[string]string{"peer": "b"}, map[string]string{"peer": "a"}
+	// The writer counts a batch after its Write returns, which may be after
+	// the receiver has read it and the flush came back: wait for the count.
+	deadline := time.Now().Add(30 * time.Second)
+	for metricstest.Value(t, regs["a"], "shoal_transport_sent_frames_total", toB) < 5 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if n := metricstest.Value(t, regs["a"], "shoal_transport_sent_frames_total", toB); n != 5 {
 		t.Errorf("a sent %v frames to b, want 5", n)
 	}
