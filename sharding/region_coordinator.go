@@ -440,8 +440,9 @@ type retryStoreWrites struct{}
 func (retryStoreWrites) protocolMessage() {}
 
 // coordinatorWrites holds one step's decisions until the store has them:
-// its changes are written in order, in one batch, and its messages sent only once all
-// are; while they wait, the coordinator takes no other message.
+// its changes are written in order as one batch, and its messages sent
+// only once it committed; while they wait, the coordinator takes no other
+// message.
 type coordinatorWrites struct {
 	store   CoordinatorStore
 	typ     string

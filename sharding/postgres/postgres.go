@@ -9,8 +9,10 @@
 // enforced by the database: acquiring increments the row's epoch under
 // its row lock, and each Allocate or Deallocate is one statement that
 // share-locks the row and writes only if its epoch still equals the
-// writer's. A write therefore either commits before a takeover, and the
-// new coordinator's Acquire sees it, or fails with sharding.ErrStaleEpoch.
+// writer's (an Update runs such statements in one transaction, so the
+// first one's lock holds the epoch for the rest). A write therefore
+// either commits before a takeover, and the new coordinator's Acquire
+// sees it, or fails with sharding.ErrStaleEpoch.
 package postgres
 
 import (
