@@ -447,8 +447,9 @@ type retryStoreWrites struct{}
 func (retryStoreWrites) protocolMessage() {}
 
 // coordinatorWrites holds one step's decisions until the store has them:
-// its changes are written in order, and its messages sent only once all
-// are; while they wait, the coordinator takes no other message.
+// its changes are written in order as one batch, and its messages sent
+// only once it committed; while they wait, the coordinator takes no other
+// message.
 type coordinatorWrites struct {
 	store   CoordinatorStore
 	typ     string
@@ -470,23 +471,21 @@ func (w *coordinatorWrites) take(changes []change, out []outbound) {
 	w.changes, w.out = changes, out
 }
 
-// flush writes the waiting changes in order, then sends the messages that
-// depend on them. On an error the changes not yet written still wait.
+// flush writes the waiting changes as one batch (one store round trip,
+// all or none), then sends the messages that depend on them. On an error
+// the whole batch still waits.
 func (w *coordinatorWrites) flush() error {
-	for len(w.changes) > 0 {
-		c := w.changes[0]
-		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		var err error
-		if c.region == "" {
-			err = w.store.Deallocate(ctx, w.typ, w.epoch, c.shard)
-		} else {
-			err = w.store.Allocate(ctx, w.typ, w.epoch, c.shard, c.region)
+	if len(w.changes) > 0 {
+		batch := make([]AllocationChange, len(w.changes))
+		for i, c := range w.changes {
+			batch[i] = AllocationChange{Shard: c.shard, Region: c.region}
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		err := w.store.Update(ctx, w.typ, w.epoch, batch)
 		cancel()
 		if err != nil {
 			return err
 		}
-		w.changes = w.changes[1:]
 	}
 	w.changes = nil
 	w.retries.Reset()

@@ -768,13 +768,15 @@ func (c *simCoord) waiting() bool { return len(c.changes) > 0 }
 
 func (c *simCoord) flush() {
 	w, n := c.n.w, c.n
-	for len(c.changes) > 0 {
-		ch := c.changes[0]
+	if len(c.changes) > 0 {
+		// One batch, as coordinatorWrites.flush writes it.
+		batch := make([]AllocationChange, len(c.changes))
+		for i, ch := range c.changes {
+			batch[i] = AllocationChange{Shard: ch.shard, Region: ch.region}
+		}
 		err := w.storeErr(n.name)
-		if err == nil && ch.region == "" {
-			err = w.coordStore.Deallocate(context.Background(), simType, c.epoch, ch.shard)
-		} else if err == nil {
-			err = w.coordStore.Allocate(context.Background(), simType, c.epoch, ch.shard, ch.region)
+		if err == nil {
+			err = w.coordStore.Update(context.Background(), simType, c.epoch, batch)
 		}
 		if errors.Is(err, ErrStaleEpoch) {
 			w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
@@ -795,7 +797,6 @@ func (c *simCoord) flush() {
 			}
 			return
 		}
-		c.changes = c.changes[1:]
 	}
 	c.changes, c.attempts = nil, 0
 	if len(c.out) > 0 && !c.keeper.Holds(n.now()) {

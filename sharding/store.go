@@ -56,6 +56,18 @@ type CoordinatorStore interface {
 	// Deallocate forgets shard's home: ErrStaleEpoch unless epoch is the
 	// newest.
 	Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error
+	// Update applies changes in order, all or none: ErrStaleEpoch, and
+	// nothing written, unless epoch is the newest. One call is one round
+	// trip (one transaction), so a coordinator handing off many shards
+	// pays for one commit, not one per shard.
+	Update(ctx context.Context, typeName string, epoch uint64, changes []AllocationChange) error
+}
+
+// AllocationChange is one write of a CoordinatorStore.Update: shard's home
+// becomes Region, or is forgotten when Region is empty.
+type AllocationChange struct {
+	Shard  string
+	Region string // "" deallocates
 }
 
 // RememberStore records which entities each shard runs, so that a shard
@@ -150,6 +162,19 @@ func (s *MemoryCoordinatorStore) Allocate(ctx context.Context, typeName string, 
 // Deallocate implements CoordinatorStore.
 func (s *MemoryCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
 	return s.write(ctx, typeName, epoch, func(t *storedType) { delete(t.shards, shard) })
+}
+
+// Update implements CoordinatorStore.
+func (s *MemoryCoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []AllocationChange) error {
+	return s.write(ctx, typeName, epoch, func(t *storedType) {
+		for _, c := range changes {
+			if c.Region == "" {
+				delete(t.shards, c.Shard)
+			} else {
+				t.shards[c.Shard] = c.Region
+			}
+		}
+	})
 }
 
 // MemoryRememberStore is a RememberStore for one process.

@@ -14,7 +14,8 @@ import (
 )
 
 // faultyCoordinatorStore fails its first failAllocates Allocate and
-// failDeallocates Deallocate calls, and makes its first hangAcquires
+// failDeallocates Deallocate calls (an Update counts as each kind of
+// change it holds, and fails if either fails), and makes its first hangAcquires
 // Acquire calls wait for their context.
 type faultyCoordinatorStore struct {
 	*sharding.MemoryCoordinatorStore
@@ -45,6 +46,25 @@ func (f *faultyCoordinatorStore) fail(left *int) error {
 		return errors.New("store unavailable")
 	}
 	return nil
+}
+
+func (f *faultyCoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []sharding.AllocationChange) error {
+	var allocates, deallocates bool
+	for _, c := range changes {
+		allocates = allocates || c.Region != ""
+		deallocates = deallocates || c.Region == ""
+	}
+	if deallocates {
+		if err := f.fail(&f.failDeallocates); err != nil {
+			return err
+		}
+	}
+	if allocates {
+		if err := f.fail(&f.failAllocates); err != nil {
+			return err
+		}
+	}
+	return f.MemoryCoordinatorStore.Update(ctx, typeName, epoch, changes)
 }
 
 func (f *faultyCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {

@@ -9,8 +9,10 @@
 // enforced by the database: acquiring increments the row's epoch under
 // its row lock, and each Allocate or Deallocate is one statement that
 // share-locks the row and writes only if its epoch still equals the
-// writer's. A write therefore either commits before a takeover, and the
-// new coordinator's Acquire sees it, or fails with sharding.ErrStaleEpoch.
+// writer's (an Update runs such statements in one transaction, so the
+// first one's lock holds the epoch for the rest). A write therefore
+// either commits before a takeover, and the new coordinator's Acquire
+// sees it, or fails with sharding.ErrStaleEpoch.
 package postgres
 
 import (
@@ -121,6 +123,7 @@ const (
 				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
 		)
 		SELECT epoch FROM lease`
+	leaseEpochSQL = `SELECT epoch FROM coordinator_lease WHERE type_name = $1 AND $2::bigint IS NOT NULL FOR SHARE`
 )
 
 // Allocate implements sharding.CoordinatorStore.
@@ -139,9 +142,45 @@ func (s *CoordinatorStore) Deallocate(ctx context.Context, typeName string, epoc
 	return nil
 }
 
+// Update implements sharding.CoordinatorStore: one transaction whose first
+// statement share-locks the lease row, so every change sees the same epoch
+// and a refused one rolls back those before it.
+func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []sharding.AllocationChange) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if len(changes) == 0 {
+			return fenced(ctx, tx, leaseEpochSQL, typeName, epoch)
+		}
+		for _, c := range changes {
+			var err error
+			if c.Region == "" {
+				err = fenced(ctx, tx, deallocateSQL, typeName, epoch, c.Shard)
+			} else {
+				err = fenced(ctx, tx, allocateSQL, typeName, epoch, c.Shard, c.Region)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sharding/postgres: update %s (%d changes): %w", typeName, len(changes), err)
+	}
+	return nil
+}
+
+// querier is what fenced needs of a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // fenced runs a write statement taking (type, epoch, args...) that returns
 // the lease's current epoch, and reports ErrStaleEpoch when it is not epoch.
 func (s *CoordinatorStore) fenced(ctx context.Context, sql, typeName string, epoch uint64, args ...any) error {
+	return fenced(ctx, s.pool, sql, typeName, epoch, args...)
+}
+
+func fenced(ctx context.Context, q querier, sql, typeName string, epoch uint64, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -150,7 +189,7 @@ func (s *CoordinatorStore) fenced(ctx context.Context, sql, typeName string, epo
 		return fmt.Errorf("%w: epoch %d was never issued", sharding.ErrStaleEpoch, epoch)
 	}
 	var current int64
-	err := s.pool.QueryRow(ctx, sql, append([]any{typeName, int64(epoch)}, args...)...).Scan(&current)
+	err := q.QueryRow(ctx, sql, append([]any{typeName, int64(epoch)}, args...)...).Scan(&current)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: epoch %d, but %s has no coordinator lease", sharding.ErrStaleEpoch, epoch, typeName)

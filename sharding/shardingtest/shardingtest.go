@@ -91,6 +91,9 @@ func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T, clock *leaset
 		{"ConcurrentAcquire", testConcurrentAcquire},
 		{"TakeoverDuringWrites", testTakeoverDuringWrites},
 		{"CancelledContext", testCoordinatorCancelled},
+		{"UpdateAppliesInOrder", testUpdateInOrder},
+		{"UpdateStaleEpochWritesNothing", testUpdateStale},
+		{"UpdateWithoutLeaseRejected", testUpdateWithoutLease},
 	})
 }
 
@@ -338,6 +341,59 @@ func testStaleEpoch(t *testing.T, s coordStore, typ names) {
 
 	_, shards := takeOver(t, s, typ("T"), "node-c")
 	wantShards(t, "after stale writes", shards, map[string]string{"s1": "region-a", "s2": "region-a", "s4": "region-b"})
+}
+
+func update(t *testing.T, s coordStore, typ string, epoch uint64, changes ...sharding.AllocationChange) {
+	t.Helper()
+	if err := s.Update(ctxFor(t), typ, epoch, changes); err != nil {
+		t.Fatalf("Update(%q, %d, %v): %v", typ, epoch, changes, err)
+	}
+}
+
+// A batch applies its changes in order: a shard deallocated then
+// allocated ends allocated, one allocated then deallocated ends gone, the
+// last of two moves wins.
+func testUpdateInOrder(t *testing.T, s coordStore, typ names) {
+	e, _ := acquire(t, s, typ("T"), "node-a")
+	allocate(t, s, typ("T"), e, "s1", "region-a")
+	allocate(t, s, typ("T"), e, "s2", "region-a")
+	update(t, s, typ("T"), e,
+		sharding.AllocationChange{Shard: "s1"},
+		sharding.AllocationChange{Shard: "s1", Region: "region-b"},
+		sharding.AllocationChange{Shard: "s2", Region: "region-b"},
+		sharding.AllocationChange{Shard: "s2"},
+		sharding.AllocationChange{Shard: "s3", Region: "region-a"},
+		sharding.AllocationChange{Shard: "s3", Region: "region-c"},
+	)
+	update(t, s, typ("T"), e) // an empty batch is no error
+	_, shards := takeOver(t, s, typ("T"), "node-b")
+	wantShards(t, "after a batch", shards, map[string]string{"s1": "region-b", "s3": "region-c"})
+}
+
+// A deposed or never-issued epoch writes none of its batch.
+func testUpdateStale(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	old, _ := acquire(t, s, typ("T"), "node-a")
+	allocate(t, s, typ("T"), old, "s1", "region-a")
+	cur, _ := takeOver(t, s, typ("T"), "node-b")
+	batch := []sharding.AllocationChange{{Shard: "s2", Region: "region-x"}, {Shard: "s1"}, {Shard: "s3", Region: "region-x"}}
+	wantStale(t, "Update with the old epoch", s.Update(ctx, typ("T"), old, batch))
+	wantStale(t, "empty Update with the old epoch", s.Update(ctx, typ("T"), old, nil))
+	for _, bad := range []uint64{cur + 1, math.MaxInt64, math.MaxUint64} {
+		wantStale(t, fmt.Sprintf("Update with epoch %d", bad), s.Update(ctx, typ("T"), bad, batch))
+	}
+	_, shards := takeOver(t, s, typ("T"), "node-c")
+	wantShards(t, "after stale batches", shards, map[string]string{"s1": "region-a"})
+}
+
+func testUpdateWithoutLease(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	for _, epoch := range []uint64{0, 1} {
+		wantStale(t, fmt.Sprintf("Update with epoch %d before any Acquire", epoch),
+			s.Update(ctx, typ("T"), epoch, []sharding.AllocationChange{{Shard: "s1", Region: "region-x"}}))
+	}
+	_, shards := acquire(t, s, typ("T"), "node-a")
+	wantShards(t, "after a batch without a lease", shards, nil)
 }
 
 func testUnknownEpoch(t *testing.T, s coordStore, typ names) {
