@@ -90,38 +90,98 @@ func tellAll[R entity.Ref[benchMsg]](refs []R, n int, done <-chan struct{}) {
 	<-done
 }
 
-// BenchmarkTellThroughSharding measures messages told through
-// EntityRef.Tell and handled, per second, spread over 10 000 resident
-// entities on one node (every shard allocated). In the same run, with the
-// timer stopped, as many messages go to 10 000 entities of the same
-// behavior through their entity.Ref directly; direct-tells/s is that rate
-// and sharding/direct the ratio of the two.
+// BenchmarkTellThroughSharding compares Tell through sharding with direct
+// Tell under the same conditions: 10 000 resident entities on one node
+// (every shard allocated) and, in the same process, 10 000 entities of the
+// same behavior spawned directly. It runs rounds of both in turn (sharding
+// first, then direct first, and so on), b.N messages of each in all, from
+// one goroutine per core, each round waiting until all are handled, so
+// that load coming and going on a shared machine falls on both alike.
+// ns/op is per pair of messages; it reports tells/s (through sharding),
+// direct-tells/s and their ratio sharding/direct:
+//
+//	go test -run '^$' -bench TellThroughSharding -benchtime 2000000x -count 5 ./sharding
 func BenchmarkTellThroughSharding(b *testing.B) {
 	const entities = 10_000
 	c := &counter{}
 	sys, sh, r := benchNode(b, sharding.Settings{}, c.create)
 	defer sh.Terminate()
 	refs := residentRefs(b, r, c, entities)
-	direct := make([]*entity.Cell[benchMsg], entities)
-	props := &entity.Props[benchMsg]{Key: entity.NewTypeKey[benchMsg]("BenchDirect"), Create: c.create}
-	for i := range direct {
-		direct[i] = entity.Spawn(sys, props, strconv.Itoa(i))
-	}
+	direct := directRefs(b, sys, c, entities)
 
-	done := c.expect(b.N)
+	const rounds = 6
+	var elapsed [2]time.Duration // [0] through sharding, [1] direct
 	b.ResetTimer()
-	tellAll(refs, b.N, done)
+	for round := range rounds {
+		n := b.N / rounds
+		if round < b.N%rounds {
+			n++
+		}
+		for k := range 2 {
+			k ^= round % 2 // sharding first in even rounds, direct first in odd ones
+			done := c.expect(n)
+			start := time.Now()
+			if k == 0 {
+				tellAll(refs, n, done)
+			} else {
+				tellAll(direct, n, done)
+			}
+			elapsed[k] += time.Since(start)
+		}
+	}
 	b.StopTimer()
-	viaSharding := b.Elapsed()
+	b.ReportMetric(float64(b.N)/elapsed[0].Seconds(), "tells/s")
+	b.ReportMetric(float64(b.N)/elapsed[1].Seconds(), "direct-tells/s")
+	b.ReportMetric(elapsed[1].Seconds()/elapsed[0].Seconds(), "sharding/direct")
+}
 
-	done = c.expect(b.N)
-	start := time.Now()
-	tellAll(direct, b.N, done)
-	viaRef := time.Since(start)
+// BenchmarkTellPath runs one side of BenchmarkTellThroughSharding alone,
+// with the same set-up (both sets of 10 000 entities), for instruction
+// counts, which no other load on the machine changes. The instructions of
+// one message are the difference of two runs' totals over the difference
+// of their b.N (the set-up, and the run with b.N = 1 that the testing
+// package makes first, cancel out):
+//
+//	go test -c -o sharding.test ./sharding
+//	for side in sharding direct; do for n in 20000 40000; do
+//	  GOMAXPROCS=2 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//	    ./sharding.test -test.run '^$' -test.bench "TellPath/$side\$" -test.benchtime ${n}x
+//	done; done
+func BenchmarkTellPath(b *testing.B) {
+	const entities = 10_000
+	for _, side := range []string{"sharding", "direct"} {
+		b.Run(side, func(b *testing.B) {
+			c := &counter{}
+			sys, sh, r := benchNode(b, sharding.Settings{}, c.create)
+			defer sh.Terminate()
+			refs := residentRefs(b, r, c, entities)
+			direct := directRefs(b, sys, c, entities)
+			done := c.expect(b.N)
+			b.ResetTimer()
+			if side == "sharding" {
+				tellAll(refs, b.N, done)
+			} else {
+				tellAll(direct, b.N, done)
+			}
+		})
+	}
+}
 
-	b.ReportMetric(float64(b.N)/viaSharding.Seconds(), "tells/s")
-	b.ReportMetric(float64(b.N)/viaRef.Seconds(), "direct-tells/s")
-	b.ReportMetric(viaRef.Seconds()/viaSharding.Seconds(), "sharding/direct")
+// directRefs spawns n entities of c's behavior outside sharding, each with
+// one message, and returns their refs once all handled it.
+func directRefs(b *testing.B, sys *entity.System, c *counter, n int) []*entity.Cell[benchMsg] {
+	b.Helper()
+	props := &entity.Props[benchMsg]{Key: entity.NewTypeKey[benchMsg]("BenchDirect"), Create: c.create}
+	refs := make([]*entity.Cell[benchMsg], n)
+	warm := c.expect(n)
+	for i := range refs {
+		refs[i] = entity.Spawn(sys, props, strconv.Itoa(i))
+		if err := refs[i].Tell(benchMsg{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-warm
+	return refs
 }
 
 // BenchmarkIdleEntityMemoryWithSharding reports heap bytes per resident
