@@ -250,6 +250,7 @@ func BenchmarkFirstMessageToUnallocatedShard(b *testing.B) {
 		}
 	}()
 	settings := sharding.Settings{ShardID: func(id string) string { return id }}
+	var first, started time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		if i%perNode == 0 {
@@ -265,24 +266,41 @@ func BenchmarkFirstMessageToUnallocatedShard(b *testing.B) {
 			b.StartTimer()
 		}
 		done := c.expect(1)
+		start := time.Now()
 		if err := r.EntityRefFor(strconv.Itoa(i)).Tell(benchMsg{}); err != nil {
 			b.Fatal(err)
 		}
 		<-done
+		first += time.Since(start)
+		// The same-run baseline: Tell → handled to the started warm entity.
+		done = c.expect(1)
+		start = time.Now()
+		if err := r.EntityRefFor("warm").Tell(benchMsg{}); err != nil {
+			b.Fatal(err)
+		}
+		<-done
+		started += time.Since(start)
 	}
+	b.StopTimer()
+	b.ReportMetric(first.Seconds()*1e6/float64(b.N), "first-us")
+	b.ReportMetric(started.Seconds()*1e6/float64(b.N), "started-us")
+	b.ReportMetric(first.Seconds()/started.Seconds(), "first/started")
 }
 
 // BenchmarkHandOffOf1000Entities measures the graceful leave of a node
 // whose one shard holds 1000 entities: the coordinator (on the other,
 // older node, which the coordinator-avoidance strategy keeps free of
 // shards) begins the hand-off, every entity gets its stop message and
-// stops, and the shard is homed on the remaining node.
+// stops, and the shard is started on the remaining node (an ask through it
+// is answered there). Each iteration also times an ask to a started
+// entity (the baseline): it reports handoff-ms, ask-us and handoff/ask.
 func BenchmarkHandOffOf1000Entities(b *testing.B) {
 	settings := sharding.Settings{
 		NumberOfShards: 1,
 		Strategy:       allocation.NewCoordinatorAvoidance(allocation.DefaultCoordinatorAvoidanceConfig()),
 	}
 	ids := entityIDs(1000)
+	var handOff, ask time.Duration
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -295,10 +313,18 @@ func BenchmarkHandOffOf1000Entities(b *testing.B) {
 		for len(leaver.region.State().Shards["0"]) < len(ids) || a.region.Homes()["0"] != "b" {
 			runtime.Gosched()
 		}
+		// The same-run baseline: an ask to a started entity.
+		start := time.Now()
+		_ = leaver.ask(b, ids[0])
+		ask += time.Since(start)
 		b.StartTimer()
+		start = time.Now()
 		if err := leaver.sh.Shutdown(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+		// The shard is started on the remaining node once an ask through it is answered.
+		_ = a.ask(b, ids[0])
+		handOff += time.Since(start)
 		b.StopTimer()
 		s.log.mu.Lock()
 		stops := s.log.stopsByNode["b"]
@@ -308,6 +334,9 @@ func BenchmarkHandOffOf1000Entities(b *testing.B) {
 		}
 		a.sh.Terminate()
 	}
+	b.ReportMetric(handOff.Seconds()*1e3/float64(b.N), "handoff-ms")
+	b.ReportMetric(ask.Seconds()*1e6/float64(b.N), "ask-us")
+	b.ReportMetric(handOff.Seconds()/ask.Seconds(), "handoff/ask")
 }
 
 // BenchmarkTellLocalKnownShard is the data path alone: one goroutine tells
