@@ -93,6 +93,9 @@ type failedNode struct {
 	downed  bool   // the store confirmed the down
 	expired bool   // the store confirmed its lease expired: final
 	checked bool   // the store answered an expiry check
+	// downSent: a DownNode call went out; the node is doomed even if it
+	// turns up healthy.
+	downSent bool
 	busy    bool   // a store call for it is under way
 }
 
@@ -146,8 +149,9 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 			d.nodes[m.Node] = &failedNode{last: m, down: true}
 		case failed:
 			n.last, n.down = m, true
-		case n != nil && !n.down && !n.expired:
-			// Absent before, healthy now: the view had not caught up.
+		case n != nil && !n.downSent && !n.expired:
+			// Absent before, or failed but never downed (the view was
+			// not stable yet), healthy now: nothing to do.
 			delete(d.nodes, m.Node)
 		case n != nil:
 			n.last = m
@@ -178,7 +182,9 @@ func (d *downing) due(now time.Time) []downCall {
 			continue
 		}
 		n.busy = true
-		calls = append(calls, downCall{node: name, down: mayDown && n.down && !n.downed})
+		down := mayDown && n.down && !n.downed
+		n.downSent = n.downSent || down
+		calls = append(calls, downCall{node: name, down: down})
 	}
 	return calls
 }
