@@ -96,7 +96,7 @@ type failedNode struct {
 	// downSent: a DownNode call went out; the node is doomed even if it
 	// turns up healthy.
 	downSent bool
-	busy    bool   // a store call for it is under way
+	busy     bool // a store call for it is under way
 }
 
 // downCall is a store call the runner makes for the machine.
