@@ -4,8 +4,8 @@
 // by the codec as manifest and payload; a reply address travels inside it,
 // as the ReplyTo of the user's command).
 //
-// Package sharding keeps its messages as Go values for the local path;
-// package sharding/remote converts them to and from these types where a
+// Package sharding/protocol holds the messages as Go values for the local
+// path; package sharding/remote converts them to and from these types where a
 // message leaves or enters a node. RegisterTypes adds them to the codec a
 // cluster.Transport encodes with, under manifests prefixed "shoal.sharding.",
 // which stay stable across renames of the Go types.
@@ -65,128 +65,128 @@ const (
 	RefusedByListener = "refused"
 )
 
-// The protocol messages, field for field those of package sharding, with
-// the user messages they carry as Entries.
+// The protocol messages, field for field those of package
+// sharding/protocol, with the user messages they carry as Entries.
 type (
-	// Register is sharding.Register.
+	// Register is protocol.Register.
 	Register struct {
 		To     Target `json:"to"`
 		Region string `json:"region"`
 	}
-	// RegisterProxy is sharding.RegisterProxy.
+	// RegisterProxy is protocol.RegisterProxy.
 	RegisterProxy struct {
 		To     Target `json:"to"`
 		Region string `json:"region"`
 	}
-	// RegisterAck is sharding.RegisterAck.
+	// RegisterAck is protocol.RegisterAck.
 	RegisterAck struct {
 		To          Target `json:"to"`
 		Coordinator string `json:"coordinator"`
 		Epoch       uint64 `json:"epoch"`
 	}
-	// GetShardHome is sharding.GetShardHome.
+	// GetShardHome is protocol.GetShardHome.
 	GetShardHome struct {
 		To       Target `json:"to"`
 		Shard    string `json:"shard"`
 		Region   string `json:"region"`
 		HandOver bool   `json:"handOver,omitempty"`
 	}
-	// ShardHome is sharding.ShardHome.
+	// ShardHome is protocol.ShardHome.
 	ShardHome struct {
 		To     Target `json:"to"`
 		Shard  string `json:"shard"`
 		Region string `json:"region"`
 		Epoch  uint64 `json:"epoch"`
 	}
-	// ShardHomes is sharding.ShardHomes.
+	// ShardHomes is protocol.ShardHomes.
 	ShardHomes struct {
 		To    Target              `json:"to"`
 		Homes map[string][]string `json:"homes"`
 		Epoch uint64              `json:"epoch"`
 	}
-	// HostShard is sharding.HostShard.
+	// HostShard is protocol.HostShard.
 	HostShard struct {
 		To    Target `json:"to"`
 		Shard string `json:"shard"`
 		From  string `json:"from,omitempty"`
 		Epoch uint64 `json:"epoch"`
 	}
-	// ShardStarted is sharding.ShardStarted.
+	// ShardStarted is protocol.ShardStarted.
 	ShardStarted struct {
 		To     Target `json:"to"`
 		Shard  string `json:"shard"`
 		Region string `json:"region"`
 	}
-	// BeginHandOff is sharding.BeginHandOff.
+	// BeginHandOff is protocol.BeginHandOff.
 	BeginHandOff struct {
 		To    Target `json:"to"`
 		Shard string `json:"shard"`
 		Epoch uint64 `json:"epoch"`
 	}
-	// BeginHandOffAck is sharding.BeginHandOffAck.
+	// BeginHandOffAck is protocol.BeginHandOffAck.
 	BeginHandOffAck struct {
 		To       Target `json:"to"`
 		Shard    string `json:"shard"`
 		Region   string `json:"region"`
 		FencedAt string `json:"fencedAt,omitempty"`
 	}
-	// Fence is sharding.Fence.
+	// Fence is protocol.Fence.
 	Fence struct {
 		To    Target `json:"to"`
 		Shard string `json:"shard"`
 		From  string `json:"from"`
 	}
-	// HandOff is sharding.HandOff.
+	// HandOff is protocol.HandOff.
 	HandOff struct {
 		To     Target   `json:"to"`
 		Shard  string   `json:"shard"`
 		Epoch  uint64   `json:"epoch"`
 		Fences []string `json:"fences,omitempty"`
 	}
-	// ShardStopped is sharding.ShardStopped.
+	// ShardStopped is protocol.ShardStopped.
 	ShardStopped struct {
 		To     Target `json:"to"`
 		Shard  string `json:"shard"`
 		Region string `json:"region"`
 		Held   bool   `json:"held,omitempty"`
 	}
-	// HandOver is sharding.HandOver, its messages as Entries.
+	// HandOver is protocol.HandOver, its messages as Entries.
 	HandOver struct {
 		To    Target  `json:"to"`
 		Shard string  `json:"shard"`
 		From  string  `json:"from"`
 		Msgs  []Entry `json:"msgs,omitempty"`
 	}
-	// GracefulShutdownReq is sharding.GracefulShutdownReq.
+	// GracefulShutdownReq is protocol.GracefulShutdownReq.
 	GracefulShutdownReq struct {
 		To     Target `json:"to"`
 		Region string `json:"region"`
 	}
-	// LeaveAck is sharding.LeaveAck.
+	// LeaveAck is protocol.LeaveAck.
 	LeaveAck struct {
 		To    Target `json:"to"`
 		Epoch uint64 `json:"epoch"`
 	}
-	// StopShards is sharding.StopShards.
+	// StopShards is protocol.StopShards.
 	StopShards struct {
 		To     Target   `json:"to"`
 		Shards []string `json:"shards"`
 	}
-	// RebalanceShards is sharding.RebalanceShards.
+	// RebalanceShards is protocol.RebalanceShards.
 	RebalanceShards struct {
 		To     Target   `json:"to"`
 		Shards []string `json:"shards"`
 	}
-	// LeaveRequest is sharding.LeaveRequest; its Target has an empty Type.
+	// LeaveRequest is protocol.LeaveRequest; its Target has an empty Type.
 	LeaveRequest struct {
 		To Target `json:"to"`
 	}
-	// RegionStopped is sharding.RegionStopped.
+	// RegionStopped is protocol.RegionStopped.
 	RegionStopped struct {
 		To     Target `json:"to"`
 		Region string `json:"region"`
 	}
-	// GetRegionStats is sharding.GetRegionStats.
+	// GetRegionStats is protocol.GetRegionStats.
 	GetRegionStats struct {
 		To      Target                         `json:"to"`
 		ReplyTo entity.ReplyTo[map[string]int] `json:"replyTo"`

@@ -1,0 +1,154 @@
+// Package protocol holds the messages regions and coordinators of package
+// sharding exchange, as Go values on the local path; package sharding/wire
+// holds their serializable forms and sharding/remote converts between the
+// two. Users of sharding need none of them: only a sharding.Transport
+// carries them, as sharding.Message.
+package protocol
+
+import "github.com/shoal-dev/shoal/entity"
+
+// Message is every message a region or coordinator receives, named as in
+// Akka's ShardCoordinator protocol. Messages the coordinator sends carry
+// its fencing epoch; a region ignores a message from an epoch older than
+// the newest it has seen, so a deposed coordinator cannot move shards.
+type Message interface {
+	// ProtocolMessage marks the message types; it does nothing.
+	ProtocolMessage()
+}
+
+type (
+	// Register announces a region that hosts shards. The coordinator
+	// answers RegisterAck followed by ShardHomes.
+	Register struct{ Region string }
+	// RegisterProxy announces a region that only routes (its node lacks the role).
+	RegisterProxy struct{ Region string }
+	// RegisterAck confirms registration.
+	RegisterAck struct {
+		Coordinator string
+		Epoch       uint64
+	}
+	// GetShardHome asks where a shard lives. HandOver: the asking region
+	// holds mail for the shard from its hand-off (see HandOver).
+	GetShardHome struct {
+		Shard, Region string
+		HandOver      bool
+	}
+	// ShardHome tells where a shard lives. The coordinator sends it to
+	// every region on each allocation; an empty Region means the shard was
+	// stopped and has no home until it is asked for again.
+	ShardHome struct {
+		Shard, Region string
+		Epoch         uint64
+	}
+	// ShardHomes tells every known shard home: region → shards.
+	ShardHomes struct {
+		Homes map[string][]string
+		Epoch uint64
+	}
+	// HostShard tells a region to start a shard allocated to it. From,
+	// when set, is the shard's previous home, which holds mail for it: the
+	// new home starts the shard once From's HandOver arrived, or From is
+	// gone from the membership, so that the mail comes first. User messages
+	// never ride in the coordinator's messages (DESIGN §5).
+	HostShard struct {
+		Shard, From string
+		Epoch       uint64
+	}
+	// ShardStarted confirms HostShard.
+	ShardStarted struct{ Shard, Region string }
+	// BeginHandOff tells every region to stop routing to a shard and
+	// buffer its messages.
+	BeginHandOff struct {
+		Shard string
+		Epoch uint64
+	}
+	// BeginHandOffAck confirms BeginHandOff. FencedAt is the region the
+	// acknowledging region sent its Fence to ("" for none): the home it
+	// forwarded the shard's messages to.
+	BeginHandOffAck struct{ Shard, Region, FencedAt string }
+	// Fence follows, on the data link, the last message a region forwarded
+	// for a shard before it began buffering them for a hand-off: once the
+	// home holds it, nothing that region forwarded is still on its way.
+	Fence struct{ Shard, From string }
+	// HandOff tells the owning region to stop the shard's entities, once it
+	// holds a Fence from each region in Fences that is still in its view,
+	// so that everything forwarded to it before the hand-off is in first.
+	HandOff struct {
+		Shard  string
+		Epoch  uint64
+		Fences []string
+	}
+	// ShardStopped confirms HandOff: every entity of the shard has stopped.
+	// Held: the region holds mail for the shard (for entities that were
+	// stopping, or buffered during the hand-off), which it hands over to
+	// the next home when it learns of it; the coordinator then allocates
+	// the shard even when told to stop it, and names the region as From in
+	// its HostShard.
+	ShardStopped struct {
+		Shard, Region string
+		Held          bool
+	}
+	// HandOver is the mail a shard's previous home held for it, in arrival
+	// order, sent straight to the new home over the link its forwards take
+	// (Akka drops these messages, akka/akka#30957).
+	HandOver struct {
+		Shard, From string
+		Msgs        []Deliver
+	}
+	// GracefulShutdownReq asks the coordinator to hand off all of a
+	// region's shards before the region leaves. The coordinator answers
+	// LeaveAck once it holds no shard for the region.
+	GracefulShutdownReq struct{ Region string }
+	// LeaveAck tells a leaving region that the coordinator allocates
+	// nothing to it any more: once it hosts no shard itself, it may stop.
+	// Without it a region that held nothing when it began to leave could
+	// stop while an allocation to it was on its way.
+	LeaveAck struct{ Epoch uint64 }
+	// StopShards asks the coordinator to hand shards off without moving
+	// them: they start again, wherever allocated, on their next message.
+	StopShards struct{ Shards []string }
+	// RebalanceShards asks the coordinator to move shards: each is handed
+	// off and allocated again by the strategy, wherever it places it (an
+	// operator's rebalance).
+	RebalanceShards struct{ Shards []string }
+	// LeaveRequest asks a node to leave the cluster gracefully. It goes to
+	// the node's address with an empty Type, where Sharding listens when
+	// sharding.Config.OnLeaveRequest is set.
+	LeaveRequest struct{}
+	// RegionStopped tells the coordinator a region is gone.
+	RegionStopped struct{ Region string }
+	// GetRegionStats asks a region for its entities per hosted shard.
+	GetRegionStats struct {
+		ReplyTo entity.ReplyTo[map[string]int]
+	}
+	// Deliver carries an entity message from one region to another; with
+	// Start it only starts the entity (StartEntity) and Msg is nil.
+	Deliver struct {
+		Shard, EntityID string
+		Msg             any
+		Start           bool
+	}
+)
+
+func (Register) ProtocolMessage()            {}
+func (RegisterProxy) ProtocolMessage()       {}
+func (RegisterAck) ProtocolMessage()         {}
+func (GetShardHome) ProtocolMessage()        {}
+func (ShardHome) ProtocolMessage()           {}
+func (ShardHomes) ProtocolMessage()          {}
+func (HostShard) ProtocolMessage()           {}
+func (ShardStarted) ProtocolMessage()        {}
+func (BeginHandOff) ProtocolMessage()        {}
+func (BeginHandOffAck) ProtocolMessage()     {}
+func (HandOff) ProtocolMessage()             {}
+func (ShardStopped) ProtocolMessage()        {}
+func (HandOver) ProtocolMessage()            {}
+func (Fence) ProtocolMessage()               {}
+func (GracefulShutdownReq) ProtocolMessage() {}
+func (LeaveAck) ProtocolMessage()            {}
+func (RegionStopped) ProtocolMessage()       {}
+func (StopShards) ProtocolMessage()          {}
+func (RebalanceShards) ProtocolMessage()     {}
+func (LeaveRequest) ProtocolMessage()        {}
+func (Deliver) ProtocolMessage()             {}
+func (GetRegionStats) ProtocolMessage()      {}
