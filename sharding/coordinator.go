@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // coordinatorCore is the coordinator's bookkeeping as a pure state machine:
@@ -81,7 +82,7 @@ func (c *coordinatorCore) leaveAck(region string) []outbound {
 	if !c.leaving[region] || len(c.byRegion[region]) > 0 {
 		return nil
 	}
-	return []outbound{{to: region, msg: LeaveAck{Epoch: c.epoch}}}
+	return []outbound{{to: region, msg: protocol.LeaveAck{Epoch: c.epoch}}}
 }
 
 // startShards makes shards without a home wait for one: they are
@@ -160,15 +161,15 @@ func (c *coordinatorCore) allocationState() allocation.State {
 
 func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 	switch m := msg.(type) {
-	case Register:
+	case protocol.Register:
 		c.regions[m.Region] = true
 		out = append(out, c.welcome(m.Region)...)
 		ch, o := c.allocateWaiting()
 		return append(changes, ch...), append(append(out, o...), c.startDeferred()...)
-	case RegisterProxy:
+	case protocol.RegisterProxy:
 		c.proxies[m.Region] = true
 		return nil, append(c.welcome(m.Region), c.startDeferred()...)
-	case GetShardHome:
+	case protocol.GetShardHome:
 		if c.handoffs[m.Shard] != nil {
 			// Not the old home: a region that forwarded there now would
 			// race the messages others buffer. The new home is pushed to
@@ -176,7 +177,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, nil
 		}
 		if region, ok := c.shards[m.Shard]; ok {
-			return nil, []outbound{{to: m.Region, msg: ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
+			return nil, []outbound{{to: m.Region, msg: protocol.ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
 		}
 		if _, named := c.handOverFrom[m.Shard]; m.HandOver && !named {
 			// A predecessor stopped the shard and did not place it: the
@@ -188,9 +189,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, nil
 		}
 		return c.allocate(m.Region, m.Shard)
-	case ShardStarted:
+	case protocol.ShardStarted:
 		return nil, nil
-	case BeginHandOffAck:
+	case protocol.BeginHandOffAck:
 		if h := c.handoffs[m.Shard]; h != nil {
 			if h.pending[m.Region] && m.FencedAt == h.from && m.Region != h.from {
 				h.fences = append(h.fences, m.Region)
@@ -198,7 +199,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			delete(h.pending, m.Region)
 			return nil, c.maybeHandOff(m.Shard)
 		}
-	case ShardStopped:
+	case protocol.ShardStopped:
 		h := c.handoffs[m.Shard]
 		if h == nil && c.shards[m.Shard] == m.Region {
 			// A hand-off a predecessor began stopped the shard after
@@ -225,30 +226,30 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			c.handOverFrom[m.Shard] = m.Region
 		}
 		if _, held := c.handOverFrom[m.Shard]; h.stop && !held {
-			return changes, append(c.broadcast(ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
+			return changes, append(c.broadcast(protocol.ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
 		}
 		ch, o := c.allocate("", m.Shard)
 		return append(changes, ch...), append(o, c.leaveAck(m.Region)...)
-	case GracefulShutdownReq:
+	case protocol.GracefulShutdownReq:
 		if !c.regions[m.Region] && !c.proxies[m.Region] && len(c.byRegion[m.Region]) == 0 {
 			// Unknown here, as a region that stopped already: nothing to
 			// hand off, and nothing to remember (a leaving mark would
 			// outlive it).
-			return nil, []outbound{{to: m.Region, msg: LeaveAck{Epoch: c.epoch}}}
+			return nil, []outbound{{to: m.Region, msg: protocol.LeaveAck{Epoch: c.epoch}}}
 		}
 		c.leaving[m.Region] = true
 		return nil, append(c.startDeferred(), c.leaveAck(m.Region)...)
-	case RegionStopped:
+	case protocol.RegionStopped:
 		if _, ok := c.members[m.Region]; ok {
 			c.gone[m.Region] = true
 		}
 		return c.removeRegion(m.Region)
-	case StopShards:
+	case protocol.StopShards:
 		for _, shard := range m.Shards {
 			c.later[shard] = true
 		}
 		return nil, c.startDeferred()
-	case RebalanceShards:
+	case protocol.RebalanceShards:
 		for _, shard := range m.Shards {
 			if _, queued := c.later[shard]; !queued {
 				c.later[shard] = false // moved, not stopped
@@ -307,7 +308,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			c.announced = true
 			homes := c.homes()
 			for _, node := range slices.Sorted(maps.Keys(c.members)) {
-				out = append(out, outbound{to: node, msg: ShardHomes{Homes: homes, Epoch: c.epoch}})
+				out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
 			}
 		}
 		return changes, out
@@ -318,8 +319,8 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 // welcome is what a region gets on registration: the ack and every known home.
 func (c *coordinatorCore) welcome(region string) []outbound {
 	return []outbound{
-		{to: region, msg: RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
-		{to: region, msg: ShardHomes{Homes: c.homes(), Epoch: c.epoch}},
+		{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
+		{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}},
 	}
 }
 
@@ -367,9 +368,9 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	// HostShard goes first, so that the new home knows to wait for the
 	// previous home's mail before any region, told below, forwards to it.
 	from := c.handOverFrom[shard]
-	out := []outbound{{to: region, msg: HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
+	out := []outbound{{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
 	delete(c.handOverFrom, shard)
-	home := ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
+	home := protocol.ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
 	out = append(out, c.broadcast(home)...)
 	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {
 		// The region holding the mail hands it over when it learns the
@@ -389,7 +390,7 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 		h.pending[r] = true
 	}
 	c.handoffs[shard] = h
-	return append(c.broadcast(BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+	return append(c.broadcast(protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
 }
 
 // allRegistered reports whether every reachable member's region has
@@ -452,11 +453,11 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
-			out = append(out, outbound{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
+			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
 			continue
 		}
 		for _, r := range slices.Sorted(maps.Keys(h.pending)) {
-			out = append(out, outbound{to: r, msg: BeginHandOff{Shard: shard, Epoch: c.epoch}})
+			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}})
 		}
 	}
 	return out
@@ -469,7 +470,7 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 	}
 	h.handing = true
 	slices.Sort(h.fences)
-	return []outbound{{to: h.from, msg: HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
+	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still
@@ -498,7 +499,7 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 		if len(ch) == 0 {
 			// Placed later, when a region registers: meanwhile no region
 			// may keep forwarding to the one that is gone.
-			o = c.broadcast(ShardHome{Shard: shard, Epoch: c.epoch})
+			o = c.broadcast(protocol.ShardHome{Shard: shard, Epoch: c.epoch})
 		}
 		changes, out = append(changes, ch...), append(out, o...)
 	}
@@ -508,7 +509,7 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 // membersChanged carries a new membership view into the coordinator.
 type membersChanged struct{ members []Member }
 
-func (membersChanged) protocolMessage() {}
+func (membersChanged) ProtocolMessage() {}
 
 // sortedShards returns the allocation as region → sorted shards, for queries.
 func sortedShards(byRegion map[string][]string) map[string][]string {

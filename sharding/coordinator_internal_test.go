@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The coordinator's bookkeeping is a pure state machine: these tests step
@@ -26,19 +27,19 @@ func sent(out []outbound) []string {
 	for _, o := range out {
 		var name string
 		switch m := o.msg.(type) {
-		case HostShard:
+		case protocol.HostShard:
 			name = "HostShard " + m.Shard
-		case ShardHome:
+		case protocol.ShardHome:
 			name = "ShardHome " + m.Shard + "@" + m.Region
-		case BeginHandOff:
+		case protocol.BeginHandOff:
 			name = "BeginHandOff " + m.Shard
-		case HandOff:
+		case protocol.HandOff:
 			name = "HandOff " + m.Shard
-		case RegisterAck:
+		case protocol.RegisterAck:
 			name = "RegisterAck"
-		case ShardHomes:
+		case protocol.ShardHomes:
 			name = "ShardHomes"
-		case LeaveAck:
+		case protocol.LeaveAck:
 			name = "LeaveAck"
 		default:
 			name = "?"
@@ -50,10 +51,10 @@ func sent(out []outbound) []string {
 
 func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(Register{Region: "b"})
-	c.step(RegisterProxy{Region: "p"})
-	changes, out := c.step(GetShardHome{Shard: "s1", Region: "b"})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.RegisterProxy{Region: "p"})
+	changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "b"})
 	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
 		t.Fatalf("changes %v", changes)
 	}
@@ -62,12 +63,12 @@ func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
 	for _, o := range out {
-		if m, ok := o.msg.(ShardHome); ok && m.Epoch != 7 {
+		if m, ok := o.msg.(protocol.ShardHome); ok && m.Epoch != 7 {
 			t.Fatalf("ShardHome without the coordinator's epoch: %+v", m)
 		}
 	}
 	// A known home is answered to the asker only; nothing is written.
-	changes, out = c.step(GetShardHome{Shard: "s1", Region: "p"})
+	changes, out = c.step(protocol.GetShardHome{Shard: "s1", Region: "p"})
 	if len(changes) != 0 || !slices.Equal(sent(out), []string{"p: ShardHome s1@a"}) {
 		t.Fatalf("known home: changes %v, sent %v", changes, sent(out))
 	}
@@ -75,12 +76,12 @@ func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 
 func TestCoordinatorAllocatesNothingBeforeMinMembers(t *testing.T) {
 	c := newTestCore(2)
-	c.step(Register{Region: "a"})
-	c.step(RegisterProxy{Region: "p"}) // a proxy does not count
-	if changes, out := c.step(GetShardHome{Shard: "s1", Region: "a"}); len(changes)+len(out) != 0 {
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.RegisterProxy{Region: "p"}) // a proxy does not count
+	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); len(changes)+len(out) != 0 {
 		t.Fatalf("allocated with one region: %v %v", changes, sent(out))
 	}
-	changes, out := c.step(Register{Region: "b"})
+	changes, out := c.step(protocol.Register{Region: "b"})
 	if len(changes) != 1 || changes[0].shard != "s1" {
 		t.Fatalf("waiting shard not allocated when the second region registered: %v", changes)
 	}
@@ -92,24 +93,24 @@ func TestCoordinatorAllocatesNothingBeforeMinMembers(t *testing.T) {
 
 func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
-	c.step(Register{Region: "b"})
-	_, out := c.step(StopShards{Shards: []string{"s1"}})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
 	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
 	// While the hand-off runs nobody learns the old home: a region that
 	// forwarded there would race the messages other regions buffer.
-	if _, out := c.step(GetShardHome{Shard: "s1", Region: "b"}); len(out) != 0 {
+	if _, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "b"}); len(out) != 0 {
 		t.Fatalf("answered during the hand-off: %v", sent(out))
 	}
-	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
-	_, out = c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
 	// Stopped, not moved, but mail waits at a: it is allocated again at
 	// once, and the new home learns first that a holds its mail.
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
@@ -118,7 +119,7 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	if len(out) == 0 {
 		t.Fatal("nothing sent")
 	}
-	host, ok := out[0].msg.(HostShard)
+	host, ok := out[0].msg.(protocol.HostShard)
 	if !ok || host.From != "a" {
 		t.Fatalf("first message %#v, want HostShard from a", out[0].msg)
 	}
@@ -136,29 +137,29 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
 	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(Register{Region: "a"})
-	c.step(Register{Region: "b"})
-	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
 	}
-	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if len(changes) != 0 || !slices.Equal(sent(out), []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("predecessor's ShardStopped: changes %v, sent %v; want a hand-off of its own", changes, sent(out))
 	}
 	// Reported again before this coordinator's HandOff (the predecessor's
 	// HandOff came late): nothing yet, the fences are not all in.
-	if changes, out := c.step(ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
+	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
 	}
-	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
-	if _, out = c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	if _, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
 	}
-	changes, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
 		t.Fatalf("changes %v", changes)
 	}
-	if host, ok := out[0].msg.(HostShard); !ok || host.From != "a" {
+	if host, ok := out[0].msg.(protocol.HostShard); !ok || host.From != "a" {
 		t.Fatalf("first message %#v", out[0].msg)
 	}
 }
@@ -175,7 +176,7 @@ type lockCheckTransport struct {
 }
 
 func (t *lockCheckTransport) Send(to Address, msg Message) error {
-	if _, ok := msg.(Deliver); ok && to.Node == t.watchNode {
+	if _, ok := msg.(protocol.Deliver); ok && to.Node == t.watchNode {
 		if mu := t.mu.Load(); mu != nil {
 			t.forwards.Add(1)
 			if mu.TryLock() {
@@ -237,7 +238,7 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 	if got, want := sent(out), []string{"a: ShardHomes", "b: ShardHomes", "c: ShardHomes"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
-	if h := out[0].msg.(ShardHomes); h.Epoch != 3 || !slices.Equal(h.Homes["b"], []string{"s1"}) {
+	if h := out[0].msg.(protocol.ShardHomes); h.Epoch != 3 || !slices.Equal(h.Homes["b"], []string{"s1"}) {
 		t.Fatalf("announced %+v", h)
 	}
 	if _, out := c.step(membersChanged{members: members}); len(out) != 0 {
@@ -249,12 +250,12 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 // shard waits for the next region to register.
 func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(GracefulShutdownReq{Region: "a"})
-	if changes, out := c.step(GetShardHome{Shard: "s1", Region: "a"}); len(changes) != 0 || len(out) != 0 {
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.GracefulShutdownReq{Region: "a"})
+	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); len(changes) != 0 || len(out) != 0 {
 		t.Fatalf("allocated to the leaving region: changes %v, sent %v", changes, sent(out))
 	}
-	changes, out := c.step(Register{Region: "b"})
+	changes, out := c.step(protocol.Register{Region: "b"})
 	if !slices.Equal(changes, []change{{shard: "s1", region: "b"}}) {
 		t.Fatalf("after b registered: changes %v, sent %v", changes, sent(out))
 	}
@@ -264,22 +265,22 @@ func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
 // at once when it holds nothing, else after its last ShardStopped.
 func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(Register{Region: "b"})
-	c.step(Register{Region: "idle"})
-	if _, out := c.step(GracefulShutdownReq{Region: "idle"}); !slices.Contains(sent(out), "idle: LeaveAck") {
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.Register{Region: "idle"})
+	if _, out := c.step(protocol.GracefulShutdownReq{Region: "idle"}); !slices.Contains(sent(out), "idle: LeaveAck") {
 		t.Fatalf("a region holding nothing: sent %v", sent(out))
 	}
-	c.step(GetShardHome{Shard: "s1", Region: "b"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "b"})
 	home := c.shards["s1"]
-	_, out := c.step(GracefulShutdownReq{Region: home})
+	_, out := c.step(protocol.GracefulShutdownReq{Region: home})
 	if slices.Contains(sent(out), home+": LeaveAck") {
 		t.Fatalf("acknowledged while %s still holds s1: %v", home, sent(out))
 	}
 	for _, r := range c.everyone() {
-		c.step(BeginHandOffAck{Shard: "s1", Region: r})
+		c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r})
 	}
-	if _, out := c.step(ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), home+": LeaveAck") {
+	if _, out := c.step(protocol.ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), home+": LeaveAck") {
 		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }
@@ -289,13 +290,13 @@ func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 // mark: a region of that name registering later gets shards again.
 func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(RegionStopped{Region: "a"})
-	if _, out := c.step(GracefulShutdownReq{Region: "a"}); !slices.Equal(sent(out), []string{"a: LeaveAck"}) {
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.RegionStopped{Region: "a"})
+	if _, out := c.step(protocol.GracefulShutdownReq{Region: "a"}); !slices.Equal(sent(out), []string{"a: LeaveAck"}) {
 		t.Fatalf("late leave: sent %v", sent(out))
 	}
-	c.step(Register{Region: "a"})
-	if changes, _ := c.step(GetShardHome{Shard: "s1", Region: "a"}); !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
+	c.step(protocol.Register{Region: "a"})
+	if changes, _ := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
 		t.Fatalf("a rejoined region gets no shard: changes %v", changes)
 	}
 }
@@ -305,7 +306,7 @@ func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 // one; it is placed when a region registers.
 func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 	c := newCoordinatorCore("a", 7, map[string]string{"s1": "z"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(RegisterProxy{Region: "p"}) // routes only: nothing can be placed
+	c.step(protocol.RegisterProxy{Region: "p"}) // routes only: nothing can be placed
 	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "p", Status: allocation.Up, Reachable: true}}
 	changes, out := c.step(membersChanged{members: members})
 	if !slices.Equal(changes, []change{{shard: "s1"}}) {
@@ -314,7 +315,7 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 	if got := sent(out); !slices.Contains(got, "p: ShardHome s1@") {
 		t.Fatalf("sent %v, want the deallocation pushed to p", got)
 	}
-	changes, out = c.step(Register{Region: "a"})
+	changes, out = c.step(protocol.Register{Region: "a"})
 	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
 		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
 	}
@@ -329,18 +330,18 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 	c := newTestCore(1)
 	for _, r := range []string{"a", "b", "c"} {
-		c.step(Register{Region: r})
+		c.step(protocol.Register{Region: r})
 	}
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
-	c.step(StopShards{Shards: []string{"s1"}})
-	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
 	// c's ack is lost.
 	_, out := c.step(rebalanceTick{})
 	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
 		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
 	}
-	_, out = c.step(BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once c acked, want the HandOff", got)
 	}
@@ -356,13 +357,13 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 // straight (simulator, delay fault, seed 55).
 func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
-	c.step(GetShardHome{Shard: "s2", Region: "a"})
-	c.step(StopShards{Shards: []string{"s1"}})
-	_, out := c.step(Register{Region: "b"})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s2", Region: "a"})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
+	_, out := c.step(protocol.Register{Region: "b"})
 	for _, o := range out {
-		if m, ok := o.msg.(ShardHomes); ok {
+		if m, ok := o.msg.(protocol.ShardHomes); ok {
 			if !slices.Equal(m.Homes["a"], []string{"s2"}) {
 				t.Fatalf("homes told to b: %v, want only s2 on a", m.Homes)
 			}
@@ -380,14 +381,14 @@ func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 	c := newTestCore(1)
 	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
-	c.step(Register{Region: "a"})
-	c.step(Register{Region: "b"})
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
 	home := c.shards["s1"]
-	if _, out := c.step(GracefulShutdownReq{Region: home}); slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") }) {
+	if _, out := c.step(protocol.GracefulShutdownReq{Region: home}); slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") }) {
 		t.Fatalf("sent %v before c registered", sent(out))
 	}
-	_, out := c.step(Register{Region: "c"})
+	_, out := c.step(protocol.Register{Region: "c"})
 	var begun []string
 	for _, s := range sent(out) {
 		if strings.HasSuffix(s, "BeginHandOff s1") {
@@ -401,10 +402,10 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 	// A member that never registers holds hand-offs up for a few rounds only.
 	c = newTestCore(1)
 	c.step(membersChanged{members: []Member{up("a"), up("b"), up("x")}})
-	c.step(Register{Region: "a"})
-	c.step(Register{Region: "b"})
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
-	c.step(StopShards{Shards: []string{"s1"}})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
 	rounds := 1
 	for ; rounds <= registrationWaitRounds+1; rounds++ {
 		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
@@ -421,16 +422,16 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 // told the new home even when it is not registered here.
 func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(Register{Region: "b"})
-	c.step(Register{Region: "c"})
-	_, out := c.step(GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.Register{Region: "c"})
+	_, out := c.step(protocol.GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
 	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
 		t.Fatalf("sent %v: the leaving region is not fenced", got)
 	}
-	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
-	c.step(BeginHandOffAck{Shard: "s1", Region: "c"})
-	_, out = c.step(ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c"})
+	_, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
 	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
 		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}

@@ -112,12 +112,12 @@ type downResult struct {
 	err     error
 }
 
-func (downResult) protocolMessage() {}
+func (downResult) ProtocolMessage() {}
 
 // downingTick makes the runner retry failed calls and poll expiries.
 type downingTick struct{}
 
-func (downingTick) protocolMessage() {}
+func (downingTick) ProtocolMessage() {}
 
 // newDowning returns the machine of the coordinator on node self for the
 // type's role; it decides on a view stable for stableAfter.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // What operators ask of a node's sharding (the admin API): which types
@@ -94,7 +95,7 @@ func (s *Sharding) RebalanceShard(typeName, shard string) error {
 // request is sent; an error matching ErrUnreachable when nothing listens
 // for it there.
 func (s *Sharding) RequestLeave(node string) error {
-	return s.cfg.Transport.Send(Address{Node: node}, LeaveRequest{})
+	return s.cfg.Transport.Send(Address{Node: node}, protocol.LeaveRequest{})
 }
 
 // listenForLeave routes a LeaveRequest for this node to OnLeaveRequest.
@@ -103,7 +104,7 @@ func (s *Sharding) listenForLeave() (func(), error) {
 		return func() {}, nil
 	}
 	return s.cfg.Transport.Listen(Address{Node: s.self}, func(m Message) error {
-		if _, ok := m.(LeaveRequest); ok {
+		if _, ok := m.(protocol.LeaveRequest); ok {
 			s.log.Info("sharding: leave requested", "node", s.self)
 			s.cfg.OnLeaveRequest()
 		}
@@ -152,7 +153,7 @@ func (r *Region[C]) rebalance(shardID string) error {
 			err = fmt.Errorf("%w: %s shard %q has no home", ErrUnknownShard, r.typ, shardID)
 			return
 		}
-		c.toCoordinator(RebalanceShards{Shards: []string{shardID}})
+		c.toCoordinator(protocol.RebalanceShards{Shards: []string{shardID}})
 	})
 	return err
 }

@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"slices"
 	"testing"
 	"time"
@@ -9,9 +10,9 @@ import (
 func TestRegionCoreShardStatesShowHomesHandOffsAndWaitingShards(t *testing.T) {
 	c := newRegionCore[string, string](regionCoreConfig{self: "b", bufferSize: 100, tickInterval: time.Second})
 	c.membership("a", []string{"a", "b"})
-	c.step(RegisterAck{Coordinator: "a", Epoch: 3})
-	c.step(ShardHomes{Homes: map[string][]string{"a": {"10", "2"}}, Epoch: 3})
-	c.step(BeginHandOff{Shard: "10", Epoch: 3})
+	c.step(protocol.RegisterAck{Coordinator: "a", Epoch: 3})
+	c.step(protocol.ShardHomes{Homes: map[string][]string{"a": {"10", "2"}}, Epoch: 3})
+	c.step(protocol.BeginHandOff{Shard: "10", Epoch: 3})
 	c.route("x", pending[string]{entityID: "e", msg: "m"}) // no home yet: held
 	want := []ShardState{
 		{ID: "2", Home: "a", Entities: -1},
@@ -28,17 +29,17 @@ func TestRegionCoreShardStatesShowHomesHandOffsAndWaitingShards(t *testing.T) {
 
 func TestCoordinatorRebalanceShardsMovesAShardWhereTheStrategyPlacesIt(t *testing.T) {
 	c := newTestCore(1)
-	c.step(Register{Region: "a"})
-	c.step(GetShardHome{Shard: "s1", Region: "a"})
-	c.step(GetShardHome{Shard: "s2", Region: "a"})
-	c.step(Register{Region: "b"})
-	_, out := c.step(RebalanceShards{Shards: []string{"s1", "unknown"}})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s2", Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	_, out := c.step(protocol.RebalanceShards{Shards: []string{"s1", "unknown"}})
 	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	c.step(BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(BeginHandOffAck{Shard: "s1", Region: "b"})
-	changes, out := c.step(ShardStopped{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
+	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a"})
 	// Not stopped like StopShards: placed again at once, on b, which has fewer shards.
 	if !slices.Equal(changes, []change{{shard: "s1"}, {shard: "s1", region: "b"}}) {
 		t.Fatalf("changes %v", changes)

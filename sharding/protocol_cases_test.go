@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The protocol cases of issue 9 item 5, each a deterministic test that
@@ -30,7 +31,7 @@ func gate(t *testing.T) (ch chan struct{}, open func()) {
 // regionStopped reports whether node sent RegionStopped.
 func regionStopped(l *sentLog, node string) bool {
 	return slices.ContainsFunc(l.all(), func(m sentMsg) bool {
-		rs, ok := m.msg.(sharding.RegionStopped)
+		rs, ok := m.msg.(protocol.RegionStopped)
 		return ok && rs.Region == node
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // coreNet runs coordinator and region cores against each other, with no
@@ -164,7 +165,7 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	})
 	// b leaves: its shard is handed off while entity e passivates, holding 1 and 2.
 	n.leftover = map[string][]pending[string]{"s": {{entityID: "e", msg: "1"}, {entityID: "e", msg: "2"}}}
-	n.hold = func(m netMsg) bool { _, ok := m.msg.(HostShard); return ok && m.to == "c" }
+	n.hold = func(m netMsg) bool { _, ok := m.msg.(protocol.HostShard); return ok && m.to == "c" }
 	n.input("b", func(r *regionCore[string, string]) { r.leave("a") })
 	if n.stored["s"] != "c" || len(n.held) != 1 {
 		t.Fatalf("stored %v, held %v: want s allocated to c and its HostShard held", n.stored, n.held)
@@ -222,7 +223,7 @@ func TestStaleHomeIsUnlearned(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	for _, node := range []string{"x", "y"} {
 		n.input(node, func(r *regionCore[string, string]) {
-			r.step(ShardHomes{Homes: map[string][]string{"z": {"s"}}, Epoch: 1})
+			r.step(protocol.ShardHomes{Homes: map[string][]string{"z": {"s"}}, Epoch: 1})
 		})
 	}
 	alive := []Member{{Node: "l", Status: allocation.Leaving, Reachable: true},

@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -118,12 +119,12 @@ func (r *Region[C]) start() error {
 // retryTick re-sends what is unanswered and drives idle passivation.
 type retryTick struct{}
 
-func (retryTick) protocolMessage() {}
+func (retryTick) ProtocolMessage() {}
 
 // coordinatorMoved makes the region register with the current coordinator.
 type coordinatorMoved struct{}
 
-func (coordinatorMoved) protocolMessage() {}
+func (coordinatorMoved) ProtocolMessage() {}
 
 // shardHandedOff reports that a local shard's entities have all stopped;
 // leftover are the messages it held for entities that were stopping.
@@ -132,7 +133,7 @@ type shardHandedOff[C any] struct {
 	leftover []pending[C]
 }
 
-func (shardHandedOff[C]) protocolMessage() {}
+func (shardHandedOff[C]) ProtocolMessage() {}
 
 func (r *Region[C]) membershipChanged() {
 	r.hostCoordinatorIfOldest()
@@ -244,7 +245,7 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest, live) })
 	case shardHandedOff[C]:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.handedOff(m.shard, m.leftover) })
-	case GetRegionStats:
+	case protocol.GetRegionStats:
 		entity.Reply(r.s.sys, m.ReplyTo, r.Stats())
 	default:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
@@ -410,7 +411,7 @@ func (r *Region[C]) stopControl() {
 // entities get the stop message, and the shards start again on their next
 // message. It returns once the request is sent.
 func (r *Region[C]) StopShards(shards ...string) {
-	r.step(func(c *regionCore[C, *shard[C]]) { c.toCoordinator(StopShards{Shards: shards}) })
+	r.step(func(c *regionCore[C, *shard[C]]) { c.toCoordinator(protocol.StopShards{Shards: shards}) })
 }
 
 // State is a snapshot of what a region hosts.
@@ -474,7 +475,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 		go func() {
 			ref := transportRef{t: r.s.cfg.Transport, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
 			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
-				return GetRegionStats{ReplyTo: to}
+				return protocol.GetRegionStats{ReplyTo: to}
 			})
 			answers <- answer{node, st, err}
 		}()

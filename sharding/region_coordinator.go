@@ -118,7 +118,7 @@ func (r *Region[C]) startCoordinator() {
 // stopCoordinator stops a coordinator after the messages queued before it.
 type stopCoordinator struct{}
 
-func (stopCoordinator) protocolMessage() {}
+func (stopCoordinator) ProtocolMessage() {}
 
 // newCoordinatorRunner returns the behavior that holds the coordinator
 // lease, steps the core and does its IO.
@@ -170,10 +170,10 @@ type renewed struct {
 	err   error
 }
 
-func (acquireTick) protocolMessage() {}
-func (renewTick) protocolMessage()   {}
-func (fenceTick) protocolMessage()   {}
-func (renewed) protocolMessage()     {}
+func (acquireTick) ProtocolMessage() {}
+func (renewTick) ProtocolMessage()   {}
+func (fenceTick) ProtocolMessage()   {}
+func (renewed) ProtocolMessage()     {}
 
 // tryAcquire acquires the lease and starts acting, or waits for it while
 // another node holds it; any other failure stops the coordinator, which
@@ -451,7 +451,7 @@ var errLeaseRanOut = errors.New("sharding: coordinator lease ran out")
 // retryStoreWrites makes a coordinator try its failed store writes again.
 type retryStoreWrites struct{}
 
-func (retryStoreWrites) protocolMessage() {}
+func (retryStoreWrites) ProtocolMessage() {}
 
 // coordinatorWrites holds one step's decisions until the store has them:
 // its changes are written in order as one batch, and its messages sent

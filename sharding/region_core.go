@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"log/slog"
 	"maps"
 	"slices"
@@ -250,7 +251,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 
 // askHome asks the coordinator where a shard lives.
 func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
-	c.toCoordinator(GetShardHome{Shard: shardID, Region: c.cfg.self, HandOver: e.handOver})
+	c.toCoordinator(protocol.GetShardHome{Shard: shardID, Region: c.cfg.self, HandOver: e.handOver})
 }
 
 // unreachable reports that the transport could not carry a message to
@@ -280,7 +281,7 @@ func (c *regionCore[C, S]) toCoordinator(m Message) {
 // step takes a protocol message from the coordinator or another region.
 func (c *regionCore[C, S]) step(msg Message) {
 	switch m := msg.(type) {
-	case RegisterAck:
+	case protocol.RegisterAck:
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -291,7 +292,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 				c.askHome(id, e)
 			}
 		}
-	case ShardHomes:
+	case protocol.ShardHomes:
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -315,11 +316,11 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// coordinator's node (our membership lags), and registering again
 		// at once would loop; the retry tick registers.
 		c.register()
-	case ShardHome:
+	case protocol.ShardHome:
 		if c.fresh(m.Epoch) {
 			c.setHome(m.Shard, m.Region)
 		}
-	case HostShard:
+	case protocol.HostShard:
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -327,16 +328,16 @@ func (c *regionCore[C, S]) step(msg Message) {
 			e.awaiting, e.waited = m.From, 0
 		}
 		c.setHome(m.Shard, c.cfg.self)
-		c.toCoordinator(ShardStarted{Shard: m.Shard, Region: c.cfg.self})
-	case HandOver:
+		c.toCoordinator(protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+	case protocol.HandOver:
 		c.handedOver(m)
-	case ShardStarted:
+	case protocol.ShardStarted:
 		// The node this region handed a shard's mail to has it.
 		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region {
 			e.handOverTo = ""
 			c.checkLeft()
 		}
-	case BeginHandOff:
+	case protocol.BeginHandOff:
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -349,17 +350,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		fencedAt := ""
 		if e.home != "" && e.home != c.cfg.self && !e.hosted {
 			fencedAt = e.home
-			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: Fence{Shard: m.Shard, From: c.cfg.self}})
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: protocol.Fence{Shard: m.Shard, From: c.cfg.self}})
 		}
-		c.toCoordinator(BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
-	case Fence:
+		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
+	case protocol.Fence:
 		e := c.entry(m.Shard)
 		if e.fences == nil {
 			e.fences = make(map[string]bool)
 		}
 		e.fences[m.From] = true
 		c.maybeStop(m.Shard, e)
-	case HandOff:
+	case protocol.HandOff:
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -368,18 +369,18 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return // asked again: the shard's entities are stopping; ShardStopped follows
 		}
 		if !e.hosted && e.doneEpoch == m.Epoch {
-			c.toCoordinator(ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
 			return
 		}
 		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
 		e.stopEpoch = m.Epoch
 		c.maybeStop(m.Shard, e)
-	case LeaveAck:
+	case protocol.LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
 			c.leaveAcked = true
 			c.checkLeft()
 		}
-	case Deliver:
+	case protocol.Deliver:
 		p, ok := c.fromDeliver(m)
 		if !ok {
 			return
@@ -419,7 +420,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
 	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
-	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
 // verdictError names a refusal for notes; the runner wraps the sentinel.
@@ -431,7 +432,7 @@ func verdictError(v routeVerdict) error {
 }
 
 // fromDeliver is the entity message a Deliver carries.
-func (c *regionCore[C, S]) fromDeliver(d Deliver) (pending[C], bool) {
+func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 	msg, ok := d.Msg.(C)
 	if !ok && !d.Start {
 		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
@@ -492,11 +493,11 @@ func (c *regionCore[C, S]) register() {
 		// A leaving region never registers: a Register that overtook its
 		// RegionStopped would have shards allocated to a region that is
 		// gone. A coordinator it has not told yet learns that it leaves.
-		c.toCoordinator(GracefulShutdownReq{Region: c.cfg.self})
+		c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
 	case c.cfg.proxy:
-		c.toCoordinator(RegisterProxy{Region: c.cfg.self})
+		c.toCoordinator(protocol.RegisterProxy{Region: c.cfg.self})
 	default:
-		c.toCoordinator(Register{Region: c.cfg.self})
+		c.toCoordinator(protocol.Register{Region: c.cfg.self})
 	}
 }
 
@@ -613,14 +614,14 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// The mail this region held as the shard's old home goes to the
 		// new one at once, as one message, on the link its forwards take.
 		e.handOver = false
-		msgs := make([]Deliver, len(e.buffer))
+		msgs := make([]protocol.Deliver, len(e.buffer))
 		for i, p := range e.buffer {
 			msgs[i] = p.deliver(shardID)
 		}
 		c.buffered -= len(e.buffer)
 		e.buffer = nil
 		e.handOverTo, e.waited = home, 0
-		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
+		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
 		return
 	}
 	if home == c.cfg.self && e.awaiting != "" {
@@ -675,7 +676,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
 	e.handOver = len(e.buffer) > 0
-	c.toCoordinator(ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
 	// would make the coordinator drop the hand-off.
 	c.checkLeft()
@@ -683,8 +684,8 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 }
 
 // deliver is p as the protocol carries it.
-func (p pending[C]) deliver(shardID string) Deliver {
-	d := Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start}
+func (p pending[C]) deliver(shardID string) protocol.Deliver {
+	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start}
 	if !p.start {
 		d.Msg = p.msg
 	}
@@ -704,7 +705,7 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 // handedOver takes the mail a shard's previous home held: it goes ahead
 // of whatever this region holds for the shard, and a shard that waited
 // for it starts now.
-func (c *regionCore[C, S]) handedOver(m HandOver) {
+func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	front := make([]pending[C], 0, len(m.Msgs))
 	for _, d := range m.Msgs {
 		if p, ok := c.fromDeliver(d); ok {
@@ -715,7 +716,7 @@ func (c *regionCore[C, S]) handedOver(m HandOver) {
 	c.prepend(e, front)
 	if m.From != c.cfg.self {
 		// Its sender may leave now: the mail is here.
-		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
+		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
 	}
 	switch {
 	case e.awaiting != "":
@@ -739,7 +740,7 @@ func (c *regionCore[C, S]) leave(oldest string) {
 	// no coordinator may be there to send.
 	c.leaveAcked = c.leaveAcked || c.cfg.proxy
 	c.checkLeft()
-	c.toCoordinator(GracefulShutdownReq{Region: c.cfg.self})
+	c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
 }
 
 // checkLeft emits regLeft once a leaving region hosts nothing.
@@ -802,7 +803,7 @@ func (c *regionCore[C, S]) checkGone() {
 		return
 	}
 	c.awaitingGone = false
-	c.toCoordinator(RegionStopped{Region: c.cfg.self})
+	c.toCoordinator(protocol.RegionStopped{Region: c.cfg.self})
 	c.emit(regionEffect[C, S]{kind: regGone})
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/scenario"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // Scenario files in testdata/region/*.txt step a regionCore, a region's
@@ -204,7 +205,7 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 	switch name {
 	case "register-ack":
 		need(1)
-		return RegisterAck{Coordinator: pos[0], Epoch: h.epoch(kv)}
+		return protocol.RegisterAck{Coordinator: pos[0], Epoch: h.epoch(kv)}
 	case "homes":
 		homes := map[string][]string{}
 		for k, v := range kv {
@@ -212,41 +213,41 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 				homes[k] = strings.Split(v, ",")
 			}
 		}
-		return ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
+		return protocol.ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
 	case "home":
 		need(2)
-		return ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
+		return protocol.ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
 	case "host":
 		need(1)
-		return HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}
+		return protocol.HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}
 	case "hand-over":
 		need(1)
-		var ds []Deliver
+		var ds []protocol.Deliver
 		for _, p := range h.pendings(pos[0], kv["msgs"]) {
 			ds = append(ds, p.deliver(pos[0]))
 		}
-		return HandOver{Shard: pos[0], From: kv["from"], Msgs: ds}
+		return protocol.HandOver{Shard: pos[0], From: kv["from"], Msgs: ds}
 	case "begin-hand-off":
 		need(1)
-		return BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+		return protocol.BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
 	case "hand-off":
 		need(1)
 		var fences []string
 		if f := kv["fences"]; f != "" {
 			fences = strings.Split(f, ",")
 		}
-		return HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: fences}
+		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: fences}
 	case "fence":
 		need(1)
-		return Fence{Shard: pos[0], From: kv["from"]}
+		return protocol.Fence{Shard: pos[0], From: kv["from"]}
 	case "leave-ack":
-		return LeaveAck{Epoch: h.epoch(kv)}
+		return protocol.LeaveAck{Epoch: h.epoch(kv)}
 	case "started":
 		need(2)
-		return ShardStarted{Shard: pos[0], Region: pos[1]}
+		return protocol.ShardStarted{Shard: pos[0], Region: pos[1]}
 	case "deliver":
 		need(3)
-		return Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
+		return protocol.Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
 	}
 	h.fatalf("unknown message %q", name)
 	return nil
@@ -275,7 +276,7 @@ func fmtPending(p pending[string]) string {
 	return p.entityID + " " + p.msg
 }
 
-func fmtDelivers(ds []Deliver) string {
+func fmtDelivers(ds []protocol.Deliver) string {
 	if len(ds) == 0 {
 		return "nothing"
 	}
@@ -293,36 +294,36 @@ func fmtDelivers(ds []Deliver) string {
 // fmtMessage prints a protocol message a region sends.
 func fmtMessage(m Message) string {
 	switch m := m.(type) {
-	case Register:
+	case protocol.Register:
 		return "Register " + m.Region
-	case RegisterProxy:
+	case protocol.RegisterProxy:
 		return "RegisterProxy " + m.Region
-	case GetShardHome:
+	case protocol.GetShardHome:
 		if m.HandOver {
 			return "GetShardHome " + m.Shard + " (holding its mail)"
 		}
 		return "GetShardHome " + m.Shard
-	case ShardStarted:
+	case protocol.ShardStarted:
 		return "ShardStarted " + m.Shard
-	case BeginHandOffAck:
+	case protocol.BeginHandOffAck:
 		if m.FencedAt != "" {
 			return "BeginHandOffAck " + m.Shard + " (fenced at " + m.FencedAt + ")"
 		}
 		return "BeginHandOffAck " + m.Shard
-	case Fence:
+	case protocol.Fence:
 		return "Fence " + m.Shard + " from " + m.From
-	case ShardStopped:
+	case protocol.ShardStopped:
 		if m.Held {
 			return "ShardStopped " + m.Shard + ", holding its mail"
 		}
 		return "ShardStopped " + m.Shard
-	case HandOver:
+	case protocol.HandOver:
 		return fmt.Sprintf("HandOver %s: %s", m.Shard, fmtDelivers(m.Msgs))
-	case GracefulShutdownReq:
+	case protocol.GracefulShutdownReq:
 		return "GracefulShutdownReq " + m.Region
-	case RegionStopped:
+	case protocol.RegionStopped:
 		return "RegionStopped " + m.Region
-	case StopShards:
+	case protocol.StopShards:
 		return "StopShards " + strings.Join(m.Shards, ",")
 	}
 	return fmt.Sprintf("%T %+v", m, m)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // A region asks for shard homes only once the coordinator has its
@@ -48,11 +49,11 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 		shard := a.region.ShardID("e")
 		to := sharding.Address{Node: "a", Type: "Test"}
 		for _, m := range []sharding.Message{
-			sharding.ShardHome{Shard: shard, Region: "elsewhere", Epoch: 1},
-			sharding.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 1},
-			sharding.ShardHomes{Homes: map[string][]string{"elsewhere": {"y"}}, Epoch: 1},
-			sharding.HostShard{Shard: "z", Epoch: 1},
-			sharding.BeginHandOff{Shard: shard, Epoch: 1},
+			protocol.ShardHome{Shard: shard, Region: "elsewhere", Epoch: 1},
+			protocol.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 1},
+			protocol.ShardHomes{Homes: map[string][]string{"elsewhere": {"y"}}, Epoch: 1},
+			protocol.HostShard{Shard: "z", Epoch: 1},
+			protocol.BeginHandOff{Shard: shard, Epoch: 1},
 		} {
 			if err := s.transport.Send(to, m); err != nil {
 				t.Fatal(err)
@@ -67,7 +68,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			t.Fatalf("e got %v", got)
 		}
 		// The current epoch is obeyed.
-		if err := s.transport.Send(to, sharding.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 2}); err != nil {
+		if err := s.transport.Send(to, protocol.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 2}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()

@@ -12,6 +12,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // A proxy region is never allocated a shard, so it has no LeaveAck to wait
@@ -72,7 +73,7 @@ type registerCounter struct {
 }
 
 func (c *registerCounter) Send(to sharding.Address, m sharding.Message) error {
-	if _, ok := m.(sharding.Register); ok && c.n.Add(1) > 1000 {
+	if _, ok := m.(protocol.Register); ok && c.n.Add(1) > 1000 {
 		return errors.New("too many Register messages")
 	}
 	return c.LocalTransport.Send(to, m)

@@ -457,7 +457,7 @@ type simCoord struct {
 // it (stopCoordinator in region_coordinator.go).
 type simStopCoord struct{ Serial int }
 
-func (simStopCoord) protocolMessage() {}
+func (simStopCoord) ProtocolMessage() {}
 
 func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.stopping }
 

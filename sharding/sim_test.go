@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The deterministic sharding simulator (issue 9 item 7, DESIGN §8
@@ -440,7 +441,7 @@ func (w *simWorld) stopShards() {
 	n := up[w.rng.IntN(len(up))]
 	shard := w.settings.ShardID(w.entities[w.rng.IntN(len(w.entities))])
 	w.tracef("%s asks to stop shard %s", n.name, shard)
-	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.toCoordinator(StopShards{Shards: []string{shard}}) })
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.toCoordinator(protocol.StopShards{Shards: []string{shard}}) })
 }
 
 func (w *simWorld) breakOne() {
@@ -665,7 +666,7 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 		n.arriveCoordinator(from, msg)
 		return
 	}
-	if d, ok := msg.(Deliver); ok && w.cfg.dropSome && w.rng.chance(0.2) {
+	if d, ok := msg.(protocol.Deliver); ok && w.cfg.dropSome && w.rng.chance(0.2) {
 		w.tracef("%s -> %s: sabotage drops %v", from, to, d.Msg)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/deepequal"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The simulator's world: one virtual clock, one event queue, one PRNG and
@@ -204,7 +205,7 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 	n.last[l] = at
 	gen := n.gen[l]
 	copies := 1
-	if _, ok := msg.(Deliver); ok && n.duplicate {
+	if _, ok := msg.(protocol.Deliver); ok && n.duplicate {
 		copies = 2
 	}
 	for range copies {

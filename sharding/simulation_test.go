@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"maps"
 	"slices"
 	"strings"
@@ -175,10 +176,10 @@ func TestGracefulLeaveOfTheCoordinatorsRegion(t *testing.T) {
 			if m.to == newCo && firstToNew < 0 {
 				firstToNew = i
 			}
-			if h, ok := m.msg.(sharding.ShardHome); ok && h.Epoch == 1 && h.Region != "a" && h.Region != "" {
+			if h, ok := m.msg.(protocol.ShardHome); ok && h.Epoch == 1 && h.Region != "a" && h.Region != "" {
 				pushed[[2]string{h.Shard, m.to.Node}] = i
 			}
-			if st, ok := m.msg.(sharding.ShardStopped); ok && st.Region == "a" && m.to != oldCo {
+			if st, ok := m.msg.(protocol.ShardStopped); ok && st.Region == "a" && m.to != oldCo {
 				t.Fatalf("a reported shard %s stopped to %v, not to its own coordinator", st.Shard, m.to)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"github.com/shoal-dev/shoal/sharding/wire"
 )
 
@@ -13,50 +14,50 @@ import (
 // the user messages it carries with reg.
 func toWire(reg *codec.Registry, to wire.Target, msg sharding.Message) (any, error) {
 	switch m := msg.(type) {
-	case sharding.Register:
+	case protocol.Register:
 		return wire.Register{To: to, Region: m.Region}, nil
-	case sharding.RegisterProxy:
+	case protocol.RegisterProxy:
 		return wire.RegisterProxy{To: to, Region: m.Region}, nil
-	case sharding.RegisterAck:
+	case protocol.RegisterAck:
 		return wire.RegisterAck{To: to, Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
-	case sharding.GetShardHome:
+	case protocol.GetShardHome:
 		return wire.GetShardHome{To: to, Shard: m.Shard, Region: m.Region, HandOver: m.HandOver}, nil
-	case sharding.ShardHome:
+	case protocol.ShardHome:
 		return wire.ShardHome{To: to, Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
-	case sharding.ShardHomes:
+	case protocol.ShardHomes:
 		return wire.ShardHomes{To: to, Homes: m.Homes, Epoch: m.Epoch}, nil
-	case sharding.HostShard:
+	case protocol.HostShard:
 		return wire.HostShard{To: to, Shard: m.Shard, From: m.From, Epoch: m.Epoch}, nil
-	case sharding.ShardStarted:
+	case protocol.ShardStarted:
 		return wire.ShardStarted{To: to, Shard: m.Shard, Region: m.Region}, nil
-	case sharding.BeginHandOff:
+	case protocol.BeginHandOff:
 		return wire.BeginHandOff{To: to, Shard: m.Shard, Epoch: m.Epoch}, nil
-	case sharding.BeginHandOffAck:
+	case protocol.BeginHandOffAck:
 		return wire.BeginHandOffAck{To: to, Shard: m.Shard, Region: m.Region, FencedAt: m.FencedAt}, nil
-	case sharding.Fence:
+	case protocol.Fence:
 		return wire.Fence{To: to, Shard: m.Shard, From: m.From}, nil
-	case sharding.HandOff:
+	case protocol.HandOff:
 		return wire.HandOff{To: to, Shard: m.Shard, Epoch: m.Epoch, Fences: m.Fences}, nil
-	case sharding.ShardStopped:
+	case protocol.ShardStopped:
 		return wire.ShardStopped{To: to, Shard: m.Shard, Region: m.Region, Held: m.Held}, nil
-	case sharding.HandOver:
+	case protocol.HandOver:
 		msgs, err := entries(reg, m.Msgs)
 		return wire.HandOver{To: to, Shard: m.Shard, From: m.From, Msgs: msgs}, err
-	case sharding.GracefulShutdownReq:
+	case protocol.GracefulShutdownReq:
 		return wire.GracefulShutdownReq{To: to, Region: m.Region}, nil
-	case sharding.LeaveAck:
+	case protocol.LeaveAck:
 		return wire.LeaveAck{To: to, Epoch: m.Epoch}, nil
-	case sharding.StopShards:
+	case protocol.StopShards:
 		return wire.StopShards{To: to, Shards: m.Shards}, nil
-	case sharding.RebalanceShards:
+	case protocol.RebalanceShards:
 		return wire.RebalanceShards{To: to, Shards: m.Shards}, nil
-	case sharding.LeaveRequest:
+	case protocol.LeaveRequest:
 		return wire.LeaveRequest{To: to}, nil
-	case sharding.RegionStopped:
+	case protocol.RegionStopped:
 		return wire.RegionStopped{To: to, Region: m.Region}, nil
-	case sharding.GetRegionStats:
+	case protocol.GetRegionStats:
 		return wire.GetRegionStats{To: to, ReplyTo: m.ReplyTo}, nil
-	case sharding.Deliver:
+	case protocol.Deliver:
 		e, err := entry(reg, m)
 		return wire.Deliver{To: to, Entry: e}, err
 	}
@@ -77,7 +78,7 @@ func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message,
 	switch w := msg.(type) {
 	case wire.HandOver:
 		msgs, failed, err := delivers(reg, w.Msgs)
-		return to, sharding.HandOver{Shard: w.Shard, From: w.From, Msgs: msgs}, failed, err
+		return to, protocol.HandOver{Shard: w.Shard, From: w.From, Msgs: msgs}, failed, err
 	case wire.Deliver:
 		d, err := deliver(reg, w.Entry)
 		if err != nil {
@@ -93,51 +94,51 @@ func fromWire(reg *codec.Registry, msg any) (to wire.Target, m sharding.Message,
 func fromWireControl(msg any) (sharding.Message, error) {
 	switch m := msg.(type) {
 	case wire.Register:
-		return sharding.Register{Region: m.Region}, nil
+		return protocol.Register{Region: m.Region}, nil
 	case wire.RegisterProxy:
-		return sharding.RegisterProxy{Region: m.Region}, nil
+		return protocol.RegisterProxy{Region: m.Region}, nil
 	case wire.RegisterAck:
-		return sharding.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
+		return protocol.RegisterAck{Coordinator: m.Coordinator, Epoch: m.Epoch}, nil
 	case wire.GetShardHome:
-		return sharding.GetShardHome{Shard: m.Shard, Region: m.Region, HandOver: m.HandOver}, nil
+		return protocol.GetShardHome{Shard: m.Shard, Region: m.Region, HandOver: m.HandOver}, nil
 	case wire.ShardHome:
-		return sharding.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
+		return protocol.ShardHome{Shard: m.Shard, Region: m.Region, Epoch: m.Epoch}, nil
 	case wire.ShardHomes:
-		return sharding.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
+		return protocol.ShardHomes{Homes: m.Homes, Epoch: m.Epoch}, nil
 	case wire.HostShard:
-		return sharding.HostShard{Shard: m.Shard, From: m.From, Epoch: m.Epoch}, nil
+		return protocol.HostShard{Shard: m.Shard, From: m.From, Epoch: m.Epoch}, nil
 	case wire.ShardStopped:
-		return sharding.ShardStopped{Shard: m.Shard, Region: m.Region, Held: m.Held}, nil
+		return protocol.ShardStopped{Shard: m.Shard, Region: m.Region, Held: m.Held}, nil
 	case wire.Fence:
-		return sharding.Fence{Shard: m.Shard, From: m.From}, nil
+		return protocol.Fence{Shard: m.Shard, From: m.From}, nil
 	case wire.ShardStarted:
-		return sharding.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
+		return protocol.ShardStarted{Shard: m.Shard, Region: m.Region}, nil
 	case wire.BeginHandOff:
-		return sharding.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
+		return protocol.BeginHandOff{Shard: m.Shard, Epoch: m.Epoch}, nil
 	case wire.BeginHandOffAck:
-		return sharding.BeginHandOffAck{Shard: m.Shard, Region: m.Region, FencedAt: m.FencedAt}, nil
+		return protocol.BeginHandOffAck{Shard: m.Shard, Region: m.Region, FencedAt: m.FencedAt}, nil
 	case wire.HandOff:
-		return sharding.HandOff{Shard: m.Shard, Epoch: m.Epoch, Fences: m.Fences}, nil
+		return protocol.HandOff{Shard: m.Shard, Epoch: m.Epoch, Fences: m.Fences}, nil
 	case wire.GracefulShutdownReq:
-		return sharding.GracefulShutdownReq{Region: m.Region}, nil
+		return protocol.GracefulShutdownReq{Region: m.Region}, nil
 	case wire.LeaveAck:
-		return sharding.LeaveAck{Epoch: m.Epoch}, nil
+		return protocol.LeaveAck{Epoch: m.Epoch}, nil
 	case wire.StopShards:
-		return sharding.StopShards{Shards: m.Shards}, nil
+		return protocol.StopShards{Shards: m.Shards}, nil
 	case wire.RebalanceShards:
-		return sharding.RebalanceShards{Shards: m.Shards}, nil
+		return protocol.RebalanceShards{Shards: m.Shards}, nil
 	case wire.LeaveRequest:
-		return sharding.LeaveRequest{}, nil
+		return protocol.LeaveRequest{}, nil
 	case wire.RegionStopped:
-		return sharding.RegionStopped{Region: m.Region}, nil
+		return protocol.RegionStopped{Region: m.Region}, nil
 	case wire.GetRegionStats:
-		return sharding.GetRegionStats{ReplyTo: m.ReplyTo}, nil
+		return protocol.GetRegionStats{ReplyTo: m.ReplyTo}, nil
 	}
 	return nil, fmt.Errorf("%w: %T", ErrNotProtocol, msg)
 }
 
 // entry encodes one user message.
-func entry(reg *codec.Registry, d sharding.Deliver) (wire.Entry, error) {
+func entry(reg *codec.Registry, d protocol.Deliver) (wire.Entry, error) {
 	e := wire.Entry{Shard: d.Shard, EntityID: d.EntityID, Start: d.Start}
 	if d.Start {
 		return e, nil
@@ -150,7 +151,7 @@ func entry(reg *codec.Registry, d sharding.Deliver) (wire.Entry, error) {
 	return e, nil
 }
 
-func entries(reg *codec.Registry, ds []sharding.Deliver) ([]wire.Entry, error) {
+func entries(reg *codec.Registry, ds []protocol.Deliver) ([]wire.Entry, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
@@ -165,8 +166,8 @@ func entries(reg *codec.Registry, ds []sharding.Deliver) ([]wire.Entry, error) {
 }
 
 // deliver decodes one user message.
-func deliver(reg *codec.Registry, e wire.Entry) (sharding.Deliver, error) {
-	d := sharding.Deliver{Shard: e.Shard, EntityID: e.EntityID, Start: e.Start}
+func deliver(reg *codec.Registry, e wire.Entry) (protocol.Deliver, error) {
+	d := protocol.Deliver{Shard: e.Shard, EntityID: e.EntityID, Start: e.Start}
 	if e.Start {
 		return d, nil
 	}
@@ -180,11 +181,11 @@ func deliver(reg *codec.Registry, e wire.Entry) (sharding.Deliver, error) {
 
 // delivers decodes a hand-over, keeping what decodes; failed are the
 // others, and the error reports the first of them.
-func delivers(reg *codec.Registry, es []wire.Entry) (out []sharding.Deliver, failed []wire.Entry, err error) {
+func delivers(reg *codec.Registry, es []wire.Entry) (out []protocol.Deliver, failed []wire.Entry, err error) {
 	if len(es) == 0 {
 		return nil, nil, nil
 	}
-	out = make([]sharding.Deliver, 0, len(es))
+	out = make([]protocol.Deliver, 0, len(es))
 	var first error
 	for _, e := range es {
 		d, err := deliver(reg, e)

@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"github.com/shoal-dev/shoal/sharding/remote"
 	"github.com/shoal-dev/shoal/sharding/wire"
 	"github.com/shoal-dev/shoal/timers"
@@ -267,11 +268,11 @@ func TestOversizedAndUnregisteredRefusedOnSend(t *testing.T) {
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
 		to := sharding.Address{Node: remote.NodeName(b.self), Type: counters.Name()}
-		err := a.tr.Send(to, sharding.Deliver{Shard: "1", EntityID: "x", Msg: Big{Blob: strings.Repeat("x", 32<<10)}})
+		err := a.tr.Send(to, protocol.Deliver{Shard: "1", EntityID: "x", Msg: Big{Blob: strings.Repeat("x", 32<<10)}})
 		if !errors.Is(err, cluster.ErrFrameTooLarge) {
 			t.Fatalf("oversized: %v, want ErrFrameTooLarge", err)
 		}
-		err = a.tr.Send(to, sharding.Deliver{Shard: "1", EntityID: "x", Msg: struct{ X int }{1}})
+		err = a.tr.Send(to, protocol.Deliver{Shard: "1", EntityID: "x", Msg: struct{ X int }{1}})
 		if !errors.Is(err, codec.ErrUnregisteredType) {
 			t.Fatalf("unregistered: %v, want codec.ErrUnregisteredType", err)
 		}
