@@ -1,48 +1,18 @@
 package entity_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/logtest"
 )
 
-// logLines collects JSON log records.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logLines) records(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(l.buf.Bytes()))
-	for dec.More() {
-		var r map[string]any
-		if err := dec.Decode(&r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-func loggedSystem(t *testing.T, mutate func(*entity.Config)) (*entity.System, *logLines, *fakeClock) {
-	lines := &logLines{}
+func loggedSystem(t *testing.T, mutate func(*entity.Config)) (*entity.System, *logtest.Buffer, *fakeClock) {
+	lines := &logtest.Buffer{}
 	clock := newFakeClock()
 	sys := newSystem(t, func(c *entity.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(lines, nil))
@@ -65,7 +35,7 @@ func TestDeadLettersLoggedRateLimitedAndCounted(t *testing.T) {
 	for range 5 {
 		_ = c.Tell("hello")
 	}
-	recs := lines.records(t)
+	recs := lines.Records(t)
 	if len(recs) != 3 {
 		t.Fatalf("%d lines logged for 5 dead letters within a second, want 3: %v", len(recs), recs)
 	}
@@ -79,7 +49,7 @@ func TestDeadLettersLoggedRateLimitedAndCounted(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	_ = c.Tell("again")
-	recs = lines.records(t)
+	recs = lines.Records(t)
 	if len(recs) != 4 || recs[3]["not_logged_before"] != 2.0 {
 		t.Fatalf("after a second: records %v, want a fourth that reports the 2 left out", recs)
 	}
@@ -93,7 +63,7 @@ func TestUnhandledMessagesLoggedAndCounted(t *testing.T) {
 	if got := askGet(t, c); got != 0 { // the tick was handled before the ask
 		t.Fatalf("counter %d", got)
 	}
-	recs := lines.records(t)
+	recs := lines.Records(t)
 	if len(recs) != 1 || recs[0]["msg"] != "unhandled message" || recs[0]["to"] != "counter/u" || recs[0]["type"] != "entity_test.tick" {
 		t.Fatalf("records %v, want one unhandled message line for counter/u", recs)
 	}
@@ -106,7 +76,7 @@ func TestUnhandledMessagesLoggedAndCounted(t *testing.T) {
 func TestDeadLetterLoggingOff(t *testing.T) {
 	sys, lines, _ := loggedSystem(t, func(c *entity.Config) { c.DeadLetterLogLimit = -1 })
 	entity.Reply(sys, entity.ReplyTo[int]{}, 1)
-	if recs := lines.records(t); len(recs) != 0 {
+	if recs := lines.Records(t); len(recs) != 0 {
 		t.Fatalf("logged %v", recs)
 	}
 	if st := sys.Stats(); st.DeadLetters != 1 || st.DeadLettersNotLogged != 1 {
@@ -141,7 +111,7 @@ func TestOwnerDeadLetterCountedLoggedAndFailsItsAsk(t *testing.T) {
 	if !errors.Is(err, entity.ErrMailboxFull) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ask of a dead letter: %v, want ErrMailboxFull at once", err)
 	}
-	recs := lines.records(t)
+	recs := lines.Records(t)
 	if len(recs) != 1 || recs[0]["msg"] != "dead letter" || recs[0]["to"] != "owned/x" || recs[0]["reason"] != "refused by the new incarnation" {
 		t.Fatalf("records %v, want one dead letter line for owned/x with its reason", recs)
 	}
@@ -159,7 +129,7 @@ func TestRuntimeLogLinesNameNodeAndEntity(t *testing.T) {
 	waitDone(t, c)
 	_ = c.Tell("hello")
 	entity.Reply(sys, entity.ReplyTo[int]{}, 1) // a reply to nobody: no entity
-	recs := lines.records(t)
+	recs := lines.Records(t)
 	if len(recs) != 2 {
 		t.Fatalf("records %v, want 2 dead letters", recs)
 	}
