@@ -4,8 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
@@ -40,51 +38,8 @@ type NodeLeases interface {
 // does not hold at all (a predecessor's, or one the view has not caught up
 // with) is not downed — it may be alive and new — but it is removed only
 // once its lease has expired.
-//
-// Keep the majority (issue 12): a coordinator cut off from its peers but
-// not from the store would otherwise down every other node and serve
-// alone. So it downs only while its side is the majority, as Pekko's
-// keep-majority split-brain strategy does:
-//
-//   - The sides: the members of the view that are not Down and carry the
-//     type's role (only they can host the coordinator, so a majority
-//     counted among them can always elect one). The coordinator's side is
-//     itself and those it sees reachable; the other side those it sees
-//     unreachable (or has downed), except those whose node lease the
-//     store says expired: they have fenced themselves, they are dead, not
-//     a side. This is where the arbiter beats Pekko: a survivor of crashes
-//     regains the majority as the crashed nodes' leases expire.
-//   - A strict majority wins. On an exact half, the side holding the
-//     oldest of the counted members wins. (Pekko's keep-majority breaks
-//     the tie by the lowest address; the oldest is what every node's view
-//     agrees on here, and it is normally the coordinator already, so a tie
-//     moves nothing.)
-//   - It decides only once the view's unreachable set has been unchanged
-//     for stableAfter (Pekko's stable-after): memberlist detects the
-//     members of the other side one by one, and a coordinator that sees
-//     only part of the other side unreachable must not down it.
-//   - On the minority side it downs nobody (it still asks the store which
-//     leases expired: that is only reading) and, once the view is stable
-//     and every member counted against it is known to hold a live lease,
-//     stands down (standDown): the runner releases the coordinator lease
-//     and stops, so that the majority's oldest reachable member (the
-//     coordinator's place in its view, as unreachable members are never
-//     oldest) acquires it and downs the minority's nodes, whose shards move
-//     once their leases expired. The region restarts its coordinator after
-//     a back-off, as after any failure; while another holds the lease it
-//     waits for it.
-//
-// The lease is still the final guard: whichever side decides, only the
-// holder of the coordinator lease downs, and only expired leases move
-// shards.
 type downing struct {
-	self        string
-	role        string
-	stableAfter time.Duration
-	nodes       map[string]*failedNode
-	view        []Member  // the latest view
-	failedSig   string    // the view's unreachable or Down members, sorted
-	stableSince time.Time // when failedSig last changed
+	nodes map[string]*failedNode
 }
 
 type failedNode struct {
@@ -92,11 +47,7 @@ type failedNode struct {
 	down    bool   // the store must down it (membership said it failed)
 	downed  bool   // the store confirmed the down
 	expired bool   // the store confirmed its lease expired: final
-	checked bool   // the store answered an expiry check
-	// downSent: a DownNode call went out; the node is doomed even if it
-	// turns up healthy.
-	downSent bool
-	busy     bool // a store call for it is under way
+	busy    bool   // a store call for it is under way
 }
 
 // downCall is a store call the runner makes for the machine.
@@ -119,26 +70,10 @@ type downingTick struct{}
 
 func (downingTick) ProtocolMessage() {}
 
-// newDowning returns the machine of the coordinator on node self for the
-// type's role; it decides on a view stable for stableAfter.
-func newDowning(self, role string, stableAfter time.Duration) *downing {
-	return &downing{self: self, role: role, stableAfter: stableAfter, nodes: make(map[string]*failedNode)}
-}
+func newDowning() *downing { return &downing{nodes: make(map[string]*failedNode)} }
 
-// observe takes a membership view, the regions the core knows of, and
-// the coordinator's clock.
-func (d *downing) observe(members []Member, known []string, now time.Time) {
-	d.view = members
-	var failed []string
-	for _, m := range members {
-		if !m.Reachable || m.Status == allocation.Down {
-			failed = append(failed, m.Node)
-		}
-	}
-	slices.Sort(failed)
-	if sig := strings.Join(failed, ","); sig != d.failedSig || d.stableSince.IsZero() {
-		d.failedSig, d.stableSince = sig, now
-	}
+// observe takes a membership view and the regions the core knows of.
+func (d *downing) observe(members []Member, known []string) {
 	inView := make(map[string]bool, len(members))
 	for _, m := range members {
 		inView[m.Node] = true
@@ -149,9 +84,8 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 			d.nodes[m.Node] = &failedNode{last: m, down: true}
 		case failed:
 			n.last, n.down = m, true
-		case n != nil && !n.downSent && !n.expired:
-			// Absent before, or failed but never downed (the view was
-			// not stable yet), healthy now: nothing to do.
+		case n != nil && !n.down && !n.expired:
+			// Absent before, healthy now: the view had not caught up.
 			delete(d.nodes, m.Node)
 		case n != nil:
 			n.last = m
@@ -170,87 +104,18 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 	}
 }
 
-// due returns the store calls to make now, at most one per node, sorted:
-// downs while the coordinator may down (mayDown), expiry checks
-// otherwise.
-func (d *downing) due(now time.Time) []downCall {
+// due returns the store calls to make now, at most one per node, sorted.
+func (d *downing) due() []downCall {
 	var calls []downCall
-	mayDown := d.mayDown(now)
 	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
 		n := d.nodes[name]
 		if n.busy || n.expired {
 			continue
 		}
 		n.busy = true
-		down := mayDown && n.down && !n.downed
-		n.downSent = n.downSent || down
-		calls = append(calls, downCall{node: name, down: down})
+		calls = append(calls, downCall{node: name, down: n.down && !n.downed})
 	}
 	return calls
-}
-
-// stable reports whether the view's unreachable set has held for
-// stableAfter.
-func (d *downing) stable(now time.Time) bool {
-	return !d.stableSince.IsZero() && now.Sub(d.stableSince) >= d.stableAfter
-}
-
-// mayDown reports whether the coordinator may down failed members now:
-// the view is stable and its side is the majority.
-func (d *downing) mayDown(now time.Time) bool {
-	mine, _ := d.sides()
-	return d.stable(now) && mine
-}
-
-// standDown reports whether the coordinator must give its lease up: the
-// view is stable, its side is the minority, and the store said of every
-// member counted against it that its lease had not expired.
-func (d *downing) standDown(now time.Time) bool {
-	mine, theirs := d.sides()
-	if mine || !d.stable(now) {
-		return false
-	}
-	for _, name := range theirs {
-		if n := d.nodes[name]; n == nil || !n.checked {
-			return false
-		}
-	}
-	return true
-}
-
-// sides reports whether the coordinator's side of the latest view is the
-// majority (see downing), and names the members counted on the other side.
-func (d *downing) sides() (majority bool, theirs []string) {
-	var mine []string
-	var oldest Member
-	counted := 0
-	for _, m := range d.view {
-		if m.Status == allocation.Down || !m.HasRole(d.role) && m.Node != d.self {
-			continue
-		}
-		n := d.nodes[m.Node]
-		switch {
-		case n != nil && n.expired:
-			continue // fenced itself: dead, no side
-		case m.Node == d.self || m.Reachable && (n == nil || !n.down):
-			mine = append(mine, m.Node)
-		default:
-			theirs = append(theirs, m.Node)
-		}
-		if counted == 0 || older(m, oldest) {
-			oldest = m
-		}
-		counted++
-	}
-	if !slices.Contains(mine, d.self) {
-		mine = append(mine, d.self) // a view without self: it is on its own side
-	}
-	switch {
-	case len(mine) != len(theirs):
-		return len(mine) > len(theirs), theirs
-	default:
-		return slices.Contains(mine, oldest.Node), theirs
-	}
 }
 
 // result records a call's answer; it reports whether a node's lease is
@@ -267,9 +132,6 @@ func (d *downing) result(r downResult) bool {
 	case r.call.down:
 		n.downed = true
 		return false
-	}
-	n.checked = true
-	switch {
 	case r.expired && !n.expired:
 		n.expired = true
 		return true

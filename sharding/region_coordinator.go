@@ -125,7 +125,7 @@ func (stopCoordinator) ProtocolMessage() {}
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
 	cr := &coordinatorRunner[C]{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
 	if r.s.cfg.NodeLeases != nil {
-		cr.down = newDowning(r.s.self, r.ent.Role, r.settings.DowningStableAfter)
+		cr.down = newDowning()
 	}
 	return cr.tryAcquire(ctx)
 }
@@ -340,17 +340,10 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 		switch m := m.(type) {
 		case membersChanged:
 			cr.view = m.members
-			cr.down.observe(cr.view, cr.knownRegions(), ctx.Clock().Now())
+			cr.down.observe(cr.view, cr.knownRegions())
 			cr.startDowning(ctx)
 			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
 		case downingTick:
-			if cr.down.standDown(ctx.Clock().Now()) {
-				// The minority side: give the lease to the majority's
-				// coordinator, which downs this side (see downing).
-				r.s.log.Warn("sharding: coordinator on the minority side of a partition; standing down", "type", r.typ)
-				cr.release(ctx)
-				return entity.Stopped[Message]()
-			}
 			cr.startDowning(ctx)
 			return entity.Same[Message]()
 		case downResult:
@@ -429,7 +422,7 @@ func (cr *coordinatorRunner[C]) knownRegions() []string {
 // answers with a downResult.
 func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
 	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
-	for _, call := range cr.down.due(ctx.Clock().Now()) {
+	for _, call := range cr.down.due() {
 		ctx.PipeToSelf(func(c context.Context) Message {
 			c, cancel := context.WithTimeout(c, timeout)
 			defer cancel()

@@ -506,7 +506,7 @@ func (n *simNode) stopCoordinator() {
 
 func (n *simNode) startCoordinator() {
 	n.coordSerial++
-	c := &simCoord{n: n, serial: n.coordSerial, down: newDowning(n.name, "", n.w.settings.DowningStableAfter)}
+	c := &simCoord{n: n, serial: n.coordSerial, down: newDowning()}
 	n.coord, n.coordStarted = c, n.w.clock.now
 	c.tryAcquire()
 }
@@ -680,16 +680,10 @@ func (c *simCoord) arrive(msg Message) {
 	switch m := msg.(type) {
 	case membersChanged:
 		c.view = m.members
-		c.down.observe(c.view, c.knownRegions(), n.now())
+		c.down.observe(c.view, c.knownRegions())
 		c.startDowning()
 		c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
 	case downingTick:
-		if c.down.standDown(n.now()) {
-			w.tracef("%s coordinator (epoch %d) on the minority side: stands down", n.name, c.epoch)
-			c.release()
-			c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
-			return
-		}
 		c.startDowning()
 	case downResult:
 		if m.err != nil {
@@ -718,7 +712,7 @@ func (c *simCoord) knownRegions() []string {
 // startDowning makes the store calls the downing machine asks for.
 func (c *simCoord) startDowning() {
 	n, w := c.n, c.n.w
-	for _, call := range c.down.due(n.now()) {
+	for _, call := range c.down.due() {
 		res := downResult{call: call}
 		w.tracef("%s coordinator: downing call %+v", n.name, call)
 		w.storeCall(n, func() error {
