@@ -241,7 +241,7 @@ func (h *handler) rebalance(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.log.Info("admin: rebalance requested", "entityType", typeName, "shard", shard)
+	h.log.Info("admin: rebalance requested", "entity_type", typeName, "shard_id", shard)
 	accepted(w)
 }
 

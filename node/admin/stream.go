@@ -51,7 +51,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				// A slow or failing read skips a beat; the client keeps
 				// the last map until the next one.
-				h.log.Debug("admin: shard stream read failed", "entityType", typeName, "err", err)
+				h.log.Debug("admin: shard stream read failed", "entity_type", typeName, "err", err)
 				continue
 			}
 			if bytes.Equal(next, last) {
