@@ -372,6 +372,9 @@ func (c *regionCore[C, S]) step(msg Message) {
 			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
 			return
 		}
+		if e.stopping && e.stopEpoch == m.Epoch {
+			return // asked again while waiting for fences: the wait goes on, bounded from its start
+		}
 		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
 		e.stopEpoch = m.Epoch
 		c.maybeStop(m.Shard, e)
