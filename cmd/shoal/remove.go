@@ -59,7 +59,8 @@ func removeInternalData(ctx context.Context, args []string, stdout, stderr io.Wr
 // entities in one transaction, unless its coordinator lease is held
 // unexpired (errLeaseHeld). The lease row is locked throughout, so no
 // coordinator can acquire it, or write an allocation, until the deletion
-// has committed; it is kept, so its epoch keeps growing.
+// has committed; it is kept, and its epoch is advanced, so that no
+// write under an earlier epoch lands after the deletion.
 func removeTypeData(ctx context.Context, conn *pgx.Conn, typeName string) (removed, error) {
 	res := removed{Type: typeName}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -75,6 +76,11 @@ func removeTypeData(ctx context.Context, conn *pgx.Conn, typeName string) (remov
 		case held:
 			return fmt.Errorf("%w: %s holds the coordinator lease of %s until %s; stop every node running %s first",
 				errLeaseHeld, owner, typeName, expires.UTC().Format(time.RFC3339), typeName)
+		}
+		// A new epoch fences a writer whose lease ran out but whose write
+		// is still on its way: it would bring back a deleted allocation.
+		if _, err := tx.Exec(ctx, `UPDATE coordinator_lease SET epoch = epoch + 1 WHERE type_name = $1`, typeName); err != nil {
+			return fmt.Errorf("fence the coordinator epoch of %s: %w", typeName, err)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM shard_allocations WHERE type_name = $1`, typeName)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/sharding"
+	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, table, typeName string) int {
@@ -70,6 +72,11 @@ func TestRemoveInternalData(t *testing.T) {
 	}
 	if count(t, pool, "shard_allocations", "other") != 2 || count(t, pool, "remembered_entities", "other") != 3 {
 		t.Fatal("another type's rows were deleted")
+	}
+	// A write of the coordinator whose lease ran out, still on its way, is
+	// fenced: it would bring back what was just deleted.
+	if err := shardingpg.NewCoordinatorStore(pool).Allocate(ctx, "payment", epoch, "9", "late#1"); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a write under the removed epoch: %v, want ErrStaleEpoch", err)
 	}
 	// The lease row stays: the next coordinator's epoch is still newer.
 	if next, err := leases.AcquireCoordinator(ctx, "payment", "b#1", time.Hour); err != nil || next <= epoch {
