@@ -142,26 +142,37 @@ func (s *CoordinatorStore) Deallocate(ctx context.Context, typeName string, epoc
 	return nil
 }
 
-// Update implements sharding.CoordinatorStore: one transaction whose first
-// statement share-locks the lease row, so every change sees the same epoch
-// and a refused one rolls back those before it.
+// Update implements sharding.CoordinatorStore: the changes go as one batch
+// (one round trip) in one transaction; its first statement share-locks the
+// lease row, so every change sees the same epoch, and a refused one rolls
+// back those before it.
 func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []sharding.AllocationChange) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if len(changes) == 0 {
-			return fenced(ctx, tx, leaseEpochSQL, typeName, epoch)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if epoch > math.MaxInt64 {
+		return fmt.Errorf("%w: epoch %d was never issued", sharding.ErrStaleEpoch, epoch)
+	}
+	var batch pgx.Batch
+	if len(changes) == 0 {
+		batch.Queue(leaseEpochSQL, typeName, int64(epoch))
+	}
+	for _, c := range changes {
+		if c.Region == "" {
+			batch.Queue(deallocateSQL, typeName, int64(epoch), c.Shard)
+		} else {
+			batch.Queue(allocateSQL, typeName, int64(epoch), c.Shard, c.Region)
 		}
-		for _, c := range changes {
-			var err error
-			if c.Region == "" {
-				err = fenced(ctx, tx, deallocateSQL, typeName, epoch, c.Shard)
-			} else {
-				err = fenced(ctx, tx, allocateSQL, typeName, epoch, c.Shard, c.Region)
-			}
-			if err != nil {
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		results := tx.SendBatch(ctx, &batch)
+		for range batch.Len() {
+			if err := checkEpoch(results.QueryRow(), typeName, epoch); err != nil {
+				results.Close()
 				return err
 			}
 		}
-		return nil
+		return results.Close()
 	})
 	if err != nil {
 		return fmt.Errorf("sharding/postgres: update %s (%d changes): %w", typeName, len(changes), err)
@@ -169,18 +180,9 @@ func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch ui
 	return nil
 }
 
-// querier is what fenced needs of a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // fenced runs a write statement taking (type, epoch, args...) that returns
 // the lease's current epoch, and reports ErrStaleEpoch when it is not epoch.
 func (s *CoordinatorStore) fenced(ctx context.Context, sql, typeName string, epoch uint64, args ...any) error {
-	return fenced(ctx, s.pool, sql, typeName, epoch, args...)
-}
-
-func fenced(ctx context.Context, q querier, sql, typeName string, epoch uint64, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -188,9 +190,14 @@ func fenced(ctx context.Context, q querier, sql, typeName string, epoch uint64, 
 		// Beyond bigint: no Acquire handed it out.
 		return fmt.Errorf("%w: epoch %d was never issued", sharding.ErrStaleEpoch, epoch)
 	}
+	return checkEpoch(s.pool.QueryRow(ctx, sql, append([]any{typeName, int64(epoch)}, args...)...), typeName, epoch)
+}
+
+// checkEpoch reads the lease epoch a fenced statement returned: no row, or
+// another epoch, means the write was refused.
+func checkEpoch(row pgx.Row, typeName string, epoch uint64) error {
 	var current int64
-	err := q.QueryRow(ctx, sql, append([]any{typeName, int64(epoch)}, args...)...).Scan(&current)
-	switch {
+	switch err := row.Scan(&current); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: epoch %d, but %s has no coordinator lease", sharding.ErrStaleEpoch, epoch, typeName)
 	case err != nil:
