@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/internal/logtest"
 	"github.com/shoal-dev/shoal/node/admin"
 )
 
@@ -350,5 +351,24 @@ func TestSourceFailureIsA500WithItsError(t *testing.T) {
 	code, body := do(t, h, "GET", "/admin/v1/leases", "", "")
 	if e := decodeAs[errBody](t, body); code != 500 || e.Code != admin.CodeInternal || !strings.Contains(e.Error, "database down") {
 		t.Fatalf("leases with the store down: %d %s", code, body)
+	}
+}
+
+// A client that went away gets no answer written and logs no failure: the
+// cancellation is its own, not the node's.
+func TestClientGoneIsNotAFailure(t *testing.T) {
+	f := newFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.leaseErr = fmt.Errorf("reading leases: %w", context.Canceled)
+	var logged logtest.Buffer
+	h := admin.New(f, admin.Options{Logger: slog.New(slog.NewJSONHandler(&logged, nil))})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/admin/v1/leases", nil).WithContext(ctx))
+	if rec.Body.Len() != 0 {
+		t.Fatalf("answered a gone client: %d %s", rec.Code, rec.Body)
+	}
+	if recs := logged.Records(t); len(recs) != 0 {
+		t.Fatalf("logged %v", recs)
 	}
 }

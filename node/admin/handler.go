@@ -69,6 +69,9 @@ func writeError(w http.ResponseWriter, status int, code Code, err error) {
 
 // fail answers err with the status its kind calls for.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		return // the client went away: nobody reads an answer, and nothing failed here
+	}
 	status, code := http.StatusInternalServerError, CodeInternal
 	switch {
 	case errors.Is(err, ErrBadRequest):
