@@ -109,16 +109,32 @@ func (s adminSource) Leave(_ context.Context, node string) error {
 		n.leaveRequested()
 		return nil
 	}
-	for _, m := range n.members.View().Members() {
+	target, ok := memberNamed(n.members.View().Members(), node)
+	if !ok {
+		return fmt.Errorf("%w: no member %q in the view of %s", admin.ErrUnknownNode, node, n.self)
+	}
+	if err := n.sharding.RequestLeave(remote.NodeName(target.Address)); err != nil {
+		return fmt.Errorf("node: ask %s to leave: %w", target.Address, err)
+	}
+	return nil
+}
+
+// memberNamed finds the member node names (a node id or node#incarnation)
+// that is not Down. During a rolling restart a bare node id may name an
+// old incarnation and its successor: the newest (largest join order) is
+// the one meant.
+func memberNamed(members []cluster.Member, node string) (cluster.Member, bool) {
+	var found cluster.Member
+	ok := false
+	for _, m := range members {
 		if m.Status == cluster.Down || (m.Address.Node != node && m.Address.String() != node) {
 			continue
 		}
-		if err := n.sharding.RequestLeave(remote.NodeName(m.Address)); err != nil {
-			return fmt.Errorf("node: ask %s to leave: %w", m.Address, err)
+		if !ok || m.JoinOrder > found.JoinOrder {
+			found, ok = m, true
 		}
-		return nil
 	}
-	return fmt.Errorf("%w: no member %q in the view of %s", admin.ErrUnknownNode, node, n.self)
+	return found, ok
 }
 
 func (s adminSource) Rebalance(_ context.Context, typeName, shard string) error {
