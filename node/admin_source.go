@@ -114,7 +114,7 @@ func (s adminSource) Leave(_ context.Context, node string) error {
 		return fmt.Errorf("%w: no member %q in the view of %s", admin.ErrUnknownNode, node, n.self)
 	}
 	if err := n.sharding.RequestLeave(remote.NodeName(target.Address)); err != nil {
-		return fmt.Errorf("node: ask %s to leave: %w", target.Address, err)
+		return adminError(fmt.Errorf("node: ask %s to leave: %w", target.Address, err))
 	}
 	return nil
 }
@@ -156,6 +156,8 @@ func adminError(err error) error {
 		return fmt.Errorf("%w: %w", admin.ErrUnknownShard, err)
 	case errors.Is(err, lease.ErrInvalidConfig):
 		return fmt.Errorf("%w: %w", admin.ErrBadRequest, err)
+	case errors.Is(err, sharding.ErrUnreachable):
+		return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
 	}
 	return err
 }

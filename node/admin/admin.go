@@ -37,6 +37,9 @@ var (
 	// ErrBadRequest: the request itself is wrong (400): bad JSON, a
 	// missing field, a malformed shard id.
 	ErrBadRequest = errors.New("admin: bad request")
+	// ErrUnavailable: the node cannot do it now, e.g. the member to ask is
+	// unreachable (503): retry later.
+	ErrUnavailable = errors.New("admin: unavailable")
 )
 
 // Code is the machine-readable kind of an error response.

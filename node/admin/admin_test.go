@@ -372,3 +372,15 @@ func TestClientGoneIsNotAFailure(t *testing.T) {
 		t.Fatalf("logged %v", recs)
 	}
 }
+
+// What the node cannot do now (a member to ask is unreachable) is a 503 the
+// caller may retry, not a 500.
+func TestUnavailableIsA503(t *testing.T) {
+	f := newFake()
+	f.leaseErr = fmt.Errorf("%w: node-b is unreachable", admin.ErrUnavailable)
+	h := admin.New(f, admin.Options{Logger: quiet()})
+	code, body := do(t, h, "GET", "/admin/v1/leases", "", "")
+	if e := decodeAs[errBody](t, body); code != 503 || e.Code != admin.CodeUnavailable {
+		t.Fatalf("got %d %s, want 503 unavailable", code, body)
+	}
+}

@@ -82,7 +82,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusNotFound, CodeUnknownShard
 	case errors.Is(err, ErrUnknownNode):
 		status, code = http.StatusNotFound, CodeUnknownNode
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		status, code = http.StatusServiceUnavailable, CodeUnavailable
 	}
 	if status >= 500 {
