@@ -37,6 +37,9 @@ type coordinatorCore struct {
 	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
+	// rebalanced counts the hand-offs the strategy began in the last
+	// rebalance round (a metric: leaves and requests are not rebalances).
+	rebalanced int
 }
 
 // registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
@@ -271,7 +274,11 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		for s := range c.handoffs {
 			inProgress[s] = true
 		}
+		c.rebalanced = 0
 		for _, shard := range c.strategy.Rebalance(c.allocationState(), inProgress) {
+			if _, moving := c.handoffs[shard]; !moving {
+				c.rebalanced++
+			}
 			out = append(out, c.beginHandOff(shard)...)
 		}
 		return nil, out

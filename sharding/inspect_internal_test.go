@@ -1,10 +1,12 @@
 package sharding
 
 import (
-	"github.com/shoal-dev/shoal/sharding/protocol"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 func TestRegionCoreShardStatesShowHomesHandOffsAndWaitingShards(t *testing.T) {
@@ -54,5 +56,29 @@ func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 	slices.SortFunc(ids, CompareShardIDs)
 	if want := []string{"09", "9", "10", "100", "a", "b"}; !slices.Equal(ids, want) {
 		t.Fatalf("sorted %v, want %v", ids, want)
+	}
+}
+
+// The rebalance metric counts what the strategy moved, not the deferred
+// hand-offs (requests, leaves) that a rebalance round happens to start.
+func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
+	c := newCoordinatorCore("a", 7, map[string]string{"s1": "a", "s2": "b"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	// x never registers: hand-offs wait for it, then go ahead after a few rounds.
+	c.step(membersChanged{members: []Member{{Node: "a", Reachable: true}, {Node: "b", Reachable: true}, {Node: "x", Reachable: true}}})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	if _, out := c.step(protocol.RebalanceShards{Shards: []string{"s1"}}); len(out) != 0 {
+		t.Fatalf("handed off before every region registered: %v", sent(out))
+	}
+	began := false
+	for round := 0; round < 10 && !began; round++ {
+		_, out := c.step(rebalanceTick{})
+		began = slices.Contains(sent(out), "a: BeginHandOff s1")
+		if c.rebalanced != 0 {
+			t.Fatalf("round %d: %d counted as rebalanced; the strategy moved nothing (sent %v)", round, c.rebalanced, sent(out))
+		}
+	}
+	if !began {
+		t.Fatal("the requested hand-off never began")
 	}
 }

@@ -371,9 +371,8 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 		if w.waiting() {
 			return entity.Same[Message]() // periodic: the next one comes
 		}
-		moving := len(cr.core.handoffs)
 		w.take(cr.core.step(m))
-		r.m.Rebalanced(len(cr.core.handoffs) - moving)
+		r.m.Rebalanced(cr.core.rebalanced)
 	default:
 		if w.waiting() {
 			// After the decisions waiting for the store, in order.

@@ -2,11 +2,12 @@ package sharding
 
 import (
 	"fmt"
-	"github.com/shoal-dev/shoal/sharding/protocol"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in

@@ -3,14 +3,15 @@ package sharding_test
 import (
 	"context"
 	"fmt"
-	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // These scenarios run several regions in one process over the in-process
