@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -175,15 +176,22 @@ func orDash(s string) string {
 	return s
 }
 
-func members(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+// adminCommand parses a subcommand's flags and its nargs non-empty
+// positional arguments, and returns the client they describe.
+func adminCommand(name string, args []string, nargs int, stderr io.Writer) (c *adminClient, pos []string, asJSON bool, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := newAdminFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil || len(pos) != 0 {
-		return errUsage
+	pos, err = parseArgs(fs, args)
+	if err != nil || len(pos) != nargs || slices.Contains(pos, "") {
+		return nil, nil, false, errUsage
 	}
-	c, err := f.client()
+	c, err = f.client()
+	return c, pos, *f.json, err
+}
+
+func members(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, _, asJSON, err := adminCommand("members", args, 0, stderr)
 	if err != nil {
 		return err
 	}
@@ -192,7 +200,7 @@ func members(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if *f.json {
+	if asJSON {
 		return printJSON(stdout, data)
 	}
 	var rows [][]string
@@ -216,14 +224,7 @@ func members(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func shards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := newAdminFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil || len(pos) != 1 || pos[0] == "" {
-		return errUsage
-	}
-	c, err := f.client()
+	c, pos, asJSON, err := adminCommand("shards", args, 1, stderr)
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func shards(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if *f.json {
+	if asJSON {
 		return printJSON(stdout, data)
 	}
 	coord := "none"
@@ -252,14 +253,7 @@ func shards(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func leave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leave", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := newAdminFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil || len(pos) != 1 || pos[0] == "" {
-		return errUsage
-	}
-	c, err := f.client()
+	c, pos, asJSON, err := adminCommand("leave", args, 1, stderr)
 	if err != nil {
 		return err
 	}
@@ -271,7 +265,7 @@ func leave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if *f.json {
+	if asJSON {
 		return printJSON(stdout, data)
 	}
 	fmt.Fprintf(stdout, "%s is leaving the cluster\n", pos[0])
