@@ -61,6 +61,10 @@ func (o Options) withDefaults() Options {
 const (
 	startBound = 3 * time.Minute
 	opBound    = 2 * time.Minute
+	// buildBound bounds compiling the binaries and building the image. A
+	// cold build beside make test's race builds took over 3 minutes on a
+	// loaded 2-core machine, so it has a bound of its own, not startBound.
+	buildBound = 20 * time.Minute
 )
 
 // Cluster is Postgres, the issuer simulator and payment nodes in
@@ -97,19 +101,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	opts = opts.withDefaults()
 	pgImage := pgtest.Image(t) // skips without Docker; configures testcontainers
-	ctx, cancel := context.WithTimeout(context.Background(), startBound)
-	defer cancel()
-	docker, err := testcontainers.NewDockerClientWithOpts(ctx)
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), buildBound)
+	defer cancelBuild()
+	docker, err := testcontainers.NewDockerClientWithOpts(buildCtx)
 	if err != nil {
 		t.Fatalf("clustertest: docker client: %v", err)
 	}
 	t.Cleanup(func() { _ = docker.Close() })
 	c := &Cluster{t: t, opts: opts, docker: docker}
 	began := time.Now()
-	if c.image, err = BuildImage(ctx, docker); err != nil {
+	if c.image, err = BuildImage(buildCtx, docker); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("clustertest: image %s ready after %v", c.image, time.Since(began).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), startBound)
+	defer cancel()
 	for _, n := range []**testcontainers.DockerNetwork{&c.backend, &c.cluster} {
 		if *n, err = tcnetwork.New(ctx); err != nil {
 			t.Fatalf("clustertest: network: %v", err)

@@ -120,8 +120,8 @@ func (c *Cluster) verify(ctx context.Context, l *load) {
 // host the coordinator, under load. Its shards move once its lease has
 // expired; nothing acknowledged is lost; no entity runs twice.
 func TestCrashFailover(t *testing.T) {
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	victim := c.notCoordinator(ctx)
@@ -138,8 +138,8 @@ func TestCrashFailover(t *testing.T) {
 // Postgres once the old lease expired, at a higher epoch; the shards move.
 func TestCoordinatorCrash(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	victim, epoch := c.Coordinator(ctx)
@@ -173,8 +173,8 @@ func (c *Cluster) notCoordinator(ctx context.Context) *Node {
 // exits 0; the others serve everything.
 func TestGracefulLeave(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	for i := range 2 {
@@ -199,8 +199,8 @@ func TestGracefulLeave(t *testing.T) {
 // renewal fails, it fences itself and exits; its shards move. After the
 // heal it comes back as a new incarnation.
 func TestPartition(t *testing.T) {
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	partition(t, ctx, c, c.notCoordinator(ctx))
 }
 
@@ -214,8 +214,8 @@ func TestPartition(t *testing.T) {
 // merge with the coordinator's.
 func TestPartitionCoordinator(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	victim, _ := c.Coordinator(ctx)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
@@ -311,8 +311,8 @@ func partition(t *testing.T, ctx context.Context, c *Cluster, victim *Node) {
 // counters show it served nothing after its lease ran out.
 func TestPausePastLease(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	victim := c.notCoordinator(ctx)
@@ -331,8 +331,8 @@ func TestPausePastLease(t *testing.T) {
 // the fenced nodes restarted, every acknowledged payment is there.
 func TestPostgresRestart(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	c.RestartPostgres(ctx, c.opts.Lease)
@@ -354,8 +354,8 @@ func TestPostgresRestart(t *testing.T) {
 // before anyone asks for it.
 func TestRememberedEntitiesAfterFullRestart(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 10, "before the restart")
 	l.stop()
@@ -399,8 +399,8 @@ func TestRememberedEntitiesAfterFullRestart(t *testing.T) {
 // requests are served.
 func TestMinMembers(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{Nodes: 2, Initial: 1, MinMembers: 2})
+	ctx := scenarioContext(t)
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err := counterRequest(short, c.Nodes[0].URL, CounterOp{Counter: "minmembers", Add: true, By: 1})
 	cancel()
@@ -426,8 +426,8 @@ func TestMinMembers(t *testing.T) {
 // a new incarnation, under load.
 func TestRollingUpdate(t *testing.T) {
 	extended(t)
-	ctx := scenarioContext(t)
 	c := Start(t, Options{})
+	ctx := scenarioContext(t)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 20, "before the update")
 	oldest, _ := c.Coordinator(ctx)
