@@ -372,6 +372,16 @@ func TestSimulationPinned(t *testing.T) {
 		{"hand-off-asked-again", "all", false, 848},
 		// A leaving region stopped with its buffer (it waits for it now).
 		{"leaving-region-drops-its-buffer-2", "none", true, 51},
+		// A second hand-off of a shard in one epoch, at a region that did
+		// not host it, was answered as a repeat of the first: at once,
+		// without its fences or the mail forwarded to it (region_core.go
+		// pushedHome; testdata/region/lost-host-shard.txt).
+		{"second-hand-off-in-an-epoch", "all", false, 5204},
+		// A new home whose HostShard was lost with its coordinator started
+		// from the successor's ShardHomes before the previous home's mail
+		// (it waits for the previous home it knows, which hands over even
+		// when it holds nothing).
+		{"lost-host-shard-skips-the-hand-over", "all", false, 5486},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
