@@ -40,7 +40,9 @@ type regionCore[C any, S comparable] struct {
 	idleTick            uint64
 	// leaveWaited counts the ticks a leaving region has waited for its
 	// buffer to go on; past 2×waitTicks it leaves without (the shards may
-	// have nowhere to go: the last region of the type leaves).
+	// have nowhere to go: the last region of the type leaves). It starts
+	// again when the coordinator places a shard the region buffers for
+	// anew (see pushedHome).
 	leaveWaited uint64
 
 	out []regionEffect[C, S]
@@ -70,10 +72,16 @@ type regionShard[C any, S comparable] struct {
 	// next one (in buffer), which it sends there once it learns of it.
 	handOver bool
 	// awaiting is the previous home whose HandOver this region waits for
-	// before it starts the shard allocated to it; handedIn, that a
-	// HandOver came before the HostShard.
+	// before it starts the shard allocated to it; handedIn, the regions
+	// whose HandOver came before the HostShard.
 	awaiting string
-	handedIn bool
+	handedIn map[string]bool
+	// owesHandOver: this region stopped the shard (as its home, or as the
+	// home the coordinator named) and has not yet sent a HandOver to the
+	// next home. It sends one when it learns that home, empty if it holds
+	// nothing: a next home whose HostShard was lost does not know whether
+	// we hold mail, and waits for it (see pushedHome).
+	owesHandOver bool
 	// handOverTo is the node this region sent the shard's mail to, until
 	// that node acknowledges it (ShardStarted): a leaving region stays
 	// until then, so that it never leaves the view ahead of its mail.
@@ -95,6 +103,9 @@ type regionShard[C any, S comparable] struct {
 	// it reports again at once, without waiting for fences used up.
 	stopEpoch, doneEpoch uint64
 	waited               uint64 // ticks spent waiting for a hand-over or fences
+	// placed is the last home the coordinator pushed for the shard; an
+	// unreachable home is forgotten (home ""), not this.
+	placed string
 }
 
 type pending[C any] struct {
@@ -243,12 +254,21 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 	c.buffered++
 	// Asked once registered, as in Akka: a coordinator that has not seen
 	// this region yet would place the shard without it.
-	if e.home == "" && !e.handingOff && !e.requested && c.registered {
+	if e.home == "" && !e.handingOff && !e.requested && c.mayAsk() {
 		e.requested = true
 		c.askHome(shardID, e)
 	}
 	return routeHeld, e
 }
+
+// mayAsk reports whether the region may ask the coordinator for homes:
+// once registered (as in Akka: a coordinator that has not seen this region
+// yet would place the shard without it), or while it leaves, since a
+// leaving region never registers. A coordinator that took over during the
+// leave knows nothing of it, pushes it no home, and its buffered messages
+// would wait until the leave gives up on them (simulator, strict, seed
+// 3321). Nothing is placed on a region that is not registered.
+func (c *regionCore[C, S]) mayAsk() bool { return c.registered || c.leaving && !c.stopped }
 
 // askHome asks the coordinator where a shard lives.
 func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
@@ -301,7 +321,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		for _, region := range slices.Sorted(maps.Keys(m.Homes)) {
 			for _, s := range m.Homes[region] {
 				listed[s] = true
-				c.setHome(s, region)
+				c.pushedHome(s, region)
 			}
 		}
 		// Every home the coordinator knows: one it does not list was
@@ -319,15 +339,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.register()
 	case protocol.ShardHome:
 		if c.fresh(m.Epoch) {
-			c.setHome(m.Shard, m.Region)
+			c.pushedHome(m.Shard, m.Region)
 		}
 	case protocol.HostShard:
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		if e := c.entry(m.Shard); m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
+		e := c.entry(m.Shard)
+		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn[m.From] && c.isLive(m.From) {
 			e.awaiting, e.waited = m.From, 0
 		}
+		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		c.setHome(m.Shard, c.cfg.self)
 		c.toCoordinator(protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self})
 	case protocol.HandOver:
@@ -424,6 +446,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
 	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
+	e.owesHandOver = true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
@@ -509,7 +532,7 @@ func (c *regionCore[C, S]) register() {
 // messages, ages entities for idle passivation, and arms the next tick.
 func (c *regionCore[C, S]) tick() {
 	c.register()
-	if c.registered { // else asked when the RegisterAck comes
+	if c.mayAsk() { // else asked when the RegisterAck comes
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
@@ -526,6 +549,7 @@ func (c *regionCore[C, S]) tick() {
 			c.checkLeft()
 		}
 	}
+	c.checkLeft() // held back for forwards that have gone by now
 	c.idleTick++
 	if c.cfg.idleTicks > 0 {
 		for _, id := range c.hostedShards() {
@@ -580,6 +604,42 @@ func (c *regionCore[C, S]) hostedShards() []string {
 	return ids
 }
 
+// pushedHome takes a shard's home from a ShardHome or ShardHomes.
+//
+// A home given by the coordinator ends this region's part in an earlier
+// hand-off: a HandOff from now on, even in the same epoch, is a new one,
+// whose fences count (seed 5204: a second hand-off of a shard in one
+// epoch was answered as a repeat of the first, without its mail).
+//
+// This region learns that it is the home without a HostShard when that
+// was lost (a broken link, a coordinator that crashed after storing the
+// allocation): nobody told it whether the previous home holds mail for
+// the shard. It waits for the previous home it knows, which hands over
+// (an empty HandOver when it holds nothing, see owesHandOver), leaves the
+// view, or is given up after waitTicks; started at once, it would deliver
+// what it buffered during the hand-off ahead of the older mail the
+// previous home holds (seed 5486).
+func (c *regionCore[C, S]) pushedHome(shardID, home string) {
+	e := c.entry(shardID)
+	if home != "" {
+		e.doneEpoch = 0
+		if home != e.placed && c.leaving && len(e.buffer) > 0 {
+			// The shard moved on (its last home crashed and its lease
+			// expired): the buffer may go on yet, and the leave waits
+			// for it afresh rather than drop it (simulator, strict, seed
+			// 3010: placed on a node that crashed, then on another
+			// that had crashed too).
+			c.leaveWaited = 0
+		}
+		e.placed = home
+	}
+	if prev := e.home; home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
+		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
+		e.awaiting, e.waited = prev, 0
+	}
+	c.setHome(shardID, home)
+}
+
 // setHome records a shard's home, hosts the shard when the home is this
 // region, and releases the shard's buffered messages.
 func (c *regionCore[C, S]) setHome(shardID, home string) {
@@ -604,7 +664,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			return
 		}
 		// Moved on before the hand-over came: it follows the shard.
-		e.awaiting, e.handedIn = "", false
+		e.awaiting, e.handedIn = "", nil
 	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home == "" { // stopped shard: ask again if anything waits for it
@@ -617,7 +677,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	if e.handOver && home != c.cfg.self {
 		// The mail this region held as the shard's old home goes to the
 		// new one at once, as one message, on the link its forwards take.
-		e.handOver = false
+		e.handOver, e.owesHandOver = false, false
 		msgs := make([]protocol.Deliver, len(e.buffer))
 		for i, p := range e.buffer {
 			msgs[i] = p.deliver(shardID)
@@ -627,6 +687,12 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
 		return
+	}
+	if e.owesHandOver && home != c.cfg.self {
+		// Nothing held, but a next home that missed its HostShard waits
+		// for our hand-over all the same: an empty one ends its wait.
+		e.owesHandOver = false
+		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self}})
 	}
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
@@ -642,10 +708,13 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			e.home, e.requested = "", true // the retry tick asks again
 			return
 		}
-		e.hosted, e.handedIn, e.handOffTold = true, false, false
+		e.hosted, e.handedIn, e.handOffTold = true, nil, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
 	}
 	e.handOver = false // the mail held, if any, is delivered from here
+	if home == c.cfg.self {
+		e.owesHandOver = false // the next home is this region
+	}
 	if home != c.cfg.self && e.hosted {
 		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard_id", shardID, "to", home)
 	}
@@ -679,7 +748,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
-	e.handOver = len(e.buffer) > 0
+	e.handOver, e.owesHandOver = len(e.buffer) > 0, true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
 	// would make the coordinator drop the hand-off.
@@ -723,13 +792,22 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
 	}
 	switch {
-	case e.awaiting != "":
+	case e.awaiting == m.From:
 		e.awaiting = ""
 		c.setHome(m.Shard, e.home)
+	case e.awaiting != "":
+		// Another region's (an empty one, or mail older than the awaited
+		// mail): it waits in the buffer, the awaited mail goes ahead.
+	case len(front) == 0 && e.hosted:
+		// An empty hand-over after the shard started here: nothing to do.
 	case e.hosted || e.home != "" && !e.handingOff:
 		c.drain(m.Shard, e)
 	default:
-		e.handedIn = true // ahead of its HostShard: nothing to wait for then
+		// Ahead of its HostShard: nothing to wait for then.
+		if e.handedIn == nil {
+			e.handedIn = make(map[string]bool)
+		}
+		e.handedIn[m.From] = true
 	}
 }
 
@@ -768,8 +846,26 @@ func (c *regionCore[C, S]) checkLeft() {
 			return
 		}
 	}
+	// Nor while forwards of this step wait for the runner: one the
+	// transport cannot carry comes back into the buffer (see unreachable),
+	// and a regLeft emitted now would stop the region with it (simulator,
+	// strict, seed 3010). The next tick looks again.
+	if c.forwarding() {
+		return
+	}
 	c.awaitingLeft = false
 	c.emit(regionEffect[C, S]{kind: regLeft})
+}
+
+// forwarding reports whether the effects not yet carried out include a
+// forward.
+func (c *regionCore[C, S]) forwarding() bool {
+	for i := range c.out {
+		if c.out[i].kind == regForward {
+			return true
+		}
+	}
+	return false
 }
 
 // stop ends a leave, finished or not: the region refuses messages from

@@ -50,6 +50,8 @@ import (
 //	                     the local shard's entities all stopped
 //	unreachable SHARD NODE
 //	                     the transport could not carry a message to NODE, SHARD's home
+//	down NODE            from now on the transport cannot carry forwards to NODE: the
+//	                     harness puts each back as the runner does (unreachable, route)
 //	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
@@ -69,7 +71,8 @@ func TestRegionCoreScenarios(t *testing.T) {
 type regionHarness struct {
 	scenarioBase
 	core    *regionCore[string, string]
-	hosting map[string]int // shard → hostings so far
+	hosting map[string]int  // shard → hostings so far
+	down    map[string]bool // nodes forwards cannot reach
 }
 
 func (h *regionHarness) configure(kv map[string]string) {
@@ -97,7 +100,7 @@ func (h *regionHarness) configure(kv map[string]string) {
 		}
 	}
 	h.core = newRegionCore[string, string](cfg)
-	h.hosting = map[string]int{}
+	h.hosting, h.down = map[string]int{}, map[string]bool{}
 }
 
 func (h *regionHarness) run(line string) string {
@@ -139,6 +142,9 @@ func (h *regionHarness) run(line string) string {
 	case "terminated":
 		need(1)
 		h.core.shardTerminated(pos[0])
+	case "down":
+		need(1)
+		h.down[pos[0]] = true
 	case "tick":
 		h.core.tick()
 	case "leave":
@@ -343,7 +349,18 @@ func (h *regionHarness) apply() {
 				}
 				h.printf("send %s: %s", to, fmtMessage(ef.msg))
 			case regForward:
-				h.printf("forward to %s: %s %s", ef.node, ef.shard, fmtPending(ef.p))
+				if !h.down[ef.node] {
+					h.printf("forward to %s: %s %s", ef.node, ef.shard, fmtPending(ef.p))
+					break
+				}
+				// As the runner: accepted before, it waits again.
+				h.core.unreachable(ef.shard, ef.node)
+				v, _ := h.core.route(ef.shard, ef.p)
+				again := "held"
+				if v != routeHeld {
+					again = fmt.Sprintf("verdict %d", v)
+				}
+				h.printf("forward to %s failed: %s %s, %s again", ef.node, ef.shard, fmtPending(ef.p), again)
 			case regHost:
 				h.hosting[ef.shard]++
 				handle := fmt.Sprintf("%s#%d", ef.shard, h.hosting[ef.shard])

@@ -20,7 +20,7 @@ import (
 //	                        or names from simAllFaults; a leading "+" adds
 //	                        to the default set (simDefaultFaults)
 //	SHOAL_SIM_STRICT=1      also count as lost what a leaving region still
-//	                        buffers when it stops (logged as undelivered today)
+//	                        buffers when it stops, unless no other node was up
 //	SHOAL_SIM_KEEP_GOING=1  list every failing seed (one line each), not only the first
 //	SHOAL_SIM_TRACE=FILE    write the failing (or, with one seed, the only)
 //	                        run's whole trace to FILE
@@ -372,6 +372,28 @@ func TestSimulationPinned(t *testing.T) {
 		{"hand-off-asked-again", "all", false, 848},
 		// A leaving region stopped with its buffer (it waits for it now).
 		{"leaving-region-drops-its-buffer-2", "none", true, 51},
+		// A second hand-off of a shard in one epoch, at a region that did
+		// not host it, was answered as a repeat of the first: at once,
+		// without its fences or the mail forwarded to it (region_core.go
+		// pushedHome; testdata/region/lost-host-shard.txt).
+		{"second-hand-off-in-an-epoch", "all", false, 5204},
+		// A new home whose HostShard was lost with its coordinator started
+		// from the successor's ShardHomes before the previous home's mail
+		// (it waits for the previous home it knows, which hands over even
+		// when it holds nothing).
+		{"lost-host-shard-skips-the-hand-over", "all", false, 5486},
+		// Strict: a leaving region left with forwards the transport then
+		// refused back in its buffer, and gave up on a shard the coordinator
+		// was still moving off crashed nodes (checkLeft waits for the
+		// runner's forwards; leaveWaited restarts on a new placement).
+		{"leaving-region-left-before-its-forwards", "all", true, 3010},
+		// Strict: a leaving region never asked a coordinator that took over
+		// during the leave for homes (it never registers), and dropped its
+		// buffer (mayAsk).
+		{"leaving-region-never-asked", "all", true, 3321},
+		// Strict: the last region up leaves with what it buffered: nowhere
+		// to hand it to, not counted as a loss (sim_test.go, strict).
+		{"last-region-leaves", "all", true, 3073},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)

@@ -69,7 +69,10 @@ type simConfig struct {
 	duplicate bool
 	dropSome  bool
 	// strict also counts as lost what a leaving region still buffered when
-	// it stopped (it logs them as undelivered today).
+	// it stopped (it logs them as undelivered), unless no other node was
+	// up to take it: the last region of the type that leaves has nowhere
+	// to hand its buffer to, and gives up after 2×HandOffTimeout (else a
+	// Shutdown without a deadline would wait for ever).
 	strict bool
 }
 
@@ -96,8 +99,10 @@ type simSend struct {
 	accepted    bool
 	delivered   bool
 	deliveredAt time.Duration
-	// droppedAtStop: its sender's region stopped with it in its buffer.
-	droppedAtStop bool
+	// droppedAtStop: its sender's region stopped with it in its buffer;
+	// nowhere: no other node was up to host its shard then (the others
+	// had crashed or fenced themselves, or were leaving too).
+	droppedAtStop, nowhere bool
 	// faultLost: a fault lost it (a message carrying it, or a node holding it).
 	faultLost bool
 }
@@ -765,11 +770,15 @@ func (w *simWorld) lostToFault(v any) {
 
 // droppedAtStop marks the messages n's region still buffers as it stops.
 func (w *simWorld) droppedAtStop(n *simNode) {
+	nowhere := !slices.ContainsFunc(w.order, func(name string) bool {
+		o := w.nodes[name]
+		return o != n && o.state == nodeUp
+	})
 	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
 		for _, p := range n.region.shards[id].buffer {
 			if s := w.sends[p.msg]; s != nil && !p.start {
-				s.droppedAtStop = true
-				w.tracef("%s stops with %+v for %s in its buffer", n.name, p.msg, p.entityID)
+				s.droppedAtStop, s.nowhere = true, nowhere
+				w.tracef("%s stops with %+v for %s in its buffer (no other node up: %v)", n.name, p.msg, p.entityID, nowhere)
 			}
 		}
 	}
@@ -794,7 +803,7 @@ func (w *simWorld) finalChecks() {
 		switch {
 		case s.at >= max(w.healAt, w.lastFence) && late:
 			w.failAbout(s.entityID, "liveness", "%v to %s, sent at %v after the heal, %s", k, s.entityID, s.at, deliveredWhen(s))
-		case !s.delivered && !s.faultLost && (w.cfg.strict || !s.droppedAtStop):
+		case !s.delivered && !s.faultLost && (!s.droppedAtStop || w.cfg.strict && !s.nowhere):
 			w.failAbout(s.entityID, "no loss", "%v to %s, sent at %v and accepted, never delivered", k, s.entityID, s.at)
 		default:
 			continue
