@@ -325,7 +325,13 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		if e := c.entry(m.Shard); m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
+		e := c.entry(m.Shard)
+		// Placed here anew: a HandOff that follows, even of the epoch of
+		// one this region answered already, is a new hand-off, not a
+		// resend (a leaving region refuses the placement but must still
+		// report the mail it buffers for the shard).
+		e.doneEpoch = 0
+		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn && c.isLive(m.From) {
 			e.awaiting, e.waited = m.From, 0
 		}
 		c.setHome(m.Shard, c.cfg.self)
