@@ -152,7 +152,13 @@ type coordinatorRunner[C any] struct {
 	core     *coordinatorCore
 	down     *downing // nil without Config.NodeLeases
 	view     []Member // the latest membership view, unfiltered
-	writes   *coordinatorWrites
+	// pipe holds the store writes and the messages waiting for them;
+	// retries paces the retries of a failed write.
+	pipe    coordinatorPipeline
+	retries *backoff.ExponentialBackOff
+	// stopping: told to stop while writes were in flight; it stops once
+	// they committed (or failed), taking nothing else meanwhile.
+	stopping bool
 }
 
 // acquireTick retries the acquisition of a lease someone else holds.
@@ -199,13 +205,7 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 		return entity.Stopped[Message]()
 	}
 	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
-	cr.writes = &coordinatorWrites{store: cr.store, typ: r.typ, epoch: epoch, timeout: r.settings.StoreTimeout,
-		retries: storeBackOff(r.settings), holds: func() bool { return cr.keeper.Holds(r.clock.Now()) },
-		send: func(o outbound) {
-			if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
-				r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
-			}
-		}}
+	cr.retries = storeBackOff(r.settings)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a
 		// message, so their entities come back after the cluster restarts.
@@ -270,6 +270,13 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 	r := cr.r
 	switch m.(type) {
 	case stopCoordinator:
+		if cr.keeper != nil && cr.pipe.held() && !cr.pipe.retrying() && cr.holds(ctx) {
+			// What it decided before the stop is recorded and sent
+			// before it goes (the last ShardStopped of a graceful
+			// leave); bounded by StoreTimeout per batch, with no retry.
+			cr.stopping = true
+			return entity.Same[Message]()
+		}
 		cr.release(ctx)
 		return entity.Stopped[Message]()
 	case acquireTick:
@@ -310,6 +317,12 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 	if _, ok := m.(fenceTick); ok {
 		return entity.Same[Message]() // a fence timer of an earlier renewal
 	}
+	if cr.stopping {
+		if m, ok := m.(batchWritten); ok {
+			return cr.written(ctx, m)
+		}
+		return entity.Same[Message]()
+	}
 	return cr.act(ctx, m)
 }
 
@@ -332,8 +345,9 @@ func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) {
 	}
 }
 
-// act steps the core with one message while the lease is held, writes
-// its changes under the lease's epoch, then sends its output.
+// act steps the core with one message while the lease is held; its
+// changes are written under the lease's epoch, through the pipeline,
+// and its output sent once they committed.
 func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r := cr.r
 	if cr.down != nil {
@@ -361,48 +375,110 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 }
 
 func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	r, w := cr.r, cr.writes
-	switch m.(type) {
+	r, p := cr.r, &cr.pipe
+	switch m := m.(type) {
+	case batchWritten:
+		return cr.written(ctx, m)
 	case retryStoreWrites:
-		if !w.waiting() {
-			return entity.Same[Message]()
+		if b := p.retry(); b != nil {
+			cr.write(ctx, b)
 		}
+		return entity.Same[Message]()
 	case rebalanceTick:
-		if w.waiting() {
-			return entity.Same[Message]() // periodic: the next one comes
+		if p.retrying() {
+			return entity.Same[Message]() // the store is in trouble; the next tick comes
 		}
-		w.take(cr.core.step(m))
-		r.m.Rebalanced(cr.core.rebalanced)
-	default:
-		if w.waiting() {
-			// After the decisions waiting for the store, in order.
-			if err := ctx.Stash().Stash(m); err != nil {
-				r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "entity_type", r.typ, "err", err)
-				return entity.Stopped[Message]()
-			}
-			return entity.Same[Message]()
-		}
-		w.take(cr.core.step(m))
 	}
-	switch err := w.flush(); {
-	case err == nil:
-		ctx.Stash().UnstashAll()
-	case errors.Is(err, errLeaseRanOut):
-		return cr.lost(nil)
-	case errors.Is(err, ErrStaleEpoch):
+	changes, out := cr.core.step(m)
+	if _, ok := m.(rebalanceTick); ok {
+		r.m.Rebalanced(cr.core.rebalanced)
+	}
+	cr.sendAll(p.take(m, changes, out))
+	if p.heldSteps() > maxHeldSteps {
+		r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "entity_type", r.typ, "held_steps", p.heldSteps())
+		return entity.Stopped[Message]()
+	}
+	if b := p.next(); b != nil {
+		cr.write(ctx, b)
+	}
+	return entity.Same[Message]()
+}
+
+// maxHeldSteps bounds the steps whose messages wait for the store (the
+// stash's default capacity, which bounded them before the pipeline): past
+// it the store has been down too long, and the coordinator stops rather
+// than grow without end; its successor rebuilds from the store.
+const maxHeldSteps = 4096
+
+// write writes batch b on a goroutine of its own, never on the entity
+// worker that runs the coordinator (a slow commit would hold up every
+// entity queued behind it), bounded by StoreTimeout and by the runner's
+// life: a coordinator that stops (lease lost, deposed, terminated)
+// cancels it. Its outcome comes back as a batchWritten.
+func (cr *coordinatorRunner[C]) write(ctx entity.Context[Message], b *writeBatch) {
+	store, typ, epoch, timeout := cr.store, cr.r.typ, cr.epoch, cr.r.settings.StoreTimeout
+	seq, changes := b.seq, b.changes
+	ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, timeout)
+		defer cancel()
+		return batchWritten{seq: seq, err: store.Update(c, typ, epoch, changes)}
+	})
+}
+
+// written takes the outcome of a batch: on success, sends what it
+// released and writes the next batch; a stale epoch stops the
+// coordinator; any other failure is retried after a back-off.
+func (cr *coordinatorRunner[C]) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
+	r, p := cr.r, &cr.pipe
+	switch {
+	case m.err == nil:
+		out := p.committed(m.seq)
+		if len(out) > 0 && !cr.holds(ctx) {
+			return cr.lost(nil)
+		}
+		cr.sendAll(out)
+		cr.retries.Reset()
+		if b := p.next(); b != nil {
+			cr.write(ctx, b)
+		} else if cr.stopping && !p.held() {
+			cr.release(ctx)
+			return entity.Stopped[Message]()
+		}
+	case errors.Is(m.err, ErrStaleEpoch):
 		// Deposed: it must not announce what it could not record; its
 		// successor rebuilds from the store.
-		r.s.log.Error("sharding: coordinator deposed; stopping it", "entity_type", r.typ, "err", err)
+		r.s.log.Error("sharding: coordinator deposed; stopping it", "entity_type", r.typ, "err", m.err)
 		return entity.Stopped[Message]()
 	default:
+		if !p.failed(m.seq) {
+			return entity.Same[Message]()
+		}
+		if cr.stopping {
+			// Stopping is bounded: no retries. What was not written
+			// was not announced either; the successor rebuilds from
+			// the store.
+			r.s.log.Warn("sharding: coordinator stops with store writes that failed", "entity_type", r.typ, "err", m.err)
+			cr.release(ctx)
+			return entity.Stopped[Message]()
+		}
 		// Retried, not abandoned: stopping would lose the decisions (a
 		// hand-off's end, shards waiting for a home), and a successor
 		// would meet the same store.
-		after := w.retries.NextBackOff()
-		r.s.log.Warn("sharding: coordinator store write failed; retrying", "entity_type", r.typ, "retry_in", after, "err", err)
+		after := cr.retries.NextBackOff()
+		r.s.log.Warn("sharding: coordinator store write failed; retrying", "entity_type", r.typ, "retry_in", after, "err", m.err)
 		ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
 	}
 	return entity.Same[Message]()
+}
+
+// sendAll sends a coordinator's messages, in order.
+func (cr *coordinatorRunner[C]) sendAll(out []outbound) {
+	r := cr.r
+	for _, o := range out {
+		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
+			r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
+		}
+	}
 }
 
 // knownRegions is every region the core knows of: registered, or named by
@@ -436,68 +512,17 @@ func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
 	}
 }
 
-// errLeaseRanOut: the lease ran out (by this node's clock) while the
-// writes ran.
-var errLeaseRanOut = errors.New("sharding: coordinator lease ran out")
-
 // retryStoreWrites makes a coordinator try its failed store writes again.
 type retryStoreWrites struct{}
 
+// batchWritten is the outcome of writing batch seq.
+type batchWritten struct {
+	seq uint64
+	err error
+}
+
 func (retryStoreWrites) ProtocolMessage() {}
-
-// coordinatorWrites holds one step's decisions until the store has them:
-// its changes are written in order as one batch, and its messages sent
-// only once it committed; while they wait, the coordinator takes no other
-// message.
-type coordinatorWrites struct {
-	store   CoordinatorStore
-	typ     string
-	epoch   uint64
-	timeout time.Duration
-	send    func(outbound)
-	// holds reports whether the lease is still held: messages go out
-	// only while it is, as a successor may be acting once it is not.
-	holds   func() bool
-	retries *backoff.ExponentialBackOff
-	changes []change
-	out     []outbound
-}
-
-func (w *coordinatorWrites) waiting() bool { return len(w.changes) > 0 }
-
-// take queues a step's decisions; nothing may be waiting.
-func (w *coordinatorWrites) take(changes []change, out []outbound) {
-	w.changes, w.out = changes, out
-}
-
-// flush writes the waiting changes as one batch (one store round trip,
-// all or none), then sends the messages that depend on them. On an error
-// the whole batch still waits.
-func (w *coordinatorWrites) flush() error {
-	if len(w.changes) > 0 {
-		batch := make([]AllocationChange, len(w.changes))
-		for i, c := range w.changes {
-			batch[i] = AllocationChange{Shard: c.shard, Region: c.region}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		err := w.store.Update(ctx, w.typ, w.epoch, batch)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	w.changes = nil
-	w.retries.Reset()
-	if len(w.out) > 0 && !w.holds() {
-		return errLeaseRanOut
-	}
-	out := w.out
-	w.out = nil
-	for _, o := range out {
-		w.send(o)
-	}
-	return nil
-}
+func (batchWritten) ProtocolMessage()     {}
 
 // storeBackOff paces the retries of a coordinator's store: its writes, and
 // its restarts when it cannot acquire the store.

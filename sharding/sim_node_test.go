@@ -352,8 +352,7 @@ func (n *simNode) halt() {
 		sh.gone = true
 	}
 	if c := n.coord; c != nil {
-		n.w.lostToFault(c.out) // decisions waiting for the store
-		n.w.lostToFault(c.stash)
+		n.w.lostToFault(c.pipe.drop()) // decisions waiting for the store
 	}
 	n.state, n.crashed, n.stopped, n.coord = nodeGone, true, true, nil
 	for _, other := range n.w.order {
@@ -444,13 +443,15 @@ type simCoord struct {
 	failed   bool     // stopped by itself: a store call failed, or the lease is lost
 	stopping bool     // unlistened; stops after what its own node sent it
 
-	// coordinatorWrites: one step's decisions wait here until the store
-	// has its changes; meanwhile other messages wait in stash.
-	changes  []change
-	out      []outbound
-	stash    []Message
-	attempts int  // failed flushes in a row
+	// The runner's pipeline: the core keeps stepping while one batch is
+	// in flight (a store call with its latency); each step's messages
+	// wait for the commit of its changes and of every earlier step's.
+	pipe     coordinatorPipeline
+	attempts int  // failed writes in a row
 	retrying bool // a retryStoreWrites is scheduled
+	// draining: its stop message came while a batch was in flight; it
+	// stops once the writes committed (or failed), taking nothing else.
+	draining bool
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
@@ -627,7 +628,32 @@ func (c *simCoord) renew() {
 func (c *simCoord) lose(why string) {
 	w := c.n.w
 	w.tracef("%s coordinator (epoch %d) lost its lease, stops: %s", c.n.name, c.epoch, why)
-	c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
+	c.fail()
+}
+
+// fail stops a coordinator by itself; one that was stopping anyway is
+// gone now.
+func (c *simCoord) fail() {
+	c.failed = true
+	c.pipe.drop()
+	if c.draining {
+		c.finishStop()
+	}
+}
+
+// finishStop ends a graceful stop: the lease is released (unless it was
+// lost) and the node may go.
+func (c *simCoord) finishStop() {
+	n := c.n
+	if !c.failed {
+		c.release()
+	}
+	c.draining = false
+	n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
+	if n.coord == c {
+		n.coord = nil
+	}
+	n.maybeGone()
 }
 
 // release gives the lease up on a graceful stop.
@@ -650,13 +676,19 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 	c := n.coord
 	if stop, ok := msg.(simStopCoord); ok {
 		if c != nil && c.serial == stop.Serial {
-			if !c.failed {
-				c.release()
+			if c.keeper != nil && !c.failed && c.pipe.held() && !c.pipe.retrying() && c.keeper.Holds(n.now()) {
+				// As coordinatorRunner: what it decided before the stop
+				// is recorded and sent before it goes; no retries.
+				n.w.tracef("%s coordinator (epoch %d) stops once its writes committed", n.name, c.epoch)
+				c.draining = true
+				return
 			}
-			n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
-			n.coord = nil
-			n.maybeGone()
+			c.finishStop()
 		}
+		return
+	}
+	if c != nil && c.draining {
+		n.w.tracef("%s -> %s/coordinator dropped (coordinator stopping): %s", from, n.name, simShow(msg))
 		return
 	}
 	if !c.usable() && !(c != nil && c.keeper != nil && c.stopping && !c.failed && from == n.name) {
@@ -673,6 +705,9 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 // filtered.
 func (c *simCoord) arrive(msg Message) {
 	n, w := c.n, c.n.w
+	if c.draining {
+		return // its ticks: it takes nothing more
+	}
 	if !c.keeper.Holds(n.now()) {
 		c.lose("the lease ran out")
 		return
@@ -732,81 +767,97 @@ func (c *simCoord) startDowning() {
 	}
 }
 
-// step is coordinatorRunner.step: it steps the core unless decisions
-// still wait for the store, writes the changes in order, then sends the
-// messages; a failed write is retried after a back-off, a stale epoch
+// step is coordinatorRunner.step: it steps the core, even while a batch
+// is in flight; the step's changes join the pending batch and its
+// messages wait for their commit (coordinatorPipeline), but for what may
+// go at once. A failed write is retried after a back-off, a stale epoch
 // stops the coordinator.
 func (c *simCoord) step(msg Message) {
 	switch msg.(type) {
 	case retryStoreWrites:
 		c.retrying = false
-		if !c.waiting() {
-			return
+		if b := c.pipe.retry(); b != nil {
+			c.write(b)
 		}
+		return
 	case rebalanceTick:
-		if c.waiting() {
-			return // periodic: the next one comes
+		if c.pipe.retrying() {
+			return // the store is in trouble; the next tick comes
 		}
-		c.changes, c.out = c.core.step(msg)
-	default:
-		if c.waiting() {
-			c.stash = append(c.stash, msg)
-			return
-		}
-		c.changes, c.out = c.core.step(msg)
 	}
-	c.flush()
-	for !c.waiting() && !c.failed && len(c.stash) > 0 {
-		next := c.stash[0]
-		c.stash = c.stash[1:]
-		c.changes, c.out = c.core.step(next)
-		c.flush()
+	changes, out := c.core.step(msg)
+	c.send(c.pipe.take(msg, changes, out))
+	if c.pipe.heldSteps() > maxHeldSteps {
+		c.n.w.tracef("%s coordinator (epoch %d): store down too long, stops", c.n.name, c.epoch)
+		c.fail()
+		return
+	}
+	if b := c.pipe.next(); b != nil {
+		c.write(b)
 	}
 }
 
-func (c *simCoord) waiting() bool { return len(c.changes) > 0 }
-
-func (c *simCoord) flush() {
-	w, n := c.n.w, c.n
-	if len(c.changes) > 0 {
-		// One batch, as coordinatorWrites.flush writes it.
-		batch := make([]AllocationChange, len(c.changes))
-		for i, ch := range c.changes {
-			batch[i] = AllocationChange{Shard: ch.shard, Region: ch.region}
-		}
-		err := w.storeErr(n.name)
-		if err == nil {
-			err = w.coordStore.Update(context.Background(), simType, c.epoch, batch)
-		}
-		if errors.Is(err, ErrStaleEpoch) {
-			w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
-			c.failed, c.changes, c.out, c.stash = true, nil, nil, nil
-			return
-		}
-		if err != nil {
-			wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
-			c.attempts++
-			w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
-			if !c.retrying {
-				c.retrying = true
-				n.after(wait, func() {
-					if c.current() {
-						c.arrive(retryStoreWrites{})
-					}
-				})
-			}
-			return
-		}
+func (c *simCoord) send(out []outbound) {
+	for _, o := range out {
+		c.n.w.net.send(c.n.name, o.to, false, o.msg)
 	}
-	c.changes, c.attempts = nil, 0
-	if len(c.out) > 0 && !c.keeper.Holds(n.now()) {
+}
+
+// write is coordinatorRunner.write: one batch, one store call with its
+// latency, answered to the coordinator unless it is gone by then.
+func (c *simCoord) write(b *writeBatch) {
+	n, w := c.n, c.n.w
+	seq, epoch, batch := b.seq, c.epoch, b.changes
+	w.tracef("%s coordinator (epoch %d) writes batch %d: %v", n.name, epoch, seq, batch)
+	w.storeCall(n, func() error {
+		return w.coordStore.Update(context.Background(), simType, epoch, batch)
+	}, func(err error) {
+		if c.n.coord == c && !c.failed {
+			c.written(seq, err)
+		}
+	})
+}
+
+// written is coordinatorRunner.written.
+func (c *simCoord) written(seq uint64, err error) {
+	w, n := c.n.w, c.n
+	if !c.keeper.Holds(n.now()) {
 		c.lose("the lease ran out while the writes ran")
 		return
 	}
-	out := c.out
-	c.out = nil
-	for _, o := range out {
-		w.net.send(n.name, o.to, false, o.msg)
+	switch {
+	case err == nil:
+		out := c.pipe.committed(seq)
+		c.attempts = 0
+		c.send(out)
+		if b := c.pipe.next(); b != nil {
+			c.write(b)
+		} else if c.draining && !c.pipe.held() {
+			c.finishStop()
+		}
+	case errors.Is(err, ErrStaleEpoch):
+		w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
+		c.fail()
+	default:
+		if !c.pipe.failed(seq) {
+			return
+		}
+		if c.draining {
+			w.tracef("%s coordinator (epoch %d) stops with a failed write: %v", n.name, c.epoch, err)
+			c.finishStop()
+			return
+		}
+		wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
+		c.attempts++
+		w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
+		if !c.retrying {
+			c.retrying = true
+			n.after(wait, func() {
+				if c.current() {
+					c.arrive(retryStoreWrites{})
+				}
+			})
+		}
 	}
 }
 
