@@ -3,6 +3,7 @@ package sharding_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,7 +121,7 @@ func TestFastPathFallsBackWhileEntitiesPassivate(t *testing.T) {
 			default:
 			}
 			_ = n.region.EntityRefFor("e" + strconv.Itoa(i%streamEntities)).Tell(passivate{})
-			time.Sleep(50 * time.Microsecond) // spaces the disturbances; correctness does not depend on it
+			runtime.Gosched()
 		}
 	})
 	checkStreams(t, s, n, perSender)
@@ -157,7 +158,7 @@ func TestFastPathFallsBackWhileShardsHandOff(t *testing.T) {
 			default:
 			}
 			n.region.StopShards(strconv.Itoa(i % 8))
-			time.Sleep(200 * time.Microsecond) // spaces the disturbances; correctness does not depend on it
+			runtime.Gosched()
 		}
 	})
 	checkStreams(t, s, n, perSender)
