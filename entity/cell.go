@@ -89,6 +89,7 @@ const (
 	scheduled status = 1 << iota
 	suspended
 	terminated
+	sealed // TellUnsealed refuses: the owner is stopping this incarnation
 )
 
 type termination struct {
@@ -169,26 +170,55 @@ func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
 
 // Tell implements Ref.
 func (c *Cell[C]) Tell(msg C) error {
+	_, err := c.tell(msg, false)
+	return err
+}
+
+// Seal closes this incarnation to TellUnsealed; Tell still reaches it. An
+// owner with a lock-free fast path to its entities (a shard) seals an
+// incarnation under its own lock before it sends the stop message or stops
+// it by force: a fast sender then either queued its message ahead of the
+// stop, or learns it must take the owner's locked path, which holds the
+// message for the next incarnation. Safe from any goroutine.
+func (c *Cell[C]) Seal() {
+	c.mu.Lock()
+	c.status |= sealed
+	c.mu.Unlock()
+}
+
+// TellUnsealed is Tell for an owner's fast path: when the incarnation is
+// sealed or has stopped it reports false and does nothing else (no dead
+// letter), for the caller to take its locked path instead. Otherwise it
+// reports true and Tell's error.
+func (c *Cell[C]) TellUnsealed(msg C) (bool, error) { return c.tell(msg, true) }
+
+// tell queues msg; with unsealed it refuses, reporting false, a sealed or
+// stopped incarnation.
+func (c *Cell[C]) tell(msg C, unsealed bool) (bool, error) {
 	if c.sys.cfg.ForceSerialization && !c.props.LocalOnly {
 		copied, err := roundTripExact(c.sys.cfg.Codec, msg)
 		if err != nil {
-			return fmt.Errorf("entity: %s/%s: message %w", c.props.Key.name, c.id, err)
+			return true, fmt.Errorf("entity: %s/%s: message %w", c.props.Key.name, c.id, err)
 		}
 		msg = copied
 	}
 	c.mu.Lock()
+	if unsealed && c.status&(sealed|terminated) != 0 {
+		c.mu.Unlock()
+		return false, nil
+	}
 	if c.status&terminated != 0 {
 		c.mu.Unlock()
 		c.sys.deadLetter(c.m, ErrStopped, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
-		return fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
+		return true, fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
 	}
 	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %s/%s (capacity %d)", ErrMailboxFull, c.props.Key.name, c.id, limit)
+		return true, fmt.Errorf("%w: %s/%s (capacity %d)", ErrMailboxFull, c.props.Key.name, c.id, limit)
 	}
 	if c.status&suspended != 0 && c.mailbox.Len() >= c.props.heldCapacity() {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
+		return true, fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
 	c.mailbox.Push(envelope[C]{msg: msg})
 	if c.m != nil && c.status&(scheduled|suspended) == suspended { // held; else its run reports it
@@ -202,7 +232,7 @@ func (c *Cell[C]) Tell(msg C) error {
 	if start {
 		c.sys.dispatch.submit(c)
 	}
-	return nil
+	return true, nil
 }
 
 // enqueueControl puts a runtime message into the mailbox, in order with

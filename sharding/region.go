@@ -39,6 +39,7 @@ type Region[C any] struct {
 
 	mu      regionLock // the data path read-locks one stripe
 	core    regionCore[C, *shard[C]]
+	fast    fastPath[C]   // what the data path reads with no lock
 	leftAll chan struct{} // closed on regLeft
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
@@ -168,10 +169,16 @@ func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
+	if !start {
+		if ok, err := r.tellFast(entityID, msg); ok {
+			return err
+		}
+	}
 	shardID := r.settings.ShardID(entityID)
 	stripe := r.mu.RLockShard(shardID)
 	if e := r.core.routable(shardID); e != nil {
 		if e.hosted {
+			e.local.routed(r.mu.epoch.Load())
 			err := e.local.deliver(entityID, msg, start, failFast, false)
 			stripe.RUnlock()
 			return err
@@ -271,6 +278,7 @@ func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
 	for len(r.core.out) > 0 { // an effect may step the core again
 		later = r.applyBatch(later)
 	}
+	r.fast.tick.Store(r.core.idleTick)
 	return later
 }
 

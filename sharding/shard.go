@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -25,6 +26,7 @@ type shard[C any] struct {
 
 	mu        sync.Mutex
 	core      *shardCore[C, *entity.Cell[C]]
+	routedAt  atomic.Uint64           // the region's write epoch when it last routed here (see fastPath)
 	timers    map[uint64]timers.Timer // armed timers by generation
 	handedOff func(leftover []pending[C])
 
@@ -165,10 +167,12 @@ func (sh *shard[C]) apply() {
 						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
+			sh.publish(ef.entityID, cell) // new mail may skip sh.mu now: the buffer is ahead of it
 		case effSendStop:
 			if ef.why != stopForHandOff {
 				sh.r.m.Passivated()
 			}
+			ef.handle.Seal() // later mail takes sh.mu, and waits for the next incarnation
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
 				// A full mailbox: the stop (or hand-off) timeout stops it by force.
 				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
@@ -184,6 +188,7 @@ func (sh *shard[C]) apply() {
 			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
 				sh.r.m.Passivated() // passivation without a stop message
 			}
+			ef.handle.Seal()
 			ef.handle.StopNow()
 		case effArmTimer:
 			kind, id, gen := ef.timer, ef.entityID, ef.gen
@@ -381,6 +386,7 @@ func isNil[C any](v C) bool {
 func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.unpublish(c)
 	sh.core.stopped(c.EntityID(), c, err, sh.r.clock.Now())
 	sh.apply()
 }
@@ -397,6 +403,7 @@ func (sh *shard[C]) newBackOff() *backoff.ExponentialBackOff {
 func (sh *shard[C]) passivateIdle(now, ticks uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.foldFastTicks()
 	sh.core.passivateIdle(now, ticks)
 	sh.apply()
 }

@@ -260,10 +260,11 @@ func (c *shardCore[C, H]) hold(e *coreEntity[C, H], msg C, accepted bool) bool {
 }
 
 // told reports that the incarnation deliver named took the message: it
-// counts at idle tick tick. A message the mailbox refused does not keep an
-// entity from passivating.
+// counts at idle tick tick (an earlier tick than one it knows changes
+// nothing: the runner also reports what it told without the core). A
+// message the mailbox refused does not keep an entity from passivating.
 func (c *shardCore[C, H]) told(entityID string, tick uint64) {
-	if e := c.entities[entityID]; e != nil {
+	if e := c.entities[entityID]; e != nil && tick > e.lastTick {
 		e.lastTick = tick
 	}
 }

@@ -101,6 +101,9 @@ func (sh *shard[C]) forceStopAll() []*entity.Cell[C] {
 // empty once its entities are done (a late Stopped finds nothing).
 func (sh *shard[C]) forgetAll() {
 	sh.mu.Lock()
+	for _, e := range sh.core.entities {
+		sh.unpublish(e.handle)
+	}
 	sh.core.forgetAll()
 	sh.mu.Unlock()
 }

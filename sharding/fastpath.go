@@ -1,0 +1,106 @@
+package sharding
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// The fast path: a message for an entity that runs, in a shard this region
+// hosts and routes to directly, goes straight into the entity's mailbox,
+// with no lock of the region or the shard and no shard id to compute. Two
+// checks make that safe, and anything else takes the locked path, where
+// the cores decide:
+//
+//   - The shard is routable as of the region's write epoch: the locked
+//     path stamps a hosted shard it finds routable (no buffer, no hand-off,
+//     region running) with the epoch, and every write lock of the region,
+//     the only way a shard stops being routable, starts a new epoch.
+//   - The incarnation is not sealed: the shard seals an entity's cell under
+//     its own lock before the stop message or a forced stop, so a fast
+//     message either queues ahead of the stop or finds the cell sealed.
+//
+// A sender that read the epoch before a write lock that made the shard
+// unroutable may still deliver directly: per-sender order holds all the
+// same, since that sender's own later messages read the new epoch, and
+// any earlier message of it that was buffered or held went through a
+// write lock (or the sealed cell) before this read.
+type fastPath[C any] struct {
+	// tick mirrors the region core's idle tick, for the idle time of
+	// messages told without the region's lock.
+	tick atomic.Uint64
+	// entities maps an entity id to its current incarnation in a local
+	// shard (*fastEntity[C]), written under that shard's lock: stored once
+	// the core started the entity and handed it its buffered messages,
+	// deleted when it stops.
+	entities sync.Map
+}
+
+// fastEntity is an incarnation on the fast path: its cell, its shard, and
+// the idle tick of the last message told to it there, which the shard
+// hands its core before it looks for idle entities.
+type fastEntity[C any] struct {
+	cell *entity.Cell[C]
+	sh   *shard[C]
+	tick atomic.Uint64
+}
+
+// tellFast tells msg to entityID's running incarnation if the fast path
+// may (see fastPath). It reports false, having done nothing, when it may
+// not: the caller takes the locked path. Otherwise it reports true and what
+// the cell's Tell returned, as the locked path would.
+func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
+	epoch := r.mu.epoch.Load()
+	v, ok := r.fast.entities.Load(entityID)
+	if !ok {
+		return false, nil
+	}
+	fe := v.(*fastEntity[C])
+	if fe.sh.routedAt.Load() != epoch {
+		return false, nil
+	}
+	if ok, err := fe.cell.TellUnsealed(msg); !ok || err != nil {
+		return ok, err
+	}
+	if tick := r.fast.tick.Load(); fe.tick.Load() < tick {
+		fe.tick.Store(tick)
+	}
+	return true, nil
+}
+
+// routed stamps sh routable at the current write epoch: the region's
+// locked path found it hosted and routable under its read lock.
+func (sh *shard[C]) routed(epoch uint64) {
+	if sh.routedAt.Load() != epoch {
+		sh.routedAt.Store(epoch)
+	}
+}
+
+// publish puts a started incarnation on the fast path; sh.mu is held.
+func (sh *shard[C]) publish(entityID string, cell *entity.Cell[C]) {
+	sh.r.fast.entities.Store(entityID, &fastEntity[C]{cell: cell, sh: sh})
+}
+
+// unpublish takes incarnation c off the fast path; sh.mu is held.
+func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
+	if v, ok := sh.r.fast.entities.Load(c.EntityID()); ok && v.(*fastEntity[C]).cell == c {
+		sh.r.fast.entities.CompareAndDelete(c.EntityID(), v)
+	}
+}
+
+// foldFastTicks hands the core the idle ticks of what the fast path told
+// the shard's entities; sh.mu is held.
+func (sh *shard[C]) foldFastTicks() {
+	for id := range sh.core.entities {
+		v, ok := sh.r.fast.entities.Load(id)
+		if !ok {
+			continue
+		}
+		if fe := v.(*fastEntity[C]); fe.sh == sh {
+			if tick := fe.tick.Load(); tick > 0 {
+				sh.core.told(id, tick)
+			}
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package sharding
+
+import (
+	"testing"
+	"testing/synctest"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// tellFast takes a message only in the steady state: shard hosted and
+// routable at the current write epoch, entity started and not stopping.
+// Every other state is refused, for the locked path to decide.
+func TestTellFastRefusesEveryStateButTheSteadyOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys, err := entity.NewSystem(entity.Config{NodeID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(sys, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Terminate()
+		gate := make(chan struct{})
+		r, err := Init(s, Entity[string]{
+			Key: entity.NewTypeKey[string]("Fast"), StopMessage: "stop",
+			Create: func(entity.Context[string]) entity.Behavior[string] {
+				return entity.Receive(func(ctx entity.Context[string], m string) entity.Behavior[string] {
+					switch m {
+					case "stop":
+						return entity.Stopped[string]()
+					case "passivate":
+						ctx.Passivate()
+						<-gate
+					}
+					return entity.Same[string]()
+				})
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := func(what string, want bool) {
+			t.Helper()
+			if ok, err := r.tellFast("e", "m"); ok != want || err != nil {
+				t.Fatalf("%s: tellFast = %v, %v; want %v", what, ok, err, want)
+			}
+		}
+		fast("shard not yet home", false)
+		if err := r.EntityRefFor("e").Tell("m"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		fast("entity started, shard not routed at this epoch", false)
+		_ = r.EntityRefFor("e").Tell("m") // the locked path stamps the shard
+		fast("steady state", true)
+		r.step(func(c *regionCore[string, *shard[string]]) { c.tick() }) // any write lock
+		fast("after a write lock", false)
+		_ = r.EntityRefFor("e").Tell("m")
+		fast("routed again", true)
+		_ = r.EntityRefFor("e").Tell("passivate")
+		synctest.Wait()
+		fast("entity passivating (sealed)", false)
+		close(gate)
+		synctest.Wait()
+		fast("entity stopped", false)
+		_ = r.EntityRefFor("e").Tell("m") // restarts it
+		synctest.Wait()
+		_ = r.EntityRefFor("e").Tell("m")
+		fast("next incarnation", true)
+		r.StopShards(r.ShardID("e"))
+		synctest.Wait()
+		fast("shard handed off", false)
+	})
+}
