@@ -308,7 +308,7 @@ func (s envelopeSerializer[M]) Marshal(v any) ([]byte, error) {
 		return nil, fmt.Errorf("wire: %T is no %v", v, reflect.TypeFor[Envelope[M]]())
 	}
 	sh := reflect.New(s.p.shadow)
-	sh.Elem().Field(0).Set(reflect.ValueOf(e.To))
+	*sh.Elem().Field(0).Addr().Interface().(*Target) = e.To
 	if err := s.p.toShadow(sh.Elem(), reflect.ValueOf(e.Msg)); err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func (s envelopeSerializer[M]) Unmarshal(data []byte, ptr any) error {
 	if err := json.Unmarshal(data, sh.Interface()); err != nil {
 		return err
 	}
-	e.To = sh.Elem().Field(0).Interface().(Target)
+	e.To = *sh.Elem().Field(0).Addr().Interface().(*Target)
 	s.p.fromShadow(reflect.ValueOf(&e.Msg).Elem(), sh.Elem())
 	return nil
 }

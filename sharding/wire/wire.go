@@ -150,6 +150,13 @@ func add[T any](reg *codec.Registry, name string, opts ...codec.Option) error {
 // registered protocol message is ErrUnknownType, a user message reg
 // cannot encode the codec's error.
 func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Addressed, error) {
+	if d, ok := msg.(protocol.Deliver); ok { // the hot path, without reflection
+		d, err := sealDeliver(reg, d)
+		if err != nil {
+			return nil, err
+		}
+		return Envelope[protocol.Deliver]{To: to, Msg: d}, nil
+	}
 	k, err := kindOf(msg)
 	if err != nil {
 		return nil, err
@@ -181,6 +188,13 @@ func (u Undecodable) Encoded() Encoded {
 // failed; of a list of them (a HandOver's) the others are kept, in order.
 func Open(reg *codec.Registry, a Addressed) (msg protocol.Message, failed []Undecodable, err error) {
 	m := a.Message()
+	if d, ok := m.(protocol.Deliver); ok { // the hot path, without reflection
+		o, err := openDeliver(reg, d)
+		if err != nil {
+			return nil, []Undecodable{{Deliver: d, Err: err}}, nil
+		}
+		return o, nil, nil
+	}
 	k, err := kindOf(m)
 	if err != nil {
 		return nil, nil, err
