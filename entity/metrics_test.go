@@ -145,3 +145,33 @@ func TestMetricsOffByDefault(t *testing.T) {
 		t.Fatalf("counter %d", got)
 	}
 }
+
+// A runtime started again on the same registry (a node restarted in the
+// process) is the one scraped: its delivered count, not the stopped
+// runtime's.
+func TestMetricsRestartedSystemIsScraped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		run := func(msgs ...string) {
+			sys := newSystem(t, func(c *entity.Config) { c.Metrics = reg })
+			cell := spawnFunc(sys, "e", func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
+			for _, m := range msgs {
+				mustTell(t, cell, m)
+			}
+			synctest.Wait()
+			cell.StopNow()
+			synctest.Wait()
+		}
+		delivered := func() float64 {
+			return metricstest.Value(t, reg, "shoal_entity_messages_delivered_total", map[string]string{"type": "strings"})
+		}
+		run("a", "b", "c")
+		if got := delivered(); got != 3 {
+			t.Fatalf("delivered %v by the first runtime, want 3", got)
+		}
+		run("d")
+		if got := delivered(); got != 1 {
+			t.Fatalf("delivered %v after the restart, want 1 (the new runtime's)", got)
+		}
+	})
+}

@@ -141,8 +141,28 @@ func (s adminSource) Rebalance(_ context.Context, typeName, shard string) error 
 	return adminError(s.n.sharding.RebalanceShard(typeName, shard))
 }
 
+// Down downs an incarnation the cluster knows of; a mistyped one is
+// refused (admin.ErrUnknownNode) rather than recorded down in the store,
+// where it would fence nothing and could make the real successor look stale.
 func (s adminSource) Down(ctx context.Context, node cluster.UniqueAddress) error {
-	return adminError(s.n.leases.DownNode(ctx, node))
+	return adminError(downKnown(ctx, s.n.members.View(), s.n.leases, node))
+}
+
+// downKnown downs node in store if it is a member of view (in any status)
+// or the store holds a lease of it (live, expired or downed: a crashed
+// node that left the view still holds one); otherwise it is
+// admin.ErrUnknownNode and the store is not touched.
+func downKnown(ctx context.Context, view cluster.View, store lease.Store, node cluster.UniqueAddress) error {
+	if _, member := view.Member(node); !member {
+		_, err := store.NodeLeaseExpired(ctx, node)
+		switch {
+		case errors.Is(err, lease.ErrNoLease):
+			return fmt.Errorf("%w: %s is not a member and holds no lease", admin.ErrUnknownNode, node)
+		case err != nil:
+			return fmt.Errorf("node: look up the lease of %s: %w", node, err)
+		}
+	}
+	return store.DownNode(ctx, node)
 }
 
 // adminError adds the admin API's kind to errors of the layers below.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/internal/poll"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -90,7 +91,7 @@ func testKill(t *testing.T, victim int) {
 	gone.Kill()
 
 	// Its remembered entities come back on the survivors unasked.
-	within(t, 2*time.Minute, "the victim's remembered entities restart on the survivors", func() error {
+	poll.Within(t, 2*time.Minute, "the victim's remembered entities restart on the survivors", func() error {
 		running := map[string]bool{}
 		for _, n := range stay {
 			for _, entities := range n.ops.State().Shards {
@@ -112,7 +113,7 @@ func testKill(t *testing.T, victim int) {
 
 	for _, id := range ids {
 		var s Snapshot
-		within(t, time.Minute, "read "+id, func() error {
+		poll.Within(t, time.Minute, "read "+id, func() error {
 			var err error
 			s, err = read(ctx, stay[0].ops, id)
 			return err
@@ -172,23 +173,6 @@ func checkWriterRuns(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// within polls cond until it holds or d has passed: a bound on outcomes,
-// generous for a busy machine, not a measure of speed.
-func within(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // A node cut off from Postgres cannot renew its node lease: it fences
 // itself by its own clock, before the database lets its lease expire,
 // stopping every entity at once; Alive says why.
@@ -198,20 +182,20 @@ func TestNodeCutOffFromPostgresFencesItself(t *testing.T) {
 	n := startNodeWith(t, proxy.dsn, "cut", nil, sharding.Settings{NumberOfShards: 10}, crashLeases, func(c *node.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	})
-	within(t, time.Minute, "ready", n.Ready)
+	poll.Within(t, time.Minute, "ready", n.Ready)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := apply(ctx, n.ops, "e", "op-1"); err != nil {
 		t.Fatal(err)
 	}
 	proxy.cut()
-	within(t, time.Minute, "fenced", func() error {
+	poll.Within(t, time.Minute, "fenced", func() error {
 		if err := n.Alive(); !errors.Is(err, node.ErrFenced) {
 			return fmt.Errorf("Alive: %v", err)
 		}
 		return nil
 	})
-	within(t, time.Minute, "entities stopped", func() error {
+	poll.Within(t, time.Minute, "entities stopped", func() error {
 		if err := n.ops.EntityRefFor("e").Tell(Apply{Op: "op-2"}); !errors.Is(err, sharding.ErrRegionStopped) {
 			return fmt.Errorf("Tell after fencing: %v, want ErrRegionStopped", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/internal/poll"
 	"github.com/shoal-dev/shoal/internal/testcert"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
@@ -167,17 +168,7 @@ func awaitUp(t testing.TB, nodes []*testNode) {
 // eventually polls cond until it holds or 30 s have passed.
 func eventually(t testing.TB, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Within(t, 30*time.Second, what, cond)
 }
 
 func apply(ctx context.Context, r *sharding.Region[Command], id, op string) error {

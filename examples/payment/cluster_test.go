@@ -21,6 +21,7 @@ import (
 	leasepg "github.com/shoal-dev/shoal/cluster/lease/postgres"
 	"github.com/shoal-dev/shoal/cluster/memberlist"
 	"github.com/shoal-dev/shoal/internal/pgtest"
+	"github.com/shoal-dev/shoal/internal/poll"
 	"github.com/shoal-dev/shoal/internal/testcert"
 	"github.com/shoal-dev/shoal/node"
 )
@@ -225,24 +226,7 @@ func startPaymentNode(t *testing.T, issuerURL string, minMembers int, args ...st
 func awaitReady(t *testing.T, nodes ...*Node) {
 	t.Helper()
 	for _, n := range nodes {
-		within(t, 30*time.Second, n.APIURL+" ready", func() error { return probeURL(context.Background(), n.APIURL+"/ready") })
-	}
-}
-
-// within polls cond until it holds, failing the test when it still does
-// not after d: a bound a working cluster meets much sooner.
-func within(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		poll.Within(t, 30*time.Second, n.APIURL+" ready", func() error { return probeURL(context.Background(), n.APIURL+"/ready") })
 	}
 }
 
@@ -353,7 +337,7 @@ func TestClusterOfThree(t *testing.T) {
 		t.Fatalf("after the leave the issuer received %d authorizations and %d reversals, want still %d and %d", a, r, auths, revs)
 	}
 	for _, n := range stay {
-		within(t, 30*time.Second, n.APIURL+" sees the leaver gone", func() error {
+		poll.Within(t, 30*time.Second, n.APIURL+" sees the leaver gone", func() error {
 			if up := upMembers(t, n); len(up) != 2 || slices.ContainsFunc(up, func(m string) bool { return strings.HasPrefix(m, "pay-1#") }) {
 				return fmt.Errorf("/ready lists as Up %v, want the two others", up)
 			}

@@ -42,7 +42,7 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 	}, []string{"type"}))
 	e.depthDesc = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "entity", "mailbox_depth"),
 		"Messages waiting in the mailboxes of entities, per entity type; an entity at work reports at the end of its turn (at most the runtime's Throughput messages).", []string{"type"}, nil)
-	register[prometheus.Collector](reg, typeCollector{e})
+	registerScraped(reg, e.collect, e.depthDesc, e.deliveredDesc)
 	return e
 }
 
@@ -130,20 +130,13 @@ func (t *EntityType) Asked(d time.Duration) {
 	}
 }
 
-// typeCollector reports each type's mailbox depth and delivered count at
+// collect reports each type's mailbox depth and delivered count at
 // scrape time, so the runtime only keeps atomic counts per type.
-type typeCollector struct{ e *Entity }
-
-func (c typeCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.e.depthDesc
-	ch <- c.e.deliveredDesc
-}
-
-func (c typeCollector) Collect(ch chan<- prometheus.Metric) {
-	c.e.mu.RLock()
-	defer c.e.mu.RUnlock()
-	for name, t := range c.e.types {
-		ch <- prometheus.MustNewConstMetric(c.e.depthDesc, prometheus.GaugeValue, float64(t.depth.Load()), name)
-		ch <- prometheus.MustNewConstMetric(c.e.deliveredDesc, prometheus.CounterValue, float64(t.deliveredTotal()), name)
+func (e *Entity) collect(ch chan<- prometheus.Metric) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for name, t := range e.types {
+		ch <- prometheus.MustNewConstMetric(e.depthDesc, prometheus.GaugeValue, float64(t.depth.Load()), name)
+		ch <- prometheus.MustNewConstMetric(e.deliveredDesc, prometheus.CounterValue, float64(t.deliveredTotal()), name)
 	}
 }

@@ -37,6 +37,7 @@ package metrics
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,39 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 		// rather than fail the runtime.
 	}
 	return c
+}
+
+// scraped is a collector that reads a runtime's state at scrape time
+// (depths, sizes, counts the runtime keeps anyway). One is registered per
+// registry and label set; registerScraped points it at the newest runtime.
+type scraped struct {
+	descs   []*prometheus.Desc
+	collect atomic.Pointer[func(chan<- prometheus.Metric)]
+}
+
+func (s *scraped) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range s.descs {
+		ch <- d
+	}
+}
+
+func (s *scraped) Collect(ch chan<- prometheus.Metric) {
+	if f := s.collect.Load(); f != nil {
+		(*f)(ch)
+	}
+}
+
+// registerScraped registers a collector of descs that collect fills. When
+// one of the same descs is registered already (a runtime restarted in the
+// process on the same registry and node label, or a second one running
+// beside it), that collector is re-pointed at collect: the newest runtime
+// is the one scraped, not a stopped one whose state no longer changes.
+func registerScraped(reg prometheus.Registerer, collect func(chan<- prometheus.Metric), descs ...*prometheus.Desc) {
+	s := &scraped{descs: descs}
+	s.collect.Store(&collect)
+	if got := register(reg, s); got != s {
+		got.collect.Store(&collect)
+	}
 }
 
 // latencyBuckets spans 100 µs to about 26 s, for asks, persists and replays.

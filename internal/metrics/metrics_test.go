@@ -46,8 +46,9 @@ func TestNilRegistererIsANoOp(t *testing.T) {
 
 // Two runtimes on one registry and node label count into the same series
 // instead of failing to register. (Their scrape-time collectors cannot
-// both register: the second runtime's depths and delivered counts go
-// unreported; give each runtime its node label.)
+// both register: only the newer runtime's depths and delivered counts are
+// reported, see TestRestartedRuntimeIsScraped; give each runtime its node
+// label.)
 func TestSecondRegistrationSharesTheCollectors(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, b := metrics.NewEntity(reg), metrics.NewEntity(reg)
@@ -67,5 +68,34 @@ func TestWithNodeLabels(t *testing.T) {
 	}
 	if metrics.WithNode(nil, "n1") != nil {
 		t.Fatal("WithNode(nil) is not nil")
+	}
+}
+
+// A runtime started again in the process on the same registry and node
+// label (a node restarted in place) is the one whose scrape-time gauges
+// are reported, not the stopped one's frozen state.
+func TestRestartedRuntimeIsScraped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	node := metrics.WithNode(reg, "n1")
+	start := func(depth, buffered, queued int) {
+		e := metrics.NewEntity(node)
+		e.Type("t").Queued(depth)
+		metrics.NewSharding(node, func() []metrics.RegionReport {
+			return []metrics.RegionReport{{Type: "t", Buffered: buffered, Shards: map[string]int{"s": buffered}}}
+		})
+		metrics.NewTransport(node, func() map[string]int { return map[string]int{"peer": queued} })
+	}
+	start(3, 30, 300) // the first runtime, stopped without a word to the registry
+	start(5, 50, 500) // its successor
+	labels := map[string]string{"node": "n1"}
+	for name, want := range map[string]float64{
+		"shoal_entity_mailbox_depth":         5,
+		"shoal_sharding_region_buffer_depth": 50,
+		"shoal_sharding_active_entities":     50,
+		"shoal_transport_queue_depth":        500,
+	} {
+		if got := metricstest.Value(t, reg, name, labels); got != want {
+			t.Errorf("%s = %v after the restart, want %v (the new runtime's)", name, got, want)
+		}
 	}
 }

@@ -49,13 +49,14 @@ func NewSharding(reg prometheus.Registerer, report func() []RegionReport) *Shard
 		Help:    "Time from a shard's hand-off start to its last entity stopping, per entity type.",
 		Buckets: latencyBuckets,
 	}, []string{"type"}))
-	register[prometheus.Collector](reg, &regionCollector{
+	rc := &regionCollector{
 		report: report,
 		buffer: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "sharding", "region_buffer_depth"),
 			"Messages a region holds for shards whose home is unknown or that hand off.", []string{"type"}, nil),
 		active: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "sharding", "active_entities"),
 			"Running entities per hosted shard.", []string{"type", "shard"}, nil),
-	})
+	}
+	registerScraped(reg, rc.Collect, rc.buffer, rc.active)
 	return s
 }
 
@@ -127,8 +128,6 @@ type regionCollector struct {
 	report         func() []RegionReport
 	buffer, active *prometheus.Desc
 }
-
-func (c *regionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.buffer; ch <- c.active }
 
 func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range c.report() {

@@ -36,7 +36,7 @@ func NewTransport(reg prometheus.Registerer, queued func() map[string]int) *Tran
 		queueDesc: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "transport", "queue_depth"),
 			"Messages queued for a peer node and not yet written.", []string{"peer"}, nil),
 	}
-	register[prometheus.Collector](reg, queueCollector{t.queueDesc, queued})
+	registerScraped(reg, queueCollector{t.queueDesc, queued}.Collect, t.queueDesc)
 	return t
 }
 
@@ -84,8 +84,6 @@ type queueCollector struct {
 	desc   *prometheus.Desc
 	queued func() map[string]int
 }
-
-func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for peer, n := range c.queued() {

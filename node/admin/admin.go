@@ -77,7 +77,9 @@ type Source interface {
 	// again (ErrUnknownType, ErrUnknownShard).
 	Rebalance(ctx context.Context, typeName, shard string) error
 	// Down marks an incarnation down in the lease store: it fences itself
-	// at its next renewal, and its shards move once its lease expired.
+	// at its next renewal, and its shards move once its lease expired. An
+	// incarnation that is neither a member nor holds a lease is
+	// ErrUnknownNode.
 	Down(ctx context.Context, node cluster.UniqueAddress) error
 }
 

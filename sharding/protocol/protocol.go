@@ -1,8 +1,9 @@
 // Package protocol holds the messages regions and coordinators of package
-// sharding exchange, as Go values on the local path; package sharding/wire
-// holds their serializable forms and sharding/remote converts between the
-// two. Users of sharding need none of them: only a sharding.Transport
-// carries them, as sharding.Message.
+// sharding exchange. Package sharding/wire registers these same types in
+// the codec, deriving their wire form from their fields, so a field added
+// here travels between nodes with no other change. Users of sharding need
+// none of them: only a sharding.Transport carries them, as
+// sharding.Message.
 package protocol
 
 import "github.com/shoal-dev/shoal/entity"

@@ -364,21 +364,26 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		id := onNode(t, c, a, b)
 		shard := b.counters.ShardID(id)
 		to := wire.Target{Type: counters.Name()}
+		// deliver is a Deliver as it arrives: its user message encoded.
+		deliver := func(manifest, payload string) wire.Addressed {
+			return wire.Envelope[protocol.Deliver]{To: to, Msg: protocol.Deliver{Shard: shard, EntityID: id,
+				Msg: wire.Encoded{Manifest: manifest, Payload: []byte(payload)}}}
+		}
 		bad := []struct {
 			name string
 			msg  any
 			from cluster.UniqueAddress
 			want []error
 		}{
-			{"unknown manifest", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Nope", Payload: []byte(`{}`)}},
+			{"unknown manifest", deliver("test.Nope", `{}`),
 				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
-			{"unknown manifest again", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Nope", Payload: []byte(`{}`)}},
+			{"unknown manifest again", deliver("test.Nope", `{}`),
 				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
-			{"corrupt payload", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":`)}},
+			{"corrupt payload", deliver("test.Add", `{"N":`),
 				a.self, []error{remote.ErrUndecodable}},
-			{"unknown target", wire.Register{To: wire.Target{Type: "nobody"}, Region: remote.NodeName(a.self)},
+			{"unknown target", wire.Envelope[protocol.Register]{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: remote.NodeName(a.self)}},
 				a.self, []error{remote.ErrUnknownTarget}},
-			{"stale sender", wire.Deliver{To: to, Entry: wire.Entry{Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":100}`)}},
+			{"stale sender", deliver("test.Add", `{"N":100}`),
 				cluster.UniqueAddress{Node: a.self.Node, Incarnation: a.self.Incarnation - 1}, []error{cluster.ErrStaleIncarnation}},
 			{"not protocol", Count{N: 1},
 				a.self, []error{remote.ErrNotProtocol}},
@@ -410,8 +415,10 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			t.Fatalf("entity after bad messages: %+v, want 5", got)
 		}
 		// A hand-over keeps the messages that decode and reports the others.
-		err := b.tr.Receive(a.self, wire.HandOver{To: wire.Target{Type: counters.Name(), Coordinator: true}, Shard: shard, From: "x",
-			Msgs: []wire.Entry{{Shard: shard, EntityID: id, Manifest: "test.Nope"}, {Shard: shard, EntityID: id, Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}})
+		err := b.tr.Receive(a.self, wire.Envelope[protocol.HandOver]{To: wire.Target{Type: counters.Name(), Coordinator: true},
+			Msg: protocol.HandOver{Shard: shard, From: "x", Msgs: []protocol.Deliver{
+				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Nope"}},
+				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}}}})
 		if !errors.Is(err, remote.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
 			t.Fatalf("hand-over with an undecodable entry to a node without coordinator: %v, stats %+v", err, b.tr.Stats())
 		}

@@ -10,9 +10,10 @@
 // reply addresses name the incarnation the transport knows.
 //
 // Messages to the node itself are handed over as values, as the local
-// transport does; messages to other nodes are converted to the types of
-// package wire, whose user messages are encoded by the codec, and sent
-// over the cluster transport, which encodes the rest. On receipt a bad
+// transport does; messages to other nodes are sealed in their wire
+// envelopes, their user messages encoded by this node's codec (wire.Seal),
+// and sent over the cluster transport, which encodes the rest; on receipt
+// wire.Open decodes the user messages with this node's codec. On receipt a bad
 // message (a user message whose manifest is unknown or whose payload is
 // corrupt, a target nobody listens at, a sender the view says is down or
 // replaced, a type that is no protocol message) is dropped with a typed
@@ -39,6 +40,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 	"github.com/shoal-dev/shoal/sharding/wire"
 )
 
@@ -266,9 +268,12 @@ func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", sharding.ErrUnreachable, err)
 	}
-	w, err := toWire(t.cfg.Codec, target, msg)
+	w, err := wire.Seal(t.cfg.Codec, target, msg)
+	if errors.Is(err, wire.ErrUnknownType) {
+		return fmt.Errorf("%w: %w", ErrNotProtocol, err)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("remote: %w", err)
 	}
 	return t.send(dest, w)
 }
@@ -330,12 +335,18 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	case wire.AskFailed:
 		return t.askFailed(from, r)
 	}
-	target, m, failed, err := fromWire(t.cfg.Codec, msg)
-	switch {
-	case errors.Is(err, ErrNotProtocol):
-		return t.refuse(&t.stat.notProtocol, from, err)
-	case err != nil:
-		t.failAsks(failed, wire.RefusedUndecodable, err)
+	env, ok := msg.(wire.Addressed)
+	if !ok {
+		return t.refuse(&t.stat.notProtocol, from, fmt.Errorf("%w: %T", ErrNotProtocol, msg))
+	}
+	target := env.Target()
+	m, failed, err := wire.Open(t.cfg.Codec, env)
+	if err != nil {
+		return t.refuse(&t.stat.notProtocol, from, fmt.Errorf("%w: %w", ErrNotProtocol, err))
+	}
+	if len(failed) > 0 {
+		err = undecodable(failed, env)
+		t.failAsks(failedAsks(failed), wire.RefusedUndecodable, err)
 		if m == nil {
 			return t.refuse(&t.stat.undecodable, from, err)
 		}
@@ -345,43 +356,51 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	h := t.handler(target)
 	if h == nil {
 		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
-		t.failAsks(entriesOf(msg), wire.RefusedUnknownTarget, err)
+		t.failAsks(wire.Asks(env), wire.RefusedUnknownTarget, err)
 		return t.refuse(&t.stat.unknownTarget, from, err)
 	}
 	if herr := h(m); herr != nil {
 		err := fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr)
-		t.failAsks(entriesOf(msg), wire.RefusedByListener, err)
+		t.failAsks(wire.Asks(env), wire.RefusedByListener, err)
 		return t.refuse(&t.stat.listenerRefused, from, err)
 	}
 	t.stat.delivered.Add(1)
 	return err
 }
 
-// entriesOf lists the user messages a wire message carries.
-func entriesOf(msg any) []wire.Entry {
-	switch m := msg.(type) {
-	case wire.Deliver:
-		return []wire.Entry{m.Entry}
-	case wire.HandOver:
-		return m.Msgs
+// undecodable reports the user messages of env that did not decode: a
+// *DecodeError for the only one, or a count and the first.
+func undecodable(failed []wire.Undecodable, env wire.Addressed) error {
+	f := failed[0]
+	first := &DecodeError{Manifest: f.Encoded().Manifest, EntityID: f.Deliver.EntityID, Err: f.Err}
+	if _, single := env.Message().(protocol.Deliver); single {
+		return first
 	}
-	return nil
+	return fmt.Errorf("remote: %d handed-over messages dropped, the first: %w", len(failed), first)
 }
 
-// failAsks tells the askers waiting on entries that were refused here.
-func (t *Transport) failAsks(entries []wire.Entry, kind string, cause error) {
-	for _, e := range entries {
-		for _, to := range e.ReplyTo {
-			f := wire.AskFailed{To: to, Kind: kind, Reason: cause.Error()}
-			var err error
-			if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
-				err = t.askFailed(t.self, f)
-			} else {
-				err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
-			}
-			if err == nil {
-				t.stat.asksFailed.Add(1)
-			}
+// failedAsks lists the reply addresses inside messages that did not decode.
+func failedAsks(failed []wire.Undecodable) []entity.ReplyAddress {
+	var out []entity.ReplyAddress
+	for _, f := range failed {
+		out = append(out, f.Encoded().ReplyTo...)
+	}
+	return out
+}
+
+// failAsks tells the askers waiting on user messages that were refused
+// here: asks lists their reply addresses.
+func (t *Transport) failAsks(asks []entity.ReplyAddress, kind string, cause error) {
+	for _, to := range asks {
+		f := wire.AskFailed{To: to, Kind: kind, Reason: cause.Error()}
+		var err error
+		if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
+			err = t.askFailed(t.self, f)
+		} else {
+			err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
+		}
+		if err == nil {
+			t.stat.asksFailed.Add(1)
 		}
 	}
 }

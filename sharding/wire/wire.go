@@ -1,25 +1,47 @@
-// Package wire holds the sharding protocol as it crosses the network: one
-// registered, serializable type per protocol message, and the envelope of
-// a user message (entity type, shard, entity id, and the message encoded
-// by the codec as manifest and payload; a reply address travels inside it,
-// as the ReplyTo of the user's command).
+// Package wire carries the sharding protocol across the network: the
+// message types of package sharding/protocol themselves, each in an
+// Envelope that names its receiver on the node (a Target), registered in
+// the codec a cluster.Transport encodes with; and the two messages that
+// are not protocol messages, Reply and AskFailed.
 //
-// Package sharding/protocol holds the messages as Go values for the local
-// path; package sharding/remote converts them to and from these types where a
-// message leaves or enters a node. RegisterTypes adds them to the codec a
-// cluster.Transport encodes with, under manifests prefixed "shoal.sharding.",
-// which stay stable across renames of the Go types.
+// There is no second copy of the protocol structs here: how a message is
+// written is derived, by reflection, from its protocol type when
+// RegisterTypes runs, so a field added to a protocol struct travels with
+// no change to this package. Only the list of protocol types (messages.go)
+// names them; TestEveryProtocolMessageIsRegistered fails when a type that
+// implements protocol.Message is missing from it.
 //
-// Every message but Reply names its receiver on the node with a Target: a
-// region, or the coordinator, of one entity type.
+// A protocol message is a flat JSON object: "to" (the Target) and one key
+// per exported field, its name with the first letter lowered. Each is
+// registered under a manifest prefixed "shoal.sharding." and followed by
+// the protocol type's name (shoal.sharding.Register, …), the manifests the
+// earlier hand-written wire types used.
+//
+// The user messages a protocol.Deliver carries (in its Msg field, alone or
+// in a HandOver's Msgs) are encoded by the codec of the node, not that of
+// the frame: Seal encodes them into Encoded values before a message is
+// sent, and Open decodes them on receipt, reporting the ones that do not
+// decode instead of failing the whole frame, so that the asks waiting on
+// them can be failed (their reply addresses travel beside the payload).
 package wire
 
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/protocol"
+)
+
+var (
+	// ErrUnknownType: Seal of a value whose type is not a registered
+	// protocol message (a message that stays on its node, say).
+	ErrUnknownType = errors.New("wire: not a protocol message that crosses nodes")
+	// ErrNotSealed: a Deliver whose user message was not encoded by Seal
+	// reached the codec; nothing is sent.
+	ErrNotSealed = errors.New("wire: user message not sealed")
 )
 
 // Target names the receiver of a message on its node: the region of an
@@ -37,20 +59,32 @@ func (t Target) String() string {
 	return t.Type
 }
 
-// Addressed is every message that names a Target.
-type Addressed interface{ Target() Target }
+// Addressed is a protocol message in its Envelope.
+type Addressed interface {
+	Target() Target
+	Message() protocol.Message
+}
 
-// Entry is one user message for one entity: the envelope the protocol
-// carries in Deliver, and in the buffers that HostShard and ShardStopped
-// hand over. With Start it only starts the entity and carries no message.
-// ReplyTo lists the reply addresses inside the message (its ReplyTo
-// fields), so that a node that cannot handle the message, not even decode
-// it, can fail those asks at once with AskFailed.
-type Entry struct {
-	Shard    string                `json:"shard"`
-	EntityID string                `json:"id"`
-	Start    bool                  `json:"start,omitempty"`
-	Manifest string                `json:"m,omitempty"`
+// Envelope carries a protocol message to its Target; it is what the codec
+// encodes. Msg is sealed (see Seal) while it travels.
+type Envelope[M protocol.Message] struct {
+	To  Target
+	Msg M
+}
+
+// Target implements Addressed.
+func (e Envelope[M]) Target() Target { return e.To }
+
+// Message implements Addressed.
+func (e Envelope[M]) Message() protocol.Message { return e.Msg }
+
+// Encoded is a user message encoded by the sending node's codec, in the
+// Msg field of a sealed protocol.Deliver. ReplyTo lists the reply
+// addresses inside the message (its ReplyTo fields), so that a node that
+// cannot handle the message, not even decode it, can fail those asks at
+// once with AskFailed.
+type Encoded struct {
+	Manifest string                `json:"m"`
 	Payload  []byte                `json:"p,omitempty"`
 	ReplyTo  []entity.ReplyAddress `json:"r,omitempty"`
 }
@@ -65,137 +99,7 @@ const (
 	RefusedByListener = "refused"
 )
 
-// The protocol messages, field for field those of package
-// sharding/protocol, with the user messages they carry as Entries.
 type (
-	// Register is protocol.Register.
-	Register struct {
-		To     Target `json:"to"`
-		Region string `json:"region"`
-	}
-	// RegisterProxy is protocol.RegisterProxy.
-	RegisterProxy struct {
-		To     Target `json:"to"`
-		Region string `json:"region"`
-	}
-	// RegisterAck is protocol.RegisterAck.
-	RegisterAck struct {
-		To          Target `json:"to"`
-		Coordinator string `json:"coordinator"`
-		Epoch       uint64 `json:"epoch"`
-	}
-	// GetShardHome is protocol.GetShardHome.
-	GetShardHome struct {
-		To       Target `json:"to"`
-		Shard    string `json:"shard"`
-		Region   string `json:"region"`
-		HandOver bool   `json:"handOver,omitempty"`
-	}
-	// ShardHome is protocol.ShardHome.
-	ShardHome struct {
-		To     Target `json:"to"`
-		Shard  string `json:"shard"`
-		Region string `json:"region"`
-		Epoch  uint64 `json:"epoch"`
-	}
-	// ShardHomes is protocol.ShardHomes.
-	ShardHomes struct {
-		To    Target              `json:"to"`
-		Homes map[string][]string `json:"homes"`
-		Epoch uint64              `json:"epoch"`
-	}
-	// HostShard is protocol.HostShard.
-	HostShard struct {
-		To    Target `json:"to"`
-		Shard string `json:"shard"`
-		From  string `json:"from,omitempty"`
-		Epoch uint64 `json:"epoch"`
-	}
-	// ShardStarted is protocol.ShardStarted.
-	ShardStarted struct {
-		To     Target `json:"to"`
-		Shard  string `json:"shard"`
-		Region string `json:"region"`
-	}
-	// BeginHandOff is protocol.BeginHandOff.
-	BeginHandOff struct {
-		To    Target `json:"to"`
-		Shard string `json:"shard"`
-		Epoch uint64 `json:"epoch"`
-	}
-	// BeginHandOffAck is protocol.BeginHandOffAck.
-	BeginHandOffAck struct {
-		To       Target `json:"to"`
-		Shard    string `json:"shard"`
-		Region   string `json:"region"`
-		FencedAt string `json:"fencedAt,omitempty"`
-	}
-	// Fence is protocol.Fence.
-	Fence struct {
-		To    Target `json:"to"`
-		Shard string `json:"shard"`
-		From  string `json:"from"`
-	}
-	// HandOff is protocol.HandOff.
-	HandOff struct {
-		To     Target   `json:"to"`
-		Shard  string   `json:"shard"`
-		Epoch  uint64   `json:"epoch"`
-		Fences []string `json:"fences,omitempty"`
-	}
-	// ShardStopped is protocol.ShardStopped.
-	ShardStopped struct {
-		To     Target `json:"to"`
-		Shard  string `json:"shard"`
-		Region string `json:"region"`
-		Held   bool   `json:"held,omitempty"`
-	}
-	// HandOver is protocol.HandOver, its messages as Entries.
-	HandOver struct {
-		To    Target  `json:"to"`
-		Shard string  `json:"shard"`
-		From  string  `json:"from"`
-		Msgs  []Entry `json:"msgs,omitempty"`
-	}
-	// GracefulShutdownReq is protocol.GracefulShutdownReq.
-	GracefulShutdownReq struct {
-		To     Target `json:"to"`
-		Region string `json:"region"`
-	}
-	// LeaveAck is protocol.LeaveAck.
-	LeaveAck struct {
-		To    Target `json:"to"`
-		Epoch uint64 `json:"epoch"`
-	}
-	// StopShards is protocol.StopShards.
-	StopShards struct {
-		To     Target   `json:"to"`
-		Shards []string `json:"shards"`
-	}
-	// RebalanceShards is protocol.RebalanceShards.
-	RebalanceShards struct {
-		To     Target   `json:"to"`
-		Shards []string `json:"shards"`
-	}
-	// LeaveRequest is protocol.LeaveRequest; its Target has an empty Type.
-	LeaveRequest struct {
-		To Target `json:"to"`
-	}
-	// RegionStopped is protocol.RegionStopped.
-	RegionStopped struct {
-		To     Target `json:"to"`
-		Region string `json:"region"`
-	}
-	// GetRegionStats is protocol.GetRegionStats.
-	GetRegionStats struct {
-		To      Target                         `json:"to"`
-		ReplyTo entity.ReplyTo[map[string]int] `json:"replyTo"`
-	}
-	// Deliver carries one user message to the region of its entity type.
-	Deliver struct {
-		To    Target `json:"to"`
-		Entry Entry  `json:"entry"`
-	}
 	// Reply carries the reply to an ask back to the asking incarnation,
 	// encoded; the asker decodes it into its own type
 	// (entity.System.DeliverReply).
@@ -215,67 +119,137 @@ type (
 	}
 )
 
-// Target implements Addressed for every protocol message.
-func (m Register) Target() Target            { return m.To }
-func (m RegisterProxy) Target() Target       { return m.To }
-func (m RegisterAck) Target() Target         { return m.To }
-func (m GetShardHome) Target() Target        { return m.To }
-func (m ShardHome) Target() Target           { return m.To }
-func (m ShardHomes) Target() Target          { return m.To }
-func (m HostShard) Target() Target           { return m.To }
-func (m ShardStarted) Target() Target        { return m.To }
-func (m BeginHandOff) Target() Target        { return m.To }
-func (m BeginHandOffAck) Target() Target     { return m.To }
-func (m HandOff) Target() Target             { return m.To }
-func (m ShardStopped) Target() Target        { return m.To }
-func (m Fence) Target() Target               { return m.To }
-func (m HandOver) Target() Target            { return m.To }
-func (m GracefulShutdownReq) Target() Target { return m.To }
-func (m LeaveAck) Target() Target            { return m.To }
-func (m StopShards) Target() Target          { return m.To }
-func (m RebalanceShards) Target() Target     { return m.To }
-func (m LeaveRequest) Target() Target        { return m.To }
-func (m RegionStopped) Target() Target       { return m.To }
-func (m GetRegionStats) Target() Target      { return m.To }
-func (m Deliver) Target() Target             { return m.To }
-
-// ManifestPrefix starts the manifest of every type Register adds.
+// ManifestPrefix starts the manifest of every type RegisterTypes adds.
 const ManifestPrefix = "shoal.sharding."
 
-// RegisterTypes adds the wire types to reg. Registering twice is harmless; a
-// manifest or type already bound otherwise is an error.
+// RegisterTypes adds the Envelope of every protocol message, Reply and
+// AskFailed to reg. Registering twice is harmless; a manifest or type
+// already bound otherwise is an error, and so is a protocol type this
+// package cannot carry (see plan.go).
 func RegisterTypes(reg *codec.Registry) error {
-	return errors.Join(
-		add[Register](reg, "Register"),
-		add[RegisterProxy](reg, "RegisterProxy"),
-		add[RegisterAck](reg, "RegisterAck"),
-		add[GetShardHome](reg, "GetShardHome"),
-		add[ShardHome](reg, "ShardHome"),
-		add[ShardHomes](reg, "ShardHomes"),
-		add[HostShard](reg, "HostShard"),
-		add[ShardStarted](reg, "ShardStarted"),
-		add[BeginHandOff](reg, "BeginHandOff"),
-		add[BeginHandOffAck](reg, "BeginHandOffAck"),
-		add[HandOff](reg, "HandOff"),
-		add[ShardStopped](reg, "ShardStopped"),
-		add[Fence](reg, "Fence"),
-		add[HandOver](reg, "HandOver"),
-		add[GracefulShutdownReq](reg, "GracefulShutdownReq"),
-		add[LeaveAck](reg, "LeaveAck"),
-		add[StopShards](reg, "StopShards"),
-		add[RebalanceShards](reg, "RebalanceShards"),
-		add[LeaveRequest](reg, "LeaveRequest"),
-		add[RegionStopped](reg, "RegionStopped"),
-		add[GetRegionStats](reg, "GetRegionStats"),
-		add[Deliver](reg, "Deliver"),
-		add[Reply](reg, "Reply"),
-		add[AskFailed](reg, "AskFailed"),
-	)
+	t, err := table()
+	if err != nil {
+		return err
+	}
+	errs := []error{add[Reply](reg, "Reply"), add[AskFailed](reg, "AskFailed")}
+	for _, k := range t.kinds {
+		errs = append(errs, k.register(reg, k.plan))
+	}
+	return errors.Join(errs...)
 }
 
-func add[T any](reg *codec.Registry, name string) error {
-	if err := codec.Register[T](reg, ManifestPrefix+name); err != nil {
+func add[T any](reg *codec.Registry, name string, opts ...codec.Option) error {
+	if err := codec.Register[T](reg, ManifestPrefix+name, opts...); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
 	return nil
+}
+
+// Seal puts msg in its Envelope for to, encoding with reg the user
+// messages it carries; msg itself is not changed. A type that is not a
+// registered protocol message is ErrUnknownType, a user message reg
+// cannot encode the codec's error.
+func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Addressed, error) {
+	if d, ok := msg.(protocol.Deliver); ok { // the hot path, without reflection
+		d, err := sealDeliver(reg, d)
+		if err != nil {
+			return nil, err
+		}
+		return Envelope[protocol.Deliver]{To: to, Msg: d}, nil
+	}
+	k, err := kindOf(msg)
+	if err != nil {
+		return nil, err
+	}
+	v := reflect.New(k.plan.typ).Elem()
+	v.Set(reflect.ValueOf(msg))
+	if err := k.plan.seal(reg, v); err != nil {
+		return nil, err
+	}
+	return k.wrap(to, v), nil
+}
+
+// Undecodable is a user message that did not decode on receipt: the
+// Deliver that carried it (its Msg the Encoded form) and the codec's error.
+type Undecodable struct {
+	Deliver protocol.Deliver
+	Err     error
+}
+
+// Encoded returns the user message as it arrived.
+func (u Undecodable) Encoded() Encoded {
+	e, _ := u.Deliver.Msg.(Encoded)
+	return e
+}
+
+// Open decodes with reg the user messages a received Envelope carries and
+// returns its message, or nil when the one user message it carried did
+// not decode (a Deliver). Those that do not decode are returned in
+// failed; of a list of them (a HandOver's) the others are kept, in order.
+func Open(reg *codec.Registry, a Addressed) (msg protocol.Message, failed []Undecodable, err error) {
+	m := a.Message()
+	if d, ok := m.(protocol.Deliver); ok { // the hot path, without reflection
+		o, err := openDeliver(reg, d)
+		if err != nil {
+			return nil, []Undecodable{{Deliver: d, Err: err}}, nil
+		}
+		return o, nil, nil
+	}
+	k, err := kindOf(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := reflect.New(k.plan.typ).Elem()
+	v.Set(reflect.ValueOf(m))
+	if !k.plan.open(reg, v, &failed) {
+		return nil, failed, nil
+	}
+	return v.Interface().(protocol.Message), failed, nil
+}
+
+// Asks lists the reply addresses inside the user messages a received
+// Envelope carries: the asks to fail when the message is refused.
+func Asks(a Addressed) []entity.ReplyAddress {
+	m := a.Message()
+	k, err := kindOf(m)
+	if err != nil {
+		return nil
+	}
+	var out []entity.ReplyAddress
+	k.plan.each(reflect.ValueOf(m), func(d protocol.Deliver) {
+		if e, ok := d.Msg.(Encoded); ok {
+			out = append(out, e.ReplyTo...)
+		}
+	})
+	return out
+}
+
+// sealDeliver encodes d's user message.
+func sealDeliver(reg *codec.Registry, d protocol.Deliver) (protocol.Deliver, error) {
+	if d.Msg == nil {
+		return d, nil
+	}
+	if _, done := d.Msg.(Encoded); done {
+		return d, nil
+	}
+	m, p, err := reg.Encode(d.Msg)
+	if err != nil {
+		return d, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
+	}
+	d.Msg = Encoded{Manifest: m, Payload: p, ReplyTo: entity.ReplyAddresses(d.Msg)}
+	return d, nil
+}
+
+// openDeliver decodes d's user message.
+func openDeliver(reg *codec.Registry, d protocol.Deliver) (protocol.Deliver, error) {
+	e, ok := d.Msg.(Encoded)
+	if !ok {
+		return d, nil // nothing to decode (a StartEntity), or opened already
+	}
+	v, err := reg.Decode(e.Manifest, e.Payload)
+	if err != nil {
+		return d, err
+	}
+	d.Msg = v
+	return d, nil
 }
