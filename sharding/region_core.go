@@ -398,7 +398,14 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.stopping && e.stopEpoch == m.Epoch {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
-		e.handingOff, e.stopping, e.stopWaits, e.waited, e.handOffTold = true, true, m.Fences, 0, true
+		if e.awaiting == "" {
+			// A wait for a previous home's hand-over keeps its start: the
+			// next home's wait for ours begins after it, so ours must end
+			// first (seed 5857: both restarted here and the next home
+			// gave up just before this region's mail came).
+			e.waited = 0
+		}
+		e.handingOff, e.stopping, e.stopWaits, e.handOffTold = true, true, m.Fences, true
 		e.stopEpoch = m.Epoch
 		c.maybeStop(m.Shard, e)
 	case protocol.LeaveAck:

@@ -382,6 +382,10 @@ func TestSimulationPinned(t *testing.T) {
 		// (it waits for the previous home it knows, which hands over even
 		// when it holds nothing).
 		{"lost-host-shard-skips-the-hand-over", "all", false, 5486},
+		// A region waiting for a lost HostShard's hand-over was handed
+		// off and restarted its wait; the next home, waiting as long for
+		// it, gave up first and delivered later mail before the earlier.
+		{"handed-off-while-awaiting-restarts-the-wait", "all", false, 5857},
 		// Strict: a leaving region left with forwards the transport then
 		// refused back in its buffer, and gave up on a shard the coordinator
 		// was still moving off crashed nodes (checkLeft waits for the
