@@ -26,7 +26,10 @@
 // members that memberlist reports failed (unreachable after its suspicion
 // timeout) or Down, and moves their shards once their node lease has
 // expired in the database's time; it acts only while it holds its type's
-// coordinator lease (Config.Leases.Coordinator).
+// coordinator lease (Config.Leases.Coordinator). It downs only while its
+// side of a partition is the majority (sharding's downing machine); on the
+// minority side it releases the coordinator lease so that the majority's
+// oldest member takes it and downs the minority.
 package node
 
 import (

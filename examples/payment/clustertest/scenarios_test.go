@@ -227,8 +227,12 @@ func TestPartitionCoordinator(t *testing.T) {
 			others = append(others, n)
 		}
 	}
-	survivor := c.waitOneSideFenced(ctx, victim, others)
-	t.Logf("coordinator %s partitioned; %v later the side of %s alone serves", victim.Name, time.Since(cut).Round(time.Millisecond), survivor)
+	// Keep the majority (issue 12): the cut-off coordinator stands down
+	// and is downed by the others; it must not down them.
+	if survivor := c.waitOneSideFenced(ctx, victim, others); survivor != "the others" {
+		t.Fatalf("the partitioned coordinator %s survived alone: the majority side fenced itself", survivor)
+	}
+	t.Logf("coordinator %s partitioned; %v later the majority side alone serves", victim.Name, time.Since(cut).Round(time.Millisecond))
 	c.waitAcked(ctx, l.payments, 20, "during the partition")
 	victim.Reconnect(ctx)
 	c.verify(ctx, l)
