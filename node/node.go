@@ -27,9 +27,12 @@
 // timeout) or Down, and moves their shards once their node lease has
 // expired in the database's time; it acts only while it holds its type's
 // coordinator lease (Config.Leases.Coordinator). It downs only while its
-// side of a partition is the majority (sharding's downing machine); on the
-// minority side it releases the coordinator lease so that the majority's
-// oldest member takes it and downs the minority.
+// side of a partition is the majority (sharding's downing machine) of the
+// members it saw Up, each counted until its node lease ended in the store
+// (memberlist's own Down verdicts do not shrink the count); on a tie the
+// side of the oldest wins. On the minority side it downs nobody and
+// releases the coordinator lease, so that the majority's oldest member
+// takes it and downs the minority, whose nodes then fence themselves.
 package node
 
 import (

@@ -291,6 +291,12 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 		return entity.Same[Message]()
 	}
 	if cr.keeper == nil {
+		if m, ok := m.(membersChanged); ok && cr.down != nil {
+			// Counted while it waits (see downing): memberlist may drop
+			// a failed member from the view before the lease comes.
+			cr.view = m.members
+			cr.down.observe(m.members, nil, ctx.Clock().Now())
+		}
 		return entity.Same[Message]() // not the coordinator (yet): regions retry
 	}
 	switch m := m.(type) {

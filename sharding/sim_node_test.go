@@ -239,6 +239,9 @@ func (n *simNode) applyView(view []Member) {
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest, live) })
 	if c := n.coord; c.usable() {
 		c.arrive(membersChanged{members: slices.Clone(view)})
+	} else if c != nil && c.keeper == nil && !c.failed {
+		// Waiting for the lease, it still counts who is Up (Receive).
+		c.down.observe(slices.Clone(view), nil, n.now())
 	}
 }
 
@@ -512,6 +515,7 @@ func (n *simNode) startCoordinator() {
 	}
 	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
 	n.coord, n.coordStarted = c, n.w.clock.now
+	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view Region.startCoordinator sends
 	c.tryAcquire()
 }
 
