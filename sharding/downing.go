@@ -88,7 +88,10 @@ type NodeLeases interface {
 //
 // The machine outlives its runner: the region keeps it (resume), so that
 // a coordinator restarted on the minority side still counts the members
-// its node saw before memberlist dropped them.
+// its node saw before memberlist dropped them; and a runner waiting for
+// the lease observes every view too, so that the majority's new
+// coordinator counts (and downs) the old one, which memberlist drops from
+// its view before the old coordinator lease is released or expires.
 //
 // The lease is still the final guard: whichever side decides, only the
 // holder of the coordinator lease downs, and only expired leases move
