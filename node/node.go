@@ -26,7 +26,13 @@
 // members that memberlist reports failed (unreachable after its suspicion
 // timeout) or Down, and moves their shards once their node lease has
 // expired in the database's time; it acts only while it holds its type's
-// coordinator lease (Config.Leases.Coordinator).
+// coordinator lease (Config.Leases.Coordinator). It downs only while its
+// side of a partition is the majority (sharding's downing machine) of the
+// members it saw Up, each counted until its node lease ended in the store
+// (memberlist's own Down verdicts do not shrink the count); on a tie the
+// side of the oldest wins. On the minority side it downs nobody and
+// releases the coordinator lease, so that the majority's oldest member
+// takes it and downs the minority, whose nodes then fence themselves.
 package node
 
 import (
@@ -98,6 +104,13 @@ type Config struct {
 	// Seeds are gossip addresses (host:port) of members to join; empty
 	// bootstraps a new cluster with this node as its first member.
 	Seeds []string
+	// RejoinSeeds, for a node that bootstraps (no Seeds), are gossip
+	// addresses it keeps trying to join in the background, every
+	// Timing.ReconnectInterval, until one answers. A node started while
+	// cut off from its cluster, that bootstrapped a cluster of its own
+	// because no seed answered, so merges back once the cut heals:
+	// nothing else ever contacts it (issue 12). Default: none.
+	RejoinSeeds []string
 	// GossipAddr is where memberlist listens, UDP and TCP. Default
 	// 127.0.0.1:0 (a free port; read it back with Node.GossipAddr).
 	GossipAddr string
@@ -323,8 +336,42 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.startAdmin(); err != nil {
 		return nil, err
 	}
+	if len(cfg.Seeds) == 0 && len(cfg.RejoinSeeds) > 0 {
+		go n.rejoin()
+	}
 	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
 	return n, nil
+}
+
+// rejoin tries Config.RejoinSeeds every ReconnectInterval until one
+// answers (memberlist then merges the two clusters' states) or the node
+// stops.
+func (n *Node) rejoin() {
+	<-n.started
+	t := time.NewTicker(n.cfg.Timing.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		if n.stopping.Load() || n.fenced.Load() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.BroadcastTimeout)
+		err := n.members.Join(ctx, n.cfg.RejoinSeeds)
+		cancel()
+		switch {
+		case err == nil:
+			n.log.Info("node: joined a seed after bootstrapping; the clusters merge", "seeds", n.cfg.RejoinSeeds)
+			return
+		case errors.Is(err, memberlist.ErrShutdown):
+			return
+		default:
+			n.log.Debug("node: no seed answered yet", "seeds", n.cfg.RejoinSeeds, "err", err)
+		}
+	}
 }
 
 // openStores opens (or takes) the pool, applies the migrations and builds

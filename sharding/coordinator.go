@@ -270,6 +270,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, out
 		}
 		out = append(out, c.startDeferred()...)
+		if c.anyUnreachable() {
+			return nil, out
+		}
 		inProgress := make(map[string]bool, len(c.handoffs))
 		for s := range c.handoffs {
 			inProgress[s] = true
@@ -311,10 +314,22 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		if !c.announced {
 			// A new coordinator makes itself known: regions that
 			// registered with a predecessor (even one on this node that
-			// failed) see the newer epoch and register again.
+			// failed) see the newer epoch and register again. Only
+			// reachable members: a hand-off does not wait for an
+			// unreachable one to register (allRegistered), so it is not
+			// fenced, and with these homes it would forward what it
+			// buffered to a shard's old home after the shard moved on,
+			// perhaps after that node left (simulator seed 3449: the
+			// old coordinator, cut off, stood down; the new one, whose
+			// view still showed it unreachable, announced to it and
+			// handed off a leaving region's shard). It registers once
+			// it sees this node oldest, and learns the homes then.
 			c.announced = true
 			homes := c.homes()
 			for _, node := range slices.Sorted(maps.Keys(c.members)) {
+				if m := c.members[node]; !m.Reachable || m.Status == allocation.Down {
+					continue
+				}
 				out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
 			}
 		}
@@ -416,7 +431,7 @@ func (c *coordinatorCore) allRegistered() bool {
 func (c *coordinatorCore) everyRegionRegistered() bool {
 	for _, name := range slices.Sorted(maps.Keys(c.members)) {
 		m := c.members[name]
-		if m.Status == allocation.Down || !m.Reachable {
+		if m.Status == allocation.Down {
 			continue
 		}
 		if !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
@@ -424,6 +439,24 @@ func (c *coordinatorCore) everyRegionRegistered() bool {
 		}
 	}
 	return true
+}
+
+// anyUnreachable reports whether a member is unreachable but not Down. A
+// rebalance waits for it: that member may be alive (a partition that
+// healed before this view caught up, or the other side that keep-majority
+// does not down), and a hand-off neither waits for its ack nor fences it,
+// so what it forwards to the shard's old home with the homes it knows
+// would arrive there after the shard moved on, behind what it sends the
+// new home directly (simulator seed 3828: a coordinator on the minority
+// side rebalanced to a new node just after the heal). Hand-offs that must
+// happen (a leaving region's, RebalanceShards) do not wait.
+func (c *coordinatorCore) anyUnreachable() bool {
+	for _, m := range c.members {
+		if !m.Reachable && m.Status != allocation.Down {
+			return true
+		}
+	}
+	return false
 }
 
 // startDeferred begins, once every region has registered, the hand-offs

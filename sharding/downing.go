@@ -3,7 +3,10 @@ package sharding
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
@@ -32,14 +35,77 @@ type NodeLeases interface {
 // elsewhere while its old home may still run it: the old home fences
 // itself by its own clock before its lease expires in the store's.
 //
-// Which nodes: every member the view reports unreachable or Down is
-// downed (a Down member that left gracefully released its lease first, so
-// downing it changes nothing); a region the core knows of that the view
-// does not hold at all (a predecessor's, or one the view has not caught up
-// with) is not downed — it may be alive and new — but it is removed only
-// once its lease has expired.
+// Which nodes: every member the view reports unreachable or Down, or
+// that left the view after it was counted (below), is downed (a Down
+// member that left gracefully released its lease first, so downing it
+// changes nothing); a region the core knows of that the view does not
+// hold at all and that was never counted (a predecessor's, or one the
+// view has not caught up with) is not downed — it may be alive and new —
+// but it is removed only once its lease has expired.
+//
+// Keep the majority (issue 12): a coordinator cut off from its peers but
+// not from the store would otherwise down every other node and serve
+// alone. So it downs only while its side is the majority, as Pekko's
+// keep-majority split-brain strategy does:
+//
+//   - Who counts (counted): every member with the type's role (only they
+//     can host the coordinator, so a majority counted among them can
+//     always elect one), and this node, from the first view that shows it
+//     Up, Leaving, Exiting or Down (never Joining), until the store says
+//     its lease expired or was released. Membership's own verdicts never
+//     shrink the count: memberlist turns a failed member Down after its
+//     reconnect timeout and then drops it from the view, on both sides
+//     of a partition, so a count taken from the view would let a cut-off
+//     coordinator count itself a majority of one (the reverted first
+//     attempt, 32d945d). Only the store's word ends a member: its lease
+//     expired (it crashed or fenced itself) or was released (it left
+//     gracefully, which releases the lease before it goes, so it stops
+//     counting at once). This is where the arbiter beats Pekko: a
+//     survivor of crashes regains the majority as the crashed nodes'
+//     leases expire.
+//   - The sides: this node's side is itself and the counted members the
+//     latest view shows Reachable and not Down (and not already being
+//     downed); the other side every other counted member.
+//   - A strict majority of the counted members wins. On an exact half, the
+//     side holding the oldest counted member wins (Pekko breaks the tie by
+//     the lowest address; the oldest is what every node's view agrees on
+//     here, and it is normally the coordinator already, so a tie moves
+//     nothing).
+//   - It decides only once the other side has been unchanged for
+//     stableAfter (Pekko's stable-after): memberlist detects the members
+//     of the other side one by one, and a coordinator that sees only part
+//     of the other side unreachable must not down it.
+//   - On the minority side it downs nobody (it still asks the store which
+//     leases expired: that is only reading, and lets crashed members stop
+//     counting) and, once the other side is stable and the store said,
+//     since it became stable, that every member on it holds a live lease,
+//     stands down (standDown): the runner releases the coordinator lease
+//     and stops, and keeps off the lease for heldOff, so that the
+//     majority's oldest reachable member (the coordinator's place in its
+//     view, as unreachable members are never oldest) acquires it and
+//     downs this side's nodes, which then fence themselves. Their shards
+//     move once their leases expired.
+//
+// The machine outlives its runner: the region keeps it (resume), so that
+// a coordinator restarted on the minority side still counts the members
+// its node saw before memberlist dropped them; and a runner waiting for
+// the lease observes every view too, so that the majority's new
+// coordinator counts (and downs) the old one, which memberlist drops from
+// its view before the old coordinator lease is released or expires.
+//
+// The lease is still the final guard: whichever side decides, only the
+// holder of the coordinator lease downs, and only expired leases move
+// shards.
 type downing struct {
-	nodes map[string]*failedNode
+	self        string
+	role        string
+	stableAfter time.Duration
+	nodes       map[string]*failedNode
+	counted     map[string]Member // who counts towards the majority (see downing), as last seen
+	view        map[string]Member // the latest view, by node
+	theirsSig   string            // the other side, sorted, joined
+	stableSince time.Time         // when theirsSig last changed; zero before the first view
+	offUntil    time.Time         // after a stand-down: do not take the lease before
 }
 
 type failedNode struct {
@@ -47,7 +113,11 @@ type failedNode struct {
 	down    bool   // the store must down it (membership said it failed)
 	downed  bool   // the store confirmed the down
 	expired bool   // the store confirmed its lease expired: final
-	busy    bool   // a store call for it is under way
+	checked bool   // the store said its lease is live since the other side last changed
+	// downSent: a DownNode call went out; the node is doomed even if it
+	// turns up healthy.
+	downSent bool
+	busy     bool // a store call for it is under way
 }
 
 // downCall is a store call the runner makes for the machine.
@@ -70,57 +140,184 @@ type downingTick struct{}
 
 func (downingTick) ProtocolMessage() {}
 
-func newDowning() *downing { return &downing{nodes: make(map[string]*failedNode)} }
+// newDowning returns the machine of the coordinator on node self for the
+// type's role; it decides on a view stable for stableAfter.
+func newDowning(self, role string, stableAfter time.Duration) *downing {
+	return &downing{self: self, role: role, stableAfter: stableAfter,
+		nodes: make(map[string]*failedNode), counted: make(map[string]Member), view: make(map[string]Member)}
+}
 
-// observe takes a membership view and the regions the core knows of.
-func (d *downing) observe(members []Member, known []string) {
-	inView := make(map[string]bool, len(members))
+// resume readies the machine for a new coordinator runner on its node:
+// the store calls of the last one will never answer, and what the store
+// said of live leases, and how long the other side was stable, are
+// asked again (the view may have changed and changed back meanwhile).
+// What the store said for good (downed, expired) and who counts stay.
+func (d *downing) resume() *downing {
+	for _, n := range d.nodes {
+		n.busy, n.checked = false, false
+	}
+	d.stableSince = time.Time{}
+	return d
+}
+
+// observe takes a membership view, the regions the core knows of, and
+// the coordinator's clock.
+func (d *downing) observe(members []Member, known []string, now time.Time) {
+	clear(d.view)
 	for _, m := range members {
-		inView[m.Node] = true
+		d.view[m.Node] = m
+		if (m.Node == d.self || m.HasRole(d.role)) && m.Status != allocation.Joining {
+			if n := d.nodes[m.Node]; n == nil || !n.expired {
+				d.counted[m.Node] = m
+			}
+		}
 		n := d.nodes[m.Node]
-		failed := !m.Reachable || m.Status == allocation.Down
+		failed := m.Node != d.self && (!m.Reachable || m.Status == allocation.Down)
 		switch {
 		case failed && n == nil:
 			d.nodes[m.Node] = &failedNode{last: m, down: true}
 		case failed:
 			n.last, n.down = m, true
-		case n != nil && !n.down && !n.expired:
-			// Absent before, healthy now: the view had not caught up.
+		case n != nil && !n.downSent && !n.expired:
+			// Absent before, or failed but never downed (the view was
+			// not stable yet), healthy now: nothing to do.
 			delete(d.nodes, m.Node)
 		case n != nil:
 			n.last = m
 		}
 	}
+	// A counted member the view dropped: membership said it failed or
+	// left; it stays a failed node until the store says its lease ended.
+	for name, m := range d.counted {
+		if _, ok := d.view[name]; !ok && d.nodes[name] == nil {
+			d.nodes[name] = &failedNode{last: m, down: true}
+		}
+	}
 	for _, r := range known {
-		if !inView[r] && d.nodes[r] == nil {
+		if _, ok := d.view[r]; !ok && d.nodes[r] == nil {
 			d.nodes[r] = &failedNode{}
 		}
 	}
-	// Forget what neither the view nor the core names any more.
+	// Forget what neither the view nor the core names any more, and
+	// nobody counts.
 	for name, n := range d.nodes {
-		if !inView[name] && !slices.Contains(known, name) && (n.expired || !n.down) {
+		_, inView := d.view[name]
+		_, counts := d.counted[name]
+		if !inView && !counts && !slices.Contains(known, name) && (n.expired || !n.down) {
 			delete(d.nodes, name)
+		}
+	}
+	d.settle(now)
+}
+
+// settle restarts the stability clock when the other side changed, and
+// forgets what the store said of live leases on the old one.
+func (d *downing) settle(now time.Time) {
+	_, theirs := d.sides()
+	if sig := strings.Join(theirs, ","); sig != d.theirsSig || d.stableSince.IsZero() {
+		d.theirsSig, d.stableSince = sig, now
+		for _, n := range d.nodes {
+			n.checked = false
 		}
 	}
 }
 
-// due returns the store calls to make now, at most one per node, sorted.
-func (d *downing) due() []downCall {
+// due returns the store calls to make now, at most one per node, sorted:
+// downs while the coordinator may down (mayDown), expiry checks
+// otherwise.
+func (d *downing) due(now time.Time) []downCall {
 	var calls []downCall
+	mayDown := d.mayDown(now)
 	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
 		n := d.nodes[name]
 		if n.busy || n.expired {
 			continue
 		}
 		n.busy = true
-		calls = append(calls, downCall{node: name, down: n.down && !n.downed})
+		down := mayDown && n.down && !n.downed
+		n.downSent = n.downSent || down
+		calls = append(calls, downCall{node: name, down: down})
 	}
 	return calls
 }
 
-// result records a call's answer; it reports whether a node's lease is
-// newly known to have expired, so that the core must see a new view.
-func (d *downing) result(r downResult) bool {
+// stable reports whether the other side has held for stableAfter.
+func (d *downing) stable(now time.Time) bool {
+	return !d.stableSince.IsZero() && now.Sub(d.stableSince) >= d.stableAfter
+}
+
+// mayDown reports whether the coordinator may down failed members now:
+// the other side is stable and this side is the majority.
+func (d *downing) mayDown(now time.Time) bool {
+	mine, _ := d.sides()
+	return d.stable(now) && mine
+}
+
+// standDown reports whether the coordinator must give its lease up: the
+// other side is stable, this side is the minority, and the store said of
+// every member on the other side, since it became stable, that its lease
+// is live. It then keeps the machine's node off the lease for heldOff
+// (see offLease).
+func (d *downing) standDown(now time.Time, heldOff time.Duration) bool {
+	mine, theirs := d.sides()
+	if mine || !d.stable(now) {
+		return false
+	}
+	for _, name := range theirs {
+		if n := d.nodes[name]; n == nil || !n.checked {
+			return false
+		}
+	}
+	d.offUntil = now.Add(heldOff)
+	return true
+}
+
+// offLease reports whether this node's coordinator must not take the
+// lease now: it stood down less than heldOff ago. The majority's oldest
+// retries every RetryInterval, far more often, so it gets the lease; and
+// the hold is bounded, so a node that stood down for a survivor of a
+// crash (whose lease then expired) takes the lease again.
+func (d *downing) offLease(now time.Time) bool {
+	return now.Before(d.offUntil)
+}
+
+// sides reports whether this node's side is the majority of the counted
+// members (see downing), and names the members on the other side, sorted.
+func (d *downing) sides() (majority bool, theirs []string) {
+	self, ok := d.counted[d.self]
+	if !ok {
+		self = Member{Node: d.self, JoinedAt: math.MaxInt64} // not seen Up yet: never the oldest
+	}
+	mine, oldest := 1, self
+	for name, m := range d.counted {
+		if name == d.self {
+			continue
+		}
+		v, inView := d.view[name]
+		n := d.nodes[name]
+		if inView && v.Reachable && v.Status != allocation.Down && (n == nil || !n.downSent) {
+			mine++
+		} else {
+			theirs = append(theirs, name)
+		}
+		if older(m, oldest) {
+			oldest = m
+		}
+	}
+	slices.Sort(theirs)
+	switch {
+	case mine != len(theirs):
+		return mine > len(theirs), theirs
+	default:
+		return !slices.Contains(theirs, oldest.Node), theirs
+	}
+}
+
+// result records a call's answer at now; it reports whether a node's
+// lease is newly known to have expired, so that the core must see a new
+// view. An expired (or released) lease ends the member: it no longer
+// counts towards the majority.
+func (d *downing) result(r downResult, now time.Time) bool {
 	n := d.nodes[r.call.node]
 	if n == nil {
 		return false
@@ -134,7 +331,11 @@ func (d *downing) result(r downResult) bool {
 		return false
 	case r.expired && !n.expired:
 		n.expired = true
+		delete(d.counted, r.call.node)
+		d.settle(now)
 		return true
+	case !r.expired:
+		n.checked = true
 	}
 	return false
 }

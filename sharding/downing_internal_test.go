@@ -4,9 +4,12 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func up(node string) Member { return Member{Node: node, Status: allocation.Up, Reachable: true} }
 
@@ -20,17 +23,17 @@ func statusOf(members []Member, node string) (allocation.Status, bool, bool) {
 }
 
 func TestDowningMachine(t *testing.T) {
-	d := newDowning()
+	d := newDowning("a", "", 0)
 	b := up("b")
 	b.Reachable = false
 	view := []Member{up("a"), b}
 	// c is named by a stored allocation but absent from the view.
-	d.observe(view, []string{"a", "b", "c"})
-	calls := d.due()
+	d.observe(view, []string{"a", "b", "c"}, t0)
+	calls := d.due(t0)
 	if want := []downCall{{node: "b", down: true}, {node: "c"}}; !slices.Equal(calls, want) {
 		t.Fatalf("calls %v, want %v: down the failed member, only check the absent one", calls, want)
 	}
-	if again := d.due(); len(again) != 0 {
+	if again := d.due(t0); len(again) != 0 {
 		t.Fatalf("calls %v while the first are under way", again)
 	}
 	core := d.filter(view, nil)
@@ -45,45 +48,45 @@ func TestDowningMachine(t *testing.T) {
 	}
 
 	// A failed DownNode is retried; a confirmed one is followed by expiry checks.
-	if d.result(downResult{call: downCall{node: "b", down: true}, err: errors.New("db down")}) {
+	if d.result(downResult{call: downCall{node: "b", down: true}, err: errors.New("db down")}, t0) {
 		t.Fatal("a failed down reported an expiry")
 	}
-	if calls := d.due(); !slices.Contains(calls, downCall{node: "b", down: true}) {
+	if calls := d.due(t0); !slices.Contains(calls, downCall{node: "b", down: true}) {
 		t.Fatalf("calls %v: the failed down is not retried", calls)
 	}
-	d.result(downResult{call: downCall{node: "b", down: true}})
-	d.result(downResult{call: downCall{node: "c"}, expired: false})
-	if calls := d.due(); !slices.Equal(calls, []downCall{{node: "b"}, {node: "c"}}) {
+	d.result(downResult{call: downCall{node: "b", down: true}}, t0)
+	d.result(downResult{call: downCall{node: "c"}, expired: false}, t0)
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b"}, {node: "c"}}) {
 		t.Fatalf("calls %v, want expiry checks of b and c", calls)
 	}
-	if d.result(downResult{call: downCall{node: "b"}, expired: false}) {
+	if d.result(downResult{call: downCall{node: "b"}, expired: false}, t0) {
 		t.Fatal("an unexpired lease reported as expired")
 	}
 	// c turns up in the view, healthy: the view had lagged. It is left alone.
 	view = append(view, up("c"))
-	d.observe(view, []string{"a", "b", "c"})
+	d.observe(view, []string{"a", "b", "c"}, t0)
 	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Up || !reachable {
 		t.Fatal("a member that turned up healthy is still held back")
 	}
 	// b refutes its failure after it was downed: it is doomed all the same.
 	view[1].Reachable = true
-	d.observe(view, []string{"a", "b", "c"})
+	d.observe(view, []string{"a", "b", "c"}, t0)
 	if st, _, _ := statusOf(d.filter(view, nil), "b"); st == allocation.Up {
 		t.Fatal("a downed member came back Up")
 	}
-	d.due()
-	if !d.result(downResult{call: downCall{node: "b"}, expired: true}) {
+	d.due(t0)
+	if !d.result(downResult{call: downCall{node: "b"}, expired: true}, t0) {
 		t.Fatal("the expiry was not reported")
 	}
 	if st, _, _ := statusOf(d.filter(view, nil), "b"); st != allocation.Down {
 		t.Fatalf("b is %v once its lease expired, want Down", st)
 	}
-	if calls := d.due(); slices.ContainsFunc(calls, func(c downCall) bool { return c.node == "b" }) {
+	if calls := d.due(t0); slices.ContainsFunc(calls, func(c downCall) bool { return c.node == "b" }) {
 		t.Fatalf("calls %v: an expired node is asked about again", calls)
 	}
 	// Once neither the view nor the core names b, it is forgotten.
 	view = []Member{up("a"), up("c")}
-	d.observe(view, []string{"a", "c"})
+	d.observe(view, []string{"a", "c"}, t0)
 	if _, _, ok := statusOf(d.filter(view, nil), "b"); ok {
 		t.Fatal("a removed node is still shown to the core")
 	}
@@ -95,15 +98,15 @@ func TestDowningMachine(t *testing.T) {
 // core would move the shards just allocated to it while it runs them
 // (simulator, views fault, seed 23).
 func TestDowningHoldsARegionTheViewHasNotCaughtUpWith(t *testing.T) {
-	d := newDowning()
+	d := newDowning("a", "", 0)
 	b := up("b")
 	b.Reachable = false
 	view := []Member{up("a"), b}
-	d.observe(view, []string{"a", "b"})
-	d.due()
-	d.result(downResult{call: downCall{node: "b", down: true}})
-	d.due()
-	if !d.result(downResult{call: downCall{node: "b"}, expired: true}) {
+	d.observe(view, []string{"a", "b"}, t0)
+	d.due(t0)
+	d.result(downResult{call: downCall{node: "b", down: true}}, t0)
+	d.due(t0)
+	if !d.result(downResult{call: downCall{node: "b"}, expired: true}, t0) {
 		t.Fatal("the expiry was not reported")
 	}
 	// c registered meanwhile; the view does not hold it yet.
@@ -111,13 +114,274 @@ func TestDowningHoldsARegionTheViewHasNotCaughtUpWith(t *testing.T) {
 	if st, reachable, ok := statusOf(core, "c"); !ok || st == allocation.Down || reachable {
 		t.Fatalf("c seen by the core as (%v, reachable %v, present %v): it would lose its shards while it runs them", st, reachable, ok)
 	}
-	if calls := d.due(); !slices.Contains(calls, downCall{node: "c"}) {
+	if calls := d.due(t0); !slices.Contains(calls, downCall{node: "c"}) {
 		t.Fatalf("calls %v: c's lease is never checked", calls)
 	}
 	// The view catches up: c is a healthy member again.
 	view = append(view, up("c"))
-	d.observe(view, []string{"a", "b", "c"})
+	d.observe(view, []string{"a", "b", "c"}, t0)
 	if st, reachable, _ := statusOf(d.filter(view, []string{"a", "b", "c"}), "c"); st != allocation.Up || !reachable {
 		t.Fatal("c is still held back once the view holds it")
+	}
+}
+
+func upAt(node string, joined int64, reachable bool) Member {
+	return Member{Node: node, JoinedAt: joined, Status: allocation.Up, Reachable: reachable}
+}
+
+// members builds a view: "a1" is node a, joined first, reachable; "b2-"
+// is b, joined second, unreachable; "c3d" is c, Down (memberlist's own
+// verdict: it left, or failed past its reconnect timeout); "d4l" is d,
+// Leaving.
+func members(specs ...string) []Member {
+	var out []Member
+	for _, s := range specs {
+		m := upAt(s[:1], int64(s[1]-'0'), true)
+		switch s[2:] {
+		case "-":
+			m.Reachable = false
+		case "d":
+			m.Status, m.Reachable = allocation.Down, false
+		case "l":
+			m.Status = allocation.Leaving
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// downingStep is what happens at a moment of a downing scenario: a new
+// view, and leases that end in the store from then on.
+type downingStep struct {
+	at      time.Duration
+	view    []Member
+	expired []string
+}
+
+// runDowning drives d as its runner does, every 250 ms for 30 s: views
+// as the steps say, every store call answered at once from the leases
+// the steps ended, a downing tick after each. A stand-down restarts the
+// runner (resume). It returns the nodes downed and when d first stood
+// down (-1: never).
+func runDowning(d *downing, steps []downingStep) (downs []string, stoodDown time.Duration) {
+	stoodDown = -1
+	ended := map[string]bool{}
+	for at := time.Duration(0); at <= 30*time.Second; at += 250 * time.Millisecond {
+		now := t0.Add(at)
+		for _, s := range steps {
+			if s.at == at {
+				for _, n := range s.expired {
+					ended[n] = true
+				}
+				if s.view != nil {
+					d.observe(s.view, nil, now)
+				}
+			}
+		}
+		for _, c := range d.due(now) {
+			if c.down && !slices.Contains(downs, c.node) {
+				downs = append(downs, c.node)
+			}
+			d.result(downResult{call: c, expired: !c.down && ended[c.node]}, now)
+		}
+		if d.standDown(now, 5*time.Second) {
+			if stoodDown < 0 {
+				stoodDown = at
+			}
+			d.resume()
+		}
+	}
+	slices.Sort(downs)
+	return downs, stoodDown
+}
+
+// Keep the majority (issue 12), as a pure machine: the coordinator downs
+// unreachable members only while its side is a strict majority of the
+// members that count (on a tie, the side of the oldest), where a member
+// counts until the store says its lease ended, whatever memberlist says
+// of it; on the minority side it downs nobody and stands down.
+func TestDowningKeepsTheMajority(t *testing.T) {
+	const s = time.Second
+	for _, tc := range []struct {
+		name      string
+		self      string
+		steps     []downingStep
+		downs     []string
+		standDown bool
+	}{
+		{name: "3 nodes cut 1|2: the coordinator alone, memberlist downs and drops the others", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 1 * s, view: members("a1", "b2-", "c3")},
+				{at: 1250 * time.Millisecond, view: members("a1", "b2-", "c3-")},
+				{at: 6 * s, view: members("a1", "b2d", "c3d")}, // reconnect timeout
+				{at: 7 * s, view: members("a1")},               // removed from the view
+			}, downs: nil, standDown: true},
+		{name: "3 nodes cut 1|2: the majority's coordinator", self: "b",
+			steps: []downingStep{
+				{at: 0, view: members("a1-", "b2", "c3")},
+				{at: 6 * s, view: members("a1d", "b2", "c3")},
+				{at: 7 * s, view: members("b2", "c3")},
+			}, downs: []string{"a"}},
+		{name: "4 nodes 2|2: the side of the oldest", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3", "d4")},
+				{at: 1 * s, view: members("a1", "b2", "c3-", "d4-")},
+			}, downs: []string{"c", "d"}},
+		{name: "4 nodes 2|2: the side without the oldest", self: "c",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3", "d4")},
+				{at: 1 * s, view: members("a1-", "b2-", "c3", "d4")},
+				{at: 8 * s, view: members("a1d", "b2d", "c3", "d4")},
+				{at: 9 * s, view: members("c3", "d4")},
+			}, downs: nil, standDown: true},
+		{name: "5 nodes cut 2|3: memberlist downs the majority on the minority side before their leases expire", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3", "d4", "e5")},
+				{at: 1 * s, view: members("a1", "b2", "c3-", "d4", "e5")},
+				{at: 1500 * time.Millisecond, view: members("a1", "b2", "c3-", "d4-", "e5-")},
+				{at: 6 * s, view: members("a1", "b2", "c3d", "d4d", "e5-")},
+				{at: 7 * s, view: members("a1", "b2", "e5d")},
+				{at: 8 * s, view: members("a1", "b2")},
+			}, downs: nil, standDown: true},
+		{name: "a member that left gracefully (lease released) stops counting", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 1 * s, view: members("a1", "b2", "c3l")},
+				{at: 2 * s, view: members("a1", "b2", "c3d"), expired: []string{"c"}},
+				{at: 3 * s, view: members("a1", "b2")},
+				// Then b is cut off: a and b tie, a is the oldest.
+				{at: 5 * s, view: members("a1", "b2-")},
+			}, downs: []string{"b"}},
+		{name: "the newest of 2 cut off after the third left gracefully", self: "b",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 2 * s, view: members("a1", "b2", "c3d"), expired: []string{"c"}},
+				{at: 5 * s, view: members("a1-", "b2")},
+			}, downs: nil, standDown: true},
+		{name: "the majority downs a crashed member", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 1 * s, view: members("a1", "b2", "c3-")},
+				{at: 10 * s, expired: []string{"c"}}, // its lease ran out
+				{at: 11 * s, view: members("a1", "b2", "c3d")},
+				{at: 12 * s, view: members("a1", "b2")},
+			}, downs: []string{"c"}},
+		{name: "a lone survivor of a crashed oldest waits for its lease, then counts alone", self: "b",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2")},
+				{at: 1 * s, view: members("a1-", "b2")},
+				{at: 6 * s, expired: []string{"a"}},
+			}, downs: nil, standDown: true},
+		{name: "a member joining does not count until Up", self: "a",
+			steps: []downingStep{
+				{at: 0, view: []Member{upAt("a", 1, true), upAt("b", 2, true), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
+				{at: 1 * s, view: []Member{upAt("a", 1, true), upAt("b", 2, false), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
+			}, downs: []string{"b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDowning(tc.self, "", 2*time.Second)
+			downs, stood := runDowning(d, tc.steps)
+			if !slices.Equal(downs, tc.downs) {
+				t.Errorf("downed %v, want %v", downs, tc.downs)
+			}
+			if stood >= 0 != tc.standDown {
+				t.Errorf("stood down at %v (-1: never), want a stand-down %v", stood, tc.standDown)
+			}
+		})
+	}
+}
+
+// A lone survivor of a crashed oldest (a tie the oldest wins) is the
+// minority only until the crashed node's lease expires: then it is all
+// that counts, and may down again.
+func TestDowningSurvivorRegainsTheMajority(t *testing.T) {
+	d := newDowning("b", "", 2*time.Second)
+	_, stood := runDowning(d, []downingStep{
+		{at: 0, view: members("a1", "b2")},
+		{at: 1 * time.Second, view: members("a1-", "b2")},
+		{at: 6 * time.Second, expired: []string{"a"}},
+	})
+	if stood < 0 || stood >= 6*time.Second {
+		t.Fatalf("stood down at %v, want before a's lease expired", stood)
+	}
+	if mine, theirs := d.sides(); !mine || len(theirs) != 0 {
+		t.Fatalf("after a's lease expired: majority %v, other side %v; want b alone the majority", mine, theirs)
+	}
+	if !d.mayDown(t0.Add(30 * time.Second)) {
+		t.Fatal("b may not down once it is all that counts")
+	}
+}
+
+// A coordinator restarted on the minority side (the machine outlives its
+// runner: resume) still counts the members memberlist dropped, keeps off
+// the lease for the hold, and does not down them once it holds it again.
+func TestDowningRestartedMinorityCoordinator(t *testing.T) {
+	d := newDowning("a", "", 2*time.Second)
+	_, stood := runDowning(d, []downingStep{
+		{at: 0, view: members("a1", "b2", "c3")},
+		{at: 1 * time.Second, view: members("a1", "b2-", "c3-")},
+		{at: 7 * time.Second, view: members("a1")},
+	})
+	if stood < 0 {
+		t.Fatal("never stood down")
+	}
+	// Its runner restarts a minute later, memberlist long since dropped
+	// b and c.
+	at := t0.Add(time.Minute)
+	d.resume()
+	d.observe(members("a1"), nil, at)
+	again := time.Duration(-1)
+	for now := at; now.Before(at.Add(10 * time.Second)); now = now.Add(250 * time.Millisecond) {
+		for _, c := range d.due(now) {
+			if c.down {
+				t.Fatalf("at %v the restarted minority coordinator downs %s", now.Sub(at), c.node)
+			}
+			d.result(downResult{call: c}, now)
+		}
+		if again < 0 && d.standDown(now, 5*time.Second) {
+			again = now.Sub(at)
+			if !d.offLease(now.Add(4 * time.Second)) {
+				t.Fatal("a minority coordinator that stood down takes the lease at once")
+			}
+			if d.offLease(now.Add(5 * time.Second)) {
+				t.Fatal("a coordinator that stood down keeps off the lease past the hold")
+			}
+		}
+	}
+	if again < 0 {
+		t.Fatal("the restarted minority coordinator never stands down")
+	}
+	if mine, theirs := d.sides(); mine || !slices.Equal(theirs, []string{"b", "c"}) {
+		t.Fatalf("majority %v, other side %v; want the minority against b and c", mine, theirs)
+	}
+}
+
+// A coordinator that sees only part of the other side unreachable (the
+// failure detector finds them one by one) waits: the change resets the
+// stability clock, so it never downs the first before it sees the second
+// and learns it is the minority.
+func TestDowningWaitsForAStableView(t *testing.T) {
+	d := newDowning("a", "", 10*time.Second)
+	d.observe([]Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, true)}, nil, t0)
+	d.due(t0)
+	d.result(downResult{call: downCall{node: "b"}}, t0)
+	if calls := d.due(t0.Add(9 * time.Second)); slices.Contains(calls, downCall{node: "b", down: true}) {
+		t.Fatalf("calls %v: b downed before the view was stable", calls)
+	}
+	d.result(downResult{call: downCall{node: "b"}}, t0)
+	d.observe([]Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, false)}, nil, t0.Add(9*time.Second))
+	calls := d.due(t0.Add(15 * time.Second))
+	if slices.ContainsFunc(calls, func(c downCall) bool { return c.down }) {
+		t.Fatalf("calls %v: the minority downs", calls)
+	}
+	for _, c := range calls {
+		d.result(downResult{call: c}, t0.Add(15*time.Second))
+	}
+	if d.standDown(t0.Add(15*time.Second), time.Second) {
+		t.Fatal("stood down before the view was stable for stableAfter")
+	}
+	if !d.standDown(t0.Add(19*time.Second), time.Second) {
+		t.Fatal("the minority coordinator does not stand down")
 	}
 }

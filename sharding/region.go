@@ -54,6 +54,10 @@ type Region[C any] struct {
 	coordRestarts *backoff.ExponentialBackOff
 	coordStarted  time.Time
 	coordNext     time.Time
+	// downing is the coordinator's downing machine, kept across its
+	// runners; created by startCoordinator, then used only by the one
+	// runner that runs (newCoordinatorRunner).
+	downing *downing
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {

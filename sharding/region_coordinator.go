@@ -96,6 +96,9 @@ func (r *Region[C]) stopCoordinatorLocked() {
 }
 
 func (r *Region[C]) startCoordinator() {
+	if r.s.cfg.NodeLeases != nil && r.downing == nil {
+		r.downing = newDowning(r.s.self, r.ent.Role, r.settings.DowningStableAfter)
+	}
 	addr := Address{Node: r.s.self, Type: r.typ, Coordinator: true}
 	props := &entity.Props[Message]{
 		LocalOnly: true,
@@ -125,7 +128,10 @@ func (stopCoordinator) ProtocolMessage() {}
 func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
 	cr := &coordinatorRunner[C]{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
 	if r.s.cfg.NodeLeases != nil {
-		cr.down = newDowning()
+		// The region's machine (startCoordinator), so that who counts
+		// towards the majority survives a restart; only this runner
+		// touches it: the last one is done before a new one starts.
+		cr.down = r.downing.resume()
 	}
 	return cr.tryAcquire(ctx)
 }
@@ -186,6 +192,12 @@ func (renewed) ProtocolMessage()     {}
 // the region restarts after a back-off.
 func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
 	r := cr.r
+	if cr.down != nil && cr.down.offLease(ctx.Clock().Now()) {
+		// It stood down on the minority side: the majority's oldest
+		// takes the lease meanwhile (see downing).
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
+		return cr
+	}
 	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
 	start := ctx.Clock().Now() // the fence counts from before the call
 	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
@@ -286,6 +298,12 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 		return entity.Same[Message]()
 	}
 	if cr.keeper == nil {
+		if m, ok := m.(membersChanged); ok && cr.down != nil {
+			// Counted while it waits (see downing): memberlist may drop
+			// a failed member from the view before the lease comes.
+			cr.view = m.members
+			cr.down.observe(m.members, nil, ctx.Clock().Now())
+		}
 		return entity.Same[Message]() // not the coordinator (yet): regions retry
 	}
 	switch m := m.(type) {
@@ -354,17 +372,25 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 		switch m := m.(type) {
 		case membersChanged:
 			cr.view = m.members
-			cr.down.observe(cr.view, cr.knownRegions())
+			cr.down.observe(cr.view, cr.knownRegions(), ctx.Clock().Now())
 			cr.startDowning(ctx)
 			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
 		case downingTick:
+			if cr.down.standDown(ctx.Clock().Now(), cr.timing.Length) {
+				// The minority side: give the lease to the majority's
+				// coordinator, which downs this side (see downing).
+				r.s.log.Warn("sharding: coordinator on the minority side of a partition; standing down",
+					"entity_type", r.typ, "other_side", cr.down.theirsSig)
+				cr.release(ctx)
+				return entity.Stopped[Message]()
+			}
 			cr.startDowning(ctx)
 			return entity.Same[Message]()
 		case downResult:
 			if m.err != nil {
 				r.s.log.Warn("sharding: downing store call failed; retrying", "entity_type", r.typ, "member", m.call.node, "down", m.call.down, "err", m.err)
 			}
-			if !cr.down.result(m) {
+			if !cr.down.result(m, ctx.Clock().Now()) {
 				return entity.Same[Message]()
 			}
 			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "entity_type", r.typ, "member", m.call.node)
@@ -497,7 +523,7 @@ func (cr *coordinatorRunner[C]) knownRegions() []string {
 // answers with a downResult.
 func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
 	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
-	for _, call := range cr.down.due() {
+	for _, call := range cr.down.due(ctx.Clock().Now()) {
 		ctx.PipeToSelf(func(c context.Context) Message {
 			c, cancel := context.WithTimeout(c, timeout)
 			defer cancel()

@@ -337,6 +337,19 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// coordinator's node (our membership lags), and registering again
 		// at once would loop; the retry tick registers.
 		c.register()
+		if c.leaving && !c.stopped {
+			// A leaving region is never acked: it names the shards whose
+			// mail it holds at once, behind its GracefulShutdownReq, so
+			// that the new coordinator, which may place them as soon as
+			// another region registers, has the new home wait for that
+			// mail (simulator seed 5368: placed from the remembered
+			// shards, with no previous home, ahead of the mail).
+			for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+				if e := c.shards[id]; !listed[id] && e.handOver && e.home == "" && !e.hosted {
+					c.askHome(id, e)
+				}
+			}
+		}
 	case protocol.ShardHome:
 		if c.fresh(m.Epoch) {
 			c.pushedHome(m.Shard, m.Region)

@@ -234,6 +234,12 @@ type Settings struct {
 	MinMembers int
 	// RememberEntities restarts a shard's entities wherever the shard starts.
 	RememberEntities bool
+	// DowningStableAfter is how long the coordinator's view of unreachable
+	// members must stay unchanged before it downs them, or stands down on
+	// the minority side of a partition (keep-majority, Pekko's
+	// stable-after; Pekko suggests 7 s for 5 nodes, 10 s for 10, 20 s for
+	// 100). Default 10 s.
+	DowningStableAfter time.Duration
 	// RecoveryRate limits how many remembered entities a starting shard
 	// restarts per RecoveryInterval; 0 restarts all at once.
 	RecoveryRate     int
@@ -284,6 +290,9 @@ func (st Settings) withDefaults() Settings {
 	}
 	if st.RetryInterval <= 0 {
 		st.RetryInterval = 2 * time.Second
+	}
+	if st.DowningStableAfter <= 0 {
+		st.DowningStableAfter = 10 * time.Second
 	}
 	if st.RecoveryInterval <= 0 {
 		st.RecoveryInterval = 100 * time.Millisecond

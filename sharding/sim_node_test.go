@@ -62,6 +62,7 @@ type simNode struct {
 	coordSerial  int
 	coordNext    time.Duration // a failed coordinator restarts no earlier
 	coordRestart int           // back-offs since the last reset
+	downing      *downing      // the coordinator's downing machine, kept across coordinators (Region.downing)
 	coordStarted time.Duration
 }
 
@@ -238,6 +239,9 @@ func (n *simNode) applyView(view []Member) {
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest, live) })
 	if c := n.coord; c.usable() {
 		c.arrive(membersChanged{members: slices.Clone(view)})
+	} else if c != nil && c.keeper == nil && !c.failed {
+		// Waiting for the lease, it still counts who is Up (Receive).
+		c.down.observe(slices.Clone(view), nil, n.now())
 	}
 }
 
@@ -507,8 +511,12 @@ func (n *simNode) stopCoordinator() {
 
 func (n *simNode) startCoordinator() {
 	n.coordSerial++
-	c := &simCoord{n: n, serial: n.coordSerial, down: newDowning()}
+	if n.downing == nil {
+		n.downing = newDowning(n.name, "", n.w.settings.DowningStableAfter)
+	}
+	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
 	n.coord, n.coordStarted = c, n.w.clock.now
+	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view Region.startCoordinator sends
 	c.tryAcquire()
 }
 
@@ -518,6 +526,11 @@ func (n *simNode) startCoordinator() {
 func (c *simCoord) tryAcquire() {
 	n, w := c.n, c.n.w
 	if !c.current() || c.keeper != nil {
+		return
+	}
+	if c.down.offLease(n.now()) {
+		w.tracef("%s coordinator stood down: keeps off the lease", n.name)
+		n.after(w.settings.RetryInterval, c.tryAcquire)
 		return
 	}
 	start := n.now()
@@ -715,16 +728,22 @@ func (c *simCoord) arrive(msg Message) {
 	switch m := msg.(type) {
 	case membersChanged:
 		c.view = m.members
-		c.down.observe(c.view, c.knownRegions())
+		c.down.observe(c.view, c.knownRegions(), n.now())
 		c.startDowning()
 		c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
 	case downingTick:
+		if c.down.standDown(n.now(), w.leaseTiming.Coordinator.Length) {
+			w.tracef("%s coordinator (epoch %d) on the minority side: stands down", n.name, c.epoch)
+			c.release()
+			c.fail()
+			return
+		}
 		c.startDowning()
 	case downResult:
 		if m.err != nil {
 			w.tracef("%s coordinator: downing call %+v failed: %v", n.name, m.call, m.err)
 		}
-		if c.down.result(m) {
+		if c.down.result(m, n.now()) {
 			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
 			c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
 		}
@@ -747,7 +766,7 @@ func (c *simCoord) knownRegions() []string {
 // startDowning makes the store calls the downing machine asks for.
 func (c *simCoord) startDowning() {
 	n, w := c.n, c.n.w
-	for _, call := range c.down.due() {
+	for _, call := range c.down.due(n.now()) {
 		res := downResult{call: call}
 		w.tracef("%s coordinator: downing call %+v", n.name, call)
 		w.storeCall(n, func() error {

@@ -31,8 +31,10 @@ type Cluster struct {
 	Node node.Config
 	// Bootstrap starts a new cluster when none of the seeds answers (Akka's
 	// rule for the first seed node). Give it to one node only: two nodes
-	// that both bootstrap make two clusters. Without it the node retries
-	// its seeds until JoinTimeout.
+	// that both bootstrap make two clusters. A node that bootstrapped
+	// keeps trying its seeds (node.Config.RejoinSeeds), so that one
+	// restarted while cut off from its cluster merges back after the
+	// heal. Without it the node retries its seeds until JoinTimeout.
 	Bootstrap bool
 	// JoinTimeout bounds the retries of the seeds. Default 1m.
 	JoinTimeout time.Duration
@@ -331,7 +333,7 @@ func startClusterNode(ctx context.Context, c Cluster, log *slog.Logger) (*node.N
 		if c.Bootstrap {
 			log.Warn("no seed answered: bootstrapping a new cluster", "seeds", cfg.Seeds, "err", err)
 			boot := cfg
-			boot.Seeds = nil
+			boot.Seeds, boot.RejoinSeeds = nil, cfg.Seeds // merges back once a seed answers
 			return node.Start(ctx, boot)
 		}
 		if !time.Now().Add(joinRetry).Before(deadline) {

@@ -205,34 +205,116 @@ func TestPartition(t *testing.T) {
 }
 
 // The same cut for the node that hosts the coordinators. Postgres is the
-// arbiter (DESIGN §8), and the coordinator still reaches it: it sees the
-// others fail and downs them, so they fence themselves and the cut-off
-// node serves alone (Pekko's split-brain resolver would keep the
-// majority). Either side may be the one that survives; never both. After
-// the heal every node must serve again through its own API: the nodes
-// that restarted while cut off formed a cluster of their own, which must
-// merge with the coordinator's.
+// arbiter (DESIGN §8), and the coordinator still reaches it, but it must
+// not down the others: the majority is kept (issue 12, as Pekko's
+// keep-majority). The cut-off coordinator counts the others until the
+// store shows their leases ended (memberlist's own Down verdicts do not
+// shrink its count), so it downs nobody and stands down; the majority's
+// oldest takes the coordinator lease and downs it; it fences itself and
+// exits; its shards move. After the heal every node must serve again
+// through its own API.
 func TestPartitionCoordinator(t *testing.T) {
 	extended(t)
 	c := Start(t, Options{})
 	ctx := scenarioContext(t)
+	victim, l := partitionCoordinator(t, ctx, c)
+	victim.Reconnect(ctx)
+	c.verify(ctx, l)
+	c.checkEachNodeServes(ctx, l.counters)
+}
+
+// The cut-off coordinator, fenced, restarts while still cut off (issue
+// 12's untested case). Were it to start, no seed would answer and it
+// would bootstrap a cluster of its own, which nothing else ever contacts:
+// it keeps trying its seeds (node.Config.RejoinSeeds) so that the two
+// merge after the heal. Here the cut is a network disconnect, and a node
+// cut off so cannot resolve its own advertised name either: it exits at
+// once and is started again (compose's restart: on-failure) until the
+// heal. Either way, after the heal it must be in the one cluster: every
+// entity answers through its API.
+func TestPartitionCoordinatorRestartWhileCut(t *testing.T) {
+	extended(t)
+	c := Start(t, Options{})
+	ctx := scenarioContext(t)
+	victim, l := partitionCoordinator(t, ctx, c)
+	victim.Start(ctx)
+	deadline := time.Now().Add(opBound)
+	for {
+		if victim.ready(ctx) == nil {
+			if !strings.Contains(victim.Logs(ctx), "bootstrapping a new cluster") {
+				t.Fatalf("%s is ready while cut off without a cluster of its own", victim.Name)
+			}
+			t.Logf("%s restarted while cut off: it bootstrapped a cluster of its own", victim.Name)
+			break
+		}
+		if running, code := victim.Running(ctx); !running {
+			t.Logf("%s restarted while cut off: it exited %d (it cannot start cut off)", victim.Name, code)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s neither started nor exited within %v of its restart while cut off", victim.Name, opBound)
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+	victim.Reconnect(ctx)
+	c.verify(ctx, l) // starts it again if it exited
+	c.checkEachNodeServes(ctx, l.counters)
+}
+
+// partitionCoordinator cuts the coordinator's node off from its peers
+// under load and checks that the majority is kept: the cut-off node is
+// downed and fences itself, no other node is, and the others serve.
+func partitionCoordinator(t *testing.T, ctx context.Context, c *Cluster) (*Node, *load) {
+	t.Helper()
 	victim, _ := c.Coordinator(ctx)
 	l := startLoad(c)
 	c.waitAcked(ctx, l.payments, 30, "before the fault")
 	cut := time.Now()
 	victim.Partition(ctx)
 	var others []*Node
+	var otherNames []string
 	for _, n := range c.Nodes {
 		if n != victim {
 			others = append(others, n)
+			otherNames = append(otherNames, n.Name)
 		}
 	}
-	survivor := c.waitOneSideFenced(ctx, victim, others)
-	t.Logf("coordinator %s partitioned; %v later the side of %s alone serves", victim.Name, time.Since(cut).Round(time.Millisecond), survivor)
+	if survivor := c.waitOneSideFenced(ctx, victim, others); survivor != "the others" {
+		t.Fatalf("the partitioned coordinator %s survived alone: the majority side fenced itself", survivor)
+	}
+	fenced := time.Since(cut)
+	code := victim.WaitExit(ctx)
+	logs := victim.Logs(ctx)
+	if code != 1 || !strings.Contains(logs, "node lease lost") {
+		t.Errorf("%s exited %d after the partition; want 1 after fencing itself (node lease lost)", victim.Name, code)
+	}
+	if !strings.Contains(logs, "minority side of a partition; standing down") {
+		t.Errorf("%s's coordinator did not stand down on the minority side", victim.Name)
+	}
+	for _, n := range others {
+		if running, code := n.Running(ctx); !running {
+			t.Errorf("%s (majority side) exited %d: the cut-off coordinator downed it", n.Name, code)
+		}
+	}
+	var victimDown bool
+	var othersDowned int
+	if err := c.DB.QueryRow(ctx, `SELECT bool_or(down) FILTER (WHERE node_id = $1), count(*) FILTER (WHERE node_id = ANY($2) AND down)
+		FROM node_leases`, victim.Name, otherNames).Scan(&victimDown, &othersDowned); err != nil {
+		t.Fatalf("node leases: %v", err)
+	}
+	if !victimDown || othersDowned != 0 {
+		t.Errorf("node leases: %s down %v, %d leases of %v down; want only the cut-off node downed", victim.Name, victimDown, othersDowned, otherNames)
+	}
+	if coord, epoch := c.Coordinator(ctx); coord == victim {
+		t.Errorf("the coordinator lease (epoch %d) is still %s's", epoch, victim.Name)
+	} else {
+		t.Logf("coordinator now on %s, epoch %d", coord.Name, epoch)
+	}
+	c.waitNoShardsOn(ctx, victim.Name)
+	t.Logf("coordinator %s partitioned; fenced and exited %v later, its shards released %v later (lease %v); the majority side serves",
+		victim.Name, fenced.Round(time.Millisecond), time.Since(cut).Round(time.Millisecond), c.opts.Lease)
 	c.waitAcked(ctx, l.payments, 20, "during the partition")
-	victim.Reconnect(ctx)
-	c.verify(ctx, l)
-	c.checkEachNodeServes(ctx, l.counters)
+	return victim, l
 }
 
 // waitOneSideFenced waits until either victim or every one of others has
