@@ -22,11 +22,13 @@ import (
 // shards allocated to it. It is the runner of a regionCore, which decides;
 // the runner owns what the core must not: the lock, the transport, the
 // clock, the shards and the control entity that takes protocol messages
-// one at a time. Data messages for a shard whose home is known and that
-// holds no buffer take a read-locked fast path straight to the shard (or
-// to the home's region); everything else steps the core under the write
-// lock, and its effects are carried out before the lock is released, so
-// that they happen in the order the core decided them.
+// one at a time. A data message for an entity already running here goes
+// straight to its mailbox with no lock (fastpath.go); else, for a shard
+// whose home is known and that holds no buffer, it takes a read-locked
+// path to the shard (or to the home's region); everything else steps the
+// core under the write lock, and its effects are carried out before the
+// lock is released, so that they happen in the order the core decided
+// them.
 type Region[C any] struct {
 	s        *Sharding
 	typ      string
