@@ -169,19 +169,32 @@ func TestDrainedMessageRefusedByTheEntityIsADeadLetter(t *testing.T) {
 		s := newSim(t, sharding.Settings{MailboxCapacity: 1})
 		n := s.join("a", "host")
 		gate := make(chan struct{})
-		// The shard has no home yet: the region accepts and buffers these.
+		// The shard has no home yet, as a rule: the region accepts and
+		// buffers these. The home may come between two Tells (the first
+		// one's GetShardHome is answered on the bubble's other
+		// goroutines): then e runs hold with a one-slot mailbox, and a
+		// later note is refused at the sender, which counts no dead
+		// letter. Either way, two accepted notes mean one was drained
+		// into the full mailbox.
 		n.tell(t, "e", hold{until: gate})
-		n.tell(t, "e", note{Text: "1"})
-		n.tell(t, "e", note{Text: "2"})
+		var accepted uint64
+		for _, text := range []string{"1", "2"} {
+			switch err := n.region.EntityRefFor("e").Tell(note{Text: text}); {
+			case err == nil:
+				accepted++
+			case !errors.Is(err, entity.ErrMailboxFull):
+				t.Fatalf("tell note %s: %v", text, err)
+			}
+		}
 		synctest.Wait() // drained into e, which holds one message at most while in hold
 		close(gate)
 		synctest.Wait()
 		dead := n.sys.Stats().DeadLetters
-		if dead == 0 {
+		if accepted == 2 && dead == 0 {
 			t.Errorf("no dead letter: a drained message refused by the full mailbox was lost uncounted")
 		}
-		if got := uint64(len(s.log.notes("e"))) + dead; got != 2 {
-			t.Errorf("%d notes delivered + %d dead letters, want 2 in all", len(s.log.notes("e")), dead)
+		if got := uint64(len(s.log.notes("e"))) + dead; got != accepted {
+			t.Errorf("%d notes delivered + %d dead letters, want the %d accepted", len(s.log.notes("e")), dead, accepted)
 		}
 		_ = n.sh.Shutdown(context.Background())
 	})
