@@ -114,15 +114,9 @@ func TestFastPathFallsBackWhileEntitiesPassivate(t *testing.T) {
 	defer n.sh.Terminate()
 	const perSender = 3000
 	stream(t, n, perSender, func(stop <-chan struct{}) {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		untilStopped(stop, func(i int) {
 			_ = n.region.EntityRefFor("e" + strconv.Itoa(i%streamEntities)).Tell(passivate{})
-			runtime.Gosched()
-		}
+		})
 	})
 	checkStreams(t, s, n, perSender)
 	if starts := s.log.startCount("e0"); starts < 2 {
@@ -151,15 +145,7 @@ func TestFastPathFallsBackWhileShardsHandOff(t *testing.T) {
 	defer n.sh.Terminate()
 	const perSender = 3000
 	stream(t, n, perSender, func(stop <-chan struct{}) {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n.region.StopShards(strconv.Itoa(i % 8))
-			runtime.Gosched()
-		}
+		untilStopped(stop, func(i int) { n.region.StopShards(strconv.Itoa(i % 8)) })
 	})
 	checkStreams(t, s, n, perSender)
 }
@@ -199,4 +185,18 @@ func TestFastPathFallsBackWhileShardsHaveNoHomeOrMove(t *testing.T) {
 		t.Logf("%d dead letters on %s", d, leaver.name)
 	}
 	a.sh.Terminate()
+}
+
+// untilStopped calls disturb with 0, 1, 2, … until stop closes, yielding
+// between calls so that the disturbance overlaps the stream.
+func untilStopped(stop <-chan struct{}, disturb func(i int)) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		disturb(i)
+		runtime.Gosched()
+	}
 }
