@@ -710,8 +710,11 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	}
 	if e.owesHandOver && home != c.cfg.self {
 		// Nothing held, but a next home that missed its HostShard waits
-		// for our hand-over all the same: an empty one ends its wait.
+		// for our hand-over all the same: an empty one ends its wait. A
+		// leaving region waits for its acknowledgement as for any other
+		// hand-over, which would otherwise reach it stopped.
 		e.owesHandOver = false
+		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self}})
 	}
 	if home == c.cfg.self && e.awaiting != "" {
