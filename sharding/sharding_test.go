@@ -139,8 +139,10 @@ type sim struct {
 	transport *sharding.LocalTransport
 	store     *sharding.MemoryCoordinatorStore
 	remember  *sharding.MemoryRememberStore
-	// rememberStore, when set, replaces remember for nodes that join later.
-	rememberStore sharding.RememberStore
+	// rememberStore and coordinatorStore, when set, replace remember and
+	// store for nodes that join later.
+	rememberStore    sharding.RememberStore
+	coordinatorStore sharding.CoordinatorStore
 	log           *journal
 	settings      sharding.Settings
 	nodes         map[string]*node
@@ -204,13 +206,17 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.rememberStore != nil {
 		remember = s.rememberStore
 	}
+	var coordinatorStore sharding.CoordinatorStore = s.store
+	if s.coordinatorStore != nil {
+		coordinatorStore = s.coordinatorStore
+	}
 	var transport sharding.Transport = s.transport
 	if s.sent != nil {
 		transport = tapped{s.transport, s.sent}
 	}
 	sh, err := sharding.New(sys, sharding.Config{
 		Transport: transport, Membership: s.cluster.Join(name, roles...),
-		CoordinatorStore: s.store, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
+		CoordinatorStore: coordinatorStore, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
 	})
 	if err != nil {
 		s.t.Fatal(err)
