@@ -375,3 +375,22 @@ func (d *downing) filter(members []Member, known []string) []Member {
 	}
 	return out
 }
+
+// downingSettings gives st the node's derived DowningStableAfter when it
+// left it zero, and warns of a set one no longer than the membership's
+// spread (Config.DowningSpread). A warning, not an error: the spread is a
+// worst case for the largest cluster planned, a shorter value trades that
+// case for faster downing (tests, small clusters), and what it risks is
+// availability, not safety: a coordinator that downs on a half-seen cut
+// makes nodes fence themselves and restart, while the leases still keep
+// every shard in one place.
+func (s *Sharding) downingSettings(typ string, st Settings) Settings {
+	switch set := st.DowningStableAfter; {
+	case set <= 0:
+		st.DowningStableAfter = s.cfg.DowningStableAfter
+	case set <= s.cfg.DowningSpread:
+		s.log.Warn("sharding: DowningStableAfter is not longer than the membership may take to report a whole partition; a coordinator may down members on a cut it has seen only in part",
+			"entity_type", typ, "downing_stable_after", set, "spread", s.cfg.DowningSpread)
+	}
+	return st
+}

@@ -12,14 +12,6 @@ import (
 	"github.com/shoal-dev/shoal/cluster/memberlist/faultnet"
 )
 
-// localTiming is memberlist's DefaultLocalConfig failure detection.
-func localTiming() memberlist.Timing {
-	t := memberlist.DefaultTiming()
-	t.ProbeInterval, t.ProbeTimeout, t.IndirectChecks = time.Second, 200*time.Millisecond, 1
-	t.SuspicionMult, t.SuspicionMaxTimeoutMult = 3, 6
-	return t
-}
-
 // The bound, worked by hand from the formula in CutSpread's doc, for
 // memberlist's LAN and local settings and the tests' fast timing.
 func TestCutSpreadAndDowningStableAfter(t *testing.T) {
@@ -40,8 +32,8 @@ func TestCutSpreadAndDowningStableAfter(t *testing.T) {
 		// 37 probes: 285 s; log10 20 = 1.301: min 5.204 s, max 31.224 s.
 		{"lan/20", memberlist.DefaultTiming(), 20, 311020 * time.Millisecond, 312020 * time.Millisecond},
 		// k = 1: confirmations asked from n = 3 on; min 3 s, max 18 s.
-		{"local/3", localTiming(), 3, 22 * time.Second, 23 * time.Second},
-		{"local/5", localTiming(), 5, 44 * time.Second, 45 * time.Second},
+		{"local/3", memberlist.LocalTiming(), 3, 22 * time.Second, 23 * time.Second},
+		{"local/5", memberlist.LocalTiming(), 5, 44 * time.Second, 45 * time.Second},
 		// SuspicionMult 2: k = 0, no confirmations, no max; the floor.
 		{"fast/3", memberlist.FastTiming(), 3, 700 * time.Millisecond, memberlist.MinDowningStableAfter},
 		{"fast/5", memberlist.FastTiming(), 5, 2900 * time.Millisecond, memberlist.MinDowningStableAfter},
