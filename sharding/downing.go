@@ -52,7 +52,9 @@ type NodeLeases interface {
 //     can host the coordinator, so a majority counted among them can
 //     always elect one), and this node, from the first view that shows it
 //     Up, Leaving, Exiting or Down (never Joining), until the store says
-//     its lease expired or was released. Membership's own verdicts never
+//     its lease expired or was released. A member first seen while a
+//     counted one is on the other side counts only once none is (admit):
+//     the other side cannot see it join. Membership's own verdicts never
 //     shrink the count: memberlist turns a failed member Down after its
 //     reconnect timeout and then drops it from the view, on both sides
 //     of a partition, so a count taken from the view would let a cut-off
@@ -164,12 +166,11 @@ func (d *downing) resume() *downing {
 // the coordinator's clock.
 func (d *downing) observe(members []Member, known []string, now time.Time) {
 	clear(d.view)
+	first := len(d.counted) == 0
 	for _, m := range members {
 		d.view[m.Node] = m
-		if (m.Node == d.self || m.HasRole(d.role)) && m.Status != allocation.Joining {
-			if n := d.nodes[m.Node]; n == nil || !n.expired {
-				d.counted[m.Node] = m
-			}
+		if _, counts := d.counted[m.Node]; d.countable(m) && (counts || first || m.Node == d.self) {
+			d.counted[m.Node] = m
 		}
 		n := d.nodes[m.Node]
 		failed := m.Node != d.self && (!m.Reachable || m.Status == allocation.Down)
@@ -207,7 +208,35 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 			delete(d.nodes, name)
 		}
 	}
+	d.admit()
 	d.settle(now)
+}
+
+// countable reports whether m may count towards the majority: it has the
+// role (or is this node), is past Joining, and its lease has not ended.
+func (d *downing) countable(m Member) bool {
+	if m.Node != d.self && !m.HasRole(d.role) || m.Status == allocation.Joining {
+		return false
+	}
+	n := d.nodes[m.Node]
+	return n == nil || !n.expired
+}
+
+// admit starts counting the members of the view that do not count yet,
+// but only while no counted member is on the other side: the other side
+// never sees a member join during a cut, so counted on this side only it
+// could make both sides a majority, and each would down the other (Pekko
+// does not count a member that joined while others were unreachable
+// either: it stays WeaklyUp). The first view counts all.
+func (d *downing) admit() {
+	if _, theirs := d.sides(); len(theirs) > 0 {
+		return
+	}
+	for name, m := range d.view {
+		if _, counts := d.counted[name]; !counts && d.countable(m) {
+			d.counted[name] = m
+		}
+	}
 }
 
 // settle restarts the stability clock when the other side changed, and
@@ -332,6 +361,7 @@ func (d *downing) result(r downResult, now time.Time) bool {
 	case r.expired && !n.expired:
 		n.expired = true
 		delete(d.counted, r.call.node)
+		d.admit()
 		d.settle(now)
 		return true
 	case !r.expired:

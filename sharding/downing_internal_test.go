@@ -276,6 +276,26 @@ func TestDowningKeepsTheMajority(t *testing.T) {
 				{at: 1 * s, view: members("a1-", "b2")},
 				{at: 6 * s, expired: []string{"a"}},
 			}, downs: nil, standDown: true},
+		// Its peers across the cut never see it join: counted on one side
+		// only, it would make both sides a majority (c, d, e against a, b
+		// here; a, b against c, d, holding the oldest, there), and each
+		// would down the other.
+		{name: "4 nodes 2|2: a member joining the side without the oldest during the cut does not count", self: "c",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3", "d4")},
+				{at: 1 * s, view: members("a1-", "b2-", "c3", "d4")},
+				{at: 2 * s, view: members("a1-", "b2-", "c3", "d4", "e5")},
+			}, downs: nil, standDown: true},
+		{name: "a member that joined while another was cut off counts once that one's lease ended", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 1 * s, view: members("a1", "b2", "c3-")},
+				{at: 2 * s, view: members("a1", "b2", "c3-", "d4")},
+				{at: 5 * s, expired: []string{"c"}},
+				// No new view since: a, b, d count, so a cut of b and d
+				// leaves a the minority.
+				{at: 10 * s, view: members("a1", "b2-", "d4-")},
+			}, downs: []string{"c"}, standDown: true},
 		{name: "a member joining does not count until Up", self: "a",
 			steps: []downingStep{
 				{at: 0, view: []Member{upAt("a", 1, true), upAt("b", 2, true), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
