@@ -107,6 +107,7 @@ type downing struct {
 	view        map[string]Member // the latest view, by node
 	theirsSig   string            // the other side, sorted, joined
 	stableSince time.Time         // when theirsSig last changed; zero before the first view
+	side        uint64            // counts the changes of theirsSig
 	offUntil    time.Time         // after a stand-down: do not take the lease before
 }
 
@@ -116,6 +117,7 @@ type failedNode struct {
 	downed  bool   // the store confirmed the down
 	expired bool   // the store confirmed its lease expired: final
 	checked bool   // the store said its lease is live since the other side last changed
+	askedOn uint64 // the side (downing.side) the call under way was asked on
 	// downSent: a DownNode call went out; the node is doomed even if it
 	// turns up healthy.
 	downSent bool
@@ -245,6 +247,7 @@ func (d *downing) settle(now time.Time) {
 	_, theirs := d.sides()
 	if sig := strings.Join(theirs, ","); sig != d.theirsSig || d.stableSince.IsZero() {
 		d.theirsSig, d.stableSince = sig, now
+		d.side++
 		for _, n := range d.nodes {
 			n.checked = false
 		}
@@ -262,7 +265,7 @@ func (d *downing) due(now time.Time) []downCall {
 		if n.busy || n.expired {
 			continue
 		}
-		n.busy = true
+		n.busy, n.askedOn = true, d.side
 		down := mayDown && n.down && !n.downed
 		n.downSent = n.downSent || down
 		calls = append(calls, downCall{node: name, down: down})
@@ -365,7 +368,9 @@ func (d *downing) result(r downResult, now time.Time) bool {
 		d.settle(now)
 		return true
 	case !r.expired:
-		n.checked = true
+		// Only an answer asked since the other side last changed: one
+		// from before says nothing of the side as it is.
+		n.checked = n.askedOn == d.side
 	}
 	return false
 }

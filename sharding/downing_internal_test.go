@@ -482,3 +482,32 @@ func TestDowningWaitsForTheWholeCut(t *testing.T) {
 		t.Errorf("with 66 s: downed %v, stood down %v; want nobody downed and a stand-down", downed, stoodDown)
 	}
 }
+
+// A "live" answer to an expiry check asked before the other side last
+// changed says nothing of the side as it is now: on the minority side it
+// must not let the coordinator stand down (here the fresh checks fail,
+// the store being in trouble, so only the stale answers could).
+func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T) {
+	d := newDowning("d", "", 2*time.Second)
+	d.observe(members("a1", "b2", "c3", "d4"), nil, t0)
+	d.observe(members("a1-", "b2-", "c3", "d4"), nil, t0.Add(time.Second))
+	stale := d.due(t0.Add(time.Second)) // checks of a and b, under way
+	// c is cut off too before they answer: the other side changed.
+	at := t0.Add(1500 * time.Millisecond)
+	d.observe(members("a1-", "b2-", "c3-", "d4"), nil, at)
+	for _, c := range stale {
+		d.result(downResult{call: c}, at) // live, as asked before the change
+	}
+	for now := at; now.Before(t0.Add(10 * time.Second)); now = now.Add(250 * time.Millisecond) {
+		for _, c := range d.due(now) {
+			err := error(nil)
+			if c.node != "c" {
+				err = errors.New("store timeout")
+			}
+			d.result(downResult{call: c, err: err}, now)
+		}
+		if d.standDown(now, time.Minute) {
+			t.Fatalf("stood down at %v on answers asked before the other side changed", now.Sub(t0))
+		}
+	}
+}
