@@ -92,8 +92,9 @@ func TestCutIsSeenWithinCutSpread(t *testing.T) {
 				}
 				cut := time.Now()
 				network.Partition(side, other)
-				eventually := func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(other) }
-				for deadline := cut.Add(10 * time.Minute); !eventually(); time.Sleep(100 * time.Millisecond) {
+				// Longer than eventually's minute: the last may take CutSpread.
+				seenAll := func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(other) }
+				for deadline := cut.Add(10 * time.Minute); !seenAll(); time.Sleep(100 * time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatalf("the observer saw %d of the %d members of the other side fail", len(seen), len(other))
 					}
