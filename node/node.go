@@ -30,7 +30,9 @@
 // side of a partition is the majority (sharding's downing machine) of the
 // members it saw Up, each counted until its node lease ended in the store
 // (memberlist's own Down verdicts do not shrink the count); on a tie the
-// side of the oldest wins. On the minority side it downs nobody and
+// side of the oldest wins. It decides only once its view of the other
+// side has held longer than memberlist may take to show a whole cut
+// (Config.ClusterSize). On the minority side it downs nobody and
 // releases the coordinator lease, so that the majority's oldest member
 // takes it and downs the minority, whose nodes then fence themselves.
 package node
@@ -123,6 +125,15 @@ type Config struct {
 	// Timing is memberlist's failure detection and gossip. Default
 	// memberlist.DefaultTiming() (LAN); tests use a faster one.
 	Timing memberlist.Timing
+	// ClusterSize is the most members the cluster is planned to have.
+	// How long memberlist may take to report every member of a partition
+	// unreachable after the first grows with it (Timing.CutSpread), and
+	// the coordinators must not decide before: an entity type that leaves
+	// sharding.Settings.DowningStableAfter zero waits
+	// Timing.DowningStableAfter(ClusterSize), and one that sets it no
+	// longer than Timing.CutSpread(ClusterSize) is warned of at Init.
+	// Default 5 (66 s with LAN timing, 14 s for 3).
+	ClusterSize int
 
 	// TransportAddr is where the message transport listens. Default
 	// 127.0.0.1:0.
@@ -189,6 +200,7 @@ func DefaultConfig(nodeID string) Config {
 		ClusterName:   "shoal",
 		GossipAddr:    "127.0.0.1:0",
 		Timing:        memberlist.DefaultTiming(),
+		ClusterSize:   5,
 		TransportAddr: "127.0.0.1:0",
 		Journal:       journalpg.DefaultConfig(),
 		Leases:        lease.DefaultSettings(),
@@ -216,6 +228,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Timing == (memberlist.Timing{}) {
 		c.Timing = d.Timing
 	}
+	if c.ClusterSize <= 0 {
+		c.ClusterSize = d.ClusterSize
+	}
 	if c.TransportAddr == "" {
 		c.TransportAddr = d.TransportAddr
 	}
@@ -238,6 +253,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// downing is the keep-majority timing of the node's entity types: the
+// default stable-after, and the spread a set one must exceed. Keep-majority
+// must not decide on a cut memberlist has shown only in part.
+func (c Config) downing() (stableAfter, spread time.Duration) {
+	return c.Timing.DowningStableAfter(c.ClusterSize), c.Timing.CutSpread(c.ClusterSize)
 }
 
 // minSpareConns is how many connections an opened pool has beyond the
@@ -319,16 +341,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
+	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
-		Transport:        n.remote,
-		Membership:       n.view,
-		CoordinatorStore: shardingpg.NewCoordinatorStore(n.pool),
-		RememberStore:    shardingpg.NewRememberStore(n.pool),
-		CoordinatorLease: cfg.Leases.Coordinator,
-		NodeLeases:       remote.NodeLeases(n.leases),
-		OnLeaveRequest:   n.leaveRequested,
-		Logger:           n.sys.Logger(), // names the node
-		Metrics:          n.metrics(),
+		Transport:          n.remote,
+		Membership:         n.view,
+		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.pool),
+		RememberStore:      shardingpg.NewRememberStore(n.pool),
+		CoordinatorLease:   cfg.Leases.Coordinator,
+		NodeLeases:         remote.NodeLeases(n.leases),
+		OnLeaveRequest:     n.leaveRequested,
+		Logger:             n.sys.Logger(), // names the node
+		Metrics:            n.metrics(),
+		DowningStableAfter: stableAfter,
+		DowningSpread:      spread,
 	})
 	if err != nil {
 		return nil, err

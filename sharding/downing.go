@@ -52,7 +52,9 @@ type NodeLeases interface {
 //     can host the coordinator, so a majority counted among them can
 //     always elect one), and this node, from the first view that shows it
 //     Up, Leaving, Exiting or Down (never Joining), until the store says
-//     its lease expired or was released. Membership's own verdicts never
+//     its lease expired or was released. A member first seen while a
+//     counted one is on the other side counts only once none is (admit):
+//     the other side cannot see it join. Membership's own verdicts never
 //     shrink the count: memberlist turns a failed member Down after its
 //     reconnect timeout and then drops it from the view, on both sides
 //     of a partition, so a count taken from the view would let a cut-off
@@ -105,6 +107,7 @@ type downing struct {
 	view        map[string]Member // the latest view, by node
 	theirsSig   string            // the other side, sorted, joined
 	stableSince time.Time         // when theirsSig last changed; zero before the first view
+	side        uint64            // counts the changes of theirsSig
 	offUntil    time.Time         // after a stand-down: do not take the lease before
 }
 
@@ -114,6 +117,7 @@ type failedNode struct {
 	downed  bool   // the store confirmed the down
 	expired bool   // the store confirmed its lease expired: final
 	checked bool   // the store said its lease is live since the other side last changed
+	askedOn uint64 // the side (downing.side) the call under way was asked on
 	// downSent: a DownNode call went out; the node is doomed even if it
 	// turns up healthy.
 	downSent bool
@@ -164,12 +168,11 @@ func (d *downing) resume() *downing {
 // the coordinator's clock.
 func (d *downing) observe(members []Member, known []string, now time.Time) {
 	clear(d.view)
+	first := len(d.counted) == 0
 	for _, m := range members {
 		d.view[m.Node] = m
-		if (m.Node == d.self || m.HasRole(d.role)) && m.Status != allocation.Joining {
-			if n := d.nodes[m.Node]; n == nil || !n.expired {
-				d.counted[m.Node] = m
-			}
+		if _, counts := d.counted[m.Node]; d.countable(m) && (counts || first || m.Node == d.self) {
+			d.counted[m.Node] = m
 		}
 		n := d.nodes[m.Node]
 		failed := m.Node != d.self && (!m.Reachable || m.Status == allocation.Down)
@@ -207,7 +210,35 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 			delete(d.nodes, name)
 		}
 	}
+	d.admit()
 	d.settle(now)
+}
+
+// countable reports whether m may count towards the majority: it has the
+// role (or is this node), is past Joining, and its lease has not ended.
+func (d *downing) countable(m Member) bool {
+	if m.Node != d.self && !m.HasRole(d.role) || m.Status == allocation.Joining {
+		return false
+	}
+	n := d.nodes[m.Node]
+	return n == nil || !n.expired
+}
+
+// admit starts counting the members of the view that do not count yet,
+// but only while no counted member is on the other side: the other side
+// never sees a member join during a cut, so counted on this side only it
+// could make both sides a majority, and each would down the other (Pekko
+// does not count a member that joined while others were unreachable
+// either: it stays WeaklyUp). The first view counts all.
+func (d *downing) admit() {
+	if _, theirs := d.sides(); len(theirs) > 0 {
+		return
+	}
+	for name, m := range d.view {
+		if _, counts := d.counted[name]; !counts && d.countable(m) {
+			d.counted[name] = m
+		}
+	}
 }
 
 // settle restarts the stability clock when the other side changed, and
@@ -216,6 +247,7 @@ func (d *downing) settle(now time.Time) {
 	_, theirs := d.sides()
 	if sig := strings.Join(theirs, ","); sig != d.theirsSig || d.stableSince.IsZero() {
 		d.theirsSig, d.stableSince = sig, now
+		d.side++
 		for _, n := range d.nodes {
 			n.checked = false
 		}
@@ -233,7 +265,7 @@ func (d *downing) due(now time.Time) []downCall {
 		if n.busy || n.expired {
 			continue
 		}
-		n.busy = true
+		n.busy, n.askedOn = true, d.side
 		down := mayDown && n.down && !n.downed
 		n.downSent = n.downSent || down
 		calls = append(calls, downCall{node: name, down: down})
@@ -332,10 +364,13 @@ func (d *downing) result(r downResult, now time.Time) bool {
 	case r.expired && !n.expired:
 		n.expired = true
 		delete(d.counted, r.call.node)
+		d.admit()
 		d.settle(now)
 		return true
 	case !r.expired:
-		n.checked = true
+		// Only an answer asked since the other side last changed: one
+		// from before says nothing of the side as it is.
+		n.checked = n.askedOn == d.side
 	}
 	return false
 }
@@ -374,4 +409,23 @@ func (d *downing) filter(members []Member, known []string) []Member {
 		out = append(out, m)
 	}
 	return out
+}
+
+// downingSettings gives st the node's derived DowningStableAfter when it
+// left it zero, and warns of a set one no longer than the membership's
+// spread (Config.DowningSpread). A warning, not an error: the spread is a
+// worst case for the largest cluster planned, a shorter value trades that
+// case for faster downing (tests, small clusters), and what it risks is
+// availability, not safety: a coordinator that downs on a half-seen cut
+// makes nodes fence themselves and restart, while the leases still keep
+// every shard in one place.
+func (s *Sharding) downingSettings(typ string, st Settings) Settings {
+	switch set := st.DowningStableAfter; {
+	case set <= 0:
+		st.DowningStableAfter = s.cfg.DowningStableAfter
+	case set <= s.cfg.DowningSpread:
+		s.log.Warn("sharding: DowningStableAfter is not longer than the membership may take to report a whole partition; a coordinator may down members on a cut it has seen only in part",
+			"entity_type", typ, "downing_stable_after", set, "spread", s.cfg.DowningSpread)
+	}
+	return st
 }

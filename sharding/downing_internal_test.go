@@ -1,8 +1,11 @@
 package sharding
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,6 +276,26 @@ func TestDowningKeepsTheMajority(t *testing.T) {
 				{at: 1 * s, view: members("a1-", "b2")},
 				{at: 6 * s, expired: []string{"a"}},
 			}, downs: nil, standDown: true},
+		// Its peers across the cut never see it join: counted on one side
+		// only, it would make both sides a majority (c, d, e against a, b
+		// here; a, b against c, d, holding the oldest, there), and each
+		// would down the other.
+		{name: "4 nodes 2|2: a member joining the side without the oldest during the cut does not count", self: "c",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3", "d4")},
+				{at: 1 * s, view: members("a1-", "b2-", "c3", "d4")},
+				{at: 2 * s, view: members("a1-", "b2-", "c3", "d4", "e5")},
+			}, downs: nil, standDown: true},
+		{name: "a member that joined while another was cut off counts once that one's lease ended", self: "a",
+			steps: []downingStep{
+				{at: 0, view: members("a1", "b2", "c3")},
+				{at: 1 * s, view: members("a1", "b2", "c3-")},
+				{at: 2 * s, view: members("a1", "b2", "c3-", "d4")},
+				{at: 5 * s, expired: []string{"c"}},
+				// No new view since: a, b, d count, so a cut of b and d
+				// leaves a the minority.
+				{at: 10 * s, view: members("a1", "b2-", "d4-")},
+			}, downs: []string{"c"}, standDown: true},
 		{name: "a member joining does not count until Up", self: "a",
 			steps: []downingStep{
 				{at: 0, view: []Member{upAt("a", 1, true), upAt("b", 2, true), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
@@ -383,5 +406,108 @@ func TestDowningWaitsForAStableView(t *testing.T) {
 	}
 	if !d.standDown(t0.Add(19*time.Second), time.Second) {
 		t.Fatal("the minority coordinator does not stand down")
+	}
+}
+
+// An entity type that leaves DowningStableAfter zero takes the node's
+// derived one (Config.DowningStableAfter), else the 10 s default; one
+// that sets it no longer than the membership's spread is warned of, and
+// keeps its value.
+func TestDowningSettingsTakeTheNodesDefaultAndWarnOfAShortOne(t *testing.T) {
+	derived := Config{DowningStableAfter: 66 * time.Second, DowningSpread: 65 * time.Second}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		set  time.Duration
+		want time.Duration
+		warn bool
+	}{
+		{"derived default", derived, 0, 66 * time.Second, false},
+		{"set, longer than the spread", derived, 70 * time.Second, 70 * time.Second, false},
+		{"set, within the spread", derived, time.Second, time.Second, true},
+		{"set, equal to the spread", derived, 65 * time.Second, 65 * time.Second, true},
+		{"no node default", Config{}, 0, 10 * time.Second, false},
+		{"no spread", Config{}, time.Second, time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logged bytes.Buffer
+			s := &Sharding{cfg: c.cfg, log: slog.New(slog.NewTextHandler(&logged, nil))}
+			got := s.downingSettings("orders", Settings{DowningStableAfter: c.set}).withDefaults()
+			if got.DowningStableAfter != c.want {
+				t.Errorf("DowningStableAfter %v, want %v", got.DowningStableAfter, c.want)
+			}
+			if warned := strings.Contains(logged.String(), "level=WARN"); warned != c.warn {
+				t.Errorf("warned %v, want %v: %q", warned, c.warn, logged.String())
+			}
+		})
+	}
+}
+
+// The cut that issue 12's stable-after must outlast, as memberlist showed
+// it (cluster/memberlist TestCutIsSeenWithinCutSpread, LAN timing): a
+// node cut off alone from the four others sees them declared failed 25 s,
+// 42 s, 42 s and 50 s after the cut. With the former fixed 10 s it counts
+// itself the majority after the first (four of five unseen) and downs a
+// member of the real majority; with the stable-after derived for five
+// members on LAN timing (66 s) it waits for the whole cut and stands down.
+func TestDowningWaitsForTheWholeCut(t *testing.T) {
+	seen := map[string]time.Duration{"b": 25 * time.Second, "c": 42 * time.Second, "d": 42 * time.Second, "e": 50 * time.Second}
+	run := func(stableAfter time.Duration) (downed []string, stoodDown bool) {
+		d := newDowning("a", "", stableAfter)
+		for step := time.Duration(0); step <= 3*time.Minute; step += time.Second {
+			now := t0.Add(step)
+			view := []Member{up("a")}
+			for _, n := range []string{"b", "c", "d", "e"} {
+				m := up(n)
+				m.Reachable = step < seen[n]
+				view = append(view, m)
+			}
+			d.observe(view, nil, now)
+			for _, c := range d.due(now) {
+				if c.down {
+					downed = append(downed, c.node)
+				}
+				d.result(downResult{call: c}, now) // downed; every lease live
+			}
+			if d.standDown(now, time.Minute) {
+				return downed, true
+			}
+		}
+		return downed, false
+	}
+	if downed, _ := run(10 * time.Second); len(downed) == 0 {
+		t.Errorf("with a 10 s stable-after nothing was downed: the scenario no longer shows the hazard")
+	}
+	if downed, stoodDown := run(66 * time.Second); len(downed) > 0 || !stoodDown {
+		t.Errorf("with 66 s: downed %v, stood down %v; want nobody downed and a stand-down", downed, stoodDown)
+	}
+}
+
+// A "live" answer to an expiry check asked before the other side last
+// changed says nothing of the side as it is now: on the minority side it
+// must not let the coordinator stand down (here the fresh checks fail,
+// the store being in trouble, so only the stale answers could).
+func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T) {
+	d := newDowning("d", "", 2*time.Second)
+	d.observe(members("a1", "b2", "c3", "d4"), nil, t0)
+	d.observe(members("a1-", "b2-", "c3", "d4"), nil, t0.Add(time.Second))
+	stale := d.due(t0.Add(time.Second)) // checks of a and b, under way
+	// c is cut off too before they answer: the other side changed.
+	at := t0.Add(1500 * time.Millisecond)
+	d.observe(members("a1-", "b2-", "c3-", "d4"), nil, at)
+	for _, c := range stale {
+		d.result(downResult{call: c}, at) // live, as asked before the change
+	}
+	for now := at; now.Before(t0.Add(10 * time.Second)); now = now.Add(250 * time.Millisecond) {
+		for _, c := range d.due(now) {
+			err := error(nil)
+			if c.node != "c" {
+				err = errors.New("store timeout")
+			}
+			d.result(downResult{call: c, err: err}, now)
+		}
+		if d.standDown(now, time.Minute) {
+			t.Fatalf("stood down at %v on answers asked before the other side changed", now.Sub(t0))
+		}
 	}
 }

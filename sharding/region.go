@@ -63,7 +63,7 @@ type Region[C any] struct {
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
-	settings := e.Settings.withDefaults()
+	settings := s.downingSettings(e.Key.Name(), e.Settings).withDefaults()
 	r := &Region[C]{
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},

@@ -85,6 +85,13 @@ type Config struct {
 	// region buffers, entities per shard, coordinator lease renewals).
 	// Default nil: none.
 	Metrics prometheus.Registerer
+	// DowningStableAfter, when set, is the default of
+	// Settings.DowningStableAfter for this node's entity types, and
+	// DowningSpread how long the membership may show only part of the
+	// other side of a partition: Init logs a warning for a type whose
+	// Settings.DowningStableAfter is set but not longer (see there).
+	// Package node derives both from memberlist's timing.
+	DowningStableAfter, DowningSpread time.Duration
 }
 
 // Sharding is the sharding layer of one node.
@@ -237,8 +244,14 @@ type Settings struct {
 	// DowningStableAfter is how long the coordinator's view of unreachable
 	// members must stay unchanged before it downs them, or stands down on
 	// the minority side of a partition (keep-majority, Pekko's
-	// stable-after; Pekko suggests 7 s for 5 nodes, 10 s for 10, 20 s for
-	// 100). Default 10 s.
+	// stable-after). It must be longer than the membership may take to
+	// report every member of a cut unreachable after the first: shorter,
+	// a coordinator on the minority side that has seen only part of the
+	// other side may count itself the majority and down what it saw.
+	// With memberlist that spread grows with the cluster and its timing
+	// (memberlist.Timing.CutSpread: 13 s for 3 nodes on LAN defaults, 65 s
+	// for 5, in the worst case). Default Config.DowningStableAfter, which
+	// package node derives from memberlist's timing; else 10 s.
 	DowningStableAfter time.Duration
 	// RecoveryRate limits how many remembered entities a starting shard
 	// restarts per RecoveryInterval; 0 restarts all at once.

@@ -66,7 +66,9 @@ type Config struct {
 }
 
 // Timing is failure detection, gossip and reconnection. DefaultTiming is
-// memberlist's LAN configuration; FastTiming is for tests.
+// memberlist's LAN configuration, LocalTiming its local-network one;
+// FastTiming is for tests. CutSpread tells how long a partition may be
+// seen only in part with it.
 type Timing struct {
 	// ProbeInterval is how often one random peer is probed.
 	ProbeInterval time.Duration
@@ -113,8 +115,15 @@ type Timing struct {
 // 3, 4–24 s beyond, depending on confirmations), gossip to 3 nodes every
 // 200 ms, push/pull every 30 s, TCP timeout 10 s. Reconnection: every
 // 10 s, giving up after 5 min; Down members leave the view after 1 min.
-func DefaultTiming() Timing {
-	c := ml.DefaultLANConfig()
+func DefaultTiming() Timing { return timingOf(ml.DefaultLANConfig()) }
+
+// LocalTiming is memberlist's local-network configuration
+// (DefaultLocalConfig): probe every 1 s with a 200 ms timeout, 1 indirect
+// check, suspicion multiplier 3, gossip every 100 ms, push/pull every
+// 15 s, TCP timeout 1 s; reconnection as DefaultTiming.
+func LocalTiming() Timing { return timingOf(ml.DefaultLocalConfig()) }
+
+func timingOf(c *ml.Config) Timing {
 	return Timing{
 		ProbeInterval: c.ProbeInterval, ProbeTimeout: c.ProbeTimeout, IndirectChecks: c.IndirectChecks,
 		SuspicionMult: c.SuspicionMult, SuspicionMaxTimeoutMult: c.SuspicionMaxTimeoutMult,
