@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
@@ -356,4 +357,55 @@ func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A membership change that stops the coordinator does not wait for it:
+// membership callbacks never block, and its stop waits for its lease's
+// Release. A node that is the oldest again before the old coordinator is
+// done starts a new one on a retry tick once it is. (The callback used to
+// wait for the stop, here StoreTimeout.)
+func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newSlowStores()
+		s, r, _, _, seen := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
+		defer s.Terminate()
+		defer store.openAll()
+		cluster := r.s.cfg.Membership.(localView).c
+		r.coordinated.Lock()
+		old := r.coord
+		r.coordinated.Unlock()
+		store.release.close()
+		start := time.Now()
+		cluster.SetStatus("a", allocation.Leaving) // a is no longer the oldest
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("the membership callback waited %v for the coordinator to stop", took)
+		}
+		synctest.Wait()
+		if store.releases.Load() != 1 {
+			t.Fatalf("%d Releases, want the stopping coordinator's", store.releases.Load())
+		}
+		cluster.SetStatus("a", allocation.Up) // the oldest again: the old one is still stopping
+		synctest.Wait()
+		if n := store.acquires.Load(); n != 1 {
+			t.Fatalf("%d Acquires while the old coordinator stops, want 1", n)
+		}
+		time.Sleep(11 * time.Second) // its Release times out; a retry tick
+		synctest.Wait()
+		select {
+		case <-old.Done():
+		default:
+			t.Fatal("the old coordinator did not stop at StoreTimeout")
+		}
+		if n := store.acquires.Load(); n != 2 {
+			t.Fatalf("%d Acquires once the old coordinator stopped, want 2", n)
+		}
+		if err := r.EntityRefFor("s2").Tell("2"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // a's retry
+		synctest.Wait()
+		if got := drain(seen); !slices.Equal(got, []string{"2"}) {
+			t.Fatalf("with the new coordinator the entity got %v, want [2]", got)
+		}
+	})
 }

@@ -18,26 +18,31 @@ import (
 // is, and restarts one that stopped by itself after a back-off.
 
 // hostCoordinatorIfOldest starts this node's coordinator when the node is
-// the oldest with the role, and stops it when it no longer is.
+// the oldest with the role, and tells it to stop when it no longer is. It
+// runs in membership callbacks, so it never waits: a coordinator stops
+// after its writes in flight and its lease's Release, store calls that
+// may take up to StoreTimeout each. One that is still stopping when the
+// node is the oldest again is replaced on a retry tick once it is done.
 func (r *Region[C]) hostCoordinatorIfOldest() {
 	r.coordinated.Lock()
 	defer r.coordinated.Unlock()
 	stopping := r.isStopped()
 	oldest := r.coordinatorNode() == r.s.self && !stopping
-	r.reapFailedCoordinatorLocked()
+	r.reapCoordinatorLocked()
 	switch {
 	case oldest && r.coord == nil && !r.clock.Now().Before(r.coordNext):
 		r.startCoordinator()
 	case !oldest && r.coord != nil:
-		r.stopCoordinatorLocked()
+		r.tellCoordinatorToStopLocked()
 	}
 }
 
 // restartFailedCoordinator, on the retry tick, starts again a coordinator
-// that stopped by itself, once its back-off has passed. It never waits:
-// the tick runs on one of the node's workers, which the coordinator may
-// need in order to stop (with one worker, waiting would deadlock). So it
-// skips its turn while a start or stop is under way, and leaves stopping a
+// that stopped by itself, once its back-off has passed, or that stopped
+// when told while the node became the oldest again. It never waits: the
+// tick runs on one of the node's workers, which the coordinator may need
+// in order to stop (with one worker, waiting would deadlock). So it skips
+// its turn while a start or stop is under way, and leaves stopping a
 // coordinator to membership changes and shutdown.
 func (r *Region[C]) restartFailedCoordinator() {
 	if !r.coordinated.TryLock() {
@@ -45,16 +50,17 @@ func (r *Region[C]) restartFailedCoordinator() {
 	}
 	defer r.coordinated.Unlock()
 	stopping := r.isStopped()
-	r.reapFailedCoordinatorLocked()
+	r.reapCoordinatorLocked()
 	if r.coord == nil && !stopping && r.coordinatorNode() == r.s.self && !r.clock.Now().Before(r.coordNext) {
 		r.startCoordinator()
 	}
 }
 
-// reapFailedCoordinatorLocked forgets a coordinator that stopped by itself
-// (it could not acquire or write its store) and schedules its restart:
-// without one, no shard would be allocated again.
-func (r *Region[C]) reapFailedCoordinatorLocked() {
+// reapCoordinatorLocked forgets a coordinator that stopped: one told to
+// stop, and one that stopped by itself (it could not acquire or write its
+// store), whose restart it schedules: without one, no shard would be
+// allocated again.
+func (r *Region[C]) reapCoordinatorLocked() {
 	if r.coord == nil {
 		return
 	}
@@ -63,8 +69,11 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	default:
 		return
 	}
-	r.unlistenCo()
-	r.coord = nil
+	told := r.coordStopping
+	r.forgetCoordinatorLocked()
+	if told {
+		return
+	}
 	now := r.clock.Now()
 	if r.coordRestarts == nil {
 		r.coordRestarts = storeBackOff(r.settings)
@@ -76,24 +85,47 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "entity_type", r.typ, "after", wait)
 }
 
-func (r *Region[C]) stopCoordinator() {
-	r.coordinated.Lock()
-	defer r.coordinated.Unlock()
-	r.stopCoordinatorLocked()
+// forgetCoordinatorLocked forgets the coordinator, which is done.
+func (r *Region[C]) forgetCoordinatorLocked() {
+	r.unlistenCo()
+	r.coord, r.coordStopping = nil, false
 }
 
-func (r *Region[C]) stopCoordinatorLocked() {
-	if r.coord == nil {
+// stopCoordinator stops the coordinator and waits until it is done,
+// without holding r.coordinated meanwhile, so that membership callbacks
+// never wait for it.
+func (r *Region[C]) stopCoordinator() {
+	r.coordinated.Lock()
+	co := r.coord
+	if co != nil {
+		r.tellCoordinatorToStopLocked()
+	}
+	r.coordinated.Unlock()
+	if co == nil {
 		return
 	}
+	<-co.Done()
+	r.coordinated.Lock()
+	if r.coord == co {
+		r.forgetCoordinatorLocked()
+	}
+	r.coordinated.Unlock()
+}
+
+// tellCoordinatorToStopLocked unlistens the coordinator and tells it to
+// stop, once; it is forgotten when done (reapCoordinatorLocked).
+func (r *Region[C]) tellCoordinatorToStopLocked() {
+	if r.coordStopping {
+		return
+	}
+	r.coordStopping = true
 	r.unlistenCo()
+	r.unlistenCo = func() {} // unlistened once: the address may be another's next
 	// In mailbox order, so that what regions already sent it (the last
 	// ShardStopped of a graceful leave) is recorded before it goes.
 	if err := r.coord.Tell(stopCoordinator{}); err != nil {
 		r.coord.StopNow()
 	}
-	<-r.coord.Done()
-	r.coord = nil
 }
 
 func (r *Region[C]) startCoordinator() {
