@@ -147,7 +147,7 @@ func (r *Region[C]) startCoordinator() {
 		cell.StopNow()
 		return
 	}
-	r.coord, r.unlistenCo, r.coordStarted = cell, stop, r.clock.Now()
+	r.coord, r.unlistenCo, r.coordStarted, r.coordStopping = cell, stop, r.clock.Now(), false
 	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
 }
 
