@@ -75,8 +75,14 @@ func newSlowStores() *slowStores {
 	return &slowStores{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), MemoryRememberStore: NewMemoryRememberStore()}
 }
 
-func (s *slowStores) config() Config {
-	return Config{CoordinatorStore: s, RememberStore: s}
+// slowNode is pipelineNodeWith on store; at the end of the test the gates
+// open, then the node terminates.
+func slowNode(t *testing.T, store *slowStores, settings Settings) (*Sharding, *Region[string], *fakeRegion, *fakeRegion, chan string) {
+	t.Helper()
+	s, r, b, c, seen := pipelineNodeWith(t, Config{CoordinatorStore: store, RememberStore: store}, settings)
+	t.Cleanup(s.Terminate)
+	t.Cleanup(store.openAll)
+	return s, r, b, c, seen
 }
 
 func (s *slowStores) openAll() {
@@ -153,9 +159,7 @@ func TestEntitiesRunWhileTheCoordinatorAcquires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newSlowStores()
 		store.acquire.close()
-		s, r, b, _, seen := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: time.Hour})
-		defer s.Terminate()
-		defer store.openAll()
+		s, r, b, _, seen := slowNode(t, store, Settings{StoreTimeout: time.Hour})
 		cell, got := echo(s.System())
 		if !answers(t, cell, got) {
 			t.Fatal("an entity did not run while the coordinator's Acquire hung")
@@ -187,9 +191,7 @@ func TestCoordinatorStoppedWhileAcquiringDoesNotAct(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := newSlowStores()
 			store.acquire.close()
-			s, r, b, c, _ := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: time.Hour})
-			defer s.Terminate()
-			defer store.openAll()
+			_, r, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
 			stopped := make(chan struct{})
 			go func() { r.stopCoordinator(); close(stopped) }()
 			synctest.Wait()
@@ -212,8 +214,7 @@ func TestCoordinatorStoppedWhileAcquiringDoesNotAct(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := newSlowStores()
 			store.acquire.close()
-			s, _, b, c, _ := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: time.Hour})
-			defer store.openAll()
+			s, _, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
 			start := time.Now()
 			s.Terminate()
 			if took := time.Since(start); took != 0 {
@@ -236,9 +237,7 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := newSlowStores()
 			store.acquire.close()
-			s, r, _, _, seen := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
-			defer s.Terminate()
-			defer store.openAll()
+			_, r, _, _, seen := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
 			if err := r.EntityRefFor("s1").Tell("1"); err != nil {
 				t.Fatal(err)
 			}
@@ -262,8 +261,7 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, r, b, _, seen := pipelineNodeWith(t, store.config(), Settings{RetryInterval: time.Second})
-			defer s.Terminate()
+			_, r, b, _, seen := slowNode(t, store, Settings{RetryInterval: time.Second})
 			if err := r.EntityRefFor("s1").Tell("1"); err != nil {
 				t.Fatal(err)
 			}
@@ -294,9 +292,7 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 func TestCoordinatorReleasesItsLeaseOffTheWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newSlowStores()
-		s, r, b, _, _ := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: 10 * time.Second})
-		defer s.Terminate()
-		defer store.openAll()
+		s, r, b, _, _ := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second})
 		cell, got := echo(s.System())
 		store.release.close()
 		r.coordinated.Lock()
@@ -336,9 +332,7 @@ func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			store.shards.close()
-			s, r, _, _, _ := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: time.Hour, RememberEntities: true})
-			defer s.Terminate()
-			defer store.openAll()
+			s, r, _, _, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour, RememberEntities: true})
 			cell, got := echo(s.System())
 			if !answers(t, cell, got) {
 				t.Fatal("an entity did not run while the read of remembered shards hung")
@@ -367,9 +361,7 @@ func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
 func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newSlowStores()
-		s, r, _, _, seen := pipelineNodeWith(t, store.config(), Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
-		defer s.Terminate()
-		defer store.openAll()
+		_, r, _, _, seen := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
 		cluster := r.s.cfg.Membership.(localView).c
 		r.coordinated.Lock()
 		old := r.coord
