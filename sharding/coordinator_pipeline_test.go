@@ -236,13 +236,20 @@ func (f *fakeRegion) received() []string {
 // = shard id. Entities record what they get on seen.
 func pipelineNode(t *testing.T, store CoordinatorStore, settings Settings) (s *Sharding, r *Region[string], b, c *fakeRegion, seen chan string) {
 	t.Helper()
+	return pipelineNodeWith(t, Config{CoordinatorStore: store}, settings)
+}
+
+// pipelineNodeWith is pipelineNode with cfg's stores.
+func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding, r *Region[string], b, c *fakeRegion, seen chan string) {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster, lt := NewLocalCluster(), NewLocalTransport()
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = New(sys, Config{Transport: lt, Membership: cluster.Join("a"), CoordinatorStore: store})
+	cfg.Transport, cfg.Membership = lt, cluster.Join("a")
+	s, err = New(sys, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ type Region[C any] struct {
 	coordRestarts *backoff.ExponentialBackOff
 	coordStarted  time.Time
 	coordNext     time.Time
+	coordStopping bool // coord was told to stop; it is forgotten once done
 	// downing is the coordinator's downing machine, kept across its
 	// runners; created by startCoordinator, then used only by the one
 	// runner that runs (newCoordinatorRunner).

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -17,26 +18,31 @@ import (
 // is, and restarts one that stopped by itself after a back-off.
 
 // hostCoordinatorIfOldest starts this node's coordinator when the node is
-// the oldest with the role, and stops it when it no longer is.
+// the oldest with the role, and tells it to stop when it no longer is. It
+// runs in membership callbacks, so it never waits: a coordinator stops
+// after its writes in flight and its lease's Release, store calls that
+// may take up to StoreTimeout each. One that is still stopping when the
+// node is the oldest again is replaced on a retry tick once it is done.
 func (r *Region[C]) hostCoordinatorIfOldest() {
 	r.coordinated.Lock()
 	defer r.coordinated.Unlock()
 	stopping := r.isStopped()
 	oldest := r.coordinatorNode() == r.s.self && !stopping
-	r.reapFailedCoordinatorLocked()
+	r.reapCoordinatorLocked()
 	switch {
 	case oldest && r.coord == nil && !r.clock.Now().Before(r.coordNext):
 		r.startCoordinator()
 	case !oldest && r.coord != nil:
-		r.stopCoordinatorLocked()
+		r.tellCoordinatorToStopLocked()
 	}
 }
 
 // restartFailedCoordinator, on the retry tick, starts again a coordinator
-// that stopped by itself, once its back-off has passed. It never waits:
-// the tick runs on one of the node's workers, which the coordinator may
-// need in order to stop (with one worker, waiting would deadlock). So it
-// skips its turn while a start or stop is under way, and leaves stopping a
+// that stopped by itself, once its back-off has passed, or that stopped
+// when told while the node became the oldest again. It never waits: the
+// tick runs on one of the node's workers, which the coordinator may need
+// in order to stop (with one worker, waiting would deadlock). So it skips
+// its turn while a start or stop is under way, and leaves stopping a
 // coordinator to membership changes and shutdown.
 func (r *Region[C]) restartFailedCoordinator() {
 	if !r.coordinated.TryLock() {
@@ -44,16 +50,17 @@ func (r *Region[C]) restartFailedCoordinator() {
 	}
 	defer r.coordinated.Unlock()
 	stopping := r.isStopped()
-	r.reapFailedCoordinatorLocked()
+	r.reapCoordinatorLocked()
 	if r.coord == nil && !stopping && r.coordinatorNode() == r.s.self && !r.clock.Now().Before(r.coordNext) {
 		r.startCoordinator()
 	}
 }
 
-// reapFailedCoordinatorLocked forgets a coordinator that stopped by itself
-// (it could not acquire or write its store) and schedules its restart:
-// without one, no shard would be allocated again.
-func (r *Region[C]) reapFailedCoordinatorLocked() {
+// reapCoordinatorLocked forgets a coordinator that stopped: one told to
+// stop, and one that stopped by itself (it could not acquire or write its
+// store), whose restart it schedules: without one, no shard would be
+// allocated again.
+func (r *Region[C]) reapCoordinatorLocked() {
 	if r.coord == nil {
 		return
 	}
@@ -62,8 +69,11 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	default:
 		return
 	}
-	r.unlistenCo()
-	r.coord = nil
+	told := r.coordStopping
+	r.forgetCoordinatorLocked()
+	if told {
+		return
+	}
 	now := r.clock.Now()
 	if r.coordRestarts == nil {
 		r.coordRestarts = storeBackOff(r.settings)
@@ -75,24 +85,47 @@ func (r *Region[C]) reapFailedCoordinatorLocked() {
 	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "entity_type", r.typ, "after", wait)
 }
 
-func (r *Region[C]) stopCoordinator() {
-	r.coordinated.Lock()
-	defer r.coordinated.Unlock()
-	r.stopCoordinatorLocked()
+// forgetCoordinatorLocked forgets the coordinator, which is done.
+func (r *Region[C]) forgetCoordinatorLocked() {
+	r.unlistenCo()
+	r.coord, r.coordStopping = nil, false
 }
 
-func (r *Region[C]) stopCoordinatorLocked() {
-	if r.coord == nil {
+// stopCoordinator stops the coordinator and waits until it is done,
+// without holding r.coordinated meanwhile, so that membership callbacks
+// never wait for it.
+func (r *Region[C]) stopCoordinator() {
+	r.coordinated.Lock()
+	co := r.coord
+	if co != nil {
+		r.tellCoordinatorToStopLocked()
+	}
+	r.coordinated.Unlock()
+	if co == nil {
 		return
 	}
+	<-co.Done()
+	r.coordinated.Lock()
+	if r.coord == co {
+		r.forgetCoordinatorLocked()
+	}
+	r.coordinated.Unlock()
+}
+
+// tellCoordinatorToStopLocked unlistens the coordinator and tells it to
+// stop, once; it is forgotten when done (reapCoordinatorLocked).
+func (r *Region[C]) tellCoordinatorToStopLocked() {
+	if r.coordStopping {
+		return
+	}
+	r.coordStopping = true
 	r.unlistenCo()
+	r.unlistenCo = func() {} // unlistened once: the address may be another's next
 	// In mailbox order, so that what regions already sent it (the last
 	// ShardStopped of a graceful leave) is recorded before it goes.
 	if err := r.coord.Tell(stopCoordinator{}); err != nil {
 		r.coord.StopNow()
 	}
-	<-r.coord.Done()
-	r.coord = nil
 }
 
 func (r *Region[C]) startCoordinator() {
@@ -114,7 +147,7 @@ func (r *Region[C]) startCoordinator() {
 		cell.StopNow()
 		return
 	}
-	r.coord, r.unlistenCo, r.coordStarted = cell, stop, r.clock.Now()
+	r.coord, r.unlistenCo, r.coordStarted, r.coordStopping = cell, stop, r.clock.Now(), false
 	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
 }
 
@@ -138,14 +171,17 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 
 // coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
 // while it holds the type's coordinator lease. Until it gets the lease it
-// retries every RetryInterval and drops what it is sent (regions retry).
+// retries every RetryInterval and drops what it is sent (regions retry);
+// what comes while an acquisition is in flight waits for its answer.
 // Once it holds it, a lease.Keeper on the coordinator's own timers (no
 // goroutine of its own: idle, it owns none) renews it every RenewEvery and
 // says when it no longer holds it: at the last successful renewal's start
 // + Length − Margin, or at once when the store refuses a renewal. The
 // runner then stops, and sends nothing from the moment it no longer holds
 // the lease. Every store write carries the lease's epoch, which the store
-// checks.
+// checks. Its store calls (acquire, read, renew, write, release) run off
+// the entity worker, through PipeToSelf: the worker is shared by every
+// entity of the node, and a slow store must hold up none of them.
 type coordinatorRunner[C any] struct {
 	r      *Region[C]
 	store  CoordinatorStore
@@ -162,9 +198,16 @@ type coordinatorRunner[C any] struct {
 	// retries paces the retries of a failed write.
 	pipe    coordinatorPipeline
 	retries *backoff.ExponentialBackOff
-	// stopping: told to stop while writes were in flight; it stops once
-	// they committed (or failed), taking nothing else meanwhile.
+	// stopping: told to stop while writes or the acquisition were in
+	// flight; it stops once they ended, taking nothing else meanwhile.
 	stopping bool
+	// acquiring: the Acquire, or the read of remembered shards after it,
+	// is in flight; what comes meanwhile waits in the stash, in order,
+	// as it waited in the mailbox when these calls ran on the worker.
+	acquiring bool
+	// releasing: it gives the lease up and stops once the store answered
+	// (or at StoreTimeout), taking nothing else meanwhile.
+	releasing bool
 }
 
 // acquireTick retries the acquisition of a lease someone else holds.
@@ -182,14 +225,36 @@ type renewed struct {
 	err   error
 }
 
-func (acquireTick) ProtocolMessage() {}
-func (renewTick) ProtocolMessage()   {}
-func (fenceTick) ProtocolMessage()   {}
-func (renewed) ProtocolMessage()     {}
+// acquired is an Acquire's answer; start is when it was sent.
+type acquired struct {
+	start  time.Time
+	epoch  uint64
+	shards map[string]string
+	err    error
+}
 
-// tryAcquire acquires the lease and starts acting, or waits for it while
-// another node holds it; any other failure stops the coordinator, which
-// the region restarts after a back-off.
+// rememberedRead is the answer to the read of the shards of remembered
+// entities.
+type rememberedRead struct {
+	shards []string
+	err    error
+}
+
+// released is a Release's answer, or its timeout.
+type released struct{ err error }
+
+func (acquireTick) ProtocolMessage()    {}
+func (renewTick) ProtocolMessage()      {}
+func (fenceTick) ProtocolMessage()      {}
+func (renewed) ProtocolMessage()        {}
+func (acquired) ProtocolMessage()       {}
+func (rememberedRead) ProtocolMessage() {}
+func (released) ProtocolMessage()       {}
+
+// tryAcquire starts acquiring the lease, or waits for it while downing
+// keeps this side off it. Like every store call of the coordinator, the
+// Acquire runs off the entity worker (a slow store would hold up every
+// entity queued behind it); its answer comes back as acquired.
 func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
 	r := cr.r
 	if cr.down != nil && cr.down.offLease(ctx.Clock().Now()) {
@@ -198,38 +263,110 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
 		return cr
 	}
-	storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
+	cr.acquiring = true
+	store, typ, owner, ttl, timeout := cr.store, r.typ, r.s.self, cr.timing.Length, r.settings.StoreTimeout
 	start := ctx.Clock().Now() // the fence counts from before the call
-	epoch, shards, err := cr.store.Acquire(storeCtx, r.typ, r.s.self, cr.timing.Length)
-	cancel()
-	if errors.Is(err, ErrLeaseHeld) {
-		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", err)
+	ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, timeout)
+		defer cancel()
+		epoch, shards, err := store.Acquire(c, typ, owner, ttl)
+		return acquired{start: start, epoch: epoch, shards: shards, err: err}
+	})
+	return cr
+}
+
+// whileAcquiring takes m while the acquisition is in flight: its answers,
+// and a stop, which ends it once the answer came without acting; the
+// rest waits in the stash (dropped once full: regions retry).
+func (cr *coordinatorRunner[C]) whileAcquiring(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	r := cr.r
+	switch m := m.(type) {
+	case acquired:
+		return cr.acquired(ctx, m)
+	case rememberedRead:
+		return cr.rememberedRead(ctx, m)
+	case stopCoordinator:
+		if cr.keeper != nil { // it holds the lease, and reads what it remembers
+			return cr.release(ctx)
+		}
+		cr.stopping = true
+		return entity.Same[Message]()
+	case acquireTick:
+		return entity.Same[Message]() // of no use: the answer comes
+	}
+	if cr.stopping {
+		return entity.Same[Message]()
+	}
+	if err := ctx.Stash().Stash(m); err != nil {
+		r.s.log.Debug("sharding: coordinator acquiring its lease; message dropped", "entity_type", r.typ, "err", err)
+	}
+	return entity.Same[Message]()
+}
+
+// acquired takes the answer of an Acquire: it starts acting, or waits
+// while another node holds the lease; any other failure stops the
+// coordinator, which the region restarts after a back-off. Told to stop
+// meanwhile, it gives a granted lease back and stops, acting on nothing.
+func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired) entity.Behavior[Message] {
+	r := cr.r
+	cr.acquiring = false
+	if errors.Is(m.err, ErrLeaseHeld) {
+		if cr.stopping {
+			return entity.Stopped[Message]()
+		}
+		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", m.err)
 		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
-		return cr
+		ctx.Stash().UnstashAll() // taken as before the lease: dropped, views counted
+		return entity.Same[Message]()
 	}
-	if err != nil {
-		r.s.log.Error("sharding: cannot acquire the coordinator role", "entity_type", r.typ, "err", err)
+	if m.err != nil {
+		r.s.log.Error("sharding: cannot acquire the coordinator role", "entity_type", r.typ, "err", m.err)
 		return entity.Stopped[Message]()
 	}
-	cr.epoch, cr.keeper = epoch, lease.NewKeeper(cr.timing)
-	if !cr.granted(ctx, start) {
-		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "entity_type", r.typ, "epoch", epoch)
+	cr.epoch, cr.keeper = m.epoch, lease.NewKeeper(cr.timing)
+	if !cr.granted(ctx, m.start) {
+		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "entity_type", r.typ, "epoch", m.epoch)
 		return entity.Stopped[Message]()
 	}
-	cr.core = newCoordinatorCore(r.s.self, epoch, shards, r.settings.Strategy, r.settings.MinMembers)
+	if cr.stopping {
+		return cr.release(ctx)
+	}
+	cr.core = newCoordinatorCore(r.s.self, m.epoch, m.shards, r.settings.Strategy, r.settings.MinMembers)
 	cr.retries = storeBackOff(r.settings)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a
 		// message, so their entities come back after the cluster restarts.
-		storeCtx, cancel := context.WithTimeout(context.Background(), r.settings.StoreTimeout)
-		remembered, err := r.s.cfg.RememberStore.Shards(storeCtx, r.typ)
-		cancel()
-		if err != nil {
-			r.s.log.Error("sharding: cannot read the shards of remembered entities", "entity_type", r.typ, "err", err)
-			return entity.Stopped[Message]()
-		}
-		cr.core.startShards(remembered)
+		cr.acquiring = true
+		remember, typ, timeout := r.s.cfg.RememberStore, r.typ, r.settings.StoreTimeout
+		ctx.PipeToSelf(func(c context.Context) Message {
+			c, cancel := context.WithTimeout(c, timeout)
+			defer cancel()
+			shards, err := remember.Shards(c, typ)
+			return rememberedRead{shards: shards, err: err}
+		})
+		return entity.Same[Message]()
 	}
+	return cr.begin(ctx)
+}
+
+// rememberedRead takes the shards of remembered entities, read once the
+// lease was acquired, and starts acting.
+func (cr *coordinatorRunner[C]) rememberedRead(ctx entity.Context[Message], m rememberedRead) entity.Behavior[Message] {
+	r := cr.r
+	cr.acquiring = false
+	if m.err != nil {
+		r.s.log.Error("sharding: cannot read the shards of remembered entities", "entity_type", r.typ, "err", m.err)
+		return entity.Stopped[Message]()
+	}
+	cr.core.startShards(m.shards)
+	return cr.begin(ctx)
+}
+
+// begin starts acting once the lease is held: it arms the rebalance and
+// downing timers, steps the core with the current view, then takes what
+// waited for the acquisition, in order.
+func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavior[Message] {
+	r := cr.r
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	if cr.down != nil {
 		every := max(r.settings.RetryInterval/4, time.Millisecond)
@@ -238,7 +375,8 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
 		return next
 	}
-	return cr
+	ctx.Stash().UnstashAll()
+	return entity.Same[Message]()
 }
 
 // granted records a successful acquisition or renewal that started at
@@ -280,6 +418,18 @@ func (cr *coordinatorRunner[C]) renew(ctx entity.Context[Message]) {
 // Receive implements entity.Behavior.
 func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r := cr.r
+	if cr.releasing {
+		if m, ok := m.(released); ok {
+			if m.err != nil {
+				r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "entity_type", r.typ, "err", m.err)
+			}
+			return entity.Stopped[Message]()
+		}
+		return entity.Same[Message]() // it stops: nothing more is taken
+	}
+	if cr.acquiring {
+		return cr.whileAcquiring(ctx, m)
+	}
 	switch m.(type) {
 	case stopCoordinator:
 		if cr.keeper != nil && cr.pipe.held() && !cr.pipe.retrying() && cr.holds(ctx) {
@@ -289,8 +439,7 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 			cr.stopping = true
 			return entity.Same[Message]()
 		}
-		cr.release(ctx)
-		return entity.Stopped[Message]()
+		return cr.release(ctx)
 	case acquireTick:
 		if cr.keeper == nil {
 			return cr.tryAcquire(ctx)
@@ -350,17 +499,24 @@ func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
 	return entity.Stopped[Message]()
 }
 
-// release gives the lease up on a graceful stop, so that the next
-// coordinator need not wait for it to expire.
-func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) {
+// release stops the coordinator on a graceful stop, giving the lease up
+// first, so that the next coordinator need not wait for it to expire. The
+// Release runs off the entity worker; the coordinator stops when it
+// answered, or at StoreTimeout should the store not heed its context,
+// and takes nothing meanwhile.
+func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) entity.Behavior[Message] {
 	if cr.keeper == nil || !cr.holds(ctx) {
-		return
+		return entity.Stopped[Message]()
 	}
-	storeCtx, cancel := context.WithTimeout(context.Background(), cr.r.settings.StoreTimeout)
-	defer cancel()
-	if err := cr.store.Release(storeCtx, cr.r.typ, cr.epoch); err != nil {
-		cr.r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "entity_type", cr.r.typ, "err", err)
-	}
+	cr.releasing = true
+	store, typ, epoch, timeout := cr.store, cr.r.typ, cr.epoch, cr.r.settings.StoreTimeout
+	ctx.Timers().StartSingleTimer("release", released{err: fmt.Errorf("sharding: release: no answer within %v", timeout)}, timeout)
+	ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, timeout)
+		defer cancel()
+		return released{err: store.Release(c, typ, epoch)}
+	})
+	return entity.Same[Message]()
 }
 
 // act steps the core with one message while the lease is held; its
@@ -381,8 +537,7 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 				// coordinator, which downs this side (see downing).
 				r.s.log.Warn("sharding: coordinator on the minority side of a partition; standing down",
 					"entity_type", r.typ, "other_side", cr.down.theirsSig)
-				cr.release(ctx)
-				return entity.Stopped[Message]()
+				return cr.release(ctx)
 			}
 			cr.startDowning(ctx)
 			return entity.Same[Message]()
@@ -467,8 +622,7 @@ func (cr *coordinatorRunner[C]) written(ctx entity.Context[Message], m batchWrit
 		if b := p.next(); b != nil {
 			cr.write(ctx, b)
 		} else if cr.stopping && !p.held() {
-			cr.release(ctx)
-			return entity.Stopped[Message]()
+			return cr.release(ctx)
 		}
 	case errors.Is(m.err, ErrStaleEpoch):
 		// Deposed: it must not announce what it could not record; its
@@ -484,8 +638,7 @@ func (cr *coordinatorRunner[C]) written(ctx entity.Context[Message], m batchWrit
 			// was not announced either; the successor rebuilds from
 			// the store.
 			r.s.log.Warn("sharding: coordinator stops with store writes that failed", "entity_type", r.typ, "err", m.err)
-			cr.release(ctx)
-			return entity.Stopped[Message]()
+			return cr.release(ctx)
 		}
 		// Retried, not abandoned: stopping would lose the decisions (a
 		// hand-off's end, shards waiting for a home), and a successor

@@ -1,0 +1,403 @@
+package sharding
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
+)
+
+// The coordinator's store calls run off the entity worker (issue 9 item
+// 4): with one worker for the whole node, an entity answers while the
+// coordinator's Acquire, remembered read or Release hangs.
+
+// gate holds calls while it is closed.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+}
+
+// wait returns once the gate is open, or ctx ended (a nil ctx: never).
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+// slowStores holds the coordinator's Acquire (until its context ends),
+// its Release (ignoring its context, as a store stuck in a call may) and
+// the read of remembered shards (until its context ends) at their gates.
+type slowStores struct {
+	*MemoryCoordinatorStore
+	*MemoryRememberStore
+	acquire, release, shards gate
+	acquires, releases       atomic.Int32
+}
+
+func newSlowStores() *slowStores {
+	return &slowStores{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), MemoryRememberStore: NewMemoryRememberStore()}
+}
+
+// slowNode is pipelineNodeWith on store; at the end of the test the gates
+// open, then the node terminates.
+func slowNode(t *testing.T, store *slowStores, settings Settings) (*Sharding, *Region[string], *fakeRegion, *fakeRegion, chan string) {
+	t.Helper()
+	s, r, b, c, seen := pipelineNodeWith(t, Config{CoordinatorStore: store, RememberStore: store}, settings)
+	t.Cleanup(s.Terminate)
+	t.Cleanup(store.openAll)
+	return s, r, b, c, seen
+}
+
+func (s *slowStores) openAll() {
+	s.acquire.open()
+	s.release.open()
+	s.shards.open()
+}
+
+func (s *slowStores) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+	s.acquires.Add(1)
+	if err := s.acquire.wait(ctx); err != nil {
+		return 0, nil, err
+	}
+	return s.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
+}
+
+func (s *slowStores) Release(ctx context.Context, typeName string, epoch uint64) error {
+	s.releases.Add(1)
+	_ = s.release.wait(nil)
+	return s.MemoryCoordinatorStore.Release(ctx, typeName, epoch)
+}
+
+func (s *slowStores) Shards(ctx context.Context, typeName string) ([]string, error) {
+	if err := s.shards.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.MemoryRememberStore.Shards(ctx, typeName)
+}
+
+// echo spawns an entity on sys (which shares the node's workers with the
+// coordinator) that passes on what it gets.
+func echo(sys *entity.System) (*entity.Cell[string], chan string) {
+	got := make(chan string, 10)
+	cell := entity.Spawn(sys, &entity.Props[string]{
+		Key: entity.NewTypeKey[string]("Echo"),
+		Create: func(entity.Context[string]) entity.Behavior[string] {
+			return entity.Receive(func(_ entity.Context[string], m string) entity.Behavior[string] {
+				got <- m
+				return entity.Same[string]()
+			})
+		},
+	}, "echo")
+	return cell, got
+}
+
+// answers reports whether the echo entity takes a message now, with no
+// time passing.
+func answers(t *testing.T, cell *entity.Cell[string], got chan string) bool {
+	t.Helper()
+	if err := cell.Tell("ping"); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	select {
+	case <-got:
+		return true
+	default:
+		return false
+	}
+}
+
+// leaseFree reports whether another node could take the coordinator lease.
+func leaseFree(t *testing.T, store *MemoryCoordinatorStore) bool {
+	t.Helper()
+	_, _, err := store.Acquire(context.Background(), "Pipe", "z", time.Minute)
+	return err == nil
+}
+
+// While the coordinator's Acquire hangs, the node's only entity worker
+// runs other entities; what the coordinator is sent meanwhile waits for
+// the answer, and is taken once it holds the lease. (The Acquire used to
+// run on the worker: no entity ran until the store answered.)
+func TestEntitiesRunWhileTheCoordinatorAcquires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newSlowStores()
+		store.acquire.close()
+		s, r, b, _, seen := slowNode(t, store, Settings{StoreTimeout: time.Hour})
+		cell, got := echo(s.System())
+		if !answers(t, cell, got) {
+			t.Fatal("an entity did not run while the coordinator's Acquire hung")
+		}
+		if err := r.EntityRefFor("s1").Tell("1"); err != nil { // the region asks the coordinator
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got := b.received(); len(got) != 0 {
+			t.Fatalf("b got %v before the coordinator held its lease", got)
+		}
+
+		store.acquire.open()
+		synctest.Wait() // no time passes: nothing waits for a retry
+		if got := drain(seen); !slices.Equal(got, []string{"1"}) {
+			t.Fatalf("once the lease was acquired the entity got %v, want [1]", got)
+		}
+		if !slices.Contains(b.received(), "b: RegisterAck") {
+			t.Fatalf("b got %v: its registration during the Acquire was dropped", b.received())
+		}
+	})
+}
+
+// A coordinator stopped while its Acquire is in flight never acts: once
+// the answer comes, it gives the lease back and stops, sending nothing;
+// terminated, it neither waits for the answer nor acts on it.
+func TestCoordinatorStoppedWhileAcquiringDoesNotAct(t *testing.T) {
+	t.Run("stop", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := newSlowStores()
+			store.acquire.close()
+			_, r, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
+			stopped := make(chan struct{})
+			go func() { r.stopCoordinator(); close(stopped) }()
+			synctest.Wait()
+			select {
+			case <-stopped:
+				t.Fatal("stopped before the Acquire answered")
+			default:
+			}
+			store.acquire.open()
+			<-stopped
+			if got := append(b.received(), c.received()...); len(got) != 0 {
+				t.Fatalf("the stopped coordinator sent %v", got)
+			}
+			if store.releases.Load() != 1 || !leaseFree(t, store.MemoryCoordinatorStore) {
+				t.Fatalf("%d releases; the lease acquired after the stop was not given back", store.releases.Load())
+			}
+		})
+	})
+	t.Run("terminate", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := newSlowStores()
+			store.acquire.close()
+			s, _, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
+			start := time.Now()
+			s.Terminate()
+			if took := time.Since(start); took != 0 {
+				t.Fatalf("Terminate waited %v for the Acquire", took)
+			}
+			store.acquire.open()
+			synctest.Wait()
+			if got := append(b.received(), c.received()...); len(got) != 0 {
+				t.Fatalf("the terminated coordinator sent %v", got)
+			}
+		})
+	})
+}
+
+// An Acquire that fails stops the coordinator, which the region starts
+// again after a back-off; one that finds the lease held elsewhere waits,
+// asking every RetryInterval, and drops what it is sent (regions retry).
+func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
+	t.Run("fails", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := newSlowStores()
+			store.acquire.close()
+			_, r, _, _, seen := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
+			if err := r.EntityRefFor("s1").Tell("1"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Second) // the Acquire times out
+			synctest.Wait()
+			store.acquire.open()
+			if got := drain(seen); len(got) != 0 || store.acquires.Load() != 1 {
+				t.Fatalf("after a failed Acquire: entity got %v, %d Acquires", got, store.acquires.Load())
+			}
+			time.Sleep(10 * time.Second) // the restart's back-off, and the region's retry
+			synctest.Wait()
+			if got := drain(seen); !slices.Equal(got, []string{"1"}) || store.acquires.Load() != 2 {
+				t.Fatalf("after the restart: entity got %v, %d Acquires; want [1], 2", got, store.acquires.Load())
+			}
+		})
+	})
+	t.Run("held", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := newSlowStores()
+			epoch, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", "z", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, r, b, _, seen := slowNode(t, store, Settings{RetryInterval: time.Second})
+			if err := r.EntityRefFor("s1").Tell("1"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10*time.Second + time.Second/2)
+			synctest.Wait()
+			if got := drain(seen); len(got) != 0 || len(b.received()) != 0 {
+				t.Fatalf("while z holds the lease: entity got %v, b got %v", got, b.received())
+			}
+			if n := store.acquires.Load(); n != 11 {
+				t.Fatalf("%d Acquires in 10.5s, want 11 (one a second)", n)
+			}
+			if err := store.MemoryCoordinatorStore.Release(context.Background(), "Pipe", epoch); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second) // the next Acquire, and the region's retry
+			synctest.Wait()
+			if got := drain(seen); !slices.Equal(got, []string{"1"}) {
+				t.Fatalf("once z released the lease the entity got %v, want [1]", got)
+			}
+		})
+	})
+}
+
+// A coordinator stops once its lease's Release answered, or at
+// StoreTimeout when the store does not answer; meanwhile entities run on
+// the node's only worker, and the coordinator takes nothing. (The Release
+// used to run on the worker.)
+func TestCoordinatorReleasesItsLeaseOffTheWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newSlowStores()
+		s, r, b, _, _ := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second})
+		cell, got := echo(s.System())
+		store.release.close()
+		r.coordinated.Lock()
+		co := r.coord
+		r.coordinated.Unlock()
+		start := time.Now()
+		stopped := make(chan struct{})
+		go func() { r.stopCoordinator(); close(stopped) }()
+		synctest.Wait()
+		if !answers(t, cell, got) {
+			t.Fatal("an entity did not run while the coordinator's Release hung")
+		}
+		before := len(b.received())
+		// Unlistened, as before: only its own node could still tell it.
+		if err := co.Tell(protocol.GetShardHome{Shard: "s1", Region: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got := b.received()[before:]; len(got) != 0 {
+			t.Fatalf("the stopping coordinator answered %v", got)
+		}
+		<-stopped
+		if took := time.Since(start); took != 10*time.Second || store.releases.Load() != 1 {
+			t.Fatalf("stopped after %v with %d Releases; want 10s (StoreTimeout), 1", took, store.releases.Load())
+		}
+	})
+}
+
+// The read of remembered shards after the acquisition runs off the
+// worker; the coordinator starts the shards it names once it answered,
+// and a stop meanwhile gives the lease back at once.
+func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			store := newSlowStores()
+			if err := store.MemoryRememberStore.Add(context.Background(), "Pipe", "s5", "s5"); err != nil {
+				t.Fatal(err)
+			}
+			store.shards.close()
+			s, r, _, _, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour, RememberEntities: true})
+			cell, got := echo(s.System())
+			if !answers(t, cell, got) {
+				t.Fatal("an entity did not run while the read of remembered shards hung")
+			}
+			if stop {
+				r.stopCoordinator()
+				if store.releases.Load() != 1 || !leaseFree(t, store.MemoryCoordinatorStore) {
+					t.Fatalf("stopped during the read: %d Releases, lease not free", store.releases.Load())
+				}
+				return
+			}
+			store.shards.open()
+			synctest.Wait()
+			if ids := r.State().Shards["s5"]; !slices.Equal(ids, []string{"s5"}) {
+				t.Fatalf("running %v, want the remembered s5 started", r.State().Shards)
+			}
+		})
+	}
+}
+
+// A membership change that stops the coordinator does not wait for it:
+// membership callbacks never block, and its stop waits for its lease's
+// Release. A node that is the oldest again before the old coordinator is
+// done starts a new one on a retry tick once it is. (The callback used to
+// wait for the stop, here StoreTimeout.)
+func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newSlowStores()
+		_, r, _, _, seen := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
+		cluster := r.s.cfg.Membership.(localView).c
+		r.coordinated.Lock()
+		old := r.coord
+		r.coordinated.Unlock()
+		store.release.close()
+		start := time.Now()
+		cluster.SetStatus("a", allocation.Leaving) // a is no longer the oldest
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("the membership callback waited %v for the coordinator to stop", took)
+		}
+		synctest.Wait()
+		if store.releases.Load() != 1 {
+			t.Fatalf("%d Releases, want the stopping coordinator's", store.releases.Load())
+		}
+		cluster.SetStatus("a", allocation.Up) // the oldest again: the old one is still stopping
+		synctest.Wait()
+		if n := store.acquires.Load(); n != 1 {
+			t.Fatalf("%d Acquires while the old coordinator stops, want 1", n)
+		}
+		time.Sleep(11 * time.Second) // its Release times out; a retry tick
+		synctest.Wait()
+		select {
+		case <-old.Done():
+		default:
+			t.Fatal("the old coordinator did not stop at StoreTimeout")
+		}
+		if n := store.acquires.Load(); n != 2 {
+			t.Fatalf("%d Acquires once the old coordinator stopped, want 2", n)
+		}
+		if err := r.EntityRefFor("s2").Tell("2"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // a's retry
+		synctest.Wait()
+		if got := drain(seen); !slices.Equal(got, []string{"2"}) {
+			t.Fatalf("with the new coordinator the entity got %v, want [2]", got)
+		}
+	})
+}
