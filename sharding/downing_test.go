@@ -2,8 +2,11 @@ package sharding_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -18,11 +21,23 @@ type fakeLeases struct {
 	mu      sync.Mutex
 	downs   []string
 	expired map[string]bool
+	failing bool // every call fails
+}
+
+var errLeaseStoreDown = errors.New("lease store down")
+
+func (f *fakeLeases) setFailing(failing bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing = failing
 }
 
 func (f *fakeLeases) DownNode(_ context.Context, node string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failing {
+		return errLeaseStoreDown
+	}
 	f.downs = append(f.downs, node)
 	return nil
 }
@@ -30,6 +45,9 @@ func (f *fakeLeases) DownNode(_ context.Context, node string) error {
 func (f *fakeLeases) NodeLeaseExpired(_ context.Context, node string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failing {
+		return false, errLeaseStoreDown
+	}
 	return f.expired[node], nil
 }
 
@@ -93,6 +111,41 @@ func TestFailedNodeShardsMoveOnlyAfterItsLeaseExpired(t *testing.T) {
 		}
 		if got := s.log.notes(id); !slices.Contains(got, "3") || slices.Contains(got, "2") {
 			t.Fatalf("%s got %v, want 1 and 3 (2 went to the failed node)", id, got)
+		}
+		_ = a.sh.Shutdown(context.Background())
+	})
+}
+
+// While the node-lease store is down the coordinator retries its downing
+// calls every RetryInterval/4: the first failure is a warning, the rest of
+// the run are not (they flooded the log, one line per member and retry),
+// and the member is downed once the store answers again.
+func TestDowningStoreOutageWarnsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logBuffer{}
+		s := newSim(t, sharding.Settings{})
+		s.logger = slog.New(slog.NewTextHandler(logs, nil)) // Info and up
+		leases := &fakeLeases{expired: map[string]bool{}}
+		s.nodeLeases = leases
+		a := s.join("a", "host")
+		b := s.join("b", "host")
+		synctest.Wait()
+		leases.setFailing(true)
+		b.sh.Terminate()
+		s.cluster.SetStatus("b", allocation.Down)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := strings.Count(logs.String(), "downing store call failed"); n != 1 {
+			t.Errorf("%d warnings for a minute of failing downing calls, want 1", n)
+		}
+		leases.setFailing(false)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if !slices.Contains(leases.downed(), "b") {
+			t.Fatalf("downed %v after the store came back, want b", leases.downed())
+		}
+		if !strings.Contains(logs.String(), "downing store calls succeed again") {
+			t.Errorf("no line says the downing calls succeed again")
 		}
 		_ = a.sh.Shutdown(context.Background())
 	})

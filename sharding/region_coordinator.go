@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -194,6 +195,10 @@ type coordinatorRunner[C any] struct {
 	core     *coordinatorCore
 	down     *downing // nil without Config.NodeLeases
 	view     []Member // the latest membership view, unfiltered
+	// downFailing: the last downing store call failed. Only the first
+	// failure of a run is a warning: the calls repeat every
+	// RetryInterval/4 per member while the node-lease store is down.
+	downFailing bool
 	// pipe holds the store writes and the messages waiting for them;
 	// retries paces the retries of a failed write.
 	pipe    coordinatorPipeline
@@ -542,8 +547,18 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 			cr.startDowning(ctx)
 			return entity.Same[Message]()
 		case downResult:
-			if m.err != nil {
-				r.s.log.Warn("sharding: downing store call failed; retrying", "entity_type", r.typ, "member", m.call.node, "down", m.call.down, "err", m.err)
+			switch {
+			case m.err != nil:
+				level := slog.LevelWarn
+				if cr.downFailing {
+					level = slog.LevelDebug
+				}
+				cr.downFailing = true
+				r.s.log.Log(context.Background(), level, "sharding: downing store call failed; retrying",
+					"entity_type", r.typ, "member", m.call.node, "down", m.call.down, "err", m.err)
+			case cr.downFailing:
+				cr.downFailing = false
+				r.s.log.Info("sharding: downing store calls succeed again", "entity_type", r.typ)
 			}
 			if !cr.down.result(m, ctx.Clock().Now()) {
 				return entity.Same[Message]()

@@ -143,13 +143,13 @@ type sim struct {
 	// store for nodes that join later.
 	rememberStore    sharding.RememberStore
 	coordinatorStore sharding.CoordinatorStore
-	log           *journal
-	settings      sharding.Settings
-	nodes         map[string]*node
-	logger        *slog.Logger          // the nodes' logger; default quiet
-	sent          *sentLog              // when set, records every protocol message nodes joining later send
-	nodeLeases    sharding.NodeLeases   // when set, given to nodes that join later
-	metrics       prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
+	log              *journal
+	settings         sharding.Settings
+	nodes            map[string]*node
+	logger           *slog.Logger          // the nodes' logger; default quiet
+	sent             *sentLog              // when set, records every protocol message nodes joining later send
+	nodeLeases       sharding.NodeLeases   // when set, given to nodes that join later
+	metrics          prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
 }
 
 // sentLog records protocol messages in send order.

@@ -13,9 +13,9 @@ import (
 
 // Membership is a sharding.Membership fed by a cluster.Membership. The
 // cluster's change notifications only store the new view and wake the
-// Membership's own goroutine, which calls sharding's subscribers (they may
-// take time: starting or stopping a coordinator waits for it), so a
-// cluster membership is never held up by sharding. Subscribers may see
+// Membership's own goroutine, which calls sharding's subscribers (they
+// take locks a region's shutdown may hold), so a cluster membership is
+// never held up by sharding. Subscribers may see
 // several changes as one; Members always returns the latest view.
 type Membership struct {
 	src   cluster.Membership
