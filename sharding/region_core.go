@@ -290,19 +290,35 @@ func (c *regionCore[C, S]) unreachable(shardID, home string) {
 // toCoordinator sends m to the coordinator; without one in view, the retry
 // tick sends again.
 func (c *regionCore[C, S]) toCoordinator(m Message) {
-	node := c.coordinator
-	if node == "" {
-		node = c.oldest
-	}
-	if node != "" {
+	if node := c.coordinatorNode(); node != "" {
 		c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
 	}
+}
+
+// coordinatorNode is where this region's coordinator is: the one it
+// registered with, else the oldest in its view ("" for none).
+func (c *regionCore[C, S]) coordinatorNode() string {
+	if c.coordinator != "" {
+		return c.coordinator
+	}
+	return c.oldest
 }
 
 // step takes a protocol message from the coordinator or another region.
 func (c *regionCore[C, S]) step(msg Message) {
 	switch m := msg.(type) {
 	case protocol.RegisterAck:
+		if to := c.coordinatorNode(); to != "" && m.Coordinator != to {
+			// From a coordinator the view has moved past since our
+			// Register (it stood down, the oldest came back): taken, it
+			// would point every Register and GetShardHome at a node with
+			// no coordinator until the next view, and the real one hands
+			// shards off without fencing us once its wait for our
+			// registration runs out (simulator seed 9547: 26 s, then
+			// forwards to a home that had left were lost).
+			c.notef(slog.LevelInfo, "sharding: ignoring a registration from a coordinator not in view", "coordinator", m.Coordinator, "expected", to)
+			return
+		}
 		if !c.fresh(m.Epoch) {
 			return
 		}
