@@ -76,6 +76,10 @@ type regionShard[C any, S comparable] struct {
 	// whose HandOver came before the HostShard.
 	awaiting string
 	handedIn map[string]bool
+	// handedFront counts the messages at the front of buffer that came in
+	// HandOvers, in the order they came: the next one goes behind them,
+	// ahead of the region's own.
+	handedFront int
 	// owesHandOver: this region stopped the shard (as its home, or as the
 	// home the coordinator named) and has not yet sent a HandOver to the
 	// next home. It sends one when it learns that home, empty if it holds
@@ -719,7 +723,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			msgs[i] = p.deliver(shardID)
 		}
 		c.buffered -= len(e.buffer)
-		e.buffer = nil
+		e.buffer, e.handedFront = nil, 0
 		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
 		return
@@ -763,7 +767,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 // drain releases a shard's buffered messages, in arrival order.
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	buf := e.buffer
-	e.buffer = nil
+	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
 	for _, p := range buf {
 		if e.hosted {
@@ -787,6 +791,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
+	e.handedFront = 0 // mail handed in from now on is older than ours
 	e.handOver, e.owesHandOver = len(e.buffer) > 0, true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
@@ -815,8 +820,14 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 }
 
 // handedOver takes the mail a shard's previous home held: it goes ahead
-// of whatever this region holds for the shard, and a shard that waited
-// for it starts now.
+// of whatever this region holds for the shard, behind the mail other
+// HandOvers brought before, and a shard that waited for it starts now.
+//
+// A HandOver from another region than the awaited previous home comes
+// from a home before it: the shard went a → b → here, b waited for a's
+// mail and was handed off first, and a, told the latest home, sent it
+// here. a's mail is older than b's, which b held since its fence at a,
+// and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	front := make([]pending[C], 0, len(m.Msgs))
 	for _, d := range m.Msgs {
@@ -825,7 +836,11 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		}
 	}
 	e := c.entry(m.Shard)
-	c.prepend(e, front)
+	if len(front) > 0 {
+		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
+		e.handedFront += len(front)
+		c.buffered += len(front)
+	}
 	if m.From != c.cfg.self {
 		// Its sender may leave now: the mail is here.
 		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
@@ -836,7 +851,7 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		c.setHome(m.Shard, e.home)
 	case e.awaiting != "":
 		// Another region's (an empty one, or mail older than the awaited
-		// mail): it waits in the buffer, the awaited mail goes ahead.
+		// mail): it waits in the buffer, ahead of the awaited mail.
 	case len(front) == 0 && e.hosted:
 		// An empty hand-over after the shard started here: nothing to do.
 	case e.hosted || e.home != "" && !e.handingOff:
@@ -951,7 +966,7 @@ func (c *regionCore[C, S]) checkGone() {
 func (c *regionCore[C, S]) terminate() {
 	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, false
 	for _, e := range c.shards {
-		e.buffer = nil
+		e.buffer, e.handedFront = nil, 0
 	}
 	c.buffered = 0
 }

@@ -424,6 +424,14 @@ func TestSimulationPinned(t *testing.T) {
 		// whose forwards to the leaving old home were lost (region_core.go:
 		// RegisterAck; testdata/region/stale-register-ack.txt).
 		{"register-ack-from-a-stood-down-coordinator", "all", false, 9547},
+		// Found scanning bases 17001-36001 (issue 9, item 7). A HandOver
+		// from a home before the awaited one (a → b → here, b handed off
+		// before a's mail came, a told the latest home) went behind the
+		// awaited mail, which is newer (region_core.go handedOver;
+		// testdata/region/hand-over-chain.txt).
+		{"hand-over-from-an-older-home-goes-first", "all", false, 25274},
+		{"hand-over-from-an-older-home-goes-first-2", "all", false, 27152},
+		{"hand-over-from-an-older-home-goes-first-3", "all", false, 32224},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
