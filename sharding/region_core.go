@@ -661,6 +661,15 @@ func (c *regionCore[C, S]) hostedShards() []string {
 // previous home holds (seed 5486).
 func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	e := c.entry(shardID)
+	// The previous home is the one this region routes to or, when a push
+	// that left the shard out (its hand-off was running) made the region
+	// forget it, the last one the coordinator placed it on (seed 26323:
+	// the HostShard lost, a new coordinator's ShardHomes started the
+	// shard at once, ahead of the mail that home held).
+	prev := e.home
+	if prev == "" {
+		prev = e.placed
+	}
 	if home != "" {
 		e.doneEpoch = 0
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
@@ -673,7 +682,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 		}
 		e.placed = home
 	}
-	if prev := e.home; home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
+	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
 		e.awaiting, e.waited = prev, 0
 	}
