@@ -76,6 +76,10 @@ type regionShard[C any, S comparable] struct {
 	// whose HandOver came before the HostShard.
 	awaiting string
 	handedIn map[string]bool
+	// handedFront counts the messages at the front of buffer that came in
+	// HandOvers, in the order they came: the next one goes behind them,
+	// ahead of the region's own.
+	handedFront int
 	// owesHandOver: this region stopped the shard (as its home, or as the
 	// home the coordinator named) and has not yet sent a HandOver to the
 	// next home. It sends one when it learns that home, empty if it holds
@@ -290,19 +294,35 @@ func (c *regionCore[C, S]) unreachable(shardID, home string) {
 // toCoordinator sends m to the coordinator; without one in view, the retry
 // tick sends again.
 func (c *regionCore[C, S]) toCoordinator(m Message) {
-	node := c.coordinator
-	if node == "" {
-		node = c.oldest
-	}
-	if node != "" {
+	if node := c.coordinatorNode(); node != "" {
 		c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
 	}
+}
+
+// coordinatorNode is where this region's coordinator is: the one it
+// registered with, else the oldest in its view ("" for none).
+func (c *regionCore[C, S]) coordinatorNode() string {
+	if c.coordinator != "" {
+		return c.coordinator
+	}
+	return c.oldest
 }
 
 // step takes a protocol message from the coordinator or another region.
 func (c *regionCore[C, S]) step(msg Message) {
 	switch m := msg.(type) {
 	case protocol.RegisterAck:
+		if to := c.coordinatorNode(); to != "" && m.Coordinator != to {
+			// From a coordinator the view has moved past since our
+			// Register (it stood down, the oldest came back): taken, it
+			// would point every Register and GetShardHome at a node with
+			// no coordinator until the next view, and the real one hands
+			// shards off without fencing us once its wait for our
+			// registration runs out (simulator seed 9547: 26 s, then
+			// forwards to a home that had left were lost).
+			c.notef(slog.LevelInfo, "sharding: ignoring a registration from a coordinator not in view", "coordinator", m.Coordinator, "expected", to)
+			return
+		}
 		if !c.fresh(m.Epoch) {
 			return
 		}
@@ -641,6 +661,15 @@ func (c *regionCore[C, S]) hostedShards() []string {
 // previous home holds (seed 5486).
 func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	e := c.entry(shardID)
+	// The previous home is the one this region routes to or, when a push
+	// that left the shard out (its hand-off was running) made the region
+	// forget it, the last one the coordinator placed it on (seed 26323:
+	// the HostShard lost, a new coordinator's ShardHomes started the
+	// shard at once, ahead of the mail that home held).
+	prev := e.home
+	if prev == "" {
+		prev = e.placed
+	}
 	if home != "" {
 		e.doneEpoch = 0
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
@@ -653,7 +682,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 		}
 		e.placed = home
 	}
-	if prev := e.home; home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
+	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
 		e.awaiting, e.waited = prev, 0
 	}
@@ -703,7 +732,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			msgs[i] = p.deliver(shardID)
 		}
 		c.buffered -= len(e.buffer)
-		e.buffer = nil
+		e.buffer, e.handedFront = nil, 0
 		e.handOverTo, e.waited = home, 0
 		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
 		return
@@ -747,7 +776,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 // drain releases a shard's buffered messages, in arrival order.
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	buf := e.buffer
-	e.buffer = nil
+	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
 	for _, p := range buf {
 		if e.hosted {
@@ -771,6 +800,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
+	e.handedFront = 0 // mail handed in from now on is older than ours
 	e.handOver, e.owesHandOver = len(e.buffer) > 0, true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 	// Only now may a leaving region report RegionStopped: sent first, it
@@ -799,8 +829,14 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 }
 
 // handedOver takes the mail a shard's previous home held: it goes ahead
-// of whatever this region holds for the shard, and a shard that waited
-// for it starts now.
+// of whatever this region holds for the shard, behind the mail other
+// HandOvers brought before, and a shard that waited for it starts now.
+//
+// A HandOver from another region than the awaited previous home comes
+// from a home before it: the shard went a → b → here, b waited for a's
+// mail and was handed off first, and a, told the latest home, sent it
+// here. a's mail is older than b's, which b held since its fence at a,
+// and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	front := make([]pending[C], 0, len(m.Msgs))
 	for _, d := range m.Msgs {
@@ -809,7 +845,11 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		}
 	}
 	e := c.entry(m.Shard)
-	c.prepend(e, front)
+	if len(front) > 0 {
+		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
+		e.handedFront += len(front)
+		c.buffered += len(front)
+	}
 	if m.From != c.cfg.self {
 		// Its sender may leave now: the mail is here.
 		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
@@ -820,7 +860,7 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		c.setHome(m.Shard, e.home)
 	case e.awaiting != "":
 		// Another region's (an empty one, or mail older than the awaited
-		// mail): it waits in the buffer, the awaited mail goes ahead.
+		// mail): it waits in the buffer, ahead of the awaited mail.
 	case len(front) == 0 && e.hosted:
 		// An empty hand-over after the shard started here: nothing to do.
 	case e.hosted || e.home != "" && !e.handingOff:
@@ -935,7 +975,7 @@ func (c *regionCore[C, S]) checkGone() {
 func (c *regionCore[C, S]) terminate() {
 	c.stopped, c.awaitingLeft, c.awaitingGone = true, false, false
 	for _, e := range c.shards {
-		e.buffer = nil
+		e.buffer, e.handedFront = nil, 0
 	}
 	c.buffered = 0
 }

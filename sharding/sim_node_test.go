@@ -1114,6 +1114,12 @@ func simShowView(view []Member) string {
 			s += " "
 		}
 		s += fmt.Sprintf("%s@%d", m.Node, m.JoinedAt)
+		switch {
+		case m.Status == allocation.Down:
+			s += "(down)"
+		case !m.Reachable:
+			s += "(unreachable)"
+		}
 	}
 	return s + "]"
 }

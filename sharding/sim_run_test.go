@@ -417,6 +417,28 @@ func TestSimulationPinned(t *testing.T) {
 		// the remembered shards) without naming it as the previous home
 		// (region_core.go: ShardHomes; testdata/region/leave-held-mail.txt).
 		{"leaving-region-names-held-mail", "all", false, 5368},
+		// A RegisterAck from a coordinator that stood down when the view
+		// moved on pointed the region's Registers at a node without one
+		// until the next view; the real coordinator, its wait for the
+		// registration run out, handed off without fencing the region,
+		// whose forwards to the leaving old home were lost (region_core.go:
+		// RegisterAck; testdata/region/stale-register-ack.txt).
+		{"register-ack-from-a-stood-down-coordinator", "all", false, 9547},
+		// Found scanning bases 17001-36001 (issue 9, item 7). A HandOver
+		// from a home before the awaited one (a → b → here, b handed off
+		// before a's mail came, a told the latest home) went behind the
+		// awaited mail, which is newer (region_core.go handedOver;
+		// testdata/region/hand-over-chain.txt).
+		{"hand-over-from-an-older-home-goes-first", "all", false, 25274},
+		{"hand-over-from-an-older-home-goes-first-2", "all", false, 27152},
+		{"hand-over-from-an-older-home-goes-first-3", "all", false, 32224},
+		// A ShardHomes during the hand-off left the shard out and the
+		// region forgot its home; told it was the next home without a
+		// HostShard, it started without waiting for the previous home's
+		// mail (region_core.go pushedHome; forgotten-previous-home.txt).
+		// 13665 failed in the chain above when this was fixed alone.
+		{"forgotten-previous-home", "all", false, 26323},
+		{"forgotten-previous-home-chain", "all", false, 13665},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
