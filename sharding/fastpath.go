@@ -1,7 +1,6 @@
 package sharding
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -31,10 +30,9 @@ type fastPath[C any] struct {
 	// messages told without the region's lock.
 	tick atomic.Uint64
 	// entities maps an entity id to its current incarnation in a local
-	// shard (*fastEntity[C]), written under that shard's lock: stored once
-	// the core started the entity and handed it its buffered messages,
-	// deleted when it stops.
-	entities sync.Map
+	// shard, written under that shard's lock: stored once the core started
+	// the entity and handed it its buffered messages, removed when it stops.
+	entities entityTable[C]
 }
 
 // fastEntity is an incarnation on the fast path: its cell, its shard, and
@@ -52,11 +50,10 @@ type fastEntity[C any] struct {
 // the cell's Tell returned, as the locked path would.
 func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
 	epoch := r.mu.epoch.Load()
-	v, ok := r.fast.entities.Load(entityID)
-	if !ok {
+	fe := r.fast.entities.load(entityID)
+	if fe == nil {
 		return false, nil
 	}
-	fe := v.(*fastEntity[C])
 	if fe.sh.routedAt.Load() != epoch {
 		return false, nil
 	}
@@ -78,14 +75,14 @@ func (sh *shard[C]) routed(epoch uint64) {
 }
 
 // publish puts a started incarnation on the fast path; sh.mu is held.
-func (sh *shard[C]) publish(entityID string, cell *entity.Cell[C]) {
-	sh.r.fast.entities.Store(entityID, &fastEntity[C]{cell: cell, sh: sh})
+func (sh *shard[C]) publish(cell *entity.Cell[C]) {
+	sh.r.fast.entities.store(&fastEntity[C]{cell: cell, sh: sh})
 }
 
 // unpublish takes incarnation c off the fast path; sh.mu is held.
 func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
-	if v, ok := sh.r.fast.entities.Load(c.EntityID()); ok && v.(*fastEntity[C]).cell == c {
-		sh.r.fast.entities.CompareAndDelete(c.EntityID(), v)
+	if fe := sh.r.fast.entities.load(c.EntityID()); fe != nil && fe.cell == c {
+		sh.r.fast.entities.remove(fe)
 	}
 }
 
@@ -93,11 +90,7 @@ func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
 // the shard's entities; sh.mu is held.
 func (sh *shard[C]) foldFastTicks() {
 	for id := range sh.core.entities {
-		v, ok := sh.r.fast.entities.Load(id)
-		if !ok {
-			continue
-		}
-		if fe := v.(*fastEntity[C]); fe.sh == sh {
+		if fe := sh.r.fast.entities.load(id); fe != nil && fe.sh == sh {
 			if tick := fe.tick.Load(); tick > 0 {
 				sh.core.told(id, tick)
 			}
