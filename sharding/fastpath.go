@@ -35,35 +35,22 @@ type fastPath[C any] struct {
 	entities entityTable[C]
 }
 
-// fastEntity is an incarnation on the fast path: its cell, its shard, and
-// the idle tick of the last message told to it there, which the shard
-// hands its core before it looks for idle entities.
-type fastEntity[C any] struct {
-	cell *entity.Cell[C]
-	sh   *shard[C]
-	tick atomic.Uint64
-}
-
 // tellFast tells msg to entityID's running incarnation if the fast path
 // may (see fastPath). It reports false, having done nothing, when it may
 // not: the caller takes the locked path. Otherwise it reports true and what
-// the cell's Tell returned, as the locked path would.
+// the cell's Tell returned, as the locked path would. The cell keeps the
+// region's idle tick as its mark, which its shard hands its core before it
+// looks for idle entities (foldFastTicks).
 func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
 	epoch := r.mu.epoch.Load()
-	fe := r.fast.entities.load(entityID)
-	if fe == nil {
+	c := r.fast.entities.load(entityID)
+	if c == nil {
 		return false, nil
 	}
-	if fe.sh.routedAt.Load() != epoch {
+	if sh, _ := c.Owner().(*shard[C]); sh == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
-	if ok, err := fe.cell.TellUnsealed(msg); !ok || err != nil {
-		return ok, err
-	}
-	if tick := r.fast.tick.Load(); fe.tick.Load() < tick {
-		fe.tick.Store(tick)
-	}
-	return true, nil
+	return c.TellUnsealed(msg, r.fast.tick.Load())
 }
 
 // routed stamps sh routable at the current write epoch: the region's
@@ -76,22 +63,20 @@ func (sh *shard[C]) routed(epoch uint64) {
 
 // publish puts a started incarnation on the fast path; sh.mu is held.
 func (sh *shard[C]) publish(cell *entity.Cell[C]) {
-	sh.r.fast.entities.store(&fastEntity[C]{cell: cell, sh: sh})
+	sh.r.fast.entities.store(cell)
 }
 
 // unpublish takes incarnation c off the fast path; sh.mu is held.
 func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
-	if fe := sh.r.fast.entities.load(c.EntityID()); fe != nil && fe.cell == c {
-		sh.r.fast.entities.remove(fe)
-	}
+	sh.r.fast.entities.remove(c)
 }
 
 // foldFastTicks hands the core the idle ticks of what the fast path told
 // the shard's entities; sh.mu is held.
 func (sh *shard[C]) foldFastTicks() {
-	for id := range sh.core.entities {
-		if fe := sh.r.fast.entities.load(id); fe != nil && fe.sh == sh {
-			if tick := fe.tick.Load(); tick > 0 {
+	for id, e := range sh.core.entities {
+		if e.handle != nil {
+			if tick := e.handle.Mark(); tick > 0 {
 				sh.core.told(id, tick)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+
+	"github.com/shoal-dev/shoal/entity"
 )
 
 // entityTable maps entity ids to their incarnations on the fast path. A
@@ -22,7 +24,7 @@ import (
 type entityTable[C any] struct {
 	tab  atomic.Pointer[tableSlots[C]]
 	mu   sync.Mutex
-	tomb *fastEntity[C] // marks a removed entry; probes go on past it
+	tomb *entity.Cell[C] // marks a removed entry, never spawned; probes go on past it
 }
 
 type tableSlots[C any] struct {
@@ -38,13 +40,13 @@ type tableSlots[C any] struct {
 // sees its hash.
 type tableSlot[C any] struct {
 	hash atomic.Uint64
-	e    atomic.Pointer[fastEntity[C]]
+	e    atomic.Pointer[entity.Cell[C]]
 }
 
 const minTableSize = 16
 
 // load returns id's entry, or nil.
-func (t *entityTable[C]) load(id string) *fastEntity[C] {
+func (t *entityTable[C]) load(id string) *entity.Cell[C] {
 	tab := t.tab.Load()
 	if tab == nil {
 		return nil
@@ -56,18 +58,18 @@ func (t *entityTable[C]) load(id string) *fastEntity[C] {
 		if e == nil {
 			return nil
 		}
-		if s.hash.Load() == h && e != t.tomb && e.cell.EntityID() == id {
+		if s.hash.Load() == h && e != t.tomb && e.EntityID() == id {
 			return e
 		}
 	}
 }
 
-// store makes e the entry of e.cell's entity id, replacing any.
-func (t *entityTable[C]) store(e *fastEntity[C]) {
+// store makes e the entry of its entity id, replacing any.
+func (t *entityTable[C]) store(e *entity.Cell[C]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tomb == nil {
-		t.tomb = new(fastEntity[C])
+		t.tomb = new(entity.Cell[C])
 	}
 	tab := t.tab.Load()
 	if tab == nil || (tab.used+1)*4 > len(tab.slots)*3 { // load ≤ 3/4
@@ -77,7 +79,7 @@ func (t *entityTable[C]) store(e *fastEntity[C]) {
 		}
 		tab = t.rebuild(tab, live+1)
 	}
-	id := e.cell.EntityID()
+	id := e.EntityID()
 	h := maphash.String(tab.seed, id)
 	var free *tableSlot[C]
 	i := h & tab.mask
@@ -93,7 +95,7 @@ func (t *entityTable[C]) store(e *fastEntity[C]) {
 			}
 			continue
 		}
-		if s.hash.Load() == h && cur.cell.EntityID() == id {
+		if s.hash.Load() == h && cur.EntityID() == id {
 			s.e.Store(e)
 			return
 		}
@@ -108,14 +110,14 @@ func (t *entityTable[C]) store(e *fastEntity[C]) {
 }
 
 // remove takes e off the table if it is still the entry of its entity id.
-func (t *entityTable[C]) remove(e *fastEntity[C]) {
+func (t *entityTable[C]) remove(e *entity.Cell[C]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tab := t.tab.Load()
 	if tab == nil {
 		return
 	}
-	h := maphash.String(tab.seed, e.cell.EntityID())
+	h := maphash.String(tab.seed, e.EntityID())
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		cur := s.e.Load()
@@ -147,7 +149,7 @@ func (t *entityTable[C]) rebuild(old *tableSlots[C], n int) *tableSlots[C] {
 			if e == nil || e == t.tomb {
 				continue
 			}
-			h := maphash.String(tab.seed, e.cell.EntityID())
+			h := maphash.String(tab.seed, e.EntityID())
 			j := h & tab.mask
 			for tab.slots[j].e.Load() != nil {
 				j = (j + 1) & tab.mask

@@ -12,7 +12,7 @@ import (
 
 // tableEntries spawns n idle cells of ids prefix0…, two incarnations each,
 // as entries for an entityTable.
-func tableEntries(t *testing.T, prefix string, n int) (first, second []*fastEntity[string]) {
+func tableEntries(t *testing.T, prefix string, n int) (first, second []*entity.Cell[string]) {
 	t.Helper()
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a"})
 	if err != nil {
@@ -26,8 +26,8 @@ func tableEntries(t *testing.T, prefix string, n int) (first, second []*fastEnti
 	}
 	for i := range n {
 		id := prefix + strconv.Itoa(i)
-		first = append(first, &fastEntity[string]{cell: entity.Spawn(sys, props, id)})
-		second = append(second, &fastEntity[string]{cell: entity.Spawn(sys, props, id)})
+		first = append(first, entity.Spawn(sys, props, id))
+		second = append(second, entity.Spawn(sys, props, id))
 	}
 	return first, second
 }
@@ -38,11 +38,11 @@ func tableEntries(t *testing.T, prefix string, n int) (first, second []*fastEnti
 func TestEntityTableAgreesWithAMap(t *testing.T) {
 	first, second := tableEntries(t, "e", 3000)
 	var tab entityTable[string]
-	model := map[string]*fastEntity[string]{}
+	model := map[string]*entity.Cell[string]{}
 	check := func(step int) {
 		t.Helper()
 		for _, e := range first {
-			id := e.cell.EntityID()
+			id := e.EntityID()
 			if got, want := tab.load(id), model[id]; got != want {
 				t.Fatalf("step %d: load(%s) = %p, want %p", step, id, got, want)
 			}
@@ -60,7 +60,7 @@ func TestEntityTableAgreesWithAMap(t *testing.T) {
 		// Phases: mostly stores, then mostly removals, twice.
 		storing := (step/10_000)%2 == 0
 		i := rng.IntN(len(first))
-		id := first[i].cell.EntityID()
+		id := first[i].EntityID()
 		e := first[i]
 		if rng.IntN(2) == 0 {
 			e = second[i]
@@ -120,7 +120,7 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 			defer wg.Done()
 			for i := r; !stop.Load(); i++ {
 				e := staying[i%len(staying)]
-				if tab.load(e.cell.EntityID()) != e {
+				if tab.load(e.EntityID()) != e {
 					missed.Add(1)
 				}
 			}
@@ -141,8 +141,8 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 		t.Fatalf("readers missed a staying entry %d times", n)
 	}
 	for _, e := range staying {
-		if tab.load(e.cell.EntityID()) != e {
-			t.Fatalf("%s lost", e.cell.EntityID())
+		if tab.load(e.EntityID()) != e {
+			t.Fatalf("%s lost", e.EntityID())
 		}
 	}
 }
