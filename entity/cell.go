@@ -64,6 +64,7 @@ type Cell[C any] struct {
 	mu      sync.Mutex
 	status  status
 	mailbox ring.Queue[envelope[C]]
+	mark    uint64              // the greatest mark of TellUnsealed
 	control *ring.Queue[func()] // runtime work that bypasses suspension; allocated on first use
 	term    *termination
 
@@ -170,9 +171,12 @@ func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
 
 // Tell implements Ref.
 func (c *Cell[C]) Tell(msg C) error {
-	_, err := c.tell(msg, false)
+	_, err := c.tell(msg, false, 0)
 	return err
 }
+
+// Owner is the props' Owner, nil if none.
+func (c *Cell[C]) Owner() Owner[C] { return c.props.Owner }
 
 // Seal closes this incarnation to TellUnsealed; Tell still reaches it. An
 // owner with a lock-free fast path to its entities (a shard) seals an
@@ -189,12 +193,23 @@ func (c *Cell[C]) Seal() {
 // TellUnsealed is Tell for an owner's fast path: when the incarnation is
 // sealed or has stopped it reports false and does nothing else (no dead
 // letter), for the caller to take its locked path instead. Otherwise it
-// reports true and Tell's error.
-func (c *Cell[C]) TellUnsealed(msg C) (bool, error) { return c.tell(msg, true) }
+// reports true and Tell's error, and, once msg is queued, keeps mark if
+// it is greater than the marks of earlier calls: an owner's own clock
+// (a shard's idle tick), read back with Mark, for which the cell's lock,
+// taken anyway, is cheaper than a record of the owner's own.
+func (c *Cell[C]) TellUnsealed(msg C, mark uint64) (bool, error) { return c.tell(msg, true, mark) }
+
+// Mark is the greatest mark TellUnsealed queued a message with, 0 if none.
+// Safe from any goroutine.
+func (c *Cell[C]) Mark() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mark
+}
 
 // tell queues msg; with unsealed it refuses, reporting false, a sealed or
-// stopped incarnation.
-func (c *Cell[C]) tell(msg C, unsealed bool) (bool, error) {
+// stopped incarnation, and keeps mark.
+func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64) (bool, error) {
 	if c.sys.cfg.ForceSerialization && !c.props.LocalOnly {
 		copied, err := roundTripExact(c.sys.cfg.Codec, msg)
 		if err != nil {
@@ -221,6 +236,9 @@ func (c *Cell[C]) tell(msg C, unsealed bool) (bool, error) {
 		return true, fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
 	c.mailbox.Push(envelope[C]{msg: msg})
+	if mark > c.mark {
+		c.mark = mark
+	}
 	if c.m != nil && c.status&(scheduled|suspended) == suspended { // held; else its run reports it
 		c.reportDepth()
 	}

@@ -1,7 +1,6 @@
 package sharding
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/entity"
@@ -31,42 +30,27 @@ type fastPath[C any] struct {
 	// messages told without the region's lock.
 	tick atomic.Uint64
 	// entities maps an entity id to its current incarnation in a local
-	// shard (*fastEntity[C]), written under that shard's lock: stored once
-	// the core started the entity and handed it its buffered messages,
-	// deleted when it stops.
-	entities sync.Map
-}
-
-// fastEntity is an incarnation on the fast path: its cell, its shard, and
-// the idle tick of the last message told to it there, which the shard
-// hands its core before it looks for idle entities.
-type fastEntity[C any] struct {
-	cell *entity.Cell[C]
-	sh   *shard[C]
-	tick atomic.Uint64
+	// shard, written under that shard's lock: stored once the core started
+	// the entity and handed it its buffered messages, removed when it stops.
+	entities entityTable[C]
 }
 
 // tellFast tells msg to entityID's running incarnation if the fast path
 // may (see fastPath). It reports false, having done nothing, when it may
 // not: the caller takes the locked path. Otherwise it reports true and what
-// the cell's Tell returned, as the locked path would.
+// the cell's Tell returned, as the locked path would. The cell keeps the
+// region's idle tick as its mark, which its shard hands its core before it
+// looks for idle entities (foldFastTicks).
 func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
 	epoch := r.mu.epoch.Load()
-	v, ok := r.fast.entities.Load(entityID)
-	if !ok {
+	c := r.fast.entities.load(entityID)
+	if c == nil {
 		return false, nil
 	}
-	fe := v.(*fastEntity[C])
-	if fe.sh.routedAt.Load() != epoch {
+	if sh, _ := c.Owner().(*shard[C]); sh == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
-	if ok, err := fe.cell.TellUnsealed(msg); !ok || err != nil {
-		return ok, err
-	}
-	if tick := r.fast.tick.Load(); fe.tick.Load() < tick {
-		fe.tick.Store(tick)
-	}
-	return true, nil
+	return c.TellUnsealed(msg, r.fast.tick.Load())
 }
 
 // routed stamps sh routable at the current write epoch: the region's
@@ -78,27 +62,21 @@ func (sh *shard[C]) routed(epoch uint64) {
 }
 
 // publish puts a started incarnation on the fast path; sh.mu is held.
-func (sh *shard[C]) publish(entityID string, cell *entity.Cell[C]) {
-	sh.r.fast.entities.Store(entityID, &fastEntity[C]{cell: cell, sh: sh})
+func (sh *shard[C]) publish(cell *entity.Cell[C]) {
+	sh.r.fast.entities.store(cell)
 }
 
 // unpublish takes incarnation c off the fast path; sh.mu is held.
 func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
-	if v, ok := sh.r.fast.entities.Load(c.EntityID()); ok && v.(*fastEntity[C]).cell == c {
-		sh.r.fast.entities.CompareAndDelete(c.EntityID(), v)
-	}
+	sh.r.fast.entities.remove(c)
 }
 
 // foldFastTicks hands the core the idle ticks of what the fast path told
 // the shard's entities; sh.mu is held.
 func (sh *shard[C]) foldFastTicks() {
-	for id := range sh.core.entities {
-		v, ok := sh.r.fast.entities.Load(id)
-		if !ok {
-			continue
-		}
-		if fe := v.(*fastEntity[C]); fe.sh == sh {
-			if tick := fe.tick.Load(); tick > 0 {
+	for id, e := range sh.core.entities {
+		if e.handle != nil {
+			if tick := e.handle.Mark(); tick > 0 {
 				sh.core.told(id, tick)
 			}
 		}

@@ -1,8 +1,10 @@
 package sharding
 
 import (
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/shoal-dev/shoal/entity"
 )
@@ -12,34 +14,19 @@ import (
 // Every other state is refused, for the locked path to decide.
 func TestTellFastRefusesEveryStateButTheSteadyOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sys, err := entity.NewSystem(entity.Config{NodeID: "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(sys, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Terminate()
 		gate := make(chan struct{})
-		r, err := Init(s, Entity[string]{
-			Key: entity.NewTypeKey[string]("Fast"), StopMessage: "stop",
-			Create: func(entity.Context[string]) entity.Behavior[string] {
-				return entity.Receive(func(ctx entity.Context[string], m string) entity.Behavior[string] {
-					switch m {
-					case "stop":
-						return entity.Stopped[string]()
-					case "passivate":
-						ctx.Passivate()
-						<-gate
-					}
-					return entity.Same[string]()
-				})
-			},
+		r := fastRegion(t, Settings{}, func(entity.Context[string]) entity.Behavior[string] {
+			return entity.Receive(func(ctx entity.Context[string], m string) entity.Behavior[string] {
+				switch m {
+				case "stop":
+					return entity.Stopped[string]()
+				case "passivate":
+					ctx.Passivate()
+					<-gate
+				}
+				return entity.Same[string]()
+			})
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		fast := func(what string, want bool) {
 			t.Helper()
 			if ok, err := r.tellFast("e", "m"); ok != want || err != nil {
@@ -72,4 +59,67 @@ func TestTellFastRefusesEveryStateButTheSteadyOne(t *testing.T) {
 		synctest.Wait()
 		fast("shard handed off", false)
 	})
+}
+
+// An entity that gets its messages only on the fast path is not idle: its
+// shard folds the ticks its cell keeps into the core before it looks for
+// idle entities. Here "a" takes the locked path after every region tick
+// (stamping the shard routable again), and "b", in the same shard, only
+// the fast path, for longer than the idle timeout.
+func TestFastPathTellsKeepAnEntityFromIdlePassivation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		starts := map[string]int{}
+		r := fastRegion(t, Settings{NumberOfShards: 1, PassivateIdleAfter: 10 * time.Second}, func(ctx entity.Context[string]) entity.Behavior[string] {
+			mu.Lock()
+			starts[ctx.EntityID()]++
+			mu.Unlock()
+			return entity.Receive(func(_ entity.Context[string], m string) entity.Behavior[string] {
+				if m == "stop" {
+					return entity.Stopped[string]()
+				}
+				return entity.Same[string]()
+			})
+		})
+		for _, id := range []string{"a", "b"} {
+			if err := r.EntityRefFor(id).Tell("m"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		for i := range 30 {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			_ = r.EntityRefFor("a").Tell("m")
+			if ok, err := r.tellFast("b", "m"); !ok || err != nil {
+				t.Fatalf("after %ds: tellFast(b) = %v, %v: b was passivated as idle", i+1, ok, err)
+			}
+			synctest.Wait()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if starts["b"] != 1 {
+			t.Fatalf("b started %d times, want 1", starts["b"])
+		}
+	})
+}
+
+// fastRegion is a region of string entities on a node of its own, in the
+// caller's bubble; the node terminates with the test.
+func fastRegion(t *testing.T, settings Settings, create func(entity.Context[string]) entity.Behavior[string]) *Region[string] {
+	t.Helper()
+	sys, err := entity.NewSystem(entity.Config{NodeID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(sys, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Terminate)
+	r, err := Init(s, Entity[string]{Key: entity.NewTypeKey[string]("Fast"), StopMessage: "stop", Settings: settings, Create: create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

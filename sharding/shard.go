@@ -167,7 +167,7 @@ func (sh *shard[C]) apply() {
 						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
-			sh.publish(ef.entityID, cell) // new mail may skip sh.mu now: the buffer is ahead of it
+			sh.publish(cell) // new mail may skip sh.mu now: the buffer is ahead of it
 		case effSendStop:
 			if ef.why != stopForHandOff {
 				sh.r.m.Passivated()

@@ -1,0 +1,165 @@
+package sharding
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// entityTable maps entity ids to their incarnations on the fast path. A
+// read takes no lock and allocates nothing: open addressing with linear
+// probing over slots of atomic words, each slot holding the id's hash
+// next to its entry so that a probe past another id costs no pointer
+// chase. Writes (an entity started or stopped, under its shard's lock)
+// are serialized by mu; a table that fills up, with entries or with the
+// tombstones of removed ones, is copied into a fresh one, published
+// whole.
+//
+// A reader that loaded the table before such a copy may still find an
+// entry removed since, as a reader that loaded the entry just before its
+// removal would: the fast path checks the cell's seal after the lookup,
+// and an incarnation is sealed or stopped before it is removed.
+type entityTable[C any] struct {
+	tab  atomic.Pointer[tableSlots[C]]
+	mu   sync.Mutex
+	tomb *entity.Cell[C] // marks a removed entry, never spawned; probes go on past it
+}
+
+type tableSlots[C any] struct {
+	seed  maphash.Seed
+	mask  uint64
+	slots []tableSlot[C]
+	// Guarded by entityTable.mu.
+	live int // entries
+	used int // entries and tombstones: slots a probe goes past
+}
+
+// tableSlot is written hash first, so that a reader who sees the entry
+// sees its hash.
+type tableSlot[C any] struct {
+	hash atomic.Uint64
+	e    atomic.Pointer[entity.Cell[C]]
+}
+
+const minTableSize = 16
+
+// load returns id's entry, or nil.
+func (t *entityTable[C]) load(id string) *entity.Cell[C] {
+	tab := t.tab.Load()
+	if tab == nil {
+		return nil
+	}
+	h := maphash.String(tab.seed, id)
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		s := &tab.slots[i]
+		e := s.e.Load()
+		if e == nil {
+			return nil
+		}
+		if s.hash.Load() == h && e != t.tomb && e.EntityID() == id {
+			return e
+		}
+	}
+}
+
+// store makes e the entry of its entity id, replacing any.
+func (t *entityTable[C]) store(e *entity.Cell[C]) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tomb == nil {
+		t.tomb = new(entity.Cell[C])
+	}
+	tab := t.tab.Load()
+	if tab == nil || (tab.used+1)*4 > len(tab.slots)*3 { // load ≤ 3/4
+		live := 0
+		if tab != nil {
+			live = tab.live
+		}
+		tab = t.rebuild(tab, live+1)
+	}
+	id := e.EntityID()
+	h := maphash.String(tab.seed, id)
+	var free *tableSlot[C]
+	i := h & tab.mask
+	for ; ; i = (i + 1) & tab.mask {
+		s := &tab.slots[i]
+		cur := s.e.Load()
+		if cur == nil {
+			break
+		}
+		if cur == t.tomb {
+			if free == nil {
+				free = s
+			}
+			continue
+		}
+		if s.hash.Load() == h && cur.EntityID() == id {
+			s.e.Store(e)
+			return
+		}
+	}
+	if free == nil {
+		free = &tab.slots[i]
+		tab.used++
+	}
+	tab.live++
+	free.hash.Store(h)
+	free.e.Store(e)
+}
+
+// remove takes e off the table if it is still the entry of its entity id.
+func (t *entityTable[C]) remove(e *entity.Cell[C]) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tab := t.tab.Load()
+	if tab == nil {
+		return
+	}
+	h := maphash.String(tab.seed, e.EntityID())
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		s := &tab.slots[i]
+		cur := s.e.Load()
+		if cur == nil {
+			return
+		}
+		if cur == e {
+			s.e.Store(t.tomb)
+			tab.live--
+			break
+		}
+	}
+	if len(tab.slots) > minTableSize && tab.live*8 < len(tab.slots) { // load < 1/8
+		t.rebuild(tab, tab.live)
+	}
+}
+
+// rebuild publishes a table sized for n entries (load ≤ 1/2) holding the
+// entries of old, without its tombstones; t.mu is held.
+func (t *entityTable[C]) rebuild(old *tableSlots[C], n int) *tableSlots[C] {
+	size := minTableSize
+	for size < 2*n {
+		size *= 2
+	}
+	tab := &tableSlots[C]{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]tableSlot[C], size)}
+	if old != nil {
+		for i := range old.slots {
+			e := old.slots[i].e.Load()
+			if e == nil || e == t.tomb {
+				continue
+			}
+			h := maphash.String(tab.seed, e.EntityID())
+			j := h & tab.mask
+			for tab.slots[j].e.Load() != nil {
+				j = (j + 1) & tab.mask
+			}
+			tab.slots[j].hash.Store(h)
+			tab.slots[j].e.Store(e)
+			tab.live++
+		}
+		tab.used = tab.live
+	}
+	t.tab.Store(tab)
+	return tab
+}
