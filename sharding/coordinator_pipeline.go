@@ -63,8 +63,8 @@ func (p *coordinatorPipeline) retrying() bool { return p.failures > 0 }
 // be sent at once: everything, when the step changed nothing and nothing
 // before it is held; else only an answer mayAnswerNow allows.
 func (p *coordinatorPipeline) take(in Message, changes []change, out []outbound) (now []outbound) {
-	if len(changes) == 0 && (!p.held() || p.mayAnswerNow(in, out)) {
-		return out
+	if len(changes) == 0 && (len(out) == 0 || !p.held() || p.mayAnswerNow(in, out)) {
+		return out // nothing to write, and nothing that must wait for a write
 	}
 	for _, c := range changes {
 		p.pending.changes = append(p.pending.changes, AllocationChange{Shard: c.shard, Region: c.region})

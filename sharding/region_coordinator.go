@@ -590,7 +590,7 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 		r.m.Rebalanced(cr.core.rebalanced)
 	}
 	cr.sendAll(p.take(m, changes, out))
-	if p.heldSteps() > maxHeldSteps {
+	if p.retrying() && p.heldSteps() > maxHeldSteps {
 		r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "entity_type", r.typ, "held_steps", p.heldSteps())
 		return entity.Stopped[Message]()
 	}
@@ -600,10 +600,14 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 	return entity.Same[Message]()
 }
 
-// maxHeldSteps bounds the steps whose messages wait for the store (the
-// stash's default capacity, which bounded them before the pipeline): past
-// it the store has been down too long, and the coordinator stops rather
-// than grow without end; its successor rebuilds from the store.
+// maxHeldSteps bounds the steps whose messages wait for a store that
+// fails (the stash's default capacity, which bounded them before the
+// pipeline): past it the store has been down too long, and the
+// coordinator stops rather than grow without end; its successor rebuilds
+// from the store. While the store answers, however slowly, the steps held
+// are those of one commit's time (at most StoreTimeout): a burst of them
+// is load, not an outage (a stream of StopShards stopped the coordinator
+// of TestFastPathFallsBackWhileShardsHandOff 1 run in 50).
 const maxHeldSteps = 4096
 
 // write writes batch b on a goroutine of its own, never on the entity

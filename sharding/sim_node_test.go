@@ -806,7 +806,7 @@ func (c *simCoord) step(msg Message) {
 	}
 	changes, out := c.core.step(msg)
 	c.send(c.pipe.take(msg, changes, out))
-	if c.pipe.heldSteps() > maxHeldSteps {
+	if c.pipe.retrying() && c.pipe.heldSteps() > maxHeldSteps {
 		c.n.w.tracef("%s coordinator (epoch %d): store down too long, stops", c.n.name, c.epoch)
 		c.fail()
 		return
