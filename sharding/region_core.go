@@ -44,6 +44,8 @@ type regionCore[C any, S comparable] struct {
 	// again when the coordinator places a shard the region buffers for
 	// anew (see pushedHome).
 	leaveWaited uint64
+	// handOverSeq numbers the HandOvers this region sends (see handOver).
+	handOverSeq uint64
 
 	out []regionEffect[C, S]
 }
@@ -55,8 +57,9 @@ type regionCoreConfig struct {
 	bufferSize   int    // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
-	// waitTicks bounds, in ticks, how long a shard waits for a hand-over
-	// or for fences that may have been lost with a broken link; 0 for no bound.
+	// waitTicks bounds, in ticks, how long a shard waits for fences that
+	// may have been lost with a broken link; 0 for no bound. A hand-over is
+	// not bounded: it is re-sent until acknowledged (see handOver).
 	waitTicks uint64
 }
 
@@ -76,6 +79,15 @@ type regionShard[C any, S comparable] struct {
 	// whose HandOver came before the HostShard.
 	awaiting string
 	handedIn map[string]bool
+	// guessed: the wait for awaiting is this region's guess, without a
+	// HostShard naming it (see pushedHome). The coordinator may have
+	// placed the shard here because that home is dead to it (its lease
+	// expired) while this region's view still lists it, so the wait is
+	// bounded by waitTicks; a named one is not (see handOver).
+	guessed bool
+	// handedSeq is, per sender, the Seq of the last HandOver taken for
+	// the shard: a re-sent one is acknowledged again and dropped.
+	handedSeq map[string]uint64
 	// handedFront counts the messages at the front of buffer that came in
 	// HandOvers, in the order they came: the next one goes behind them,
 	// ahead of the region's own.
@@ -89,7 +101,9 @@ type regionShard[C any, S comparable] struct {
 	// handOverTo is the node this region sent the shard's mail to, until
 	// that node acknowledges it (ShardStarted): a leaving region stays
 	// until then, so that it never leaves the view ahead of its mail.
+	// sent is that HandOver, re-sent each tick until then.
 	handOverTo string
+	sent       protocol.HandOver
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
@@ -380,7 +394,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		}
 		e := c.entry(m.Shard)
 		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn[m.From] && c.isLive(m.From) {
-			e.awaiting, e.waited = m.From, 0
+			e.awaiting, e.guessed, e.waited = m.From, false, 0
 		}
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		c.setHome(m.Shard, c.cfg.self)
@@ -389,8 +403,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.handedOver(m)
 	case protocol.ShardStarted:
 		// The node this region handed a shard's mail to has it.
-		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region {
-			e.handOverTo = ""
+		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region && e.sent.Seq == m.Seq {
+			e.handOverTo, e.sent = "", protocol.HandOver{}
 			c.checkLeft()
 		}
 	case protocol.BeginHandOff:
@@ -577,12 +591,14 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+			if e := c.shards[id]; !e.hosted && e.awaiting == "" && (len(e.buffer) > 0 || e.owesHandOver && e.home == "") &&
+				(e.home == "" || e.handingOff) {
 				c.askHome(id, e)
 			}
 		}
 	}
 	c.giveUpWaiting()
+	c.resendHandOvers()
 	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
 			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
@@ -599,27 +615,23 @@ func (c *regionCore[C, S]) tick() {
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
 }
 
-// giveUpWaiting ages the waits for hand-overs and fences, and ends those
-// past waitTicks: a link that broke may have lost what they wait for, and
-// a shard that waits for ever is lost too.
+// giveUpWaiting ages the waits for fences and guessed hand-overs, and ends
+// those past waitTicks: a link that broke may have lost the fences, and a
+// shard that waits for ever is lost too. A fence is not re-sent: what it
+// follows is lost with it.
 func (c *regionCore[C, S]) giveUpWaiting() {
 	if c.cfg.waitTicks == 0 {
 		return
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if e.awaiting == "" && !e.stopping && e.handOverTo == "" {
+		if !e.stopping && (e.awaiting == "" || !e.guessed) {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
 		}
-		if e.handOverTo != "" {
-			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard_id", id, "to", e.handOverTo)
-			e.handOverTo = ""
-			c.checkLeft()
-		}
-		if e.awaiting != "" {
+		if e.awaiting != "" && e.guessed {
 			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
@@ -628,6 +640,16 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
 			e.stopWaits = nil
 			c.maybeStop(id, e)
+		}
+	}
+}
+
+// resendHandOvers sends again each HandOver not yet acknowledged (see
+// handOver): the link it took may have broken.
+func (c *regionCore[C, S]) resendHandOvers() {
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		if e := c.shards[id]; e.handOverTo != "" {
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent})
 		}
 	}
 }
@@ -684,7 +706,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	}
 	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
-		e.awaiting, e.waited = prev, 0
+		e.awaiting, e.guessed, e.waited = prev, true, 0
 	}
 	c.setHome(shardID, home)
 }
@@ -733,8 +755,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		}
 		c.buffered -= len(e.buffer)
 		e.buffer, e.handedFront = nil, 0
-		e.handOverTo, e.waited = home, 0
-		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
+		c.handOver(shardID, e, home, msgs)
 		return
 	}
 	if e.owesHandOver && home != c.cfg.self {
@@ -743,8 +764,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// leaving region waits for its acknowledgement as for any other
 		// hand-over, which would otherwise reach it stopped.
 		e.owesHandOver = false
-		e.handOverTo, e.waited = home, 0
-		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self}})
+		c.handOver(shardID, e, home, nil)
 	}
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
@@ -771,6 +791,32 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.notef(slog.LevelError, "sharding: shard moved without a hand-off", "shard_id", shardID, "to", home)
 	}
 	c.drain(shardID, e)
+}
+
+// handOver sends the mail this region holds for a shard, as its previous
+// home, to the next home.
+//
+// The rule (DESIGN §5, "hand-over, not carry"): the next home starts the
+// shard only once this mail is in, or this region is known dead (gone
+// from its view, or Down). No wait is bounded by time, since a partition
+// or a coordinator failover can outlast any bound, and mail let through
+// after the bound arrives behind newer mail (simulator seeds 25052, 34107).
+// So that a wait without bound ends:
+//   - the HandOver is re-sent each tick until its receiver acknowledges it
+//     (ShardStarted with its Seq) or leaves the view: a broken link loses
+//     it, the heal brings it;
+//   - the receiver takes each (sender, Seq) once and acknowledges every
+//     copy, whatever it has done with the shard since;
+//   - a region that owes a hand-over and knows no next home asks the
+//     coordinator for it each tick, even with nothing buffered;
+//   - along a chain a → b → c, b handed off before a's mail came sends its
+//     own only once a's is in (see setHome), so c's wait for b lasts as
+//     long as b's for a, and each ends when its sender's mail arrives or
+//     its sender is known dead.
+func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home string, msgs []protocol.Deliver) {
+	c.handOverSeq++
+	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
+	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent})
 }
 
 // drain releases a shard's buffered messages, in arrival order.
@@ -838,21 +884,28 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 // here. a's mail is older than b's, which b held since its fence at a,
 // and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
+	e := c.entry(m.Shard)
+	if m.From != c.cfg.self {
+		// Its sender may leave now, and stops re-sending: the mail is here.
+		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self, Seq: m.Seq}})
+		if m.Seq != 0 && m.Seq <= e.handedSeq[m.From] {
+			return // a copy re-sent before our acknowledgement reached it
+		}
+		if e.handedSeq == nil {
+			e.handedSeq = make(map[string]uint64)
+		}
+		e.handedSeq[m.From] = m.Seq
+	}
 	front := make([]pending[C], 0, len(m.Msgs))
 	for _, d := range m.Msgs {
 		if p, ok := c.fromDeliver(d); ok {
 			front = append(front, p)
 		}
 	}
-	e := c.entry(m.Shard)
 	if len(front) > 0 {
 		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
 		e.handedFront += len(front)
 		c.buffered += len(front)
-	}
-	if m.From != c.cfg.self {
-		// Its sender may leave now: the mail is here.
-		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
 	}
 	switch {
 	case e.awaiting == m.From:
