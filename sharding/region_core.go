@@ -85,6 +85,9 @@ type regionShard[C any, S comparable] struct {
 	// expired) while this region's view still lists it, so the wait is
 	// bounded by waitTicks; a named one is not (see handOver).
 	guessed bool
+	// relays tell awaiting of HandOvers from homes before it that came
+	// here instead (see handedOver), re-sent each tick until it hands over.
+	relays []protocol.HandOver
 	// handedSeq is, per sender, the Seq of the last HandOver taken for
 	// the shard: a re-sent one is acknowledged again and dropped.
 	handedSeq map[string]uint64
@@ -394,7 +397,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		}
 		e := c.entry(m.Shard)
 		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn[m.From] && c.isLive(m.From) {
-			e.awaiting, e.guessed, e.waited = m.From, false, 0
+			e.awaiting, e.guessed, e.waited, e.relays = m.From, false, 0, nil
 		}
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		c.setHome(m.Shard, c.cfg.self)
@@ -648,8 +651,14 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 // handOver): the link it took may have broken.
 func (c *regionCore[C, S]) resendHandOvers() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-		if e := c.shards[id]; e.handOverTo != "" {
+		e := c.shards[id]
+		if e.handOverTo != "" {
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent})
+		}
+		if e.awaiting != "" {
+			for _, r := range e.relays {
+				c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
+			}
 		}
 	}
 }
@@ -706,7 +715,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	}
 	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
-		e.awaiting, e.guessed, e.waited = prev, true, 0
+		e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
 	}
 	c.setHome(shardID, home)
 }
@@ -885,9 +894,14 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 // and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	e := c.entry(m.Shard)
+	if m.Relayed && m.From == c.cfg.self {
+		return
+	}
 	if m.From != c.cfg.self {
-		// Its sender may leave now, and stops re-sending: the mail is here.
-		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self, Seq: m.Seq}})
+		if !m.Relayed {
+			// Its sender may leave now, and stops re-sending: the mail is here.
+			c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self, Seq: m.Seq}})
+		}
 		if m.Seq != 0 && m.Seq <= e.handedSeq[m.From] {
 			return // a copy re-sent before our acknowledgement reached it
 		}
@@ -909,11 +923,18 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	}
 	switch {
 	case e.awaiting == m.From:
-		e.awaiting = ""
+		e.awaiting, e.relays = "", nil
 		c.setHome(m.Shard, e.home)
 	case e.awaiting != "":
 		// Another region's (an empty one, or mail older than the awaited
-		// mail): it waits in the buffer, ahead of the awaited mail.
+		// mail): it waits in the buffer, ahead of the awaited mail. The
+		// awaited region, handed off before the mail it awaits came, may
+		// wait for this very mail, which came here instead: it learns
+		// that it came, until it hands over (seed 13543: the chain
+		// n1 → n2 → n3 → n5 waited for ever once n2's mail went to n5).
+		r := protocol.HandOver{Shard: m.Shard, From: m.From, Seq: m.Seq, Relayed: true}
+		e.relays = append(e.relays, r)
+		c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
 	case len(front) == 0 && e.hosted:
 		// An empty hand-over after the shard started here: nothing to do.
 	case e.hosted || e.home != "" && !e.handingOff:

@@ -98,10 +98,13 @@ type (
 	// order, sent straight to the new home over the link its forwards take
 	// (Akka drops these messages, akka/akka#30957). Its sender re-sends it
 	// until acknowledged (ShardStarted with Seq); Seq, increasing per
-	// sender, lets the receiver take each one once.
+	// sender, lets the receiver take each one once. Relayed: not From's
+	// mail but news that it reached a later home, sent to the home that
+	// home waits for (an empty HandOver from From to it, unacknowledged).
 	HandOver struct {
 		Shard, From string
 		Seq         uint64
+		Relayed     bool
 		Msgs        []Deliver
 	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
