@@ -85,6 +85,11 @@ type regionShard[C any, S comparable] struct {
 	// expired) while this region's view still lists it, so the wait is
 	// bounded by waitTicks; a named one is not (see handOver).
 	guessed bool
+	// then is the home awaited once awaiting has handed over, when the
+	// shard came back here meanwhile; its mail goes behind the first
+	// thenAt messages of buffer.
+	then   string
+	thenAt int
 	// relays tell awaiting of HandOvers from homes before it that came
 	// here instead (see handedOver), re-sent each tick until it hands over.
 	relays []protocol.HandOver
@@ -396,7 +401,16 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn[m.From] && c.isLive(m.From) {
+		switch {
+		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From):
+		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
+			// The shard comes back while this region still waits for the
+			// mail of a home before it, and From, which had it since,
+			// waits for ours (seed 3230: each waited for the other). That
+			// mail and what this region holds now are older than From's:
+			// From is awaited next, and told to hand over (see setHome).
+			e.then, e.thenAt = m.From, len(e.buffer)
+		default:
 			e.awaiting, e.guessed, e.waited, e.relays = m.From, false, 0, nil
 		}
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
@@ -744,7 +758,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			return
 		}
 		// Moved on before the hand-over came: it follows the shard.
-		e.awaiting, e.handedIn = "", nil
+		e.awaiting, e.handedIn, e.then = "", nil, ""
 	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home == "" { // stopped shard: ask again if anything waits for it
@@ -774,6 +788,17 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// hand-over, which would otherwise reach it stopped.
 		e.owesHandOver = false
 		c.handOver(shardID, e, home, nil)
+	}
+	if home == c.cfg.self && e.awaiting == "" && e.then != "" && !e.hosted {
+		// The home before is in; the one after waits for ours, which is
+		// now this region's own.
+		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, "", false, 0, nil
+		e.handedFront = min(e.thenAt, len(e.buffer))
+		if c.isLive(e.awaiting) {
+			c.handOver(shardID, e, e.awaiting, nil)
+		} else {
+			e.awaiting = ""
+		}
 	}
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
@@ -917,6 +942,9 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		}
 	}
 	if len(front) > 0 {
+		if e.then != "" && e.handedFront <= e.thenAt {
+			e.thenAt += len(front)
+		}
 		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
 		e.handedFront += len(front)
 		c.buffered += len(front)
