@@ -40,7 +40,10 @@ type regionCore[C any, S comparable] struct {
 	idleTick            uint64
 	// leaveWaited counts the ticks a leaving region has waited for its
 	// buffer to go on; past 2×waitTicks it leaves without (the shards may
-	// have nowhere to go: the last region of the type leaves). It starts
+	// have nowhere to go: the last region of the type leaves). It counts
+	// only while no other node may host the coordinator: one that may is a
+	// region the buffer goes to once a partition heals, which can outlast
+	// any bound (strict seed 13624: gave up 1 s before the heal). It starts
 	// again when the coordinator places a shard the region buffers for
 	// anew (see pushedHome).
 	leaveWaited uint64
@@ -616,7 +619,7 @@ func (c *regionCore[C, S]) tick() {
 	}
 	c.giveUpWaiting()
 	c.resendHandOvers()
-	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 {
+	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && (c.oldest == "" || c.oldest == c.cfg.self) {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
 			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
 			c.checkLeft()
