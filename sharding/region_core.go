@@ -423,7 +423,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.handedOver(m)
 	case protocol.ShardStarted:
 		// The node this region handed a shard's mail to has it.
-		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region && e.sent.Seq == m.Seq {
+		// Seq 0: from a node that does not number them; it acknowledges the last.
+		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region && (m.Seq == 0 || e.sent.Seq == m.Seq) {
 			e.handOverTo, e.sent = "", protocol.HandOver{}
 			c.checkLeft()
 		}
@@ -611,8 +612,7 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && e.awaiting == "" && (len(e.buffer) > 0 || e.owesHandOver && e.home == "") &&
-				(e.home == "" || e.handingOff) {
+			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
 				c.askHome(id, e)
 			}
 		}
@@ -844,8 +844,6 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 //     it, the heal brings it;
 //   - the receiver takes each (sender, Seq) once and acknowledges every
 //     copy, whatever it has done with the shard since;
-//   - a region that owes a hand-over and knows no next home asks the
-//     coordinator for it each tick, even with nothing buffered;
 //   - along a chain a → b → c, b handed off before a's mail came sends its
 //     own only once a's is in (see setHome), so c's wait for b lasts as
 //     long as b's for a, and each ends when its sender's mail arrives or
