@@ -32,8 +32,8 @@ type coordinatorCore struct {
 	// each HostShard sent: a home that asks for its own shard lost the
 	// HostShard, and gets it again rather than a ShardHome, which would
 	// not tell it to wait for From's mail (simulator seed 19803).
-	starting map[string]string
-	announced    bool                // ShardHomes sent to every member once, at start
+	starting  map[string]string
+	announced bool // ShardHomes sent to every member once, at start
 	// Hand-offs wait until every member's region has registered (see
 	// allRegistered): later are the shards to hand off meanwhile, to stop
 	// (true: StopShards) or to move; gone the regions that reported

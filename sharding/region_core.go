@@ -93,6 +93,11 @@ type regionShard[C any, S comparable] struct {
 	// thenAt messages of buffer.
 	then   string
 	thenAt int
+	// hostFrom is the From of the last HostShard, until the shard is
+	// handed off from here: the coordinator sends it again to a home that
+	// asks (its HostShard may have been lost), and one that came after
+	// From's mail is no reason to wait for it again (strict seed 9306).
+	hostFrom string
 	// relays tell awaiting of HandOvers from homes before it that came
 	// here instead (see handedOver), re-sent each tick until it hands over.
 	relays []protocol.HandOver
@@ -230,7 +235,7 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo == "" && len(e.buffer) == 0 && !c.stopped {
 		return e
 	}
 	return nil
@@ -270,7 +275,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 {
+	if e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo == "" && len(e.buffer) == 0 {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -404,8 +409,10 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
+		repeat := m.From != "" && m.From == e.hostFrom
+		e.hostFrom = m.From
 		switch {
-		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From):
+		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
 		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
 			// The shard comes back while this region still waits for the
 			// mail of a home before it, and From, which had it since,
@@ -425,8 +432,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// The node this region handed a shard's mail to has it.
 		// Seq 0: from a node that does not number them; it acknowledges the last.
 		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region && (m.Seq == 0 || e.sent.Seq == m.Seq) {
-			e.handOverTo, e.sent = "", protocol.HandOver{}
-			c.checkLeft()
+			c.handedOverTo(m.Shard, e)
 		}
 	case protocol.BeginHandOff:
 		if !c.fresh(m.Epoch) {
@@ -520,7 +526,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
+	e.home, e.handOver, e.doneEpoch, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, ""
 	e.owesHandOver = true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
@@ -572,7 +578,7 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
 		if e.handOverTo != "" && !c.live[e.handOverTo] {
-			e.handOverTo = ""
+			c.handedOverTo(id, e)
 		}
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
@@ -854,8 +860,24 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent})
 }
 
-// drain releases a shard's buffered messages, in arrival order.
+// handedOverTo ends the wait for the acknowledgement of a hand-over: what
+// this region buffered meanwhile may go on.
+func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
+	e.handOverTo, e.sent = "", protocol.HandOver{}
+	if e.home != "" && !e.handingOff && e.awaiting == "" {
+		c.drain(shardID, e)
+	}
+	c.checkLeft()
+}
+
+// drain releases a shard's buffered messages, in arrival order; not while
+// the mail this region handed over is unacknowledged: re-sent, it would
+// arrive behind them (simulator seed 15640: a forward after the heal
+// overtook the HandOver the partition lost).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
+	if e.handOverTo != "" && !e.hosted {
+		return
+	}
 	buf := e.buffer
 	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
@@ -876,7 +898,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch = none, false, "", false, e.stopEpoch
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, "", false, e.stopEpoch, ""
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
