@@ -41,9 +41,9 @@ type regionCore[C any, S comparable] struct {
 	// leaveWaited counts the ticks a leaving region has waited for its
 	// buffer to go on; past 2×waitTicks it leaves without (the shards may
 	// have nowhere to go: the last region of the type leaves). It counts
-	// only while no other node may host the coordinator: one that may is a
-	// region the buffer goes to once a partition heals, which can outlast
-	// any bound (strict seed 13624: gave up 1 s before the heal). It starts
+	// only while no other node is in the view (see alone): another may be
+	// a region the buffer goes to once a partition heals, which can
+	// outlast any bound (strict seeds 13624, 323: gave up before it). It starts
 	// again when the coordinator places a shard the region buffers for
 	// anew (see pushedHome).
 	leaveWaited uint64
@@ -625,7 +625,7 @@ func (c *regionCore[C, S]) tick() {
 	}
 	c.giveUpWaiting()
 	c.resendHandOvers()
-	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && (c.oldest == "" || c.oldest == c.cfg.self) {
+	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
 			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
 			c.checkLeft()
@@ -821,6 +821,13 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// the next home stays so: it goes there as a hand-over.
 			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard_id", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
+			if c.leaving && !c.stopped {
+				// The coordinator may not know that we leave: our
+				// GracefulShutdownReq may have been lost with a broken link
+				// (simulator seeds 22010, 13946: placed here for ever).
+				// It takes a repeated one as the first.
+				c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
+			}
 			return
 		}
 		e.hosted, e.handedIn, e.handOffTold = true, nil, false
@@ -1103,6 +1110,17 @@ func (c *regionCore[C, S]) terminate() {
 		e.buffer, e.handedFront = nil, 0
 	}
 	c.buffered = 0
+}
+
+// alone reports whether the membership view lists no other node than
+// this region's, Down ones aside.
+func (c *regionCore[C, S]) alone() bool {
+	for n := range c.live {
+		if n != c.cfg.self {
+			return false
+		}
+	}
+	return true
 }
 
 // isLive reports whether node is in the membership view.
