@@ -848,19 +848,28 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 //
 // The rule (DESIGN §5, "hand-over, not carry"): the next home starts the
 // shard only once this mail is in, or this region is known dead (gone
-// from its view, or Down). No wait is bounded by time, since a partition
-// or a coordinator failover can outlast any bound, and mail let through
-// after the bound arrives behind newer mail (simulator seeds 25052, 34107).
-// So that a wait without bound ends:
+// from its view, or Down). A wait that a HostShard names is not bounded
+// by time, since a partition or a coordinator failover can outlast any
+// bound, and mail let through after the bound arrives behind newer mail
+// (simulator seeds 25052, 34107). So that such a wait ends:
 //   - the HandOver is re-sent each tick until its receiver acknowledges it
 //     (ShardStarted with its Seq) or leaves the view: a broken link loses
-//     it, the heal brings it;
+//     it, the heal brings it. Until then this region holds what it routes
+//     for the shard, which would otherwise overtake a re-sent copy;
 //   - the receiver takes each (sender, Seq) once and acknowledges every
 //     copy, whatever it has done with the shard since;
 //   - along a chain a → b → c, b handed off before a's mail came sends its
 //     own only once a's is in (see setHome), so c's wait for b lasts as
-//     long as b's for a, and each ends when its sender's mail arrives or
-//     its sender is known dead.
+//     long as b's for a. When a's mail goes to c instead, c tells b
+//     (a relayed HandOver, see handedOver), and b's wait ends;
+//   - a shard back at a region that still waits for an older home awaits
+//     the home it came from next (then), and tells it to hand over;
+//   - the coordinator sends the HostShard again, From and all, to a home
+//     that asks for its own shard before it reported ShardStarted.
+//
+// A wait this region guesses (pushedHome: told it is the home without a
+// HostShard) stays bounded by waitTicks: the coordinator may have placed
+// the shard here because the guessed home is dead to it.
 func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home string, msgs []protocol.Deliver) {
 	c.handOverSeq++
 	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
