@@ -235,7 +235,7 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo == "" && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 && !c.stopped {
 		return e
 	}
 	return nil
@@ -275,7 +275,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo == "" && len(e.buffer) == 0 {
+	if e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -886,12 +886,15 @@ func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
 	c.checkLeft()
 }
 
-// drain releases a shard's buffered messages, in arrival order; not while
-// the mail this region handed over is unacknowledged: re-sent, it would
-// arrive behind them (simulator seed 15640: a forward after the heal
-// overtook the HandOver the partition lost).
+// drain releases a shard's buffered messages, in arrival order; not to
+// the home the mail this region handed over went to while that mail is
+// unacknowledged: re-sent, it would arrive behind them (simulator seed
+// 15640: a forward after the heal overtook the HandOver the partition
+// lost). A later home takes them: it waits for that home's mail, which
+// goes ahead of them, or that home is dead to the coordinator (strict
+// seed 3295: held for ever for a crashed home its view still listed).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
-	if e.handOverTo != "" && !e.hosted {
+	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
 		return
 	}
 	buf := e.buffer
