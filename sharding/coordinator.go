@@ -28,7 +28,12 @@ type coordinatorCore struct {
 	leaving      map[string]bool     // regions that asked for a graceful shutdown
 	waitingHomes map[string]bool     // shards asked for before enough regions registered
 	handOverFrom map[string]string   // shard → the region that holds mail for its next home
-	announced    bool                // ShardHomes sent to every member once, at start
+	// starting holds, until its home reports ShardStarted, the From of
+	// each HostShard sent: a home that asks for its own shard lost the
+	// HostShard, and gets it again rather than a ShardHome, which would
+	// not tell it to wait for From's mail (simulator seed 19803).
+	starting  map[string]string
+	announced bool // ShardHomes sent to every member once, at start
 	// Hand-offs wait until every member's region has registered (see
 	// allRegistered): later are the shards to hand off meanwhile, to stop
 	// (true: StopShards) or to move; gone the regions that reported
@@ -73,6 +78,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
 		handOverFrom: make(map[string]string), later: make(map[string]bool), gone: make(map[string]bool),
+		starting: make(map[string]string),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		c.place(shard, shards[shard])
@@ -109,6 +115,7 @@ func (c *coordinatorCore) unplace(shard string) {
 		return
 	}
 	delete(c.shards, shard)
+	delete(c.starting, shard)
 	list := slices.DeleteFunc(c.byRegion[region], func(s string) bool { return s == shard })
 	if len(list) == 0 {
 		delete(c.byRegion, region)
@@ -180,6 +187,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, nil
 		}
 		if region, ok := c.shards[m.Shard]; ok {
+			if from, starting := c.starting[m.Shard]; starting && region == m.Region {
+				return nil, []outbound{{to: m.Region, msg: protocol.HostShard{Shard: m.Shard, From: from, Epoch: c.epoch}}}
+			}
 			return nil, []outbound{{to: m.Region, msg: protocol.ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
 		}
 		if _, named := c.handOverFrom[m.Shard]; m.HandOver && !named {
@@ -193,6 +203,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return c.allocate(m.Region, m.Shard)
 	case protocol.ShardStarted:
+		if c.shards[m.Shard] == m.Region {
+			delete(c.starting, m.Shard)
+		}
 		return nil, nil
 	case protocol.BeginHandOffAck:
 		if h := c.handoffs[m.Shard]; h != nil {
@@ -392,6 +405,7 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	from := c.handOverFrom[shard]
 	out := []outbound{{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
 	delete(c.handOverFrom, shard)
+	c.starting[shard] = from
 	home := protocol.ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
 	out = append(out, c.broadcast(home)...)
 	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {

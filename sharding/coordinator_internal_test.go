@@ -129,6 +129,35 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	}
 }
 
+// A new home that asks for its own shard before it reported ShardStarted
+// lost its HostShard: it gets it again, From and all, not a ShardHome,
+// which would have it start at once, ahead of the previous home's mail
+// (simulator seed 19803).
+func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
+	c := newTestCore(1)
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.GracefulShutdownReq{Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	_, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	host, ok := out[0].msg.(protocol.HostShard)
+	if !ok || host.From != "a" || out[0].to != "b" {
+		t.Fatalf("first message %#v to %s, want HostShard from a to b", out[0].msg, out[0].to)
+	}
+	home := out[0].to
+	_, out = c.step(protocol.GetShardHome{Shard: "s1", Region: home})
+	if len(out) != 1 || out[0].msg != (protocol.HostShard{Shard: "s1", From: "a", Epoch: host.Epoch}) {
+		t.Fatalf("answered %v, want the HostShard again", sent(out))
+	}
+	c.step(protocol.ShardStarted{Shard: "s1", Region: home})
+	_, out = c.step(protocol.GetShardHome{Shard: "s1", Region: home})
+	if got := sent(out); !slices.Equal(got, []string{home + ": ShardHome s1@" + home}) {
+		t.Fatalf("answered %v after ShardStarted, want its home", got)
+	}
+}
+
 // A predecessor's hand-off stopped the shard after the fences of its
 // own; regions this coordinator told the home to since (its ShardHomes)
 // may have forwarded past them. So the new coordinator hands the shard off

@@ -75,8 +75,8 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	if idle := settings.PassivateIdleAfter; idle > 0 {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
-	// A hand-over or fence lost with a broken link is waited for as long
-	// as a hand-off may take.
+	// A fence lost with a broken link, or a hand-over the region only
+	// guesses it awaits, is waited for as long as a hand-off may take.
 	cfg.waitTicks = uint64((settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
 	r.core.init(cfg)
 	return r

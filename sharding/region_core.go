@@ -40,10 +40,15 @@ type regionCore[C any, S comparable] struct {
 	idleTick            uint64
 	// leaveWaited counts the ticks a leaving region has waited for its
 	// buffer to go on; past 2×waitTicks it leaves without (the shards may
-	// have nowhere to go: the last region of the type leaves). It starts
+	// have nowhere to go: the last region of the type leaves). It counts
+	// only while no other node is in the view (see alone): another may be
+	// a region the buffer goes to once a partition heals, which can
+	// outlast any bound (strict seeds 13624, 323: gave up before it). It starts
 	// again when the coordinator places a shard the region buffers for
 	// anew (see pushedHome).
 	leaveWaited uint64
+	// handOverSeq numbers the HandOvers this region sends (see handOver).
+	handOverSeq uint64
 
 	out []regionEffect[C, S]
 }
@@ -55,8 +60,9 @@ type regionCoreConfig struct {
 	bufferSize   int    // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
-	// waitTicks bounds, in ticks, how long a shard waits for a hand-over
-	// or for fences that may have been lost with a broken link; 0 for no bound.
+	// waitTicks bounds, in ticks, how long a shard waits for fences that
+	// may have been lost with a broken link; 0 for no bound. A hand-over is
+	// not bounded: it is re-sent until acknowledged (see handOver).
 	waitTicks uint64
 }
 
@@ -76,6 +82,28 @@ type regionShard[C any, S comparable] struct {
 	// whose HandOver came before the HostShard.
 	awaiting string
 	handedIn map[string]bool
+	// guessed: the wait for awaiting is this region's guess, without a
+	// HostShard naming it (see pushedHome). The coordinator may have
+	// placed the shard here because that home is dead to it (its lease
+	// expired) while this region's view still lists it, so the wait is
+	// bounded by waitTicks; a named one is not (see handOver).
+	guessed bool
+	// then is the home awaited once awaiting has handed over, when the
+	// shard came back here meanwhile; its mail goes behind the first
+	// thenAt messages of buffer.
+	then   string
+	thenAt int
+	// hostFrom is the From of the last HostShard, until the shard is
+	// handed off from here: the coordinator sends it again to a home that
+	// asks (its HostShard may have been lost), and one that came after
+	// From's mail is no reason to wait for it again (strict seed 9306).
+	hostFrom string
+	// relays tell awaiting of HandOvers from homes before it that came
+	// here instead (see handedOver), re-sent each tick until it hands over.
+	relays []protocol.HandOver
+	// handedSeq is, per sender, the Seq of the last HandOver taken for
+	// the shard: a re-sent one is acknowledged again and dropped.
+	handedSeq map[string]uint64
 	// handedFront counts the messages at the front of buffer that came in
 	// HandOvers, in the order they came: the next one goes behind them,
 	// ahead of the region's own.
@@ -89,7 +117,9 @@ type regionShard[C any, S comparable] struct {
 	// handOverTo is the node this region sent the shard's mail to, until
 	// that node acknowledges it (ShardStarted): a leaving region stays
 	// until then, so that it never leaves the view ahead of its mail.
+	// sent is that HandOver, re-sent each tick until then.
 	handOverTo string
+	sent       protocol.HandOver
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
@@ -205,7 +235,7 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 && !c.stopped {
 		return e
 	}
 	return nil
@@ -245,7 +275,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && e.awaiting == "" && len(e.buffer) == 0 {
+	if e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -379,8 +409,19 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		if m.From != "" && m.From != c.cfg.self && !e.hosted && !e.handedIn[m.From] && c.isLive(m.From) {
-			e.awaiting, e.waited = m.From, 0
+		repeat := m.From != "" && m.From == e.hostFrom
+		e.hostFrom = m.From
+		switch {
+		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
+		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
+			// The shard comes back while this region still waits for the
+			// mail of a home before it, and From, which had it since,
+			// waits for ours (seed 3230: each waited for the other). That
+			// mail and what this region holds now are older than From's:
+			// From is awaited next, and told to hand over (see setHome).
+			e.then, e.thenAt = m.From, len(e.buffer)
+		default:
+			e.awaiting, e.guessed, e.waited, e.relays = m.From, false, 0, nil
 		}
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		c.setHome(m.Shard, c.cfg.self)
@@ -389,9 +430,9 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.handedOver(m)
 	case protocol.ShardStarted:
 		// The node this region handed a shard's mail to has it.
-		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region {
-			e.handOverTo = ""
-			c.checkLeft()
+		// Seq 0: from a node that does not number them; it acknowledges the last.
+		if e := c.shards[m.Shard]; e != nil && e.handOverTo == m.Region && (m.Seq == 0 || e.sent.Seq == m.Seq) {
+			c.handedOverTo(m.Shard, e)
 		}
 	case protocol.BeginHandOff:
 		if !c.fresh(m.Epoch) {
@@ -485,7 +526,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver, e.doneEpoch = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch
+	e.home, e.handOver, e.doneEpoch, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, ""
 	e.owesHandOver = true
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
@@ -537,7 +578,7 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
 		if e.handOverTo != "" && !c.live[e.handOverTo] {
-			e.handOverTo = ""
+			c.handedOverTo(id, e)
 		}
 		if e.awaiting != "" && !c.live[e.awaiting] {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
@@ -583,7 +624,8 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.giveUpWaiting()
-	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 {
+	c.resendHandOvers()
+	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
 			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
 			c.checkLeft()
@@ -599,27 +641,23 @@ func (c *regionCore[C, S]) tick() {
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
 }
 
-// giveUpWaiting ages the waits for hand-overs and fences, and ends those
-// past waitTicks: a link that broke may have lost what they wait for, and
-// a shard that waits for ever is lost too.
+// giveUpWaiting ages the waits for fences and guessed hand-overs, and ends
+// those past waitTicks: a link that broke may have lost the fences, and a
+// shard that waits for ever is lost too. A fence is not re-sent: what it
+// follows is lost with it.
 func (c *regionCore[C, S]) giveUpWaiting() {
 	if c.cfg.waitTicks == 0 {
 		return
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if e.awaiting == "" && !e.stopping && e.handOverTo == "" {
+		if !e.stopping && (e.awaiting == "" || !e.guessed) {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
 		}
-		if e.handOverTo != "" {
-			c.notef(slog.LevelWarn, "sharding: hand-over not acknowledged in time", "shard_id", id, "to", e.handOverTo)
-			e.handOverTo = ""
-			c.checkLeft()
-		}
-		if e.awaiting != "" {
+		if e.awaiting != "" && e.guessed {
 			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
@@ -628,6 +666,22 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
 			e.stopWaits = nil
 			c.maybeStop(id, e)
+		}
+	}
+}
+
+// resendHandOvers sends again each HandOver not yet acknowledged (see
+// handOver): the link it took may have broken.
+func (c *regionCore[C, S]) resendHandOvers() {
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		if e.handOverTo != "" {
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent})
+		}
+		if e.awaiting != "" {
+			for _, r := range e.relays {
+				c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
+			}
 		}
 	}
 }
@@ -684,7 +738,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	}
 	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
-		e.awaiting, e.waited = prev, 0
+		e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
 	}
 	c.setHome(shardID, home)
 }
@@ -713,7 +767,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			return
 		}
 		// Moved on before the hand-over came: it follows the shard.
-		e.awaiting, e.handedIn = "", nil
+		e.awaiting, e.handedIn, e.then = "", nil, ""
 	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home == "" { // stopped shard: ask again if anything waits for it
@@ -733,8 +787,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		}
 		c.buffered -= len(e.buffer)
 		e.buffer, e.handedFront = nil, 0
-		e.handOverTo, e.waited = home, 0
-		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self, Msgs: msgs}})
+		c.handOver(shardID, e, home, msgs)
 		return
 	}
 	if e.owesHandOver && home != c.cfg.self {
@@ -743,8 +796,18 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// leaving region waits for its acknowledgement as for any other
 		// hand-over, which would otherwise reach it stopped.
 		e.owesHandOver = false
-		e.handOverTo, e.waited = home, 0
-		c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: protocol.HandOver{Shard: shardID, From: c.cfg.self}})
+		c.handOver(shardID, e, home, nil)
+	}
+	if home == c.cfg.self && e.awaiting == "" && e.then != "" && !e.hosted {
+		// The home before is in; the one after waits for ours, which is
+		// now this region's own.
+		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, "", false, 0, nil
+		e.handedFront = min(e.thenAt, len(e.buffer))
+		if c.isLive(e.awaiting) {
+			c.handOver(shardID, e, e.awaiting, nil)
+		} else {
+			e.awaiting = ""
+		}
 	}
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
@@ -758,6 +821,13 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// the next home stays so: it goes there as a hand-over.
 			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard_id", shardID)
 			e.home, e.requested = "", true // the retry tick asks again
+			if c.leaving && !c.stopped {
+				// The coordinator may not know that we leave: our
+				// GracefulShutdownReq may have been lost with a broken link
+				// (simulator seeds 22010, 13946: placed here for ever).
+				// It takes a repeated one as the first.
+				c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
+			}
 			return
 		}
 		e.hosted, e.handedIn, e.handOffTold = true, nil, false
@@ -773,8 +843,60 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	c.drain(shardID, e)
 }
 
-// drain releases a shard's buffered messages, in arrival order.
+// handOver sends the mail this region holds for a shard, as its previous
+// home, to the next home.
+//
+// The rule (DESIGN §5, "hand-over, not carry"): the next home starts the
+// shard only once this mail is in, or this region is known dead (gone
+// from its view, or Down). A wait that a HostShard names is not bounded
+// by time, since a partition or a coordinator failover can outlast any
+// bound, and mail let through after the bound arrives behind newer mail
+// (simulator seeds 25052, 34107). So that such a wait ends:
+//   - the HandOver is re-sent each tick until its receiver acknowledges it
+//     (ShardStarted with its Seq) or leaves the view: a broken link loses
+//     it, the heal brings it. Until then this region holds what it routes
+//     for the shard, which would otherwise overtake a re-sent copy;
+//   - the receiver takes each (sender, Seq) once and acknowledges every
+//     copy, whatever it has done with the shard since;
+//   - along a chain a → b → c, b handed off before a's mail came sends its
+//     own only once a's is in (see setHome), so c's wait for b lasts as
+//     long as b's for a. When a's mail goes to c instead, c tells b
+//     (a relayed HandOver, see handedOver), and b's wait ends;
+//   - a shard back at a region that still waits for an older home awaits
+//     the home it came from next (then), and tells it to hand over;
+//   - the coordinator sends the HostShard again, From and all, to a home
+//     that asks for its own shard before it reported ShardStarted.
+//
+// A wait this region guesses (pushedHome: told it is the home without a
+// HostShard) stays bounded by waitTicks: the coordinator may have placed
+// the shard here because the guessed home is dead to it.
+func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home string, msgs []protocol.Deliver) {
+	c.handOverSeq++
+	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
+	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent})
+}
+
+// handedOverTo ends the wait for the acknowledgement of a hand-over: what
+// this region buffered meanwhile may go on.
+func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
+	e.handOverTo, e.sent = "", protocol.HandOver{}
+	if e.home != "" && !e.handingOff && e.awaiting == "" {
+		c.drain(shardID, e)
+	}
+	c.checkLeft()
+}
+
+// drain releases a shard's buffered messages, in arrival order; not to
+// the home the mail this region handed over went to while that mail is
+// unacknowledged: re-sent, it would arrive behind them (simulator seed
+// 15640: a forward after the heal overtook the HandOver the partition
+// lost). A later home takes them: it waits for that home's mail, which
+// goes ahead of them, or that home is dead to the coordinator (strict
+// seed 3295: held for ever for a crashed home its view still listed).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
+	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
+		return
+	}
 	buf := e.buffer
 	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
@@ -795,7 +917,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch = none, false, "", false, e.stopEpoch
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, "", false, e.stopEpoch, ""
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
@@ -838,29 +960,51 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 // here. a's mail is older than b's, which b held since its fence at a,
 // and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
+	e := c.entry(m.Shard)
+	if m.Relayed && m.From == c.cfg.self {
+		return
+	}
+	if m.From != c.cfg.self {
+		if !m.Relayed {
+			// Its sender may leave now, and stops re-sending: the mail is here.
+			c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self, Seq: m.Seq}})
+		}
+		if m.Seq != 0 && m.Seq <= e.handedSeq[m.From] {
+			return // a copy re-sent before our acknowledgement reached it
+		}
+		if e.handedSeq == nil {
+			e.handedSeq = make(map[string]uint64)
+		}
+		e.handedSeq[m.From] = m.Seq
+	}
 	front := make([]pending[C], 0, len(m.Msgs))
 	for _, d := range m.Msgs {
 		if p, ok := c.fromDeliver(d); ok {
 			front = append(front, p)
 		}
 	}
-	e := c.entry(m.Shard)
 	if len(front) > 0 {
+		if e.then != "" && e.handedFront <= e.thenAt {
+			e.thenAt += len(front)
+		}
 		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
 		e.handedFront += len(front)
 		c.buffered += len(front)
 	}
-	if m.From != c.cfg.self {
-		// Its sender may leave now: the mail is here.
-		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self}})
-	}
 	switch {
 	case e.awaiting == m.From:
-		e.awaiting = ""
+		e.awaiting, e.relays = "", nil
 		c.setHome(m.Shard, e.home)
 	case e.awaiting != "":
 		// Another region's (an empty one, or mail older than the awaited
-		// mail): it waits in the buffer, ahead of the awaited mail.
+		// mail): it waits in the buffer, ahead of the awaited mail. The
+		// awaited region, handed off before the mail it awaits came, may
+		// wait for this very mail, which came here instead: it learns
+		// that it came, until it hands over (seed 13543: the chain
+		// n1 → n2 → n3 → n5 waited for ever once n2's mail went to n5).
+		r := protocol.HandOver{Shard: m.Shard, From: m.From, Seq: m.Seq, Relayed: true}
+		e.relays = append(e.relays, r)
+		c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
 	case len(front) == 0 && e.hosted:
 		// An empty hand-over after the shard started here: nothing to do.
 	case e.hosted || e.home != "" && !e.handingOff:
@@ -978,6 +1122,17 @@ func (c *regionCore[C, S]) terminate() {
 		e.buffer, e.handedFront = nil, 0
 	}
 	c.buffered = 0
+}
+
+// alone reports whether the membership view lists no other node than
+// this region's, Down ones aside.
+func (c *regionCore[C, S]) alone() bool {
+	for n := range c.live {
+		if n != c.cfg.self {
+			return false
+		}
+	}
+	return true
 }
 
 // isLive reports whether node is in the membership view.

@@ -39,12 +39,13 @@ import (
 //	  homes epoch=E [NODE=SHARD,SHARD...]...
 //	  home SHARD NODE epoch=E   (NODE "-": the shard has no home)
 //	  host SHARD epoch=E [from=NODE]
-//	  hand-over SHARD from=NODE [msgs=ENTITY:MSG,...]   (the previous home's mail)
+//	  hand-over SHARD from=NODE [seq=N] [relayed=B] [msgs=ENTITY:MSG,...]
+//	                     (the previous home's mail; relayed: news that it reached a later home)
 //	  begin-hand-off SHARD epoch=E
 //	  hand-off SHARD epoch=E [fences=NODE,...]
 //	  fence SHARD from=NODE
 //	  leave-ack epoch=E
-//	  started SHARD NODE   (NODE has the mail this region handed over)
+//	  started SHARD NODE [seq=N]   (NODE has the mail this region handed over; no seq: any)
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
 //	                     the local shard's entities all stopped
@@ -201,6 +202,18 @@ func (h *regionHarness) epoch(kv map[string]string) uint64 {
 	return e
 }
 
+// uint is an optional number argument: 0 when absent.
+func (h *regionHarness) uint(v string) uint64 {
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		h.fatalf("%q: %v", v, err)
+	}
+	return n
+}
+
 // message builds the protocol message of a recv command.
 func (h *regionHarness) message(name string, pos []string, kv map[string]string) Message {
 	need := func(n int) {
@@ -232,7 +245,7 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		for _, p := range h.pendings(pos[0], kv["msgs"]) {
 			ds = append(ds, p.deliver(pos[0]))
 		}
-		return protocol.HandOver{Shard: pos[0], From: kv["from"], Msgs: ds}
+		return protocol.HandOver{Shard: pos[0], From: kv["from"], Seq: h.uint(kv["seq"]), Relayed: kv["relayed"] == "true", Msgs: ds}
 	case "begin-hand-off":
 		need(1)
 		return protocol.BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
@@ -250,7 +263,7 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return protocol.LeaveAck{Epoch: h.epoch(kv)}
 	case "started":
 		need(2)
-		return protocol.ShardStarted{Shard: pos[0], Region: pos[1]}
+		return protocol.ShardStarted{Shard: pos[0], Region: pos[1], Seq: h.uint(kv["seq"])}
 	case "deliver":
 		need(3)
 		return protocol.Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
@@ -310,6 +323,9 @@ func fmtMessage(m Message) string {
 		}
 		return "GetShardHome " + m.Shard
 	case protocol.ShardStarted:
+		if m.Seq != 0 {
+			return fmt.Sprintf("ShardStarted %s (hand-over %d)", m.Shard, m.Seq)
+		}
 		return "ShardStarted " + m.Shard
 	case protocol.BeginHandOffAck:
 		if m.FencedAt != "" {
@@ -324,7 +340,10 @@ func fmtMessage(m Message) string {
 		}
 		return "ShardStopped " + m.Shard
 	case protocol.HandOver:
-		return fmt.Sprintf("HandOver %s: %s", m.Shard, fmtDelivers(m.Msgs))
+		if m.Relayed {
+			return fmt.Sprintf("HandOver %s of %s (%d) relayed", m.Shard, m.From, m.Seq)
+		}
+		return fmt.Sprintf("HandOver %s #%d: %s", m.Shard, m.Seq, fmtDelivers(m.Msgs))
 	case protocol.GracefulShutdownReq:
 		return "GracefulShutdownReq " + m.Region
 	case protocol.RegionStopped:

@@ -55,8 +55,13 @@ type (
 		Shard, From string
 		Epoch       uint64
 	}
-	// ShardStarted confirms HostShard.
-	ShardStarted struct{ Shard, Region string }
+	// ShardStarted confirms HostShard to the coordinator, and a HandOver
+	// to its sender: Seq is then the HandOver's, which its sender re-sends
+	// until this comes.
+	ShardStarted struct {
+		Shard, Region string
+		Seq           uint64
+	}
 	// BeginHandOff tells every region to stop routing to a shard and
 	// buffer its messages.
 	BeginHandOff struct {
@@ -91,9 +96,15 @@ type (
 	}
 	// HandOver is the mail a shard's previous home held for it, in arrival
 	// order, sent straight to the new home over the link its forwards take
-	// (Akka drops these messages, akka/akka#30957).
+	// (Akka drops these messages, akka/akka#30957). Its sender re-sends it
+	// until acknowledged (ShardStarted with Seq); Seq, increasing per
+	// sender, lets the receiver take each one once. Relayed: not From's
+	// mail but news that it reached a later home, sent to the home that
+	// home waits for (an empty HandOver from From to it, unacknowledged).
 	HandOver struct {
 		Shard, From string
+		Seq         uint64
+		Relayed     bool
 		Msgs        []Deliver
 	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
