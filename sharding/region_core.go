@@ -759,6 +759,9 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard_id", shardID)
 		e.handingOff, e.fences = false, nil
 	}
+	if home != "" && e.handOverTo != "" && e.handOverTo != home && !c.isLive(e.handOverTo) {
+		c.reclaimHandOver(e)
+	}
 	if home != c.cfg.self {
 		if e.handOver && e.awaiting != "" && home != "" {
 			// This region's mail for the shard follows the mail it
@@ -874,6 +877,23 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 	c.handOverSeq++
 	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
 	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent})
+}
+
+// reclaimHandOver takes back the mail of a hand-over whose receiver died
+// before acknowledging it, once the shard has a new home: held again, it
+// goes there ahead of anything buffered since (simulator seed 21972: sent
+// to a home that had crashed, re-sent to it for ever, while the new home
+// started without it).
+func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
+	front := make([]pending[C], 0, len(e.sent.Msgs))
+	for _, d := range e.sent.Msgs {
+		if p, ok := c.fromDeliver(d); ok {
+			front = append(front, p)
+		}
+	}
+	e.handOverTo, e.sent = "", protocol.HandOver{}
+	c.prepend(e, front)
+	e.handOver, e.owesHandOver = true, true
 }
 
 // handedOverTo ends the wait for the acknowledgement of a hand-over: what
