@@ -49,7 +49,8 @@ type coordinatorCore struct {
 
 // registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
 // wait for every member's region to register: a node that never starts
-// the type's region must not hold them up for ever.
+// the type's region must not hold them up for ever. Rounds while such a
+// member is unreachable do not count (see unregisteredUnreachable).
 const registrationWaitRounds = 3
 
 type handoff struct {
@@ -274,9 +275,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, c.startDeferred()
 	case rebalanceTick:
 		out = c.resendHandOffs()
-		if c.everyRegionRegistered() {
+		switch {
+		case c.everyRegionRegistered():
 			c.waitRounds = 0 // a later wait starts afresh
-		} else {
+		case !c.unregisteredUnreachable():
 			c.waitRounds++
 		}
 		if !c.allRegistered() {
@@ -453,6 +455,23 @@ func (c *coordinatorCore) everyRegionRegistered() bool {
 		}
 	}
 	return true
+}
+
+// unregisteredUnreachable reports whether a member whose region has not
+// registered here is unreachable but not Down. The wait for it is not
+// bounded (registrationWaitRounds bounds the wait for a reachable node
+// that never starts the region): it may be alive behind a partition, with
+// the homes it knew, and a hand-off around it would not fence it; it
+// forwards to the old home when the partition heals, maybe after that
+// node left (simulator seed 21900: a leaving coordinator handed its
+// shards off around a cut member and stopped before its forward came).
+func (c *coordinatorCore) unregisteredUnreachable() bool {
+	for name, m := range c.members {
+		if !m.Reachable && m.Status != allocation.Down && !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
+			return true
+		}
+	}
+	return false
 }
 
 // anyUnreachable reports whether a member is unreachable but not Down. A

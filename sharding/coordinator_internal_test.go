@@ -480,6 +480,25 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 		t.Fatalf("once c registered: %v, want c fenced", sent(out))
 	}
 
+	// The wait for it is not bounded by registrationWaitRounds while it
+	// is unreachable: it is over when c is Down (simulator seed 21900: a
+	// leaving coordinator handed off around c and stopped; c's forward
+	// after the heal was lost).
+	c = newTestCore(1)
+	c.step(membersChanged{members: []Member{up("a"), up("b"), cut}})
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.GracefulShutdownReq{Region: c.shards["s1"]})
+	for range registrationWaitRounds + 2 {
+		if _, out := c.step(rebalanceTick{}); begins(out) {
+			t.Fatalf("sent %v while c is unreachable and unregistered", sent(out))
+		}
+	}
+	if _, out := c.step(membersChanged{members: []Member{up("a"), up("b"), {Node: "c", Status: allocation.Down}}}); !begins(out) {
+		t.Fatalf("once c is Down: %v, want the hand-off begun", sent(out))
+	}
+
 	// Rebalancing waits while a member is unreachable, and resumes after.
 	c = newTestCore(1)
 	c.step(membersChanged{members: []Member{up("a"), up("b")}})
