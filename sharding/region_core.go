@@ -235,10 +235,17 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped {
 		return e
 	}
 	return nil
+}
+
+// direct reports whether a message for the shard goes straight to its
+// home: the home is known, and no hand-off, awaited hand-over, hand-over
+// to that home still unacknowledged, or buffered message must go first.
+func (e *regionShard[C, S]) direct() bool {
+	return e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0
 }
 
 // attach records the handle of a shard a regHost started.
@@ -275,7 +282,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0 {
+	if e.direct() {
 		if e.hosted {
 			return routeLocal, e
 		}
@@ -547,6 +554,18 @@ func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 		return pending[C]{}, false
 	}
 	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start}, true
+}
+
+// fromDelivers is the entity messages a HandOver carries, in order,
+// without those of the wrong type.
+func (c *regionCore[C, S]) fromDelivers(ds []protocol.Deliver) []pending[C] {
+	ps := make([]pending[C], 0, len(ds))
+	for _, d := range ds {
+		if p, ok := c.fromDeliver(d); ok {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // fresh reports whether a coordinator message's epoch is current, and
@@ -885,12 +904,7 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 // to a home that had crashed, re-sent to it for ever, while the new home
 // started without it).
 func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
-	front := make([]pending[C], 0, len(e.sent.Msgs))
-	for _, d := range e.sent.Msgs {
-		if p, ok := c.fromDeliver(d); ok {
-			front = append(front, p)
-		}
-	}
+	front := c.fromDelivers(e.sent.Msgs)
 	e.handOverTo, e.sent = "", protocol.HandOver{}
 	c.prepend(e, front)
 	e.handOver, e.owesHandOver = true, true
@@ -997,12 +1011,7 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		}
 		e.handedSeq[m.From] = m.Seq
 	}
-	front := make([]pending[C], 0, len(m.Msgs))
-	for _, d := range m.Msgs {
-		if p, ok := c.fromDeliver(d); ok {
-			front = append(front, p)
-		}
-	}
+	front := c.fromDelivers(m.Msgs)
 	if len(front) > 0 {
 		if e.then != "" && e.handedFront <= e.thenAt {
 			e.thenAt += len(front)
