@@ -17,8 +17,9 @@
 //     DeleteTo. The highest seq nr of a persistence id is the greater of this
 //     and its highest stored event, so it survives deletion.
 //   - snapshots: primary key (persistence_id, seq_nr).
-//   - coordinator_lease, shard_allocations (with the fencing epoch) and
-//     remembered_entities for sharding.
+//   - coordinator_lease, shard_allocations (with the fencing epoch),
+//     shard_mail_holders (the region holding mail for a shard without a
+//     home) and remembered_entities for sharding.
 //   - node_leases: one lease per node incarnation, with its expiry on the
 //     database's clock and whether it was downed (cluster/lease/postgres).
 package migrations

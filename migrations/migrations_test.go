@@ -54,7 +54,7 @@ func TestApplyIdempotent(t *testing.T) {
 	if v, err := migrations.Version(ctx, pool); err != nil || v != all[len(all)-1].Version {
 		t.Fatalf("Version = %d, %v; want %d", v, err, all[len(all)-1].Version)
 	}
-	for _, table := range []string{"event_journal", "event_journal_deleted", "snapshots", "coordinator_lease", "shard_allocations", "remembered_entities", "node_leases"} {
+	for _, table := range []string{"event_journal", "event_journal_deleted", "snapshots", "coordinator_lease", "shard_allocations", "remembered_entities", "node_leases", "shard_mail_holders"} {
 		var n int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
 			t.Errorf("table %s: %v", table, err)

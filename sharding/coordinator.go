@@ -34,6 +34,9 @@ type coordinatorCore struct {
 	// not tell it to wait for From's mail (simulator seed 19803).
 	starting  map[string]string
 	announced bool // ShardHomes sent to every member once, at start
+	// down are the members the view holds Down, sorted, as last told to
+	// every region (MembersDown).
+	down []string
 	// Hand-offs wait until every member's region has registered (see
 	// allRegistered): later are the shards to hand off meanwhile, to stop
 	// (true: StopShards) or to move; gone the regions that reported
@@ -64,6 +67,12 @@ type handoff struct {
 // change is a store write the runner makes before sending step's output.
 type change struct {
 	shard, region string // region "" deallocates
+	heldBy        string // with region "": the region holding the shard's mail
+}
+
+// stored is c as the store takes it.
+func (c change) stored() AllocationChange {
+	return AllocationChange{Shard: c.shard, Region: c.region, MailHeldBy: c.heldBy}
 }
 
 // outbound is one message to send.
@@ -72,7 +81,9 @@ type outbound struct {
 	msg Message
 }
 
-func newCoordinatorCore(self string, epoch uint64, shards map[string]string, strategy allocation.Strategy, minMembers int) *coordinatorCore {
+// newCoordinatorCore starts from what the store holds of each shard: its
+// home, or the region holding its mail.
+func newCoordinatorCore(self string, epoch uint64, shards map[string]Allocation, strategy allocation.Strategy, minMembers int) *coordinatorCore {
 	c := &coordinatorCore{
 		self: self, epoch: epoch, strategy: strategy, minMembers: max(minMembers, 1),
 		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
@@ -82,7 +93,12 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]string, str
 		starting: make(map[string]string),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
-		c.place(shard, shards[shard])
+		switch a := shards[shard]; {
+		case a.Region != "":
+			c.place(shard, a.Region)
+		case a.MailHeldBy != "":
+			c.handOverFrom[shard] = a.MailHeldBy
+		}
 	}
 	return c
 }
@@ -143,6 +159,21 @@ func (c *coordinatorCore) everyone() []string {
 	return all
 }
 
+// knownRegions is every region the coordinator knows of, sorted: everyone,
+// and the regions only named by what is stored, as homes or as holders of
+// mail.
+func (c *coordinatorCore) knownRegions() []string {
+	known := c.everyone()
+	for r := range c.byRegion {
+		known = append(known, r)
+	}
+	for _, r := range c.handOverFrom {
+		known = append(known, r)
+	}
+	slices.Sort(known)
+	return slices.Compact(known)
+}
+
 func (c *coordinatorCore) broadcast(msg Message) []outbound {
 	var out []outbound
 	for _, r := range c.everyone() {
@@ -195,14 +226,17 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		if _, named := c.handOverFrom[m.Shard]; m.HandOver && !named {
 			// A predecessor stopped the shard and did not place it: the
-			// new home waits for this region's mail all the same.
+			// new home waits for this region's mail all the same. Stored,
+			// should the shard stay without a home past this coordinator.
 			c.handOverFrom[m.Shard] = m.Region
+			changes = []change{{shard: m.Shard, heldBy: m.Region}}
 		}
 		if len(c.regions) < c.minMembers {
 			c.waitingHomes[m.Shard] = true
-			return nil, nil
+			return changes, nil
 		}
-		return c.allocate(m.Region, m.Shard)
+		ch, o := c.allocate(m.Region, m.Shard)
+		return append(changes, ch...), o
 	case protocol.ShardStarted:
 		if c.shards[m.Shard] == m.Region {
 			delete(c.starting, m.Shard)
@@ -238,10 +272,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		delete(c.handoffs, m.Shard)
 		c.unplace(m.Shard)
-		changes = append(changes, change{shard: m.Shard})
 		if m.Held {
 			c.handOverFrom[m.Shard] = m.Region
 		}
+		changes = append(changes, change{shard: m.Shard, heldBy: c.handOverFrom[m.Shard]})
 		if _, held := c.handOverFrom[m.Shard]; h.stop && !held {
 			return changes, append(c.broadcast(protocol.ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
 		}
@@ -305,16 +339,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		for _, mem := range m.members {
 			c.members[mem.Node] = mem
 		}
-		// Regions that are gone, registered or only named by stored
-		// allocations (a predecessor's regions that never re-registered).
-		candidates := c.everyone()
-		for r := range c.byRegion {
-			if !slices.Contains(candidates, r) {
-				candidates = append(candidates, r)
-			}
-		}
-		slices.Sort(candidates)
-		for _, r := range candidates {
+		// Regions that are gone, registered or only named by what is
+		// stored (a predecessor's regions that never re-registered).
+		for _, r := range c.knownRegions() {
 			if mem, ok := c.members[r]; !ok || mem.Status == allocation.Down {
 				ch, o := c.removeRegion(r)
 				changes, out = append(changes, ch...), append(out, o...)
@@ -323,6 +350,14 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		for r := range c.gone {
 			if _, ok := c.members[r]; !ok {
 				delete(c.gone, r)
+			}
+		}
+		if down := c.downMembers(); !slices.Equal(down, c.down) {
+			// Regions whose views lag, or keep a crashed node unreachable
+			// for long, would wait for its mail until they do not.
+			c.down = down
+			if len(down) > 0 {
+				out = append(out, c.broadcast(protocol.MembersDown{Nodes: down})...)
 			}
 		}
 		out = append(out, c.startDeferred()...)
@@ -353,12 +388,28 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 	return nil, nil
 }
 
-// welcome is what a region gets on registration: the ack and every known home.
+// welcome is what a region gets on registration: the ack, every known
+// home, and the members Down.
 func (c *coordinatorCore) welcome(region string) []outbound {
-	return []outbound{
+	out := []outbound{
 		{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
 		{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}},
 	}
+	if len(c.down) > 0 {
+		out = append(out, outbound{to: region, msg: protocol.MembersDown{Nodes: c.down}})
+	}
+	return out
+}
+
+// downMembers lists, sorted, the members the view holds Down.
+func (c *coordinatorCore) downMembers() []string {
+	var down []string
+	for _, name := range slices.Sorted(maps.Keys(c.members)) {
+		if c.members[name].Status == allocation.Down {
+			down = append(down, name)
+		}
+	}
+	return down
 }
 
 // homes is every allocation, region → shards, but for shards being handed
@@ -552,7 +603,12 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 	delete(c.regions, region)
 	delete(c.proxies, region)
 	delete(c.leaving, region)
-	maps.DeleteFunc(c.handOverFrom, func(_, from string) bool { return from == region }) // its mail is gone with it
+	for _, shard := range slices.Sorted(maps.Keys(c.handOverFrom)) {
+		if c.handOverFrom[shard] == region { // its mail is gone with it
+			delete(c.handOverFrom, shard)
+			changes = append(changes, change{shard: shard})
+		}
+	}
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.from == region {

@@ -15,7 +15,7 @@ import (
 // towards maxHeldSteps.
 func TestPipelineHoldsNoEmptyStep(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{"s1", "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
 	p.next()
 	for range 10 {
 		p.take(protocol.StopShards{Shards: []string{"s1"}}, nil, nil)

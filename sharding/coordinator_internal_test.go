@@ -42,6 +42,8 @@ func sent(out []outbound) []string {
 			name = "ShardHomes"
 		case protocol.LeaveAck:
 			name = "LeaveAck"
+		case protocol.MembersDown:
+			name = "MembersDown " + strings.Join(m.Nodes, ",")
 		default:
 			name = "?"
 		}
@@ -113,8 +115,9 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	}
 	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
 	// Stopped, not moved, but mail waits at a: it is allocated again at
-	// once, and the new home learns first that a holds its mail.
-	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
+	// once, and the new home learns first that a holds its mail. The
+	// deallocation names a, should the allocation not land.
+	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: "a"}) {
 		t.Fatalf("changes %v", changes)
 	}
 	if len(out) == 0 {
@@ -166,7 +169,7 @@ func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 // old home since reached the new home after their later messages).
 func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
-	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore("b", 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	c.step(protocol.Register{Region: "a"})
 	c.step(protocol.Register{Region: "b"})
 	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
@@ -186,7 +189,7 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
 	}
 	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
-	if len(changes) != 2 || changes[0] != (change{shard: "s1"}) {
+	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: "a"}) {
 		t.Fatalf("changes %v", changes)
 	}
 	if host, ok := out[0].msg.(protocol.HostShard); !ok || host.From != "a" {
@@ -262,7 +265,7 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 // A new coordinator announces itself once, to every member, with what it
 // knows: regions that registered with a predecessor see its newer epoch.
 func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
-	c := newCoordinatorCore("a", 3, map[string]string{"s1": "b"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore("a", 3, homed(map[string]string{"s1": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	// d is unreachable: it is not announced to (see the next test).
 	members := []Member{up("a"), up("b"), up("c"), {Node: "d", Status: allocation.Up}}
 	_, out := c.step(membersChanged{members: members})
@@ -336,7 +339,7 @@ func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 // pushed as deallocated, so that no region keeps forwarding to the dead
 // one; it is placed when a region registers.
 func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
-	c := newCoordinatorCore("a", 7, map[string]string{"s1": "z"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "z"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	c.step(protocol.RegisterProxy{Region: "p"}) // routes only: nothing can be placed
 	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "p", Status: allocation.Up, Reachable: true}}
 	changes, out := c.step(membersChanged{members: members})
@@ -524,7 +527,7 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 // and told where its shards went; the region holding a shard's mail is
 // told the new home even when it is not registered here.
 func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
-	c := newCoordinatorCore("b", 8, map[string]string{"s1": "a"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore("b", 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	c.step(protocol.Register{Region: "b"})
 	c.step(protocol.Register{Region: "c"})
 	_, out := c.step(protocol.GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
@@ -538,4 +541,99 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
 		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}
+}
+
+// The region holding a shard's mail is stored with the deallocation: a
+// coordinator cut off or replaced before it placed the shard leaves it to
+// its successor, which makes the next home wait for that mail (simulator
+// seed 17721: the successor placed the shard with no previous home, and
+// the mail, handed over after the partition healed, came after newer
+// mail). A region that asks with mail it holds is stored too; one that
+// leaves the view takes its mail with it, and the store forgets it.
+func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	c := newCoordinatorCore("a", 1, homed(map[string]string{"s1": "a"}), strategy, 3)
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	stopped, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	if len(stopped) == 0 || stopped[0] != (change{shard: "s1", heldBy: "a"}) {
+		t.Fatalf("changes %v; want s1 deallocated, held by a, first", stopped)
+	}
+	// Two regions of three minimum: s2 is placed nowhere yet.
+	asked, _ := c.step(protocol.GetShardHome{Shard: "s2", Region: "b", HandOver: true})
+	if !slices.Equal(asked, []change{{shard: "s2", heldBy: "b"}}) {
+		t.Fatalf("changes %v; want s2 held by b, the region that asked with its mail", asked)
+	}
+
+	// The successor reads what was stored, had the cut-off coordinator's
+	// allocation of s1 not landed.
+	stored := map[string]Allocation{}
+	for _, ch := range append(stopped[:1], asked...) {
+		applyChange(stored, ch.stored())
+	}
+	next := newCoordinatorCore("c", 2, stored, strategy, 1)
+	next.step(membersChanged{members: []Member{{Node: "a", Status: allocation.Up, Reachable: false}, {Node: "b", Status: allocation.Up, Reachable: true}, {Node: "c", Status: allocation.Up, Reachable: true}}})
+	next.step(protocol.Register{Region: "c"})
+	changes, out := next.step(protocol.GetShardHome{Shard: "s1", Region: "c"})
+	if len(out) == 0 {
+		t.Fatalf("nothing sent for s1")
+	}
+	if host, ok := out[0].msg.(protocol.HostShard); !ok || out[0].to != "c" || host.From != "a" {
+		t.Fatalf("first message %s %#v; want c told to host s1 once a's mail is in", out[0].to, out[0].msg)
+	}
+	if !slices.Equal(changes, []change{{shard: "s1", region: "c"}}) {
+		t.Fatalf("changes %v; want s1 placed on c", changes)
+	}
+	// a, which held s1's mail, is also told where it goes, though it
+	// never registered here.
+	if !slices.Contains(sent(out), "a: ShardHome s1@c") {
+		t.Fatalf("sent %v; want a told s1's new home", sent(out))
+	}
+
+	// b leaves the view: s2's mail is gone with it.
+	changes, _ = next.step(membersChanged{members: []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "c", Status: allocation.Up, Reachable: true}}})
+	if !slices.Equal(changes, []change{{shard: "s2"}}) {
+		t.Fatalf("changes %v; want s2's holder forgotten", changes)
+	}
+	if _, out := next.step(protocol.GetShardHome{Shard: "s2", Region: "c"}); len(out) == 0 || out[0].msg.(protocol.HostShard).From != "" {
+		t.Fatalf("sent %v; want s2 hosted without waiting", out)
+	}
+}
+
+// The coordinator tells every region the members it holds Down (their
+// leases expired), when that changes and on registration: a region whose
+// view keeps a crashed node unreachable would wait for its hand-over for
+// ever (strict simulator seed 13738: it left with the shard's buffer).
+func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
+	c := newTestCore(1)
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	view := func(statusOfC allocation.Status) []Member {
+		return []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "b", Status: allocation.Up, Reachable: true}, {Node: "c", Status: statusOfC}}
+	}
+	if _, out := c.step(membersChanged{members: view(allocation.Up)}); slices.ContainsFunc(out, func(o outbound) bool { _, ok := o.msg.(protocol.MembersDown); return ok }) {
+		t.Fatalf("sent %v with nobody Down", sent(out))
+	}
+	_, out := c.step(membersChanged{members: view(allocation.Down)})
+	if got, want := sent(out), []string{"a: MembersDown c", "b: MembersDown c"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if _, out := c.step(membersChanged{members: view(allocation.Down)}); len(out) != 0 {
+		t.Fatalf("sent %v for a view that changed nothing", sent(out))
+	}
+	if _, out := c.step(protocol.Register{Region: "d"}); !slices.Contains(sent(out), "d: MembersDown c") {
+		t.Fatalf("sent %v on registration, want the members Down", sent(out))
+	}
+}
+
+// homed is what a store holds of shards that all have a home.
+func homed(homes map[string]string) map[string]Allocation {
+	shards := make(map[string]Allocation, len(homes))
+	for shard, region := range homes {
+		shards[shard] = Allocation{Region: region}
+	}
+	return shards
 }

@@ -67,7 +67,7 @@ func (p *coordinatorPipeline) take(in Message, changes []change, out []outbound)
 		return out // nothing to write, and nothing that must wait for a write
 	}
 	for _, c := range changes {
-		p.pending.changes = append(p.pending.changes, AllocationChange{Shard: c.shard, Region: c.region})
+		p.pending.changes = append(p.pending.changes, c.stored())
 	}
 	p.pending.out = append(p.pending.out, out...)
 	p.pending.steps++

@@ -29,18 +29,18 @@ func TestPipelineHoldsMessagesUntilTheirBatchCommitted(t *testing.T) {
 	if now := p.take(protocol.ShardStarted{}, nil, []outbound{home("b", "s0", "a")}); len(now) != 1 {
 		t.Fatalf("nothing held, no change: sent %v, want it at once", sent(now))
 	}
-	if now := p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{"s1", "a"}}, []outbound{home("b", "s1", "a")}); now != nil {
+	if now := p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")}); now != nil {
 		t.Fatalf("a step with a change sent %v at once", sent(now))
 	}
 	b1 := p.next()
 	if b1 == nil || !slices.Equal(b1.changes, []AllocationChange{{Shard: "s1", Region: "a"}}) {
 		t.Fatalf("first batch %+v", b1)
 	}
-	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{"s2", "a"}}, []outbound{home("b", "s2", "a")})
+	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{shard: "s2", region: "a"}}, []outbound{home("b", "s2", "a")})
 	if now := p.take(protocol.RegisterProxy{Region: "c"}, nil, []outbound{{to: "c", msg: protocol.RegisterAck{}}}); now != nil {
 		t.Fatalf("a step behind held ones sent %v at once", sent(now))
 	}
-	p.take(protocol.GetShardHome{Shard: "s3", Region: "b"}, []change{{"s3", "a"}}, []outbound{home("b", "s3", "a")})
+	p.take(protocol.GetShardHome{Shard: "s3", Region: "b"}, []change{{shard: "s3", region: "a"}}, []outbound{home("b", "s3", "a")})
 	if p.next() != nil {
 		t.Fatal("a second batch went in flight beside the first")
 	}
@@ -64,12 +64,12 @@ func TestPipelineHoldsMessagesUntilTheirBatchCommitted(t *testing.T) {
 // behind it wait in order, and nothing is lost.
 func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{"s1", "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
 	b1 := p.next()
 	if !p.failed(b1.seq) || !p.retrying() {
 		t.Fatal("failure of the batch in flight not taken")
 	}
-	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{"s2", "a"}}, []outbound{home("b", "s2", "a")})
+	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{shard: "s2", region: "a"}}, []outbound{home("b", "s2", "a")})
 	if p.next() != nil {
 		t.Fatal("a batch went in flight past a failed one")
 	}
@@ -96,7 +96,7 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 // a committed home and nothing held for the asker names its shard.
 func TestPipelineAnswersCommittedHomesAtOnce(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{"s1", "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
 	p.next()
 	p.take(protocol.BeginHandOff{}, nil, []outbound{{to: "c", msg: protocol.BeginHandOff{Shard: "s9", Epoch: 1}}})
 	cases := []struct {

@@ -91,7 +91,7 @@ func (s *slowStores) openAll() {
 	s.shards.open()
 }
 
-func (s *slowStores) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+func (s *slowStores) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]Allocation, error) {
 	s.acquires.Add(1)
 	if err := s.acquire.wait(ctx); err != nil {
 		return 0, nil, err

@@ -62,7 +62,7 @@ func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 // The rebalance metric counts what the strategy moved, not the deferred
 // hand-offs (requests, leaves) that a rebalance round happens to start.
 func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
-	c := newCoordinatorCore("a", 7, map[string]string{"s1": "a", "s2": "b"}, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	// x never registers: hand-offs wait for it, then go ahead after a few rounds.
 	c.step(membersChanged{members: []Member{{Node: "a", Reachable: true}, {Node: "b", Reachable: true}, {Node: "x", Reachable: true}}})
 	c.step(protocol.Register{Region: "a"})

@@ -19,9 +19,9 @@ type coreNet struct {
 	queue   []netMsg
 	held    []netMsg
 	hold    func(netMsg) bool
-	got     map[string][]string // node → "entity msg" delivered to its local shards
-	seen    []string            // every delivery, in order: "node:entity msg"
-	stored  map[string]string   // the coordinator store: shard → region
+	got     map[string][]string   // node → "entity msg" delivered to its local shards
+	seen    []string              // every delivery, in order: "node:entity msg"
+	stored  map[string]Allocation // the coordinator store
 	// leftover is what a shard holds for stopping entities when its
 	// hand-off ends, by shard.
 	leftover map[string][]pending[string]
@@ -35,7 +35,7 @@ type netMsg struct {
 }
 
 func newCoreNet(t *testing.T, nodes ...string) *coreNet {
-	n := &coreNet{t: t, regions: map[string]*regionCore[string, string]{}, got: map[string][]string{}, stored: map[string]string{}}
+	n := &coreNet{t: t, regions: map[string]*regionCore[string, string]{}, got: map[string][]string{}, stored: map[string]Allocation{}}
 	for _, node := range nodes {
 		n.regions[node] = newRegionCore[string, string](regionCoreConfig{self: node, bufferSize: 100, tickInterval: 1})
 	}
@@ -54,11 +54,7 @@ func (n *coreNet) run() {
 		if m.to == "coordinator" {
 			changes, out := n.coord.step(m.msg)
 			for _, c := range changes {
-				if c.region == "" {
-					delete(n.stored, c.shard)
-				} else {
-					n.stored[c.shard] = c.region
-				}
+				applyChange(n.stored, c.stored())
 			}
 			for _, o := range out {
 				n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
@@ -153,7 +149,7 @@ func (n *coreNet) members(oldest string, nodes ...string) {
 func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	n := newCoreNet(t, "b", "c")
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	n.coord = newCoordinatorCore("a", 1, map[string]string{"s": "b"}, strategy, 1)
+	n.coord = newCoordinatorCore("a", 1, homed(map[string]string{"s": "b"}), strategy, 1)
 	n.members("a", "b", "c")
 	if !n.regions["b"].registered || !n.regions["c"].registered {
 		t.Fatal("regions did not register")
@@ -167,7 +163,7 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	n.leftover = map[string][]pending[string]{"s": {{entityID: "e", msg: "1"}, {entityID: "e", msg: "2"}}}
 	n.hold = func(m netMsg) bool { _, ok := m.msg.(protocol.HostShard); return ok && m.to == "c" }
 	n.input("b", func(r *regionCore[string, string]) { r.leave("a") })
-	if n.stored["s"] != "c" || len(n.held) != 1 {
+	if n.stored["s"].Region != "c" || len(n.held) != 1 {
 		t.Fatalf("stored %v, held %v: want s allocated to c and its HostShard held", n.stored, n.held)
 	}
 	// The coordinator is replaced; its successor rebuilds from the store
@@ -198,7 +194,7 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 func TestForwardOvertakenByAHandOffOnAnotherLink(t *testing.T) {
 	n := newCoreNet(t, "o", "x", "y")
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	n.coord = newCoordinatorCore("a", 1, map[string]string{"s": "o", "t": "y"}, strategy, 1)
+	n.coord = newCoordinatorCore("a", 1, homed(map[string]string{"s": "o", "t": "y"}), strategy, 1)
 	n.members("a", "o", "x", "y")
 	n.tell("x", "s", "e", "0")
 	n.hold = func(m netMsg) bool { return m.from == "x" && m.to == "o" } // a slow link
@@ -228,7 +224,7 @@ func TestStaleHomeIsUnlearned(t *testing.T) {
 	}
 	alive := []Member{{Node: "l", Status: allocation.Leaving, Reachable: true},
 		{Node: "x", Status: allocation.Up, Reachable: true}, {Node: "y", Status: allocation.Up, Reachable: true}}
-	n.coord = newCoordinatorCore("l", 2, map[string]string{"s": "z"}, strategy, 1)
+	n.coord = newCoordinatorCore("l", 2, homed(map[string]string{"s": "z"}), strategy, 1)
 	n.hold = func(m netMsg) bool { return m.to == "coordinator" } // l goes before it hears from anyone
 	changes, out := n.coord.step(membersChanged{members: alive})
 	if !slices.Equal(changes, []change{{shard: "s"}}) {
@@ -239,7 +235,7 @@ func TestStaleHomeIsUnlearned(t *testing.T) {
 	}
 	n.run()
 	n.hold, n.held = nil, nil
-	n.stored = map[string]string{}
+	n.stored = map[string]Allocation{}
 	n.coord = newCoordinatorCore("x", 3, n.stored, strategy, 1)
 	_, out = n.coord.step(membersChanged{members: alive[1:]})
 	for _, o := range out {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -234,7 +233,7 @@ type renewed struct {
 type acquired struct {
 	start  time.Time
 	epoch  uint64
-	shards map[string]string
+	shards map[string]Allocation
 	err    error
 }
 
@@ -533,9 +532,9 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 		switch m := m.(type) {
 		case membersChanged:
 			cr.view = m.members
-			cr.down.observe(cr.view, cr.knownRegions(), ctx.Clock().Now())
+			cr.down.observe(cr.view, cr.core.knownRegions(), ctx.Clock().Now())
 			cr.startDowning(ctx)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.core.knownRegions())})
 		case downingTick:
 			if cr.down.standDown(ctx.Clock().Now(), cr.timing.Length) {
 				// The minority side: give the lease to the majority's
@@ -564,7 +563,7 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 				return entity.Same[Message]()
 			}
 			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "entity_type", r.typ, "member", m.call.node)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.knownRegions())})
+			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.core.knownRegions())})
 		}
 	}
 	return cr.step(ctx, m)
@@ -677,18 +676,6 @@ func (cr *coordinatorRunner[C]) sendAll(out []outbound) {
 			r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
 		}
 	}
-}
-
-// knownRegions is every region the core knows of: registered, or named by
-// an allocation.
-func (cr *coordinatorRunner[C]) knownRegions() []string {
-	known := cr.core.everyone()
-	for r := range cr.core.byRegion {
-		if !slices.Contains(known, r) {
-			known = append(known, r)
-		}
-	}
-	return known
 }
 
 // startDowning starts the store calls the downing machine asks for; each

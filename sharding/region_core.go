@@ -30,14 +30,17 @@ type regionCore[C any, S comparable] struct {
 	// last told; coordinator the one this region registered with ("" for
 	// oldest).
 	oldest, coordinator string
-	live                map[string]bool // nodes in the membership view; nil: not told yet
-	registered          bool
-	stopped             bool
-	leaving             bool
-	leaveAcked          bool // the coordinator allocates nothing to us any more
-	awaitingLeft        bool // regLeft is still to be emitted
-	awaitingGone        bool // stopped: RegionStopped waits for hosted shards to stop
-	idleTick            uint64
+	live                map[string]bool // nodes in the membership view, but those down; nil: not told yet
+	// down are the nodes in the view that the coordinator holds Down
+	// (MembersDown): they count as gone from it.
+	down         map[string]bool
+	registered   bool
+	stopped      bool
+	leaving      bool
+	leaveAcked   bool // the coordinator allocates nothing to us any more
+	awaitingLeft bool // regLeft is still to be emitted
+	awaitingGone bool // stopped: RegionStopped waits for hosted shards to stop
+	idleTick     uint64
 	// leaveWaited counts the ticks a leaving region has waited for its
 	// buffer to go on; past 2×waitTicks it leaves without (the shards may
 	// have nowhere to go: the last region of the type leaves). It counts
@@ -435,6 +438,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		c.toCoordinator(protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self})
 	case protocol.HandOver:
 		c.handedOver(m)
+	case protocol.MembersDown:
+		c.membersDown(m.Nodes)
 	case protocol.ShardStarted:
 		// The node this region handed a shard's mail to has it.
 		// Seq 0: from a node that does not number them; it acknowledges the last.
@@ -593,24 +598,55 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	for _, n := range live {
 		c.live[n] = true
 	}
+	// A node gone from the view needs no word of its own any more.
+	maps.DeleteFunc(c.down, func(n string, _ bool) bool { return !c.live[n] })
+	for n := range c.down {
+		delete(c.live, n)
+	}
+	c.forgetGone()
+	if c.coordinator != oldest {
+		c.coordinator, c.registered = oldest, false
+	}
+	c.checkLeft() // a leaving region may have lost its last coordinator
+	c.register()
+}
+
+// membersDown takes the coordinator's word that nodes are Down (see
+// protocol.MembersDown): they count as gone from the view.
+func (c *regionCore[C, S]) membersDown(nodes []string) {
+	for _, n := range nodes {
+		if n == c.cfg.self {
+			continue // it fences itself, by its own clock
+		}
+		if c.down == nil {
+			c.down = make(map[string]bool)
+		}
+		c.down[n] = true
+		if c.live != nil {
+			delete(c.live, n)
+		}
+	}
+	c.forgetGone()
+	c.checkLeft()
+}
+
+// forgetGone ends what waits for a node gone from the view: a hand-off's
+// fences and a hand-over's acknowledgement from it, and a shard's wait
+// for its mail, which then starts without it.
+func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if e.handOverTo != "" && !c.live[e.handOverTo] {
+		if e.handOverTo != "" && !c.isLive(e.handOverTo) {
 			c.handedOverTo(id, e)
 		}
-		if e.awaiting != "" && !c.live[e.awaiting] {
+		if e.awaiting != "" && !c.isLive(e.awaiting) {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
 			c.setHome(id, e.home)
 		}
 	}
-	if c.coordinator != oldest {
-		c.coordinator, c.registered = oldest, false
-	}
-	c.checkLeft() // a leaving region may have lost its last coordinator
-	c.register()
 }
 
 func (c *regionCore[C, S]) register() {
@@ -1164,8 +1200,10 @@ func (c *regionCore[C, S]) alone() bool {
 	return true
 }
 
-// isLive reports whether node is in the membership view.
-func (c *regionCore[C, S]) isLive(node string) bool { return c.live == nil || c.live[node] }
+// isLive reports whether node is in the membership view and not Down.
+func (c *regionCore[C, S]) isLive(node string) bool {
+	return !c.down[node] && (c.live == nil || c.live[node])
+}
 
 // homes is every shard home this region knows: shard → node.
 func (c *regionCore[C, S]) homes() map[string]string {

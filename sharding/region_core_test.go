@@ -267,6 +267,8 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 	case "deliver":
 		need(3)
 		return protocol.Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
+	case "members-down":
+		return protocol.MembersDown{Nodes: strings.Split(kv["nodes"], ",")}
 	}
 	h.fatalf("unknown message %q", name)
 	return nil

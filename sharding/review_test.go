@@ -158,7 +158,7 @@ type failingCoordinatorStore struct {
 	*sharding.MemoryCoordinatorStore
 }
 
-func (failingCoordinatorStore) Acquire(context.Context, string, string, time.Duration) (uint64, map[string]string, error) {
+func (failingCoordinatorStore) Acquire(context.Context, string, string, time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	return 0, nil, errors.New("store unavailable")
 }
 

@@ -536,7 +536,7 @@ func (c *simCoord) tryAcquire() {
 	start := n.now()
 	err := w.storeErr(n.name)
 	var epoch uint64
-	var shards map[string]string
+	var shards map[string]Allocation
 	if err == nil {
 		epoch, shards, err = w.coordStore.Acquire(context.Background(), simType, n.name, w.leaseTiming.Coordinator.Length)
 	}

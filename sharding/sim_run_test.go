@@ -466,6 +466,16 @@ func TestSimulationPinned(t *testing.T) {
 		// after the heal reached the node gone (coordinator.go
 		// unregisteredUnreachable).
 		{"leave-hands-off-around-a-cut-member", "all", false, 21900},
+		// A coordinator cut off by a partition deallocated a shard whose
+		// mail its own region held; its successor placed the shard with no
+		// previous home, and the held mail came after newer mail when the
+		// partition healed (store.go Allocation.MailHeldBy).
+		{"mail-holder-known-only-to-a-cut-off-coordinator", "all", false, 17721},
+		// A shard's new home waited for the mail of a home that crashed,
+		// which its view kept unreachable; the coordinator knew the lease
+		// had expired. Leaving, the region stopped with the shard's
+		// buffer (coordinator.go downMembers, protocol.MembersDown).
+		{"wait-for-a-crashed-home-ends-on-its-lease", "all", true, 13738},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)

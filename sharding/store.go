@@ -38,11 +38,12 @@ var (
 type CoordinatorStore interface {
 	// Acquire makes owner, which names one node incarnation, the holder of
 	// typeName's coordinator lease until the store's time + ttl, under an
-	// epoch greater than any before, and returns the stored allocations
-	// (shard → region). It fails with ErrLeaseHeld while another owner
-	// holds an unexpired lease; the same owner may acquire again at once
-	// (its new epoch fences its earlier self).
-	Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (epoch uint64, shards map[string]string, err error)
+	// epoch greater than any before, and returns what is stored of each
+	// shard: its home, or the region holding its mail. It fails with
+	// ErrLeaseHeld while another owner holds an unexpired lease; the same
+	// owner may acquire again at once (its new epoch fences its earlier
+	// self).
+	Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (epoch uint64, shards map[string]Allocation, err error)
 	// Renew extends the lease held under epoch until the store's time +
 	// ttl: ErrStaleEpoch when a newer epoch exists, ErrLeaseExpired once
 	// it expired.
@@ -50,11 +51,11 @@ type CoordinatorStore interface {
 	// Release expires the lease held under epoch now, so that a successor
 	// need not wait for it: ErrStaleEpoch when a newer epoch exists.
 	Release(ctx context.Context, typeName string, epoch uint64) error
-	// Allocate records shard → region: ErrStaleEpoch unless epoch is the
-	// newest.
+	// Allocate records shard → region (and forgets who held its mail):
+	// ErrStaleEpoch unless epoch is the newest.
 	Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error
-	// Deallocate forgets shard's home: ErrStaleEpoch unless epoch is the
-	// newest.
+	// Deallocate forgets shard's home, and who held its mail:
+	// ErrStaleEpoch unless epoch is the newest.
 	Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error
 	// Update applies changes in order, all or none: ErrStaleEpoch, and
 	// nothing written, unless epoch is the newest. One call is one round
@@ -63,11 +64,29 @@ type CoordinatorStore interface {
 	Update(ctx context.Context, typeName string, epoch uint64, changes []AllocationChange) error
 }
 
+// Allocation is what a CoordinatorStore keeps of one shard: its home, or,
+// while it has none, the region that holds mail for it.
+type Allocation struct {
+	// Region is the shard's home; "" while it has none.
+	Region string
+	// MailHeldBy, while the shard has no home, names the region that
+	// stopped it holding mail for its next home, which must take that
+	// mail before any other (DESIGN §5). It is stored, not only known to
+	// the coordinator that deallocated the shard: that coordinator may be
+	// cut off or replaced before it places the shard, and its successor
+	// would start the shard without waiting, so that the held mail,
+	// handed over after a partition heals, arrives behind newer mail
+	// (simulator seed 17721).
+	MailHeldBy string
+}
+
 // AllocationChange is one write of a CoordinatorStore.Update: shard's home
-// becomes Region, or is forgotten when Region is empty.
+// becomes Region, or is forgotten when Region is empty, keeping
+// MailHeldBy as the region holding its mail ("" for none).
 type AllocationChange struct {
-	Shard  string
-	Region string // "" deallocates
+	Shard      string
+	Region     string // "" deallocates
+	MailHeldBy string // with Region "": who holds the shard's mail
 }
 
 // RememberStore records which entities each shard runs, so that a shard
@@ -94,7 +113,21 @@ type MemoryCoordinatorStore struct {
 
 type storedType struct {
 	epoch  uint64 // the newest epoch the lease handed out
-	shards map[string]string
+	shards map[string]Allocation
+}
+
+// applyChange makes one change to shards; a shard with neither a home nor
+// a holder of its mail is forgotten.
+func applyChange(shards map[string]Allocation, c AllocationChange) {
+	a := Allocation{Region: c.Region}
+	if c.Region == "" {
+		a.MailHeldBy = c.MailHeldBy
+	}
+	if a == (Allocation{}) {
+		delete(shards, c.Shard)
+		return
+	}
+	shards[c.Shard] = a
 }
 
 // NewMemoryCoordinatorStore returns an empty store on the wall clock.
@@ -109,7 +142,7 @@ func NewMemoryCoordinatorStoreAt(now func() time.Time) *MemoryCoordinatorStore {
 }
 
 // Acquire implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]Allocation, error) {
 	// Under s.mu, so that no write of the old epoch lands after the new
 	// one is handed out.
 	s.mu.Lock()
@@ -120,7 +153,7 @@ func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 	}
 	t := s.types[typeName]
 	if t == nil {
-		t = &storedType{shards: make(map[string]string)}
+		t = &storedType{shards: make(map[string]Allocation)}
 		s.types[typeName] = t
 	}
 	t.epoch = epoch
@@ -156,23 +189,19 @@ func (s *MemoryCoordinatorStore) write(ctx context.Context, typeName string, epo
 
 // Allocate implements CoordinatorStore.
 func (s *MemoryCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
-	return s.write(ctx, typeName, epoch, func(t *storedType) { t.shards[shard] = region })
+	return s.write(ctx, typeName, epoch, func(t *storedType) { applyChange(t.shards, AllocationChange{Shard: shard, Region: region}) })
 }
 
 // Deallocate implements CoordinatorStore.
 func (s *MemoryCoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
-	return s.write(ctx, typeName, epoch, func(t *storedType) { delete(t.shards, shard) })
+	return s.write(ctx, typeName, epoch, func(t *storedType) { applyChange(t.shards, AllocationChange{Shard: shard}) })
 }
 
 // Update implements CoordinatorStore.
 func (s *MemoryCoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []AllocationChange) error {
 	return s.write(ctx, typeName, epoch, func(t *storedType) {
 		for _, c := range changes {
-			if c.Region == "" {
-				delete(t.shards, c.Shard)
-			} else {
-				t.shards[c.Shard] = c.Region
-			}
+			applyChange(t.shards, c)
 		}
 	})
 }

@@ -25,7 +25,7 @@ type faultyCoordinatorStore struct {
 	acquires                       int
 }
 
-func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	f.mu.Lock()
 	f.acquires++
 	hang := f.acquires <= f.hangAcquires

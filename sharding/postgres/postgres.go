@@ -1,15 +1,16 @@
 // Package postgres keeps the shared state of sharding in PostgreSQL (pgx/v5,
-// pgxpool): a sharding.CoordinatorStore on the coordinator_lease and
-// shard_allocations tables and a sharding.RememberStore on
-// remembered_entities, all from package migrations.
+// pgxpool): a sharding.CoordinatorStore on the coordinator_lease,
+// shard_allocations and shard_mail_holders tables and a
+// sharding.RememberStore on remembered_entities, all from package
+// migrations.
 //
 // The coordinator lease is cluster/lease/postgres's coordinator lease of
 // the type (the same coordinator_lease row): it expires on the database's
 // clock, and Acquire refuses it while another owner holds it. Fencing is
 // enforced by the database: acquiring increments the row's epoch under
 // its row lock, and each Allocate or Deallocate is one statement that
-// share-locks the row and writes only if its epoch still equals the
-// writer's (an Update runs such statements in one transaction, so the
+// share-locks the row and writes (to both tables) only if its epoch still
+// equals the writer's (an Update runs such statements in one transaction, so the
 // first one's lock holds the epoch for the rest). A write therefore
 // either commits before a takeover, and the new coordinator's Acquire
 // sees it, or fails with sharding.ErrStaleEpoch.
@@ -60,7 +61,7 @@ func NewCoordinatorStore(pool *pgxpool.Pool, opts ...Option) *CoordinatorStore {
 }
 
 // Acquire implements sharding.CoordinatorStore.
-func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]string, error) {
+func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	// The acquisition waited for fenced writes in flight (they share-lock
 	// the lease row it updated) and has committed: a statement started
 	// now sees every write of the old epoch that will ever land.
@@ -68,12 +69,16 @@ func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, 
 	if err != nil {
 		return 0, nil, fmt.Errorf("sharding/postgres: %w", err)
 	}
-	shards := make(map[string]string)
-	rows, err := s.pool.Query(ctx, `SELECT shard_id, region FROM shard_allocations WHERE type_name = $1`, typeName)
+	// One statement, one snapshot of both tables; a shard is in at most
+	// one of them.
+	shards := make(map[string]sharding.Allocation)
+	rows, err := s.pool.Query(ctx, `SELECT shard_id, region, '' FROM shard_allocations WHERE type_name = $1
+		UNION ALL SELECT shard_id, '', region FROM shard_mail_holders WHERE type_name = $1`, typeName)
 	if err == nil {
-		var shard, region string
-		_, err = pgx.ForEachRow(rows, []any{&shard, &region}, func() error {
-			shards[shard] = region
+		var shard string
+		var a sharding.Allocation
+		_, err = pgx.ForEachRow(rows, []any{&shard, &a.Region, &a.MailHeldBy}, func() error {
+			shards[shard] = a
 			return nil
 		})
 	}
@@ -103,7 +108,9 @@ func (s *CoordinatorStore) Release(ctx context.Context, typeName string, epoch u
 // waits for this write to commit or has committed first; in the latter case
 // READ COMMITTED re-reads the locked row and sees the new epoch. It returns
 // the current epoch (no row when the type was never acquired) to tell a
-// refused write from a done one.
+// refused write from a done one. A shard is in shard_allocations (it has a
+// home) or in shard_mail_holders (it has none, and a region holds its
+// mail), never both: each statement writes one and deletes from the other.
 const (
 	allocateSQL = `WITH lease AS (
 			SELECT epoch FROM coordinator_lease WHERE type_name = $1 FOR SHARE
@@ -113,6 +120,10 @@ const (
 			ON CONFLICT (type_name, shard_id) DO UPDATE SET
 				region = excluded.region,
 				epoch = excluded.epoch
+		), unheld AS (
+			DELETE FROM shard_mail_holders
+			WHERE type_name = $1 AND shard_id = $3
+				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
 		)
 		SELECT epoch FROM lease`
 	deallocateSQL = `WITH lease AS (
@@ -121,6 +132,26 @@ const (
 			DELETE FROM shard_allocations
 			WHERE type_name = $1 AND shard_id = $3
 				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
+		), unheld AS (
+			DELETE FROM shard_mail_holders
+			WHERE type_name = $1 AND shard_id = $3
+				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
+		)
+		SELECT epoch FROM lease`
+	// deallocateHeldSQL deallocates shard $3 and records region $4 as
+	// holding its mail.
+	deallocateHeldSQL = `WITH lease AS (
+			SELECT epoch FROM coordinator_lease WHERE type_name = $1 FOR SHARE
+		), del AS (
+			DELETE FROM shard_allocations
+			WHERE type_name = $1 AND shard_id = $3
+				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
+		), held AS (
+			INSERT INTO shard_mail_holders (type_name, shard_id, region, epoch)
+			SELECT $1, $3, $4, epoch FROM lease WHERE epoch = $2
+			ON CONFLICT (type_name, shard_id) DO UPDATE SET
+				region = excluded.region,
+				epoch = excluded.epoch
 		)
 		SELECT epoch FROM lease`
 	leaseEpochSQL = `SELECT epoch FROM coordinator_lease WHERE type_name = $1 AND $2::bigint IS NOT NULL FOR SHARE`
@@ -158,10 +189,13 @@ func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch ui
 		batch.Queue(leaseEpochSQL, typeName, int64(epoch))
 	}
 	for _, c := range changes {
-		if c.Region == "" {
-			batch.Queue(deallocateSQL, typeName, int64(epoch), c.Shard)
-		} else {
+		switch {
+		case c.Region != "":
 			batch.Queue(allocateSQL, typeName, int64(epoch), c.Shard, c.Region)
+		case c.MailHeldBy != "":
+			batch.Queue(deallocateHeldSQL, typeName, int64(epoch), c.Shard, c.MailHeldBy)
+		default:
+			batch.Queue(deallocateSQL, typeName, int64(epoch), c.Shard)
 		}
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -129,6 +129,14 @@ type (
 	LeaveRequest struct{}
 	// RegionStopped tells the coordinator a region is gone.
 	RegionStopped struct{ Region string }
+	// MembersDown tells every region the nodes the coordinator holds Down:
+	// their leases expired in the store (they crashed or fenced
+	// themselves), or membership said so. None of them will hand over the
+	// mail it held, so a region that waits for such a HandOver starts the
+	// shard without it, even while its own view still shows the node only
+	// unreachable. Node incarnations never come back, so it carries no
+	// epoch: a deposed coordinator's word is as true.
+	MembersDown struct{ Nodes []string }
 	// GetRegionStats asks a region for its entities per hosted shard.
 	GetRegionStats struct {
 		ReplyTo entity.ReplyTo[map[string]int]
@@ -159,6 +167,7 @@ func (Fence) ProtocolMessage()               {}
 func (GracefulShutdownReq) ProtocolMessage() {}
 func (LeaveAck) ProtocolMessage()            {}
 func (RegionStopped) ProtocolMessage()       {}
+func (MembersDown) ProtocolMessage()         {}
 func (StopShards) ProtocolMessage()          {}
 func (RebalanceShards) ProtocolMessage()     {}
 func (LeaveRequest) ProtocolMessage()        {}

@@ -94,16 +94,37 @@ func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T, clock *leaset
 		{"UpdateAppliesInOrder", testUpdateInOrder},
 		{"UpdateStaleEpochWritesNothing", testUpdateStale},
 		{"UpdateWithoutLeaseRejected", testUpdateWithoutLease},
+		{"MailHolderStoredWithDeallocation", testMailHolder},
+		{"MailHolderStaleEpochWritesNothing", testMailHolderStale},
 	})
 }
 
+// acquire acquires typ's lease for owner and returns what is stored of
+// each shard as described does.
 func acquire(t *testing.T, s coordStore, typ, owner string) (uint64, map[string]string) {
 	t.Helper()
 	epoch, shards, err := s.Acquire(ctxFor(t), typ, owner, ttl)
 	if err != nil {
 		t.Fatalf("Acquire(%q, %q): %v", typ, owner, err)
 	}
-	return epoch, shards
+	return epoch, described(shards)
+}
+
+// described writes each stored shard as its home, or as "mail@" and the
+// region holding its mail, so that suites compare plain maps.
+func described(shards map[string]sharding.Allocation) map[string]string {
+	out := make(map[string]string, len(shards))
+	for shard, a := range shards {
+		switch {
+		case a.Region != "" && a.MailHeldBy == "":
+			out[shard] = a.Region
+		case a.Region == "" && a.MailHeldBy != "":
+			out[shard] = "mail@" + a.MailHeldBy
+		default:
+			out[shard] = fmt.Sprintf("invalid %+v", a)
+		}
+	}
+	return out
 }
 
 func allocate(t *testing.T, s coordStore, typ string, epoch uint64, shard, region string) {
@@ -370,6 +391,56 @@ func testUpdateInOrder(t *testing.T, s coordStore, typ names) {
 	wantShards(t, "after a batch", shards, map[string]string{"s1": "region-b", "s3": "region-c"})
 }
 
+// A deallocation may name the region holding the shard's mail: the next
+// Acquire returns it, and the shard's next allocation, or a deallocation
+// naming none, forgets it. In a batch the last change of a shard wins.
+func testMailHolder(t *testing.T, s coordStore, typ names) {
+	ctx := ctxFor(t)
+	e, _ := acquire(t, s, typ("T"), "node-a")
+	for _, shard := range []string{"s1", "s2", "s3", "s4", "s5"} {
+		allocate(t, s, typ("T"), e, shard, "region-a")
+	}
+	update(t, s, typ("T"), e,
+		sharding.AllocationChange{Shard: "s1", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s2", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s2", Region: "region-b"},
+		sharding.AllocationChange{Shard: "s3", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s4", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s5", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-c"}, // never placed
+		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-d"},
+	)
+	_, shards := acquire(t, s, typ("T"), "node-a")
+	wantShards(t, "after deallocations naming who holds the mail", shards, map[string]string{
+		"s1": "mail@region-a", "s2": "region-b", "s3": "mail@region-a", "s4": "mail@region-a", "s5": "mail@region-a", "s6": "mail@region-d",
+	})
+	e, _ = acquire(t, s, typ("T"), "node-a")
+	update(t, s, typ("T"), e, sharding.AllocationChange{Shard: "s3"}, sharding.AllocationChange{Shard: "s4", Region: "region-b"})
+	if err := s.Allocate(ctx, typ("T"), e, "s5", "region-c"); err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	if err := s.Deallocate(ctx, typ("T"), e, "s6"); err != nil {
+		t.Fatalf("Deallocate: %v", err)
+	}
+	_, shards = takeOver(t, s, typ("T"), "node-b")
+	wantShards(t, "after placing or deallocating them", shards, map[string]string{
+		"s1": "mail@region-a", "s2": "region-b", "s4": "region-b", "s5": "region-c",
+	})
+}
+
+// A deposed coordinator's deallocation names no holder of mail.
+func testMailHolderStale(t *testing.T, s coordStore, typ names) {
+	old, _ := acquire(t, s, typ("T"), "node-a")
+	allocate(t, s, typ("T"), old, "s1", "region-a")
+	update(t, s, typ("T"), old, sharding.AllocationChange{Shard: "s2", MailHeldBy: "region-a"})
+	cur, _ := takeOver(t, s, typ("T"), "node-b")
+	wantStale(t, "a deallocation naming a holder, with the old epoch",
+		s.Update(ctxFor(t), typ("T"), old, []sharding.AllocationChange{{Shard: "s1", MailHeldBy: "region-a"}, {Shard: "s2", MailHeldBy: "region-x"}}))
+	update(t, s, typ("T"), cur, sharding.AllocationChange{Shard: "s3", MailHeldBy: "region-b"})
+	_, shards := takeOver(t, s, typ("T"), "node-c")
+	wantShards(t, "after the stale batch", shards, map[string]string{"s1": "region-a", "s2": "mail@region-a", "s3": "mail@region-b"})
+}
+
 // A deposed or never-issued epoch writes none of its batch.
 func testUpdateStale(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
@@ -549,7 +620,7 @@ func testTakeoverDuringWrites(t *testing.T, s coordStore, typ names) {
 		if err != nil {
 			t.Fatalf("round %d: Acquire: %v", round, err)
 		}
-		wantShards(t, fmt.Sprintf("round %d: successor's view vs the deposed coordinator's successful writes", round), took, written)
+		wantShards(t, fmt.Sprintf("round %d: successor's view vs the deposed coordinator's successful writes", round), described(took), written)
 		_, later := takeOver(t, s, tn, "observer")
 		wantShards(t, fmt.Sprintf("round %d: stored after the takeover", round), later, written)
 	}

@@ -33,6 +33,7 @@ func kinds() []kind {
 		kindFor[protocol.RebalanceShards](),
 		kindFor[protocol.LeaveRequest](),
 		kindFor[protocol.RegionStopped](),
+		kindFor[protocol.MembersDown](),
 		kindFor[protocol.GetRegionStats](),
 		kindFor[protocol.Deliver](),
 	}
