@@ -31,7 +31,11 @@ type coordinatorCore struct {
 	// starting holds, until its home reports ShardStarted, the From of
 	// each HostShard sent: a home that asks for its own shard lost the
 	// HostShard, and gets it again rather than a ShardHome, which would
-	// not tell it to wait for From's mail (simulator seed 19803).
+	// not tell it to wait for From's mail (simulator seed 19803); a home
+	// that leaves the view first passes the wait for From on to the
+	// shard's next home (seeds 17171, 28956: From's mail, re-sent to the
+	// home that had died, went to the next one after newer mail). A From
+	// is stored with the allocation until then (see Allocation).
 	starting  map[string]string
 	announced bool // ShardHomes sent to every member once, at start
 	// down are the members the view holds Down, sorted, as last told to
@@ -96,6 +100,9 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]Allocation,
 		switch a := shards[shard]; {
 		case a.Region != "":
 			c.place(shard, a.Region)
+			if a.MailHeldBy != "" {
+				c.starting[shard] = a.MailHeldBy
+			}
 		case a.MailHeldBy != "":
 			c.handOverFrom[shard] = a.MailHeldBy
 		}
@@ -238,8 +245,13 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		ch, o := c.allocate(m.Region, m.Shard)
 		return append(changes, ch...), o
 	case protocol.ShardStarted:
-		if c.shards[m.Shard] == m.Region {
-			delete(c.starting, m.Shard)
+		from, starting := c.starting[m.Shard]
+		if !starting || c.shards[m.Shard] != m.Region {
+			return nil, nil
+		}
+		delete(c.starting, m.Shard)
+		if from != "" { // its mail is in: forget who held it
+			return []change{{shard: m.Shard, region: m.Region}}, nil
 		}
 		return nil, nil
 	case protocol.BeginHandOffAck:
@@ -459,14 +471,14 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	out := []outbound{{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
 	delete(c.handOverFrom, shard)
 	c.starting[shard] = from
-	home := protocol.ShardHome{Shard: shard, Region: region, Epoch: c.epoch}
+	home := protocol.ShardHome{Shard: shard, Region: region, From: from, Epoch: c.epoch}
 	out = append(out, c.broadcast(home)...)
 	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {
 		// The region holding the mail hands it over when it learns the
 		// new home: it must learn it even when it is not registered here.
 		out = append(out, outbound{to: from, msg: home})
 	}
-	return []change{{shard: shard, region: region}}, out
+	return []change{{shard: shard, region: region, heldBy: from}}, out
 }
 
 func (c *coordinatorCore) beginHandOff(shard string) []outbound {
@@ -622,8 +634,13 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 		out = append(out, c.maybeHandOff(shard)...)
 	}
 	for _, shard := range slices.Clone(c.byRegion[region]) {
+		from := c.starting[shard]
 		c.unplace(shard)
-		changes = append(changes, change{shard: shard})
+		if m, ok := c.members[from]; ok && from != region && m.Status != allocation.Down {
+			// It died before the mail came: the next home waits for it.
+			c.handOverFrom[shard] = from
+		}
+		changes = append(changes, change{shard: shard, heldBy: c.handOverFrom[shard]})
 		ch, o := c.allocate("", shard)
 		if len(ch) == 0 {
 			// Placed later, when a region registers: meanwhile no region

@@ -584,13 +584,20 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	if host, ok := out[0].msg.(protocol.HostShard); !ok || out[0].to != "c" || host.From != "a" {
 		t.Fatalf("first message %s %#v; want c told to host s1 once a's mail is in", out[0].to, out[0].msg)
 	}
-	if !slices.Equal(changes, []change{{shard: "s1", region: "c"}}) {
-		t.Fatalf("changes %v; want s1 placed on c", changes)
+	if !slices.Equal(changes, []change{{shard: "s1", region: "c", heldBy: "a"}}) {
+		t.Fatalf("changes %v; want s1 placed on c, still held by a", changes)
 	}
 	// a, which held s1's mail, is also told where it goes, though it
 	// never registered here.
 	if !slices.Contains(sent(out), "a: ShardHome s1@c") {
 		t.Fatalf("sent %v; want a told s1's new home", sent(out))
+	}
+	// Once s1 started on c, a's mail is in: the store forgets a.
+	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: "c"}); !slices.Equal(changes, []change{{shard: "s1", region: "c"}}) {
+		t.Fatalf("changes %v on ShardStarted; want s1 on c, held by nobody", changes)
+	}
+	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: "c"}); len(changes) != 0 {
+		t.Fatalf("changes %v on a second ShardStarted; want none", changes)
 	}
 
 	// b leaves the view: s2's mail is gone with it.
@@ -626,6 +633,76 @@ func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 	}
 	if _, out := c.step(protocol.Register{Region: "d"}); !slices.Contains(sent(out), "d: MembersDown c") {
 		t.Fatalf("sent %v on registration, want the members Down", sent(out))
+	}
+}
+
+// A home that leaves the view before its shard started there, waiting for
+// the mail of the shard's previous home, passes the wait on to the next
+// home, which a successor reads from the store (simulator seeds 17171,
+// 28956: the mail, re-sent to the home that had died, went to the next
+// one, which had started with no previous home, after newer mail).
+func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	view := func(nodes ...string) membersChanged {
+		var ms []Member
+		for _, n := range nodes {
+			ms = append(ms, Member{Node: n, Status: allocation.Up, Reachable: true})
+		}
+		return membersChanged{members: ms}
+	}
+	for _, successor := range []bool{false, true} {
+		t.Run(fmt.Sprintf("successor=%v", successor), func(t *testing.T) {
+			c := newCoordinatorCore("x", 1, homed(map[string]string{"s1": "a"}), strategy, 1)
+			c.step(view("a", "b", "c"))
+			for _, r := range []string{"a", "b", "c"} {
+				c.step(protocol.Register{Region: r})
+			}
+			c.step(protocol.GracefulShutdownReq{Region: "a"})
+			for _, r := range []string{"a", "b", "c"} {
+				c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r, FencedAt: "a"})
+			}
+			changes, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+			if len(changes) != 2 || changes[1].heldBy != "a" {
+				t.Fatalf("changes %v; want s1 placed, held by a", changes)
+			}
+			home := changes[1].region
+			if successor {
+				stored := map[string]Allocation{}
+				for _, ch := range changes {
+					applyChange(stored, ch.stored())
+				}
+				c = newCoordinatorCore("x", 2, stored, strategy, 1)
+				c.step(view("a", "b", "c"))
+				for _, r := range []string{"a", "b", "c"} {
+					c.step(protocol.Register{Region: r})
+				}
+			}
+			var rest []string
+			for _, r := range []string{"a", "b", "c"} {
+				if r != home {
+					rest = append(rest, r)
+				}
+			}
+			changes, out := c.step(view(rest...))
+			if len(out) == 0 {
+				t.Fatalf("nothing sent when %s left", home)
+			}
+			host, ok := out[0].msg.(protocol.HostShard)
+			if !ok || host.From != "a" {
+				t.Fatalf("first message %#v; want a HostShard from a", out[0].msg)
+			}
+			if want := (change{shard: "s1", region: out[0].to, heldBy: "a"}); len(changes) != 2 || changes[1] != want {
+				t.Fatalf("changes %v; want s1 deallocated, then %v", changes, want)
+			}
+			// a learns that the new home waits for it: it hands over even
+			// with nothing left to hand (its mail went to the dead home).
+			if !slices.ContainsFunc(out, func(o outbound) bool {
+				h, ok := o.msg.(protocol.ShardHome)
+				return o.to == "a" && ok && h.Region == out[0].to && h.From == "a"
+			}) {
+				t.Fatalf("sent %#v; want a told the new home, naming a as the holder", out)
+			}
+		})
 	}
 }
 

@@ -411,9 +411,18 @@ func (c *regionCore[C, S]) step(msg Message) {
 			}
 		}
 	case protocol.ShardHome:
-		if c.fresh(m.Epoch) {
-			c.pushedHome(m.Shard, m.Region)
+		if !c.fresh(m.Epoch) {
+			return
 		}
+		if e := c.entry(m.Shard); m.From == c.cfg.self && m.Region != c.cfg.self && !e.hosted && !e.handingOff && !e.handOver && e.handOverTo == "" && e.awaiting == "" {
+			// The new home waits for our mail, and we hold none (any
+			// more): the coordinator kept our name because the shard
+			// never reported starting where it went (its ShardStarted
+			// was lost, or that home died), so the home gets an empty
+			// HandOver (simulator seed 15603: it waited for ever).
+			e.owesHandOver = true
+		}
+		c.pushedHome(m.Shard, m.Region)
 	case protocol.HostShard:
 		if !c.fresh(m.Epoch) {
 			return
@@ -434,8 +443,14 @@ func (c *regionCore[C, S]) step(msg Message) {
 			e.awaiting, e.guessed, e.waited, e.relays = m.From, false, 0, nil
 		}
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
+		wasHosted := e.hosted
 		c.setHome(m.Shard, c.cfg.self)
-		c.toCoordinator(protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+		if e.awaiting == "" && (wasHosted || !e.hosted) {
+			// Hosted already, or not hosted here (a leaving region, a
+			// proxy): answered at once. A shard that starts here now was
+			// reported by setHome.
+			c.toCoordinator(protocol.ShardStarted{Shard: m.Shard, Region: c.cfg.self})
+		}
 	case protocol.HandOver:
 		c.handedOver(m)
 	case protocol.MembersDown:
@@ -637,8 +652,18 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if e.handOverTo != "" && !c.isLive(e.handOverTo) {
+		if to := e.handOverTo; to != "" && !c.isLive(to) {
+			// Gone before it acknowledged our mail. The shard's next home
+			// waits for a HandOver from us all the same (the coordinator
+			// names us: the shard never started there), and gets an
+			// empty one; not the mail again, which the dead node may
+			// have taken (at most once).
 			c.handedOverTo(id, e)
+			e.owesHandOver = true
+			if e.home != "" && e.home != to && e.home != c.cfg.self && c.isLive(e.home) {
+				e.owesHandOver = false
+				c.handOver(id, e, e.home, nil)
+			}
 		}
 		if e.awaiting != "" && !c.isLive(e.awaiting) {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
@@ -890,6 +915,12 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		}
 		e.hosted, e.handedIn, e.handOffTold = true, nil, false
 		c.emit(regionEffect[C, S]{kind: regHost, shard: shardID})
+		// The coordinator keeps the region whose mail a HostShard named
+		// with the allocation until the shard runs here: a home dying
+		// before that mail came leaves the wait to the next (see
+		// coordinatorCore.starting). So only now, and also for a start
+		// without a HostShard (lost, a ShardHomes named us).
+		c.toCoordinator(protocol.ShardStarted{Shard: shardID, Region: c.cfg.self})
 	}
 	e.handOver = false // the mail held, if any, is delivered from here
 	if home == c.cfg.self {

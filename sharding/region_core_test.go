@@ -235,7 +235,7 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return protocol.ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
 	case "home":
 		need(2)
-		return protocol.ShardHome{Shard: pos[0], Region: node(pos[1]), Epoch: h.epoch(kv)}
+		return protocol.ShardHome{Shard: pos[0], Region: node(pos[1]), From: kv["from"], Epoch: h.epoch(kv)}
 	case "host":
 		need(1)
 		return protocol.HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}

@@ -51,7 +51,7 @@ type CoordinatorStore interface {
 	// Release expires the lease held under epoch now, so that a successor
 	// need not wait for it: ErrStaleEpoch when a newer epoch exists.
 	Release(ctx context.Context, typeName string, epoch uint64) error
-	// Allocate records shard → region (and forgets who held its mail):
+	// Allocate records shard → region, with no region holding its mail:
 	// ErrStaleEpoch unless epoch is the newest.
 	Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error
 	// Deallocate forgets shard's home, and who held its mail:
@@ -64,29 +64,30 @@ type CoordinatorStore interface {
 	Update(ctx context.Context, typeName string, epoch uint64, changes []AllocationChange) error
 }
 
-// Allocation is what a CoordinatorStore keeps of one shard: its home, or,
-// while it has none, the region that holds mail for it.
+// Allocation is what a CoordinatorStore keeps of one shard: its home, and
+// the region that holds mail for it, which the home must take before any
+// other (DESIGN §5).
 type Allocation struct {
 	// Region is the shard's home; "" while it has none.
 	Region string
-	// MailHeldBy, while the shard has no home, names the region that
-	// stopped it holding mail for its next home, which must take that
-	// mail before any other (DESIGN §5). It is stored, not only known to
-	// the coordinator that deallocated the shard: that coordinator may be
-	// cut off or replaced before it places the shard, and its successor
-	// would start the shard without waiting, so that the held mail,
-	// handed over after a partition heals, arrives behind newer mail
-	// (simulator seed 17721).
+	// MailHeldBy names the region that stopped the shard holding mail for
+	// its next home: while the shard has no home, or until its home
+	// reports that the shard started there. It is stored, not only known
+	// to the coordinator that placed the shard: that coordinator may be
+	// cut off or replaced before the shard starts, and a successor would
+	// place it with no previous home, so that the held mail, handed over
+	// after a partition heals or to a home that died meanwhile, arrives
+	// behind newer mail (simulator seeds 17721, 17171, 28956).
 	MailHeldBy string
 }
 
 // AllocationChange is one write of a CoordinatorStore.Update: shard's home
-// becomes Region, or is forgotten when Region is empty, keeping
-// MailHeldBy as the region holding its mail ("" for none).
+// becomes Region, or is forgotten when Region is empty, and MailHeldBy
+// becomes the region holding its mail ("" for none).
 type AllocationChange struct {
 	Shard      string
 	Region     string // "" deallocates
-	MailHeldBy string // with Region "": who holds the shard's mail
+	MailHeldBy string
 }
 
 // RememberStore records which entities each shard runs, so that a shard
@@ -119,10 +120,7 @@ type storedType struct {
 // applyChange makes one change to shards; a shard with neither a home nor
 // a holder of its mail is forgotten.
 func applyChange(shards map[string]Allocation, c AllocationChange) {
-	a := Allocation{Region: c.Region}
-	if c.Region == "" {
-		a.MailHeldBy = c.MailHeldBy
-	}
+	a := Allocation{Region: c.Region, MailHeldBy: c.MailHeldBy}
 	if a == (Allocation{}) {
 		delete(shards, c.Shard)
 		return

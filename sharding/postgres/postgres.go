@@ -69,11 +69,8 @@ func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, 
 	if err != nil {
 		return 0, nil, fmt.Errorf("sharding/postgres: %w", err)
 	}
-	// One statement, one snapshot of both tables; a shard is in at most
-	// one of them.
 	shards := make(map[string]sharding.Allocation)
-	rows, err := s.pool.Query(ctx, `SELECT shard_id, region, '' FROM shard_allocations WHERE type_name = $1
-		UNION ALL SELECT shard_id, '', region FROM shard_mail_holders WHERE type_name = $1`, typeName)
+	rows, err := s.pool.Query(ctx, acquiredSQL, typeName)
 	if err == nil {
 		var shard string
 		var a sharding.Allocation
@@ -104,62 +101,51 @@ func (s *CoordinatorStore) Release(ctx context.Context, typeName string, epoch u
 	return nil
 }
 
-// The lease CTE share-locks the lease row, so a concurrent Acquire either
-// waits for this write to commit or has committed first; in the latter case
-// READ COMMITTED re-reads the locked row and sees the new epoch. It returns
-// the current epoch (no row when the type was never acquired) to tell a
-// refused write from a done one. A shard is in shard_allocations (it has a
-// home) or in shard_mail_holders (it has none, and a region holds its
-// mail), never both: each statement writes one and deletes from the other.
+// writeSQL makes one change ($3 shard, $4 region, $5 the region holding
+// its mail, "" for none) under epoch $2. The lease CTE share-locks the
+// lease row, so a concurrent Acquire either waits for this write to commit
+// or has committed first; in the latter case READ COMMITTED re-reads the
+// locked row and sees the new epoch. It returns the current epoch (no row
+// when the type was never acquired) to tell a refused write from a done
+// one. A shard has a row in shard_allocations while it has a home and one
+// in shard_mail_holders while a region holds its mail.
 const (
-	allocateSQL = `WITH lease AS (
+	writeSQL = `WITH lease AS (
 			SELECT epoch FROM coordinator_lease WHERE type_name = $1 FOR SHARE
-		), upsert AS (
+		), current AS (
+			SELECT epoch FROM lease WHERE epoch = $2
+		), homed AS (
 			INSERT INTO shard_allocations (type_name, shard_id, region, epoch)
-			SELECT $1, $3, $4, epoch FROM lease WHERE epoch = $2
+			SELECT $1, $3, $4, epoch FROM current WHERE $4 <> ''
 			ON CONFLICT (type_name, shard_id) DO UPDATE SET
 				region = excluded.region,
 				epoch = excluded.epoch
-		), unheld AS (
-			DELETE FROM shard_mail_holders
-			WHERE type_name = $1 AND shard_id = $3
-				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
-		)
-		SELECT epoch FROM lease`
-	deallocateSQL = `WITH lease AS (
-			SELECT epoch FROM coordinator_lease WHERE type_name = $1 FOR SHARE
-		), del AS (
+		), unhomed AS (
 			DELETE FROM shard_allocations
-			WHERE type_name = $1 AND shard_id = $3
-				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
-		), unheld AS (
-			DELETE FROM shard_mail_holders
-			WHERE type_name = $1 AND shard_id = $3
-				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
-		)
-		SELECT epoch FROM lease`
-	// deallocateHeldSQL deallocates shard $3 and records region $4 as
-	// holding its mail.
-	deallocateHeldSQL = `WITH lease AS (
-			SELECT epoch FROM coordinator_lease WHERE type_name = $1 FOR SHARE
-		), del AS (
-			DELETE FROM shard_allocations
-			WHERE type_name = $1 AND shard_id = $3
-				AND EXISTS (SELECT 1 FROM lease WHERE epoch = $2)
+			WHERE type_name = $1 AND shard_id = $3 AND $4 = ''
+				AND EXISTS (SELECT 1 FROM current)
 		), held AS (
 			INSERT INTO shard_mail_holders (type_name, shard_id, region, epoch)
-			SELECT $1, $3, $4, epoch FROM lease WHERE epoch = $2
+			SELECT $1, $3, $5, epoch FROM current WHERE $5 <> ''
 			ON CONFLICT (type_name, shard_id) DO UPDATE SET
 				region = excluded.region,
 				epoch = excluded.epoch
+		), unheld AS (
+			DELETE FROM shard_mail_holders
+			WHERE type_name = $1 AND shard_id = $3 AND $5 = ''
+				AND EXISTS (SELECT 1 FROM current)
 		)
 		SELECT epoch FROM lease`
 	leaseEpochSQL = `SELECT epoch FROM coordinator_lease WHERE type_name = $1 AND $2::bigint IS NOT NULL FOR SHARE`
+	// acquiredSQL reads both tables in one snapshot.
+	acquiredSQL = `SELECT shard_id, coalesce(a.region, ''), coalesce(h.region, '')
+		FROM (SELECT shard_id, region FROM shard_allocations WHERE type_name = $1) a
+		FULL JOIN (SELECT shard_id, region FROM shard_mail_holders WHERE type_name = $1) h USING (shard_id)`
 )
 
 // Allocate implements sharding.CoordinatorStore.
 func (s *CoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
-	if err := s.fenced(ctx, allocateSQL, typeName, epoch, shard, region); err != nil {
+	if err := s.fenced(ctx, writeSQL, typeName, epoch, shard, region, ""); err != nil {
 		return fmt.Errorf("sharding/postgres: allocate %s shard %s to %s: %w", typeName, shard, region, err)
 	}
 	return nil
@@ -167,7 +153,7 @@ func (s *CoordinatorStore) Allocate(ctx context.Context, typeName string, epoch 
 
 // Deallocate implements sharding.CoordinatorStore.
 func (s *CoordinatorStore) Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error {
-	if err := s.fenced(ctx, deallocateSQL, typeName, epoch, shard); err != nil {
+	if err := s.fenced(ctx, writeSQL, typeName, epoch, shard, "", ""); err != nil {
 		return fmt.Errorf("sharding/postgres: deallocate %s shard %s: %w", typeName, shard, err)
 	}
 	return nil
@@ -189,14 +175,7 @@ func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch ui
 		batch.Queue(leaseEpochSQL, typeName, int64(epoch))
 	}
 	for _, c := range changes {
-		switch {
-		case c.Region != "":
-			batch.Queue(allocateSQL, typeName, int64(epoch), c.Shard, c.Region)
-		case c.MailHeldBy != "":
-			batch.Queue(deallocateHeldSQL, typeName, int64(epoch), c.Shard, c.MailHeldBy)
-		default:
-			batch.Queue(deallocateSQL, typeName, int64(epoch), c.Shard)
-		}
+		batch.Queue(writeSQL, typeName, int64(epoch), c.Shard, c.Region, c.MailHeldBy)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		results := tx.SendBatch(ctx, &batch)

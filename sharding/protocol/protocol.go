@@ -36,10 +36,13 @@ type (
 	}
 	// ShardHome tells where a shard lives. The coordinator sends it to
 	// every region on each allocation; an empty Region means the shard was
-	// stopped and has no home until it is asked for again.
+	// stopped and has no home until it is asked for again. From, on an
+	// allocation, is the HostShard's: the region From hands over to the
+	// new home even when it holds nothing (any more) for the shard, so
+	// that the home's wait ends.
 	ShardHome struct {
-		Shard, Region string
-		Epoch         uint64
+		Shard, Region, From string
+		Epoch               uint64
 	}
 	// ShardHomes tells every known shard home: region → shards.
 	ShardHomes struct {

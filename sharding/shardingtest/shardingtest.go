@@ -110,18 +110,19 @@ func acquire(t *testing.T, s coordStore, typ, owner string) (uint64, map[string]
 	return epoch, described(shards)
 }
 
-// described writes each stored shard as its home, or as "mail@" and the
-// region holding its mail, so that suites compare plain maps.
+// described writes each stored shard as its home, followed by "mail@" and
+// the region holding its mail if one does, so that suites compare plain
+// maps.
 func described(shards map[string]sharding.Allocation) map[string]string {
 	out := make(map[string]string, len(shards))
 	for shard, a := range shards {
 		switch {
-		case a.Region != "" && a.MailHeldBy == "":
+		case a.MailHeldBy == "":
 			out[shard] = a.Region
-		case a.Region == "" && a.MailHeldBy != "":
+		case a.Region == "":
 			out[shard] = "mail@" + a.MailHeldBy
 		default:
-			out[shard] = fmt.Sprintf("invalid %+v", a)
+			out[shard] = a.Region + " mail@" + a.MailHeldBy
 		}
 	}
 	return out
@@ -391,9 +392,10 @@ func testUpdateInOrder(t *testing.T, s coordStore, typ names) {
 	wantShards(t, "after a batch", shards, map[string]string{"s1": "region-b", "s3": "region-c"})
 }
 
-// A deallocation may name the region holding the shard's mail: the next
-// Acquire returns it, and the shard's next allocation, or a deallocation
-// naming none, forgets it. In a batch the last change of a shard wins.
+// A change may name the region holding the shard's mail, with or without
+// a home: the next Acquire returns it, and a change naming none forgets
+// it (Allocate and Deallocate name none). A shard with neither a home nor
+// a holder is forgotten. In a batch the last change of a shard wins.
 func testMailHolder(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	e, _ := acquire(t, s, typ("T"), "node-a")
@@ -403,28 +405,38 @@ func testMailHolder(t *testing.T, s coordStore, typ names) {
 	update(t, s, typ("T"), e,
 		sharding.AllocationChange{Shard: "s1", MailHeldBy: "region-a"},
 		sharding.AllocationChange{Shard: "s2", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s2", Region: "region-b"},
+		sharding.AllocationChange{Shard: "s2", Region: "region-b", MailHeldBy: "region-a"},
 		sharding.AllocationChange{Shard: "s3", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s4", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s4", Region: "region-b", MailHeldBy: "region-a"},
 		sharding.AllocationChange{Shard: "s5", MailHeldBy: "region-a"},
 		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-c"}, // never placed
 		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-d"},
+		sharding.AllocationChange{Shard: "s7", Region: "region-c", MailHeldBy: "region-d"},
 	)
 	_, shards := acquire(t, s, typ("T"), "node-a")
-	wantShards(t, "after deallocations naming who holds the mail", shards, map[string]string{
-		"s1": "mail@region-a", "s2": "region-b", "s3": "mail@region-a", "s4": "mail@region-a", "s5": "mail@region-a", "s6": "mail@region-d",
+	wantShards(t, "after changes naming who holds the mail", shards, map[string]string{
+		"s1": "mail@region-a", "s2": "region-b mail@region-a", "s3": "mail@region-a", "s4": "region-b mail@region-a",
+		"s5": "mail@region-a", "s6": "mail@region-d", "s7": "region-c mail@region-d",
 	})
 	e, _ = acquire(t, s, typ("T"), "node-a")
-	update(t, s, typ("T"), e, sharding.AllocationChange{Shard: "s3"}, sharding.AllocationChange{Shard: "s4", Region: "region-b"})
+	update(t, s, typ("T"), e,
+		sharding.AllocationChange{Shard: "s2", Region: "region-b"}, // started: the mail is in
+		sharding.AllocationChange{Shard: "s3"},
+		sharding.AllocationChange{Shard: "s4", MailHeldBy: "region-a"}, // its home died first
+		sharding.AllocationChange{Shard: "s5", Region: "region-c", MailHeldBy: "region-a"},
+	)
 	if err := s.Allocate(ctx, typ("T"), e, "s5", "region-c"); err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
 	if err := s.Deallocate(ctx, typ("T"), e, "s6"); err != nil {
 		t.Fatalf("Deallocate: %v", err)
 	}
+	if err := s.Deallocate(ctx, typ("T"), e, "s7"); err != nil {
+		t.Fatalf("Deallocate: %v", err)
+	}
 	_, shards = takeOver(t, s, typ("T"), "node-b")
 	wantShards(t, "after placing or deallocating them", shards, map[string]string{
-		"s1": "mail@region-a", "s2": "region-b", "s4": "region-b", "s5": "region-c",
+		"s1": "mail@region-a", "s2": "region-b", "s4": "mail@region-a", "s5": "region-c",
 	})
 }
 
