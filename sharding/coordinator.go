@@ -392,6 +392,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 				if m := c.members[node]; !m.Reachable || m.Status == allocation.Down {
 					continue
 				}
+				out = append(out, c.hostAgain(node)...)
 				out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
 			}
 		}
@@ -403,12 +404,26 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 // welcome is what a region gets on registration: the ack, every known
 // home, and the members Down.
 func (c *coordinatorCore) welcome(region string) []outbound {
-	out := []outbound{
-		{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}},
-		{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}},
-	}
+	out := []outbound{{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}}}
+	out = append(out, c.hostAgain(region)...)
+	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}})
 	if len(c.down) > 0 {
 		out = append(out, outbound{to: region, msg: protocol.MembersDown{Nodes: c.down}})
+	}
+	return out
+}
+
+// hostAgain sends region, ahead of a ShardHomes that names it a home, the
+// HostShard of each shard placed there that has not started and waits
+// for a previous home's mail: told only by the ShardHomes (its HostShard
+// lost with a broken link), it would start the shard at once, and that
+// mail would come after newer mail (simulator seed 32323).
+func (c *coordinatorCore) hostAgain(region string) []outbound {
+	var out []outbound
+	for _, shard := range c.byRegion[region] {
+		if from := c.starting[shard]; from != "" && c.handoffs[shard] == nil {
+			out = append(out, outbound{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}})
+		}
 	}
 	return out
 }

@@ -706,6 +706,32 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 	}
 }
 
+// A home that registers (again) before its shard started, waiting for a
+// previous home's mail, gets the HostShard again ahead of the ShardHomes
+// that names it: with the ShardHomes alone, its HostShard lost, it would
+// start the shard at once, ahead of that mail (simulator seed 32323). A
+// successor, which reads the holder from the store, does the same when
+// it announces itself.
+func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing.T) {
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	c := newCoordinatorCore("x", 3, map[string]Allocation{"s1": {Region: "b", MailHeldBy: "a"}, "s2": {Region: "b"}}, strategy, 1)
+	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "b", Status: allocation.Up, Reachable: true}}
+	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "b: HostShard s1", "b: ShardHomes"}) {
+		t.Fatalf("announced %v; want b told to host s1 (from a) ahead of the homes", sent(out))
+	}
+	_, out := c.step(protocol.Register{Region: "b"})
+	if !slices.Equal(sent(out), []string{"b: RegisterAck", "b: HostShard s1", "b: ShardHomes"}) {
+		t.Fatalf("welcomed with %v; want the HostShard of s1 ahead of the homes", sent(out))
+	}
+	if host := out[1].msg.(protocol.HostShard); host.From != "a" {
+		t.Fatalf("HostShard %+v, want From a", host)
+	}
+	c.step(protocol.ShardStarted{Shard: "s1", Region: "b"})
+	if _, out := c.step(protocol.Register{Region: "b"}); !slices.Equal(sent(out), []string{"b: RegisterAck", "b: ShardHomes"}) {
+		t.Fatalf("welcomed with %v once s1 started; want no HostShard", sent(out))
+	}
+}
+
 // homed is what a store holds of shards that all have a home.
 func homed(homes map[string]string) map[string]Allocation {
 	shards := make(map[string]Allocation, len(homes))
