@@ -476,6 +476,24 @@ func TestSimulationPinned(t *testing.T) {
 		// had expired. Leaving, the region stopped with the shard's
 		// buffer (coordinator.go downMembers, protocol.MembersDown).
 		{"wait-for-a-crashed-home-ends-on-its-lease", "all", true, 13738},
+		// The home told to wait for a region's mail died (or its
+		// coordinator failed over) before the mail came; the shard was
+		// placed anew with no previous home, and the mail came after newer
+		// mail (store.go Allocation.MailHeldBy, coordinator.go starting).
+		{"wait-for-mail-outlives-the-home-that-died", "all", false, 17171},
+		{"wait-for-mail-outlives-the-home-that-died-2", "all", false, 28956},
+		// The holder named to the next home had nothing left to hand over:
+		// its mail went to the home that died (region_core.go forgetGone,
+		// ShardHome.From; hand-over-owed.txt).
+		{"holder-with-nothing-left-hands-over", "all", false, 663},
+		{"holder-with-nothing-left-hands-over-2", "all", false, 15603},
+		// A home whose HostShard was lost learned from the welcome's
+		// ShardHomes that it was the home, and started ahead of the
+		// previous home's mail (coordinator.go hostAgain).
+		{"welcome-hosts-again-a-home-that-waits", "all", false, 32323},
+		// A hand-off went on without the fence of a node that had joined
+		// after the old home's view (region_core.go gone; hand-off.txt).
+		{"fence-of-a-node-newer-than-the-view", "all", false, 7332},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
