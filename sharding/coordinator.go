@@ -347,6 +347,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, out
 	case membersChanged:
+		previous := c.members
 		c.members = make(map[string]Member, len(m.members))
 		for _, mem := range m.members {
 			c.members[mem.Node] = mem
@@ -370,6 +371,16 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			c.down = down
 			if len(down) > 0 {
 				out = append(out, c.broadcast(protocol.MembersDown{Nodes: down})...)
+			}
+		} else if len(down) > 0 {
+			// Again to a region reachable anew: what it was sent while
+			// cut off was lost (strict simulator seed 17801: it re-sent
+			// its HandOver to a crashed home until it left, holding the
+			// shard's mail).
+			for _, r := range c.everyone() {
+				if was, ok := previous[r]; ok && !was.Reachable && c.members[r].Reachable {
+					out = append(out, outbound{to: r, msg: protocol.MembersDown{Nodes: down}})
+				}
 			}
 		}
 		out = append(out, c.startDeferred()...)

@@ -611,7 +611,8 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 }
 
 // The coordinator tells every region the members it holds Down (their
-// leases expired), when that changes and on registration: a region whose
+// leases expired), when that changes, on registration and when the region
+// is reachable again: a region whose
 // view keeps a crashed node unreachable would wait for its hand-over for
 // ever (strict simulator seed 13738: it left with the shard's buffer).
 func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
@@ -633,6 +634,16 @@ func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 	}
 	if _, out := c.step(protocol.Register{Region: "d"}); !slices.Contains(sent(out), "d: MembersDown c") {
 		t.Fatalf("sent %v on registration, want the members Down", sent(out))
+	}
+	// b is cut off, then reachable again: told again (strict simulator
+	// seed 17801: the word sent while it was cut off was lost).
+	cut := view(allocation.Down)
+	cut[1].Reachable = false
+	if _, out := c.step(membersChanged{members: cut}); len(out) != 0 {
+		t.Fatalf("sent %v when b became unreachable", sent(out))
+	}
+	if _, out := c.step(membersChanged{members: view(allocation.Down)}); !slices.Equal(sent(out), []string{"b: MembersDown c"}) {
+		t.Fatalf("sent %v when b became reachable again, want the members Down to b", sent(out))
 	}
 }
 

@@ -494,6 +494,11 @@ func TestSimulationPinned(t *testing.T) {
 		// A hand-off went on without the fence of a node that had joined
 		// after the old home's view (region_core.go gone; hand-off.txt).
 		{"fence-of-a-node-newer-than-the-view", "all", false, 7332},
+		// The word that a home was Down reached its mail's holder only
+		// while the holder was cut off; it re-sent its HandOver to the
+		// dead home until it left (coordinator.go, MembersDown again to a
+		// region reachable anew).
+		{"members-down-again-after-a-partition", "all", true, 17801},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
