@@ -35,7 +35,8 @@ type regionCore[C any, S comparable] struct {
 	// (MembersDown): they count as gone from it.
 	down map[string]bool
 	// departed are the nodes a view held and a later one did not: gone
-	// for good (a node incarnation never comes back). A node no view has
+	// for good (a node incarnation never comes back), so kept for the
+	// region's life, one name per node that left. A node no view has
 	// held yet is not gone, but newer than this region's view.
 	departed     map[string]bool
 	registered   bool
@@ -618,12 +619,14 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 	for _, n := range live {
 		c.live[n] = true
 	}
-	for n := range previous {
-		if !c.live[n] {
-			if c.departed == nil {
-				c.departed = make(map[string]bool)
+	for _, held := range []map[string]bool{previous, c.down} { // the last view held both
+		for n := range held {
+			if !c.live[n] {
+				if c.departed == nil {
+					c.departed = make(map[string]bool)
+				}
+				c.departed[n] = true
 			}
-			c.departed[n] = true
 		}
 	}
 	// A node gone from the view needs no word of its own any more.
