@@ -43,11 +43,8 @@ type fastPath[C any] struct {
 // looks for idle entities (foldFastTicks).
 func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
 	epoch := r.mu.epoch.Load()
-	c := r.fast.entities.load(entityID)
-	if c == nil {
-		return false, nil
-	}
-	if sh, _ := c.Owner().(*shard[C]); sh == nil || sh.routedAt.Load() != epoch {
+	c, sh := r.fast.entities.load(entityID)
+	if c == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
 	return c.TellUnsealed(msg, r.fast.tick.Load())
@@ -63,7 +60,7 @@ func (sh *shard[C]) routed(epoch uint64) {
 
 // publish puts a started incarnation on the fast path; sh.mu is held.
 func (sh *shard[C]) publish(cell *entity.Cell[C]) {
-	sh.r.fast.entities.store(cell)
+	sh.r.fast.entities.store(cell, sh)
 }
 
 // unpublish takes incarnation c off the fast path; sh.mu is held.

@@ -12,7 +12,9 @@ import (
 // read takes no lock and allocates nothing: open addressing with linear
 // probing over slots of atomic words, each slot holding the id's hash
 // next to its entry so that a probe past another id costs no pointer
-// chase. Writes (an entity started or stopped, under its shard's lock)
+// chase, and the entry's shard, so that the fast path's two checks (the
+// cell's seal, the shard's epoch) load from the cell and the shard at
+// once instead of one after the other (cell, its props, its owner). Writes (an entity started or stopped, under its shard's lock)
 // are serialized by mu; a table that fills up, with entries or with the
 // tombstones of removed ones, is copied into a fresh one, published
 // whole.
@@ -20,7 +22,10 @@ import (
 // A reader that loaded the table before such a copy may still find an
 // entry removed since, as a reader that loaded the entry just before its
 // removal would: the fast path checks the cell's seal after the lookup,
-// and an incarnation is sealed or stopped before it is removed.
+// and an incarnation is sealed or stopped before it is removed. For the
+// same reason a reader that loaded a removed entry just before its slot
+// was reused may pair it with the new entry's shard: the removed cell
+// refuses all the same.
 type entityTable[C any] struct {
 	tab  atomic.Pointer[tableSlots[C]]
 	mu   sync.Mutex
@@ -36,36 +41,44 @@ type tableSlots[C any] struct {
 	used int // entries and tombstones: slots a probe goes past
 }
 
-// tableSlot is written hash first, so that a reader who sees the entry
-// sees its hash.
+// tableSlot is written hash and shard first, so that a reader who sees
+// the entry sees its hash and shard.
 type tableSlot[C any] struct {
 	hash atomic.Uint64
 	e    atomic.Pointer[entity.Cell[C]]
+	sh   atomic.Pointer[shard[C]]
+}
+
+// set fills s with entry e of shard sh and hash h, e last.
+func (s *tableSlot[C]) set(h uint64, e *entity.Cell[C], sh *shard[C]) {
+	s.hash.Store(h)
+	s.sh.Store(sh)
+	s.e.Store(e)
 }
 
 const minTableSize = 16
 
-// load returns id's entry, or nil.
-func (t *entityTable[C]) load(id string) *entity.Cell[C] {
+// load returns id's entry and its shard, or nil.
+func (t *entityTable[C]) load(id string) (*entity.Cell[C], *shard[C]) {
 	tab := t.tab.Load()
 	if tab == nil {
-		return nil
+		return nil, nil
 	}
 	h := maphash.String(tab.seed, id)
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		e := s.e.Load()
 		if e == nil {
-			return nil
+			return nil, nil
 		}
 		if s.hash.Load() == h && e != t.tomb && e.EntityID() == id {
-			return e
+			return e, s.sh.Load()
 		}
 	}
 }
 
-// store makes e the entry of its entity id, replacing any.
-func (t *entityTable[C]) store(e *entity.Cell[C]) {
+// store makes e, of shard sh, the entry of its entity id, replacing any.
+func (t *entityTable[C]) store(e *entity.Cell[C], sh *shard[C]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tomb == nil {
@@ -96,7 +109,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C]) {
 			continue
 		}
 		if s.hash.Load() == h && cur.EntityID() == id {
-			s.e.Store(e)
+			s.set(h, e, sh)
 			return
 		}
 	}
@@ -105,8 +118,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C]) {
 		tab.used++
 	}
 	tab.live++
-	free.hash.Store(h)
-	free.e.Store(e)
+	free.set(h, e, sh)
 }
 
 // remove takes e off the table if it is still the entry of its entity id.
@@ -154,8 +166,7 @@ func (t *entityTable[C]) rebuild(old *tableSlots[C], n int) *tableSlots[C] {
 			for tab.slots[j].e.Load() != nil {
 				j = (j + 1) & tab.mask
 			}
-			tab.slots[j].hash.Store(h)
-			tab.slots[j].e.Store(e)
+			tab.slots[j].set(h, e, old.slots[i].sh.Load())
 			tab.live++
 		}
 		tab.used = tab.live
