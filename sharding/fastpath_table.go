@@ -27,13 +27,22 @@ import (
 // was reused may pair it with the new entry's shard: the removed cell
 // refuses all the same.
 type entityTable[C any] struct {
+	// seed is set once, before the first hash (init), and kept through
+	// rebuilds, so that an id's hash may be taken once and kept with the
+	// id (an EntityRef keeps it), and a rebuild need not hash again.
+	seed maphash.Seed
 	tab  atomic.Pointer[tableSlots[C]]
 	mu   sync.Mutex
 	tomb *entity.Cell[C] // marks a removed entry, never spawned; probes go on past it
 }
 
+// init readies an empty table.
+func (t *entityTable[C]) init() { t.seed = maphash.MakeSeed() }
+
+// hash is id's hash in t, for load.
+func (t *entityTable[C]) hash(id string) uint64 { return maphash.String(t.seed, id) }
+
 type tableSlots[C any] struct {
-	seed  maphash.Seed
 	mask  uint64
 	slots []tableSlot[C]
 	// Guarded by entityTable.mu.
@@ -58,13 +67,12 @@ func (s *tableSlot[C]) set(h uint64, e *entity.Cell[C], sh *shard[C]) {
 
 const minTableSize = 16
 
-// load returns id's entry and its shard, or nil.
-func (t *entityTable[C]) load(id string) (*entity.Cell[C], *shard[C]) {
+// load returns the entry of id, whose hash is h, and its shard, or nil.
+func (t *entityTable[C]) load(id string, h uint64) (*entity.Cell[C], *shard[C]) {
 	tab := t.tab.Load()
 	if tab == nil {
 		return nil, nil
 	}
-	h := maphash.String(tab.seed, id)
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		e := s.e.Load()
@@ -93,7 +101,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C], sh *shard[C]) {
 		tab = t.rebuild(tab, live+1)
 	}
 	id := e.EntityID()
-	h := maphash.String(tab.seed, id)
+	h := t.hash(id)
 	var free *tableSlot[C]
 	i := h & tab.mask
 	for ; ; i = (i + 1) & tab.mask {
@@ -129,7 +137,7 @@ func (t *entityTable[C]) remove(e *entity.Cell[C]) {
 	if tab == nil {
 		return
 	}
-	h := maphash.String(tab.seed, e.EntityID())
+	h := t.hash(e.EntityID())
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		cur := s.e.Load()
@@ -154,14 +162,14 @@ func (t *entityTable[C]) rebuild(old *tableSlots[C], n int) *tableSlots[C] {
 	for size < 2*n {
 		size *= 2
 	}
-	tab := &tableSlots[C]{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]tableSlot[C], size)}
+	tab := &tableSlots[C]{mask: uint64(size - 1), slots: make([]tableSlot[C], size)}
 	if old != nil {
 		for i := range old.slots {
 			e := old.slots[i].e.Load()
 			if e == nil || e == t.tomb {
 				continue
 			}
-			h := maphash.String(tab.seed, e.EntityID())
+			h := old.slots[i].hash.Load()
 			j := h & tab.mask
 			for tab.slots[j].e.Load() != nil {
 				j = (j + 1) & tab.mask

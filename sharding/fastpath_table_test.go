@@ -47,12 +47,13 @@ func TestEntityTableAgreesWithAMap(t *testing.T) {
 		owner[first[i]], owner[second[i]] = shards[i%7], shards[(i+1)%7]
 	}
 	var tab entityTable[string]
+	tab.init()
 	model := map[string]*entity.Cell[string]{}
 	check := func(step int) {
 		t.Helper()
 		for _, e := range first {
 			id := e.EntityID()
-			got, sh := tab.load(id)
+			got, sh := tab.load(id, tab.hash(id))
 			if want := model[id]; got != want || sh != owner[want] {
 				t.Fatalf("step %d: load(%s) = %p, %p; want %p, %p", step, id, got, sh, want, owner[want])
 			}
@@ -107,7 +108,7 @@ func TestEntityTableAgreesWithAMap(t *testing.T) {
 
 // cell is load's entry alone.
 func (t *entityTable[C]) cell(id string) *entity.Cell[C] {
-	e, _ := t.load(id)
+	e, _ := t.load(id, t.hash(id))
 	return e
 }
 
@@ -124,6 +125,7 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 	staying, _ := tableEntries(t, "stay", 200)
 	churn, next := tableEntries(t, "churn", 2000)
 	var tab entityTable[string]
+	tab.init()
 	for _, e := range staying {
 		tab.store(e, nil)
 	}
