@@ -10,22 +10,22 @@ import (
 
 // entityTable maps entity ids to their incarnations on the fast path. A
 // read takes no lock and allocates nothing: open addressing with linear
-// probing over slots of atomic words, each slot holding the id's hash
-// next to its entry so that a probe past another id costs no pointer
-// chase, and the entry's shard, so that the fast path's two checks (the
-// cell's seal, the shard's epoch) load from the cell and the shard at
-// once instead of one after the other (cell, its props, its owner). Writes (an entity started or stopped, under its shard's lock)
-// are serialized by mu; a table that fills up, with entries or with the
-// tombstones of removed ones, is copied into a fresh one, published
-// whole.
+// probing over slots of atomic words. Each slot holds the id's hash next
+// to its entry, so that a probe past another id costs no pointer chase,
+// and the entry's shard, so that the fast path's two checks (the cell's
+// seal, the shard's epoch) load the cell and the shard at once rather
+// than one after the other (cell, its props, its owner). Writes (an
+// entity started or stopped, under its shard's lock) are serialized by
+// mu; a table that fills up, with entries or with the tombstones of
+// removed ones, is copied into a fresh one, published whole.
 //
 // A reader that loaded the table before such a copy may still find an
 // entry removed since, as a reader that loaded the entry just before its
 // removal would: the fast path checks the cell's seal after the lookup,
-// and an incarnation is sealed or stopped before it is removed. For the
-// same reason a reader that loaded a removed entry just before its slot
-// was reused may pair it with the new entry's shard: the removed cell
-// refuses all the same.
+// and an incarnation is sealed or stopped before it is removed (or
+// replaced by the next one). For the same reason a reader that loaded an
+// entry just before its slot was reused may pair it with the new entry's
+// shard: the old cell refuses all the same.
 type entityTable[C any] struct {
 	// seed is set once, before the first hash (init), and kept through
 	// rebuilds, so that an id's hash may be taken once and kept with the
