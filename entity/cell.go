@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -61,12 +62,17 @@ type Cell[C any] struct {
 	props *Props[C]
 	id    string
 
-	mu      sync.Mutex
-	status  status
-	mailbox ring.Queue[envelope[C]]
-	mark    uint64              // the greatest mark of TellUnsealed
-	control *ring.Queue[func()] // runtime work that bypasses suspension; allocated on first use
-	term    *termination
+	mu     sync.Mutex
+	status status
+	// capacity is props.MailboxCapacity, 0 for unbounded, kept here (in
+	// what was padding) so that tell reads no more than the cell under
+	// its lock: an owner with many Props (a shard each) would otherwise
+	// wait on one more cache miss per message.
+	capacity int32
+	mailbox  ring.Queue[envelope[C]]
+	mark     uint64              // the greatest mark of TellUnsealed
+	control  *ring.Queue[func()] // runtime work that bypasses suspension; allocated on first use
+	term     *termination
 
 	// Owned by the goroutine running the cell.
 	behavior Behavior[C]
@@ -144,7 +150,7 @@ type receiveTimeout[C any] struct {
 // Spawn starts an incarnation of the entity id. Its behavior is created on
 // its own goroutine before its first message.
 func Spawn[C any](sys *System, props *Props[C], id string) *Cell[C] {
-	c := &Cell[C]{sys: sys, props: props, id: id}
+	c := &Cell[C]{sys: sys, props: props, id: id, capacity: int32(min(max(props.MailboxCapacity, 0), math.MaxInt32))}
 	if sys.metrics != nil {
 		c.m = sys.metrics.Type(props.Key.name)
 		c.stripe = c.m.Stripe()
@@ -227,7 +233,7 @@ func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64) (bool, error) {
 		c.sys.deadLetter(c.m, ErrStopped, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
 		return true, fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
 	}
-	if limit := c.props.MailboxCapacity; limit > 0 && c.mailbox.Len() >= limit {
+	if limit := int(c.capacity); limit > 0 && c.mailbox.Len() >= limit {
 		c.mu.Unlock()
 		return true, fmt.Errorf("%w: %s/%s (capacity %d)", ErrMailboxFull, c.props.Key.name, c.id, limit)
 	}

@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
@@ -100,14 +101,35 @@ func tellAll[R entity.Ref[benchMsg]](refs []R, n int, done <-chan struct{}) {
 // ns/op is per pair of messages; it reports tells/s (through sharding),
 // direct-tells/s and their ratio sharding/direct:
 //
-//	go test -run '^$' -bench TellThroughSharding -benchtime 2000000x -count 5 ./sharding
-func BenchmarkTellThroughSharding(b *testing.B) {
+//	go test -run '^$' -bench 'TellThroughSharding$' -benchtime 2000000x -count 5 ./sharding
+func BenchmarkTellThroughSharding(b *testing.B) { benchTellRatio(b, false) }
+
+// BenchmarkTellThroughShardingShuffled is BenchmarkTellThroughSharding
+// with both sides sending to their entities in one random order, the same
+// for both (entity i of one side when entity i of the other), reported
+// alongside it, not instead. In BenchmarkTellThroughSharding both send in
+// id order, which is the order the direct cells were spawned in, one after
+// the other: their cells lie in memory in the order they are read, and the
+// hardware prefetcher hides the cache misses of the direct side. The
+// sharded cells were spawned as their shards got homes, shard by shard,
+// so the same order reads them out of memory order. Traffic does not
+// arrive in spawn order; here neither side gains from its allocation order:
+//
+//	go test -run '^$' -bench 'TellThroughShardingShuffled$' -benchtime 2000000x -count 5 ./sharding
+func BenchmarkTellThroughShardingShuffled(b *testing.B) { benchTellRatio(b, true) }
+
+// benchTellRatio is BenchmarkTellThroughSharding, in a random order of
+// the entities with shuffled.
+func benchTellRatio(b *testing.B, shuffled bool) {
 	const entities = 10_000
 	c := &counter{}
 	sys, sh, r := benchNode(b, sharding.Settings{}, c.create)
 	defer sh.Terminate()
 	refs := residentRefs(b, r, c, entities)
 	direct := directRefs(b, sys, c, entities)
+	if shuffled {
+		refs, direct = permuted(refs), permuted(direct)
+	}
 
 	const rounds = 6
 	var elapsed [2]time.Duration // [0] through sharding, [1] direct
@@ -161,6 +183,16 @@ func BenchmarkTellPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// permuted returns refs in a random order, the same for every slice of
+// that length: entity i of one slice goes where entity i of another does.
+func permuted[R any](refs []R) []R {
+	out := make([]R, len(refs))
+	for i, j := range rand.New(rand.NewPCG(1, 2)).Perm(len(refs)) {
+		out[i] = refs[j]
+	}
+	return out
 }
 
 // directRefs spawns n entities of c's behavior outside sharding, each with

@@ -35,19 +35,17 @@ type fastPath[C any] struct {
 	entities entityTable[C]
 }
 
-// tellFast tells msg to entityID's running incarnation if the fast path
-// may (see fastPath). It reports false, having done nothing, when it may
-// not: the caller takes the locked path. Otherwise it reports true and what
-// the cell's Tell returned, as the locked path would. The cell keeps the
-// region's idle tick as its mark, which its shard hands its core before it
-// looks for idle entities (foldFastTicks).
-func (r *Region[C]) tellFast(entityID string, msg C) (bool, error) {
+// tellFast tells msg to the running incarnation of entityID (of hash h in
+// r.fast.entities) if the fast path may (see fastPath). It reports false,
+// having done nothing, when it may not: the caller takes the locked path.
+// Otherwise it reports true and what the cell's Tell returned, as the
+// locked path would. The cell keeps the region's idle tick as its mark,
+// which its shard hands its core before it looks for idle entities
+// (foldFastTicks).
+func (r *Region[C]) tellFast(entityID string, h uint64, msg C) (bool, error) {
 	epoch := r.mu.epoch.Load()
-	c := r.fast.entities.load(entityID)
-	if c == nil {
-		return false, nil
-	}
-	if sh, _ := c.Owner().(*shard[C]); sh == nil || sh.routedAt.Load() != epoch {
+	c, sh := r.fast.entities.load(entityID, h)
+	if c == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
 	return c.TellUnsealed(msg, r.fast.tick.Load())
@@ -63,7 +61,7 @@ func (sh *shard[C]) routed(epoch uint64) {
 
 // publish puts a started incarnation on the fast path; sh.mu is held.
 func (sh *shard[C]) publish(cell *entity.Cell[C]) {
-	sh.r.fast.entities.store(cell)
+	sh.r.fast.entities.store(cell, sh)
 }
 
 // unpublish takes incarnation c off the fast path; sh.mu is held.

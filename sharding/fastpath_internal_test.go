@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,7 +30,7 @@ func TestTellFastRefusesEveryStateButTheSteadyOne(t *testing.T) {
 		})
 		fast := func(what string, want bool) {
 			t.Helper()
-			if ok, err := r.tellFast("e", "m"); ok != want || err != nil {
+			if ok, err := r.tellFast("e", r.fast.entities.hash("e"), "m"); ok != want || err != nil {
 				t.Fatalf("%s: tellFast = %v, %v; want %v", what, ok, err, want)
 			}
 		}
@@ -91,7 +92,7 @@ func TestFastPathTellsKeepAnEntityFromIdlePassivation(t *testing.T) {
 			time.Sleep(time.Second)
 			synctest.Wait()
 			_ = r.EntityRefFor("a").Tell("m")
-			if ok, err := r.tellFast("b", "m"); !ok || err != nil {
+			if ok, err := r.tellFast("b", r.fast.entities.hash("b"), "m"); !ok || err != nil {
 				t.Fatalf("after %ds: tellFast(b) = %v, %v: b was passivated as idle", i+1, ok, err)
 			}
 			synctest.Wait()
@@ -100,6 +101,43 @@ func TestFastPathTellsKeepAnEntityFromIdlePassivation(t *testing.T) {
 		defer mu.Unlock()
 		if starts["b"] != 1 {
 			t.Fatalf("b started %d times, want 1", starts["b"])
+		}
+	})
+}
+
+// A kept EntityRef (with the hash it took once) and Region.Tell reach a
+// running entity on the fast path: no shard id is computed, as the locked
+// path would.
+func TestEntityRefsAndRegionTellTakeTheFastPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var shardIDs atomic.Int64
+		shardID := func(string) string { shardIDs.Add(1); return "s" }
+		r := fastRegion(t, Settings{ShardID: shardID}, func(entity.Context[string]) entity.Behavior[string] {
+			return entity.Receive(func(_ entity.Context[string], m string) entity.Behavior[string] {
+				if m == "stop" {
+					return entity.Stopped[string]()
+				}
+				return entity.Same[string]()
+			})
+		})
+		ref := r.EntityRefFor("e")
+		for range 2 { // starts e, then stamps its shard routable
+			if err := ref.Tell("m"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		before := shardIDs.Load()
+		for range 10 {
+			if err := ref.Tell("m"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Tell(Envelope[string]{EntityID: "e", Message: "m"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := shardIDs.Load() - before; n != 0 {
+			t.Fatalf("%d of 20 tells took the locked path (computed a shard id)", n)
 		}
 	})
 }

@@ -10,25 +10,39 @@ import (
 
 // entityTable maps entity ids to their incarnations on the fast path. A
 // read takes no lock and allocates nothing: open addressing with linear
-// probing over slots of atomic words, each slot holding the id's hash
-// next to its entry so that a probe past another id costs no pointer
-// chase. Writes (an entity started or stopped, under its shard's lock)
-// are serialized by mu; a table that fills up, with entries or with the
-// tombstones of removed ones, is copied into a fresh one, published
-// whole.
+// probing over slots of atomic words. Each slot holds the id's hash next
+// to its entry, so that a probe past another id costs no pointer chase,
+// and the entry's shard, so that the fast path's two checks (the cell's
+// seal, the shard's epoch) load the cell and the shard at once rather
+// than one after the other (cell, its props, its owner). Writes (an
+// entity started or stopped, under its shard's lock) are serialized by
+// mu; a table that fills up, with entries or with the tombstones of
+// removed ones, is copied into a fresh one, published whole.
 //
 // A reader that loaded the table before such a copy may still find an
 // entry removed since, as a reader that loaded the entry just before its
 // removal would: the fast path checks the cell's seal after the lookup,
-// and an incarnation is sealed or stopped before it is removed.
+// and an incarnation is sealed or stopped before it is removed (or
+// replaced by the next one). For the same reason a reader that loaded an
+// entry just before its slot was reused may pair it with the new entry's
+// shard: the old cell refuses all the same.
 type entityTable[C any] struct {
+	// seed is set once, before the first hash (init), and kept through
+	// rebuilds, so that an id's hash may be taken once and kept with the
+	// id (an EntityRef keeps it), and a rebuild need not hash again.
+	seed maphash.Seed
 	tab  atomic.Pointer[tableSlots[C]]
 	mu   sync.Mutex
 	tomb *entity.Cell[C] // marks a removed entry, never spawned; probes go on past it
 }
 
+// init readies an empty table.
+func (t *entityTable[C]) init() { t.seed = maphash.MakeSeed() }
+
+// hash is id's hash in t, for load.
+func (t *entityTable[C]) hash(id string) uint64 { return maphash.String(t.seed, id) }
+
 type tableSlots[C any] struct {
-	seed  maphash.Seed
 	mask  uint64
 	slots []tableSlot[C]
 	// Guarded by entityTable.mu.
@@ -36,36 +50,43 @@ type tableSlots[C any] struct {
 	used int // entries and tombstones: slots a probe goes past
 }
 
-// tableSlot is written hash first, so that a reader who sees the entry
-// sees its hash.
+// tableSlot is written hash and shard first, so that a reader who sees
+// the entry sees its hash and shard.
 type tableSlot[C any] struct {
 	hash atomic.Uint64
 	e    atomic.Pointer[entity.Cell[C]]
+	sh   atomic.Pointer[shard[C]]
+}
+
+// set fills s with entry e of shard sh and hash h, e last.
+func (s *tableSlot[C]) set(h uint64, e *entity.Cell[C], sh *shard[C]) {
+	s.hash.Store(h)
+	s.sh.Store(sh)
+	s.e.Store(e)
 }
 
 const minTableSize = 16
 
-// load returns id's entry, or nil.
-func (t *entityTable[C]) load(id string) *entity.Cell[C] {
+// load returns the entry of id, whose hash is h, and its shard, or nil.
+func (t *entityTable[C]) load(id string, h uint64) (*entity.Cell[C], *shard[C]) {
 	tab := t.tab.Load()
 	if tab == nil {
-		return nil
+		return nil, nil
 	}
-	h := maphash.String(tab.seed, id)
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		e := s.e.Load()
 		if e == nil {
-			return nil
+			return nil, nil
 		}
 		if s.hash.Load() == h && e != t.tomb && e.EntityID() == id {
-			return e
+			return e, s.sh.Load()
 		}
 	}
 }
 
-// store makes e the entry of its entity id, replacing any.
-func (t *entityTable[C]) store(e *entity.Cell[C]) {
+// store makes e, of shard sh, the entry of its entity id, replacing any.
+func (t *entityTable[C]) store(e *entity.Cell[C], sh *shard[C]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tomb == nil {
@@ -80,7 +101,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C]) {
 		tab = t.rebuild(tab, live+1)
 	}
 	id := e.EntityID()
-	h := maphash.String(tab.seed, id)
+	h := t.hash(id)
 	var free *tableSlot[C]
 	i := h & tab.mask
 	for ; ; i = (i + 1) & tab.mask {
@@ -96,7 +117,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C]) {
 			continue
 		}
 		if s.hash.Load() == h && cur.EntityID() == id {
-			s.e.Store(e)
+			s.set(h, e, sh)
 			return
 		}
 	}
@@ -105,8 +126,7 @@ func (t *entityTable[C]) store(e *entity.Cell[C]) {
 		tab.used++
 	}
 	tab.live++
-	free.hash.Store(h)
-	free.e.Store(e)
+	free.set(h, e, sh)
 }
 
 // remove takes e off the table if it is still the entry of its entity id.
@@ -117,7 +137,7 @@ func (t *entityTable[C]) remove(e *entity.Cell[C]) {
 	if tab == nil {
 		return
 	}
-	h := maphash.String(tab.seed, e.EntityID())
+	h := t.hash(e.EntityID())
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		cur := s.e.Load()
@@ -142,20 +162,19 @@ func (t *entityTable[C]) rebuild(old *tableSlots[C], n int) *tableSlots[C] {
 	for size < 2*n {
 		size *= 2
 	}
-	tab := &tableSlots[C]{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]tableSlot[C], size)}
+	tab := &tableSlots[C]{mask: uint64(size - 1), slots: make([]tableSlot[C], size)}
 	if old != nil {
 		for i := range old.slots {
 			e := old.slots[i].e.Load()
 			if e == nil || e == t.tomb {
 				continue
 			}
-			h := maphash.String(tab.seed, e.EntityID())
+			h := old.slots[i].hash.Load()
 			j := h & tab.mask
 			for tab.slots[j].e.Load() != nil {
 				j = (j + 1) & tab.mask
 			}
-			tab.slots[j].hash.Store(h)
-			tab.slots[j].e.Store(e)
+			tab.slots[j].set(h, e, old.slots[i].sh.Load())
 			tab.live++
 		}
 		tab.used = tab.live

@@ -34,20 +34,31 @@ func tableEntries(t *testing.T, prefix string, n int) (first, second []*entity.C
 
 // The table agrees with a map under random stores, replacements and
 // removals (of the current entry or of a stale one), through growth,
-// tombstone clean-ups and shrinking.
+// tombstone clean-ups and shrinking, and finds each entry with the shard
+// it was stored with.
 func TestEntityTableAgreesWithAMap(t *testing.T) {
 	first, second := tableEntries(t, "e", 3000)
+	shards := make([]*shard[string], 7)
+	for i := range shards {
+		shards[i] = &shard[string]{id: strconv.Itoa(i)}
+	}
+	owner := map[*entity.Cell[string]]*shard[string]{}
+	for i := range first {
+		owner[first[i]], owner[second[i]] = shards[i%7], shards[(i+1)%7]
+	}
 	var tab entityTable[string]
+	tab.init()
 	model := map[string]*entity.Cell[string]{}
 	check := func(step int) {
 		t.Helper()
 		for _, e := range first {
 			id := e.EntityID()
-			if got, want := tab.load(id), model[id]; got != want {
-				t.Fatalf("step %d: load(%s) = %p, want %p", step, id, got, want)
+			got, sh := tab.load(id, tab.hash(id))
+			if want := model[id]; got != want || sh != owner[want] {
+				t.Fatalf("step %d: load(%s) = %p, %p; want %p, %p", step, id, got, sh, want, owner[want])
 			}
 		}
-		if tab.load("absent") != nil {
+		if tab.cell("absent") != nil {
 			t.Fatalf("step %d: found an absent id", step)
 		}
 		if tt := tab.tab.Load(); tt != nil && tt.live != len(model) {
@@ -68,7 +79,7 @@ func TestEntityTableAgreesWithAMap(t *testing.T) {
 		before := len(tab.slotsOrNil())
 		switch r := rng.IntN(10); {
 		case storing && r < 7 || !storing && r < 1:
-			tab.store(e)
+			tab.store(e, owner[e])
 			model[id] = e
 		default:
 			if cur := model[id]; cur != nil && !storing && r < 8 {
@@ -95,6 +106,12 @@ func TestEntityTableAgreesWithAMap(t *testing.T) {
 	}
 }
 
+// cell is load's entry alone.
+func (t *entityTable[C]) cell(id string) *entity.Cell[C] {
+	e, _ := t.load(id, t.hash(id))
+	return e
+}
+
 func (t *entityTable[C]) slotsOrNil() []tableSlot[C] {
 	if tab := t.tab.Load(); tab != nil {
 		return tab.slots
@@ -108,8 +125,9 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 	staying, _ := tableEntries(t, "stay", 200)
 	churn, next := tableEntries(t, "churn", 2000)
 	var tab entityTable[string]
+	tab.init()
 	for _, e := range staying {
-		tab.store(e)
+		tab.store(e, nil)
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -120,7 +138,7 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 			defer wg.Done()
 			for i := r; !stop.Load(); i++ {
 				e := staying[i%len(staying)]
-				if tab.load(e.EntityID()) != e {
+				if tab.cell(e.EntityID()) != e {
 					missed.Add(1)
 				}
 			}
@@ -128,8 +146,8 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 	}
 	for range 5 {
 		for i := range churn {
-			tab.store(churn[i])
-			tab.store(next[i])
+			tab.store(churn[i], nil)
+			tab.store(next[i], nil)
 		}
 		for i := range churn {
 			tab.remove(next[i])
@@ -141,7 +159,7 @@ func TestEntityTableReadersFindStayingEntriesDuringWrites(t *testing.T) {
 		t.Fatalf("readers missed a staying entry %d times", n)
 	}
 	for _, e := range staying {
-		if tab.load(e.EntityID()) != e {
+		if tab.cell(e.EntityID()) != e {
 			t.Fatalf("%s lost", e.EntityID())
 		}
 	}

@@ -79,6 +79,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	// guesses it awaits, is waited for as long as a hand-off may take.
 	cfg.waitTicks = uint64((settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
 	r.core.init(cfg)
+	r.fast.entities.init()
 	return r
 }
 
@@ -103,7 +104,9 @@ func (r *Region[C]) isStopped() bool {
 }
 
 // EntityRefFor addresses entity id through this region.
-func (r *Region[C]) EntityRefFor(id string) EntityRef[C] { return EntityRef[C]{region: r, id: id} }
+func (r *Region[C]) EntityRefFor(id string) EntityRef[C] {
+	return EntityRef[C]{region: r, id: id, hash: r.fast.entities.hash(id)}
+}
 
 // ShardID is the shard entity id belongs to.
 func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(entityID) }
@@ -169,15 +172,16 @@ func (r *Region[C]) tickInterval() time.Duration {
 	return d
 }
 
-// tell is the data path of EntityRef.Tell; with start, msg is ignored and
+// tell is the data path of EntityRef.Tell, h being entityID's hash on the
+// fast path (r.fast.entities.hash); with start, msg and h are ignored and
 // the entity is only started. With failFast, a local entity that is backing
 // off after a failure refuses msg (UnavailableError) instead of holding it.
-func (r *Region[C]) tell(entityID string, msg C, start, failFast bool) error {
+func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
 	if !start {
-		if ok, err := r.tellFast(entityID, msg); ok {
+		if ok, err := r.tellFast(entityID, h, msg); ok {
 			return err
 		}
 	}

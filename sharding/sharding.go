@@ -450,6 +450,7 @@ func (s *Sharding) stop() (regions []regionRuntime, ok bool) {
 type EntityRef[C any] struct {
 	region *Region[C]
 	id     string
+	hash   uint64 // of id on the region's fast path, taken once per ref
 }
 
 // EntityID is the addressed entity's id.
@@ -464,7 +465,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, msg, false, false)
+	return r.region.tell(r.id, r.hash, msg, false, false)
 }
 
 // TellAsk implements entity.AskRef, so that entity.Ask and entity.AskFrom
@@ -477,7 +478,7 @@ func (r EntityRef[C]) TellAsk(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, msg, false, true)
+	return r.region.tell(r.id, r.hash, msg, false, true)
 }
 
 // EntityType is the name of the addressed entity's type.
@@ -495,12 +496,12 @@ type Envelope[C any] struct {
 
 // Tell routes env.Message to entity env.EntityID.
 func (r *Region[C]) Tell(env Envelope[C]) error {
-	return r.tell(env.EntityID, env.Message, false, false)
+	return r.tell(env.EntityID, r.fast.entities.hash(env.EntityID), env.Message, false, false)
 }
 
 // StartEntity starts entity id, in its shard wherever that lives, without
 // a message; an entity that runs already is left alone.
 func (r *Region[C]) StartEntity(id string) error {
 	var none C
-	return r.tell(id, none, true, false)
+	return r.tell(id, 0, none, true, false)
 }
