@@ -36,8 +36,10 @@ type coordinatorCore struct {
 	// shard's next home (seeds 17171, 28956: From's mail, re-sent to the
 	// home that had died, went to the next one after newer mail). A From
 	// is stored with the allocation until then (see Allocation).
-	starting  map[string]string
-	announced bool // ShardHomes sent to every member once, at start
+	starting map[string]string
+	// announcedTo are the members this coordinator made itself known to
+	// (ShardHomes) without their registering first.
+	announcedTo map[string]bool
 	// down are the members the view holds Down, sorted, as last told to
 	// every region (MembersDown).
 	down []string
@@ -94,7 +96,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]Allocation,
 		shards: make(map[string]string), byRegion: make(map[string][]string),
 		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
 		handOverFrom: make(map[string]string), later: make(map[string]bool), gone: make(map[string]bool),
-		starting: make(map[string]string),
+		starting: make(map[string]string), announcedTo: make(map[string]bool),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		switch a := shards[shard]; {
@@ -384,28 +386,36 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 		}
 		out = append(out, c.startDeferred()...)
-		if !c.announced {
-			// A new coordinator makes itself known: regions that
-			// registered with a predecessor (even one on this node that
-			// failed) see the newer epoch and register again. Only
-			// reachable members: a hand-off does not wait for an
-			// unreachable one to register (allRegistered), so it is not
-			// fenced, and with these homes it would forward what it
-			// buffered to a shard's old home after the shard moved on,
-			// perhaps after that node left (simulator seed 3449: the
-			// old coordinator, cut off, stood down; the new one, whose
-			// view still showed it unreachable, announced to it and
-			// handed off a leaving region's shard). It registers once
-			// it sees this node oldest, and learns the homes then.
-			c.announced = true
-			homes := c.homes()
-			for _, node := range slices.Sorted(maps.Keys(c.members)) {
-				if m := c.members[node]; !m.Reachable || m.Status == allocation.Down {
-					continue
-				}
-				out = append(out, c.hostAgain(node)...)
-				out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
+		// A new coordinator makes itself known: regions that registered
+		// with a predecessor (even one on this node that failed) see the
+		// newer epoch and register again. Also members a later view
+		// shows first, or reachable again: a region that registered with
+		// a predecessor on this node and was missing from the first view
+		// would otherwise never learn of this one, and hand-offs would
+		// go on around it once registrationWaitRounds ran out (simulator
+		// seed 27609: its forward to the old home was lost when that
+		// node left). Only reachable members: a hand-off does not wait
+		// for an unreachable one to register (allRegistered), so it is
+		// not fenced, and with these homes it would forward what it
+		// buffered to a shard's old home after the shard moved on,
+		// perhaps after that node left (simulator seed 3449: the old
+		// coordinator, cut off, stood down; the new one, whose view
+		// still showed it unreachable, announced to it and handed off a
+		// leaving region's shard). It registers once it sees this node
+		// oldest, and learns the homes then.
+		maps.DeleteFunc(c.announcedTo, func(node string, _ bool) bool { return !c.members[node].Reachable })
+		var homes map[string][]string
+		for _, node := range slices.Sorted(maps.Keys(c.members)) {
+			m := c.members[node]
+			if !m.Reachable || m.Status == allocation.Down || c.announcedTo[node] || c.regions[node] || c.proxies[node] {
+				continue
 			}
+			if homes == nil {
+				homes = c.homes()
+			}
+			c.announcedTo[node] = true
+			out = append(out, c.hostAgain(node)...)
+			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
 		}
 		return changes, out
 	}

@@ -278,6 +278,16 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 	if _, out := c.step(membersChanged{members: members}); len(out) != 0 {
 		t.Fatalf("announced again: %v", sent(out))
 	}
+	// A member a later view shows first (e, which registered with a
+	// predecessor on this node), or that is reachable again (d), is
+	// announced to then; a registered one needs it no more (simulator
+	// seed 27609: e never learned of this coordinator, and a hand-off
+	// went on around it).
+	c.step(protocol.Register{Region: "b"})
+	members = []Member{up("a"), up("b"), up("c"), up("d"), up("e")}
+	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"d: ShardHomes", "e: ShardHomes"}) {
+		t.Fatalf("sent %v, want d and e announced to", sent(out))
+	}
 }
 
 // The last region leaving gets no new shard (it would refuse it); the
