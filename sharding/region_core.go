@@ -419,12 +419,14 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		if e := c.entry(m.Shard); m.From == c.cfg.self && m.Region != c.cfg.self && !e.hosted && !e.handingOff && !e.handOver && e.handOverTo == "" && e.awaiting == "" {
+		if e := c.entry(m.Shard); m.From == c.cfg.self && m.Region != c.cfg.self && !e.hosted && !e.handOver && e.handOverTo == "" && e.awaiting == "" {
 			// The new home waits for our mail, and we hold none (any
 			// more): the coordinator kept our name because the shard
 			// never reported starting where it went (its ShardStarted
 			// was lost, or that home died), so the home gets an empty
-			// HandOver (simulator seed 15603: it waited for ever).
+			// HandOver (simulator seed 15603: it waited for ever). Also
+			// while a hand-off from that home had us buffer (seed 44044):
+			// what we buffer is routed mail, not mail we hold.
 			e.owesHandOver = true
 		}
 		c.pushedHome(m.Shard, m.Region)

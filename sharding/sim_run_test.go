@@ -504,6 +504,10 @@ func TestSimulationPinned(t *testing.T) {
 		// around it, and its forward to the old home was lost when that
 		// node left (coordinator.go announcedTo).
 		{"announce-to-a-member-of-a-later-view", "all", false, 27609},
+		// The holder named to the next home was buffering for a hand-off
+		// its old home's death abandoned, and handed nothing over
+		// (region_core.go ShardHome.From; hand-over-owed.txt).
+		{"holder-buffering-for-a-hand-off-hands-over", "all", false, 44044},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
