@@ -39,7 +39,7 @@ type CoordinatorStore interface {
 	// Acquire makes owner, which names one node incarnation, the holder of
 	// typeName's coordinator lease until the store's time + ttl, under an
 	// epoch greater than any before, and returns what is stored of each
-	// shard: its home, or the region holding its mail. It fails with
+	// shard: its home and the region holding its mail. It fails with
 	// ErrLeaseHeld while another owner holds an unexpired lease; the same
 	// owner may acquire again at once (its new epoch fences its earlier
 	// self).
