@@ -181,3 +181,15 @@ func RoundTrip[T any](r *Registry, v T) (T, error) {
 	}
 	return DecodeAs[T](r, m, p)
 }
+
+// DecodeAll rebuilds what is stored under manifest as the values a reader
+// sees today: one value, or several when an upcaster registered for the
+// manifest splits an old event. Every read path of stored events (recovery,
+// queries, projections) decodes through it.
+func (r *Registry) DecodeAll(manifest string, payload []byte) ([]any, error) {
+	v, err := r.Decode(manifest, payload)
+	if err != nil {
+		return nil, err
+	}
+	return []any{v}, nil
+}
