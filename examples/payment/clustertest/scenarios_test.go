@@ -223,8 +223,8 @@ func TestPartitionCoordinator(t *testing.T) {
 	c.checkEachNodeServes(ctx, l.counters)
 }
 
-// The cut-off coordinator, fenced, restarts while still cut off (issue
-// 12's untested case). Were it to start, no seed would answer and it
+// The cut-off coordinator, fenced, restarts while still cut off. Were it
+// to start, no seed would answer and it
 // would bootstrap a cluster of its own, which nothing else ever contacts:
 // it keeps trying its seeds (node.Config.RejoinSeeds) so that the two
 // merge after the heal. Here the cut is a network disconnect, and a node
