@@ -31,11 +31,11 @@ type coordinatorCore struct {
 	// starting holds, until its home reports ShardStarted, the From of
 	// each HostShard sent: a home that asks for its own shard lost the
 	// HostShard, and gets it again rather than a ShardHome, which would
-	// not tell it to wait for From's mail; a home
-	// that leaves the view first passes the wait for From on to the
-	// shard's next home (else From's mail, re-sent to the home that had
-	// died, would reach the next one after newer mail). A From
-	// is stored with the allocation until then (see Allocation).
+	// not tell it to wait for From's mail; a home that leaves the view first
+	// passes the wait for From on to the shard's next home (else From's mail,
+	// re-sent to the home that had died, would reach the next one after newer
+	// mail). A From is stored with the allocation until then (see
+	// Allocation).
 	starting map[string]string
 	// announcedTo are the members this coordinator made itself known to
 	// (ShardHomes) without their registering first.
@@ -393,16 +393,15 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		// a predecessor on this node and was missing from the first view
 		// would otherwise never learn of this one, and hand-offs would
 		// go on around it once registrationWaitRounds ran out, and its
-		// forward to the old home would be lost when that node left.
-		// Only reachable members: a hand-off does not wait
-		// for an unreachable one to register (allRegistered), so it is
-		// not fenced, and with these homes it would forward what it
-		// buffered to a shard's old home after the shard moved on,
-		// perhaps after that node left (as when a coordinator that
-		// stood down on the minority side is announced to by the new
-		// one, whose view still shows it unreachable, while a leaving
-		// region's shard is handed off). It registers once it sees this node
-		// oldest, and learns the homes then.
+		// forward to the old home would be lost when that node left. Only
+		// reachable members: a hand-off does not wait for an unreachable one
+		// to register (allRegistered), so it is not fenced, and with these
+		// homes it would forward what it buffered to a shard's old home after
+		// the shard moved on, perhaps after that node left (say the old
+		// coordinator stood down on the minority side, and the new one, whose
+		// view still shows it unreachable, announces to it and hands off a
+		// leaving region's shard). It registers once it sees this node oldest,
+		// and learns the homes then.
 		maps.DeleteFunc(c.announcedTo, func(node string, _ bool) bool { return !c.members[node].Reachable })
 		var homes map[string][]string
 		for _, node := range slices.Sorted(maps.Keys(c.members)) {

@@ -556,9 +556,9 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 // coordinator cut off or replaced before it placed the shard leaves it to
 // its successor, which makes the next home wait for that mail (else the
 // successor places the shard with no previous home, and the mail, handed
-// over after the partition heals, comes after newer mail). A region that
-// asks with mail it holds is stored too; one that
-// leaves the view takes its mail with it, and the store forgets it.
+// over after the partition heals, comes after newer mail). A region that asks
+// with mail it holds is stored too; one that leaves the view takes its mail
+// with it, and the store forgets it.
 func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	c := newCoordinatorCore("a", 1, homed(map[string]string{"s1": "a"}), strategy, 3)

@@ -1009,8 +1009,8 @@ func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
 // unacknowledged: re-sent, it would arrive behind them (a forward after
 // a heal would overtake the HandOver the partition lost). A later home
 // takes them: it waits for that home's mail, which goes ahead of them, or
-// that home is dead to the coordinator (holding them back from it too
-// would hold them for ever for a crashed home the view still lists).
+// that home is dead to the coordinator (held back there too, they would
+// wait for ever for a crashed home the view still lists).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
 		return
