@@ -25,7 +25,8 @@ test-cluster:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# The seed's rolling-update experiment (least-shard vs coordinator-avoidance):
+# The coordinator-avoidance proposal's rolling-update experiment (least-shard
+# vs coordinator-avoidance):
 # prints the stop-window table and where the plots are.
 experiment:
 	./scripts/rolling-update-experiment.sh

@@ -13,7 +13,7 @@
 // cluster/inproc an in-process Transport for tests and the simulator,
 // cluster/clustertest the conformance suite every Transport passes, and
 // cluster/lease the node and coordinator leases that make the database the
-// arbiter (DESIGN §8).
+// arbiter (docs/DESIGN.md, "Cluster and leases").
 package cluster
 
 import (

@@ -58,8 +58,8 @@ func TestPersistKeepsItsOwnCopyOfTheEvents(t *testing.T) {
 	}
 }
 
-// The example: two chains from one base; the entity runs only the
-// side effect of the chain it returned.
+// Two chains from one base (chaining returns a new effect, the base is
+// unchanged): the entity runs only the side effect of the chain it returned.
 func TestEntityRunsOnlyTheChainItReturned(t *testing.T) {
 	rec := &recorder{}
 	create := func(ec entity.Context[cmd]) entity.Behavior[cmd] {

@@ -17,9 +17,9 @@ import (
 	"github.com/shoal-dev/shoal/timers"
 )
 
-// The testkit tells the truth (issue 10 item 8): each write is reported for
-// the message that caused it, stops must be expected, and the kit can stop,
-// start, delay, fail snapshots and wait for late replies.
+// The testkit tells the truth: each write is reported for the message that
+// caused it, stops must be expected, and the kit can stop, start, delay, fail
+// snapshots and wait for late replies.
 
 // The fetcher fetches a value off the entity (PipeToSelf, one second of
 // work) and persists it when the result comes back, replying then.

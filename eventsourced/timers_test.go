@@ -11,9 +11,10 @@ import (
 	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
 )
 
-// The job entity is the processing-timeout pattern of DESIGN §6: the event
-// handler that enters "processing" starts a timer at the deadline, so
-// recovery restores it, and only the timeout stored in the state counts.
+// The job entity is the processing-timeout pattern (docs/DESIGN.md, "The
+// processing-timeout pattern"): the event handler that enters "processing"
+// starts a timer at the deadline, so recovery restores it, and only the
+// timeout stored in the state counts.
 type jobCmd interface{ isJobCmd() }
 
 type (

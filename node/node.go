@@ -17,24 +17,24 @@
 // everything is closed. Ready and Alive answer readiness and liveness
 // probes.
 //
-// Self-fencing and downing (DESIGN §8): when the node lease cannot be
-// renewed in time (the node is cut off from Postgres), or the store
-// refuses it (the node was downed), the node stops every entity at once
-// without stop messages and stops gossiping, as a crash would; Alive then
-// reports ErrFenced and the process should be restarted (it comes back as
-// a new incarnation). The coordinator of each entity type downs the
+// Self-fencing and downing (docs/DESIGN.md, "Cluster and leases"): when the
+// node lease cannot be renewed in time (the node is cut off from Postgres),
+// or the store refuses it (the node was downed), the node stops every entity
+// at once without stop messages and stops gossiping, as a crash would; Alive
+// then reports ErrFenced and the process should be restarted (it comes back
+// as a new incarnation). The coordinator of each entity type downs the
 // members that memberlist reports failed (unreachable after its suspicion
-// timeout) or Down, and moves their shards once their node lease has
-// expired in the database's time; it acts only while it holds its type's
-// coordinator lease (Config.Leases.Coordinator). It downs only while its
-// side of a partition is the majority (sharding's downing machine) of the
-// members it saw Up, each counted until its node lease ended in the store
-// (memberlist's own Down verdicts do not shrink the count); on a tie the
-// side of the oldest wins. It decides only once its view of the other
-// side has held longer than memberlist may take to show a whole cut
-// (Config.ClusterSize). On the minority side it downs nobody and
-// releases the coordinator lease, so that the majority's oldest member
-// takes it and downs the minority, whose nodes then fence themselves.
+// timeout) or Down, and moves their shards once their node lease has expired
+// in the database's time; it acts only while it holds its type's coordinator
+// lease (Config.Leases.Coordinator). It downs only while its side of a
+// partition is the majority (sharding's downing machine) of the members it
+// saw Up, each counted until its node lease ended in the store (memberlist's
+// own Down verdicts do not shrink the count); on a tie the side of the oldest
+// wins. It decides only once its view of the other side has held longer than
+// memberlist may take to show a whole cut (Config.ClusterSize). On the
+// minority side it downs nobody and releases the coordinator lease, so that
+// the majority's oldest member takes it and downs the minority, whose nodes
+// then fence themselves.
 package node
 
 import (
@@ -111,7 +111,7 @@ type Config struct {
 	// Timing.ReconnectInterval, until one answers. A node started while
 	// cut off from its cluster, that bootstrapped a cluster of its own
 	// because no seed answered, so merges back once the cut heals:
-	// nothing else ever contacts it (issue 12). Default: none.
+	// nothing else ever contacts it. Default: none.
 	RejoinSeeds []string
 	// GossipAddr is where memberlist listens, UDP and TCP. Default
 	// 127.0.0.1:0 (a free port; read it back with Node.GossipAddr).

@@ -9,8 +9,8 @@ import (
 
 // A node that bootstrapped a cluster of its own because no seed answered
 // (it started while cut off from its cluster) joins its RejoinSeeds once
-// one answers, and the two clusters become one (issue 12: a fenced node
-// restarted during a partition).
+// one answers, and the two clusters become one (a fenced node restarted
+// during a partition would otherwise serve a cluster of one for ever).
 func TestBootstrappedNodeRejoinsItsSeeds(t *testing.T) {
 	dsn := pg.MigratedDSN(t)
 	// The seed's address, answered by nobody until n3 starts there.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local Postgres image the integration tests use when no image can
-# be pulled (see shared/ENVIRONMENT.md). Idempotent: exits at once when the
-# image of the current version exists.
+# be pulled (a machine without access to a registry). Idempotent: exits at
+# once when the image of the current version exists.
 #
 #   scripts/postgres-image.sh            build $SHOAL_POSTGRES_IMAGE if missing
 #   SHOAL_POSTGRES_IMAGE=name:tag ...    choose another image name

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the seed's rolling-update experiment end to end (issue 12 item 6):
+# Runs the rolling-update experiment of the coordinator-avoidance proposal
+# (lerna-stack's, see package sharding/allocation) end to end:
 # 4 nodes in one process over real loopback sockets, Postgres in a
 # container (the local image from scripts/postgres-image.sh), 300 shards,
 # a steady load of asks, then a rolling update (start new-i, stop old-i,
@@ -11,9 +12,9 @@
 #   scripts/rolling-update-experiment.sh [OUT_DIR]
 #
 # Knobs (environment), defaults in internal/experiments/rollingupdate/experiment_test.go:
-#   SHOAL_EXPERIMENT_STEP=10s        time between events (the seed: 60s)
+#   SHOAL_EXPERIMENT_STEP=10s        time between events (the proposal: 60s)
 #   SHOAL_EXPERIMENT_WARMUP=20s      steady load before the first event
-#   SHOAL_EXPERIMENT_REBALANCE=2s    rebalance interval (the seed: 10s)
+#   SHOAL_EXPERIMENT_REBALANCE=2s    rebalance interval (the proposal: 10s)
 #   SHOAL_EXPERIMENT_RATE=200        asks per second
 #   SHOAL_EXPERIMENT_STRATEGIES=least-shard,coordinator-avoidance
 set -Eeuo pipefail

@@ -31,11 +31,11 @@ type coordinatorCore struct {
 	// starting holds, until its home reports ShardStarted, the From of
 	// each HostShard sent: a home that asks for its own shard lost the
 	// HostShard, and gets it again rather than a ShardHome, which would
-	// not tell it to wait for From's mail (simulator seed 19803); a home
-	// that leaves the view first passes the wait for From on to the
-	// shard's next home (seeds 17171, 28956: From's mail, re-sent to the
-	// home that had died, went to the next one after newer mail). A From
-	// is stored with the allocation until then (see Allocation).
+	// not tell it to wait for From's mail; a home that leaves the view first
+	// passes the wait for From on to the shard's next home (else From's mail,
+	// re-sent to the home that had died, would reach the next one after newer
+	// mail). A From is stored with the allocation until then (see
+	// Allocation).
 	starting map[string]string
 	// announcedTo are the members this coordinator made itself known to
 	// (ShardHomes) without their registering first.
@@ -376,9 +376,9 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 		} else if len(down) > 0 {
 			// Again to a region reachable anew: what it was sent while
-			// cut off was lost (strict simulator seed 17801: it re-sent
-			// its HandOver to a crashed home until it left, holding the
-			// shard's mail).
+			// cut off was lost (without it, it would re-send its HandOver
+			// to a crashed home until it left, holding the shard's
+			// mail).
 			for _, r := range c.everyone() {
 				if was, ok := previous[r]; ok && !was.Reachable && c.members[r].Reachable {
 					out = append(out, outbound{to: r, msg: protocol.MembersDown{Nodes: down}})
@@ -392,17 +392,16 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		// shows first, or reachable again: a region that registered with
 		// a predecessor on this node and was missing from the first view
 		// would otherwise never learn of this one, and hand-offs would
-		// go on around it once registrationWaitRounds ran out (simulator
-		// seed 27609: its forward to the old home was lost when that
-		// node left). Only reachable members: a hand-off does not wait
-		// for an unreachable one to register (allRegistered), so it is
-		// not fenced, and with these homes it would forward what it
-		// buffered to a shard's old home after the shard moved on,
-		// perhaps after that node left (simulator seed 3449: the old
-		// coordinator, cut off, stood down; the new one, whose view
-		// still showed it unreachable, announced to it and handed off a
-		// leaving region's shard). It registers once it sees this node
-		// oldest, and learns the homes then.
+		// go on around it once registrationWaitRounds ran out, and its
+		// forward to the old home would be lost when that node left. Only
+		// reachable members: a hand-off does not wait for an unreachable one
+		// to register (allRegistered), so it is not fenced, and with these
+		// homes it would forward what it buffered to a shard's old home after
+		// the shard moved on, perhaps after that node left (say the old
+		// coordinator stood down on the minority side, and the new one, whose
+		// view still shows it unreachable, announces to it and hands off a
+		// leaving region's shard). It registers once it sees this node oldest,
+		// and learns the homes then.
 		maps.DeleteFunc(c.announcedTo, func(node string, _ bool) bool { return !c.members[node].Reachable })
 		var homes map[string][]string
 		for _, node := range slices.Sorted(maps.Keys(c.members)) {
@@ -438,7 +437,7 @@ func (c *coordinatorCore) welcome(region string) []outbound {
 // HostShard of each shard placed there that has not started and waits
 // for a previous home's mail: told only by the ShardHomes (its HostShard
 // lost with a broken link), it would start the shard at once, and that
-// mail would come after newer mail (simulator seed 32323).
+// mail would come after newer mail.
 func (c *coordinatorCore) hostAgain(region string) []outbound {
 	var out []outbound
 	for _, shard := range c.byRegion[region] {
@@ -562,8 +561,8 @@ func (c *coordinatorCore) everyRegionRegistered() bool {
 // that never starts the region): it may be alive behind a partition, with
 // the homes it knew, and a hand-off around it would not fence it; it
 // forwards to the old home when the partition heals, maybe after that
-// node left (simulator seed 21900: a leaving coordinator handed its
-// shards off around a cut member and stopped before its forward came).
+// node left (a leaving coordinator would hand its shards off around a cut
+// member and stop before that member's forward came).
 func (c *coordinatorCore) unregisteredUnreachable() bool {
 	for name, m := range c.members {
 		if !m.Reachable && m.Status != allocation.Down && !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
@@ -579,8 +578,8 @@ func (c *coordinatorCore) unregisteredUnreachable() bool {
 // does not down), and a hand-off neither waits for its ack nor fences it,
 // so what it forwards to the shard's old home with the homes it knows
 // would arrive there after the shard moved on, behind what it sends the
-// new home directly (simulator seed 3828: a coordinator on the minority
-// side rebalanced to a new node just after the heal). Hand-offs that must
+// new home directly (as a coordinator on the minority side would, if it
+// rebalanced to a new node just after the heal). Hand-offs that must
 // happen (a leaving region's, RebalanceShards) do not wait.
 func (c *coordinatorCore) anyUnreachable() bool {
 	for _, m := range c.members {

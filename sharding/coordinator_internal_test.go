@@ -134,8 +134,7 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 
 // A new home that asks for its own shard before it reported ShardStarted
 // lost its HostShard: it gets it again, From and all, not a ShardHome,
-// which would have it start at once, ahead of the previous home's mail
-// (simulator seed 19803).
+// which would have it start at once, ahead of the previous home's mail.
 func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 	c := newTestCore(1)
 	c.step(protocol.Register{Region: "a"})
@@ -164,9 +163,9 @@ func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 // A predecessor's hand-off stopped the shard after the fences of its
 // own; regions this coordinator told the home to since (its ShardHomes)
 // may have forwarded past them. So the new coordinator hands the shard off
-// again under its own fences before it moves it (simulator, delay fault,
-// seed 67: the shard moved at once, and what regions had forwarded to the
-// old home since reached the new home after their later messages).
+// again under its own fences before it moves it (moved at once, what
+// regions had forwarded to the old home since would reach the new home
+// after their later messages).
 func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
 	c := newCoordinatorCore("b", 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
@@ -280,9 +279,9 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 	}
 	// A member a later view shows first (e, which registered with a
 	// predecessor on this node), or that is reachable again (d), is
-	// announced to then; a registered one needs it no more (simulator
-	// seed 27609: e never learned of this coordinator, and a hand-off
-	// went on around it).
+	// announced to then; a registered one needs it no more (else e never
+	// learns of this coordinator, and a hand-off goes on around it
+	// without fencing it).
 	c.step(protocol.Register{Region: "b"})
 	members = []Member{up("a"), up("b"), up("c"), up("d"), up("e")}
 	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"d: ShardHomes", "e: ShardHomes"}) {
@@ -368,9 +367,9 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 // A BeginHandOffAck or ShardStopped that never comes (lost with a broken
 // link, or sent to another coordinator by a region whose view lagged) is
 // asked for again on the next rebalance round, so the hand-off does not
-// wait for ever (simulator, views fault, seed 47: a leaving region then
-// stopped with the shard's messages still buffered; all faults, seed 944:
-// the held mail never reached the next home).
+// wait for ever (a leaving region would then stop with the shard's
+// messages still buffered, and held mail would never reach the next
+// home).
 func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 	c := newTestCore(1)
 	for _, r := range []string{"a", "b", "c"} {
@@ -398,7 +397,7 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 // A region that registers while a shard is handed off is not told the old
 // home: it was not fenced, so what it forwarded there could arrive after
 // the hand-off and reach the new home after its own later messages, sent
-// straight (simulator, delay fault, seed 55).
+// straight.
 func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 	c := newTestCore(1)
 	c.step(protocol.Register{Region: "a"})
@@ -420,8 +419,8 @@ func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 // No hand-off begins before every reachable member's region registered: a
 // region that has not registered yet (typically with a coordinator that
 // just took over) is not fenced, and could forward to the old home after
-// the shard moved on, perhaps after that node left (simulator, delay
-// fault, seed 4: lost). The wait is bounded by registrationWaitRounds.
+// the shard moved on, perhaps after that node left, and be lost. The wait
+// is bounded by registrationWaitRounds.
 func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 	c := newTestCore(1)
 	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
@@ -467,8 +466,8 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 // it: hand-offs wait for it to register (as for a reachable member, up to
 // registrationWaitRounds), a rebalance does not begin while it is
 // unreachable, and a new coordinator does not announce its homes to it
-// (simulator seeds 3120, 3350, 3449, 3503, 3828, 3982: order and loss
-// after keep-majority's stand-down).
+// (else, after keep-majority's stand-down, what it forwards with old homes
+// arrives out of order or is lost).
 func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 	cut := Member{Node: "c", Status: allocation.Up} // unreachable
 	c := newTestCore(1)
@@ -494,9 +493,9 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 	}
 
 	// The wait for it is not bounded by registrationWaitRounds while it
-	// is unreachable: it is over when c is Down (simulator seed 21900: a
-	// leaving coordinator handed off around c and stopped; c's forward
-	// after the heal was lost).
+	// is unreachable: it is over when c is Down (else a leaving
+	// coordinator hands off around c and stops, and c's forward after
+	// the heal is lost).
 	c = newTestCore(1)
 	c.step(membersChanged{members: []Member{up("a"), up("b"), cut}})
 	c.step(protocol.Register{Region: "a"})
@@ -555,11 +554,11 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 
 // The region holding a shard's mail is stored with the deallocation: a
 // coordinator cut off or replaced before it placed the shard leaves it to
-// its successor, which makes the next home wait for that mail (simulator
-// seed 17721: the successor placed the shard with no previous home, and
-// the mail, handed over after the partition healed, came after newer
-// mail). A region that asks with mail it holds is stored too; one that
-// leaves the view takes its mail with it, and the store forgets it.
+// its successor, which makes the next home wait for that mail (else the
+// successor places the shard with no previous home, and the mail, handed
+// over after the partition heals, comes after newer mail). A region that asks
+// with mail it holds is stored too; one that leaves the view takes its mail
+// with it, and the store forgets it.
 func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	c := newCoordinatorCore("a", 1, homed(map[string]string{"s1": "a"}), strategy, 3)
@@ -624,7 +623,7 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 // leases expired), when that changes, on registration and when the region
 // is reachable again: a region whose
 // view keeps a crashed node unreachable would wait for its hand-over for
-// ever (strict simulator seed 13738: it left with the shard's buffer).
+// ever, and a leaving one would leave with the shard's buffer.
 func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 	c := newTestCore(1)
 	c.step(protocol.Register{Region: "a"})
@@ -645,8 +644,8 @@ func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 	if _, out := c.step(protocol.Register{Region: "d"}); !slices.Contains(sent(out), "d: MembersDown c") {
 		t.Fatalf("sent %v on registration, want the members Down", sent(out))
 	}
-	// b is cut off, then reachable again: told again (strict simulator
-	// seed 17801: the word sent while it was cut off was lost).
+	// b is cut off, then reachable again: told again (the word sent
+	// while it was cut off was lost).
 	cut := view(allocation.Down)
 	cut[1].Reachable = false
 	if _, out := c.step(membersChanged{members: cut}); len(out) != 0 {
@@ -659,9 +658,9 @@ func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 
 // A home that leaves the view before its shard started there, waiting for
 // the mail of the shard's previous home, passes the wait on to the next
-// home, which a successor reads from the store (simulator seeds 17171,
-// 28956: the mail, re-sent to the home that had died, went to the next
-// one, which had started with no previous home, after newer mail).
+// home, which a successor reads from the store (else the mail, re-sent to
+// the home that had died, goes to the next one, which started with no
+// previous home, after newer mail).
 func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	view := func(nodes ...string) membersChanged {
@@ -730,7 +729,7 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 // A home that registers (again) before its shard started, waiting for a
 // previous home's mail, gets the HostShard again ahead of the ShardHomes
 // that names it: with the ShardHomes alone, its HostShard lost, it would
-// start the shard at once, ahead of that mail (simulator seed 32323). A
+// start the shard at once, ahead of that mail. A
 // successor, which reads the holder from the store, does the same when
 // it announces itself.
 func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing.T) {

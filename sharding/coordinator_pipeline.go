@@ -8,8 +8,8 @@ import (
 
 // coordinatorPipeline orders a coordinator's store writes and the messages
 // that wait for them, so that the core keeps stepping while a write is in
-// flight (DESIGN §5, issue 9 item 4). It does no IO: the runner (and the
-// simulator's) asks it what to write and what to send.
+// flight (docs/DESIGN.md, "Store before send"). It does no IO: the runner
+// (and the simulator's) asks it what to write and what to send.
 //
 // Each step's store changes join the pending batch; at most one batch is
 // in flight, so batches commit in the order of the steps that made them,

@@ -14,9 +14,9 @@ import (
 	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
-// The coordinator's store calls run off the entity worker (issue 9 item
-// 4): with one worker for the whole node, an entity answers while the
-// coordinator's Acquire, remembered read or Release hangs.
+// The coordinator's store calls run off the entity worker: with one worker
+// for the whole node, an entity answers while the coordinator's Acquire,
+// remembered read or Release hangs.
 
 // gate holds calls while it is closed.
 type gate struct {

@@ -11,10 +11,11 @@ import (
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
-// NodeLeases is the coordinator's side of the node leases (DESIGN §8):
-// how it downs a node incarnation that membership reports failed, and how
-// it learns when that node's shards may move. Nodes are named as
-// Member.Node names them. Package sharding/remote adapts a lease.Store.
+// NodeLeases is the coordinator's side of the node leases (docs/DESIGN.md,
+// "Leases and self-fencing"): how it downs a node incarnation that membership
+// reports failed, and how it learns when that node's shards may move. Nodes
+// are named as Member.Node names them. Package sharding/remote adapts a
+// lease.Store.
 type NodeLeases interface {
 	// DownNode marks node down in the store, so that its next lease
 	// renewal fails and it fences itself (stops every entity at once).
@@ -43,10 +44,10 @@ type NodeLeases interface {
 // view has not caught up with) is not downed — it may be alive and new —
 // but it is removed only once its lease has expired.
 //
-// Keep the majority (issue 12): a coordinator cut off from its peers but
-// not from the store would otherwise down every other node and serve
-// alone. So it downs only while its side is the majority, as Pekko's
-// keep-majority split-brain strategy does:
+// Keep the majority (docs/DESIGN.md, "Downing: keep the majority"): a
+// coordinator cut off from its peers but not from the store would otherwise
+// down every other node and serve alone. So it downs only while its side is
+// the majority, as Pekko's keep-majority split-brain strategy does:
 //
 //   - Who counts (counted): every member with the type's role (only they
 //     can host the coordinator, so a majority counted among them can
@@ -58,8 +59,8 @@ type NodeLeases interface {
 //     shrink the count: memberlist turns a failed member Down after its
 //     reconnect timeout and then drops it from the view, on both sides
 //     of a partition, so a count taken from the view would let a cut-off
-//     coordinator count itself a majority of one (the reverted first
-//     attempt, 32d945d). Only the store's word ends a member: its lease
+//     coordinator count itself a majority of one (as a reverted first
+//     attempt did). Only the store's word ends a member: its lease
 //     expired (it crashed or fenced itself) or was released (it left
 //     gracefully, which releases the lease before it goes, so it stops
 //     counting at once). This is where the arbiter beats Pekko: a

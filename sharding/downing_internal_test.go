@@ -98,8 +98,7 @@ func TestDowningMachine(t *testing.T) {
 // A region that registered after the coordinator's last view (the view
 // lags behind the region's Register) is not gone when another node's
 // lease expiry makes the coordinator show its core the view again: the
-// core would move the shards just allocated to it while it runs them
-// (simulator, views fault, seed 23).
+// core would move the shards just allocated to it while it runs them.
 func TestDowningHoldsARegionTheViewHasNotCaughtUpWith(t *testing.T) {
 	d := newDowning("a", "", 0)
 	b := up("b")
@@ -198,11 +197,12 @@ func runDowning(d *downing, steps []downingStep) (downs []string, stoodDown time
 	return downs, stoodDown
 }
 
-// Keep the majority (issue 12), as a pure machine: the coordinator downs
-// unreachable members only while its side is a strict majority of the
-// members that count (on a tie, the side of the oldest), where a member
-// counts until the store says its lease ended, whatever memberlist says
-// of it; on the minority side it downs nobody and stands down.
+// Keep the majority (docs/DESIGN.md, "Downing: keep the majority"), as a
+// pure machine: the coordinator downs unreachable members only while its side
+// is a strict majority of the members that count (on a tie, the side of the
+// oldest), where a member counts until the store says its lease ended,
+// whatever memberlist says of it; on the minority side it downs nobody and
+// stands down.
 func TestDowningKeepsTheMajority(t *testing.T) {
 	const s = time.Second
 	for _, tc := range []struct {
@@ -443,7 +443,7 @@ func TestDowningSettingsTakeTheNodesDefaultAndWarnOfAShortOne(t *testing.T) {
 	}
 }
 
-// The cut that issue 12's stable-after must outlast, as memberlist showed
+// The cut that keep-majority's stable-after must outlast, as memberlist showed
 // it (cluster/memberlist TestCutIsSeenWithinCutSpread, LAN timing): a
 // node cut off alone from the four others sees them declared failed 25 s,
 // 42 s, 42 s and 50 s after the cut. With the former fixed 10 s it counts

@@ -15,7 +15,7 @@ import (
 	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
-// The protocol cases of issue 9 item 5, each a deterministic test that
+// The protocol cases the simulator found, each a deterministic test that
 // failed before its fix.
 
 // gate is a channel that a test closes once, on any path out of it, so

@@ -219,7 +219,8 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 
 // sendRouted carries out the core's verdict on p; r.mu is held for
 // writing. The sender learns of a home the transport cannot reach, and the
-// core forgets that home (DESIGN §5: homes can be unlearned).
+// core forgets that home (docs/DESIGN.md, "Homes are authoritative and
+// can be unlearned").
 func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
 	switch v {
 	case routeLocal:

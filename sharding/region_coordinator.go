@@ -169,19 +169,19 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 	return cr.tryAcquire(ctx)
 }
 
-// coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
-// while it holds the type's coordinator lease. Until it gets the lease it
-// retries every RetryInterval and drops what it is sent (regions retry);
-// what comes while an acquisition is in flight waits for its answer.
-// Once it holds it, a lease.Keeper on the coordinator's own timers (no
-// goroutine of its own: idle, it owns none) renews it every RenewEvery and
-// says when it no longer holds it: at the last successful renewal's start
-// + Length − Margin, or at once when the store refuses a renewal. The
-// runner then stops, and sends nothing from the moment it no longer holds
-// the lease. Every store write carries the lease's epoch, which the store
-// checks. Its store calls (acquire, read, renew, write, release) run off
-// the entity worker, through PipeToSelf: the worker is shared by every
-// entity of the node, and a slow store must hold up none of them.
+// coordinatorRunner is a coordinator's runner (docs/DESIGN.md, "Cluster and
+// leases"): it acts only while it holds the type's coordinator lease. Until
+// it gets the lease it retries every RetryInterval and drops what it is sent
+// (regions retry); what comes while an acquisition is in flight waits for its
+// answer. Once it holds it, a lease.Keeper on the coordinator's own timers
+// (no goroutine of its own: idle, it owns none) renews it every RenewEvery
+// and says when it no longer holds it: at the last successful renewal's start
+// + Length − Margin, or at once when the store refuses a renewal. The runner
+// then stops, and sends nothing from the moment it no longer holds the lease.
+// Every store write carries the lease's epoch, which the store checks. Its
+// store calls (acquire, read, renew, write, release) run off the entity
+// worker, through PipeToSelf: the worker is shared by every entity of the
+// node, and a slow store must hold up none of them.
 type coordinatorRunner[C any] struct {
 	r      *Region[C]
 	store  CoordinatorStore

@@ -51,7 +51,7 @@ type regionCore[C any, S comparable] struct {
 	// have nowhere to go: the last region of the type leaves). It counts
 	// only while no other node is in the view (see alone): another may be
 	// a region the buffer goes to once a partition heals, which can
-	// outlast any bound (strict seeds 13624, 323: gave up before it). It starts
+	// outlast any bound (a bound would drop the buffer before the heal). It starts
 	// again when the coordinator places a shard the region buffers for
 	// anew (see pushedHome).
 	leaveWaited uint64
@@ -104,7 +104,7 @@ type regionShard[C any, S comparable] struct {
 	// hostFrom is the From of the last HostShard, until the shard is
 	// handed off from here: the coordinator sends it again to a home that
 	// asks (its HostShard may have been lost), and one that came after
-	// From's mail is no reason to wait for it again (strict seed 9306).
+	// From's mail is no reason to wait for it again (that wait would never end).
 	hostFrom string
 	// relays tell awaiting of HandOvers from homes before it that came
 	// here instead (see handedOver), re-sent each tick until it hands over.
@@ -315,8 +315,8 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 // yet would place the shard without it), or while it leaves, since a
 // leaving region never registers. A coordinator that took over during the
 // leave knows nothing of it, pushes it no home, and its buffered messages
-// would wait until the leave gives up on them (simulator, strict, seed
-// 3321). Nothing is placed on a region that is not registered.
+// would wait until the leave gives up on them, and be lost. Nothing is
+// placed on a region that is not registered.
 func (c *regionCore[C, S]) mayAsk() bool { return c.registered || c.leaving && !c.stopped }
 
 // askHome asks the coordinator where a shard lives.
@@ -363,8 +363,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 			// would point every Register and GetShardHome at a node with
 			// no coordinator until the next view, and the real one hands
 			// shards off without fencing us once its wait for our
-			// registration runs out (simulator seed 9547: 26 s, then
-			// forwards to a home that had left were lost).
+			// registration runs out, and our forwards to a home that has
+			// left meanwhile are lost.
 			c.notef(slog.LevelInfo, "sharding: ignoring a registration from a coordinator not in view", "coordinator", m.Coordinator, "expected", to)
 			return
 		}
@@ -407,8 +407,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 			// mail it holds at once, behind its GracefulShutdownReq, so
 			// that the new coordinator, which may place them as soon as
 			// another region registers, has the new home wait for that
-			// mail (simulator seed 5368: placed from the remembered
-			// shards, with no previous home, ahead of the mail).
+			// mail (else it places them from the remembered shards, with
+			// no previous home, and they start ahead of the mail).
 			for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 				if e := c.shards[id]; !listed[id] && e.handOver && e.home == "" && !e.hosted {
 					c.askHome(id, e)
@@ -424,9 +424,9 @@ func (c *regionCore[C, S]) step(msg Message) {
 			// more): the coordinator kept our name because the shard
 			// never reported starting where it went (its ShardStarted
 			// was lost, or that home died), so the home gets an empty
-			// HandOver (simulator seed 15603: it waited for ever). Also
-			// while a hand-off from that home had us buffer (seed 44044):
-			// what we buffer is routed mail, not mail we hold.
+			// HandOver, without which it would wait for ever. Also while
+			// a hand-off from that home had us buffer: what we buffer is
+			// routed mail, not mail we hold.
 			e.owesHandOver = true
 		}
 		c.pushedHome(m.Shard, m.Region)
@@ -442,7 +442,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
 			// The shard comes back while this region still waits for the
 			// mail of a home before it, and From, which had it since,
-			// waits for ours (seed 3230: each waited for the other). That
+			// waits for ours (else each would wait for the other). That
 			// mail and what this region holds now are older than From's:
 			// From is awaited next, and told to hand over (see setHome).
 			e.then, e.thenAt = m.From, len(e.buffer)
@@ -509,8 +509,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.awaiting == "" {
 			// A wait for a previous home's hand-over keeps its start: the
 			// next home's wait for ours begins after it, so ours must end
-			// first (seed 5857: both restarted here and the next home
-			// gave up just before this region's mail came).
+			// first (restarted here, the next home's bounded wait could
+			// give up just before this region's mail came).
 			e.waited = 0
 		}
 		e.handingOff, e.stopping, e.stopWaits, e.handOffTold = true, true, m.Fences, true
@@ -800,8 +800,8 @@ func (c *regionCore[C, S]) hostedShards() []string {
 //
 // A home given by the coordinator ends this region's part in an earlier
 // hand-off: a HandOff from now on, even in the same epoch, is a new one,
-// whose fences count (seed 5204: a second hand-off of a shard in one
-// epoch was answered as a repeat of the first, without its mail).
+// whose fences count (else a second hand-off of a shard in one epoch is
+// answered as a repeat of the first, without its mail).
 //
 // This region learns that it is the home without a HostShard when that
 // was lost (a broken link, a coordinator that crashed after storing the
@@ -810,13 +810,13 @@ func (c *regionCore[C, S]) hostedShards() []string {
 // (an empty HandOver when it holds nothing, see owesHandOver), leaves the
 // view, or is given up after waitTicks; started at once, it would deliver
 // what it buffered during the hand-off ahead of the older mail the
-// previous home holds (seed 5486).
+// previous home holds.
 func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	e := c.entry(shardID)
 	// The previous home is the one this region routes to or, when a push
 	// that left the shard out (its hand-off was running) made the region
-	// forget it, the last one the coordinator placed it on (seed 26323:
-	// the HostShard lost, a new coordinator's ShardHomes started the
+	// forget it, the last one the coordinator placed it on (else, the
+	// HostShard lost, a new coordinator's ShardHomes would start the
 	// shard at once, ahead of the mail that home held).
 	prev := e.home
 	if prev == "" {
@@ -827,9 +827,9 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
 			// The shard moved on (its last home crashed and its lease
 			// expired): the buffer may go on yet, and the leave waits
-			// for it afresh rather than drop it (simulator, strict, seed
-			// 3010: placed on a node that crashed, then on another
-			// that had crashed too).
+			// for it afresh rather than drop it (a shard placed on a
+			// crashed node may next be placed on another that crashed
+			// too, and only then on a live one).
 			c.leaveWaited = 0
 		}
 		e.placed = home
@@ -925,7 +925,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			if c.leaving && !c.stopped {
 				// The coordinator may not know that we leave: our
 				// GracefulShutdownReq may have been lost with a broken link
-				// (simulator seeds 22010, 13946: placed here for ever).
+				// (else shards are placed here for ever).
 				// It takes a repeated one as the first.
 				c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
 			}
@@ -953,12 +953,12 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 // handOver sends the mail this region holds for a shard, as its previous
 // home, to the next home.
 //
-// The rule (DESIGN §5, "hand-over, not carry"): the next home starts the
+// The rule (docs/DESIGN.md, "Hand-over, not carry"): the next home starts the
 // shard only once this mail is in, or this region is known dead (gone
 // from its view, or Down). A wait that a HostShard names is not bounded
 // by time, since a partition or a coordinator failover can outlast any
-// bound, and mail let through after the bound arrives behind newer mail
-// (simulator seeds 25052, 34107). So that such a wait ends:
+// bound, and mail let through after the bound arrives behind newer mail.
+// So that such a wait ends:
 //   - the HandOver is re-sent each tick until its receiver acknowledges it
 //     (ShardStarted with its Seq) or leaves the view: a broken link loses
 //     it, the heal brings it. Until then this region holds what it routes
@@ -985,9 +985,8 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 
 // reclaimHandOver takes back the mail of a hand-over whose receiver died
 // before acknowledging it, once the shard has a new home: held again, it
-// goes there ahead of anything buffered since (simulator seed 21972: sent
-// to a home that had crashed, re-sent to it for ever, while the new home
-// started without it).
+// goes there ahead of anything buffered since (else it is re-sent for ever
+// to a home that had crashed, while the new home starts without it).
 func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
 	front := c.fromDelivers(e.sent.Msgs)
 	e.handOverTo, e.sent = "", protocol.HandOver{}
@@ -1007,11 +1006,11 @@ func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
 
 // drain releases a shard's buffered messages, in arrival order; not to
 // the home the mail this region handed over went to while that mail is
-// unacknowledged: re-sent, it would arrive behind them (simulator seed
-// 15640: a forward after the heal overtook the HandOver the partition
-// lost). A later home takes them: it waits for that home's mail, which
-// goes ahead of them, or that home is dead to the coordinator (strict
-// seed 3295: held for ever for a crashed home its view still listed).
+// unacknowledged: re-sent, it would arrive behind them (a forward after
+// a heal would overtake the HandOver the partition lost). A later home
+// takes them: it waits for that home's mail, which goes ahead of them, or
+// that home is dead to the coordinator (held back there too, they would
+// wait for ever for a crashed home the view still lists).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
 		return
@@ -1077,7 +1076,7 @@ func (c *regionCore[C, S]) prepend(e *regionShard[C, S], ps []pending[C]) {
 // from a home before it: the shard went a → b → here, b waited for a's
 // mail and was handed off first, and a, told the latest home, sent it
 // here. a's mail is older than b's, which b held since its fence at a,
-// and goes first (simulator seeds 25274, 27152, 13665: b's went ahead).
+// and goes first.
 func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	e := c.entry(m.Shard)
 	if m.Relayed && m.From == c.cfg.self {
@@ -1114,8 +1113,8 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		// mail): it waits in the buffer, ahead of the awaited mail. The
 		// awaited region, handed off before the mail it awaits came, may
 		// wait for this very mail, which came here instead: it learns
-		// that it came, until it hands over (seed 13543: the chain
-		// n1 → n2 → n3 → n5 waited for ever once n2's mail went to n5).
+		// that it came, until it hands over (else a chain such as
+		// n1 → n2 → n3 → n5 waits for ever once n2's mail went to n5).
 		r := protocol.HandOver{Shard: m.Shard, From: m.From, Seq: m.Seq, Relayed: true}
 		e.relays = append(e.relays, r)
 		c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
@@ -1169,8 +1168,8 @@ func (c *regionCore[C, S]) checkLeft() {
 	}
 	// Nor while forwards of this step wait for the runner: one the
 	// transport cannot carry comes back into the buffer (see unreachable),
-	// and a regLeft emitted now would stop the region with it (simulator,
-	// strict, seed 3010). The next tick looks again.
+	// and a regLeft emitted now would stop the region with it, and lose
+	// it. The next tick looks again.
 	if c.forwarding() {
 		return
 	}
@@ -1252,9 +1251,9 @@ func (c *regionCore[C, S]) alone() bool {
 // gone reports whether node left the view, or is Down: its fence will
 // never come. A node this region's view has not held yet may be newer than
 // the view (it joined): its fence may come, and what it forwarded before
-// it with it (simulator seed 7332: a hand-off went on without the fence of
-// a node that had just joined, and a forward of that node came after the
-// shard had moved, behind its later messages). The wait for it is bounded
+// it with it (a hand-off going on without the fence of a node that had
+// just joined would let that node's forward come after the shard moved,
+// behind its later messages). The wait for it is bounded
 // by waitTicks, as for a fence lost with a broken link.
 func (c *regionCore[C, S]) gone(node string) bool {
 	return c.down[node] || c.departed[node]

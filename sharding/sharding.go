@@ -68,9 +68,10 @@ type Config struct {
 	CoordinatorLease lease.Timing
 	// NodeLeases, when set, makes the coordinator down the nodes that
 	// membership reports unreachable or Down, and reallocate their shards
-	// only once their node lease has expired (DESIGN §8). Without it (one
-	// process, or members that cannot outlive their membership), a region
-	// that leaves the view or is Down gives its shards up at once.
+	// only once their node lease has expired (docs/DESIGN.md, "Leases and
+	// self-fencing"). Without it (one process, or members that cannot outlive
+	// their membership), a region that leaves the view or is Down gives its
+	// shards up at once.
 	NodeLeases NodeLeases
 	// OnLeaveRequest, when set, runs when another node asks this one to
 	// leave (RequestLeave); it must not block: start the graceful

@@ -38,8 +38,8 @@ import (
 const simDefaultSeeds = 40
 
 // simDefaultFaults are the classes TestSimulation runs by default: every
-// one, since each survives (issue 9 item 7; TestSimulationPinned keeps
-// the seeds that showed the holes on the way).
+// one, since each survives (TestSimulationPinned keeps the seeds that
+// showed the holes on the way).
 var simDefaultFaults = simAllFaults
 
 func simEnvInt(t *testing.T, name string, def uint64) uint64 {
@@ -324,7 +324,7 @@ func TestSimulationSurvey(t *testing.T) {
 }
 
 // TestSimulationPinned replays seeds that once broke an invariant, each
-// with what it showed and what fixed it (issue 9 items 5 and 7). The
+// with what it showed and what fixed it. The
 // first ones were found before the simulator modelled node leases,
 // downing and the coordinator lease; their runs differ today, and they
 // stay as regression seeds. The others failed on the simulator as it is,
@@ -424,7 +424,7 @@ func TestSimulationPinned(t *testing.T) {
 		// whose forwards to the leaving old home were lost (region_core.go:
 		// RegisterAck; testdata/region/stale-register-ack.txt).
 		{"register-ack-from-a-stood-down-coordinator", "all", false, 9547},
-		// Found scanning bases 17001-36001 (issue 9, item 7). A HandOver
+		// Found scanning seeds 17001-36001. A HandOver
 		// from a home before the awaited one (a → b → here, b handed off
 		// before a's mail came, a told the latest home) went behind the
 		// awaited mail, which is newer (region_core.go handedOver;

@@ -17,8 +17,8 @@ import (
 	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
-// The deterministic sharding simulator (issue 9 item 7, DESIGN §8
-// "Simulate before sockets"), FoundationDB style: one seed drives one
+// The deterministic sharding simulator (docs/DESIGN.md, "Simulation and
+// scenario tests"), FoundationDB style: one seed drives one
 // PRNG, which drives everything — the workload (senders, joins, graceful
 // leaves, the oldest's too, StopShards, passivation, entity failures,
 // remember-entities), the faults (message delay, link breaks, partitions,

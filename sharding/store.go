@@ -27,12 +27,13 @@ var (
 )
 
 // CoordinatorStore keeps allocations across coordinator moves, and the
-// coordinator lease of each type (DESIGN §8): only the lease's holder
-// acts as coordinator, and every write carries the epoch Acquire handed
-// out; only the newest epoch may write, so two coordinators can never both
-// win. Expiry is on the store's clock (the database's for Postgres); a
-// holder renews well before it and stops acting, by its own clock, before
-// the store could hand the lease to someone else (see lease.Keeper).
+// coordinator lease of each type (docs/DESIGN.md, "Coordinator store"): only
+// the lease's holder acts as coordinator, and every write carries the epoch
+// Acquire handed out; only the newest epoch may write, so two coordinators
+// can never both win. Expiry is on the store's clock (the database's for
+// Postgres); a holder renews well before it and stops acting, by its own
+// clock, before the store could hand the lease to someone else (see
+// lease.Keeper).
 //
 // The suite in sharding/shardingtest holds every implementation to this.
 type CoordinatorStore interface {
@@ -66,7 +67,7 @@ type CoordinatorStore interface {
 
 // Allocation is what a CoordinatorStore keeps of one shard: its home, and
 // the region that holds mail for it, which the home must take before any
-// other (DESIGN §5).
+// other (docs/DESIGN.md, "Hand-over, not carry").
 type Allocation struct {
 	// Region is the shard's home; "" while it has none.
 	Region string
@@ -77,7 +78,7 @@ type Allocation struct {
 	// cut off or replaced before the shard starts, and a successor would
 	// place it with no previous home, so that the held mail, handed over
 	// after a partition heals or to a home that died meanwhile, arrives
-	// behind newer mail (simulator seeds 17721, 17171, 28956).
+	// behind newer mail.
 	MailHeldBy string
 }
 

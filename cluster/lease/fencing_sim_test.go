@@ -14,7 +14,7 @@ import (
 // slow links, the node's clock running at rate times the store's. It
 // reports whether the lease expired, and describes the first moment at
 // which the store said the lease had expired while the node's Keeper still
-// let it act: the invariant DESIGN §8 rests on (a node has fenced itself
+// let it act: the invariant self-fencing rests on (a node has fenced itself
 // before its shards may move elsewhere).
 // Time moves in 10 ms steps; everything random comes from seed.
 func fencingRun(seed uint64, rate float64, tm lease.Timing) (expired bool, violation string) {

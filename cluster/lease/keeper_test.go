@@ -99,7 +99,7 @@ func TestSettingsValidate(t *testing.T) {
 	}
 	d := lease.DefaultSettings()
 	if d.Node.RenewEvery != d.Node.Length/3 {
-		t.Errorf("node RenewEvery %v, DESIGN §8 says Length/3 = %v", d.Node.RenewEvery, d.Node.Length/3)
+		t.Errorf("node RenewEvery %v, docs/DESIGN.md (Cluster and leases) says Length/3 = %v", d.Node.RenewEvery, d.Node.Length/3)
 	}
 	for name, tm := range map[string]lease.Timing{
 		"zero length":           {Margin: time.Second, RenewEvery: time.Second},

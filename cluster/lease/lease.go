@@ -1,8 +1,9 @@
-// Package lease makes the database the arbiter of who may act (DESIGN §8):
-// node leases, one per node incarnation, and named coordinator leases with
-// a fencing epoch, both expiring on the store's clock and renewed by their
-// holders; plus the pure Keeper that tells a holder, by its own monotonic
-// clock, when it must stop acting (self-fencing).
+// Package lease makes the database the arbiter of who may act (see
+// docs/DESIGN.md, "Leases and self-fencing"): node leases, one per node
+// incarnation, and named coordinator leases with a fencing epoch, both
+// expiring on the store's clock and renewed by their holders; plus the pure
+// Keeper that tells a holder, by its own monotonic clock, when it must stop
+// acting (self-fencing).
 //
 // How the pieces fit:
 //

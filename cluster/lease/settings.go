@@ -11,7 +11,7 @@ type Timing struct {
 	// acquisition or renewal.
 	Length time.Duration
 	// RenewEvery is how long after the start of a successful renewal the
-	// holder starts the next one. DESIGN §8: Length/3, so two renewals
+	// holder starts the next one. Default Length/3, so two renewals
 	// can fail before the holder fences itself.
 	RenewEvery time.Duration
 	// Margin is how long before Length runs out, counted on the holder's
@@ -40,7 +40,7 @@ type Settings struct {
 //	Coordinator: Length 15s, RenewEvery 5s, Margin 3s
 //
 // 15 s sits above memberlist's LAN failure detection (4 s, up to 24 s
-// without confirmations; cluster-facts.md §1), so a node is downed in
+// without confirmations), so a node is downed in
 // about the time its lease takes to run out, and well below Akka's 120 s
 // lease default, which trades availability for tolerance of long pauses.
 // The 3 s margin dwarfs clock drift (ppm over 15 s) and leaves room for a

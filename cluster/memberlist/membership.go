@@ -20,7 +20,7 @@
 // the oldest. It is an order everyone agrees on, not a clock: a node that
 // joins while partitioned from an older one may rank before it. Views may
 // differ for a while, so "oldest" is an opinion; the coordinator lease in
-// Postgres decides (DESIGN §8).
+// Postgres decides (docs/DESIGN.md, "Leases and self-fencing").
 //
 // Failures: memberlist declares a peer failed after its suspicion timeout
 // and reports no suspicion before that, so a failed peer is Unreachable;

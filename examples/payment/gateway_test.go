@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// The gateway table of the spec (§10) against the simulator: in-process,
-// in synctest bubbles, with the original's timeouts; and once over a real
-// socket for a refused connection.
+// The original's gateway table (gateway.go) against the simulator:
+// in-process, in synctest bubbles, with the original's timeouts; and once
+// over a real socket for a refused connection.
 
 func testIssuerClient(url string) *IssuerClient {
 	return NewIssuerClient(IssuerClientConfig{

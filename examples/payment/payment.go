@@ -47,7 +47,7 @@ func (p *Payments) Create(ec entity.Context[Command]) entity.Behavior[Command] {
 		ec.Log().Error("not a payment entity id; stopping", "err", err)
 		return entity.Stopped[Command]()
 	}
-	// Idle entities passivate themselves (DESIGN §6); every message but a
+	// Idle entities passivate themselves (see timeout.go); every message but a
 	// timer's (the processing timeout) resets it.
 	ec.SetReceiveTimeout(p.Settings.ReceiveTimeout, ReceiveTimeout{})
 	h := &handler{Payments: p, key: key}
@@ -141,12 +141,12 @@ func (h *handler) waiting(ctx Ctx, c Command) Effect {
 func (h *handler) settling(ctx Ctx, s Settling, c Command) Effect {
 	switch c := c.(type) {
 	case SettlementResult:
-		return h.settlementResult(ctx, s, c) // its event cancels the timer (DESIGN §6.4)
+		return h.settlementResult(ctx, s, c) // its event cancels the timer (timeout point 4)
 	case ProcessingTimeout:
 		if !c.Is(s.Timeout) {
-			return ctx.Unhandled() // DESIGN §6.2: not this phase's timeout
+			return ctx.Unhandled() // timeout point 2: not this phase's timeout
 		}
-		// DESIGN §6.3: leave Settling (to Failed), passivate, and let what
+		// timeout point 3: leave Settling (to Failed), passivate, and let what
 		// waited in the stash see the new state. Nobody is answered: the
 		// asker has given up FailSafeMargin ago.
 		ctx.Log().Warn("settlement timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
@@ -221,12 +221,12 @@ func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
 func (h *handler) canceling(ctx Ctx, s Canceling, c Command) Effect {
 	switch c := c.(type) {
 	case CancelResult:
-		return h.cancelResult(ctx, s, c) // its event cancels the timer (DESIGN §6.4)
+		return h.cancelResult(ctx, s, c) // its event cancels the timer (timeout point 4)
 	case ProcessingTimeout:
 		if !c.Is(s.Timeout) {
-			return ctx.Unhandled() // DESIGN §6.2
+			return ctx.Unhandled() // timeout point 2
 		}
-		// DESIGN §6.3: back to Completed, so the cancel can be retried.
+		// timeout point 3: back to Completed, so the cancel can be retried.
 		ctx.Log().Warn("cancel timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
 		return ctx.Persist(CancelTimeoutDetected{TraceID: s.TraceID}).
 			ThenRun(func(State) { ctx.Passivate() }).
@@ -323,11 +323,11 @@ func (h *handler) onEvent(ctx EventCtx, s State, e Event) State {
 	case WaitingForRequest:
 		if e, ok := e.(SettlementAccepted); ok {
 			t := h.Settings.processingTimeout(e.AcceptedAt)
-			scheduleProcessingTimeout(ctx, t) // DESIGN §6.1
+			scheduleProcessingTimeout(ctx, t) // timeout point 1
 			return Settling{TraceID: e.TraceID, Request: e.Request, AcceptedAt: e.AcceptedAt, Timeout: t}
 		}
 	case Settling:
-		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4: every event here leaves Settling
+		cancelProcessingTimeout(ctx, s.Timeout) // timeout point 4: every event here leaves Settling
 		switch e := e.(type) {
 		case SettlementSuccessConfirmed:
 			return Completed{Credential: e.Credential, CustomerID: s.Request.CustomerID, Response: e.Response,
@@ -342,7 +342,7 @@ func (h *handler) onEvent(ctx EventCtx, s State, e Event) State {
 	case Completed:
 		if e, ok := e.(CancelAccepted); ok {
 			t := h.Settings.processingTimeout(e.AcceptedAt)
-			scheduleProcessingTimeout(ctx, t) // DESIGN §6.1
+			scheduleProcessingTimeout(ctx, t) // timeout point 1
 			return Canceling{TraceID: e.TraceID, Request: e.Request, Completed: s, AcceptedAt: e.AcceptedAt, Timeout: t}
 		}
 	case Canceling:
@@ -350,7 +350,7 @@ func (h *handler) onEvent(ctx EventCtx, s State, e Event) State {
 		// customer (original behaviour, README).
 		back := s.Completed
 		back.CustomerID = s.Request.CustomerID
-		cancelProcessingTimeout(ctx, s.Timeout) // DESIGN §6.4: every event here leaves Canceling
+		cancelProcessingTimeout(ctx, s.Timeout) // timeout point 4: every event here leaves Canceling
 		switch e := e.(type) {
 		case CancelSuccessConfirmed:
 			return Canceled{CustomerID: e.Request.CustomerID, Response: e.Response}

@@ -10,9 +10,10 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 )
 
-// The idempotency table of the spec (§12), one test per row, through the
-// testkit. Every test runs in a synctest bubble: time is fake, and
-// synctest.Wait lets the issuer call and its result finish.
+// The original PaymentActor's idempotency rules (per tenant, client, shop and
+// order: what a repeated or late Settle or Cancel gets in each state), one
+// test per row, through the testkit. Every test runs in a synctest bubble:
+// time is fake, and synctest.Wait lets the issuer call and its result finish.
 
 func TestFirstSettleProcessedOnceLaterSettlesGetStoredSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -51,7 +51,7 @@ type Cancel struct {
 
 // StopActor is the entity type's stop message: its owner sends it to
 // passivate the entity or to hand it off. It is stashed while a call to the
-// issuer is in flight (DESIGN §6).
+// issuer is in flight (see timeout.go).
 type StopActor struct{}
 
 // ReceiveTimeout is delivered after Settings.ReceiveTimeout without messages.
@@ -59,7 +59,7 @@ type ReceiveTimeout struct{}
 
 // ProcessingTimeout is the timer message that ends a Settling or Canceling
 // phase whose issuer call did not answer in time. Deadline identifies the
-// phase: only the timeout equal to the one in the state counts (DESIGN §6.2).
+// phase: only the timeout equal to the one in the state counts (timeout point 2).
 type ProcessingTimeout struct{ Deadline time.Time }
 
 // SettlementResult is the outcome of the settlement's issuer call, delivered

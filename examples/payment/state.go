@@ -17,7 +17,7 @@ type Settling struct {
 	Request    SettleRequest
 	AcceptedAt time.Time
 	// Timeout is the processing timeout scheduled when Settling began;
-	// only a ProcessingTimeout equal to it ends Settling (DESIGN §6.2).
+	// only a ProcessingTimeout equal to it ends Settling (timeout point 2).
 	Timeout ProcessingTimeout
 }
 

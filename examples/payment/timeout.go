@@ -6,11 +6,12 @@ import (
 	"github.com/shoal-dev/shoal/timers"
 )
 
-// The processing-timeout pattern (DESIGN §6; the implementation notes of
-// the original). A phase that stashes everything while it waits for the
-// issuer must end even if the answer never comes — after a crash the answer
-// never comes, because the call ran in a side effect that replay does not
-// repeat. Its four points, and where they are:
+// The processing-timeout pattern (docs/DESIGN.md, "The processing-timeout
+// pattern"; the implementation notes of the original). A phase that stashes
+// everything while it waits for the issuer must end even if the answer never
+// comes — after a crash the answer never comes, because the call ran in a
+// side effect that replay does not repeat. Its four points (marked "timeout
+// point n" in the code), and where they are:
 //
 //  1. The event handler that enters the phase starts a timer at the phase's
 //     deadline: replay runs the event handler too, so recovery re-arms the

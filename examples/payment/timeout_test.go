@@ -11,9 +11,9 @@ import (
 	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
 )
 
-// The four processing-timeout points of DESIGN §6, one test each, plus
-// recovery. The issuer is held, so the entity stays in Settling or
-// Canceling until its timeout; time is synctest's.
+// The four points of docs/DESIGN.md, "The processing-timeout pattern", one
+// test each, plus recovery. The issuer is held, so the entity stays in
+// Settling or Canceling until its timeout; time is synctest's.
 
 // Point 1: the event handler starts a timer at the deadline.
 func TestTimeoutPoint1ScheduledFromEventHandlerAtTheDeadline(t *testing.T) {

@@ -69,7 +69,7 @@ func TestLeastShardAkkaVectors(t *testing.T) {
 			{append(shardRange(1, 16), shardRange(51, 66)...), []int{34, 32, 34}},
 			{[]string{"017"}, []int{33, 33, 34}},
 		}},
-		// The same with the empty region third, as the issue writes it.
+		// The same with the empty region third.
 		{"[50,50,0]", noLimits, 50, 50, 0, []round{
 			{append(shardRange(1, 16), shardRange(51, 66)...), []int{34, 34, 32}},
 			{[]string{"017"}, []int{33, 34, 33}},

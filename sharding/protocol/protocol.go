@@ -53,7 +53,8 @@ type (
 	// when set, is the shard's previous home, which holds mail for it: the
 	// new home starts the shard once From's HandOver arrived, or From is
 	// gone from the membership, so that the mail comes first. User messages
-	// never ride in the coordinator's messages (DESIGN §5).
+	// never ride in the coordinator's messages (docs/DESIGN.md,
+	// "Hand-over, not carry").
 	HostShard struct {
 		Shard, From string
 		Epoch       uint64

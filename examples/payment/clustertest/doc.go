@@ -1,12 +1,12 @@
 // Package clustertest runs the payment example as a cluster of real
-// processes in containers and checks it from outside under faults (issue
-// 12 item 5, with the intent of Pekko's multi-node sharding specs): on a
-// Docker network of its own it starts Postgres, the issuer simulator and N
-// payment nodes from an image built locally (the static binaries and the
-// image are built from the test, tagged by a hash of the sources, so a
-// second run reuses them), drives payments and counters through the
-// nodes' published API ports, injects faults (kill -9, SIGTERM, network
-// disconnect, pause, a Postgres restart) and checks:
+// processes in containers and checks it from outside under faults (with
+// the intent of Pekko's multi-node sharding specs): on a Docker network of
+// its own it starts Postgres, the issuer simulator and N payment nodes from
+// an image built locally (the static binaries and the image are built from
+// the test, tagged by a hash of the sources, so a second run reuses them),
+// drives payments and counters through the nodes' published API ports,
+// injects faults (kill -9, SIGTERM, network disconnect, pause, a Postgres
+// restart) and checks:
 //
 //   - no acknowledged payment is lost: every 2xx-acknowledged settlement
 //     is in the journal and answers again after healing;

@@ -205,14 +205,14 @@ func TestPartition(t *testing.T) {
 }
 
 // The same cut for the node that hosts the coordinators. Postgres is the
-// arbiter (DESIGN §8), and the coordinator still reaches it, but it must
-// not down the others: the majority is kept (issue 12, as Pekko's
-// keep-majority). The cut-off coordinator counts the others until the
-// store shows their leases ended (memberlist's own Down verdicts do not
-// shrink its count), so it downs nobody and stands down; the majority's
-// oldest takes the coordinator lease and downs it; it fences itself and
-// exits; its shards move. After the heal every node must serve again
-// through its own API.
+// arbiter (docs/DESIGN.md, "Downing: keep the majority"), and the
+// coordinator still reaches it, but it must not down the others and serve
+// alone: the majority is kept (as Pekko's keep-majority). The cut-off
+// coordinator counts the others until the store shows their leases ended
+// (memberlist's own Down verdicts do not shrink its count), so it downs
+// nobody and stands down; the majority's oldest takes the coordinator lease
+// and downs it; it fences itself and exits; its shards move. After the heal
+// every node must serve again through its own API.
 func TestPartitionCoordinator(t *testing.T) {
 	extended(t)
 	c := Start(t, Options{})
@@ -223,8 +223,8 @@ func TestPartitionCoordinator(t *testing.T) {
 	c.checkEachNodeServes(ctx, l.counters)
 }
 
-// The cut-off coordinator, fenced, restarts while still cut off (issue
-// 12's untested case). Were it to start, no seed would answer and it
+// The cut-off coordinator, fenced, restarts while still cut off. Were it
+// to start, no seed would answer and it
 // would bootstrap a cluster of its own, which nothing else ever contacts:
 // it keeps trying its seeds (node.Config.RejoinSeeds) so that the two
 // merge after the heal. Here the cut is a network disconnect, and a node
@@ -503,9 +503,9 @@ func TestMinMembers(t *testing.T) {
 	c.verify(ctx, l)
 }
 
-// Rolling update (RollingUpdateShardAllocationSpec, the seed's order):
-// each node in turn, the oldest last, stops gracefully and starts again as
-// a new incarnation, under load.
+// Rolling update (RollingUpdateShardAllocationSpec, the coordinator-avoidance
+// proposal's order): each node in turn, the oldest last, stops gracefully and
+// starts again as a new incarnation, under load.
 func TestRollingUpdate(t *testing.T) {
 	extended(t)
 	c := Start(t, Options{})

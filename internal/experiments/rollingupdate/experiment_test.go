@@ -49,10 +49,10 @@ func echo(entity.Context[Command]) entity.Behavior[Command] {
 }
 
 // params are the experiment's knobs, from the environment. The defaults
-// compress the seed's schedule (events a minute apart, rebalance every
+// compress the proposal's schedule (events a minute apart, rebalance every
 // 10 s) six-fold and five-fold so both strategies run in minutes;
 // SHOAL_EXPERIMENT_STEP=60s SHOAL_EXPERIMENT_REBALANCE=10s
-// SHOAL_EXPERIMENT_WARMUP=120s gives the seed's timing.
+// SHOAL_EXPERIMENT_WARMUP=120s gives the proposal's timing.
 type params struct {
 	out        string
 	step       time.Duration // between scheduled events
@@ -110,7 +110,7 @@ func strategyNamed(name string) (allocation.Strategy, error) {
 	return nil, fmt.Errorf("unknown strategy %q (least-shard, coordinator-avoidance)", name)
 }
 
-// TestRollingUpdateExperiment runs the seed's experiment once per
+// TestRollingUpdateExperiment runs the proposal's experiment once per
 // strategy: 4 nodes (in this process, over real loopback sockets, with a
 // Postgres in a container), 300 shards, a steady open-loop load of asks,
 // then the rolling update. It writes, per strategy, the samples, the
@@ -286,7 +286,7 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 	}
 
 	// The old cluster: old-4 first, so that it is the oldest (it hosts the
-	// coordinator and stops last), as in the seed's table.
+	// coordinator and stops last), as in the proposal's table.
 	old := map[int]*member{4: start("old-4", "1.0.0", nil)}
 	seeds := []string{old[4].node.GossipAddr()}
 	for i := 1; i <= 3; i++ {
@@ -415,7 +415,7 @@ func runOnce(t *testing.T, p params, name string, strategy allocation.Strategy) 
 	}
 	at(6)
 	startNew(4)
-	at(8) // the seed waits two steps before stopping the oldest
+	at(8) // the proposal waits two steps before stopping the oldest
 	stopOld(4)
 	at(9)
 	stopLoad()

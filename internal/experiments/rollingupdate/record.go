@@ -1,5 +1,5 @@
 // Package rollingupdate reproduces the rolling-update experiment of the
-// coordinator-avoidance proposal (shared/seeds, "Experiments"): a 4-node
+// coordinator-avoidance proposal (lerna-stack's, "Experiments"): a 4-node
 // cluster under a steady load of asks is replaced node by node (start
 // new-i, stop old-i, the oldest last), once per allocation strategy, and
 // every request's latency is recorded with the cluster events, so that the
