@@ -32,6 +32,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -338,9 +339,18 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 	var last *Persisted[E]
 	lastFirst := uint64(0)
 	for _, ev := range written[k.seen:] {
-		e, err := codec.DecodeAs[E](k.opts.Codec, ev.Manifest, ev.Payload)
+		// Through DecodeAll, like every reader of stored events. What the
+		// entity just wrote carries a current manifest: one value.
+		vs, err := k.opts.Codec.DecodeAll(ev.Manifest, ev.Payload)
+		if err == nil && len(vs) != 1 {
+			err = fmt.Errorf("%w: %d values", codec.ErrNotOneValue, len(vs))
+		}
 		if err != nil {
 			k.t.Fatalf("eventsourcedtest: stored event %s #%d does not decode: %v", ev.PersistenceID, ev.SeqNr, err)
+		}
+		e, ok := vs[0].(E)
+		if !ok {
+			k.t.Fatalf("eventsourcedtest: stored event %s #%d decodes to %T, which is not the entity's event type", ev.PersistenceID, ev.SeqNr, vs[0])
 		}
 		if !k.opts.SkipSerializationChecks {
 			if _, again, err := k.opts.Codec.Encode(e); err != nil || !bytes.Equal(again, ev.Payload) {
