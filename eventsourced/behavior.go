@@ -242,10 +242,7 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	// The page grows with the replay up to ReplayBatch: most entities have
 	// a short history, and a page allocated whole cost each recovery
 	// ReplayBatch events' worth of zeroed memory.
-	var (
-		page    []replayed[E]
-		scratch []any
-	)
+	var page []replayed[E]
 	flush := func() error {
 		failed := false
 		ok := b.onEntity(ctx, func() { failed = !b.applyReplayed(page) })
@@ -257,7 +254,7 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
 		var err error
-		if page, err = b.decode(page, &scratch, ev); err != nil {
+		if page, err = b.decode(page, ev); err != nil {
 			return err
 		}
 		if len(page) >= b.cfg.ReplayBatch { // an upcast may add several
@@ -308,12 +305,9 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 	if err != nil || highest > uint64(b.cfg.ReplayBatch) {
 		return false // the reader retries, and reports what fails
 	}
-	var (
-		page    []replayed[E]
-		scratch []any
-	)
+	var page []replayed[E]
 	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) (err error) {
-		page, err = b.decode(page, &scratch, ev)
+		page, err = b.decode(page, ev)
 		return err
 	})
 	switch {
@@ -330,12 +324,12 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 
 // decode appends what a stored event replays as to page: through
 // codec.DecodeAll's rules, one event, or several or none when an upcaster
-// split or dropped it. scratch is the caller's buffer for the decoded
-// values. An event that does not decode, or decodes to something that is
-// not an E, fails the recovery, naming it; page is then unchanged.
-func (b *behavior[C, E, S]) decode(page []replayed[E], scratch *[]any, ev journal.Event) ([]replayed[E], error) {
-	vs, err := b.cfg.Codec.AppendDecoded((*scratch)[:0], ev.Manifest, ev.Payload)
-	defer func() { clear(vs); *scratch = vs[:0] }() // hold no decoded values past this event
+// split or dropped it. An event that does not decode, or decodes to
+// something that is not an E, fails the recovery, naming it; page is then
+// unchanged.
+func (b *behavior[C, E, S]) decode(page []replayed[E], ev journal.Event) ([]replayed[E], error) {
+	var one [1]any // the usual case decodes into it, on the stack
+	vs, err := b.cfg.Codec.AppendDecoded(one[:0], ev.Manifest, ev.Payload)
 	if err != nil {
 		return page, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 	}
