@@ -59,8 +59,9 @@ type upcaster struct {
 // gets the raw stored bytes and returns the values a reader sees instead,
 // none (the event is dropped), one or several (in order). Each value must be
 // of a registered type, or an old shape registered with Upcast (which is
-// then upcast in turn). oldManifest must not be a registered manifest or
-// alias, nor have an upcaster already.
+// then upcast in turn). fn must not keep or change payload: it is the
+// reader's buffer. oldManifest must not be a registered manifest or alias,
+// nor have an upcaster already.
 func RegisterUpcaster(r *Registry, oldManifest string, fn func(payload []byte) ([]any, error)) error {
 	if fn == nil {
 		return errors.New("codec: nil upcaster")
