@@ -98,7 +98,6 @@ func Upcast[Old any](r *Registry, oldManifest string, fn func(Old) []any, opts .
 	for _, o := range opts {
 		o(shape)
 	}
-	fromValue := func(v any) []any { return fn(v.(Old)) }
 	u := &upcaster{
 		manifest: oldManifest,
 		fromBytes: func(payload []byte) ([]any, error) {
@@ -108,7 +107,7 @@ func Upcast[Old any](r *Registry, oldManifest string, fn func(Old) []any, opts .
 			}
 			return fn(old), nil
 		},
-		fromValue: fromValue,
+		fromValue: func(v any) []any { return fn(v.(Old)) },
 	}
 	return r.addUpcaster(u, typ, shape.aliases)
 }
