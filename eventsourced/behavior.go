@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"runtime/debug"
 	"time"
 
@@ -193,9 +194,14 @@ func (b *behavior[C, E, S]) onEntity(ctx context.Context, fn func()) bool {
 	}
 }
 
+// replayed is one event to apply in recovery. A stored event upcast to
+// several (docs/DESIGN.md, Schema evolution) gives several, all with its
+// seq nr; one upcast to none gives one that is dropped, so that LastSeqNr
+// still counts it.
 type replayed[E any] struct {
-	event E
-	seqNr uint64
+	event   E
+	seqNr   uint64
+	dropped bool
 }
 
 // recover runs on a recovery goroutine (System.StartRecovery): it reads the
@@ -217,6 +223,8 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 			return
 		}
 		if ok {
+			// A state is one value: its manifest may be an alias or have a
+			// one-to-one upcaster, never one that splits (codec.ErrNotOneValue).
 			state, err := codec.DecodeAs[S](b.cfg.Codec, snap.Manifest, snap.Payload)
 			if err != nil {
 				b.onEntity(ctx, func() {
@@ -245,12 +253,11 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		return nil
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
-		r, err := b.decode(ev)
-		if err != nil {
+		var err error
+		if page, err = b.decode(page, ev); err != nil {
 			return err
 		}
-		page = append(page, r)
-		if len(page) == b.cfg.ReplayBatch {
+		if len(page) >= b.cfg.ReplayBatch { // an upcast may add several
 			return flush()
 		}
 		return nil
@@ -299,9 +306,8 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 		return false // the reader retries, and reports what fails
 	}
 	var page []replayed[E]
-	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) error {
-		r, err := b.decode(ev)
-		page = append(page, r)
+	err = j.Replay(ctx, b.pid(), 1, math.MaxUint64, func(ev journal.Event) (err error) {
+		page, err = b.decode(page, ev)
 		return err
 	})
 	switch {
@@ -316,14 +322,30 @@ func (b *behavior[C, E, S]) recoverImmediately() bool {
 	return true
 }
 
-// decode turns a stored event into one to replay; an event that does not
-// decode fails the recovery, naming it.
-func (b *behavior[C, E, S]) decode(ev journal.Event) (replayed[E], error) {
-	e, err := codec.DecodeAs[E](b.cfg.Codec, ev.Manifest, ev.Payload)
+// decode appends what a stored event replays as to page: through
+// codec.DecodeAll's rules, one event, or several or none when an upcaster
+// split or dropped it. An event that does not decode, or decodes to
+// something that is not an E, fails the recovery, naming it; page is then
+// unchanged.
+func (b *behavior[C, E, S]) decode(page []replayed[E], ev journal.Event) ([]replayed[E], error) {
+	var one [1]any // the usual case decodes into it, on the stack
+	vs, err := b.cfg.Codec.AppendDecoded(one[:0], ev.Manifest, ev.Payload)
 	if err != nil {
-		return replayed[E]{}, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+		return page, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 	}
-	return replayed[E]{event: e, seqNr: ev.SeqNr}, nil
+	if len(vs) == 0 {
+		return append(page, replayed[E]{seqNr: ev.SeqNr, dropped: true}), nil
+	}
+	n := len(page)
+	for _, v := range vs {
+		e, ok := v.(E)
+		if !ok {
+			err := fmt.Errorf("%w: manifest %q holds %T, want %v", codec.ErrTypeMismatch, ev.Manifest, v, reflect.TypeFor[E]())
+			return page[:n], &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
+		}
+		page = append(page, replayed[E]{event: e, seqNr: ev.SeqNr})
+	}
+	return page, nil
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.
@@ -344,7 +366,9 @@ func (b *behavior[C, E, S]) applyReplayed(page []replayed[E]) (ok bool) {
 	}()
 	for _, r := range page {
 		at = r.seqNr
-		b.state = b.cfg.OnEvent(b.ctx(), b.state, r.event)
+		if !r.dropped {
+			b.state = b.cfg.OnEvent(b.ctx(), b.state, r.event)
+		}
 		b.seqNr = r.seqNr
 	}
 	return true

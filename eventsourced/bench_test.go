@@ -142,3 +142,44 @@ func BenchmarkRecoverShortHistory(b *testing.B) {
 		<-cell.Done()
 	}
 }
+
+// BenchmarkRecoverLongHistory measures recovery's decode and apply over a
+// history of 2000 events, read in pages on a reader goroutine.
+func BenchmarkRecoverLongHistory(b *testing.B) {
+	const n = 2000
+	j := memory.New()
+	reg := newRegistry()
+	for seq := range n {
+		m, p, err := reg.Encode(added{Item: "x"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.Write(context.Background(), []journal.Event{{PersistenceID: "List|long", SeqNr: uint64(seq) + 1, Manifest: m, Payload: p}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sys, _ := entity.NewSystem(entity.Config{Codec: reg, Journal: j, Logger: quietLogger()})
+	count := func(ec entity.Context[cmd]) entity.Behavior[cmd] {
+		return eventsourced.New(eventsourced.Config[cmd, event, int]{
+			PersistenceID: eventsourced.PersistenceIDOf(listKey, ec.EntityID()),
+			OnCommand: func(ctx eventsourced.CommandContext[cmd, event, int], n int, c cmd) eventsourced.Effect[event, int] {
+				if c, ok := c.(addAndReply); ok {
+					return ctx.Reply(eventsourced.To(c.ReplyTo, n))
+				}
+				return ctx.Unhandled()
+			},
+			OnEvent: func(_ eventsourced.Context[cmd], n int, _ event) int { return n + 1 },
+		})
+	}
+	props := &entity.Props[cmd]{Key: listKey, Create: count}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		cell := entity.Spawn(sys, props, "long")
+		if got, err := entity.Ask(ctx, cell, func(r entity.ReplyTo[int]) cmd { return addAndReply{ReplyTo: r} }); err != nil || got != n {
+			b.Fatalf("recovered %d events, %v; want %d", got, err, n)
+		}
+		cell.StopNow()
+		<-cell.Done()
+	}
+}

@@ -15,6 +15,14 @@
 // Writes are single-writer per persistence id: if another incarnation has
 // written the same sequence number, the entity stops with an error matching
 // ErrWriteConflict instead of interleaving its history with the other's.
+//
+// Recovery reads stored events as the codec's DecodeAll sees them today
+// (docs/DESIGN.md, Schema evolution): an event stored under an alias of a
+// manifest decodes to its type, and one with an upcaster is applied as the
+// events it is upcast to, in order, each with the stored event's sequence
+// number (none, when it is dropped). Sequence numbers keep counting stored
+// events, so the entity writes on after the last stored one. A snapshot is
+// one state: an alias or a one-to-one upcaster reads an old one.
 package eventsourced
 
 import (
@@ -126,6 +134,7 @@ type Config[C, E, S any] struct {
 	OnCommand func(ctx CommandContext[C, E, S], state S, cmd C) Effect[E, S]
 	// OnEvent applies an event. It runs for new events and during replay,
 	// with the same context, so timers it starts are restored by recovery.
+	// In replay, the events a stored event was upcast to come one by one.
 	OnEvent func(ctx Context[C], state S, event E) S
 	// OnSignal, if set, observes lifecycle signals (RecoveryCompleted, ...).
 	OnSignal func(ctx Context[C], state S, sig Signal)

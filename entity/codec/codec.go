@@ -5,6 +5,25 @@
 // transport sends commands and replies with it. Every concrete type that
 // crosses one of those boundaries is registered under a stable manifest name,
 // so a renamed Go type does not orphan stored data.
+//
+// # Schema evolution
+//
+// Stored events live forever, and every read path (recovery, queries,
+// projections) decodes them with DecodeAll, which sees them as today's
+// types:
+//
+//   - a renamed manifest keeps decoding when the type lists its old names:
+//     Register[Captured](r, "payment.Captured", Aliases("payment.Charged"));
+//   - an old shape is upcast: Upcast[CapturedV1](r, "payment.Captured/v1",
+//     func(old CapturedV1) []any { return []any{Captured{...}} }) decodes the
+//     old JSON into CapturedV1 (a type kept only to describe it) and maps it
+//     to no value (dropped), one, or several, in order; RegisterUpcaster does
+//     the same from the raw payload. Results must be of registered types
+//     (or another Upcast's old shape, which is upcast in turn).
+//
+// Decode and DecodeAs accept only one value per stored payload (snapshots
+// are decoded that way: a state snapshot may be renamed or upcast one to
+// one). See Example_schemaEvolution.
 package codec
 
 import (
@@ -19,8 +38,17 @@ import (
 // payload names a manifest that no registered type carries.
 var ErrUnknownManifest = errors.New("codec: unknown manifest")
 
-// ErrUnregisteredType is returned when a value of an unregistered type is encoded.
+// ErrUnregisteredType is returned when a value of an unregistered type is
+// encoded, or an upcaster yields one.
 var ErrUnregisteredType = errors.New("codec: unregistered type")
+
+// ErrConflict is matched by every registration that would give a stored
+// name (manifest or alias) or a type a second meaning.
+var ErrConflict = errors.New("codec: conflicting registration")
+
+// ErrNotOneValue is returned by Decode (and DecodeAs) when the manifest's
+// upcaster turns the stored payload into no value or several.
+var ErrNotOneValue = errors.New("codec: upcast to other than one value")
 
 // UnknownManifestError tells which manifest could not be decoded.
 type UnknownManifestError struct{ Manifest string }
@@ -45,9 +73,20 @@ func (JSON) Marshal(v any) ([]byte, error)        { return json.Marshal(v) }
 func (JSON) Unmarshal(data []byte, ptr any) error { return json.Unmarshal(data, ptr) }
 
 type binding struct {
-	manifest   string
+	manifest   string   // what Encode writes
+	aliases    []string // older manifests that decode to typ too
 	typ        reflect.Type
 	serializer Serializer
+}
+
+// decode rebuilds a value of b's type; stored names the manifest the
+// payload was stored under (b's manifest or one of its aliases).
+func (b *binding) decode(stored string, payload []byte) (any, error) {
+	ptr := reflect.New(b.typ)
+	if err := b.serializer.Unmarshal(payload, ptr.Interface()); err != nil {
+		return nil, fmt.Errorf("codec: decode %q: %w", stored, err)
+	}
+	return ptr.Elem().Interface(), nil
 }
 
 // Registry maps concrete types to manifests. It is safe for concurrent use;
@@ -55,7 +94,9 @@ type binding struct {
 type Registry struct {
 	mu         sync.RWMutex
 	byType     map[reflect.Type]*binding
-	byManifest map[string]*binding
+	byManifest map[string]*binding // manifests and their aliases
+	upcasters  map[string]*upcaster
+	byOldType  map[reflect.Type]*upcaster // typed upcasters, by their old shape
 	fallback   Serializer
 }
 
@@ -65,6 +106,8 @@ func NewRegistry() *Registry {
 	return &Registry{
 		byType:     make(map[reflect.Type]*binding),
 		byManifest: make(map[string]*binding),
+		upcasters:  make(map[string]*upcaster),
+		byOldType:  make(map[reflect.Type]*upcaster),
 		fallback:   JSON{},
 	}
 }
@@ -76,8 +119,9 @@ type Option func(*binding)
 func WithSerializer(s Serializer) Option { return func(b *binding) { b.serializer = s } }
 
 // Register binds T to manifest. Registering the same type under the same
-// manifest twice is harmless; any other clash is an error, because two
-// meanings for one stored name would corrupt recovery.
+// manifest twice is harmless (a repeat may add aliases); any other clash is
+// an error matching ErrConflict, because two meanings for one stored name
+// would corrupt recovery. A failed registration changes nothing.
 func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	if manifest == "" {
 		return errors.New("codec: empty manifest")
@@ -90,16 +134,37 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	for _, o := range opts {
 		o(b)
 	}
+	for _, a := range b.aliases {
+		if a == "" {
+			return fmt.Errorf("codec: empty alias for %q", manifest)
+		}
+		if a == manifest {
+			return fmt.Errorf("%w: %q is both the manifest of %v and its alias", ErrConflict, a, typ)
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byManifest[manifest]; ok && old.typ != typ {
-		return fmt.Errorf("codec: manifest %q already bound to %v", manifest, old.typ)
-	}
 	if old, ok := r.byType[typ]; ok && old.manifest != manifest {
-		return fmt.Errorf("codec: type %v already registered as %q", typ, old.manifest)
+		return fmt.Errorf("%w: type %v already registered as %q", ErrConflict, typ, old.manifest)
+	}
+	if u, ok := r.byOldType[typ]; ok {
+		return fmt.Errorf("%w: type %v is the old shape upcast from %q; it cannot be a current type too", ErrConflict, typ, u.manifest)
+	}
+	for _, name := range append([]string{manifest}, b.aliases...) {
+		if err := r.checkFreeLocked(name, typ); err != nil {
+			return err
+		}
+	}
+	if old, ok := r.byType[typ]; ok {
+		b.aliases = mergeAliases(old.aliases, b.aliases)
+	} else {
+		b.aliases = mergeAliases(nil, b.aliases)
 	}
 	r.byType[typ] = b
 	r.byManifest[manifest] = b
+	for _, a := range b.aliases {
+		r.byManifest[a] = b
+	}
 	return nil
 }
 
@@ -138,19 +203,26 @@ func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
 	return b.manifest, payload, nil
 }
 
-// Decode rebuilds the value stored under manifest.
+// Decode rebuilds the value stored under manifest: a registered manifest or
+// one of its aliases decodes to the registered type; a manifest with an
+// upcaster decodes to the upcaster's result, which must be exactly one value
+// (ErrNotOneValue otherwise: use DecodeAll where an old event may have
+// become several, or none).
 func (r *Registry) Decode(manifest string, payload []byte) (any, error) {
 	r.mu.RLock()
 	b := r.byManifest[manifest]
 	r.mu.RUnlock()
-	if b == nil {
-		return nil, &UnknownManifestError{Manifest: manifest}
+	if b != nil {
+		return b.decode(manifest, payload)
 	}
-	ptr := reflect.New(b.typ)
-	if err := b.serializer.Unmarshal(payload, ptr.Interface()); err != nil {
-		return nil, fmt.Errorf("codec: decode %q: %w", manifest, err)
+	vs, err := r.upcast(nil, manifest, payload)
+	if err != nil {
+		return nil, err
 	}
-	return ptr.Elem().Interface(), nil
+	if len(vs) != 1 {
+		return nil, fmt.Errorf("%w: manifest %q upcasts to %d values", ErrNotOneValue, manifest, len(vs))
+	}
+	return vs[0], nil
 }
 
 // ErrTypeMismatch is returned by DecodeAs when the stored value is not a T.
@@ -183,13 +255,30 @@ func RoundTrip[T any](r *Registry, v T) (T, error) {
 }
 
 // DecodeAll rebuilds what is stored under manifest as the values a reader
-// sees today: one value, or several when an upcaster registered for the
-// manifest splits an old event. Every read path of stored events (recovery,
-// queries, projections) decodes through it.
+// sees today: one value, or several or none when an upcaster registered for
+// the manifest splits or drops an old event. Every read path of stored
+// events (recovery, queries, projections) decodes through it, so each sees
+// the same history.
 func (r *Registry) DecodeAll(manifest string, payload []byte) ([]any, error) {
-	v, err := r.Decode(manifest, payload)
-	if err != nil {
-		return nil, err
+	return r.AppendDecoded(nil, manifest, payload)
+}
+
+// AppendDecoded is DecodeAll appending to dst, for readers that decode many
+// events and reuse one slice. On error it returns dst unchanged.
+func (r *Registry) AppendDecoded(dst []any, manifest string, payload []byte) ([]any, error) {
+	r.mu.RLock()
+	b := r.byManifest[manifest]
+	r.mu.RUnlock()
+	if b == nil {
+		out, err := r.upcast(dst, manifest, payload)
+		if err != nil {
+			return dst, err
+		}
+		return out, nil
 	}
-	return []any{v}, nil
+	v, err := b.decode(manifest, payload)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, v), nil
 }
