@@ -198,8 +198,12 @@ func (s *System) replyRemote(a ReplyAddress, v any) error {
 }
 
 // encodeReply encodes a reply for another node: with its registered
-// manifest, or as JSON under JSONReplyManifest.
+// manifest, or as JSON under JSONReplyManifest; a failure (failRemote)
+// under AskFailureManifest.
 func encodeReply(reg *codec.Registry, v any) (string, []byte, error) {
+	if f, ok := v.(failureReply); ok {
+		return AskFailureManifest, encodeFailure(f), nil
+	}
 	if reg != nil {
 		if _, ok := reg.Manifest(v); ok {
 			return reg.Encode(v)
@@ -444,12 +448,17 @@ type ReplyRouter interface {
 func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
 
 // DeliverLocalReply hands v to this System's ask to, for a ReplyRouter
-// that carried it here as a value. It refuses a reply for another node
-// (ErrNotThisNode) or incarnation (ErrStaleIncarnation), and counts one
-// for an ask that has ended as a dead letter (ErrAskEnded).
+// that carried it here as a value; v may be a failure the other node sent
+// instead of a reply, which fails the ask with an *AskFailedError. It
+// refuses a reply for another node (ErrNotThisNode) or incarnation
+// (ErrStaleIncarnation), and counts one for an ask that has ended as a
+// dead letter (ErrAskEnded).
 func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 	if err := s.checkReplyAddress(to, v); err != nil {
 		return err
+	}
+	if f, ok := v.(failureReply); ok {
+		return s.failAsk(to, f.err())
 	}
 	if s.replies.deliver(to.AskID, v) {
 		return nil
@@ -465,7 +474,9 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // for another node or incarnation (never handed to an ask of this one),
 // ErrAskEnded when the ask has already returned, and ErrReplyUndecodable
 // (wrapping the codec's error) when the bytes do not decode into R — that
-// ask then fails at once with the same error instead of timing out. When
+// ask then fails at once with the same error instead of timing out.
+// Under AskFailureManifest the bytes are a failure the other node sent
+// instead of a reply: the ask fails at once with an *AskFailedError. When
 // ctx has already ended it delivers nothing and returns ctx's error.
 func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -474,6 +485,14 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 	raw := encodedReply{Manifest: manifest}
 	if err := s.checkReplyAddress(to, raw); err != nil {
 		return err
+	}
+	if manifest == AskFailureManifest {
+		failed, err := decodeFailure(payload)
+		if err != nil {
+			// Still a failure: the ask ends now, with what is known.
+			failed = &AskFailedError{Message: fmt.Sprintf("%v: %s: %v", ErrReplyUndecodable, to, err)}
+		}
+		return s.failAsk(to, failed)
 	}
 	w, ok := s.replies.take(to.AskID)
 	if !ok {
@@ -488,6 +507,16 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 		return err
 	}
 	w.send(v)
+	return nil
+}
+
+// failAsk fails this System's ask to with the failure another node sent
+// for it. One for an ask that has ended is no dead letter: the message
+// it failed was counted as one on its node.
+func (s *System) failAsk(to ReplyAddress, failed *AskFailedError) error {
+	if !s.replies.deliver(to.AskID, askFailure{failed}) {
+		return fmt.Errorf("%w: %s", ErrAskEnded, to)
+	}
 	return nil
 }
 
@@ -619,18 +648,29 @@ func (t *replyTable) take(id uint64) (waiter, bool) {
 	return w, ok
 }
 
-// failAsks fails, with err, this node's asks whose reply addresses msg
-// carries: msg will never be handled. It looks for ReplyTo values by
-// reflection, which costs nothing until a message is lost.
-// FailAsks fails at once, with err, the asks of this incarnation whose
-// reply addresses msg carries (at any depth): for a behavior that learns
-// after handling a command that no answer will come for it (its events
-// could not be stored, say). Asks that have ended are not touched.
+// FailAsks fails at once, with err, the asks whose reply addresses msg
+// carries (at any depth): for a behavior that learns after handling a
+// command that no answer will come for it (its events could not be
+// stored, say). Asks that have ended are not touched. The asks of other
+// nodes are sent a failure on the reply route (see AskFailedError), those
+// of other incarnations of this node are left alone.
 func (s *System) FailAsks(msg any, err error) { s.failAsks(msg, err) }
 
+// failAsks fails, with err, the asks whose reply addresses msg carries:
+// msg will never be handled. It looks for ReplyTo values by reflection,
+// which costs nothing until a message is lost.
 func (s *System) failAsks(msg any, err error) {
+	var remote *failureReply // classified once, for the first ask of another node
 	forEachReplyAddr(reflect.ValueOf(msg), 0, func(a ReplyAddress) {
-		if !a.IsZero() && a.Node == s.cfg.NodeID && a.Incarnation == s.cfg.Incarnation {
+		switch {
+		case a.IsZero():
+		case a.Node != s.cfg.NodeID:
+			if remote == nil {
+				f := failureOf(err)
+				remote = &f
+			}
+			s.failRemote(a, *remote)
+		case a.Incarnation == s.cfg.Incarnation:
 			s.replies.deliver(a.AskID, askFailure{err})
 		}
 	})

@@ -41,11 +41,14 @@ var (
 	// messages awaiting a shard home (or a hand-off) is full, or the
 	// shard's buffer for an entity that is stopping or backing off is
 	// (see Settings.HeldCapacity).
-	ErrBufferFull = errors.New("sharding: region buffer full")
+	// It is entity.ErrBufferFull, so that an ask it fails on another node
+	// matches it too.
+	ErrBufferFull = entity.ErrBufferFull
 	// ErrUnknownEntityType is returned when no region was started for an entity type.
 	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
 	// ErrRegionStopped is returned by Tell after the region shut down.
-	ErrRegionStopped = errors.New("sharding: region stopped")
+	// It is entity.ErrRegionStopped.
+	ErrRegionStopped = entity.ErrRegionStopped
 	// ErrInvalidEntityID is returned for an empty entity id.
 	ErrInvalidEntityID = errors.New("sharding: invalid entity id")
 )
