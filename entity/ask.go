@@ -476,7 +476,8 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // (wrapping the codec's error) when the bytes do not decode into R — that
 // ask then fails at once with the same error instead of timing out.
 // Under AskFailureManifest the bytes are a failure the other node sent
-// instead of a reply: the ask fails at once with an *AskFailedError. When
+// instead of a reply: the ask fails at once with an *AskFailedError (and
+// ErrReplyUndecodable, also returned, when they do not decode). When
 // ctx has already ended it delivers nothing and returns ctx's error.
 func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -490,7 +491,11 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 		failed, err := decodeFailure(payload)
 		if err != nil {
 			// Still a failure: the ask ends now, with what is known.
-			failed = &AskFailedError{Message: fmt.Sprintf("%v: %s: %v", ErrReplyUndecodable, to, err)}
+			err = fmt.Errorf("%w: %s: %w", ErrReplyUndecodable, to, &AskFailedError{Message: err.Error()})
+			if ferr := s.failAsk(to, err); ferr != nil {
+				return ferr
+			}
+			return err
 		}
 		return s.failAsk(to, failed)
 	}
@@ -513,7 +518,7 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 // failAsk fails this System's ask to with the failure another node sent
 // for it. One for an ask that has ended is no dead letter: the message
 // it failed was counted as one on its node.
-func (s *System) failAsk(to ReplyAddress, failed *AskFailedError) error {
+func (s *System) failAsk(to ReplyAddress, failed error) error {
 	if !s.replies.deliver(to.AskID, askFailure{failed}) {
 		return fmt.Errorf("%w: %s", ErrAskEnded, to)
 	}

@@ -59,19 +59,21 @@ const (
 )
 
 // failureClasses maps codes to sentinels, the most telling first: the
-// first an error matches is its Code, the others its Also.
+// first an error matches is its Code, the others its Also. A refusal
+// comes before its cause (unavailable, because a write failed), a
+// failed write before the stop it caused.
 var failureClasses = [...]struct {
 	code FailureCode
 	err  error
 }{
 	{FailureUnhandled, ErrUnhandled},
-	{FailurePersistFailed, ErrPersistFailed},
-	{FailurePersistRejected, ErrPersistRejected},
-	{FailureWriteConflict, journal.ErrWriteConflict},
 	{FailureUnavailable, ErrUnavailable},
 	{FailureMailboxFull, ErrMailboxFull},
 	{FailureBufferFull, ErrBufferFull},
 	{FailureRegionStopped, ErrRegionStopped},
+	{FailurePersistFailed, ErrPersistFailed},
+	{FailurePersistRejected, ErrPersistRejected},
+	{FailureWriteConflict, journal.ErrWriteConflict},
 	{FailureStopped, ErrStopped},
 }
 

@@ -126,6 +126,9 @@ type clusterOpts struct {
 	create func(node string) func(entity.Context[cmd]) entity.Behavior[cmd]
 	// settings are those of both entity types; default 12 shards.
 	settings sharding.Settings
+	// viaRouter leaves Config.RemoteReplies unset: replies (and failures)
+	// take the transport's ReplyRouter.
+	viaRouter bool
 }
 
 func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
@@ -174,9 +177,13 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
+		var replies entity.RemoteReplies = tn.tr.SendReply
+		if o.viaRouter {
+			replies = nil
+		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
 			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
-			RemoteReplies: tn.tr.SendReply, Logger: log,
+			RemoteReplies: replies, Logger: log,
 		}); err != nil {
 			t.Fatal(err)
 		}
