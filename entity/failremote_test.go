@@ -116,7 +116,7 @@ func TestAskFailureDecodesToSentinels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sys := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "a", 1 })
 		for _, tc := range []struct {
-			payload    string
+			payload   string
 			want, not []error
 		}{
 			{`{"code":1,"msg":"m"}`, []error{entity.ErrUnhandled}, []error{entity.ErrStopped}},
