@@ -476,7 +476,10 @@ func (r EntityRef[C]) Tell(msg C) error {
 // the ask is refused at once with an error matching ErrEntityUnavailable
 // (an *UnavailableError, with the time left before the restart) and the
 // message is not kept, where Tell would hold it for the restarted entity.
-// Where the entity's shard lives on another node, it is Tell.
+// Where the entity's shard lives on another node, the message goes there
+// marked as an ask, and that node refuses it likewise: the ask fails at
+// once with an *entity.AskFailedError that matches ErrEntityUnavailable
+// (and the failure's cause, eventsourced.ErrPersistFailed say).
 func (r EntityRef[C]) TellAsk(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)

@@ -82,16 +82,40 @@ var errJournalDown = errors.New("test: journal down")
 
 func (brokenJournal) Write(context.Context, []journal.Event) error { return errJournalDown }
 
+// stuckJournal's writes fail once released is closed.
+type stuckJournal struct {
+	journal.Journal
+	released chan struct{}
+}
+
+func (j stuckJournal) Write(ctx context.Context, _ []journal.Event) error {
+	select {
+	case <-j.released:
+		return errJournalDown
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // saver is an event-sourced entity whose writes all fail.
 func saver(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+	return saverOn(brokenJournal{memory.New()})(node)
+}
+
+// saverOn is saver on journal j.
+func saverOn(j journal.Journal) func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+	return func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] { return saverOf(node, j) }
+}
+
+func saverOf(node string, j journal.Journal) func(entity.Context[cmd]) entity.Behavior[cmd] {
 	reg := codec.NewRegistry()
 	registerFailureTypes(reg)
-	j := brokenJournal{memory.New()}
 	return func(ec entity.Context[cmd]) entity.Behavior[cmd] {
 		return eventsourced.New(eventsourced.Config[cmd, Saved, int]{
 			PersistenceID: eventsourced.PersistenceIDOf(counters, ec.EntityID()),
 			Journal:       j,
 			Codec:         reg,
+			WriteTimeout:  time.Hour,
 			OnCommand: func(ctx eventsourced.CommandContext[cmd, Saved, int], n int, c cmd) eventsourced.Effect[Saved, int] {
 				switch c := c.(type) {
 				case Get:
@@ -212,6 +236,60 @@ func TestRemoteAskPersistFailedFailsAtOnce(t *testing.T) {
 		f := wantFailed(t, err, eventsourced.ErrPersistFailed)
 		if f.Code != entity.FailurePersistFailed || errors.Is(err, eventsourced.ErrWriteConflict) {
 			t.Fatalf("ask: %v (code %d), want FailurePersistFailed", err, f.Code)
+		}
+	})
+}
+
+// An entity whose write failed is backing off on its node: an ask from
+// another node is refused there at once, as on that node itself, with
+// ErrEntityUnavailable and the cause, instead of waiting for the restart.
+func TestRemoteAskOfBackingOffEntityFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The back-off outlasts the ask's deadline: waiting for the restart fails the test.
+		c, a, b, id := twoNodes(t, saver, sharding.Settings{RestartBackoffMin: 2 * time.Hour, RestartBackoffMax: 4 * time.Hour})
+		defer c.stop()
+		wantFailed(t, farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} }), eventsourced.ErrPersistFailed)
+		synctest.Wait() // the entity has stopped; its shard backs off
+		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		f := wantFailed(t, err, sharding.ErrEntityUnavailable, eventsourced.ErrPersistFailed)
+		if f.Code != entity.FailureUnavailable {
+			t.Fatalf("ask: %v (code %d), want FailureUnavailable", err, f.Code)
+		}
+		// On b itself the same ask fails the same way.
+		_, err = entity.Ask(context.Background(), b.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		if !errors.Is(err, sharding.ErrEntityUnavailable) || !errors.Is(err, eventsourced.ErrPersistFailed) {
+			t.Fatalf("local ask on the home node: %v, want ErrEntityUnavailable", err)
+		}
+		// A Tell still waits for the restart, on either node.
+		if err := a.counters.EntityRefFor(id).Tell(Add{N: 1}); err != nil {
+			t.Fatalf("tell: %v", err)
+		}
+	})
+}
+
+// The entity's mailbox is full on its node (it persists, and holds what
+// comes meanwhile up to HeldCapacity): the region there refuses the ask's
+// command, and the ask fails at once with ErrMailboxFull, as it would on
+// that node.
+func TestRemoteAskRefusedByFullMailboxFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := stuckJournal{memory.New(), make(chan struct{})}
+		c, a, _, id := twoNodes(t, saverOn(j), sharding.Settings{HeldCapacity: 1})
+		defer c.stop()
+		defer close(j.released)
+		ref := a.counters.EntityRefFor(id)
+		if err := ref.Tell(Save{}); err != nil { // its write never ends: the entity holds its mail
+			t.Fatal(err)
+		}
+		settle()
+		if err := ref.Tell(Add{N: 1}); err != nil { // held: the mailbox is full
+			t.Fatal(err)
+		}
+		settle()
+		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		f := wantFailed(t, err, entity.ErrMailboxFull)
+		if f.Code != entity.FailureMailboxFull {
+			t.Fatalf("ask: %v (code %d), want FailureMailboxFull", err, f.Code)
 		}
 	})
 }
