@@ -127,7 +127,9 @@ const JSONReplyManifest = "shoal.reply.json"
 // asking incarnation and its ask, manifest and payload are the encoded
 // reply. It must not block (cluster.Transport.Send never does); its error
 // is returned by Reply. The receiving node hands the three to
-// System.DeliverReply.
+// System.DeliverReply. It carries, the same way, the failure this node
+// sends in place of a reply that will never come (under
+// AskFailureManifest; see AskFailedError).
 type RemoteReplies func(to ReplyAddress, manifest string, payload []byte) error
 
 // Reply sends v to the Ask waiting behind to, and returns why it could not.
@@ -292,7 +294,10 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 // when the target cannot answer: the send is refused (ErrStopped,
 // ErrMailboxFull, a serialization error), the target stops before handling
 // the command or crashes while handling it (ErrStopped, wrapping the crash),
-// or it returns Unhandled for it (ErrUnhandled). A reply that does not
+// or it returns Unhandled for it (ErrUnhandled). Where the target lives on
+// another node, that node sends the failure back on the reply route, and
+// Ask fails at once with an *AskFailedError that matches the same
+// sentinels (ErrUnhandled, ErrStopped, ...). A reply that does not
 // serialize under ForceSerialization fails the Ask with ErrNotSerializable;
 // one from another node that does not decode into R fails it at once with
 // ErrReplyUndecodable (see System.DeliverReply).
@@ -439,7 +444,9 @@ func (s *System) replyAddress(id uint64) ReplyAddress {
 // same process (an in-process simulation of several nodes). A transport
 // between processes uses Config.RemoteReplies and DeliverReply instead.
 type ReplyRouter interface {
-	// RouteReply delivers v to the ask to, or says why it cannot.
+	// RouteReply delivers v to the ask to, or says why it cannot. v may
+	// be a failure sent in place of a reply: a router carries it as it
+	// is, to DeliverLocalReply, or encoded by EncodeReply, to DeliverReply.
 	RouteReply(to ReplyAddress, v any) error
 }
 
