@@ -215,7 +215,12 @@ func TestRemoteAskStoppedFailsAtOnce(t *testing.T) {
 		defer c.stop()
 		ref := a.counters.EntityRefFor(id)
 		res := make(chan error, 1)
-		go func() { res <- farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Wait{ReplyTo: to} }) }()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			_, err := entity.Ask(ctx, ref, func(to entity.ReplyTo[Count]) cmd { return Wait{ReplyTo: to} })
+			res <- err
+		}()
 		synctest.Wait() // the Wait is on its way (one link: it arrives first)
 		if err := ref.Tell(Halt{}); err != nil {
 			t.Fatal(err)
