@@ -127,7 +127,9 @@ const JSONReplyManifest = "shoal.reply.json"
 // asking incarnation and its ask, manifest and payload are the encoded
 // reply. It must not block (cluster.Transport.Send never does); its error
 // is returned by Reply. The receiving node hands the three to
-// System.DeliverReply.
+// System.DeliverReply. It carries, the same way, the failure this node
+// sends in place of a reply that will never come (under
+// AskFailureManifest; see AskFailedError).
 type RemoteReplies func(to ReplyAddress, manifest string, payload []byte) error
 
 // Reply sends v to the Ask waiting behind to, and returns why it could not.
@@ -198,8 +200,12 @@ func (s *System) replyRemote(a ReplyAddress, v any) error {
 }
 
 // encodeReply encodes a reply for another node: with its registered
-// manifest, or as JSON under JSONReplyManifest.
+// manifest, or as JSON under JSONReplyManifest; a failure (failRemote)
+// under AskFailureManifest.
 func encodeReply(reg *codec.Registry, v any) (string, []byte, error) {
+	if f, ok := v.(failureReply); ok {
+		return AskFailureManifest, encodeFailure(f), nil
+	}
 	if reg != nil {
 		if _, ok := reg.Manifest(v); ok {
 			return reg.Encode(v)
@@ -288,7 +294,10 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 // when the target cannot answer: the send is refused (ErrStopped,
 // ErrMailboxFull, a serialization error), the target stops before handling
 // the command or crashes while handling it (ErrStopped, wrapping the crash),
-// or it returns Unhandled for it (ErrUnhandled). A reply that does not
+// or it returns Unhandled for it (ErrUnhandled). Where the target lives on
+// another node, that node sends the failure back on the reply route, and
+// Ask fails at once with an *AskFailedError that matches the same
+// sentinels (ErrUnhandled, ErrStopped, ...). A reply that does not
 // serialize under ForceSerialization fails the Ask with ErrNotSerializable;
 // one from another node that does not decode into R fails it at once with
 // ErrReplyUndecodable (see System.DeliverReply).
@@ -435,7 +444,9 @@ func (s *System) replyAddress(id uint64) ReplyAddress {
 // same process (an in-process simulation of several nodes). A transport
 // between processes uses Config.RemoteReplies and DeliverReply instead.
 type ReplyRouter interface {
-	// RouteReply delivers v to the ask to, or says why it cannot.
+	// RouteReply delivers v to the ask to, or says why it cannot. v may
+	// be a failure sent in place of a reply: a router carries it as it
+	// is, to DeliverLocalReply, or encoded by EncodeReply, to DeliverReply.
 	RouteReply(to ReplyAddress, v any) error
 }
 
@@ -444,12 +455,17 @@ type ReplyRouter interface {
 func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
 
 // DeliverLocalReply hands v to this System's ask to, for a ReplyRouter
-// that carried it here as a value. It refuses a reply for another node
-// (ErrNotThisNode) or incarnation (ErrStaleIncarnation), and counts one
-// for an ask that has ended as a dead letter (ErrAskEnded).
+// that carried it here as a value; v may be a failure the other node sent
+// instead of a reply, which fails the ask with an *AskFailedError. It
+// refuses a reply for another node (ErrNotThisNode) or incarnation
+// (ErrStaleIncarnation), and counts one for an ask that has ended as a
+// dead letter (ErrAskEnded).
 func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 	if err := s.checkReplyAddress(to, v); err != nil {
 		return err
+	}
+	if f, ok := v.(failureReply); ok {
+		return s.failAsk(to, f.err())
 	}
 	if s.replies.deliver(to.AskID, v) {
 		return nil
@@ -465,7 +481,10 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // for another node or incarnation (never handed to an ask of this one),
 // ErrAskEnded when the ask has already returned, and ErrReplyUndecodable
 // (wrapping the codec's error) when the bytes do not decode into R — that
-// ask then fails at once with the same error instead of timing out. When
+// ask then fails at once with the same error instead of timing out.
+// Under AskFailureManifest the bytes are a failure the other node sent
+// instead of a reply: the ask fails at once with an *AskFailedError (and
+// ErrReplyUndecodable, also returned, when they do not decode). When
 // ctx has already ended it delivers nothing and returns ctx's error.
 func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -474,6 +493,18 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 	raw := encodedReply{Manifest: manifest}
 	if err := s.checkReplyAddress(to, raw); err != nil {
 		return err
+	}
+	if manifest == AskFailureManifest {
+		failed, err := decodeFailure(payload)
+		if err != nil {
+			// Still a failure: the ask ends now, with what is known.
+			err = fmt.Errorf("%w: %s: %w", ErrReplyUndecodable, to, &AskFailedError{Message: err.Error()})
+			if ferr := s.failAsk(to, err); ferr != nil {
+				return ferr
+			}
+			return err
+		}
+		return s.failAsk(to, failed)
 	}
 	w, ok := s.replies.take(to.AskID)
 	if !ok {
@@ -488,6 +519,16 @@ func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest str
 		return err
 	}
 	w.send(v)
+	return nil
+}
+
+// failAsk fails this System's ask to with the failure another node sent
+// for it. One for an ask that has ended is no dead letter: the message
+// it failed was counted as one on its node.
+func (s *System) failAsk(to ReplyAddress, failed error) error {
+	if !s.replies.deliver(to.AskID, askFailure{failed}) {
+		return fmt.Errorf("%w: %s", ErrAskEnded, to)
+	}
 	return nil
 }
 
@@ -619,18 +660,29 @@ func (t *replyTable) take(id uint64) (waiter, bool) {
 	return w, ok
 }
 
-// failAsks fails, with err, this node's asks whose reply addresses msg
-// carries: msg will never be handled. It looks for ReplyTo values by
-// reflection, which costs nothing until a message is lost.
-// FailAsks fails at once, with err, the asks of this incarnation whose
-// reply addresses msg carries (at any depth): for a behavior that learns
-// after handling a command that no answer will come for it (its events
-// could not be stored, say). Asks that have ended are not touched.
+// FailAsks fails at once, with err, the asks whose reply addresses msg
+// carries (at any depth): for a behavior that learns after handling a
+// command that no answer will come for it (its events could not be
+// stored, say). Asks that have ended are not touched. The asks of other
+// nodes are sent a failure on the reply route (see AskFailedError), those
+// of other incarnations of this node are left alone.
 func (s *System) FailAsks(msg any, err error) { s.failAsks(msg, err) }
 
+// failAsks fails, with err, the asks whose reply addresses msg carries:
+// msg will never be handled. It looks for ReplyTo values by reflection,
+// which costs nothing until a message is lost.
 func (s *System) failAsks(msg any, err error) {
+	var remote *failureReply // classified once, for the first ask of another node
 	forEachReplyAddr(reflect.ValueOf(msg), 0, func(a ReplyAddress) {
-		if !a.IsZero() && a.Node == s.cfg.NodeID && a.Incarnation == s.cfg.Incarnation {
+		switch {
+		case a.IsZero():
+		case a.Node != s.cfg.NodeID:
+			if remote == nil {
+				f := failureOf(err)
+				remote = &f
+			}
+			s.failRemote(a, *remote)
+		case a.Incarnation == s.cfg.Incarnation:
 			s.replies.deliver(a.AskID, askFailure{err})
 		}
 	})

@@ -32,11 +32,12 @@ type Config struct {
 	// NewSystem in nanoseconds since 1970 (time.Now, not Clock: a test
 	// clock would give a restarted process its predecessor's number).
 	Incarnation uint64
-	// RemoteReplies sends replies to asks of other nodes, encoded; the
-	// node's transport provides it, and the receiving node passes what it
-	// carried to System.DeliverReply. Default nil: such replies go to the
-	// ReplyRouter if one is set, and are refused with ErrNoRemoteReplies
-	// otherwise.
+	// RemoteReplies sends replies to asks of other nodes, encoded, and
+	// the failures of those asks this node knows will never be answered;
+	// the node's transport provides it, and the receiving node passes
+	// what it carried to System.DeliverReply. Default nil: such replies
+	// go to the ReplyRouter if one is set, and are refused with
+	// ErrNoRemoteReplies otherwise.
 	RemoteReplies RemoteReplies
 	// Logger receives runtime logs, each with a node attribute (NodeID).
 	// Default: slog.Default().
@@ -201,9 +202,9 @@ func (s *System) Stats() Stats {
 // DeadLetter records msg, addressed to to, as a dead letter for reason,
 // for an owner such as a shard that holds messages on an entity's behalf
 // and could not deliver one it had accepted: it is counted in Stats,
-// logged within Config.DeadLetterLogLimit, and the local asks it carries
-// fail at once with cause (when not nil) instead of waiting for their
-// deadline.
+// logged within Config.DeadLetterLogLimit, and the asks it carries fail at
+// once with cause (when not nil) instead of waiting for their deadline:
+// this node's at once, other nodes' by a failure sent on the reply route.
 func (s *System) DeadLetter(cause error, to, reason string, msg any) {
 	s.deadLetter(s.untyped, cause, "", "", to, reason, msg)
 }
@@ -217,8 +218,8 @@ func (s *System) EntityDeadLetter(cause error, entityType, entityID, reason stri
 // deadLetter records msg, addressed to to (entity entityID of type
 // entityType, when it was an entity's), as reaching no handler for
 // reason, logs it within the rate limit, and, when cause is not nil, fails
-// the local asks msg carries with cause (ErrStopped, ErrUnhandled): they
-// would otherwise wait for their deadline.
+// the asks msg carries with cause (ErrStopped, ErrUnhandled), of this node
+// and others: they would otherwise wait for their deadline.
 func (s *System) deadLetter(m *metrics.EntityType, cause error, entityType, entityID, to, reason string, msg any) {
 	s.deadLetters.Add(1)
 	m.DeadLetter()

@@ -293,10 +293,13 @@ var (
 	// ErrPersistFailed matches the stop reason of an entity whose write
 	// failed (the journal was unreachable, timed out, ...): restarting it
 	// after a back-off is the remedy. A write conflict does not match it.
-	ErrPersistFailed = errors.New("eventsourced: persist failed")
+	// It is entity.ErrPersistFailed, so that an ask it fails on another
+	// node matches it too.
+	ErrPersistFailed = entity.ErrPersistFailed
 	// ErrPersistRejected matches the stop reason of an entity whose events
 	// could not be encoded or were refused by the journal.
-	ErrPersistRejected = errors.New("eventsourced: persist rejected")
+	// It is entity.ErrPersistRejected.
+	ErrPersistRejected = entity.ErrPersistRejected
 	// ErrWriteConflict matches the stop reason of an entity that found
 	// another incarnation's events at its next sequence number: two
 	// incarnations are alive, and restarting this one would not help until

@@ -198,7 +198,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
 		home := e.home
-		err := r.forward(home, shardID, pending[C]{entityID, msg, start})
+		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast})
 		stripe.RUnlock()
 		if errors.Is(err, ErrUnreachable) {
 			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
@@ -208,7 +208,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 	stripe.RUnlock()
 
 	r.mu.Lock()
-	p := pending[C]{entityID, msg, start}
+	p := pending[C]{entityID, msg, start, failFast}
 	v, e := r.core.route(shardID, p)
 	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
@@ -321,9 +321,10 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 			r.core.attach(ef.shard, newShard(r, ef.shard))
 		case regDeliver:
 			sh, _ := r.core.local(ef.shard)
-			// Not failFast: the sender of a buffered or forwarded message
-			// is not waiting for this answer.
-			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, false, ef.accepted); err != nil {
+			// Not failFast, but for the command of an ask forwarded here:
+			// the sender of a buffered or forwarded message is not waiting
+			// for this answer, an asker is (its asks fail at once).
+			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted); err != nil {
 				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
 			}
 		case regHandOff, regPassivateIdle, regTerminate:

@@ -154,6 +154,7 @@ type pending[C any] struct {
 	entityID string
 	msg      C
 	start    bool // StartEntity: no message, just make sure it runs
+	ask      bool // the command of an ask: its home fails it fast (Deliver.Ask)
 }
 
 // regionEffectKind names what the runner is to do.
@@ -580,7 +581,7 @@ func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
 		return pending[C]{}, false
 	}
-	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start}, true
+	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask}, true
 }
 
 // fromDelivers is the entity messages a HandOver carries, in order,
@@ -1051,7 +1052,7 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 
 // deliver is p as the protocol carries it.
 func (p pending[C]) deliver(shardID string) protocol.Deliver {
-	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start}
+	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start, Ask: p.ask}
 	if !p.start {
 		d.Msg = p.msg
 	}

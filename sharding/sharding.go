@@ -41,11 +41,14 @@ var (
 	// messages awaiting a shard home (or a hand-off) is full, or the
 	// shard's buffer for an entity that is stopping or backing off is
 	// (see Settings.HeldCapacity).
-	ErrBufferFull = errors.New("sharding: region buffer full")
+	// It is entity.ErrBufferFull, so that an ask it fails on another node
+	// matches it too.
+	ErrBufferFull = entity.ErrBufferFull
 	// ErrUnknownEntityType is returned when no region was started for an entity type.
 	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
 	// ErrRegionStopped is returned by Tell after the region shut down.
-	ErrRegionStopped = errors.New("sharding: region stopped")
+	// It is entity.ErrRegionStopped.
+	ErrRegionStopped = entity.ErrRegionStopped
 	// ErrInvalidEntityID is returned for an empty entity id.
 	ErrInvalidEntityID = errors.New("sharding: invalid entity id")
 )
@@ -474,7 +477,10 @@ func (r EntityRef[C]) Tell(msg C) error {
 // the ask is refused at once with an error matching ErrEntityUnavailable
 // (an *UnavailableError, with the time left before the restart) and the
 // message is not kept, where Tell would hold it for the restarted entity.
-// Where the entity's shard lives on another node, it is Tell.
+// Where the entity's shard lives on another node, the message goes there
+// marked as an ask, and that node refuses it likewise: the ask fails at
+// once with an *entity.AskFailedError that matches ErrEntityUnavailable
+// (and the failure's cause, eventsourced.ErrPersistFailed say).
 func (r EntityRef[C]) TellAsk(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)

@@ -1,17 +1,20 @@
 package sharding
 
 import (
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shoal-dev/shoal/entity"
 )
 
 // ErrEntityUnavailable matches the error of entity.Ask (and AskFrom) through
 // an EntityRef when the entity failed (its journal is down, say) and its
 // shard is backing off before restarting it: an answer cannot come before
 // the restart, so the caller learns it at once instead of at its deadline.
-// The error is an *UnavailableError.
-var ErrEntityUnavailable = errors.New("sharding: entity unavailable")
+// The error is an *UnavailableError. ErrEntityUnavailable is
+// entity.ErrUnavailable, so that an ask failed by it on another node
+// matches it too.
+var ErrEntityUnavailable = entity.ErrUnavailable
 
 // UnavailableError is ErrEntityUnavailable with its details: the failure
 // that stopped the entity and when its shard restarts it.

@@ -146,11 +146,15 @@ type (
 		ReplyTo entity.ReplyTo[map[string]int]
 	}
 	// Deliver carries an entity message from one region to another; with
-	// Start it only starts the entity (StartEntity) and Msg is nil.
+	// Start it only starts the entity (StartEntity) and Msg is nil. Ask
+	// marks the command of an ask (EntityRef.TellAsk): the home refuses
+	// it at once when its entity is backing off, as the asker's own node
+	// would, where another message waits for the restart.
 	Deliver struct {
 		Shard, EntityID string
 		Msg             any
 		Start           bool
+		Ask             bool
 	}
 )
 

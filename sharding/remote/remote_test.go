@@ -53,6 +53,7 @@ func newCodec() *codec.Registry {
 	codec.MustRegister[Get](reg, "test.Get")
 	codec.MustRegister[Big](reg, "test.Big")
 	codec.MustRegister[Count](reg, "test.Count")
+	registerFailureTypes(reg)
 	return reg
 }
 
@@ -109,6 +110,36 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // codecs(i), withProbe() if codecs is nil.
 func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *codec.Registry) *testCluster {
 	t.Helper()
+	o := clusterOpts{log: log}
+	if len(codecs) > 0 {
+		o.codecs = codecs[0]
+	}
+	return startCluster(t, n, o)
+}
+
+// clusterOpts varies the cluster startCluster builds.
+type clusterOpts struct {
+	log *slog.Logger
+	// codecs gives node i its codec; default withProbe().
+	codecs func(i int) *codec.Registry
+	// create builds the counters entities of a node; default counter.
+	create func(node string) func(entity.Context[cmd]) entity.Behavior[cmd]
+	// settings are those of both entity types; default 12 shards.
+	settings sharding.Settings
+	// viaRouter leaves Config.RemoteReplies unset: replies (and failures)
+	// take the transport's ReplyRouter.
+	viaRouter bool
+}
+
+func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
+	t.Helper()
+	log := o.log
+	if o.create == nil {
+		o.create = counter
+	}
+	if o.settings.NumberOfShards == 0 {
+		o.settings.NumberOfShards = 12
+	}
 	reg := withProbe()
 	if err := wire.RegisterTypes(reg); err != nil {
 		t.Fatal(err)
@@ -133,8 +164,8 @@ func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *co
 		tn := &testNode{self: m.Address}
 		lm := cluster.NewLocalMembership(m.Address, view)
 		nodeReg := withProbe()
-		if len(codecs) > 0 {
-			nodeReg = codecs[0](i)
+		if o.codecs != nil {
+			nodeReg = o.codecs(i)
 		}
 		if tn.tr, err = remote.New(m.Address, remote.Config{Codec: nodeReg, Membership: lm, Logger: log}); err != nil {
 			t.Fatal(err)
@@ -146,9 +177,13 @@ func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *co
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
+		var replies entity.RemoteReplies = tn.tr.SendReply
+		if o.viaRouter {
+			replies = nil
+		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
 			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
-			RemoteReplies: tn.tr.SendReply, Logger: log,
+			RemoteReplies: replies, Logger: log,
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -156,8 +191,8 @@ func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *co
 		if tn.sh, err = sharding.New(tn.sys, sharding.Config{Transport: tn.tr, Membership: tn.members, Logger: log}); err != nil {
 			t.Fatal(err)
 		}
-		settings := sharding.Settings{NumberOfShards: 12}
-		if tn.counters, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: counters, Create: counter(m.Address.Node), Settings: settings}); err != nil {
+		settings := o.settings
+		if tn.counters, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: counters, Create: o.create(m.Address.Node), Settings: settings}); err != nil {
 			t.Fatal(err)
 		}
 		if tn.others, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: others, Create: counter(m.Address.Node), Settings: settings}); err != nil {

@@ -21,9 +21,13 @@
 // sender; the node keeps serving. The asks waiting on a user message that
 // was refused fail at once: every message travels with the reply
 // addresses inside it, and the refusing node sends each asker an
-// AskFailed, which fails its ask with a *RefusedError. Frames that do not even decode (unknown
-// manifest, corrupt, oversized, for another incarnation) never reach this
-// package: the cluster transport drops, counts and logs them.
+// AskFailed, which fails its ask with a *RefusedError. An ask that the
+// runtime there fails once its command was accepted (unhandled, stopped,
+// crashed, persist failed, refused by its shard) comes back as a Reply
+// that carries an entity.AskFailedError's code, on the route replies take.
+// Frames that do not even decode (unknown manifest, corrupt, oversized,
+// for another incarnation) never reach this package: the cluster
+// transport drops, counts and logs them.
 package remote
 
 import (

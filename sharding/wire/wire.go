@@ -102,16 +102,19 @@ const (
 type (
 	// Reply carries the reply to an ask back to the asking incarnation,
 	// encoded; the asker decodes it into its own type
-	// (entity.System.DeliverReply).
+	// (entity.System.DeliverReply). Under entity.AskFailureManifest it
+	// carries instead the failure of an ask the entity's node knows will
+	// never be answered (unhandled, stopped, ...): a code and a message.
 	Reply struct {
 		To       entity.ReplyAddress `json:"to"`
 		Manifest string              `json:"m"`
 		Payload  []byte              `json:"p"`
 	}
 	// AskFailed tells the asking incarnation that the command carrying
-	// the reply address To was refused by the node it was sent to, and
-	// why (one of the Refused constants, and the refusing node's error
-	// text), so that the ask fails at once instead of at its deadline.
+	// the reply address To was refused by the transport of the node it
+	// was sent to, before any region saw it, and why (one of the Refused
+	// constants, and the refusing node's error text), so that the ask
+	// fails at once instead of at its deadline.
 	AskFailed struct {
 		To     entity.ReplyAddress `json:"to"`
 		Kind   string              `json:"kind"`

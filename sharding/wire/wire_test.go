@@ -260,3 +260,27 @@ func TestBadInputIsTyped(t *testing.T) {
 		t.Fatalf("unknown manifest: %v", err)
 	}
 }
+
+// A failure travels on the reply route: a Reply under
+// entity.AskFailureManifest. Its bytes, frame and payload, are pinned: a
+// change breaks asks between nodes of two versions.
+func TestAskFailureReplyWireForm(t *testing.T) {
+	reg := newCodec(t)
+	r := wire.Reply{
+		To:       entity.ReplyAddress{Node: "n1", Incarnation: 7, AskID: 3},
+		Manifest: entity.AskFailureManifest,
+		Payload:  []byte(`{"code":1,"msg":"entity: ask: counter/a unhandled: entity: message unhandled"}`),
+	}
+	manifest, payload, err := reg.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"to":{"node":"n1","incarnation":7,"id":3},"m":"shoal.reply.failed","p":"eyJjb2RlIjoxLCJtc2ciOiJlbnRpdHk6IGFzazogY291bnRlci9hIHVuaGFuZGxlZDogZW50aXR5OiBtZXNzYWdlIHVuaGFuZGxlZCJ9"}`
+	if manifest != "shoal.sharding.Reply" || string(payload) != want {
+		t.Fatalf("encoded %q %s,\nwant shoal.sharding.Reply %s", manifest, payload, want)
+	}
+	back, err := reg.Decode(manifest, payload)
+	if err != nil || !reflect.DeepEqual(back, r) {
+		t.Fatalf("decoded %+v, %v; want %+v", back, err, r)
+	}
+}
