@@ -23,10 +23,12 @@ type Handler[E any] interface {
 	GroupSize() int
 	// Handle applies envs: the envelopes of one or more stored events, in
 	// offset order, all envelopes of a stored event together. An
-	// exactly-once handler also stores through (the offset after the last
-	// of them) under f, atomically with the handling; ErrFenced if f is
-	// stale.
-	Handle(ctx context.Context, f Fence, envs []Envelope[E], through journal.Offset) error
+	// exactly-once handler also moves f's stored offset from after (where
+	// it stands) to through (the offset after the last of them),
+	// atomically with the handling; ErrFenced if f is stale. Finding the
+	// offset at through already, it handles nothing and returns nil: an
+	// earlier attempt committed but its acknowledgement was lost.
+	Handle(ctx context.Context, f Fence, envs []Envelope[E], after, through journal.Offset) error
 	// Reset stores to as f's offset; when clear, it first clears the read
 	// model (in the same transaction for an exactly-once handler).
 	Reset(ctx context.Context, f Fence, to journal.Offset, clear bool) error
@@ -75,7 +77,7 @@ func (h *atLeastOnce[E]) Store() Store      { return h.store }
 func (h *atLeastOnce[E]) ExactlyOnce() bool { return false }
 func (h *atLeastOnce[E]) GroupSize() int    { return h.group }
 
-func (h *atLeastOnce[E]) Handle(ctx context.Context, _ Fence, envs []Envelope[E], _ journal.Offset) error {
+func (h *atLeastOnce[E]) Handle(ctx context.Context, _ Fence, envs []Envelope[E], _, _ journal.Offset) error {
 	return h.handle(ctx, envs)
 }
 

@@ -261,7 +261,7 @@ func (r *runner[E]) call(ctx context.Context, envs []Envelope[E], through journa
 			err = fmt.Errorf("%w: %v\n%s", ErrHandlerPanic, v, debug.Stack())
 		}
 	}()
-	return r.h.Handle(ctx, r.fence, envs, through)
+	return r.h.Handle(ctx, r.fence, envs, r.offset, through)
 }
 
 // handled records a successful handling and saves an at-least-once
