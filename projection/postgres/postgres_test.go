@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,4 +343,18 @@ func TestFencing(t *testing.T) {
 	if first.Status().Epoch >= second.Status().Epoch {
 		t.Fatalf("epochs %d, %d", first.Status().Epoch, second.Status().Epoch)
 	}
+}
+
+// postgresGrouped is the grouped exactly-once counter handler; txs counts
+// its calls.
+func postgresGrouped(c *counters, size int, txs *atomic.Int64) projection.Handler[Added] {
+	return postgres.ExactlyOnceGrouped(c.store, size, func(ctx context.Context, tx pgx.Tx, envs []projection.Envelope[Added]) error {
+		txs.Add(1)
+		for _, e := range envs {
+			if err := apply(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, clearCounters)
 }
