@@ -705,3 +705,38 @@ func TestInvalidConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestLagEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t)
+		for i := range 5 {
+			f.add("a", i)
+		}
+		p := f.project(fast(), nil)
+		if n, err := p.LagEvents(ctx); err != nil || n != 5 {
+			t.Fatalf("LagEvents before any run = %d, %v; want 5", n, err)
+		}
+		stop := start(p)
+		defer stop()
+		synctest.Wait()
+		if err := p.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.add("a", 5)
+		f.add("a", 6)
+		if n, err := p.LagEvents(ctx); err != nil || n != 2 {
+			t.Fatalf("LagEvents while paused after 2 more = %d, %v; want 2", n, err)
+		}
+		type queriesOnly struct{ journal.Queries }
+		c := f.config(fast())
+		c.Name, c.Source = "other", queriesOnly{f.src}
+		q, err := projection.New(c, projection.AtLeastOnce(f.store, func(context.Context, projection.Envelope[Added]) error { return nil }, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.LagEvents(ctx); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("LagEvents of a source that counts nothing = %v, want ErrUnsupported", err)
+		}
+	})
+}

@@ -145,3 +145,22 @@ func (s *Source) query(ctx context.Context, after journal.Offset, mode journal.M
 		}
 	}
 }
+
+// CountEventsBySlices implements projection.EventCounter.
+func (s *Source) CountEventsBySlices(ctx context.Context, entityType string, r journal.SliceRange, after journal.Offset) (int64, error) {
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	if !after.IsStart() && after.Kind != SourceKind {
+		return 0, fmt.Errorf("%w: %s is not a %q offset", journal.ErrOffsetMismatch, after, SourceKind)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, e := range s.events[min(int(after.Pos), len(s.events)):] {
+		if e.EntityType == entityType && r.Contains(e.Slice) {
+			n++
+		}
+	}
+	return n, nil
+}
