@@ -34,9 +34,9 @@ type unit[E any] struct {
 // decode turns a queried event into its envelopes. A manifest the codec
 // does not know, or a value that is not an E, is the unit's error: it goes
 // through the failure policy like a handler's error.
-func decode[E any](reg *codec.Registry, qe journal.QueriedEvent) unit[E] {
+func decode[E any](decodeAll func(string, []byte) ([]any, error), qe journal.QueriedEvent) unit[E] {
 	u := unit[E]{event: qe}
-	values, err := reg.DecodeAll(qe.Manifest, qe.Payload)
+	values, err := decodeAll(qe.Manifest, qe.Payload)
 	if err != nil {
 		u.err = fmt.Errorf("projection: decode %s seq %d: %w", qe.PersistenceID, qe.SeqNr, err)
 		return u

@@ -53,6 +53,10 @@ type Config struct {
 	// Source answers the queries; Codec decodes the events.
 	Source journal.Queries
 	Codec  *codec.Registry
+	// Decode, when not nil, decodes in place of Codec.DecodeAll (same
+	// contract: one value or several for one stored event); Codec may
+	// then be nil.
+	Decode func(manifest string, payload []byte) ([]any, error)
 	// Settings; zero fields take DefaultSettings' values.
 	Settings Settings
 }
@@ -83,10 +87,13 @@ func New[E any](cfg Config, h Handler[E]) (*Projection, error) {
 	switch {
 	case cfg.EntityType == "":
 		return nil, fmt.Errorf("%w: %s: empty entity type", ErrInvalidConfig, inst)
-	case cfg.Source == nil || cfg.Codec == nil || h == nil || h.Store() == nil:
+	case cfg.Source == nil || (cfg.Codec == nil && cfg.Decode == nil) || h == nil || h.Store() == nil:
 		return nil, fmt.Errorf("%w: %s: a source, a codec, a handler and its store are required", ErrInvalidConfig, inst)
 	case h.GroupSize() < 1:
 		return nil, fmt.Errorf("%w: %s: group size %d", ErrInvalidConfig, inst, h.GroupSize())
+	}
+	if cfg.Decode == nil {
+		cfg.Decode = cfg.Codec.DecodeAll
 	}
 	s, err := cfg.Settings.withDefaults()
 	if err != nil {

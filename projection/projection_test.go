@@ -740,3 +740,53 @@ func TestLagEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestOneStoredEventSeveralValues: a stored event that decodes to several
+// values (an upcaster split it) reaches the handler in one call with one
+// offset, and a failure of any retries them all.
+func TestOneStoredEventSeveralValues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.add("a", 1)
+		split := f.addRaw("a", "added-twice", []byte(`{"N":2}`))
+		f.add("a", 3)
+		s := fast()
+		s.StopAtEnd = true
+		c := f.config(s)
+		c.Decode = func(manifest string, payload []byte) ([]any, error) {
+			if manifest == "added-twice" {
+				return []any{Added{N: 20}, Added{N: 21}}, nil
+			}
+			return f.reg.DecodeAll(manifest, payload)
+		}
+		var calls [][]int
+		failed := false
+		p, err := projection.New(c, projection.AtLeastOnceGrouped(f.store, 1, func(_ context.Context, envs []projection.Envelope[Added]) error {
+			var ns []int
+			for _, e := range envs {
+				ns = append(ns, e.Event.N)
+				if e.Event.N == 21 && !failed {
+					failed = true
+					return errors.New("once")
+				}
+				if e.Event.N >= 20 && (e.Offset != split || e.SeqNr != 2) {
+					t.Errorf("split value %d at %v seq %d, want the stored event's %v seq 2", e.Event.N, e.Offset, e.SeqNr, split)
+				}
+			}
+			calls = append(calls, ns)
+			return nil
+		}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(calls); got != "[[1] [20 21] [3]]" {
+			t.Fatalf("handler calls %s, want [[1] [20 21] [3]]", got)
+		}
+		if st := p.Status(); st.Handled != 4 || st.Retried != 1 {
+			t.Fatalf("status %+v", st)
+		}
+	})
+}

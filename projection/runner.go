@@ -449,7 +449,7 @@ func (r *runner[E]) read(ctx context.Context, from journal.Offset, out chan<- un
 	for {
 		progressed := false
 		err := r.p.cfg.Source.EventsBySlices(ctx, r.p.cfg.EntityType, r.p.cfg.Slices, from, mode, func(qe journal.QueriedEvent) error {
-			u := decode[E](r.p.cfg.Codec, qe)
+			u := decode[E](r.p.cfg.Decode, qe)
 			select {
 			case out <- u:
 				from, progressed = qe.Offset, true
