@@ -100,9 +100,16 @@ func (s *MemoryStore) Save(ctx context.Context, f Fence, offset journal.Offset, 
 	return s.write(ctx, f, func(r *memoryRow) {
 		r.offset = offset
 		now := time.Now()
+	next:
 		for _, d := range deadLetters {
 			d.Payload = slices.Clone(d.Payload)
 			d.At = now
+			for i, old := range r.dead {
+				if old.PersistenceID == d.PersistenceID && old.SeqNr == d.SeqNr {
+					r.dead[i] = d
+					continue next
+				}
+			}
 			r.dead = append(r.dead, d)
 		}
 	})

@@ -64,18 +64,17 @@ type Config struct {
 // Projection is one instance of a projection: Run it, and operate it from
 // other goroutines while it runs.
 type Projection struct {
-	inst     Instance
-	cfg      Config
-	settings Settings
-	store    Store
-	run      func(ctx context.Context, ops <-chan op, ready func()) error
-	metrics  *metrics.Projection
+	inst    Instance
+	cfg     Config
+	store   Store
+	run     func(ctx context.Context, ops <-chan op, ready func()) error
+	metrics *metrics.Projection
 
-	mu       sync.Mutex
-	ops      chan op       // nil while not running
-	runDone  chan struct{} // closed when the current Run ends
-	status   Status
-	startRun bool
+	mu      sync.Mutex
+	inRun   bool          // a Run is active
+	ops     chan op       // nil until the active Run took the lease
+	runDone chan struct{} // closed when the active Run ends
+	status  Status
 }
 
 // New returns the instance cfg names, handled by h.
@@ -104,7 +103,7 @@ func New[E any](cfg Config, h Handler[E]) (*Projection, error) {
 		_, _ = rand.Read(b[:])
 		s.Holder = hex.EncodeToString(b[:])
 	}
-	p := &Projection{inst: inst, cfg: cfg, settings: s, store: h.Store()}
+	p := &Projection{inst: inst, cfg: cfg, store: h.Store()}
 	p.status.Instance = inst
 	p.metrics = metrics.NewProjection(s.Registerer, inst.Name, inst.Key(), p.report)
 	p.run = func(ctx context.Context, ops <-chan op, ready func()) error {
@@ -126,17 +125,17 @@ func (p *Projection) Instance() Instance { return p.inst }
 // after it returned to resume from the stored offset.
 func (p *Projection) Run(ctx context.Context) error {
 	p.mu.Lock()
-	if p.startRun {
+	if p.inRun {
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrAlreadyRunning, p.inst)
 	}
-	p.startRun = true
+	p.inRun = true
 	ops := make(chan op)
 	done := make(chan struct{})
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		p.startRun = false
+		p.inRun = false
 		p.ops, p.runDone = nil, nil
 		p.status.Running = false
 		p.mu.Unlock()

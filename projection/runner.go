@@ -109,7 +109,7 @@ func (r *runner[E]) acquire(ctx context.Context) (Claim, error) {
 // ErrFenced. A failed renewal is retried at the next tick: if the lease
 // expires meanwhile and another runner takes it, the next write is fenced.
 func (r *runner[E]) renew(ctx context.Context, stop context.CancelCauseFunc) {
-	t := time.NewTicker(r.s.LeaseTTL / 3)
+	t := time.NewTicker(max(r.s.LeaseTTL/3, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {

@@ -81,7 +81,9 @@ type Store interface {
 	// Release ends f's lease now, so another holder need not wait for it
 	// to expire; the offset stays.
 	Release(ctx context.Context, f Fence) error
-	// Save stores offset for f and, in the same transaction, dead letters.
+	// Save stores offset for f and, in the same transaction, dead letters;
+	// a dead letter of an event the instance holds one of already
+	// (persistence id and seq nr) replaces it.
 	Save(ctx context.Context, f Fence, offset journal.Offset, deadLetters []DeadLetter) error
 	// SetPaused stores f's paused flag.
 	SetPaused(ctx context.Context, f Fence, paused bool) error

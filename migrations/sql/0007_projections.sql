@@ -38,3 +38,8 @@ CREATE TABLE projection_dead_letters (
 );
 
 CREATE INDEX projection_dead_letters_instance_idx ON projection_dead_letters (projection_name, instance_key, id);
+
+-- One row per event and instance: an event set aside again (after a reset,
+-- or a save retried after its commit's acknowledgement was lost) updates
+-- its row with the latest error.
+CREATE UNIQUE INDEX projection_dead_letters_event_idx ON projection_dead_letters (projection_name, instance_key, persistence_id, seq_nr);

@@ -129,7 +129,10 @@ func (s *Store) Save(ctx context.Context, f projection.Fence, offset journal.Off
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO projection_dead_letters
 				(projection_name, instance_key, persistence_id, seq_nr, manifest, payload, error, "offset")
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				ON CONFLICT (projection_name, instance_key, persistence_id, seq_nr) DO UPDATE SET
+					manifest = excluded.manifest, payload = excluded.payload, error = excluded.error,
+					"offset" = excluded."offset", at = clock_timestamp()`,
 				f.Instance.Name, f.Instance.Key(), d.PersistenceID, int64(d.SeqNr), d.Manifest, payload, d.Error, d.Offset.String()); err != nil {
 				return err
 			}

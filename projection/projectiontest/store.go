@@ -219,6 +219,15 @@ func RunStore(t *testing.T, newStore func(t *testing.T) projection.Store) {
 		if o, _, _ := s.Offset(ctx, inst); o != off(5) {
 			t.Fatalf("offset %v, want %v", o, off(5))
 		}
+		// The same event set aside again: one row, the latest error.
+		again := want[0]
+		again.Error = "boom again"
+		if err := s.Save(ctx, a.Fence, off(6), []projection.DeadLetter{again}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.DeadLetters(ctx, inst); err != nil || len(got) != 2 || got[0].Error != "boom again" || got[1].SeqNr != 1 {
+			t.Fatalf("dead letters after the first was set aside again: %+v, %v", got, err)
+		}
 		other := projection.Instance{Name: "other", Slices: inst.Slices}
 		if dl, err := s.DeadLetters(ctx, other); err != nil || len(dl) != 0 {
 			t.Fatalf("another projection's dead letters: %v, %v", dl, err)
