@@ -358,3 +358,36 @@ func postgresGrouped(c *counters, size int, txs *atomic.Int64) projection.Handle
 		return nil
 	}, clearCounters)
 }
+
+// TestLostCommitAcknowledgement calls the exactly-once handler as the
+// runner retries it after a commit whose outcome it could not know: the
+// second attempt finds the offset moved already and applies nothing.
+func TestLostCommitAcknowledgement(t *testing.T) {
+	ctx := context.Background()
+	c := newCounters(t, pg.Pool(t))
+	off := c.add("a", 7)
+	h := postgres.ExactlyOnce(c.store, apply, nil)
+	inst := projection.Instance{Name: "counters", Slices: journal.AllSlices}
+	claim, err := c.store.Acquire(ctx, inst, "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := projection.Envelope[Added]{Event: Added{N: 7}, PersistenceID: "Counter|a", SeqNr: 1, Offset: off}
+	for attempt := range 2 {
+		if err := h.Handle(ctx, claim.Fence, []projection.Envelope[Added]{env}, journal.Offset{}, off); err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+	}
+	c.check(c.fold)
+	// A stale fence is refused, and writes nothing.
+	if _, err := c.store.Acquire(ctx, inst, "h", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	next := c.add("a", 1)
+	err = h.Handle(ctx, claim.Fence, []projection.Envelope[Added]{{Event: Added{N: 1}, PersistenceID: "Counter|a", SeqNr: 2, Offset: next}}, off, next)
+	if !errors.Is(err, projection.ErrFenced) {
+		t.Fatalf("Handle with a stale fence = %v, want ErrFenced", err)
+	}
+	c.fold["Counter|a"] = [2]int64{7, 1}
+	c.check(c.fold)
+}
