@@ -61,7 +61,8 @@ type Settings struct {
 	SaveEvery    int
 	SaveInterval time.Duration
 	// Retry spaces the attempts of a failing handler, and of reads and
-	// writes of the source and the store that failed.
+	// writes of the source and the store that failed. A zero Retry takes
+	// DefaultSettings' whole (set InitialInterval too to keep MaxRetries 0).
 	Retry Retry
 	// OnFailure is the policy for events that still fail after retries.
 	OnFailure Policy
