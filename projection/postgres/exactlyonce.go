@@ -50,9 +50,15 @@ type exactlyOnce[E any] struct {
 	clear  func(context.Context, pgx.Tx) error
 }
 
-func (h *exactlyOnce[E]) Store() projection.Store { return h.store }
-func (h *exactlyOnce[E]) ExactlyOnce() bool       { return true }
-func (h *exactlyOnce[E]) GroupSize() int          { return h.group }
+func (h *exactlyOnce[E]) Store() projection.Store {
+	if h.store == nil {
+		return nil // not a nil *Store in an interface: New refuses it
+	}
+	return h.store
+}
+
+func (h *exactlyOnce[E]) ExactlyOnce() bool { return true }
+func (h *exactlyOnce[E]) GroupSize() int    { return h.group }
 
 // rollbackTimeout bounds a rollback after a failure.
 const rollbackTimeout = 5 * time.Second
