@@ -22,6 +22,9 @@
 //     home) and remembered_entities for sharding.
 //   - node_leases: one lease per node incarnation, with its expiry on the
 //     database's clock and whether it was downed (cluster/lease/postgres).
+//   - projection_offsets: per projection instance, its offset and the lease
+//     (holder, epoch, expiry) that fences it; projection_dead_letters: the
+//     events a projection set aside (package projection/postgres).
 package migrations
 
 import (

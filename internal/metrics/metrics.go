@@ -29,6 +29,11 @@
 //	lease_renewal_lag_seconds{lease}         transport_sent_bytes_total{peer}
 //	transport_received_bytes_total{peer}     transport_sent_frames_total{peer}
 //	transport_received_frames_total{peer}    transport_queue_depth{peer}
+//	projection_events_handled_total{projection,instance}
+//	projection_failures_total{projection,instance,result}
+//	projection_lag_seconds{projection,instance}
+//	projection_last_event_timestamp_seconds{projection,instance}
+//	projection_running{projection,instance}  projection_paused{projection,instance}
 //
 // Depths, delivered counts and entities per shard are read at scrape
 // time from counts the runtime keeps anyway or updates once per entity

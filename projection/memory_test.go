@@ -1,0 +1,12 @@
+package projection_test
+
+import (
+	"testing"
+
+	"github.com/shoal-dev/shoal/projection"
+	"github.com/shoal-dev/shoal/projection/projectiontest"
+)
+
+func TestMemoryStore(t *testing.T) {
+	projectiontest.RunStore(t, func(*testing.T) projection.Store { return projection.NewMemoryStore() })
+}
