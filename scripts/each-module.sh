@@ -18,18 +18,17 @@ if [ $# -eq 0 ]; then
 	exit 2
 fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mapfile -t modules < <(
+	echo .
+	cd "$repo" && find . -mindepth 2 -name go.mod -not -path '*/.*/*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort
+)
 failed=()
-while IFS= read -r dir; do
-	rel="${dir#"$repo"/}"
-	[ "$dir" = "$repo" ] && rel=.
+for rel in "${modules[@]}"; do
 	echo "== $rel: $*" >&2
-	if ! (cd "$dir" && GOWORK=off "$@"); then
+	if ! (cd "$repo/$rel" && GOWORK=off "$@"); then
 		failed+=("$rel")
 	fi
-done < <(
-	echo "$repo"
-	find "$repo" -mindepth 2 -name go.mod -not -path '*/.*' -not -path '*/testdata/*' -printf '%h\n' | sort
-)
+done
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "each-module: failed in ${failed[*]}" >&2
 	exit 1
