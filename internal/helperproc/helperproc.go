@@ -34,9 +34,9 @@ import (
 // error says how, with the end of its standard error.
 var ErrExited = errors.New("helper program exited")
 
-// Dir returns the directory of the internal/testdeps module in the source
+// moduleDir returns the directory of the internal/testdeps module in the source
 // tree.
-func Dir() (string, error) {
+func moduleDir() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("helperproc: cannot locate the source tree")
@@ -80,7 +80,7 @@ type response struct {
 // Start runs the program internal/testdeps/cmd/<name>. The program's module
 // is built on its own (GOWORK=off), with the environment of this process.
 func Start(name string) (*Proc, error) {
-	dir, err := Dir()
+	dir, err := moduleDir()
 	if err != nil {
 		return nil, err
 	}
