@@ -1,7 +1,11 @@
-# One command runs every test: `make test`. It builds the local Postgres image
-# the integration tests need when the machine cannot pull one, and installs
-# Chromium for the shard-map browser test when it is missing;
-# SHOAL_REQUIRE_BROWSER=1 makes that test fail rather than skip without it.
+# One command runs every test: `make test`. It checks that the main module
+# has no test-only dependency, builds the local Postgres image the
+# integration tests need when the machine cannot pull one, installs Chromium
+# for the shard-map browser test when it is missing
+# (SHOAL_REQUIRE_BROWSER=1 makes that test fail rather than skip without
+# it), and runs go vet and go test -race in every module: the main one and
+# the nested ones that hold the test-, experiment- and browser-only
+# dependencies (scripts/each-module.sh lists them).
 GO ?= go
 
 .PHONY: test test-cluster run bench experiment cluster-up cluster-down
@@ -10,20 +14,21 @@ run:
 	$(GO) run ./examples/payment
 
 test:
+	./scripts/check-module-hygiene.sh
 	./scripts/postgres-image.sh
 	./scripts/chromium.sh
-	$(GO) vet ./...
-	SHOAL_REQUIRE_BROWSER=1 $(GO) test -race -timeout 40m ./...
+	./scripts/each-module.sh $(GO) vet ./...
+	SHOAL_REQUIRE_BROWSER=1 ./scripts/each-module.sh $(GO) test -race -timeout 40m ./...
 
 # Every multi-node fault scenario of examples/payment/clustertest, with real
 # processes in containers (make test runs the fast core set: crash failover
 # and partition, each with the linearizability check).
 test-cluster:
 	./scripts/postgres-image.sh
-	SHOAL_CLUSTER_TESTS=all $(GO) test -count=1 -timeout 60m -v ./examples/payment/clustertest/
+	cd examples/payment/clustertest && SHOAL_CLUSTER_TESTS=all GOWORK=off $(GO) test -count=1 -timeout 60m -v ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	./scripts/each-module.sh $(GO) test -run '^$$' -bench . -benchmem ./...
 
 # The coordinator-avoidance proposal's rolling-update experiment (least-shard
 # vs coordinator-avoidance):

@@ -1,8 +1,12 @@
-// Package browsertest drives a real headless Chromium from Go tests (with
-// chromedp): start a fresh browser, load a page, wait for a JavaScript
-// condition, read values, take a screenshot. The browser runs with flags fit
-// for containers and root, a fresh profile in the test's temporary directory,
-// and every background service that would reach the network turned off.
+// Package browsertest drives a real headless Chromium from Go tests: start a
+// fresh browser, load a page, wait for a JavaScript condition, read values,
+// take a screenshot. The browser runs with flags fit for containers and
+// root, a fresh profile in the test's temporary directory, and every
+// background service that would reach the network turned off.
+//
+// The browser is driven with chromedp by the program
+// internal/testdeps/cmd/chromium (through package helperproc), one per
+// Browser: chromedp stays out of the main module's dependencies.
 //
 // Without a Chromium on the machine a test skips, unless SHOAL_REQUIRE_BROWSER
 // is set (make test sets it; scripts/chromium.sh installs Chromium), so CI
@@ -11,17 +15,17 @@ package browsertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
+	"reflect"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
-	"github.com/chromedp/chromedp"
+	"github.com/shoal-dev/shoal/internal/helperproc"
 )
 
 // Timeout bounds each step (load, wait, evaluate). It is an upper bound for a
@@ -54,12 +58,23 @@ func FindChromium() (string, error) {
 	return "", fmt.Errorf("%w (looked for %v)", ErrNoChromium, candidates)
 }
 
+// startTimeout bounds starting the browser, which includes building the
+// helper program the first time.
+const startTimeout = 10 * time.Minute
+
 // Browser is one headless browser owned by a test.
 type Browser struct {
-	ctx context.Context // the first tab; its browser closes at the test's cleanup
+	proc  *helperproc.Proc
+	first context.Context // the first tab
+}
 
-	mu         sync.Mutex
-	exceptions []string // uncaught JavaScript exceptions of every tab
+// tabKey is the context key of a tab.
+type tabKey struct{}
+
+// tab names a tab of a browser.
+type tab struct {
+	b  *Browser
+	id string
 }
 
 // Start starts a fresh headless browser for t and closes it at t's cleanup.
@@ -80,97 +95,70 @@ func Start(t testing.TB) *Browser {
 	}
 	profile := filepath.Join(t.TempDir(), "profile")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], // an array: append copies
-		chromedp.ExecPath(path),
-		chromedp.UserDataDir(profile),
-		chromedp.Headless,
-		chromedp.NoSandbox, // containers and root: the sandbox needs namespaces they lack
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 800),
-		// No traffic beyond the loopback pages a test loads: no background
-		// services, updates, sync, metrics or safe browsing, and no host name
-		// resolves except loopback, so a forgotten service fails closed.
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-default-apps", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-domain-reliability", true),
-		chromedp.Flag("disable-client-side-phishing-detection", true),
-		chromedp.Flag("safebrowsing-disable-auto-update", true),
-		chromedp.Flag("no-pings", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("metrics-recording-only", true),
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"+
-			"AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions"),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1 , EXCLUDE [::1]"),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	b := &Browser{}
-	tab, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	b.ctx = tab
+	proc, err := helperproc.Start("chromium")
+	if err != nil {
+		t.Fatalf("browsertest: %v", err)
+	}
+	b := &Browser{proc: proc}
 	t.Cleanup(func() {
 		// Close gracefully, so Chrome ends its helper processes before the
-		// profile directory is removed; the cancels free what is left.
-		closeCtx, cancel := context.WithTimeout(tab, Timeout)
+		// profile directory is removed (the helper allows it Timeout).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*Timeout)
 		defer cancel()
-		if err := chromedp.Cancel(closeCtx); err != nil && !errors.Is(err, context.Canceled) {
+		var closed struct{ Exceptions []string }
+		if err := proc.Call(ctx, "close", nil, &closed); err != nil {
 			t.Logf("browsertest: closing the browser: %v", err)
 		}
-		cancelTab()
-		cancelAlloc()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		for _, e := range b.exceptions {
+		if err := proc.Close(ctx); err != nil {
+			t.Logf("browsertest: %v", err)
+		}
+		for _, e := range closed.Exceptions {
 			t.Errorf("browsertest: uncaught JavaScript exception: %s", e)
 		}
 	})
-	// Start the browser now, without a deadline: a deadline on the first run
-	// would close the browser when it passes.
-	if err := chromedp.Do(tab); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	var started struct{ Tab string }
+	if err := proc.Call(ctx, "start", map[string]string{"path": path, "profile": profile}, &started); err != nil {
 		t.Fatalf("browsertest: starting %s: %v", path, err)
 	}
-	b.watch(t, tab)
+	b.first = b.tab(started.Tab)
 	return b
 }
 
+func (b *Browser) tab(id string) context.Context {
+	return context.WithValue(context.Background(), tabKey{}, tab{b: b, id: id})
+}
+
 // Tab is the browser's first tab.
-func (b *Browser) Tab() context.Context { return b.ctx }
+func (b *Browser) Tab() context.Context { return b.first }
 
 // NewTab opens another tab, closed at t's cleanup.
 func (b *Browser) NewTab(t testing.TB) context.Context {
 	t.Helper()
-	tab, cancel := chromedp.NewContext(b.ctx)
-	t.Cleanup(cancel)
-	if err := chromedp.Do(tab); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	var opened struct{ Tab string }
+	if err := b.proc.Call(ctx, "new_tab", nil, &opened); err != nil {
 		t.Fatalf("browsertest: opening a tab: %v", err)
 	}
-	b.watch(t, tab)
-	return tab
-}
-
-// watch records the uncaught exceptions of a tab.
-func (b *Browser) watch(t testing.TB, tab context.Context) {
-	t.Helper()
-	err := chromedp.Listen(tab, func(ev any) {
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
-			b.mu.Lock()
-			b.exceptions = append(b.exceptions, describe(e.ExceptionDetails))
-			b.mu.Unlock()
-		}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		_ = b.proc.Call(ctx, "close_tab", map[string]string{"tab": opened.Tab}, nil)
 	})
-	if err != nil {
-		t.Fatalf("browsertest: listening to the tab: %v", err)
-	}
+	return b.tab(opened.Tab)
 }
 
-func describe(d *runtime.ExceptionDetails) string {
-	msg := d.Text
-	if d.Exception != nil && d.Exception.Description != "" {
-		msg = d.Exception.Description
+// call sends op for the tab in ctx (a context of Tab or NewTab, or derived
+// from one).
+func call(ctx context.Context, op string, args map[string]any, result any) error {
+	tb, ok := ctx.Value(tabKey{}).(tab)
+	if !ok {
+		return errors.New("browsertest: the context is not a tab of Browser.Tab or Browser.NewTab")
 	}
-	return fmt.Sprintf("%s (%s:%d:%d)", msg, d.URL, d.LineNumber+1, d.ColumnNumber+1)
+	args["tab"] = tb.id
+	return tb.b.proc.Call(ctx, op, args, result)
 }
 
 // Load navigates tab to url and waits for the page to load.
@@ -178,7 +166,7 @@ func Load(t testing.TB, tab context.Context, url string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tab, Timeout)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+	if err := call(ctx, "load", map[string]any{"url": url}, nil); err != nil {
 		t.Fatalf("browsertest: loading %s: %v", url, err)
 	}
 }
@@ -195,9 +183,7 @@ func WaitFor(t testing.TB, tab context.Context, what, expression string) {
 
 // pageText is the visible text of the page in tab, for failure messages.
 func pageText(tab context.Context) string {
-	ctx, cancel := context.WithTimeout(tab, Timeout)
-	defer cancel()
-	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ''`))
+	text, err := eval[string](tab, `document.body ? document.body.innerText : ''`)
 	if err != nil {
 		return fmt.Sprintf("(cannot read it: %v)", err)
 	}
@@ -209,20 +195,44 @@ func pageText(tab context.Context) string {
 func TryWaitFor(tab context.Context, expression string) error {
 	ctx, cancel := context.WithTimeout(tab, Timeout+5*time.Second)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expression, chromedp.WithPollingTimeout(Timeout)))
-	return err
+	return call(ctx, "poll", map[string]any{"expression": expression, "timeout_ms": Timeout.Milliseconds()}, nil)
 }
 
 // Eval evaluates a JavaScript expression in tab and decodes its JSON value.
 func Eval[T any](t testing.TB, tab context.Context, expression string) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tab, Timeout)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expression))
+	v, err := eval[T](tab, expression)
 	if err != nil {
 		t.Fatalf("browsertest: evaluating %q: %v", expression, err)
 	}
 	return v
+}
+
+// eval evaluates expression by value. A null or undefined result is an
+// error unless T can be nil.
+func eval[T any](tab context.Context, expression string) (T, error) {
+	var res T
+	ctx, cancel := context.WithTimeout(tab, Timeout)
+	defer cancel()
+	var r struct {
+		Type  string
+		Value json.RawMessage
+	}
+	if err := call(ctx, "eval", map[string]any{"expression": expression}, &r); err != nil {
+		return res, err
+	}
+	if len(r.Value) == 0 || string(r.Value) == "null" {
+		switch reflect.TypeFor[T]().Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+			return res, nil
+		}
+		if r.Type == "undefined" {
+			return res, errors.New("the value is undefined")
+		}
+		return res, errors.New("the value is null")
+	}
+	err := json.Unmarshal(r.Value, &res)
+	return res, err
 }
 
 // Screenshot writes a PNG of the whole page to the test's temporary
@@ -231,12 +241,12 @@ func Screenshot(t testing.TB, tab context.Context, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tab, Timeout)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
+	var shot struct{ PNG []byte }
+	if err := call(ctx, "screenshot", map[string]any{}, &shot); err != nil {
 		t.Fatalf("browsertest: screenshot: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, png, 0o644); err != nil {
+	if err := os.WriteFile(path, shot.PNG, 0o644); err != nil {
 		t.Fatalf("browsertest: writing the screenshot: %v", err)
 	}
 	t.Logf("screenshot: %s", path)

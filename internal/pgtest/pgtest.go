@@ -23,19 +23,23 @@
 // postgres:15. Tests skip, saying why, only when no Docker daemon is
 // reachable.
 //
+// The containers are run by the program internal/testdeps/cmd/pgcontainer
+// (through package helperproc), one per Server: testcontainers stays out of
+// the main module's dependencies. The program terminates its containers
+// when the test process ends, however it ends, so no reaper is needed.
 // testcontainers is configured for machines without its reaper image and
 // that look like containers themselves: unless already set,
 // TESTCONTAINERS_RYUK_DISABLED=true and TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
-// are set in the process environment (containers are terminated by Run or
-// t.Cleanup instead of the reaper).
+// are set in the process environment, which the program inherits (and so
+// do tests that use testcontainers themselves after calling Image).
 package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -50,12 +54,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
-	"github.com/testcontainers/testcontainers-go"
-	tclog "github.com/testcontainers/testcontainers-go/log"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/shoal-dev/shoal/internal/helperproc"
 	"github.com/shoal-dev/shoal/migrations"
 )
 
@@ -87,7 +87,8 @@ type Server struct {
 	started   bool
 	skip      string // reason to skip, when Docker is unreachable
 	err       error
-	container *tcpostgres.PostgresContainer
+	helper    *helperproc.Proc // runs the container; nil when none runs
+	container string           // the container's ID
 	dsn       string
 	hostPort  string
 	inRun     bool
@@ -132,11 +133,19 @@ func Main(m *testing.M, servers ...*Server) int {
 func (s *Server) terminate() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.container == nil {
+	if s.helper == nil {
 		return nil
 	}
-	err := testcontainers.TerminateContainer(s.container)
-	s.container = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if s.container != "" {
+		err = s.helper.Call(ctx, "terminate", map[string]string{"id": s.container}, nil)
+	}
+	// Closing the helper terminates the container too, should the call
+	// have failed.
+	err = errors.Join(err, s.helper.Close(ctx))
+	s.helper, s.container = nil, ""
 	return err
 }
 
@@ -176,63 +185,57 @@ func (s *Server) ensure(t testing.TB) {
 }
 
 func (s *Server) start(t testing.TB) (skip string, err error) {
-	configureTestcontainers()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-
-	if reason := dockerUnavailable(ctx); reason != "" {
-		return reason, nil
+	helper, skip, err := startHelper(ctx)
+	if skip != "" || err != nil {
+		return skip, err
 	}
-	image, err := chooseImage(ctx, t)
+	s.helper = helper // terminate closes it
+	image, err := chooseImage(ctx, t, helper)
 	if err != nil {
 		return "", err
 	}
 	// A fixed host port keeps the DSN valid across a container stop and
-	// start (Docker would otherwise map a new one).
+	// start (Docker would otherwise map a new one). The helper runs the
+	// container with database, user and password "shoal",
+	// max_connections=300 and, unless WithFsync, fsync off.
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return "", err
 		}
-		c, err := s.run(ctx, image, port)
+		var c struct{ ID, DSN string }
+		err = helper.Call(ctx, "run", map[string]any{"image": image, "port": port, "fsync": s.opts.fsync}, &c)
 		if err == nil {
-			s.container, s.hostPort = c, port
+			s.container, s.dsn, s.hostPort = c.ID, c.DSN, port
 			break
-		}
-		if c != nil {
-			_ = testcontainers.TerminateContainer(c)
 		}
 		if attempt == 2 {
 			return "", fmt.Errorf("start %s: %w", image, err)
 		}
 	}
-	dsn, err := s.container.ConnectionString(ctx, "sslmode=disable")
-	if err != nil {
-		return "", fmt.Errorf("connection string: %w", err)
-	}
-	s.dsn = dsn
 	return "", s.waitReady(ctx)
 }
 
-func (s *Server) run(ctx context.Context, image, port string) (*tcpostgres.PostgresContainer, error) {
-	opts := []testcontainers.ContainerCustomizer{
-		testcontainers.WithLogger(tclog.NewNoopLogger()),
-		tcpostgres.WithDatabase("shoal"),
-		tcpostgres.WithUsername("shoal"),
-		tcpostgres.WithPassword("shoal"),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: port}},
-			}
-		}),
-		tcpostgres.BasicWaitStrategies(),
+// startHelper starts the program that runs containers, and returns why
+// tests skip when no Docker daemon is reachable.
+func startHelper(ctx context.Context) (_ *helperproc.Proc, skip string, err error) {
+	configureTestcontainers()
+	helper, err := helperproc.Start("pgcontainer")
+	if err != nil {
+		return nil, "", err
 	}
-	cmd := []string{"postgres", "-c", "max_connections=300"}
-	if !s.opts.fsync {
-		cmd = append(cmd, "-c", "fsync=off")
+	var health struct{ Reason string }
+	if err := helper.Call(ctx, "health", nil, &health); err != nil {
+		_ = helper.Close(ctx)
+		return nil, "", err
 	}
-	opts = append(opts, testcontainers.WithCmd(cmd...))
-	return tcpostgres.Run(ctx, image, opts...)
+	if health.Reason != "" {
+		_ = helper.Close(ctx)
+		return nil, fmt.Sprintf("pgtest: no Docker daemon reachable (%s); skipping PostgreSQL integration tests", health.Reason), nil
+	}
+	return helper, "", nil
 }
 
 // waitReady polls until the server accepts a query.
@@ -259,7 +262,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 }
 
 // WaitReady polls until the server accepts connections again, say after
-// Container().Start; it fails t at the deadline of ctx.
+// Container(t).Start; it fails t at the deadline of ctx.
 func (s *Server) WaitReady(t testing.TB, ctx context.Context) {
 	t.Helper()
 	if err := s.waitReady(ctx); err != nil {
@@ -268,10 +271,42 @@ func (s *Server) WaitReady(t testing.TB, ctx context.Context) {
 }
 
 // Container returns the running container, starting it if needed.
-func (s *Server) Container(t testing.TB) *tcpostgres.PostgresContainer {
+func (s *Server) Container(t testing.TB) *Container {
 	t.Helper()
 	s.ensure(t)
-	return s.container
+	return &Container{s: s}
+}
+
+// Container is the server's container, to stop and start it as an outage
+// would. The server keeps its host port and DSN across a stop and start.
+type Container struct{ s *Server }
+
+// Stop stops the container, giving PostgreSQL timeout to shut down (nil:
+// Docker's default) before it is killed.
+func (c *Container) Stop(ctx context.Context, timeout *time.Duration) error {
+	args := map[string]any{}
+	if timeout != nil {
+		args["timeout_ms"] = timeout.Milliseconds()
+	}
+	return c.call(ctx, "stop", args)
+}
+
+// Start starts the stopped container again. The server may accept
+// connections only a little later: see Server.WaitReady.
+func (c *Container) Start(ctx context.Context) error { return c.call(ctx, "start", map[string]any{}) }
+
+func (c *Container) call(ctx context.Context, op string, args map[string]any) error {
+	c.s.mu.Lock()
+	helper, id := c.s.helper, c.s.container
+	c.s.mu.Unlock()
+	if helper == nil {
+		return errors.New("pgtest: the container was terminated")
+	}
+	args["id"] = id
+	if err := helper.Call(ctx, op, args, nil); err != nil {
+		return fmt.Errorf("pgtest: %s container: %w", op, err)
+	}
+	return nil
 }
 
 // DSN returns the connection string of the server's database (schema public).
@@ -382,31 +417,19 @@ func configureTestcontainers() {
 	})
 }
 
-// dockerUnavailable returns why Docker cannot be used, or "".
-func dockerUnavailable(ctx context.Context) (reason string) {
-	defer func() {
-		if r := recover(); r != nil {
-			reason = fmt.Sprintf("pgtest: no Docker daemon reachable (%v); skipping PostgreSQL integration tests", r)
-		}
-	}()
-	provider, err := testcontainers.NewDockerProvider(testcontainers.WithLogger(tclog.NewNoopLogger()))
-	if err == nil {
-		err = provider.Health(ctx)
-	}
-	if err != nil {
-		return fmt.Sprintf("pgtest: no Docker daemon reachable (%v); skipping PostgreSQL integration tests", err)
-	}
-	return ""
-}
-
 // chooseImage picks the image; when the local one is missing it runs
 // scripts/postgres-image.sh (idempotent, locked against concurrent runs).
-func chooseImage(ctx context.Context, t testing.TB) (string, error) {
+func chooseImage(ctx context.Context, t testing.TB, helper *helperproc.Proc) (string, error) {
 	if img := os.Getenv(ImageEnv); img != "" {
 		return img, nil
 	}
-	if imageExists(ctx, LocalImage) {
-		return LocalImage, nil
+	exists := func() (bool, error) {
+		var r struct{ Exists bool }
+		err := helper.Call(ctx, "image_exists", map[string]string{"image": LocalImage}, &r)
+		return r.Exists, err
+	}
+	if ok, err := exists(); ok || err != nil {
+		return LocalImage, err
 	}
 	if script := buildScript(); script != "" {
 		t.Logf("pgtest: %s missing; building it with %s", LocalImage, script)
@@ -414,21 +437,11 @@ func chooseImage(ctx context.Context, t testing.TB) (string, error) {
 		if err != nil {
 			t.Logf("pgtest: %s failed: %v\n%s", script, err, out)
 		}
-		if imageExists(ctx, LocalImage) {
-			return LocalImage, nil
+		if ok, err := exists(); ok || err != nil {
+			return LocalImage, err
 		}
 	}
 	return OfficialImage, nil
-}
-
-func imageExists(ctx context.Context, image string) bool {
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		return false
-	}
-	defer cli.Close()
-	_, err = cli.ImageInspect(ctx, image)
-	return err == nil
 }
 
 // buildScript locates scripts/postgres-image.sh in the source tree.
@@ -490,13 +503,19 @@ func ephemeralLow() int {
 // Docker daemon is reachable.
 func Image(t testing.TB) string {
 	t.Helper()
-	configureTestcontainers()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if reason := dockerUnavailable(ctx); reason != "" {
-		t.Skip(reason)
+	helper, skip, err := startHelper(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	image, err := chooseImage(ctx, t)
+	if skip != "" {
+		t.Skip(skip)
+	}
+	image, err := chooseImage(ctx, t, helper)
+	if cerr := helper.Close(ctx); err == nil && cerr != nil {
+		err = cerr
+	}
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}

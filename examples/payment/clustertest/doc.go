@@ -21,4 +21,9 @@
 // Tests skip only when no Docker daemon is reachable. The fast core set
 // runs by default; SHOAL_CLUSTER_TESTS=all runs every scenario (make
 // test-cluster).
+//
+// The package is a module of its own (its go.mod replaces the main module
+// with the source tree), so testcontainers, the Docker client and porcupine
+// stay out of the main module's dependencies; make test runs it with the
+// other modules.
 package clustertest

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,27 +25,41 @@ import (
 // a hash of the sources.
 const imageRepo = "shoal-payment-test"
 
-// repoRoot finds the module root above the working directory.
+// mainModule is the module the image is built from; this package is a
+// module of its own (see doc.go), nested in it.
+const mainModule = "github.com/shoal-dev/shoal"
+
+// repoRoot finds the main module's root above the working directory.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == mainModule {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("clustertest: no go.mod above the working directory")
+			return "", fmt.Errorf("clustertest: no go.mod of %s above the working directory", mainModule)
 		}
 		dir = parent
 	}
 }
 
+// modulePath is the path on the module line of a go.mod file, or "".
+func modulePath(gomod []byte) string {
+	for line := range strings.Lines(string(gomod)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
+
 // sourceHash hashes what the image is built from: every Go file of the
-// module (tests and this package excluded), go.mod, go.sum and the
-// Dockerfile.
+// main module (tests and nested modules, this one among them, excluded),
+// go.mod, go.sum and the Dockerfile.
 func sourceHash(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -55,8 +68,11 @@ func sourceHash(root string) (string, error) {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			// The tests' own package is not in the image.
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || path == filepath.Join(root, "examples/payment/clustertest")) {
+			if path == root {
+				return nil
+			}
+			// Nested modules (this one among them) are not in the image.
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil || strings.HasPrefix(name, ".") || name == "testdata" {
 				return filepath.SkipDir
 			}
 			return nil
