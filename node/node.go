@@ -180,6 +180,13 @@ type Config struct {
 	// AdminReadsNeedToken makes the admin API's reads need the token too
 	// (the /ready and /alive probes stay open).
 	AdminReadsNeedToken bool
+	// OnLeaveRequest, when set, is called (once, in a goroutine of its
+	// own) when the admin API or another node asks this node to leave,
+	// instead of Shutdown being called at once: the application first
+	// stops what it serves (drains its API, as on SIGTERM), then calls
+	// Shutdown. Without it the node hands its shards off at once, and
+	// requests the application still accepts then fail.
+	OnLeaveRequest func()
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -295,6 +302,8 @@ type Node struct {
 	fenced   atomic.Pointer[error]
 	stopOnce sync.Once
 	stopErr  error
+	// leaveOnce: a repeated leave request starts one leave.
+	leaveOnce sync.Once
 }
 
 // Start starts a node: see the package doc. ctx bounds the start (the

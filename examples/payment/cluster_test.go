@@ -484,8 +484,11 @@ func TestClusterNodeFencedReportsOnErr(t *testing.T) {
 }
 
 // A node with -admin-addr serves the admin API; asked there to leave, it
-// leaves gracefully and reports ErrLeftCluster on Err, on which the
-// program drains its API and exits 0.
+// reports ErrLeaveRequested on Err and stops nothing yet: the API still
+// serves (the program now drains it, as on SIGTERM), and only Shutdown
+// hands the shards off and leaves. A leave that handed the shards off
+// first failed every request the API still accepted (500 "region
+// stopped").
 func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -505,6 +508,8 @@ func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	if err := probeURL(context.Background(), admin+"/ready"); err != nil {
 		t.Fatalf("admin /ready: %v", err)
 	}
+	order := "shop-1/leave1/payment"
+	put(t, n, "example", "dummy", order, `{"amount":1000}`).want(t, 200, "")
 	req, err := http.NewRequest(http.MethodPost, admin+"/admin/v1/leave", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -520,10 +525,27 @@ func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	}
 	select {
 	case err := <-n.Err():
-		if !errors.Is(err, ErrLeftCluster) {
-			t.Fatalf("Err: %v, want ErrLeftCluster", err)
+		if !errors.Is(err, ErrLeaveRequested) {
+			t.Fatalf("Err: %v, want ErrLeaveRequested", err)
 		}
 	case <-time.After(testPatience):
-		t.Fatal("no ErrLeftCluster on Err after the leave")
+		t.Fatal("no ErrLeaveRequested on Err after the leave")
+	}
+	// Nothing stopped before the application drains.
+	put(t, n, "example", "dummy", order, `{"amount":1000}`).want(t, 200, "")
+	select {
+	case <-n.Cluster.Done():
+		t.Fatal("the cluster node stopped before the application shut it down")
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testPatience)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown after the leave request: %v", err)
+	}
+	select {
+	case <-n.Cluster.Done():
+	default:
+		t.Fatal("the cluster node still runs after Shutdown")
 	}
 }

@@ -120,12 +120,12 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	select {
 	case <-ctx.Done():
 	case err := <-node.Err():
-		if !errors.Is(err, ErrLeftCluster) {
+		if !errors.Is(err, ErrLeaveRequested) {
 			node.Kill()
 			return err
 		}
-		// The shards are handed off already; what follows drains the API.
-		fmt.Fprintln(stdout, "left the cluster on request")
+		// As on SIGTERM: the API drains, then the shards are handed off.
+		fmt.Fprintln(stdout, "asked to leave the cluster")
 	}
 	// Entities waiting for the issuer stop after its answer or their
 	// processing timeout, which is at most AskTimeout+FailSafeMargin away;
