@@ -214,10 +214,9 @@ func (n *Node) startAdmin() error {
 	if err != nil {
 		return fmt.Errorf("node: admin: listen %s: %w", n.cfg.AdminAddr, err)
 	}
-	h := admin.New(adminSource{n}, admin.Options{
+	n.admin = admin.NewServer(adminSource{n}, admin.Options{
 		Token: n.cfg.AdminToken, ReadsNeedToken: n.cfg.AdminReadsNeedToken, Logger: n.log,
 	})
-	n.admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	n.adminAddr = ln.Addr().String()
 	go func() {
 		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

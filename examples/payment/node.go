@@ -188,7 +188,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.Simulator = NewSimulator()
 		mux := http.NewServeMux()
 		mux.Handle("/payment", n.Simulator)
-		n.sim = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		n.sim = boundedServer(mux, simulatorWriteTimeout)
 		go n.serve(n.sim, ln)
 		cfg.IssuerURL = "http://" + ln.Addr().String() + "/payment"
 	}
