@@ -315,6 +315,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, self: cluster.UniqueAddress{Node: cfg.NodeID, Incarnation: cfg.Incarnation}, started: make(chan struct{}), done: make(chan struct{})}
 	n.log = nodeLogger(cfg.Logger, n.self)
+	warnInsecure(n.log, cfg)
 	defer func() {
 		if err != nil {
 			n.releaseLease()
