@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
