@@ -185,7 +185,8 @@ type Config struct {
 	// instead of Shutdown being called at once: the application first
 	// stops what it serves (drains its API, as on SIGTERM), then calls
 	// Shutdown. Without it the node hands its shards off at once, and
-	// requests the application still accepts then fail.
+	// requests the application still accepts then fail (docs/DESIGN.md,
+	// Graceful leave).
 	OnLeaveRequest func()
 
 	// Logger defaults to slog.Default().
