@@ -51,4 +51,12 @@ func TestShardMapPageLogsInWhenReadsNeedTheToken(t *testing.T) {
 	if cookie := browsertest.Eval[string](t, tab, `document.cookie`); cookie != "" {
 		t.Fatalf("the session cookie is readable by the page's script: %q", cookie)
 	}
+
+	// The session ends (here: logged out) and the stream breaks: the page
+	// asks for the token again instead of retrying for ever.
+	browsertest.Eval[bool](t, tab, `(window.loggedOut = false, fetch('../v1/session', { method: 'DELETE' }).then(() => { window.loggedOut = true; }), true)`)
+	browsertest.WaitFor(t, tab, "the logout done", `window.loggedOut === true`)
+	srv.CloseClientConnections()
+	browsertest.WaitFor(t, tab, "the login form again", `document.getElementById('connection').dataset.state === 'login' &&
+		document.getElementById('login-error').textContent.includes('session ended')`)
 }

@@ -124,7 +124,7 @@
       retryTimer = setTimeout(start, RETRY_MAX_MS);
       return;
     }
-    follow(wanted || all[0]);
+    follow(wanted || (all.includes(type) ? type : all[0]));
   }
 
   function follow(t) {
@@ -133,6 +133,19 @@
     el.type.value = t;
     el.map.dataset.type = t;
     document.title = `${t} · Shard map · Shoal`;
+    connect();
+  }
+
+  // reconnect follows the same type again, unless the reads now answer
+  // 401 (the session cookie expired): then it asks for the token again.
+  async function reconnect() {
+    try {
+      const res = await fetch('../v1/types', { cache: 'no-store', credentials: 'same-origin' });
+      if (res.status === 401) {
+        showLogin('The session ended: sign in again.');
+        return;
+      }
+    } catch (_) { /* unreachable: the stream's own retry says so */ }
     connect();
   }
 
@@ -165,7 +178,7 @@
       // cases, so both show the same "disconnected" state and back-off.
       es.close();
       source = null;
-      scheduleRetry(connect, 'lost the update stream');
+      scheduleRetry(reconnect, 'lost the update stream');
     });
   }
 
