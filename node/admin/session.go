@@ -49,7 +49,9 @@ func validSession(token, value string, now time.Time) bool {
 
 // login serves POST /admin/v1/session: given the token (JSON body
 // {"token": "..."}), it sets the session cookie, HttpOnly and
-// SameSite=Strict, scoped to /admin/ (Secure over TLS). The cookie opens
+// SameSite=Strict (Secure over TLS), with no Path: the browser scopes it
+// to the directory of this URL, .../admin/v1, which holds every read
+// however a proxy prefixes the API. The cookie opens
 // the reads only: actions still need the Authorization header, so a page
 // of another site can make the browser do nothing with it.
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +71,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	expires := time.Now().Add(sessionLength)
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: sessionValue(h.opts.Token, expires), Path: "/admin/",
+		Name: sessionCookie, Value: sessionValue(h.opts.Token, expires),
 		Expires: expires, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	h.log.Info("admin: session opened", "client", r.RemoteAddr)
@@ -79,7 +81,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 // logout serves DELETE /admin/v1/session: the browser drops the cookie.
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1,
+		Name: sessionCookie, Value: "", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	w.WriteHeader(http.StatusNoContent)
