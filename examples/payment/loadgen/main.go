@@ -4,10 +4,10 @@
 // percentiles per step; a request that got no response (refused, reset,
 // cut) counts as status "error", and the report ends with their total.
 // With -pid it also reports the server's CPU time per request (Linux, from
-// /proc). -url may list several nodes of a cluster,
-// comma-separated: the requests of an order go to them in turn, so that
-// its settle and its cancel arrive through different nodes, and the
-// statuses are counted per node too.
+// /proc). -url may list several nodes of a cluster, comma-separated: the
+// requests of an order go to them in turn, so that its settle and its
+// cancel arrive through different nodes, and the statuses are counted per
+// node too.
 //
 // Every acknowledged outcome is appended to -record as it happens, so that
 // after the server crashes (kill -9) and restarts,
@@ -116,7 +116,7 @@ type stats struct {
 	latencies [][]time.Duration // per step
 	statuses  map[string]int    // "step status"
 	via       map[string]int    // "url status"
-	errors    map[string]int    // "step" → requests without a response
+	failures  int               // requests without a response
 	lastErr   string
 }
 
@@ -135,12 +135,12 @@ func pause(ctx context.Context, d time.Duration) {
 
 // failed counts a request that got no response (connection refused,
 // reset, closed): in the statuses as "error", per step and per URL.
-func (s *stats) failed(step int, name, base string, err error) {
+func (s *stats) failed(name, base string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.statuses[name+" error"]++
 	s.via[base+" error"]++
-	s.errors[name]++
+	s.failures++
 	s.lastErr = err.Error()
 }
 
@@ -154,7 +154,7 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 		defer f.Close()
 		rec = &recorder{w: f}
 	}
-	st := &stats{latencies: make([][]time.Duration, len(steps)), statuses: map[string]int{}, via: map[string]int{}, errors: map[string]int{}}
+	st := &stats{latencies: make([][]time.Duration, len(steps)), statuses: map[string]int{}, via: map[string]int{}}
 	cpu0, err := cpuTime(cfg.pid)
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 							// (refused, reset, cut). Count it, and give a
 							// server that is gone a moment before the next
 							// order.
-							st.failed(i, s.name, base, err)
+							st.failed(s.name, base, err)
 							pause(ctx, connErrorPause)
 						}
 						break
@@ -243,12 +243,8 @@ func (s *stats) print(out io.Writer) {
 			fmt.Fprintf(out, "via %s %d\n", k, s.via[k])
 		}
 	}
-	total := 0
-	for _, n := range s.errors {
-		total += n
-	}
-	fmt.Fprintf(out, "connection errors %d", total)
-	if total > 0 {
+	fmt.Fprintf(out, "connection errors %d", s.failures)
+	if s.failures > 0 {
 		fmt.Fprintf(out, " (requests without a response; last: %s)", s.lastErr)
 	}
 	fmt.Fprintln(out)
