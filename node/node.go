@@ -180,6 +180,14 @@ type Config struct {
 	// AdminReadsNeedToken makes the admin API's reads need the token too
 	// (the /ready and /alive probes stay open).
 	AdminReadsNeedToken bool
+	// OnLeaveRequest, when set, is called (once, in a goroutine of its
+	// own) when the admin API or another node asks this node to leave,
+	// instead of Shutdown being called at once: the application first
+	// stops what it serves (drains its API, as on SIGTERM), then calls
+	// Shutdown. Without it the node hands its shards off at once, and
+	// requests the application still accepts then fail (docs/DESIGN.md,
+	// Graceful leave).
+	OnLeaveRequest func()
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -295,6 +303,8 @@ type Node struct {
 	fenced   atomic.Pointer[error]
 	stopOnce sync.Once
 	stopErr  error
+	// leaveOnce: a repeated leave request starts one leave.
+	leaveOnce sync.Once
 }
 
 // Start starts a node: see the package doc. ctx bounds the start (the
@@ -305,7 +315,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, self: cluster.UniqueAddress{Node: cfg.NodeID, Incarnation: cfg.Incarnation}, started: make(chan struct{}), done: make(chan struct{})}
-	n.log = cfg.Logger.With("node", n.self.String())
+	n.log = nodeLogger(cfg.Logger, n.self)
+	warnInsecure(n.log, cfg)
 	defer func() {
 		if err != nil {
 			n.releaseLease()
@@ -330,7 +341,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec := cfg.Entity
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
 	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
-	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger
+	// The runtime adds "node" (the name) itself; "incarnation" completes
+	// what every layer's lines carry.
+	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
 	}
@@ -517,7 +530,13 @@ func (n *Node) fence(err error) {
 
 // layerLog is the logger of the layers that do not name the node themselves
 // (the entity runtime and sharding do).
-func (n *Node) layerLog() *slog.Logger { return n.cfg.Logger.With("node", n.cfg.NodeID) }
+func (n *Node) layerLog() *slog.Logger { return nodeLogger(n.cfg.Logger, n.self) }
+
+// nodeLogger names self on every line as every layer does: its name
+// under "node", its incarnation under "incarnation".
+func nodeLogger(l *slog.Logger, self cluster.UniqueAddress) *slog.Logger {
+	return l.With("node", self.Node, "incarnation", self.Incarnation)
+}
 
 // metrics is Config.Metrics with the node label; nil when it is nil.
 func (n *Node) metrics() prometheus.Registerer { return metrics.WithNode(n.cfg.Metrics, n.cfg.NodeID) }

@@ -149,3 +149,28 @@ func TestMetricsCoordinatorLeaseRenewals(t *testing.T) {
 		n.sh.Terminate()
 	})
 }
+
+// An operator's rebalance of one shard (the admin API's) counts as one
+// rebalanced shard on the coordinator's node, as the strategy's do.
+func TestMetricsCountAnOperatorsRebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, reg := metricsSim(t, sharding.Settings{NumberOfShards: 4, RebalanceInterval: time.Hour})
+		a := s.join("a", "host")
+		a.tell(t, "e1", note{Text: "x"})
+		synctest.Wait()
+		b := s.join("b", "host")
+		synctest.Wait()
+		shard := a.region.ShardID("e1")
+		before := metricstest.Value(t, reg, "shoal_sharding_rebalanced_shards_total", typeLabels("a"))
+		if err := a.sh.RebalanceShard("Test", shard); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := metricstest.Value(t, reg, "shoal_sharding_rebalanced_shards_total", typeLabels("a")); got != before+1 {
+			t.Fatalf("rebalanced shards %v after an operator's rebalance, want %v", got, before+1)
+		}
+		b.sh.Terminate()
+		a.sh.Terminate()
+	})
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The region's runner also hosts the type's coordinator while this node is
@@ -585,7 +586,8 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 		}
 	}
 	changes, out := cr.core.step(m)
-	if _, ok := m.(rebalanceTick); ok {
+	switch m.(type) {
+	case rebalanceTick, protocol.RebalanceShards: // the strategy's and an operator's
 		r.m.Rebalanced(cr.core.rebalanced)
 	}
 	cr.sendAll(p.take(m, changes, out))

@@ -22,6 +22,7 @@
 //	entity_mailbox_depth{type}               entity_ask_duration_seconds{type}
 //	entity_passivations_total{type}          entity_restarts_total{type}
 //	entity_backoffs_total{type}              sharding_region_buffer_depth{type}
+//	entity_untyped_dead_letters_total        (dead letters of no entity type)
 //	sharding_active_entities{type,shard}     sharding_handoffs_total{type}
 //	sharding_handoff_duration_seconds{type}  sharding_rebalanced_shards_total{type}
 //	journal_persist_duration_seconds         journal_replay_duration_seconds
