@@ -228,6 +228,11 @@ type Status struct {
 	// behind the writers the read model is while events flow; it keeps
 	// growing while none are written.
 	Lag time.Duration
+	// LagEvents is how many events of the range were stored after Offset
+	// at the last heartbeat (every LeaseTTL/3 while running), when
+	// LagEventsCounted: the source is an EventCounter.
+	LagEvents        int64
+	LagEventsCounted bool
 	// LastError is the last failure seen (handler, source or store), nil
 	// after a success.
 	LastError error
@@ -246,7 +251,8 @@ func (p *Projection) Status() Status {
 
 func (p *Projection) report() metrics.ProjectionReport {
 	s := p.Status()
-	r := metrics.ProjectionReport{Running: s.Running, Paused: s.Paused, LagSeconds: s.Lag.Seconds()}
+	r := metrics.ProjectionReport{Running: s.Running, Paused: s.Paused, LagSeconds: s.Lag.Seconds(),
+		LagEvents: s.LagEvents, LagEventsCounted: s.LagEventsCounted}
 	if !s.LastEventTime.IsZero() {
 		r.LastEventUnix = float64(s.LastEventTime.UnixNano()) / 1e9
 	}
