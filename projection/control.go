@@ -68,7 +68,9 @@ type Report struct {
 	// at-least-once saves).
 	Offset journal.Offset
 	// LastEventTime is the write timestamp of the last event handled;
-	// zero before the first.
+	// zero before the first. A heartbeat with a zero one keeps the stored
+	// one: a new holder that handled nothing yet is as far behind as the
+	// last.
 	LastEventTime time.Time
 	// LagEvents is how many events of the range are stored after Offset;
 	// -1 when the source counts no events (see EventCounter).

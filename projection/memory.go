@@ -172,6 +172,9 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, f Fence, ttl time.Duration,
 	err := s.write(ctx, f, func(r *memoryRow) {
 		now := time.Now()
 		r.expires = now.Add(ttl)
+		if rep.LastEventTime.IsZero() {
+			rep.LastEventTime = r.report.LastEventTime // a new holder that handled nothing yet
+		}
 		r.report, r.reportedAt = rep, now
 		pending = slices.Clone(r.pending)
 	})

@@ -29,7 +29,7 @@ func (s *Store) Heartbeat(ctx context.Context, f projection.Fence, ttl time.Dura
 	var out []projection.Request
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := fenced(ctx, tx, f, `expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-			report_offset = $5, report_last_event = $6, report_lag_events = $7, report_error = $8, reported_at = clock_timestamp()`,
+			report_offset = $5, report_last_event = coalesce($6, report_last_event), report_lag_events = $7, report_error = $8, reported_at = clock_timestamp()`,
 			ttl.Microseconds(), rep.Offset.String(), last, rep.LagEvents, rep.LastError)
 		if err != nil {
 			return err

@@ -131,6 +131,10 @@ func RunControlStore(t *testing.T, newStore func(t *testing.T) projection.Contro
 		if _, err := s.Request(ctx, inst, projection.OpResume, journal.Offset{}); err != nil {
 			t.Fatal(err)
 		}
+		// A heartbeat without a last event keeps the stored one.
+		if _, err := s.Heartbeat(ctx, a.Fence, ttl, projection.Report{Offset: off(9), LagEvents: 12, LastError: "boom"}); err != nil {
+			t.Fatal(err)
+		}
 		got, err := s.Instances(ctx, "orders")
 		if err != nil {
 			t.Fatal(err)
