@@ -44,6 +44,7 @@ func New(src Source, opts Options) http.Handler {
 	mux.Handle("POST /admin/v1/leave", h.action(h.leave))
 	mux.Handle("POST /admin/v1/shards/{type}/{shard}/rebalance", h.action(h.rebalance))
 	mux.Handle("POST /admin/v1/down", h.action(h.down))
+	h.projectionRoutes(mux) // projections.go
 	// Without its slash the page redirects relatively, so it works behind a proxy's prefix too.
 	shardMap := h.read(http.StripPrefix("/admin/map", shardmap.Handler()).ServeHTTP)
 	mux.Handle("GET /admin/map/", shardMap)
