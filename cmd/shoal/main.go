@@ -5,6 +5,8 @@
 //	shoal shards TYPE [--admin URL] [--token T] [--json]
 //	shoal leave NODE [--admin URL] --token T [--json]
 //	shoal remove-internal-data TYPE --dsn DSN [--json]
+//	shoal projections [--admin URL] [--token T] [--json]
+//	shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset X] [--admin URL] --token T [--json]
 //
 // migrate applies the embedded schema migrations (see package migrations);
 // it is safe to run from several processes at once. The DSN may also come
@@ -18,6 +20,15 @@
 // the cluster's members as that node sees them, shards the shard map of an
 // entity type, and leave asks NODE (a node id, or node#incarnation) to
 // leave the cluster gracefully.
+//
+// projections lists every projection instance with the node running it,
+// its stored offset, its lag (seconds behind the writers, and events when
+// the journal counts them) and whether it is paused; any node answers for
+// all of them. projection asks for an operation on one instance (INSTANCE
+// is its slice range min-max, or its index): pause, resume, rebuild the
+// read model from the start, or reset the offset to --offset (a journal
+// offset's text, or "start"); the node running the instance applies it at
+// its next lease renewal.
 //
 // remove-internal-data deletes an entity type's sharding state from
 // Postgres directly (Akka's remove-internal-cluster-sharding-data): its
@@ -57,7 +68,9 @@ var (
   shoal members [--admin URL] [--token TOKEN] [--json]
   shoal shards TYPE [--admin URL] [--token TOKEN] [--json]
   shoal leave NODE [--admin URL] [--token TOKEN] [--json]
-  shoal remove-internal-data TYPE [--dsn DSN] [--json]`)
+  shoal remove-internal-data TYPE [--dsn DSN] [--json]
+  shoal projections [--admin URL] [--token TOKEN] [--json]
+  shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset OFFSET] [--admin URL] [--token TOKEN] [--json]`)
 	// errRefused: the command would be unsafe now and did nothing.
 	errRefused = errors.New("refused")
 )
@@ -90,6 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return leave(ctx, args[1:], stdout, stderr)
 	case "remove-internal-data":
 		return removeInternalData(ctx, args[1:], stdout, stderr)
+	case "projections":
+		return projections(ctx, args[1:], stdout, stderr)
+	case "projection":
+		return projectionOp(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil
