@@ -15,9 +15,8 @@ import (
 
 var _ projection.ControlStore = (*Store)(nil)
 
-// Heartbeat implements projection.ControlStore: the renewal and the
-// report in one fenced UPDATE, then the pending requests, in one
-// transaction.
+// Heartbeat implements projection.ControlStore: the fenced renewal with
+// the report, and the pending requests, in one statement (one round trip).
 func (s *Store) Heartbeat(ctx context.Context, f projection.Fence, ttl time.Duration, rep projection.Report) ([]projection.Request, error) {
 	if err := projection.ValidateTTL(ttl); err != nil {
 		return nil, err
@@ -26,45 +25,48 @@ func (s *Store) Heartbeat(ctx context.Context, f projection.Fence, ttl time.Dura
 	if !rep.LastEventTime.IsZero() {
 		last = &rep.LastEventTime
 	}
-	var out []projection.Request
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := fenced(ctx, tx, f, `expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-			report_offset = $5, report_last_event = coalesce($6, report_last_event), report_lag_events = $7, report_error = $8, reported_at = clock_timestamp()`,
-			ttl.Microseconds(), rep.Offset.String(), last, rep.LagEvents, rep.LastError)
+	// The LEFT JOIN gives one row when nothing is pending; renewed is 0
+	// when the epoch moved on (fenced).
+	rows, err := s.pool.Query(ctx, `WITH beat AS (
+			UPDATE projection_offsets SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
+				report_offset = $5, report_last_event = coalesce($6, report_last_event), report_lag_events = $7,
+				report_error = $8, reported_at = clock_timestamp()
+			WHERE projection_name = $1 AND instance_key = $2 AND epoch = $3
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM beat), r.id, r.kind, r."offset", r.requested_at
+		FROM (SELECT 1) one LEFT JOIN projection_requests r ON r.projection_name = $1 AND r.instance_key = $2
+		ORDER BY r.id`,
+		f.Instance.Name, f.Instance.Key(), f.Epoch, ttl.Microseconds(), rep.Offset.String(), last, rep.LagEvents, rep.LastError)
+	if err != nil {
+		return nil, wrap("heartbeat", f, err)
+	}
+	var (
+		renewed int64
+		out     []projection.Request
+	)
+	var (
+		id         *int64
+		kind, text *string
+		at         *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&renewed, &id, &kind, &text, &at}, func() error {
+		if id == nil {
+			return nil
+		}
+		off, err := journal.ParseOffset(*text)
 		if err != nil {
 			return err
 		}
-		out, err = pending(ctx, tx, f.Instance)
-		return err
+		out = append(out, projection.Request{ID: *id, Kind: projection.OpKind(*kind), Offset: off, At: *at})
+		return nil
 	})
 	if err != nil {
 		return nil, wrap("heartbeat", f, err)
 	}
-	return out, nil
-}
-
-func pending(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, inst projection.Instance) ([]projection.Request, error) {
-	rows, err := db.Query(ctx, `SELECT id, kind, "offset", requested_at FROM projection_requests
-		WHERE projection_name = $1 AND instance_key = $2 ORDER BY id`, inst.Name, inst.Key())
-	if err != nil {
-		return nil, err
+	if renewed == 0 {
+		return nil, wrap("heartbeat", f, fmt.Errorf("%w: %s epoch %d", projection.ErrFenced, f.Instance, f.Epoch))
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (projection.Request, error) {
-		var (
-			q    projection.Request
-			kind string
-			text string
-		)
-		if err := row.Scan(&q.ID, &kind, &text, &q.At); err != nil {
-			return q, err
-		}
-		q.Kind = projection.OpKind(kind)
-		var err error
-		q.Offset, err = journal.ParseOffset(text)
-		return q, err
-	})
+	return out, nil
 }
 
 // Complete implements projection.ControlStore.
