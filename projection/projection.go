@@ -26,7 +26,13 @@
 // in the store (ErrInstanceHeld while another runner holds it) and renews
 // it; every write names the lease's epoch, so a runner that lost the
 // instance gets ErrFenced and stops. Run returns when its context ends, so
-// a cluster layer starts and stops instances with contexts.
+// a cluster layer starts and stops instances with contexts
+// (projection/sharded runs them across a cluster).
+//
+// Operations from any node. With a ControlStore (both stores are), the
+// runner's lease renewal is a heartbeat that stores its status and picks
+// up operations any node queued for the instance; see control.go and
+// ControlStore.
 package projection
 
 import (
