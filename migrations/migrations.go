@@ -24,7 +24,9 @@
 //     database's clock and whether it was downed (cluster/lease/postgres).
 //   - projection_offsets: per projection instance, its offset and the lease
 //     (holder, epoch, expiry) that fences it; projection_dead_letters: the
-//     events a projection set aside (package projection/postgres).
+//     events a projection set aside (package projection/postgres);
+//     projection_requests: operations queued for an instance's holder,
+//     and beside each instance's lease the holder's last report.
 package migrations
 
 import (

@@ -297,6 +297,8 @@ type Node struct {
 	admin     *http.Server // nil without Config.AdminAddr
 	adminAddr string
 
+	projections projectionSet // RunProjection's (projections.go)
+
 	started  chan struct{} // closed when Start returns
 	done     chan struct{} // closed when Shutdown or Kill has finished
 	stopping atomic.Bool

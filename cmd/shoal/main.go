@@ -9,6 +9,8 @@
 //	shoal rebalance TYPE SHARD [--admin URL] --token T [--json]
 //	shoal down NODE INCARNATION [--admin URL] --token T [--json]
 //	shoal remove-internal-data TYPE --dsn DSN [--json]
+//	shoal projections [--admin URL] [--token T] [--json]
+//	shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset X] [--admin URL] --token T [--json]
 //
 // migrate applies the embedded schema migrations (see package migrations);
 // it is safe to run from several processes at once. The DSN may also come
@@ -27,6 +29,15 @@
 // rebalance hands shard SHARD of TYPE off to be placed again; down marks
 // incarnation INCARNATION of NODE (see members) down in the lease store,
 // where it fences itself.
+//
+// projections lists every projection instance with the node running it,
+// its stored offset, its lag (seconds behind the writers, and events when
+// the journal counts them) and whether it is paused; any node answers for
+// all of them. projection asks for an operation on one instance (INSTANCE
+// is its slice range min-max, or its index): pause, resume, rebuild the
+// read model from the start, or reset the offset to --offset (a journal
+// offset's text, or "start"); the node running the instance applies it at
+// its next lease renewal.
 //
 // remove-internal-data deletes an entity type's sharding state from
 // Postgres directly (Akka's remove-internal-cluster-sharding-data): its
@@ -70,7 +81,9 @@ var (
   shoal leases [--admin URL] [--token TOKEN] [--json]
   shoal rebalance TYPE SHARD [--admin URL] [--token TOKEN] [--json]
   shoal down NODE INCARNATION [--admin URL] [--token TOKEN] [--json]
-  shoal remove-internal-data TYPE [--dsn DSN] [--json]`)
+  shoal remove-internal-data TYPE [--dsn DSN] [--json]
+  shoal projections [--admin URL] [--token TOKEN] [--json]
+  shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset OFFSET] [--admin URL] [--token TOKEN] [--json]`)
 	// errRefused: the command would be unsafe now and did nothing.
 	errRefused = errors.New("refused")
 )
@@ -111,6 +124,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return down(ctx, args[1:], stdout, stderr)
 	case "remove-internal-data":
 		return removeInternalData(ctx, args[1:], stdout, stderr)
+	case "projections":
+		return projections(ctx, args[1:], stdout, stderr)
+	case "projection":
+		return projectionOp(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil

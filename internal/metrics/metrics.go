@@ -35,6 +35,7 @@
 //	projection_lag_seconds{projection,instance}
 //	projection_last_event_timestamp_seconds{projection,instance}
 //	projection_running{projection,instance}  projection_paused{projection,instance}
+//	projection_lag_events{projection,instance} (sources that count events)
 //
 // Depths, delivered counts and entities per shard are read at scrape
 // time from counts the runtime keeps anyway or updates once per entity
