@@ -152,7 +152,7 @@ const (
 	// possibly some events committed while it runs), then returns nil.
 	Current Mode = iota
 	// Live delivers what is stored, then follows new events until its
-	// context ends.
+	// context ends; it then returns the context's error.
 	Live
 )
 
@@ -182,6 +182,6 @@ type Queries interface {
 	EventsByTag(ctx context.Context, tag string, after Offset, mode Mode, fn func(QueriedEvent) error) error
 	// CurrentPersistenceIDs lists up to limit persistence ids of entityType
 	// that hold events, in ascending order, starting after afterID ("" for
-	// the first page).
+	// the first page). A limit below 1 fails with ErrInvalidQuery.
 	CurrentPersistenceIDs(ctx context.Context, entityType string, afterID string, limit int) ([]string, error)
 }

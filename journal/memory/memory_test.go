@@ -46,3 +46,7 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+func TestQueriesConformance(t *testing.T) {
+	journaltest.RunQueries(t, func(t *testing.T) journaltest.QueryJournal { return memory.New() })
+}
