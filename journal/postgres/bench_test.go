@@ -380,9 +380,9 @@ func BenchmarkReplay(b *testing.B) {
 	const chunk = 10_000
 	for first := 1; first <= history; first += chunk {
 		n := min(chunk, history-first+1)
-		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id)
-			SELECT $1, s, now(), 'bench.Event', $2, 'w' FROM generate_series($3::bigint, $4::bigint) s`,
-			pid, payload, first, first+n-1); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id, entity_type, slice)
+			SELECT $1, s, now(), 'bench.Event', $2, 'w', $5, $6 FROM generate_series($3::bigint, $4::bigint) s`,
+			pid, payload, first, first+n-1, journal.EntityTypeOf(pid), journal.SliceOf(pid)); err != nil {
 			b.Fatal(err)
 		}
 	}
