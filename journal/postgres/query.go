@@ -44,9 +44,10 @@ import (
 const queryKind = "postgres"
 
 // queryColumns is what a query reads of each row; tags come as NULL when
-// empty, as in Replay.
+// empty, as in Replay. tx_id is read as "tx": an output column named tx_id
+// would be what ORDER BY tx_id sorts by, and the index would not serve.
 const queryColumns = `persistence_id, seq_nr, ordering, write_timestamp, manifest, payload,
-	CASE WHEN cardinality(tags) = 0 THEN NULL ELSE tags END, writer_id, entity_type, slice, tx_id::text::int8`
+	CASE WHEN cardinality(tags) = 0 THEN NULL ELSE tags END, writer_id, entity_type, slice, tx_id::text::int8 AS tx`
 
 // watermark is the bound of a page: below the statement's own xmin, and
 // below $bound (a Current query's xmin at its start).
