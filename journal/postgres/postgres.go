@@ -37,6 +37,15 @@
 // failed persist as "maybe stored": an entity stops and recovers from the
 // journal.
 //
+// # Queries
+//
+// The journal answers journal.Queries (query.go): events by slice range and
+// by tag, in commit order without gaps — a row is read only once no
+// transaction that could commit a row before it is still open (see
+// "Queries without gaps" in query.go). Live queries are woken by this
+// journal's writes, by other processes' through LISTEN/NOTIFY, and poll
+// as the fallback (notify.go).
+//
 // # Deleted events
 //
 // DeleteTo records the highest deleted seq nr in event_journal_deleted.
@@ -177,7 +186,7 @@ type Journal struct {
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
 
-	wakeups // the queries' wake-ups: see notify.go
+	live wakeups // wakes the Live queries: see notify.go
 }
 
 var _ journal.Journal = (*Journal)(nil)
@@ -194,7 +203,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Journal {
 		closed: make(chan struct{}),
 		m:      metrics.NewJournal(cfg.Metrics),
 	}
-	j.wakeups.init(pool)
+	j.live.init(pool)
 	j.wg.Add(cfg.Writers)
 	for range cfg.Writers {
 		go j.writer()
@@ -211,7 +220,7 @@ func (j *Journal) Close() error {
 		for range j.cfg.Writers { // wait for the writes Write sends itself
 			j.slots <- struct{}{}
 		}
-		j.wakeups.close()
+		j.live.close()
 		for {
 			select {
 			case r := <-j.queue:
@@ -569,7 +578,7 @@ func (j *Journal) flush(batch []*request, n int) {
 	}
 	// Whatever the outcome (an aborted batch may have held the queries'
 	// watermark back), wake the live queries.
-	j.wakeups.written()
+	j.live.written()
 	j.stats.batches.Add(1)
 	j.m.Batch(n)
 	j.stats.writes.Add(uint64(len(batch)))

@@ -104,7 +104,7 @@ func (j *Journal) query(ctx context.Context, sql string, args []any, after journ
 	for {
 		var wake <-chan struct{}
 		if mode == journal.Live {
-			wake = j.wakeups.waiter()
+			wake = j.live.waiter()
 		}
 		page, err := j.queryPage(ctx, sql, args, bound, pos, size)
 		if err != nil {
@@ -127,7 +127,7 @@ func (j *Journal) query(ctx context.Context, sql string, args []any, after journ
 		if mode != journal.Live {
 			return nil
 		}
-		j.wakeups.listen(j.cfg.QueryPollInterval)
+		j.live.listen(j.cfg.QueryPollInterval)
 		if poll == nil {
 			poll = time.NewTimer(j.cfg.QueryPollInterval)
 			defer poll.Stop()
