@@ -34,8 +34,9 @@ type wakeups struct {
 	pool *pgxpool.Pool
 	id   string // payload of this journal's notifications
 
-	mu   sync.Mutex
-	wake chan struct{} // closed and replaced by every wake-up
+	mu     sync.Mutex
+	wake   chan struct{} // closed and replaced by every wake-up
+	closed bool          // no more goroutines start
 
 	notify     chan struct{} // capacity 1: a NOTIFY is wanted
 	listenOnce sync.Once
@@ -56,6 +57,9 @@ func (w *wakeups) init(pool *pgxpool.Pool) {
 }
 
 func (w *wakeups) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
 	w.cancel()
 	w.bg.Wait()
 }
@@ -102,7 +106,9 @@ func (w *wakeups) notifier() {
 // listen starts the listener once.
 func (w *wakeups) listen(retry time.Duration) {
 	w.listenOnce.Do(func() {
-		if w.ctx.Err() != nil { // closed
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.closed {
 			return
 		}
 		w.bg.Add(1)
