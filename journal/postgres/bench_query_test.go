@@ -99,12 +99,14 @@ func readRaw(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 // for a query on the writing journal (lag-p50-ms, lag-p99-ms: woken in
 // process) and on a second journal with its own pool (remote-lag-…: woken
 // by LISTEN/NOTIFY, as on another node). A delivery that comes before the
-// writer's acknowledgement counts as 0.
+// writer's acknowledgement counts as 0. The batches' round trips are
+// reported too (batch-p50-ms, batch-p99-ms): a row waits for every batch
+// that began before it to commit, so the lag's tail follows theirs.
 //
 //	go test -run '^$' -bench LiveLag -benchtime 30000x -count 3 ./journal/postgres
 func BenchmarkLiveLag(b *testing.B) {
 	const rate = 10_000 // events/s
-	pool, _ := benchPool(b)
+	pool, batches := benchPool(b)
 	other := pgtestPoolLike(b, pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -136,6 +138,8 @@ func BenchmarkLiveLag(b *testing.B) {
 	payload := bytes.Repeat([]byte{'x'}, benchPayload)
 	var wg sync.WaitGroup
 	wg.Add(b.N)
+	before := j.Stats()
+	batches.take()
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; {
@@ -166,6 +170,7 @@ func BenchmarkLiveLag(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/took.Seconds(), "events/s")
+	reportBatches(b, before, j.Stats(), batches.take())
 	for k, prefix := range []string{"", "remote-"} {
 		lag := make([]time.Duration, 0, b.N)
 		mu.Lock()

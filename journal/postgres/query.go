@@ -81,7 +81,8 @@ func (j *Journal) EventsByTag(ctx context.Context, tag string, after journal.Off
 }
 
 // query pages through sql: $1 and $6.. are args, $2..$5 the watermark's.
-// No connection is held while fn runs, so fn may use the journal.
+// It reads the next page while fn runs over a full one, on a connection of
+// its own, so fn may use the journal.
 func (j *Journal) query(ctx context.Context, sql string, args []any, after journal.Offset, mode journal.Mode, fn func(journal.QueriedEvent) error) error {
 	if !after.IsStart() && after.Kind != queryKind {
 		return fmt.Errorf("%w: %s given to the postgres journal", journal.ErrOffsetMismatch, after)
@@ -99,32 +100,53 @@ func (j *Journal) query(ctx context.Context, sql string, args []any, after journ
 		}
 	}
 	size := j.cfg.QueryPageSize
+	live := mode == journal.Live
+	ctx, cancel := context.WithCancel(ctx) // stops a prefetch when fn fails
+	defer cancel()
+	type fetched struct {
+		page []journal.QueriedEvent
+		err  error
+		wake <-chan struct{} // closed by the first wake-up after the fetch began
+	}
+	fetch := func(pos journal.Offset) <-chan fetched {
+		ch := make(chan fetched, 1)
+		var wake <-chan struct{}
+		if live {
+			wake = j.live.waiter() // before the read, so no write in between is missed
+		}
+		go func() {
+			page, err := j.queryPage(ctx, sql, args, bound, pos, size)
+			ch <- fetched{page, err, wake}
+		}()
+		return ch
+	}
 	pos := after
+	next := fetch(pos)
 	var poll *time.Timer
 	for {
-		var wake <-chan struct{}
-		if mode == journal.Live {
-			wake = j.live.waiter()
-		}
-		page, err := j.queryPage(ctx, sql, args, bound, pos, size)
-		if err != nil {
+		f := <-next
+		if f.err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("journal/postgres: query after %s: %w", pos, err)
+			return fmt.Errorf("journal/postgres: query after %s: %w", pos, f.err)
 		}
-		for _, e := range page {
+		if len(f.page) > 0 {
+			pos = f.page[len(f.page)-1].Offset
+		}
+		full := len(f.page) == size
+		if full { // read the next page while fn runs over this one
+			next = fetch(pos)
+		}
+		for _, e := range f.page {
 			if err := fn(e); err != nil {
 				return err
 			}
 		}
-		if len(page) > 0 {
-			pos = page[len(page)-1].Offset
-		}
-		if len(page) == size {
+		if full {
 			continue
 		}
-		if mode != journal.Live {
+		if !live {
 			return nil
 		}
 		j.live.listen(j.cfg.QueryPollInterval)
@@ -135,11 +157,12 @@ func (j *Journal) query(ctx context.Context, sql string, args []any, after journ
 			poll.Reset(j.cfg.QueryPollInterval)
 		}
 		select {
-		case <-wake:
+		case <-f.wake:
 		case <-poll.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		next = fetch(pos)
 	}
 }
 
