@@ -68,6 +68,7 @@ var _ journal.Queries = (*Journal)(nil)
 
 // EventsBySlices implements journal.Queries. A Current query delivers the
 // events below the watermark (see "Queries without gaps") when it starts.
+// As with Replay, the payloads handed to fn are fn's to keep.
 func (j *Journal) EventsBySlices(ctx context.Context, entityType string, r journal.SliceRange, after journal.Offset, mode journal.Mode, fn func(journal.QueriedEvent) error) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -175,19 +176,7 @@ func (j *Journal) queryPage(ctx context.Context, sql string, args []any, bound i
 		return nil, err
 	}
 	defer rows.Close()
-	out := make([]journal.QueriedEvent, 0, min(size, 256))
-	for rows.Next() {
-		var e journal.QueriedEvent
-		var seq, tx int64
-		var slice int16
-		if err := rows.Scan(&e.PersistenceID, &seq, &e.Ordering, &e.Timestamp, &e.Manifest, &e.Payload, &e.Tags, &e.WriterID, &e.EntityType, &slice, &tx); err != nil {
-			return nil, err
-		}
-		e.SeqNr, e.Slice = uint64(seq), int(slice)
-		e.Offset = journal.Offset{Kind: queryKind, Tx: uint64(tx), Pos: e.Ordering}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return decodeQueryPage(rows, size)
 }
 
 // CurrentPersistenceIDs implements journal.Queries. Ids are in byte order
