@@ -37,6 +37,15 @@
 // failed persist as "maybe stored": an entity stops and recovers from the
 // journal.
 //
+// # Queries
+//
+// The journal answers journal.Queries (query.go): events by slice range and
+// by tag, in commit order without gaps — a row is read only once no
+// transaction that could commit a row before it is still open (see
+// "Queries without gaps" in query.go). Live queries are woken by this
+// journal's writes, by other processes' through LISTEN/NOTIFY, and poll
+// as the fallback (notify.go).
+//
 // # Deleted events
 //
 // DeleteTo records the highest deleted seq nr in event_journal_deleted.
@@ -85,6 +94,16 @@ type Config struct {
 	// ReplayPageSize is the number of events Replay fetches per query; at
 	// most two pages are held in memory. Default 2000.
 	ReplayPageSize int
+	// QueryPageSize is the number of events a query fetches per
+	// statement. Default 1000.
+	QueryPageSize int
+	// QueryPollInterval is how often a Live query that has caught up looks
+	// for new events when nothing wakes it: writes of this journal wake it
+	// at once, and writes of other processes through LISTEN/NOTIFY, so
+	// polling only covers what sends no notification (a transaction outside
+	// the journal that held the watermark back, a lost listener
+	// connection). Default 1s.
+	QueryPollInterval time.Duration
 	// Metrics, when set, receives the journal's Prometheus collectors:
 	// persist and replay latency, events per batch. Default nil: none.
 	Metrics prometheus.Registerer
@@ -98,6 +117,9 @@ func DefaultConfig() Config {
 		Writers:        4,
 		WriteTimeout:   30 * time.Second,
 		ReplayPageSize: 2000,
+
+		QueryPageSize:     1000,
+		QueryPollInterval: time.Second,
 	}
 }
 
@@ -117,6 +139,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplayPageSize <= 0 {
 		c.ReplayPageSize = d.ReplayPageSize
+	}
+	if c.QueryPageSize <= 0 {
+		c.QueryPageSize = d.QueryPageSize
+	}
+	if c.QueryPollInterval <= 0 {
+		c.QueryPollInterval = d.QueryPollInterval
 	}
 	return c
 }
@@ -157,6 +185,8 @@ type Journal struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
+
+	live wakeups // wakes the Live queries: see notify.go
 }
 
 var _ journal.Journal = (*Journal)(nil)
@@ -173,6 +203,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Journal {
 		closed: make(chan struct{}),
 		m:      metrics.NewJournal(cfg.Metrics),
 	}
+	j.live.init(pool)
 	j.wg.Add(cfg.Writers)
 	for range cfg.Writers {
 		go j.writer()
@@ -189,6 +220,7 @@ func (j *Journal) Close() error {
 		for range j.cfg.Writers { // wait for the writes Write sends itself
 			j.slots <- struct{}{}
 		}
+		j.live.close()
 		for {
 			select {
 			case r := <-j.queue:
@@ -417,11 +449,13 @@ func (j *Journal) writer() {
 	}
 }
 
+// The insert statements give entity_type and slice (journal.EntityTypeOf,
+// journal.SliceOf); tx_id takes its default, the writing transaction's id.
 const insertSQL = `INSERT INTO event_journal
-	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
-SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(nullif(i.tags, '')::text[], '{}'), i.writer
-FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
-	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, n)
+	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice)
+SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(nullif(i.tags, '')::text[], '{}'), i.writer, i.etype, i.slice
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::smallint[])
+	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, etype, slice, n)
 WHERE NOT EXISTS (
 	SELECT 1 FROM event_journal_deleted d
 	WHERE d.persistence_id = i.pid AND d.deleted_to >= i.first_seq)
@@ -429,8 +463,8 @@ ORDER BY i.n`
 
 // insertOneSQL is insertSQL for a batch of one event.
 const insertOneSQL = `INSERT INTO event_journal
-	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
-SELECT $1::text, $2::bigint, $3::timestamptz, $4::text, $5::bytea, coalesce(nullif($6::text, '')::text[], '{}'), $7::text
+	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice)
+SELECT $1::text, $2::bigint, $3::timestamptz, $4::text, $5::bytea, coalesce(nullif($6::text, '')::text[], '{}'), $7::text, $8::text, $9::smallint
 WHERE NOT EXISTS (
 	SELECT 1 FROM event_journal_deleted d
 	WHERE d.persistence_id = $1::text AND d.deleted_to >= $2::bigint)`
@@ -439,6 +473,8 @@ WHERE NOT EXISTS (
 type insertArgs struct {
 	pids, manifests, writers []string
 	seqs, firsts             []int64
+	types                    []string // entity type of each row
+	slices                   []int16
 	ts                       []time.Time
 	payloads                 [][]byte
 	tags                     []string // array literals, "" for none
@@ -461,9 +497,12 @@ func buildArgs(batch []*request, n int) *insertArgs {
 		pids: make([]string, 0, n), manifests: make([]string, 0, n), writers: make([]string, 0, n),
 		seqs: make([]int64, 0, n), firsts: make([]int64, 0, n), ts: make([]time.Time, 0, n),
 		payloads: make([][]byte, 0, n), tags: make([]string, 0, n), req: make([]int, 0, n),
+		types: make([]string, 0, n), slices: make([]int16, 0, n),
 	}
 	for _, i := range order {
 		first := int64(batch[i].events[0].SeqNr)
+		pid := batch[i].events[0].PersistenceID // one per write
+		typ, slice := journal.EntityTypeOf(pid), int16(journal.SliceOf(pid))
 		for k := range batch[i].events {
 			e := &batch[i].events[k]
 			payload := e.Payload
@@ -478,6 +517,8 @@ func buildArgs(batch []*request, n int) *insertArgs {
 			a.payloads = append(a.payloads, payload)
 			a.tags = append(a.tags, tagsLiteral(e.Tags))
 			a.writers = append(a.writers, e.WriterID)
+			a.types = append(a.types, typ)
+			a.slices = append(a.slices, slice)
 			a.req = append(a.req, i)
 		}
 	}
@@ -485,7 +526,7 @@ func buildArgs(batch []*request, n int) *insertArgs {
 }
 
 func (a *insertArgs) values() []any {
-	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts}
+	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts, a.types, a.slices}
 }
 
 // tagsLiteral renders tags as a PostgreSQL array literal; "" for none.
@@ -521,7 +562,7 @@ func (j *Journal) flush(batch []*request, n int) {
 	var tag pgconn.CommandTag
 	var err error
 	if n == 1 { // a lone event: a plain one-row INSERT is cheaper to send and to plan
-		tag, err = j.pool.Exec(ctx, insertOneSQL, args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0])
+		tag, err = j.pool.Exec(ctx, insertOneSQL, args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0], args.types[0], args.slices[0])
 	} else {
 		tag, err = j.pool.Exec(ctx, insertSQL, args.values()...)
 	}
@@ -535,6 +576,9 @@ func (j *Journal) flush(batch []*request, n int) {
 		j.stats.conflictBatches.Add(1)
 		err = j.flushConflicting(ctx, batch, args, results)
 	}
+	// Whatever the outcome (an aborted batch may have held the queries'
+	// watermark back), wake the live queries.
+	j.live.written()
 	j.stats.batches.Add(1)
 	j.m.Batch(n)
 	j.stats.writes.Add(uint64(len(batch)))
@@ -699,6 +743,8 @@ func (a *insertArgs) only(keep []bool) *insertArgs {
 		out.payloads = append(out.payloads, a.payloads[row])
 		out.tags = append(out.tags, a.tags[row])
 		out.writers = append(out.writers, a.writers[row])
+		out.types = append(out.types, a.types[row])
+		out.slices = append(out.slices, a.slices[row])
 		out.req = append(out.req, req)
 	}
 	return out
