@@ -42,6 +42,7 @@ func RunQueries(t *testing.T, newJournal func(t *testing.T) QueryJournal) {
 		{"InvalidSliceRange", testInvalidRange},
 		{"CallbackErrorStops", testQueryCallbackError},
 		{"CurrentPersistenceIDs", testPersistenceIDs},
+		{"CountEventsBySlices", testCount},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -509,5 +510,50 @@ func testPersistenceIDs(t *testing.T, j QueryJournal, typ string) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("CurrentPersistenceIDs = %v, want %v", got, want)
+	}
+}
+
+func testCount(t *testing.T, j QueryJournal, typ string) {
+	ctx := context.Background()
+	count := func(r journal.SliceRange, after journal.Offset) int64 {
+		t.Helper()
+		n, err := j.CountEventsBySlices(ctx, typ, r, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(journal.AllSlices, journal.Offset{}); n != 0 {
+		t.Fatalf("count of a type without events = %d, want 0", n)
+	}
+	for i := range 12 {
+		write(t, j, qevents(fmt.Sprintf("%s|n%d", typ, i%4), uint64(i/4+1), 1))
+	}
+	write(t, j, qevents("Other"+typ+"|x", 1, 3)) // another type counts for nothing
+	all := bySlices(t, j, typ, journal.AllSlices, journal.Offset{})
+	for k, want := range map[int]int64{-1: 12, 0: 11, 5: 6, 11: 0} {
+		after := journal.Offset{}
+		if k >= 0 {
+			after = all[k].Offset
+		}
+		if n := count(journal.AllSlices, after); n != want {
+			t.Errorf("count after event %d = %d, want %d", k, n, want)
+		}
+	}
+	half := journal.SliceRange{Min: 0, Max: journal.NumberOfSlices/2 - 1}
+	var inHalf int64
+	for _, e := range all {
+		if half.Contains(e.Slice) {
+			inHalf++
+		}
+	}
+	if n := count(half, journal.Offset{}); n != inHalf {
+		t.Errorf("count in %v = %d, want %d", half, n, inHalf)
+	}
+	if _, err := j.CountEventsBySlices(ctx, typ, journal.AllSlices, journal.Offset{Kind: "other", Pos: 1}); !errors.Is(err, journal.ErrOffsetMismatch) {
+		t.Errorf("count after another kind's offset: %v, want ErrOffsetMismatch", err)
+	}
+	if _, err := j.CountEventsBySlices(ctx, typ, journal.SliceRange{Min: 5, Max: 1}, journal.Offset{}); !errors.Is(err, journal.ErrInvalidQuery) {
+		t.Errorf("count over an invalid range: %v, want ErrInvalidQuery", err)
 	}
 }

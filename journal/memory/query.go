@@ -155,3 +155,26 @@ func (j *Journal) compact() {
 	}
 	j.byOrdering, j.deleted = kept, 0
 }
+
+// CountEventsBySlices counts the stored events of entityType in r after
+// offset after: a projection's lag in events (it implements
+// projection.EventCounter).
+func (j *Journal) CountEventsBySlices(ctx context.Context, entityType string, r journal.SliceRange, after journal.Offset) (int64, error) {
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	if !after.IsStart() && after.Kind != offsetKind {
+		return 0, fmt.Errorf("%w: %s given to the memory journal", journal.ErrOffsetMismatch, after)
+	}
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	var n int64
+	i := sort.Search(len(j.byOrdering), func(i int) bool { return j.byOrdering[i].ev.Ordering > after.Pos })
+	for ; i < len(j.byOrdering); i++ {
+		e := &j.byOrdering[i]
+		if e.entityType == entityType && r.Contains(e.slice) && e.ev.SeqNr > j.logs[e.ev.PersistenceID].deletedTo {
+			n++
+		}
+	}
+	return n, nil
+}

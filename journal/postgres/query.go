@@ -198,3 +198,27 @@ func (j *Journal) CurrentPersistenceIDs(ctx context.Context, entityType string, 
 	}
 	return ids, nil
 }
+
+// CountEventsBySlices counts the stored events of entityType in r after
+// offset after, whether or not a query may hand them out yet: a
+// projection's lag in events (it implements projection.EventCounter).
+func (j *Journal) CountEventsBySlices(ctx context.Context, entityType string, r journal.SliceRange, after journal.Offset) (int64, error) {
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	if !after.IsStart() && after.Kind != queryKind {
+		return 0, fmt.Errorf("%w: %s given to the postgres journal", journal.ErrOffsetMismatch, after)
+	}
+	if after.Tx > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: %s beyond the postgres journal's range", journal.ErrOffsetMismatch, after)
+	}
+	var n int64
+	err := j.pool.QueryRow(ctx, `SELECT count(*) FROM event_journal
+WHERE entity_type = $1 AND slice BETWEEN $2 AND $3
+	AND (tx_id, ordering) > ($4::int8::text::xid8, $5::int8)`,
+		entityType, r.Min, r.Max, int64(after.Tx), after.Pos).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("journal/postgres: count events: %w", err)
+	}
+	return n, nil
+}
