@@ -131,3 +131,47 @@ func TestTypedQueryUnknownManifest(t *testing.T) {
 		t.Fatalf("fn's error came back as %v", err)
 	}
 }
+
+// An old event an upcaster splits reaches a query as one envelope per new
+// event, in order, all with the stored event's seq nr and offset; a renamed
+// manifest decodes through its alias.
+func TestTypedQueryUpcastsOldEvents(t *testing.T) {
+	ctx := context.Background()
+	j := memory.New()
+	reg := codec.NewRegistry()
+	codec.MustRegister[opened](reg, "shop.opened", codec.Aliases("shop.created/v0"))
+	codec.MustRegister[sold](reg, "shop.sold")
+	type soldTwo struct{ Items [2]string } // the shape of an old event, never written again
+	codec.MustUpcast(reg, "shop.soldTwo/v1", func(o soldTwo) []any { return []any{sold{o.Items[0]}, sold{o.Items[1]}} })
+	old := []journal.Event{
+		{PersistenceID: "Shop|a", SeqNr: 1, Manifest: "shop.created/v0", Payload: []byte(`{"Name":"A"}`), Timestamp: time.Unix(1700000000, 0)},
+		{PersistenceID: "Shop|a", SeqNr: 2, Manifest: "shop.soldTwo/v1", Payload: []byte(`{"Items":["apple","pear"]}`), Timestamp: time.Unix(1700000001, 0)},
+	}
+	if err := j.Write(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	storeShopEvents(t, j, reg, "Shop|a", sold{"plum"})
+	var got []eventsourced.Envelope[shopEvent]
+	err := eventsourced.EventsBySlices(ctx, j, reg, "Shop", journal.AllSlices, journal.Offset{}, journal.Current, func(e eventsourced.Envelope[shopEvent]) error {
+		got = append(got, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		ev  shopEvent
+		seq uint64
+	}{{opened{"A"}, 1}, {sold{"apple"}, 2}, {sold{"pear"}, 2}, {sold{"plum"}, 3}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d envelopes %+v, want %d", len(got), got, len(want))
+	}
+	for i, w := range want {
+		if got[i].Event != w.ev || got[i].SeqNr != w.seq {
+			t.Errorf("envelope %d = %+v seq %d, want %+v seq %d", i, got[i].Event, got[i].SeqNr, w.ev, w.seq)
+		}
+	}
+	if got[1].Offset != got[2].Offset || got[2].Offset == got[3].Offset {
+		t.Errorf("offsets %v %v %v: the split parts share the stored event's, the next has its own", got[1].Offset, got[2].Offset, got[3].Offset)
+	}
+}
