@@ -56,24 +56,13 @@ func EventsByTag[E any](ctx context.Context, q journal.Queries, reg *codec.Regis
 	return q.EventsByTag(ctx, tag, after, mode, decoding(reg, fn))
 }
 
-// decoding turns fn into a callback of the untyped queries. It decodes
-// through codec's DecodeAll, the decoding entry of every read path, so
-// manifest aliases and upcasters apply as in recovery.
+// decoding turns fn into a callback of the untyped queries: every value
+// of a stored event is decoded before any is delivered.
 func decoding[E any](reg *codec.Registry, fn func(Envelope[E]) error) func(journal.QueriedEvent) error {
 	return func(qe journal.QueriedEvent) error {
-		vs, err := reg.DecodeAll(qe.Manifest, qe.Payload)
+		envs, err := DecodeEnvelopes[E](reg.DecodeAll, qe)
 		if err != nil {
-			return &EventDecodeError{PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Manifest: qe.Manifest, Offset: qe.Offset, Err: err}
-		}
-		envs := make([]Envelope[E], len(vs))
-		for i, v := range vs { // all decoded before any is delivered
-			e, ok := v.(E)
-			if !ok {
-				return &EventDecodeError{PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Manifest: qe.Manifest, Offset: qe.Offset,
-					Err: fmt.Errorf("%w: %T, want %v", codec.ErrTypeMismatch, v, reflect.TypeFor[E]())}
-			}
-			envs[i] = Envelope[E]{Event: e, PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Timestamp: qe.Timestamp,
-				Offset: qe.Offset, EntityType: qe.EntityType, Slice: qe.Slice, Tags: qe.Tags}
+			return err
 		}
 		for _, env := range envs {
 			if err := fn(env); err != nil {
@@ -82,4 +71,28 @@ func decoding[E any](reg *codec.Registry, fn func(Envelope[E]) error) func(journ
 		}
 		return nil
 	}
+}
+
+// DecodeEnvelopes decodes a queried event into its envelopes with
+// decodeAll (a codec.Registry's DecodeAll, the decoding entry of every read
+// path, so that manifest aliases and upcasters apply as in recovery): one
+// envelope per value, all with the stored event's seq nr and offset. A
+// manifest decodeAll does not know, or a value that is not an E, is an
+// *EventDecodeError.
+func DecodeEnvelopes[E any](decodeAll func(manifest string, payload []byte) ([]any, error), qe journal.QueriedEvent) ([]Envelope[E], error) {
+	vs, err := decodeAll(qe.Manifest, qe.Payload)
+	if err != nil {
+		return nil, &EventDecodeError{PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Manifest: qe.Manifest, Offset: qe.Offset, Err: err}
+	}
+	envs := make([]Envelope[E], len(vs))
+	for i, v := range vs {
+		e, ok := v.(E)
+		if !ok {
+			return nil, &EventDecodeError{PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Manifest: qe.Manifest, Offset: qe.Offset,
+				Err: fmt.Errorf("%w: %T, want %v", codec.ErrTypeMismatch, v, reflect.TypeFor[E]())}
+		}
+		envs[i] = Envelope[E]{Event: e, PersistenceID: qe.PersistenceID, SeqNr: qe.SeqNr, Timestamp: qe.Timestamp,
+			Offset: qe.Offset, EntityType: qe.EntityType, Slice: qe.Slice, Tags: qe.Tags}
+	}
+	return envs, nil
 }

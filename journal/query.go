@@ -186,8 +186,13 @@ type Queries interface {
 	// that hold events, in ascending byte order, starting after afterID ("" for
 	// the first page). A limit below 1 fails with ErrInvalidQuery.
 	CurrentPersistenceIDs(ctx context.Context, entityType string, afterID string, limit int) ([]string, error)
-	// CountEventsBySlices counts the stored events of entityType in r after
-	// offset after, including ones a query does not hand out yet: how far
-	// a reader at after is behind, in events.
+}
+
+// EventCounter is an optional extension of Queries, implemented by the
+// memory and Postgres journals: how far a reader at an offset is behind, in
+// events (a projection's lag).
+type EventCounter interface {
+	// CountEventsBySlices counts the stored events of entityType in r
+	// after offset after, including ones a query does not hand out yet.
 	CountEventsBySlices(ctx context.Context, entityType string, r SliceRange, after Offset) (int64, error)
 }

@@ -16,6 +16,7 @@ import (
 type QueryJournal interface {
 	journal.Journal
 	journal.Queries
+	journal.EventCounter
 }
 
 // RunQueries runs the conformance suite of journal.Queries as subtests of t.
