@@ -318,7 +318,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The lease first: nothing may be hosted by an incarnation the
 	// database does not know to be alive.
-	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node")); err != nil {
+	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
 	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
