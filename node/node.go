@@ -274,8 +274,12 @@ type Node struct {
 
 	pool     *pgxpool.Pool
 	ownsPool bool
-	journal  *journalpg.Journal
-	leases   lease.Store
+	// renewPool is the node lease's own connection, and controlPool the
+	// coordinator's (its lease, allocations, downing): neither queues
+	// behind the journal's traffic on pool. Both are the node's to close.
+	renewPool, controlPool *pgxpool.Pool
+	journal                *journalpg.Journal
+	leases                 lease.Store
 	// leaseList lists the leases for the admin API.
 	leaseList *leasepg.Store
 	holder    *lease.Holder
@@ -318,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The lease first: nothing may be hosted by an incarnation the
 	// database does not know to be alive.
-	if n.holder, err = lease.HoldNode(ctx, n.leases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
+	if n.holder, err = lease.HoldNode(ctx, leasepg.New(n.renewPool), n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
 	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
@@ -345,10 +349,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
 		Membership:         n.view,
-		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.pool),
+		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.controlPool),
 		RememberStore:      shardingpg.NewRememberStore(n.pool),
 		CoordinatorLease:   cfg.Leases.Coordinator,
-		NodeLeases:         remote.NodeLeases(n.leases),
+		NodeLeases:         remote.NodeLeases(leasepg.New(n.controlPool)),
 		OnLeaveRequest:     n.leaveRequested,
 		Logger:             n.sys.Logger(), // names the node
 		Metrics:            n.metrics(),
@@ -433,7 +437,37 @@ func (n *Node) openStores(ctx context.Context) error {
 	n.journal = journalpg.New(n.pool, jc)
 	n.leaseList = leasepg.New(n.pool)
 	n.leases = n.leaseList
+	var err error
+	if n.renewPool, err = n.sidePool(ctx, renewConns); err != nil {
+		return err
+	}
+	if n.controlPool, err = n.sidePool(ctx, controlConns); err != nil {
+		return err
+	}
 	return nil
+}
+
+// Connections of the side pools: the node lease's renewals are one at a
+// time; the coordinator renews its lease while an allocation write or a
+// downing call is under way.
+const (
+	renewConns   = 1
+	controlConns = 3
+)
+
+// sidePool opens a pool of conns connections to the database of the main
+// pool, kept open (a renewal does not pay for a connect) and checked
+// often, so that a connection lost is replaced before the next renewal
+// needs it.
+func (n *Node) sidePool(ctx context.Context, conns int32) (*pgxpool.Pool, error) {
+	pc := n.pool.Config() // a copy
+	pc.MaxConns, pc.MinConns = conns, conns
+	pc.HealthCheckPeriod = time.Second
+	p, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("node: open a lease connection: %w", err)
+	}
+	return p, nil
 }
 
 // startCluster listens for messages and gossip. The transport's listener
@@ -667,6 +701,11 @@ func (n *Node) releaseLease() {
 func (n *Node) closeStores() {
 	if n.journal != nil {
 		_ = n.journal.Close()
+	}
+	for _, p := range []*pgxpool.Pool{n.renewPool, n.controlPool} {
+		if p != nil {
+			p.Close()
+		}
 	}
 	if n.ownsPool && n.pool != nil {
 		n.pool.Close()

@@ -171,7 +171,7 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 
 // coordinatorRunner is a coordinator's runner (DESIGN §8): it acts only
 // while it holds the type's coordinator lease. Until it gets the lease it
-// retries every RetryInterval and drops what it is sent (regions retry);
+// retries (see acquireEvery) and drops what it is sent (regions retry);
 // what comes while an acquisition is in flight waits for its answer.
 // Once it holds it, a lease.Keeper on the coordinator's own timers (no
 // goroutine of its own: idle, it owns none) renews it every RenewEvery and
@@ -196,7 +196,7 @@ type coordinatorRunner[C any] struct {
 	view     []Member // the latest membership view, unfiltered
 	// downFailing: the last downing store call failed. Only the first
 	// failure of a run is a warning: the calls repeat every
-	// RetryInterval/4 per member while the node-lease store is down.
+	// pollEvery per member while the node-lease store is down.
 	downFailing bool
 	// pipe holds the store writes and the messages waiting for them;
 	// retries paces the retries of a failed write.
@@ -319,7 +319,7 @@ func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired
 			return entity.Stopped[Message]()
 		}
 		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", m.err)
-		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, cr.acquireEvery())
 		ctx.Stash().UnstashAll() // taken as before the lease: dropped, views counted
 		return entity.Same[Message]()
 	}
@@ -373,7 +373,7 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 	r := cr.r
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	if cr.down != nil {
-		every := max(r.settings.RetryInterval/4, time.Millisecond)
+		every := cr.pollEvery()
 		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
 	}
 	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
@@ -381,6 +381,22 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 	}
 	ctx.Stash().UnstashAll()
 	return entity.Same[Message]()
+}
+
+// pollEvery is how often the downing machine's store calls go out: a
+// quarter of RetryInterval or of the lease length, whichever is shorter,
+// so that an expired node lease is seen a fraction of a lease after it
+// expired (see downing.due).
+func (cr *coordinatorRunner[C]) pollEvery() time.Duration {
+	return max(min(cr.r.settings.RetryInterval, cr.timing.Length)/4, time.Millisecond)
+}
+
+// acquireEvery is how often a coordinator retries the acquisition of a
+// lease held elsewhere: every RetryInterval, but at least four times per
+// lease length, so that a crashed holder's lease is taken over soon after
+// it expired.
+func (cr *coordinatorRunner[C]) acquireEvery() time.Duration {
+	return max(min(cr.r.settings.RetryInterval, cr.timing.Length/4), time.Millisecond)
 }
 
 // granted records a successful acquisition or renewal that started at

@@ -36,17 +36,26 @@ type Settings struct {
 
 // DefaultSettings returns the defaults:
 //
-//	Node:        Length 15s, RenewEvery 5s, Margin 3s
-//	Coordinator: Length 15s, RenewEvery 5s, Margin 3s
+//	Node:        Length 2s, RenewEvery 2s/3, Margin 500ms
+//	Coordinator: Length 2s, RenewEvery 2s/3, Margin 500ms
 //
-// 15 s sits above memberlist's LAN failure detection (4 s, up to 24 s
-// without confirmations; cluster-facts.md §1), so a node is downed in
-// about the time its lease takes to run out, and well below Akka's 120 s
-// lease default, which trades availability for tolerance of long pauses.
-// The 3 s margin dwarfs clock drift (ppm over 15 s) and leaves room for a
-// stop-the-world pause while fencing.
+// The node lease's Length bounds failover: a crashed node's lease expires
+// in the store at most Length after its last renewal, and the coordinators
+// read the expiry in the store without waiting for the membership's
+// failure detector, so its shards serve elsewhere about 2.5 s after a
+// kill -9. The price is tolerance of stalls: a holder that cannot
+// complete a renewal for Length − Margin = 1.5 s (a database round trip
+// that slow, a stop-the-world pause, a host that does not schedule it)
+// fences itself and restarts as a new incarnation. Renewals ride a
+// connection of their own, so journal traffic does not delay them; with
+// RenewEvery a third of Length, the two renewals before the fence time
+// and their retries (every RenewEvery/4) must all fail. The 500 ms margin
+// dwarfs clock drift (ppm over 2 s) and covers the time fencing takes.
+// Akka's lease default is 120 s, trading availability for tolerance of
+// long pauses; a deployment on hosts that stall for seconds should
+// lengthen Length (and so failover) accordingly.
 func DefaultSettings() Settings {
-	t := Timing{Length: 15 * time.Second, RenewEvery: 5 * time.Second, Margin: 3 * time.Second}
+	t := Timing{Length: 2 * time.Second, RenewEvery: 2 * time.Second / 3, Margin: 500 * time.Millisecond}
 	return Settings{Node: t, Coordinator: t}
 }
 
