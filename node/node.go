@@ -325,6 +325,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.holder, err = lease.HoldNode(ctx, leasepg.New(n.renewPool), n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
+	n.openJournal()
 	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
 		return nil, err
 	}
@@ -430,11 +431,6 @@ func (n *Node) openStores(ctx context.Context) error {
 			return fmt.Errorf("node: migrate: %w", err)
 		}
 	}
-	jc := n.cfg.Journal
-	if jc.Metrics == nil {
-		jc.Metrics = n.metrics()
-	}
-	n.journal = journalpg.New(n.pool, jc)
 	n.leaseList = leasepg.New(n.pool)
 	n.leases = n.leaseList
 	var err error
@@ -468,6 +464,19 @@ func (n *Node) sidePool(ctx context.Context, conns int32) (*pgxpool.Pool, error)
 		return nil, fmt.Errorf("node: open a lease connection: %w", err)
 	}
 	return p, nil
+}
+
+// openJournal opens the journal, fenced by the node lease (see
+// journalpg.Fence): an incarnation that lost its lease, or resumes from a
+// pause past it, writes no event, whatever its goroutines do first.
+func (n *Node) openJournal() {
+	jc := n.cfg.Journal
+	if jc.Metrics == nil {
+		jc.Metrics = n.metrics()
+	}
+	n.journal = journalpg.New(n.pool, jc, journalpg.WithFence(journalpg.Fence{
+		NodeID: n.self.Node, Incarnation: n.self.Incarnation, Holds: n.holder.Holds,
+	}))
 }
 
 // startCluster listens for messages and gossip. The transport's listener
