@@ -346,10 +346,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
+	view := newLeaseView(n.view, leasepg.New(n.controlPool).ExpiredNodes)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
-		Membership:         n.view,
+		Membership:         view,
 		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.controlPool),
 		RememberStore:      shardingpg.NewRememberStore(n.pool),
 		CoordinatorLease:   cfg.Leases.Coordinator,
@@ -369,6 +370,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if len(cfg.Seeds) == 0 && len(cfg.RejoinSeeds) > 0 {
 		go n.rejoin()
 	}
+	go view.run(cfg.Leases.Node.Length/4, n.done)
 	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
 	return n, nil
 }

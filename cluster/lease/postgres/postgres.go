@@ -226,6 +226,37 @@ func (s *Store) NodeLeaseExpired(ctx context.Context, node cluster.UniqueAddress
 	return true, nil
 }
 
+// ExpiredNodes returns those of nodes whose lease has expired in the
+// store's time (downed and released ones included), in no order; an
+// incarnation the store does not know is not among them. It locks
+// nothing: a caller that moves shards on the answer asks NodeLeaseExpired.
+func (s *Store) ExpiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	ids, incs := make([]string, 0, len(nodes)), make([]int64, 0, len(nodes))
+	for _, n := range nodes {
+		if err := lease.ValidateNode(n); err != nil {
+			return nil, err
+		}
+		ids, incs = append(ids, n.Node), append(incs, int64(n.Incarnation))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT l.node_id, l.incarnation FROM node_leases l
+		JOIN unnest($1::text[], $2::bigint[]) AS n(id, inc) ON l.node_id = n.id AND l.incarnation = n.inc
+		WHERE l.expires_at <= coalesce($3::timestamptz, clock_timestamp())`, ids, incs, s.timeParam())
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cluster.UniqueAddress, error) {
+		var a cluster.UniqueAddress
+		var inc int64
+		err := row.Scan(&a.Node, &inc)
+		a.Incarnation = uint64(inc)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+	}
+	return out, nil
+}
+
 // coordinatorRow is the coordinator lease row read under its lock, with
 // the database time of the reading.
 type coordinatorRow struct {
