@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -126,5 +127,36 @@ func (v *leaseView) run(interval time.Duration, done <-chan struct{}) {
 		ctx, cancel := context.WithTimeout(context.Background(), interval)
 		_ = v.refresh(ctx) // the next tick retries; the lease itself is the guard
 		cancel()
+	}
+}
+
+// leasedTransport is the node's transport as sharding sees it: once the
+// node no longer holds its lease by its own clock, nothing is sent and
+// nothing received is handled. A node frozen past its lease (a pause, a
+// stopped container) resumes with messages waiting in its sockets and
+// overdue timers, and the goroutine that fences it may run last: until it
+// does, a region would forward stale messages to the shards' new homes
+// (out of order with what was sent there since) and entities would reply
+// from a stale state. The holder fences the node at once after.
+type leasedTransport struct {
+	cluster.Transport
+	holds func() bool
+}
+
+// Send implements cluster.Transport: ErrUnreachable, wrapping ErrFenced,
+// once the lease is not held.
+func (t leasedTransport) Send(to cluster.UniqueAddress, msg any) error {
+	if !t.holds() {
+		return fmt.Errorf("%w: %w: %s no longer holds its node lease", cluster.ErrUnreachable, ErrFenced, t.Self())
+	}
+	return t.Transport.Send(to, msg)
+}
+
+// handler wraps h: a message is dropped once the lease is not held.
+func (t leasedTransport) handler(h cluster.Handler) cluster.Handler {
+	return func(from cluster.UniqueAddress, msg any) {
+		if t.holds() {
+			h(from, msg)
+		}
 	}
 }

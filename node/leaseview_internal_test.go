@@ -94,3 +94,39 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		t.Fatalf("asked %v, want %v: an expired lease is final, not asked again", asked, want)
 	}
 }
+
+type recordingTransport struct{ sent []any }
+
+func (r *recordingTransport) Self() cluster.UniqueAddress {
+	return cluster.UniqueAddress{Node: "a", Incarnation: 1}
+}
+func (r *recordingTransport) Send(_ cluster.UniqueAddress, msg any) error {
+	r.sent = append(r.sent, msg)
+	return nil
+}
+func (r *recordingTransport) Close(context.Context) error { return nil }
+
+// A node resumed past its lease, before its holder fenced it, neither
+// sends nor handles a message: a region would forward stale messages, an
+// entity answer from a stale state.
+func TestLeasedTransportStopsWithTheLease(t *testing.T) {
+	var held atomic.Bool
+	held.Store(true)
+	inner := &recordingTransport{}
+	lt := leasedTransport{Transport: inner, holds: held.Load}
+	var handled []any
+	h := lt.handler(func(_ cluster.UniqueAddress, msg any) { handled = append(handled, msg) })
+	to := cluster.UniqueAddress{Node: "b", Incarnation: 1}
+	if err := lt.Send(to, "held"); err != nil {
+		t.Fatal(err)
+	}
+	h(to, "held")
+	held.Store(false)
+	if err := lt.Send(to, "fenced"); !errors.Is(err, cluster.ErrUnreachable) || !errors.Is(err, ErrFenced) {
+		t.Fatalf("Send without the lease: %v, want ErrUnreachable and ErrFenced", err)
+	}
+	h(to, "fenced")
+	if !slices.Equal(inner.sent, []any{"held"}) || !slices.Equal(handled, []any{"held"}) {
+		t.Fatalf("sent %v, handled %v; want only the message sent and received while held", inner.sent, handled)
+	}
+}

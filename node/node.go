@@ -513,7 +513,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		return err
 	}
 	n.net, err = tcp.Listen(tcp.Config{
-		Self: n.self, Codec: cfg.Codec, Handler: n.remote.Handle, Membership: n.members,
+		Self: n.self, Codec: cfg.Codec, Handler: leasedTransport{holds: n.holder.Holds}.handler(n.remote.Handle), Membership: n.members,
 		Listener: ln, ClusterName: cfg.ClusterName,
 		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
 		Logger: n.layerLog(), Metrics: n.metrics(),
@@ -522,7 +522,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	return n.remote.Bind(n.net)
+	return n.remote.Bind(leasedTransport{Transport: n.net, holds: n.holder.Holds})
 }
 
 func hostPort(addr string) (string, int, error) {
