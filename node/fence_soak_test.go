@@ -41,7 +41,7 @@ func TestNoFalseFence(t *testing.T) {
 	var persisted, failed [4]int
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; ctx.Err() == nil && n.Alive() == nil; i++ {
 				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 				_, err := entity.Ask(actx, n.ops.EntityRefFor(fmt.Sprint("soak-", w, "-", i%50)), func(to entity.ReplyTo[int]) Command {
 					return Apply{Op: "x", ReplyTo: to}

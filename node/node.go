@@ -35,6 +35,34 @@
 // (Config.ClusterSize). On the minority side it downs nobody and
 // releases the coordinator lease, so that the majority's oldest member
 // takes it and downs the minority, whose nodes then fence themselves.
+//
+// Failover and its price. The node lease is what a crash costs: with the
+// default leases (lease.DefaultSettings: 2 s, renewed every 500 ms, fenced
+// 500 ms before its end) a crashed node's lease expires in the database at
+// most 2 s after its last renewal. Nothing waits for memberlist (about
+// 5.5 s to declare a crash with its LAN timing): every coordinator polls
+// the leases of the members it counts every quarter lease and takes an
+// expired one as Down, and sharding's view shows a member whose lease
+// expired unreachable, so the coordinator's place moves off a crashed
+// oldest node too. BenchmarkKillFailover measured every shard of a
+// killed node serving again from a survivor about 2.2 s after the kill
+// (3.0 s when it was the oldest and hosted the coordinator), against
+// 15.2 s with the former 15 s lease. The price: a node that cannot
+// complete a renewal for 1.5 s fences itself and restarts as a new
+// incarnation. Renewals ride a database connection and a goroutine of
+// their own, so journal traffic does not delay them; what remains is a
+// database that stalls, or a host that does not schedule the node, for
+// that long. Beside a busy loop on both cores of a loaded 2-core host
+// (scripts/false-fence.sh) a healthy node did not fence itself (see the
+// script for the count). A deployment whose hosts stall for seconds
+// (swapping, long GC pauses, a noisy neighbour) lengthens Config.Leases,
+// and failover with it.
+//
+// A node that no longer holds its lease by its own clock, but has not
+// fenced yet (the usual case right after a pause past the lease: its
+// goroutines resume in any order), neither writes an event (the journal
+// checks the lease before sending, and in the statement itself, in the
+// database's time: journalpg.Fence) nor sends or handles a message.
 package node
 
 import (
@@ -149,7 +177,10 @@ type Config struct {
 	AllowAnyNodeCert     bool
 
 	// PostgresDSN is the database to connect to; ignored when Pool is set.
-	// The pool opened on it has at least Journal.Writers + 6 connections.
+	// The pool opened on it has at least Journal.Writers + 6 connections;
+	// the node opens 4 more of its own on the same database: one for the
+	// node lease's renewals, three for the coordinator (its lease,
+	// allocations, downing), so that journal traffic delays neither.
 	PostgresDSN string
 	// Pool is a pool to use instead of opening one; the node does not
 	// close it.

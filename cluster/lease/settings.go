@@ -36,26 +36,29 @@ type Settings struct {
 
 // DefaultSettings returns the defaults:
 //
-//	Node:        Length 2s, RenewEvery 2s/3, Margin 500ms
-//	Coordinator: Length 2s, RenewEvery 2s/3, Margin 500ms
+//	Node:        Length 2s, RenewEvery 500ms, Margin 500ms
+//	Coordinator: Length 2s, RenewEvery 500ms, Margin 500ms
 //
 // The node lease's Length bounds failover: a crashed node's lease expires
 // in the store at most Length after its last renewal, and the coordinators
 // read the expiry in the store without waiting for the membership's
-// failure detector, so its shards serve elsewhere about 2.5 s after a
+// failure detector, so its shards serve elsewhere 2 to 3 s after a
 // kill -9. The price is tolerance of stalls: a holder that cannot
 // complete a renewal for Length − Margin = 1.5 s (a database round trip
 // that slow, a stop-the-world pause, a host that does not schedule it)
 // fences itself and restarts as a new incarnation. Renewals ride a
 // connection of their own, so journal traffic does not delay them; with
-// RenewEvery a third of Length, the two renewals before the fence time
-// and their retries (every RenewEvery/4) must all fail. The 500 ms margin
-// dwarfs clock drift (ppm over 2 s) and covers the time fencing takes.
-// Akka's lease default is 120 s, trading availability for tolerance of
-// long pauses; a deployment on hosts that stall for seconds should
-// lengthen Length (and so failover) accordingly.
+// RenewEvery a quarter of Length, a renewal has a whole second to answer
+// before the fence time, and a failed one is retried every RenewEvery/4.
+// (Renewing every third of Length left a renewal 833 ms, and a healthy
+// node beside a busy loop on both cores of an overloaded host fenced
+// itself once in ten 20 s runs.) The 500 ms margin dwarfs clock drift
+// (ppm over 2 s) and covers the time fencing takes. Akka's lease default
+// is 120 s, trading availability for tolerance of long pauses; a
+// deployment on hosts that stall for seconds should lengthen Length (and
+// so failover) accordingly.
 func DefaultSettings() Settings {
-	t := Timing{Length: 2 * time.Second, RenewEvery: 2 * time.Second / 3, Margin: 500 * time.Millisecond}
+	t := Timing{Length: 2 * time.Second, RenewEvery: 500 * time.Millisecond, Margin: 500 * time.Millisecond}
 	return Settings{Node: t, Coordinator: t}
 }
 
