@@ -11,8 +11,9 @@ type Timing struct {
 	// acquisition or renewal.
 	Length time.Duration
 	// RenewEvery is how long after the start of a successful renewal the
-	// holder starts the next one. DESIGN §8: Length/3, so two renewals
-	// can fail before the holder fences itself.
+	// holder starts the next one. At most Length/3 (DESIGN §8), so two
+	// renewals can fail before the holder fences itself; the default is
+	// Length/4 (see DefaultSettings).
 	RenewEvery time.Duration
 	// Margin is how long before Length runs out, counted on the holder's
 	// own monotonic clock from the start of its last successful renewal,
