@@ -45,9 +45,10 @@
 // expired one as Down, and sharding's view shows a member whose lease
 // expired unreachable, so the coordinator's place moves off a crashed
 // oldest node too. BenchmarkKillFailover measured every shard of a
-// killed node serving again from a survivor about 2.2 s after the kill
-// (3.0 s when it was the oldest and hosted the coordinator), against
-// 15.2 s with the former 15 s lease. The price: a node that cannot
+// killed node serving again from a survivor 2.0 s after the kill (3.0 s
+// when it was the oldest and hosted the coordinator), against 15.2 s
+// (16.2 s) with the former 15 s lease (medians of 3, 2-core host at load
+// 13). The price: a node that cannot
 // complete a renewal for 1.5 s fences itself and restarts as a new
 // incarnation. Renewals ride a database connection and a goroutine of
 // their own, so journal traffic does not delay them; what remains is a

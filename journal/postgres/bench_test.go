@@ -78,7 +78,8 @@ type batchTimer struct {
 type batchStart struct{}
 
 func (t *batchTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "INSERT INTO event_journal\n") {
+	// The journal's inserts, fenced (WithFence) or not.
+	if strings.HasPrefix(d.SQL, "INSERT INTO event_journal\n") || strings.HasPrefix(d.SQL, "WITH fence AS (") {
 		return context.WithValue(ctx, batchStart{}, time.Now())
 	}
 	return ctx
