@@ -136,12 +136,12 @@ func TestMetricsCoordinatorLeaseRenewals(t *testing.T) {
 		s, reg := metricsSim(t, sharding.Settings{})
 		n := s.join("a", "host")
 		n.tell(t, "e", note{Text: "x"})
-		time.Sleep(16 * time.Second) // renewals every 5 s
+		time.Sleep(1600 * time.Millisecond) // renewals every 500 ms
 		synctest.Wait()
 		labels := map[string]string{"node": "a", "lease": "coordinator"}
 		ok := metricstest.Value(t, reg, "shoal_lease_renewals_total", map[string]string{"node": "a", "lease": "coordinator", "result": "ok"})
 		if ok != 3 {
-			t.Fatalf("%v coordinator lease renewals in 16 s, want 3", ok)
+			t.Fatalf("%v coordinator lease renewals in 1.6 s, want 3", ok)
 		}
 		if lags, sum := metricstest.Value(t, reg, "shoal_lease_renewal_lag_seconds", labels), metricstest.HistogramSum(t, reg, "shoal_lease_renewal_lag_seconds", labels); lags != ok || sum != 0 {
 			t.Fatalf("%v lag observations summing to %v s, want %v summing to 0", lags, sum, ok)

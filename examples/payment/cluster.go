@@ -120,7 +120,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
 	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
 	fs.BoolVar(&c.adminReadsNeedToken, "admin-reads-need-token", false, "cluster mode: the admin API's reads need the token too")
-	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 15s)")
+	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 2s)")
 	fs.StringVar(&c.gossipTiming, "gossip-timing", "lan", "cluster mode: failure detection, \"lan\" (memberlist's LAN defaults: a crashed node is declared failed after about 4 s) or \"fast\" (about 1 s: for tests on one host)")
 }
 

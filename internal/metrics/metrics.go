@@ -27,9 +27,10 @@
 //	sharding_handoff_duration_seconds{type}  sharding_rebalanced_shards_total{type}
 //	journal_persist_duration_seconds         journal_replay_duration_seconds
 //	journal_batch_events                     lease_renewals_total{lease,result}
-//	lease_renewal_lag_seconds{lease}         transport_sent_bytes_total{peer}
-//	transport_received_bytes_total{peer}     transport_sent_frames_total{peer}
-//	transport_received_frames_total{peer}    transport_queue_depth{peer}
+//	lease_renewal_lag_seconds{lease}         lease_renewal_duration_seconds{lease}
+//	transport_sent_bytes_total{peer}         transport_received_bytes_total{peer}
+//	transport_sent_frames_total{peer}        transport_received_frames_total{peer}
+//	transport_queue_depth{peer}
 //	projection_events_handled_total{projection,instance}
 //	projection_failures_total{projection,instance,result}
 //	projection_lag_seconds{projection,instance}
