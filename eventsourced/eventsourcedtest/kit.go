@@ -10,7 +10,13 @@
 //
 // An entity that stops fails the test unless the test said it would:
 // ExpectStop, Options.AllowStop, the kit's own Stop and Restart, and a
-// passivation (the kit owns the entity, so Passivate stops it) are expected.
+// passivation are expected. The kit owns the entity as a shard would: when
+// it passivates, the kit sends it Options.StopMessage, as sharding sends
+// sharding.Entity.StopMessage, and the entity stops when it handles it (so
+// an entity that stashes its stop message while busy is tested as it runs);
+// without a stop message the entity is stopped at once. Unlike a shard, the
+// kit neither holds messages sent after the stop message for a next
+// incarnation nor stops a slow entity by force.
 //
 // Time: the entity runs on Options.Clock (default timers.Real). Inside a
 // testing/synctest bubble the default clock is the bubble's fake clock, so
@@ -32,6 +38,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -67,6 +74,10 @@ type Options struct {
 	// AllowStop lets the entity stop at any time without failing the test;
 	// without it, a stop must be announced with ExpectStop.
 	AllowStop bool
+	// StopMessage, if set, is what the kit sends the entity when it
+	// passivates, like sharding.Entity.StopMessage; it must be a command
+	// of the entity's type. Nil: a passivation stops the entity at once.
+	StopMessage any
 	// StashCapacity, MailboxCapacity and HeldCapacity are passed to the
 	// entity's entity.Props; zero means the runtime's default.
 	StashCapacity, MailboxCapacity, HeldCapacity int
@@ -178,7 +189,15 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 		t.Fatal(err)
 	}
 	k.sys = sys
-	k.props = &entity.Props[C]{Key: key, Create: create, Owner: kitOwner[C]{k.stopBookkeeping()},
+	owner := kitOwner[C]{book: k.stopBookkeeping()}
+	if opts.StopMessage != nil {
+		stop, ok := opts.StopMessage.(C)
+		if !ok {
+			t.Fatalf("eventsourcedtest: Options.StopMessage %T is not a %v", opts.StopMessage, reflect.TypeFor[C]())
+		}
+		owner.stop, owner.hasStop = stop, true
+	}
+	k.props = &entity.Props[C]{Key: key, Create: create, Owner: owner,
 		StashCapacity: opts.StashCapacity, MailboxCapacity: opts.MailboxCapacity, HeldCapacity: opts.HeldCapacity}
 	k.start()
 	// Commands sent around RunCommand (with Tell or Ask), and stops
@@ -473,7 +492,8 @@ func (k *Kit[C, E, S]) ExpectStop() {
 }
 
 // Passivated reports whether the running or last incarnation asked to
-// passivate (Context.Passivate); the kit, its owner, then stops it.
+// passivate (Context.Passivate); the kit, its owner, then sends it
+// Options.StopMessage, or stops it at once without one.
 func (k *Kit[C, E, S]) Passivated() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -536,14 +556,31 @@ type stopBook struct {
 }
 
 // kitOwner makes the kit the entity's owner, as a shard would be: a
-// passivation request stops it, and is remembered as an expected stop.
-type kitOwner[C any] struct{ book *stopBook }
+// passivation request sends the stop message (or, without one, stops the
+// entity), once per incarnation, and is remembered as an expected stop.
+type kitOwner[C any] struct {
+	book    *stopBook
+	stop    C
+	hasStop bool
+}
 
 func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 	o.book.mu.Lock()
+	again := *o.book.passivated
 	*o.book.passivated = true
 	o.book.mu.Unlock()
-	c.Stop()
+	switch {
+	case again: // a shard, too, ignores a second request while passivating
+	case !o.hasStop:
+		c.Stop()
+	default:
+		if err := c.Tell(o.stop); err != nil {
+			// A full mailbox or a stop message the codec refuses: stop now,
+			// rather than leave a passivating entity running forever.
+			c.Log().Error("eventsourcedtest: stop message refused; stopping", "err", err)
+			c.Fail(fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
+		}
+	}
 }
 
 func (o kitOwner[C]) Stopped(*entity.Cell[C], error) {}
