@@ -8,6 +8,11 @@
 // that other messages (a timer, a piped result, an unstashed command)
 // persisted meanwhile, each with its cause; History has them all.
 //
+// The kit stops its entity when the test ends (a Cleanup registered by New),
+// so that no incarnation outlives its test: an in-flight PipeToSelf sees its
+// context cancelled, and a test inside testing/synctest ends with no
+// goroutine of the bubble left blocked on the entity.
+//
 // An entity that stops fails the test unless the test said it would:
 // ExpectStop, Options.AllowStop, the kit's own Stop and Restart, and a
 // passivation are expected. The kit owns the entity as a shard would: when
@@ -156,7 +161,9 @@ type ReplyResult[E, S, R any] struct {
 	Replied bool
 }
 
-// New starts the entity built by create and waits for its recovery.
+// New starts the entity built by create and waits for its recovery. It
+// registers a t.Cleanup that checks the end of the test and stops the
+// entity, so a test need not stop it.
 func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
 	t.Helper()
 	if opts.Codec == nil {
@@ -201,14 +208,34 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 		StashCapacity: opts.StashCapacity, MailboxCapacity: opts.MailboxCapacity, HeldCapacity: opts.HeldCapacity}
 	k.start()
 	// Commands sent around RunCommand (with Tell or Ask), and stops
-	// between commands, are checked too.
+	// between commands, are checked too; then the entity is stopped.
 	t.Cleanup(func() {
 		if stopped, err := k.stoppedNow(); stopped {
 			k.judgeStop(err, t.Errorf)
 		}
 		k.checkReplies(t.Errorf)
+		k.stopAtEnd()
 	})
 	return k
+}
+
+// stopAtEnd stops the running incarnation when the test ends, so that
+// nothing of it outlives the test: its PipeToSelf work sees its context
+// cancelled and its timers end, and a synctest bubble is left with no
+// goroutine blocked on it.
+func (k *Kit[C, E, S]) stopAtEnd() {
+	if stopped, _ := k.stoppedNow(); stopped {
+		return
+	}
+	k.mu.Lock()
+	k.kitStopping = true
+	k.mu.Unlock()
+	k.cell.StopNow()
+	select {
+	case <-k.cell.Done():
+	case <-time.After(k.opts.Timeout):
+		k.t.Errorf("eventsourcedtest: %s/%s did not stop within %v after the test", k.key, k.opts.EntityID, k.opts.Timeout)
+	}
 }
 
 func (k *Kit[C, E, S]) start() {
