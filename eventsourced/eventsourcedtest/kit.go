@@ -47,6 +47,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -110,9 +111,12 @@ type Kit[C, E, S any] struct {
 	props   *entity.Props[C]
 	cell    *entity.Cell[C]
 	behav   stateful[S]
-	seen    int // how many of journal.Written were already reported
+	seen    int // how many of journal.Written are in history
 	obs     *observer
 	history []Persisted[E]
+	byKit   []bool // history[i] was written by a command the kit sent
+	// reported is how much of history a Result has reported.
+	reported int
 
 	mu          sync.Mutex // guards the stop bookkeeping, which the entity's goroutine also touches
 	expectStop  bool       // ExpectStop was called and no stop has used it yet
@@ -380,6 +384,25 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 		// Handled, but not recognised: it arrived different from what was sent.
 		k.t.Fatalf("eventsourcedtest: the command sent is not the command the entity handled (a codec round trip changed it); its writes cannot be told from other messages'")
 	}
+	k.ingest()
+	for i := k.reported; i < len(k.history); i++ {
+		if k.byKit[i] {
+			res.Events = append(res.Events, k.history[i].Events...)
+		} else {
+			res.Others = append(res.Others, Persisted[E]{Cause: k.history[i].Cause, Events: slices.Clone(k.history[i].Events)})
+		}
+	}
+	k.reported = len(k.history)
+	if !k.opts.SkipSerializationChecks && k.behav != nil {
+		k.checkState(res.State)
+	}
+	return res
+}
+
+// ingest appends the writes the journal has stored since the last call to
+// the history, each attributed to its cause and checked by the codec.
+func (k *Kit[C, E, S]) ingest() {
+	k.t.Helper()
 	written := k.journal.Written()
 	var last *Persisted[E]
 	lastFirst := uint64(0)
@@ -394,27 +417,14 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 			}
 		}
 		w, ok := k.obs.writeOf(ev.SeqNr)
-		if ok && w.byKit {
-			res.Events = append(res.Events, e)
-		}
 		if last == nil || !ok || w.first != lastFirst {
 			k.history = append(k.history, Persisted[E]{Cause: w.cause})
+			k.byKit = append(k.byKit, ok && w.byKit)
 			last, lastFirst = &k.history[len(k.history)-1], w.first
-			if !ok || !w.byKit {
-				res.Others = append(res.Others, Persisted[E]{Cause: w.cause})
-			}
 		}
 		last.Events = append(last.Events, e)
-		if !ok || !w.byKit {
-			o := &res.Others[len(res.Others)-1]
-			o.Events = append(o.Events, e)
-		}
 	}
 	k.seen = len(written)
-	if !k.opts.SkipSerializationChecks && k.behav != nil {
-		k.checkState(res.State)
-	}
-	return res
 }
 
 func (k *Kit[C, E, S]) checkState(s S) {
@@ -538,9 +548,22 @@ func (k *Kit[C, E, S]) Stopped() (bool, error) {
 	return stopped, err
 }
 
-// History is every write the kit has seen reported, in order, each with
-// the message that caused it, across incarnations.
-func (k *Kit[C, E, S]) History() []Persisted[E] { return append([]Persisted[E](nil), k.history...) }
+// History is every write stored so far, in order, each with the message
+// that caused it, across incarnations: it waits for the messages queued so
+// far, so it includes the write behind a reply a ReplyProbe has seen, and
+// writes no Result has reported yet (the next Result's Others still will).
+func (k *Kit[C, E, S]) History() []Persisted[E] {
+	k.t.Helper()
+	if stopped, _ := k.stoppedNow(); !stopped {
+		k.await(func() {})
+	}
+	k.ingest()
+	h := make([]Persisted[E], len(k.history))
+	for i, p := range k.history {
+		h[i] = Persisted[E]{Cause: p.Cause, Events: slices.Clone(p.Events)}
+	}
+	return h
+}
 
 func (k *Kit[C, E, S]) stoppedNow() (bool, error) {
 	select {
