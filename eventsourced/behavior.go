@@ -53,6 +53,8 @@ type behavior[C, E, S any] struct {
 	cancelRecovery context.CancelFunc
 	// diag is what a testkit watches; nil until it is needed.
 	diag *diagnostics
+	// track checks that the command handler returns the effect it built.
+	track effectTracker
 }
 
 // diagnostics is the part of a behavior only tests and misbehaving
@@ -378,7 +380,12 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 	if b.diag != nil && b.diag.observer != nil {
 		b.diag.observer.Handling(cmd)
 	}
-	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx()}, b.state, cmd)
+	b.track.start = b.track.built
+	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx(), track: &b.track}, b.state, cmd)
+	if built, dropped := b.track.dropped(eff.origin); dropped {
+		b.dropEffect(cmd, built, eff.kind)
+		return entity.Same[C]()
+	}
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
 	}
@@ -398,6 +405,15 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 		return entity.Unhandled[C]()
 	}
 	return entity.Same[C]()
+}
+
+// dropEffect stops the entity for a handler that built an effect and
+// returned another: which of the two it meant is anyone's guess.
+func (b *behavior[C, E, S]) dropEffect(cmd C, built builder, returned EffectKind) {
+	err := &DroppedEffectError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Built: built.String(), Returned: returned}
+	b.Log().Error("command handler dropped an effect; stopping", "err", err)
+	b.System().FailAsks(cmd, err)
+	b.cell().Fail(err)
 }
 
 // missingReply reports a command whose effect broke Config.EnforcedReplies.

@@ -105,16 +105,17 @@ type Context[C any] interface {
 // names are ctx.Context.Stop and ctx.Context.Stash. Because of them a
 // CommandContext is not itself a Context: pass ctx.Context to a function
 // that wants one.
+//
+// Effects act only when the handler returns them, whereas the Context's
+// Passivate, Timers and PipeToSelf act at once. A handler that builds a
+// Persist, Stash, Stop, UnstashAll or Reply effect and returns another
+// (ctx.Stop(); return ctx.None()) is a bug the entity stops for, with a
+// *DroppedEffectError.
 type CommandContext[C, E, S any] struct {
 	Context[C]
 	Effects[E, S]
+	track *effectTracker // nil in a CommandContext made outside an entity
 }
-
-// Stop is the effect that persists nothing and stops the entity.
-func (c CommandContext[C, E, S]) Stop() Effect[E, S] { return c.Effects.Stop() }
-
-// Stash is the effect that sets the command aside until UnstashAll.
-func (c CommandContext[C, E, S]) Stash() Effect[E, S] { return c.Effects.Stash() }
 
 // Config describes an event-sourced entity. C is its command type, E its
 // event type and S its state.
