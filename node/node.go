@@ -1,6 +1,7 @@
 // Package node starts a Shoal cluster node in one call: a pgx pool (the
 // journal, the snapshot store, sharding's coordinator and
-// remember-entities stores and the node lease all live in Postgres),
+// remember-entities stores and the node lease all live in Postgres, or,
+// in memory mode, in MemoryStores shared by the nodes of one process),
 // membership on memberlist, the framed TCP transport (optionally under
 // mutual TLS), and sharding over them (package sharding/remote).
 //
@@ -61,11 +62,13 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/metrics"
+	"github.com/shoal-dev/shoal/journal"
 	journalpg "github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 	"github.com/shoal-dev/shoal/sharding/remote"
+	"github.com/shoal-dev/shoal/snapshot"
 	snapshotpg "github.com/shoal-dev/shoal/snapshot/postgres"
 )
 
@@ -83,8 +86,8 @@ var (
 )
 
 // Config configures a node. NodeID and a database (PostgresDSN or Pool)
-// are required; every other zero field takes the default DefaultConfig
-// documents.
+// or Memory are required; every other zero field takes the default
+// DefaultConfig documents.
 type Config struct {
 	// NodeID names the node across restarts; no '/' (memberlist) and
 	// unique in the cluster.
@@ -148,6 +151,11 @@ type Config struct {
 	ServerTLS, ClientTLS *tls.Config
 	AllowAnyNodeCert     bool
 
+	// Memory, when set, runs the node without Postgres: the journal, the
+	// snapshot store, sharding's stores and the node leases are these
+	// in-memory ones (see MemoryStores for what that cannot promise).
+	// PostgresDSN and Pool must then be empty.
+	Memory *MemoryStores
 	// PostgresDSN is the database to connect to; ignored when Pool is set.
 	// The pool opened on it has at least Journal.Writers + 6 connections.
 	PostgresDSN string
@@ -213,8 +221,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NodeID == "" {
 		return c, fmt.Errorf("%w: NodeID is required", ErrInvalidConfig)
 	}
-	if c.Pool == nil && c.PostgresDSN == "" {
-		return c, fmt.Errorf("%w: PostgresDSN or Pool is required", ErrInvalidConfig)
+	switch {
+	case c.Memory != nil && (c.Pool != nil || c.PostgresDSN != ""):
+		return c, fmt.Errorf("%w: Memory and a database (PostgresDSN or Pool) exclude each other", ErrInvalidConfig)
+	case c.Memory == nil && c.Pool == nil && c.PostgresDSN == "":
+		return c, fmt.Errorf("%w: PostgresDSN or Pool (or Memory) is required", ErrInvalidConfig)
 	}
 	if c.Incarnation == 0 {
 		c.Incarnation = uint64(time.Now().UnixNano())
@@ -272,11 +283,14 @@ type Node struct {
 	log  *slog.Logger
 	self cluster.UniqueAddress
 
-	pool     *pgxpool.Pool
+	pool     *pgxpool.Pool // nil in memory mode
 	ownsPool bool
-	journal  *journalpg.Journal
+	journal  journal.Journal
+	snaps    snapshot.Store
+	coords   sharding.CoordinatorStore
+	remember sharding.RememberStore
 	leases   lease.Store
-	// leaseList lists the leases for the admin API.
+	// leaseList lists the leases for the admin API; nil in memory mode.
 	leaseList *leasepg.Store
 	holder    *lease.Holder
 	members   *memberlist.Membership
@@ -329,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	ec := cfg.Entity
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
-	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
+	ec.Journal, ec.Snapshots = n.journal, n.snaps
 	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
@@ -345,8 +359,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
 		Membership:         n.view,
-		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.pool),
-		RememberStore:      shardingpg.NewRememberStore(n.pool),
+		CoordinatorStore:   n.coords,
+		RememberStore:      n.remember,
 		CoordinatorLease:   cfg.Leases.Coordinator,
 		NodeLeases:         remote.NodeLeases(n.leases),
 		OnLeaveRequest:     n.leaveRequested,
@@ -400,8 +414,12 @@ func (n *Node) rejoin() {
 }
 
 // openStores opens (or takes) the pool, applies the migrations and builds
-// the stores on it.
+// the stores on it; in memory mode it takes Config.Memory's.
 func (n *Node) openStores(ctx context.Context) error {
+	if m := n.cfg.Memory; m != nil {
+		n.journal, n.snaps, n.coords, n.remember, n.leases = m.Journal, m.Snapshots, m.Coordinators, m.Remember, m.Leases
+		return nil
+	}
 	n.pool = n.cfg.Pool
 	if n.pool == nil {
 		pc, err := pgxpool.ParseConfig(n.cfg.PostgresDSN)
@@ -431,6 +449,8 @@ func (n *Node) openStores(ctx context.Context) error {
 		jc.Metrics = n.metrics()
 	}
 	n.journal = journalpg.New(n.pool, jc)
+	n.snaps = snapshotpg.New(n.pool)
+	n.coords, n.remember = shardingpg.NewCoordinatorStore(n.pool), shardingpg.NewRememberStore(n.pool)
 	n.leaseList = leasepg.New(n.pool)
 	n.leases = n.leaseList
 	return nil
@@ -541,7 +561,7 @@ func (n *Node) GossipAddr() string { return n.members.Addr() }
 // TransportAddr is where the node's transport listens.
 func (n *Node) TransportAddr() string { return n.net.Addr().String() }
 
-// Pool is the node's database pool.
+// Pool is the node's database pool; nil in memory mode.
 func (n *Node) Pool() *pgxpool.Pool { return n.pool }
 
 // Stats are the counters of the node's transports.
@@ -665,8 +685,8 @@ func (n *Node) releaseLease() {
 }
 
 func (n *Node) closeStores() {
-	if n.journal != nil {
-		_ = n.journal.Close()
+	if c, ok := n.journal.(interface{ Close() error }); ok && n.cfg.Memory == nil {
+		_ = c.Close()
 	}
 	if n.ownsPool && n.pool != nil {
 		n.pool.Close()
