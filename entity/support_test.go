@@ -122,5 +122,6 @@ func runtimeGoroutines() []string {
 // fakeClock is the manual clock the tests move.
 type fakeClock = timers.ManualClock
 
-func newFakeClock() *fakeClock { return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) }
-
+func newFakeClock() *fakeClock {
+	return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+}

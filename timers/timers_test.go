@@ -13,7 +13,9 @@ import (
 // fakeClock is the manual clock the tests move.
 type fakeClock = timers.ManualClock
 
-func newFakeClock() *fakeClock { return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) }
+func newFakeClock() *fakeClock {
+	return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+}
 
 // mailbox stands in for an entity's mailbox: ticks queue up until the test
 // lets the "entity" take them.
