@@ -210,15 +210,25 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	}
 
 	var from uint64 = 1
+	withoutSnapshot := false // the snapshot store failed: the events must start at 1
 	if b.cfg.Snapshots != nil {
 		snap, ok, err := b.cfg.Snapshots.Load(ctx, b.pid(), snapshot.Latest())
-		if err != nil {
+		switch {
+		case err != nil && b.cfg.SnapshotIsOptional:
+			withoutSnapshot = true
+			if !b.onEntity(ctx, func() {
+				b.Log().Warn("snapshot load failed; recovering from the events alone", "persistence_id", b.pid(), "err", err)
+				b.signal(SnapshotLoadFailed{Err: err})
+			}) {
+				return
+			}
+		case err != nil:
 			b.onEntity(ctx, func() {
 				b.failRecovery(&RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("load snapshot: %w", err)})
 			})
 			return
 		}
-		if ok {
+		if ok && !withoutSnapshot {
 			state, err := codec.DecodeAs[S](b.cfg.Codec, snap.Manifest, snap.Payload)
 			if err != nil {
 				b.onEntity(ctx, func() {
@@ -247,6 +257,12 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		return nil
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
+		if withoutSnapshot {
+			if ev.SeqNr != 1 {
+				return b.deletedBehindSnapshot(ev.SeqNr - 1)
+			}
+			withoutSnapshot = false
+		}
 		r, err := b.decode(ev)
 		if err != nil {
 			return err
@@ -261,6 +277,9 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	var highest uint64
 	if replayed {
 		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
+		if err == nil && withoutSnapshot && highest > 0 {
+			err = b.deletedBehindSnapshot(highest) // no event left to replay
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
@@ -326,6 +345,13 @@ func (b *behavior[C, E, S]) decode(ev journal.Event) (replayed[E], error) {
 		return replayed[E]{}, &RecoveryError{PersistenceID: b.pid(), SeqNr: ev.SeqNr, Err: err}
 	}
 	return replayed[E]{event: e, seqNr: ev.SeqNr}, nil
+}
+
+// deletedBehindSnapshot is the recovery error of an entity that recovers
+// without its snapshot (Config.SnapshotIsOptional) and finds the events up
+// to upTo deleted: replaying the rest would build a wrong state.
+func (b *behavior[C, E, S]) deletedBehindSnapshot(upTo uint64) error {
+	return &RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("the snapshot did not load and the events up to %d were deleted: %w", upTo, ErrSnapshotRequired)}
 }
 
 // errAbandoned ends a replay whose failure the entity has already handled.

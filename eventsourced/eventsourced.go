@@ -155,6 +155,16 @@ type Config[C, E, S any] struct {
 	Journal   journal.Journal
 	Snapshots snapshot.Store
 	Codec     *codec.Registry
+	// SnapshotIsOptional, like Akka's snapshot-is-optional, lets recovery
+	// go on without the snapshot when the snapshot store fails to load it:
+	// the entity signals SnapshotLoadFailed, logs a warning and replays
+	// every event from the first. If events the snapshot covered were
+	// deleted (Retention.DeleteEventsOnSnapshot), that would build a wrong
+	// state, so recovery fails instead. A snapshot that loads but does not
+	// decode still fails recovery: that is a schema problem, not an outage.
+	// Default false: a failed load fails recovery (RecoveryFailed), so that
+	// a long history is not replayed unnoticed.
+	SnapshotIsOptional bool
 	// WriteTimeout bounds each journal write and snapshot save. Default 10s.
 	WriteTimeout time.Duration
 	// ReplayBatch is how many events recovery hands to the entity at once. Default 256.
@@ -228,6 +238,9 @@ type (
 	RecoveryCompleted struct{ SeqNr uint64 }
 	// RecoveryFailed: the entity stops with Err.
 	RecoveryFailed struct{ Err error }
+	// SnapshotLoadFailed: with Config.SnapshotIsOptional, the snapshot
+	// store failed to load the snapshot; recovery replays every event.
+	SnapshotLoadFailed struct{ Err error }
 	// SnapshotCompleted: a snapshot at SeqNr is stored.
 	SnapshotCompleted struct{ SeqNr uint64 }
 	// SnapshotFailed: saving the snapshot at SeqNr failed; the entity carries on.
@@ -270,6 +283,7 @@ type (
 
 func (RecoveryCompleted) isSignal()        {}
 func (RecoveryFailed) isSignal()           {}
+func (SnapshotLoadFailed) isSignal()       {}
 func (SnapshotCompleted) isSignal()        {}
 func (SnapshotFailed) isSignal()           {}
 func (PersistFailed) isSignal()            {}
@@ -298,6 +312,10 @@ var (
 	// ErrRecoveryFailed matches the stop reason of an entity that could not
 	// rebuild its state.
 	ErrRecoveryFailed = errors.New("eventsourced: recovery failed")
+	// ErrSnapshotRequired matches the stop reason of an entity whose
+	// snapshot did not load (Config.SnapshotIsOptional) while the events it
+	// covered were deleted.
+	ErrSnapshotRequired = errors.New("eventsourced: snapshot required: the events it covers were deleted")
 	// ErrNoJournal is the stop reason when neither Config nor System has a journal.
 	ErrNoJournal = errors.New("eventsourced: no journal configured")
 )
