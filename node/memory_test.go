@@ -3,7 +3,11 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,5 +62,88 @@ func TestMemoryModeRefusesADatabaseToo(t *testing.T) {
 	cfg.Memory, cfg.PostgresDSN = node.NewMemoryStores(), "postgres://nowhere"
 	if _, err := node.Start(context.Background(), cfg); !errors.Is(err, node.ErrInvalidConfig) {
 		t.Fatalf("Start = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// warnings records the Warn and Error lines of a node's log.
+type warnings struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, b.String())
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) containing(sub string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range w.lines {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// With the entity types registered before the join (Config.RegisterEntities),
+// no node warns of mail for a region it does not run, on start or leave.
+func TestEntityTypesRegisteredBeforeTheJoinGetTheirMail(t *testing.T) {
+	stores := node.NewMemoryStores()
+	logs := &warnings{}
+	start := func(id string, seeds []string) *testNode {
+		t.Helper()
+		cfg := node.DefaultConfig(id)
+		cfg.Memory, cfg.Seeds, cfg.Timing, cfg.Codec = stores, seeds, testTiming(), newCodec()
+		cfg.Logger = slog.New(logs)
+		var ops *sharding.Region[Command]
+		cfg.RegisterEntities = func(s *sharding.Sharding) (err error) {
+			ops, err = sharding.Init(s, sharding.Entity[Command]{Key: opsKey, Create: newOps(id), StopMessage: Stop{},
+				Settings: sharding.Settings{NumberOfShards: 10}})
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := node.Start(ctx, cfg)
+		if err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+		t.Cleanup(n.Kill)
+		if found, err := sharding.Lookup(n.Sharding(), opsKey); err != nil || found != ops {
+			t.Fatalf("Lookup = %p, %v; want the region RegisterEntities made", found, err)
+		}
+		return &testNode{Node: n, ops: ops}
+	}
+	a := start("early-a", nil)
+	b := start("early-b", []string{a.GossipAddr()})
+	c := start("early-c", []string{a.GossipAddr()})
+	awaitUp(t, []*testNode{a, b, c})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, id := range []string{"e-0", "e-1", "e-2", "e-3"} {
+		if err := apply(ctx, c.ops, id, "op"); err != nil {
+			t.Fatalf("apply %s: %v", id, err)
+		}
+	}
+	for _, n := range []*testNode{c, b, a} {
+		if err := n.Shutdown(ctx); err != nil {
+			t.Fatalf("%s leaves: %v", n.Self(), err)
+		}
+	}
+	if w := logs.containing("no listener for target"); len(w) > 0 {
+		t.Fatalf("warned of mail for missing regions:\n%s", strings.Join(w, "\n"))
 	}
 }

@@ -10,10 +10,9 @@
 // while a node needs both, and persistence besides. Nothing imports node;
 // applications do.
 //
-// Life cycle: Start acquires the node lease, listens, joins the seeds (or
-// bootstraps a new cluster when there are none) and starts sharding; the
-// application then calls sharding.Init on Node.Sharding for each entity
-// type. Shutdown leaves gracefully: sharding hands every shard off, then
+// Life cycle: Start acquires the node lease, listens, starts sharding,
+// registers the entity types of Config.RegisterEntities (sharding.Init)
+// and joins the seeds (or bootstraps a new cluster when there are none). Shutdown leaves gracefully: sharding hands every shard off, then
 // the node lease is released, then the node leaves the membership, then
 // everything is closed. Ready and Alive answer readiness and liveness
 // probes.
@@ -170,6 +169,14 @@ type Config struct {
 	// Leases are the node and coordinator lease timings; every node of a
 	// cluster must use the same. Default lease.DefaultSettings().
 	Leases lease.Settings
+
+	// RegisterEntities, when set, registers the node's entity types
+	// (sharding.Init) before the node joins, so that the others find
+	// their regions here as soon as they see it Up; types registered after
+	// Start (on Node.Sharding) miss the messages sent to them meanwhile,
+	// which their senders retry. Keep the regions Init returns, or find
+	// them later with sharding.Lookup.
+	RegisterEntities func(s *sharding.Sharding) error
 
 	// Codec holds the application's message, event, state and reply
 	// types; Start adds sharding's wire types. Default: an empty registry.
@@ -351,9 +358,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
 	}
-	if err := n.join(ctx); err != nil {
-		return nil, err
-	}
+	// Sharding and the entity types before the join: the others send to
+	// this node's regions as soon as they see it Up.
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
@@ -370,6 +376,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DowningSpread:      spread,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if cfg.RegisterEntities != nil {
+		if err := cfg.RegisterEntities(n.sharding); err != nil {
+			return nil, fmt.Errorf("node: register entity types: %w", err)
+		}
+	}
+	if err := n.join(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.startAdmin(); err != nil {
