@@ -3,6 +3,10 @@
 // stop it and start it again to check recovery; inject journal and
 // snapshot-store faults and journal latency.
 //
+// New takes the entity's Create function, so its type arguments are
+// spelled out (New[C, E, S]); NewFromConfig takes the function that builds
+// the entity's eventsourced.Config instead and infers them.
+//
 // Every write is reported for the message that caused it: a command's
 // Result holds the events that command persisted, and Others the events
 // that other messages (a timer, a piped result, an unstashed command)
@@ -240,6 +244,17 @@ func (k *Kit[C, E, S]) stopAtEnd() {
 	case <-time.After(k.opts.Timeout):
 		k.t.Errorf("eventsourcedtest: %s/%s did not stop within %v after the test", k.key, k.opts.EntityID, k.opts.Timeout)
 	}
+}
+
+// NewFromConfig is New for an entity given by the function that builds its
+// eventsourced.Config: C, E and S are inferred from it, so a test writes
+//
+//	kit := eventsourcedtest.NewFromConfig(t, AccountKey, accountConfig, opts)
+//
+// where the entity's Create is func(ec) { return eventsourced.New(accountConfig(ec)) }.
+func NewFromConfig[C, E, S any](t T, key entity.TypeKey[C], config func(entity.Context[C]) eventsourced.Config[C, E, S], opts Options) *Kit[C, E, S] {
+	t.Helper()
+	return New[C, E, S](t, key, func(ec entity.Context[C]) entity.Behavior[C] { return eventsourced.New(config(ec)) }, opts)
 }
 
 func (k *Kit[C, E, S]) start() {

@@ -125,3 +125,15 @@ func TestStopMessageOfTheWrongTypeFailsTheTest(t *testing.T) {
 		t.Fatalf("a StopMessage that is not a command was accepted")
 	}
 }
+
+func TestNewFromConfigInfersTheTypes(t *testing.T) {
+	release := make(chan struct{})
+	close(release)
+	kit := eventsourcedtest.NewFromConfig(t, workerKey, func(ec entity.Context[workerCmd]) eventsourced.Config[workerCmd, workerEv, worker] {
+		return workerConfig(ec, release)
+	}, eventsourcedtest.Options{Codec: workerRegistry()})
+	var _ *eventsourcedtest.Kit[workerCmd, workerEv, worker] = kit
+	if res := kit.RunCommand(work{}); len(res.Events) != 1 || res.Events[0] != workerEv(started{}) {
+		t.Fatalf("work: %+v", res)
+	}
+}
