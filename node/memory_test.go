@@ -110,8 +110,8 @@ func TestEntityTypesRegisteredBeforeTheJoinGetTheirMail(t *testing.T) {
 		cfg.Memory, cfg.Seeds, cfg.Timing, cfg.Codec = stores, seeds, testTiming(), newCodec()
 		cfg.Logger = slog.New(logs)
 		var ops *sharding.Region[Command]
-		cfg.RegisterEntities = func(s *sharding.Sharding) (err error) {
-			ops, err = sharding.Init(s, sharding.Entity[Command]{Key: opsKey, Create: newOps(id), StopMessage: Stop{},
+		cfg.RegisterEntities = func(n *node.Node) (err error) {
+			ops, err = sharding.Init(n.Sharding(), sharding.Entity[Command]{Key: opsKey, Create: newOps(id), StopMessage: Stop{},
 				Settings: sharding.Settings{NumberOfShards: 10}})
 			return err
 		}

@@ -171,12 +171,14 @@ type Config struct {
 	Leases lease.Settings
 
 	// RegisterEntities, when set, registers the node's entity types
-	// (sharding.Init) before the node joins, so that the others find
-	// their regions here as soon as they see it Up; types registered after
-	// Start (on Node.Sharding) miss the messages sent to them meanwhile,
-	// which their senders retry. Keep the regions Init returns, or find
-	// them later with sharding.Lookup.
-	RegisterEntities func(s *sharding.Sharding) error
+	// (sharding.Init on n.Sharding()) before the node joins, so that the
+	// others find their regions here as soon as they see it Up; types
+	// registered after Start miss the messages sent to them meanwhile,
+	// which their senders retry (and this node logs as mail for no
+	// listener). n is not a member yet: Self, System, Sharding and Pool
+	// are ready, Ready is not. Keep the regions Init returns, or find them
+	// later with sharding.Lookup. An error fails Start.
+	RegisterEntities func(n *Node) error
 
 	// Codec holds the application's message, event, state and reply
 	// types; Start adds sharding's wire types. Default: an empty registry.
@@ -379,7 +381,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if cfg.RegisterEntities != nil {
-		if err := cfg.RegisterEntities(n.sharding); err != nil {
+		if err := cfg.RegisterEntities(n); err != nil {
 			return nil, fmt.Errorf("node: register entity types: %w", err)
 		}
 	}
