@@ -12,8 +12,9 @@
 //
 // Life cycle: Start acquires the node lease, listens, starts sharding,
 // registers the entity types of Config.RegisterEntities (sharding.Init)
-// and joins the seeds (or bootstraps a new cluster when there are none). Shutdown leaves gracefully: sharding hands every shard off, then
-// the node lease is released, then the node leaves the membership, then
+// and joins the seeds (or bootstraps a new cluster when there are none).
+// Shutdown leaves gracefully: sharding hands every shard off, then the
+// node lease is released, then the node leaves the membership, then
 // everything is closed. Ready and Alive answer readiness and liveness
 // probes.
 //
