@@ -47,14 +47,15 @@ type behavior[C, E, S any] struct {
 	state             S
 	seqNr             uint64
 	recovering        bool
+	// track checks that the command handler returns the effect it built;
+	// it fits in the padding after recovering.
+	track effectTracker
 	// writerID names this incarnation in the events it writes; set at its first write.
 	writerID string
 	// cancelRecovery ends a running recovery when the entity stops; nil after it.
 	cancelRecovery context.CancelFunc
 	// diag is what a testkit watches; nil until it is needed.
 	diag *diagnostics
-	// track checks that the command handler returns the effect it built.
-	track effectTracker
 }
 
 // diagnostics is the part of a behavior only tests and misbehaving

@@ -72,16 +72,19 @@ func (b builder) String() string {
 // effectTracker counts the effects a behavior's CommandContext builds, so
 // that Receive can tell whether the handler returned the one it built.
 // Each built effect carries its number (Effect.origin), which chaining
-// keeps. It lives in the behavior: tracking allocates nothing.
+// keeps. It lives in the behavior, in the padding after its recovering
+// flag, so that an idle entity is no larger for it; its 16-bit numbers wrap,
+// which at worst lets a handler that returns an effect built 65536 effects
+// earlier hide one dropped now.
 type effectTracker struct {
-	built uint32  // effects built so far, by this incarnation
-	start uint32  // built when the current handler started
+	built uint16  // effects built so far, by this incarnation (wrapping)
+	start uint16  // built when the current handler started
 	first builder // the first effect the current handler built
 }
 
 // note numbers a newly built effect; a nil tracker (a CommandContext made
 // by hand, in a test) numbers nothing.
-func (t *effectTracker) note(b builder) uint32 {
+func (t *effectTracker) note(b builder) uint16 {
 	if t == nil {
 		return 0
 	}
@@ -95,7 +98,7 @@ func (t *effectTracker) note(b builder) uint32 {
 // dropped reports which effect the handler built and did not return, if
 // any: it built more than one (effects do not combine, so one was
 // dropped), or one that is not the returned effect.
-func (t *effectTracker) dropped(returned uint32) (builder, bool) {
+func (t *effectTracker) dropped(returned uint16) (builder, bool) {
 	switch n := t.built - t.start; {
 	case n == 0:
 		return builtNothing, false

@@ -151,10 +151,6 @@ type Config[C, E, S any] struct {
 	// (eventsourcedtest) fails the test at the command that broke it.
 	EnforcedReplies bool
 
-	// Journal, Snapshots and Codec default to the System's.
-	Journal   journal.Journal
-	Snapshots snapshot.Store
-	Codec     *codec.Registry
 	// SnapshotIsOptional, like Akka's snapshot-is-optional, lets recovery
 	// go on without the snapshot when the snapshot store fails to load it:
 	// the entity signals SnapshotLoadFailed, logs a warning and replays
@@ -165,6 +161,11 @@ type Config[C, E, S any] struct {
 	// Default false: a failed load fails recovery (RecoveryFailed), so that
 	// a long history is not replayed unnoticed.
 	SnapshotIsOptional bool
+
+	// Journal, Snapshots and Codec default to the System's.
+	Journal   journal.Journal
+	Snapshots snapshot.Store
+	Codec     *codec.Registry
 	// WriteTimeout bounds each journal write and snapshot save. Default 10s.
 	WriteTimeout time.Duration
 	// ReplayBatch is how many events recovery hands to the entity at once. Default 256.
