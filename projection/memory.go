@@ -96,7 +96,28 @@ func (s *MemoryStore) Renew(ctx context.Context, f Fence, ttl time.Duration) err
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	return s.write(ctx, f, func(r *memoryRow) { r.expires = time.Now().Add(ttl) })
+	return s.extend(ctx, f, func(r *memoryRow, now time.Time) { r.expires = now.Add(ttl) })
+}
+
+// extend runs fn on f's row while its lease is live: a renewal that comes
+// after the lease ended (released, or expired) extends nothing and is
+// fenced, like the Postgres store's.
+func (s *MemoryStore) extend(ctx context.Context, f Fence, fn func(r *memoryRow, now time.Time)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.fenced(f)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if !r.expires.After(now) {
+		return fmt.Errorf("%w: %s epoch %d: its lease ended", ErrFenced, f.Instance, f.Epoch)
+	}
+	fn(r, now)
+	return nil
 }
 
 // Release implements Store.
@@ -169,8 +190,7 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, f Fence, ttl time.Duration,
 		return nil, err
 	}
 	var pending []Request
-	err := s.write(ctx, f, func(r *memoryRow) {
-		now := time.Now()
+	err := s.extend(ctx, f, func(r *memoryRow, now time.Time) {
 		r.expires = now.Add(ttl)
 		if rep.LastEventTime.IsZero() {
 			rep.LastEventTime = r.report.LastEventTime // a new holder that handled nothing yet

@@ -26,12 +26,15 @@ func (s *Store) Heartbeat(ctx context.Context, f projection.Fence, ttl time.Dura
 		last = &rep.LastEventTime
 	}
 	// The LEFT JOIN gives one row when nothing is pending; renewed is 0
-	// when the epoch moved on (fenced).
+	// when the epoch moved on or the lease ended (fenced): a heartbeat that
+	// reaches the database after its runner released the lease must not
+	// hold a successor off for a whole lease.
 	rows, err := s.pool.Query(ctx, `WITH beat AS (
 			UPDATE projection_offsets SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
 				report_offset = $5, report_last_event = coalesce($6, report_last_event), report_lag_events = $7,
 				report_error = $8, reported_at = clock_timestamp()
 			WHERE projection_name = $1 AND instance_key = $2 AND epoch = $3
+				AND expires_at > clock_timestamp() -- never revive a released lease
 			RETURNING 1)
 		SELECT (SELECT count(*) FROM beat), r.id, r.kind, r."offset", r.requested_at
 		FROM (SELECT 1) one LEFT JOIN projection_requests r ON r.projection_name = $1 AND r.instance_key = $2

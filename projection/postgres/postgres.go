@@ -103,7 +103,16 @@ func (s *Store) Renew(ctx context.Context, f projection.Fence, ttl time.Duration
 	if err := projection.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	return wrap("renew", f, fenced(ctx, s.pool, f, `expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'`, ttl.Microseconds()))
+	// Only a live lease is extended: a renewal that reaches the database
+	// after the holder released it (sent before its runner stopped) must
+	// not hold a successor off for a whole lease.
+	tag, err := s.pool.Exec(ctx, `UPDATE projection_offsets SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+		WHERE projection_name = $1 AND instance_key = $2 AND epoch = $3 AND expires_at > clock_timestamp()`,
+		f.Instance.Name, f.Instance.Key(), f.Epoch, ttl.Microseconds())
+	if err == nil && tag.RowsAffected() == 0 {
+		err = fmt.Errorf("%w: %s epoch %d: taken over, or its lease ended", projection.ErrFenced, f.Instance, f.Epoch)
+	}
+	return wrap("renew", f, err)
 }
 
 // Release implements projection.Store.

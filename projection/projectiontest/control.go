@@ -19,6 +19,23 @@ func RunControlStore(t *testing.T, newStore func(t *testing.T) projection.Contro
 	other := projection.Instance{Name: "orders", Slices: journal.SliceRange{Min: 512, Max: 1023}}
 	off := func(pos int64) journal.Offset { return journal.Offset{Kind: "k", Tx: 7, Pos: pos} }
 
+	t.Run("NoHeartbeatAfterRelease", func(t *testing.T) {
+		s := newStore(t)
+		a, err := s.Acquire(ctx, inst, "a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, a.Fence); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Heartbeat(ctx, a.Fence, ttl, projection.Report{LagEvents: -1}); !errors.Is(err, projection.ErrFenced) {
+			t.Fatalf("Heartbeat after Release = %v, want ErrFenced", err)
+		}
+		if _, err := s.Acquire(ctx, inst, "b", ttl); err != nil {
+			t.Fatalf("a successor after a late heartbeat: %v", err)
+		}
+	})
+
 	t.Run("RequestsWaitForTheHolderInOrder", func(t *testing.T) {
 		s := newStore(t)
 		if _, err := s.Request(ctx, inst, projection.OpPause, journal.Offset{}); !errors.Is(err, projection.ErrUnknownInstance) {

@@ -37,6 +37,26 @@ func RunStore(t *testing.T, newStore func(t *testing.T) projection.Store) {
 		}
 	})
 
+	// A renewal that reaches the store after the holder released its lease
+	// (one in flight when its runner stopped) must not extend it: the
+	// successor would wait a whole lease for nothing.
+	t.Run("NoRenewalAfterRelease", func(t *testing.T) {
+		s := newStore(t)
+		a, err := s.Acquire(ctx, inst, "a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, a.Fence); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Renew(ctx, a.Fence, ttl); !errors.Is(err, projection.ErrFenced) {
+			t.Fatalf("Renew after Release = %v, want ErrFenced", err)
+		}
+		if _, err := s.Acquire(ctx, inst, "b", ttl); err != nil {
+			t.Fatalf("a successor after a late renewal: %v", err)
+		}
+	})
+
 	t.Run("SecondHolderRefusedWhileLeased", func(t *testing.T) {
 		s := newStore(t)
 		a, err := s.Acquire(ctx, inst, "a", ttl)
@@ -150,7 +170,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) projection.Store) {
 
 	t.Run("RenewKeepsTheLease", func(t *testing.T) {
 		s := newStore(t)
-		a, err := s.Acquire(ctx, inst, "a", time.Millisecond)
+		a, err := s.Acquire(ctx, inst, "a", ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,6 +179,21 @@ func RunStore(t *testing.T, newStore func(t *testing.T) projection.Store) {
 		}
 		if _, err := s.Acquire(ctx, inst, "b", ttl); !errors.Is(err, projection.ErrInstanceHeld) {
 			t.Fatalf("Acquire of a renewed lease = %v, want ErrInstanceHeld", err)
+		}
+	})
+
+	// A lease that ran out is not revived by its holder's late renewal:
+	// another holder may have taken it meanwhile, and the holder must
+	// acquire it again (a new epoch) instead.
+	t.Run("NoRenewalAfterExpiry", func(t *testing.T) {
+		s := newStore(t)
+		a, err := s.Acquire(ctx, inst, "a", time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // at least the lease's millisecond, on any clock
+		if err := s.Renew(ctx, a.Fence, ttl); !errors.Is(err, projection.ErrFenced) {
+			t.Fatalf("Renew of an expired lease = %v, want ErrFenced", err)
 		}
 	})
 
