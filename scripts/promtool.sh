@@ -9,6 +9,9 @@
 # Without arguments it only installs. Uses sudo only when not root. Fails
 # when promtool is missing and cannot be installed (no apt-get, not root and
 # no sudo, or the install failed): the rules would go unchecked otherwise.
+# On a host that runs systemd the package also enables a Prometheus server
+# (systemctl disable --now prometheus stops it); in a container nothing
+# starts.
 set -Eeuo pipefail
 
 install_promtool() {

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/shoal-dev/shoal/internal/metrics"
 )
 
@@ -123,14 +125,8 @@ func registeredSeries(t *testing.T) seriesCatalog {
 				labels[lp.GetName()] = true
 			}
 		}
-		names := slices.Sorted(func(yield func(string) bool) {
-			for l := range labels {
-				if !yield(l) {
-					return
-				}
-			}
-		})
-		if f.GetType().String() == "HISTOGRAM" {
+		names := slices.Sorted(maps.Keys(labels))
+		if f.GetType() == dto.MetricType_HISTOGRAM {
 			catalog[f.GetName()+"_bucket"] = append(slices.Clone(names), "le")
 			catalog[f.GetName()+"_sum"] = names
 			catalog[f.GetName()+"_count"] = names
@@ -307,15 +303,15 @@ func TestAlertsAreDocumentedAndTested(t *testing.T) {
 	}
 	for _, b := range blocks {
 		name := strings.TrimSpace(strings.SplitN(b, "\n", 2)[0])
-		for _, field := range []string{"\n        expr:", "\n        for: ", "\n          severity: ", "\n          summary: ", "\n          description: "} {
-			if !strings.Contains(b, field) {
-				t.Errorf("alert %s has no %s", name, strings.TrimSpace(field))
+		for _, field := range []string{"expr", "for", "severity", "summary", "description"} {
+			if !regexp.MustCompile(`\n\s+` + field + `: *\S`).MatchString(b) {
+				t.Errorf("alert %s has no %s", name, field)
 			}
 		}
 		if !strings.Contains(readme, "### "+name+"\n") {
 			t.Errorf("alert %s has no section in %s", name, opsReadme)
 		}
-		if !regexp.MustCompile(`alertname: ` + name + `\n\s+exp_alerts:`).MatchString(tests) {
+		if !regexp.MustCompile(`alertname: ` + regexp.QuoteMeta(name) + `\n\s+exp_alerts:`).MatchString(tests) {
 			t.Errorf("alert %s is never expected to fire in %s", name, alertTestsFile)
 		}
 	}
