@@ -350,3 +350,35 @@ func TestDashboardQueriesParse(t *testing.T) {
 		t.Fatalf("promtool check rules on the dashboard's %d queries: %v\n%s", n, err, out)
 	}
 }
+
+// The dashboard shows every metric Shoal exports: a metric added to this
+// package needs a panel.
+func TestDashboardShowsEveryMetric(t *testing.T) {
+	catalog := registeredSeries(t)
+	_, all := dashboardExprs(t)
+	shown := map[string]bool{}
+	for _, s := range all {
+		for _, name := range metricRef.FindAllString(s, -1) {
+			shown[metricFamily(catalog, name)] = true
+		}
+	}
+	for name := range catalog {
+		if family := metricFamily(catalog, name); !shown[family] {
+			t.Errorf("%s is not on the dashboard %s", family, dashboardFile)
+			shown[family] = true // once per histogram
+		}
+	}
+}
+
+// metricFamily is the metric a series belongs to: a histogram's for its
+// _bucket, _sum and _count series, name itself otherwise.
+func metricFamily(c seriesCatalog, name string) string {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if _, histogram := c[base+"_bucket"]; histogram {
+				return base
+			}
+		}
+	}
+	return name
+}
