@@ -82,6 +82,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -147,6 +148,17 @@ type Config struct {
 	// because no seed answered, so merges back once the cut heals:
 	// nothing else ever contacts it. Default: none.
 	RejoinSeeds []string
+	// JoinTimeout is how long Start keeps trying Seeds, with exponential
+	// back-off (JoinRetryMin doubling up to JoinRetryMax), while none
+	// answers: after a restart of several nodes the seeds may be starting
+	// too, and a node joins through whichever member is live first
+	// (docs/DESIGN.md, Cluster and leases). Zero tries the seeds once, as
+	// a node that bootstraps when none answers wants; the context given to
+	// Start bounds the retries too.
+	JoinTimeout time.Duration
+	// JoinRetryMin and JoinRetryMax bound the pause between rounds of
+	// JoinTimeout's retries. Defaults 200 ms and 5 s.
+	JoinRetryMin, JoinRetryMax time.Duration
 	// GossipAddr is where memberlist listens, UDP and TCP. Default
 	// 127.0.0.1:0 (a free port; read it back with Node.GossipAddr).
 	GossipAddr string
@@ -287,6 +299,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GossipAddr == "" {
 		c.GossipAddr = d.GossipAddr
+	}
+	if c.JoinRetryMin <= 0 {
+		c.JoinRetryMin = 200 * time.Millisecond
+	}
+	if c.JoinRetryMax <= 0 {
+		c.JoinRetryMax = 5 * time.Second
+	}
+	if c.JoinRetryMax < c.JoinRetryMin {
+		c.JoinRetryMax = c.JoinRetryMin
 	}
 	if c.Timing == (memberlist.Timing{}) {
 		c.Timing = d.Timing
@@ -655,12 +676,37 @@ func hostPort(addr string) (string, int, error) {
 	return host, p, nil
 }
 
-// join joins the seeds, or bootstraps a cluster without any.
+// join joins the seeds, or bootstraps a cluster without any. While no
+// seed answers it tries them all again, with back-off, until
+// Config.JoinTimeout has passed: any live member lets the node in.
 func (n *Node) join(ctx context.Context) error {
 	if len(n.cfg.Seeds) == 0 {
 		return n.members.Bootstrap(ctx)
 	}
-	return n.members.Join(ctx, n.cfg.Seeds)
+	if n.cfg.JoinTimeout <= 0 {
+		return n.members.Join(ctx, n.cfg.Seeds)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.JoinTimeout)
+	defer cancel()
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(n.cfg.JoinRetryMin),
+		backoff.WithMaxInterval(n.cfg.JoinRetryMax),
+		backoff.WithMaxElapsedTime(0)), ctx)
+	var last error
+	err := backoff.RetryNotify(func() error {
+		last = n.members.Join(ctx, n.cfg.Seeds)
+		if last != nil && !errors.Is(last, memberlist.ErrNoSeedReachable) {
+			return backoff.Permanent(last)
+		}
+		return last
+	}, bo, func(err error, next time.Duration) {
+		n.log.Warn("node: no seed answered; retrying", "seeds", n.cfg.Seeds, "in", next, "err", err)
+	})
+	if err != nil && last != nil && !errors.Is(err, last) {
+		// The time ran out: say so, and why the last round failed.
+		return fmt.Errorf("node: join within %v: %w: %w", n.cfg.JoinTimeout, last, err)
+	}
+	return err
 }
 
 // fence is the node lease's fence: stop hosting at once, as a crash would.
