@@ -156,6 +156,11 @@ type Config struct {
 	// a node that bootstraps when none answers wants; the context given to
 	// Start bounds the retries too.
 	JoinTimeout time.Duration
+	// PruneNodeLeasesAfter is how long after its expiry the node lease of
+	// a dead incarnation stays in the store (and the admin API): every
+	// node prunes older ones once a minute (lease.NodePruner). Default
+	// 10 min; negative keeps them.
+	PruneNodeLeasesAfter time.Duration
 	// JoinRetryMin and JoinRetryMax bound the pause between rounds of
 	// JoinTimeout's retries. Defaults 200 ms and 5 s.
 	JoinRetryMin, JoinRetryMax time.Duration
@@ -299,6 +304,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GossipAddr == "" {
 		c.GossipAddr = d.GossipAddr
+	}
+	if c.PruneNodeLeasesAfter == 0 {
+		c.PruneNodeLeasesAfter = 10 * time.Minute
 	}
 	if c.JoinRetryMin <= 0 {
 		c.JoinRetryMin = 200 * time.Millisecond
@@ -444,7 +452,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Sharding and the entity types before the join: the others send to
 	// this node's regions as soon as they see it Up.
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
-	view := newLeaseView(n.view, n.expiredNodes)
+	view := newLeaseView(n.view, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
@@ -477,6 +485,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		go n.rejoin()
 	}
 	go view.run(cfg.Leases.Node.Length/4, n.done)
+	if p, ok := n.controlLeases.(lease.NodePruner); ok && cfg.PruneNodeLeasesAfter > 0 {
+		go n.pruneNodeLeases(p)
+	}
 	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
 	return n, nil
 }
@@ -558,6 +569,37 @@ func (n *Node) openStores(ctx context.Context) error {
 	n.coords, n.remember = shardingpg.NewCoordinatorStore(n.controlPool), shardingpg.NewRememberStore(n.pool)
 	return nil
 }
+
+// dropExpiredAfterLeases is how many node lease lengths after the lease of
+// a member was seen expired sharding's view leaves it out (see leaseView).
+const dropExpiredAfterLeases = 4
+
+// pruneNodeLeases forgets, every minute, the node leases that expired
+// more than Config.PruneNodeLeasesAfter ago (lease.NodePruner), until the
+// node stops. Every node does it: it is one idempotent statement.
+func (n *Node) pruneNodeLeases(p lease.NodePruner) {
+	<-n.started
+	t := time.NewTicker(pruneNodeLeasesEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pruneNodeLeasesEvery)
+		pruned, err := p.PruneNodes(ctx, n.cfg.PruneNodeLeasesAfter)
+		cancel()
+		switch {
+		case err != nil:
+			n.log.Warn("node: pruning expired node leases failed; retrying in a minute", "err", err)
+		case pruned > 0:
+			n.log.Info("node: pruned expired node leases", "count", pruned, "expired_before", n.cfg.PruneNodeLeasesAfter)
+		}
+	}
+}
+
+const pruneNodeLeasesEvery = time.Minute
 
 // expiredNodes reports which of nodes hold a node lease that has expired
 // in the store: the coordinator takes them as Down without waiting for the
