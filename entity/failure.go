@@ -22,7 +22,9 @@ var (
 	// could not be encoded, or that the journal refused.
 	ErrPersistRejected = errors.New("eventsourced: persist rejected")
 	// ErrUnavailable is sharding.ErrEntityUnavailable: the entity failed
-	// and its shard is backing off before restarting it.
+	// and its shard is backing off before restarting it, or it could not
+	// recover (its journal unreachable) and the asks waiting in its
+	// mailbox fail with it.
 	ErrUnavailable = errors.New("sharding: entity unavailable")
 	// ErrBufferFull is sharding.ErrBufferFull: a region or shard buffer
 	// that holds messages for later is full.

@@ -352,8 +352,13 @@ func (e *PersistError) Error() string {
 func (e *PersistError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // RecoveryError is why an entity could not recover: which stored event (or
-// snapshot) could not be read or applied. It matches ErrRecoveryFailed and
-// the cause (codec.ErrUnknownManifest for an event of an unknown type).
+// snapshot) could not be read or applied. It matches ErrRecoveryFailed,
+// entity.ErrUnavailable and the cause (codec.ErrUnknownManifest for an
+// event of an unknown type). It matches entity.ErrUnavailable so that the
+// asks left in the stopped entity's mailbox fail at once as unavailable
+// (a 503 to an HTTP caller, who may come back), not as a plain stop: while
+// the journal is unreachable no incarnation can answer (docs/DESIGN.md,
+// Cluster and leases).
 type RecoveryError struct {
 	PersistenceID string // the entity's event stream
 	SeqNr         uint64 // 0 when the failure was not at a specific event
@@ -368,5 +373,8 @@ func (e *RecoveryError) Error() string {
 	return fmt.Sprintf("eventsourced: recovery of %s failed at seq %d: %v", e.PersistenceID, e.SeqNr, e.Err)
 }
 
-// Unwrap gives ErrRecoveryFailed and the cause, so the error matches both.
-func (e *RecoveryError) Unwrap() []error { return []error{ErrRecoveryFailed, e.Err} }
+// Unwrap gives ErrRecoveryFailed, entity.ErrUnavailable and the cause, so
+// the error matches all three.
+func (e *RecoveryError) Unwrap() []error {
+	return []error{ErrRecoveryFailed, entity.ErrUnavailable, e.Err}
+}

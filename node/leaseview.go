@@ -21,21 +21,32 @@ import (
 // oldest member about a lease after the crash, and regions stop routing
 // to a dead member. The shards themselves still move only once the
 // coordinator has read the expiry in the store (sharding's downing).
+//
+// dropAfter after the view first saw its lease expired, such a member is
+// left out of the view altogether, as if it had left: memberlist keeps a
+// crashed member Up and unreachable for minutes (its reconnect timeout),
+// and sharding would show it, and wait on it, all that time
+// (docs/DESIGN.md, Cluster and leases). By then the coordinator has long
+// moved its shards.
 type leaseView struct {
-	inner   sharding.Membership
-	self    string
-	expired func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+	inner     sharding.Membership
+	self      string
+	expired   func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+	dropAfter time.Duration
+	now       func() time.Time
 
-	mu   sync.Mutex
-	gone map[string]bool // members whose lease expired: final
-	subs map[int]func()
-	next int
+	mu      sync.Mutex
+	gone    map[string]time.Time // members whose lease expired (final) → when first seen so
+	dropped map[string]bool      // those of gone left out of Members
+	subs    map[int]func()
+	next    int
 }
 
 var _ sharding.Membership = (*leaseView)(nil)
 
-func newLeaseView(inner sharding.Membership, expired func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)) *leaseView {
-	return &leaseView{inner: inner, self: inner.Self().Node, expired: expired, gone: map[string]bool{}, subs: map[int]func(){}}
+func newLeaseView(inner sharding.Membership, expired func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error), dropAfter time.Duration, now func() time.Time) *leaseView {
+	return &leaseView{inner: inner, self: inner.Self().Node, expired: expired, dropAfter: dropAfter, now: now,
+		gone: map[string]time.Time{}, dropped: map[string]bool{}, subs: map[int]func(){}}
 }
 
 // Self implements sharding.Membership.
@@ -46,17 +57,22 @@ func (v *leaseView) Members() []sharding.Member {
 	members := v.inner.Members()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for i, m := range members {
-		if v.gone[m.Node] {
-			members[i].Reachable = false
+	out := make([]sharding.Member, 0, len(members))
+	for _, m := range members {
+		if v.dropped[m.Node] {
+			continue
 		}
+		if _, gone := v.gone[m.Node]; gone {
+			m.Reachable = false
+		}
+		out = append(out, m)
 	}
-	return members
+	return out
 }
 
 // Subscribe implements sharding.Membership: fn is called after every
 // change of the gossip view and whenever a member's lease is newly seen
-// expired.
+// expired or the member is dropped.
 func (v *leaseView) Subscribe(fn func()) func() {
 	cancelInner := v.inner.Subscribe(fn)
 	v.mu.Lock()
@@ -72,9 +88,10 @@ func (v *leaseView) Subscribe(fn func()) func() {
 	}
 }
 
-// refresh asks the store which of the members the gossip view shows
-// reachable have an expired lease, and tells the subscribers when that
-// adds one. Members that left the view are forgotten.
+// refresh asks the store which of the other members have an expired
+// lease, drops those seen expired for dropAfter, and tells the subscribers
+// when either changes the view. Members that left the gossip view are
+// forgotten.
 func (v *leaseView) refresh(ctx context.Context) error {
 	members := v.inner.Members()
 	var ask []cluster.UniqueAddress
@@ -82,35 +99,45 @@ func (v *leaseView) refresh(ctx context.Context) error {
 	v.mu.Lock()
 	for _, m := range members {
 		inView[m.Node] = true
-		if m.Node == v.self || !m.Reachable || v.gone[m.Node] {
+		if _, gone := v.gone[m.Node]; m.Node == v.self || gone {
 			continue
 		}
 		if a, err := remote.ParseNodeName(m.Node); err == nil {
 			ask = append(ask, a)
 		}
 	}
-	maps.DeleteFunc(v.gone, func(name string, _ bool) bool { return !inView[name] })
+	maps.DeleteFunc(v.gone, func(name string, _ time.Time) bool { return !inView[name] })
+	maps.DeleteFunc(v.dropped, func(name string, _ bool) bool { return !inView[name] })
 	v.mu.Unlock()
-	if len(ask) == 0 {
-		return nil
+	var expired []cluster.UniqueAddress
+	var err error
+	if len(ask) > 0 {
+		expired, err = v.expired(ctx, ask)
 	}
-	expired, err := v.expired(ctx, ask)
-	if err != nil || len(expired) == 0 {
-		return err
-	}
+	now := v.now()
 	v.mu.Lock()
+	changed := false
 	for _, a := range expired {
-		v.gone[remote.NodeName(a)] = true
+		v.gone[remote.NodeName(a)] = now
+		changed = true
 	}
-	subs := make([]func(), 0, len(v.subs))
-	for _, fn := range v.subs {
-		subs = append(subs, fn)
+	for name, since := range v.gone {
+		if !v.dropped[name] && now.Sub(since) >= v.dropAfter {
+			v.dropped[name] = true
+			changed = true
+		}
+	}
+	var subs []func()
+	if changed {
+		for _, fn := range v.subs {
+			subs = append(subs, fn)
+		}
 	}
 	v.mu.Unlock()
 	for _, fn := range subs {
 		fn()
 	}
-	return nil
+	return err
 }
 
 // run refreshes every interval until done is closed; each refresh is

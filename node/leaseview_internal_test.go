@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/sharding"
@@ -29,8 +30,9 @@ func member(a cluster.UniqueAddress, joined int64) sharding.Member {
 // A member the gossip view still shows healthy but whose lease expired in
 // the store is shown unreachable, and the subscribers are told: the
 // coordinator's place moves to the next oldest without waiting for the
-// failure detector. Self is never asked about, nor a member already
-// unreachable.
+// failure detector. Self is never asked about; a member already
+// unreachable is, so that it can be dropped (see
+// TestLeaseViewDropsLongExpiredMembers).
 func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	self := cluster.UniqueAddress{Node: "b", Incarnation: 2}
 	oldest := cluster.UniqueAddress{Node: "a", Incarnation: 1}
@@ -42,6 +44,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	var asked [][]cluster.UniqueAddress
 	expired := map[cluster.UniqueAddress]bool{}
 	storeDown := false
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
 		asked = append(asked, nodes)
 		if storeDown {
@@ -54,7 +57,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 			}
 		}
 		return out, nil
-	})
+	}, time.Hour, func() time.Time { return now })
 	var told atomic.Int32
 	v.Subscribe(func() { told.Add(1) })
 	oldestNode := func() string {
@@ -65,8 +68,8 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	if err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if want := []cluster.UniqueAddress{oldest, other}; len(asked) != 1 || !slices.Equal(asked[0], want) {
-		t.Fatalf("asked %v, want %v: every reachable member but self", asked, want)
+	if want := []cluster.UniqueAddress{oldest, other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
+		t.Fatalf("asked %v, want %v: every member but self", asked, want)
 	}
 	if told.Load() != 0 || oldestNode() != remote.NodeName(oldest) {
 		t.Fatalf("nothing expired: told %d times, oldest %s", told.Load(), oldestNode())
@@ -90,8 +93,66 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	if err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if want := []cluster.UniqueAddress{other}; len(asked) != 1 || !slices.Equal(asked[0], want) {
+	if want := []cluster.UniqueAddress{other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
 		t.Fatalf("asked %v, want %v: an expired lease is final, not asked again", asked, want)
+	}
+}
+
+// A member whose lease the view has seen expired for dropAfter, reachable
+// or not in the gossip view (memberlist keeps a crashed member for
+// minutes), is left out of the view, and the subscribers are told; until
+// then it shows unreachable. One whose lease is live stays.
+func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
+	self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	crashed := cluster.UniqueAddress{Node: "b", Incarnation: 2}
+	live := cluster.UniqueAddress{Node: "c", Incarnation: 3}
+	unreachable := member(crashed, 2)
+	unreachable.Reachable = false
+	inner := staticView{members: []sharding.Member{member(self, 1), unreachable, member(live, 3)}}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+		var out []cluster.UniqueAddress
+		for _, n := range nodes {
+			if n == crashed {
+				out = append(out, n)
+			}
+		}
+		return out, nil
+	}, 8*time.Second, func() time.Time { return now })
+	var told atomic.Int32
+	v.Subscribe(func() { told.Add(1) })
+	names := func() []string {
+		var out []string
+		for _, m := range v.Members() {
+			out = append(out, m.Node)
+		}
+		return out
+	}
+	all := []string{remote.NodeName(self), remote.NodeName(crashed), remote.NodeName(live)}
+
+	if err := v.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
+		t.Fatalf("just expired: members %v, told %d times; want %v, told once", got, told.Load(), all)
+	}
+	now = now.Add(7 * time.Second)
+	if err := v.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
+		t.Fatalf("expired 7 s ago: members %v, told %d times; want %v, told once", got, told.Load(), all)
+	}
+	now = now.Add(time.Second)
+	if err := v.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{remote.NodeName(self), remote.NodeName(live)}
+	if got := names(); !slices.Equal(got, want) || told.Load() != 2 {
+		t.Fatalf("expired 8 s ago: members %v, told %d times; want %v, told twice", got, told.Load(), want)
+	}
+	if err := v.refresh(context.Background()); err != nil || told.Load() != 2 {
+		t.Fatalf("a refresh that changes nothing: %v, told %d times; want 2", err, told.Load())
 	}
 }
 

@@ -82,6 +82,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -147,6 +148,22 @@ type Config struct {
 	// because no seed answered, so merges back once the cut heals:
 	// nothing else ever contacts it. Default: none.
 	RejoinSeeds []string
+	// JoinTimeout is how long Start keeps trying Seeds, with exponential
+	// back-off (JoinRetryMin doubling up to JoinRetryMax), while none
+	// answers: after a restart of several nodes the seeds may be starting
+	// too, and a node joins through whichever member is live first
+	// (docs/DESIGN.md, Cluster and leases). Zero tries the seeds once, as
+	// a node that bootstraps when none answers wants; the context given to
+	// Start bounds the retries too.
+	JoinTimeout time.Duration
+	// PruneNodeLeasesAfter is how long after its expiry the node lease of
+	// a dead incarnation stays in the store (and the admin API): every
+	// node prunes older ones once a minute (lease.NodePruner). Default
+	// 10 min; negative keeps them.
+	PruneNodeLeasesAfter time.Duration
+	// JoinRetryMin and JoinRetryMax bound the pause between rounds of
+	// JoinTimeout's retries. Defaults 200 ms and 5 s.
+	JoinRetryMin, JoinRetryMax time.Duration
 	// GossipAddr is where memberlist listens, UDP and TCP. Default
 	// 127.0.0.1:0 (a free port; read it back with Node.GossipAddr).
 	GossipAddr string
@@ -288,6 +305,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.GossipAddr == "" {
 		c.GossipAddr = d.GossipAddr
 	}
+	if c.PruneNodeLeasesAfter == 0 {
+		c.PruneNodeLeasesAfter = 10 * time.Minute
+	}
+	if c.JoinRetryMin <= 0 {
+		c.JoinRetryMin = 200 * time.Millisecond
+	}
+	if c.JoinRetryMax <= 0 {
+		c.JoinRetryMax = 5 * time.Second
+	}
+	if c.JoinRetryMax < c.JoinRetryMin {
+		c.JoinRetryMax = c.JoinRetryMin
+	}
 	if c.Timing == (memberlist.Timing{}) {
 		c.Timing = d.Timing
 	}
@@ -423,7 +452,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Sharding and the entity types before the join: the others send to
 	// this node's regions as soon as they see it Up.
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
-	view := newLeaseView(n.view, n.expiredNodes)
+	view := newLeaseView(n.view, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
@@ -456,6 +485,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		go n.rejoin()
 	}
 	go view.run(cfg.Leases.Node.Length/4, n.done)
+	if p, ok := n.controlLeases.(lease.NodePruner); ok && cfg.PruneNodeLeasesAfter > 0 {
+		go n.pruneNodeLeases(p)
+	}
 	n.log.Info("node: started", "gossip", n.members.Addr(), "transport", n.net.Addr().String())
 	return n, nil
 }
@@ -537,6 +569,37 @@ func (n *Node) openStores(ctx context.Context) error {
 	n.coords, n.remember = shardingpg.NewCoordinatorStore(n.controlPool), shardingpg.NewRememberStore(n.pool)
 	return nil
 }
+
+// dropExpiredAfterLeases is how many node lease lengths after the lease of
+// a member was seen expired sharding's view leaves it out (see leaseView).
+const dropExpiredAfterLeases = 4
+
+// pruneNodeLeases forgets, every minute, the node leases that expired
+// more than Config.PruneNodeLeasesAfter ago (lease.NodePruner), until the
+// node stops. Every node does it: it is one idempotent statement.
+func (n *Node) pruneNodeLeases(p lease.NodePruner) {
+	<-n.started
+	t := time.NewTicker(pruneNodeLeasesEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pruneNodeLeasesEvery)
+		pruned, err := p.PruneNodes(ctx, n.cfg.PruneNodeLeasesAfter)
+		cancel()
+		switch {
+		case err != nil:
+			n.log.Warn("node: pruning expired node leases failed; retrying in a minute", "err", err)
+		case pruned > 0:
+			n.log.Info("node: pruned expired node leases", "count", pruned, "expired_before", n.cfg.PruneNodeLeasesAfter)
+		}
+	}
+}
+
+const pruneNodeLeasesEvery = time.Minute
 
 // expiredNodes reports which of nodes hold a node lease that has expired
 // in the store: the coordinator takes them as Down without waiting for the
@@ -655,12 +718,37 @@ func hostPort(addr string) (string, int, error) {
 	return host, p, nil
 }
 
-// join joins the seeds, or bootstraps a cluster without any.
+// join joins the seeds, or bootstraps a cluster without any. While no
+// seed answers it tries them all again, with back-off, until
+// Config.JoinTimeout has passed: any live member lets the node in.
 func (n *Node) join(ctx context.Context) error {
 	if len(n.cfg.Seeds) == 0 {
 		return n.members.Bootstrap(ctx)
 	}
-	return n.members.Join(ctx, n.cfg.Seeds)
+	if n.cfg.JoinTimeout <= 0 {
+		return n.members.Join(ctx, n.cfg.Seeds)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.JoinTimeout)
+	defer cancel()
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(n.cfg.JoinRetryMin),
+		backoff.WithMaxInterval(n.cfg.JoinRetryMax),
+		backoff.WithMaxElapsedTime(0)), ctx)
+	var last error
+	err := backoff.RetryNotify(func() error {
+		last = n.members.Join(ctx, n.cfg.Seeds)
+		if last != nil && !errors.Is(last, memberlist.ErrNoSeedReachable) {
+			return backoff.Permanent(last)
+		}
+		return last
+	}, bo, func(err error, next time.Duration) {
+		n.log.Warn("node: no seed answered; retrying", "seeds", n.cfg.Seeds, "in", next, "err", err)
+	})
+	if err != nil && last != nil && !errors.Is(err, last) {
+		// The time ran out: say so, and why the last round failed.
+		return fmt.Errorf("node: join within %v: %w: %w", n.cfg.JoinTimeout, last, err)
+	}
+	return err
 }
 
 // fence is the node lease's fence: stop hosting at once, as a crash would.

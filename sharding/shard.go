@@ -127,7 +127,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 			return err // the message itself is refused: a full mailbox, no codec
 		}
 		// Stopped but not yet reported: keep msg for the next incarnation.
-		if !sh.core.undelivered(entityID, msg, accepted) {
+		if !sh.core.undelivered(entityID, msg, accepted, failFast) {
 			return sh.bufferFull(entityID)
 		}
 	}
@@ -161,7 +161,7 @@ func (sh *shard[C]) apply() {
 			for _, m := range ef.msgs {
 				switch err := cell.Tell(m); {
 				case errors.Is(err, entity.ErrStopped):
-					sh.core.undelivered(ef.entityID, m, true)
+					sh.core.undelivered(ef.entityID, m, true, false)
 				case err != nil:
 					sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, ef.entityID,
 						"buffered message refused by the new incarnation: "+err.Error(), m)
@@ -208,6 +208,10 @@ func (sh *shard[C]) apply() {
 			}
 		case effRemember:
 			sh.remember(ef.entityID, ef.add)
+		case effRefuseAsks:
+			for _, m := range ef.msgs {
+				sh.r.s.sys.FailAsks(m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
+			}
 		case effHandedOff:
 			if done := sh.handedOff; done != nil {
 				sh.handedOff = nil

@@ -85,6 +85,7 @@ type coreEntity[C any, H comparable] struct {
 	stopWhy    stopReason
 	startAgain bool // StartEntity while passivating: start it again once stopped
 	buffer     []C
+	asks       []bool    // per message of buffer: it came fail-fast (an ask; see backOff)
 	forced     bool      // the current incarnation was stopped by force already
 	lastTick   uint64    // idle-passivation tick of the last message
 	timer      uint64    // generation of the armed stop timeout or restart; 0 for none
@@ -141,6 +142,9 @@ const (
 	effRemember
 	// effHandedOff: every entity stopped; leftover goes to the next home.
 	effHandedOff
+	// effRefuseAsks: fail the asks msgs carry as unavailable (an
+	// UnavailableError with cause, retry after after): the entity backs off.
+	effRefuseAsks
 )
 
 // forceReason says why an entity is stopped by force.
@@ -240,7 +244,7 @@ func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast, accepted boo
 		return deliverUnavailable, none
 	}
 	if e.state != active {
-		if !c.hold(e, msg, accepted) {
+		if !c.hold(e, msg, accepted, failFast) {
 			return deliverBufferFull, none
 		}
 		e.lastTick = tick
@@ -250,12 +254,13 @@ func (c *shardCore[C, H]) deliver(entityID string, msg C, failFast, accepted boo
 }
 
 // hold buffers msg for the entity's next incarnation, unless the buffer is
-// at bufferLimit and msg was not accepted elsewhere already.
-func (c *shardCore[C, H]) hold(e *coreEntity[C, H], msg C, accepted bool) bool {
+// at bufferLimit and msg was not accepted elsewhere already. ask: msg came
+// fail-fast, so that a failure refuses it instead (see backOff).
+func (c *shardCore[C, H]) hold(e *coreEntity[C, H], msg C, accepted, ask bool) bool {
 	if !accepted && c.cfg.bufferLimit > 0 && len(e.buffer) >= c.cfg.bufferLimit {
 		return false
 	}
-	e.buffer = append(e.buffer, msg)
+	e.buffer, e.asks = append(e.buffer, msg), append(e.asks, ask)
 	return true
 }
 
@@ -273,10 +278,11 @@ func (c *shardCore[C, H]) told(entityID string, tick uint64) {
 // incarnation had stopped (its Stopped report is still to come): it waits
 // for the next incarnation. It reports false, keeping nothing, when the
 // buffer is at bufferLimit and msg was not accepted before (accepted: a
-// message of the buffer the restart handed over).
-func (c *shardCore[C, H]) undelivered(entityID string, msg C, accepted bool) bool {
+// message of the buffer the restart handed over). ask is deliver's
+// failFast.
+func (c *shardCore[C, H]) undelivered(entityID string, msg C, accepted, ask bool) bool {
 	e := c.entities[entityID]
-	return e == nil || c.hold(e, msg, accepted)
+	return e == nil || c.hold(e, msg, accepted, ask)
 }
 
 // startEntity makes sure entityID runs (Region.StartEntity): an entity on
@@ -344,7 +350,7 @@ func (c *shardCore[C, H]) spawn(entityID string, msgs []C) *coreEntity[C, H] {
 // restart starts a new incarnation and hands it the buffered messages in order.
 func (c *shardCore[C, H]) restart(entityID string, e *coreEntity[C, H]) {
 	buf := e.buffer
-	e.buffer, e.startAgain = nil, false
+	e.buffer, e.asks, e.startAgain = nil, nil, false
 	c.spawn(entityID, buf)
 }
 
@@ -451,6 +457,32 @@ func (c *shardCore[C, H]) backOff(entityID string, e *coreEntity[C, H], cause er
 	e.timer = c.lastGen
 	c.emit(shardEffect[C, H]{kind: effArmTimer, timer: timerRestart, entityID: entityID, gen: e.timer, after: delay,
 		attempt: e.restarts.attempt, cause: cause})
+	// Asks held while the failed incarnation stopped (told to it after it
+	// stopped, before its failure was reported) are refused now, as they
+	// would be had they come a moment later: kept for the restart, their
+	// callers would wait out the back-off, and the restart may fail again
+	// (docs/DESIGN.md, Cluster and leases). Tells stay for the restart.
+	if refused := e.takeAsks(); len(refused) > 0 {
+		e.restarts.refused = true // their callers come back: restart it then
+		c.emit(shardEffect[C, H]{kind: effRefuseAsks, entityID: entityID, msgs: refused, after: delay, cause: cause})
+	}
+}
+
+// takeAsks removes the fail-fast messages from the buffer and returns them.
+func (e *coreEntity[C, H]) takeAsks() []C {
+	var asks []C
+	kept := 0
+	for i, m := range e.buffer {
+		if e.asks[i] {
+			asks = append(asks, m)
+			continue
+		}
+		e.buffer[kept], e.asks[kept] = m, false
+		kept++
+	}
+	clear(e.buffer[kept:])
+	e.buffer, e.asks = e.buffer[:kept], e.asks[:kept]
+	return asks
 }
 
 // timerFired steps the core with a timer the runner armed; a timer that
@@ -588,7 +620,7 @@ func (c *shardCore[C, H]) terminate() {
 	for _, id := range slices.Sorted(maps.Keys(c.entities)) {
 		e := c.entities[id]
 		c.cancel(&e.timer)
-		e.buffer = nil
+		e.buffer, e.asks = nil, nil
 		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: id, handle: e.handle, force: forceTerminate})
 	}
 }

@@ -199,7 +199,7 @@ func (h *shardHarness) run(line string) string {
 			handle = h.core.handle(id)
 			fallthrough
 		case deliverTell:
-			if h.tell(id, handle, msg, accepted) {
+			if h.tell(id, handle, msg, accepted, slices.Contains(pos, "fail-fast")) {
 				h.core.told(id, tick)
 			}
 		}
@@ -267,10 +267,10 @@ func (h *shardHarness) run(line string) string {
 // (stopped, not yet reported) hands it back to the core, which keeps it
 // unless the buffer is full and msg was not accepted before. It reports
 // whether the incarnation took msg.
-func (h *shardHarness) tell(id, handle, msg string, accepted bool) bool {
+func (h *shardHarness) tell(id, handle, msg string, accepted, ask bool) bool {
 	switch {
 	case h.refusing[handle]:
-		if h.core.undelivered(id, msg, accepted) {
+		if h.core.undelivered(id, msg, accepted, ask) {
 			h.printf("tell %s %s: refused, stopped; held", handle, msg)
 		} else {
 			h.printf("tell %s %s: refused, stopped; refused: buffer full", handle, msg)
@@ -328,7 +328,7 @@ func (h *shardHarness) apply() {
 				h.core.attach(ef.entityID, handle)
 				h.printf("start %s", handle)
 				for _, m := range ef.msgs {
-					h.tell(ef.entityID, handle, m, true)
+					h.tell(ef.entityID, handle, m, true, false)
 				}
 			case effSendStop:
 				h.printf("stop-message %s (%s)", ef.handle, ef.why)
@@ -356,6 +356,8 @@ func (h *shardHarness) apply() {
 				} else {
 					h.printf("remember remove %s", ef.entityID)
 				}
+			case effRefuseAsks:
+				h.printf("refuse-asks %s: %s (retry after %v: %v)", ef.entityID, strings.Join(ef.msgs, ", "), ef.after, ef.cause)
 			case effHandedOff:
 				var left []string
 				for _, p := range ef.leftover {

@@ -52,6 +52,7 @@ type shardWalk struct {
 	sent     map[string][]string // entity → accepted messages, in send order
 	received map[string][]string // entity → messages its incarnations got, in order
 	leftover map[string][]string
+	refused  map[string]bool // asks held, then refused when the entity backed off
 	handed   bool
 	next     int
 }
@@ -69,7 +70,7 @@ func newShardWalk(t *testing.T, seed uint64) *shardWalk {
 		t: t, rng: rng, core: newShardCore[string, *walkIncarnation](cfg, rng.Float64),
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), live: map[string]*walkIncarnation{},
 		timers: map[uint64]harnessTimer{}, sent: map[string][]string{}, received: map[string][]string{},
-		leftover: map[string][]string{},
+		leftover: map[string][]string{}, refused: map[string]bool{},
 	}
 }
 
@@ -154,7 +155,7 @@ func (w *shardWalk) deliverTo(id string, inc *walkIncarnation, msg string, accep
 		w.fatalf("tell %s to no incarnation", msg)
 	}
 	if inc.dead {
-		if !w.core.undelivered(id, msg, accepted) {
+		if !w.core.undelivered(id, msg, accepted, false) {
 			if accepted {
 				w.fatalf("%s: accepted message %s refused", id, msg)
 			}
@@ -227,6 +228,10 @@ func (w *shardWalk) apply() {
 				w.timers[ef.gen] = harnessTimer{kind: ef.timer, entityID: ef.entityID, due: w.now.Add(ef.after)}
 			case effCancelTimer:
 				delete(w.timers, ef.gen)
+			case effRefuseAsks:
+				for _, m := range ef.msgs {
+					w.refused[m] = true // its sender learns it is unavailable
+				}
 			case effHandedOff:
 				if w.handed {
 					w.fatalf("hand-off reported twice")
@@ -267,6 +272,7 @@ func (w *shardWalk) finish() {
 		w.advance(w.now.Add(time.Second))
 	}
 	for id, sent := range w.sent {
+		sent = slices.DeleteFunc(slices.Clone(sent), func(m string) bool { return w.refused[m] })
 		got := slices.Concat(w.received[id], w.leftover[id])
 		if !slices.Equal(got, sent) {
 			w.fatalf("entity %s: sent %v, received %v then leftover %v", id, sent, w.received[id], w.leftover[id])

@@ -1013,7 +1013,7 @@ func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
 		inc = sh.core.handle(p.entityID)
 	}
 	if inc.dead { // stopped, not yet reported
-		if !sh.core.undelivered(p.entityID, p.msg, accepted) {
+		if !sh.core.undelivered(p.entityID, p.msg, accepted, failFast) {
 			return ErrBufferFull
 		}
 		return nil
@@ -1070,6 +1070,8 @@ func (sh *simShard) apply() {
 				delete(sh.timers, ef.gen)
 			case effRemember:
 				sh.remember(ef.entityID, ef.add)
+			case effRefuseAsks:
+				w.lostToFault(ef.msgs) // refused as unavailable: their callers retry
 			case effHandedOff:
 				leftover := ef.leftover
 				sh.leftover = leftover

@@ -115,6 +115,21 @@ type Store interface {
 	ReleaseCoordinator(ctx context.Context, name string, epoch uint64) error
 }
 
+// NodePruner is a Store that forgets node leases that expired long ago:
+// without it the row of every incarnation that ever ran stays, and a
+// crashed one shows in the admin API for ever. Both stores implement it.
+type NodePruner interface {
+	// PruneNodes forgets the node leases that expired more than olderThan
+	// ago in the store's time, and reports how many it changed. The newest
+	// incarnation of each node id is kept, marked down (it still keeps
+	// older incarnations from acquiring: ErrStaleIncarnation); the others
+	// are deleted (a renewal then fails with ErrNoLease). olderThan must
+	// leave time for the coordinator to have moved the shards of the
+	// expired incarnation (it asks NodeLeaseExpired first): minutes, not
+	// a lease. A negative olderThan is ErrInvalidConfig.
+	PruneNodes(ctx context.Context, olderThan time.Duration) (int, error)
+}
+
 // ValidateNode returns ErrInvalidConfig for an address without a node id.
 // Stores call it first, so that every store refuses the same input.
 func ValidateNode(node cluster.UniqueAddress) error {

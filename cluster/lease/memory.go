@@ -32,7 +32,10 @@ type coordinatorLease struct {
 	expires time.Time
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store      = (*MemoryStore)(nil)
+	_ NodePruner = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty store whose time is now (time.Now when nil).
 func NewMemoryStore(now func() time.Time) *MemoryStore {
@@ -126,6 +129,33 @@ func (s *MemoryStore) endNode(ctx context.Context, node cluster.UniqueAddress, e
 		l.expires = now
 	}
 	return nil
+}
+
+// PruneNodes implements NodePruner.
+func (s *MemoryStore) PruneNodes(ctx context.Context, olderThan time.Duration) (int, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: prune node leases older than %v", ErrInvalidConfig, olderThan)
+	}
+	now, err := s.lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	changed := 0
+	for a, l := range s.nodes {
+		if l.expires.After(now.Add(-olderThan)) {
+			continue
+		}
+		switch {
+		case a.Incarnation != s.latest[a.Node]:
+			delete(s.nodes, a)
+			changed++
+		case !l.down:
+			l.down = true
+			changed++
+		}
+	}
+	return changed, nil
 }
 
 // NodeLeaseExpired implements Store.

@@ -106,6 +106,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) lease.Store) {
 		{"BadArguments", testBadArguments},
 		{"CancelledContext", testCancelled},
 		{"NodeConcurrentAcquireAndDown", testNodeConcurrent},
+		{"PruneForgetsLongExpiredNodes", testPrune},
 		{"CoordinatorLeaseHeldUntilExpiry", testCoordinatorHeld},
 		{"CoordinatorRenewal", testCoordinatorRenew},
 		{"CoordinatorSameOwnerNewEpoch", testCoordinatorSameOwner},
@@ -250,6 +251,48 @@ func testIncarnations(su *suite) {
 	// Downing an unknown, newer incarnation counts as knowing it.
 	su.ok("DownNode c#4", su.s.DownNode(su.ctx, su.node("c", 4)))
 	su.is("AcquireNode c#3 after c#4 was downed", su.s.AcquireNode(su.ctx, su.node("c", 3), ttl), cluster.ErrStaleIncarnation)
+}
+
+// testPrune: PruneNodes forgets leases expired more than olderThan ago,
+// keeping the newest incarnation of a node id, down, so that an older one
+// still cannot acquire; live leases and recent expiries are left alone.
+func testPrune(su *suite) {
+	p, ok := su.s.(lease.NodePruner)
+	if !ok {
+		su.t.Skip("the store does not implement lease.NodePruner")
+	}
+	old, newer, lone, live := su.node("p", 1), su.node("p", 2), su.node("r", 1), su.node("q", 1)
+	for _, n := range []cluster.UniqueAddress{old, newer, lone} {
+		su.ok("acquire", su.s.AcquireNode(su.ctx, n, time.Second))
+	}
+	su.ok("acquire live", su.s.AcquireNode(su.ctx, live, time.Hour))
+	su.clock.Advance(30 * time.Second)
+	if _, err := p.PruneNodes(su.ctx, time.Minute); err != nil {
+		su.t.Fatalf("prune: %v", err)
+	}
+	if !su.expired(old) || !su.expired(newer) || !su.expired(lone) {
+		su.t.Fatalf("leases expired 29 s ago were pruned with olderThan 1 min")
+	}
+	su.clock.Advance(time.Minute)
+	n, err := p.PruneNodes(su.ctx, time.Minute)
+	if err != nil || n < 3 {
+		su.t.Fatalf("prune: %d changed, %v; want at least 3 (p#1 deleted, p#2 and r#1 downed)", n, err)
+	}
+	_, err = su.s.NodeLeaseExpired(su.ctx, old)
+	su.is("expired? after prune, the older incarnation", err, lease.ErrNoLease)
+	su.is("renew after prune, the older incarnation", su.s.RenewNode(su.ctx, old, time.Second), lease.ErrNoLease)
+	su.is("acquire after prune, the older incarnation", su.s.AcquireNode(su.ctx, old, time.Second), lease.ErrStaleIncarnation)
+	for _, n := range []cluster.UniqueAddress{newer, lone} {
+		if !su.expired(n) {
+			su.t.Fatalf("%s: the newest incarnation is kept, expired", n)
+		}
+		su.is("renew after prune, the newest incarnation", su.s.RenewNode(su.ctx, n, time.Second), lease.ErrNodeDown)
+		su.is("acquire after prune, the newest incarnation", su.s.AcquireNode(su.ctx, n, time.Second), lease.ErrNodeDown)
+	}
+	su.ok("renew the live lease after prune", su.s.RenewNode(su.ctx, live, time.Hour))
+	if _, err := p.PruneNodes(su.ctx, -time.Second); !errors.Is(err, lease.ErrInvalidConfig) {
+		su.t.Fatalf("prune with a negative age: %v, want ErrInvalidConfig", err)
+	}
 }
 
 func testBadArguments(su *suite) {

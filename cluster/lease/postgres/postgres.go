@@ -49,7 +49,10 @@ type Store struct {
 	clock func() time.Time // nil: the server's clock
 }
 
-var _ lease.Store = (*Store)(nil)
+var (
+	_ lease.Store      = (*Store)(nil)
+	_ lease.NodePruner = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -224,6 +227,34 @@ func (s *Store) NodeLeaseExpired(ctx context.Context, node cluster.UniqueAddress
 		return false, fmt.Errorf("lease/postgres: node %s: wait for its writes in flight: %w", node, err)
 	}
 	return true, nil
+}
+
+// PruneNodes implements lease.NodePruner in one statement: it deletes the
+// rows expired more than olderThan ago but the newest incarnation's of
+// each node id, which it marks down. The DELETE locks each row, so it
+// waits for fenced journal writes that still hold one FOR KEY SHARE.
+func (s *Store) PruneNodes(ctx context.Context, olderThan time.Duration) (int, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("lease/postgres: %w: prune node leases older than %v", lease.ErrInvalidConfig, olderThan)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH t AS (SELECT coalesce($2::timestamptz, clock_timestamp()) - $1::bigint * interval '1 microsecond' AS before),
+		old AS (SELECT l.node_id, l.incarnation,
+				l.incarnation = (SELECT max(m.incarnation) FROM node_leases m WHERE m.node_id = l.node_id) AS newest
+			FROM node_leases l, t WHERE l.expires_at <= t.before),
+		deleted AS (DELETE FROM node_leases l USING old
+			WHERE l.node_id = old.node_id AND l.incarnation = old.incarnation AND NOT old.newest RETURNING 1),
+		downed AS (UPDATE node_leases l SET down = true FROM old
+			WHERE l.node_id = old.node_id AND l.incarnation = old.incarnation AND old.newest AND NOT l.down RETURNING 1)
+		SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM downed)`,
+		olderThan.Microseconds(), s.timeParam()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("lease/postgres: prune node leases: %w", err)
+	}
+	return int(n), nil
 }
 
 // ExpiredNodes returns those of nodes whose lease has expired in the
