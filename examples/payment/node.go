@@ -123,6 +123,7 @@ type Node struct {
 	log       *slog.Logger
 	serveErr  chan error
 	metrics   *prometheus.Registry // nil unless Config.Metrics
+	readModel *readModel           // nil when the journal answers no queries
 }
 
 // Start starts a node. Stop it with Shutdown (graceful) or Kill.
@@ -227,11 +228,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	if err := n.startReadModel(ctx); err != nil {
+		return nil, err
+	}
+
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
 	api := &API{Payments: n.Payments, Counters: n.Counters, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	if n.readModel != nil {
+		api.ReadModel = n.readModel.model
+	}
 	if n.Cluster != nil {
 		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
 	}
@@ -454,6 +462,11 @@ func (n *Node) Kill() {
 }
 
 func (n *Node) closeRest() {
+	if n.readModel != nil {
+		// Sharding's shutdown or termination cancelled the instances'
+		// runs: let them end before the pool closes.
+		n.readModel.stop(readModelStopWait)
+	}
 	if n.done != nil {
 		n.closeDone.Do(func() { close(n.done) })
 	}
