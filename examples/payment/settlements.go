@@ -55,18 +55,26 @@ func (n *Node) startReadModel(ctx context.Context) error {
 		return nil
 	}
 	rm := &readModel{}
-	var h projection.Handler[readmodel.Change]
+	// Each instance gets a handler of its own: a rebuild clears only
+	// its slices.
+	var handler func(journal.SliceRange) projection.Handler[readmodel.Change]
 	if n.pool != nil {
 		pg, err := readmodel.NewPostgres(ctx, n.pool)
 		if err != nil {
 			return err
 		}
 		rm.model = pg
-		h = projectionpg.ExactlyOnce(projectionpg.NewStore(n.pool), pg.Handle, pg.Clear)
+		store := projectionpg.NewStore(n.pool)
+		handler = func(r journal.SliceRange) projection.Handler[readmodel.Change] {
+			return projectionpg.ExactlyOnce(store, pg.Handle, pg.Clear(r))
+		}
 	} else {
 		mem := readmodel.NewMemory()
 		rm.model = mem
-		h = projection.AtLeastOnce(projection.NewMemoryStore(), mem.Handle, mem.Clear)
+		store := projection.NewMemoryStore()
+		handler = func(r journal.SliceRange) projection.Handler[readmodel.Change] {
+			return projection.AtLeastOnce(store, mem.Handle, mem.Clear(r))
+		}
 	}
 	ranges, err := journal.SplitSlices(ReadModelInstances)
 	if err != nil {
@@ -80,7 +88,7 @@ func (n *Node) startReadModel(ctx context.Context) error {
 		p, err := projection.New(projection.Config{
 			Name: ReadModelName, EntityType: TypeKey.Name(), Slices: r,
 			Source: q, Decode: readmodel.Decode, Settings: settings,
-		}, h)
+		}, handler(r))
 		if err != nil {
 			return fmt.Errorf("read model: %w", err)
 		}

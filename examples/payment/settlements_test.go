@@ -159,15 +159,15 @@ func TestReadModelDecodesTheEntitysEvents(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	events := map[Event]readmodel.Change{
 		SettlementAccepted{Request: SettleRequest{Amount: 1234}, AcceptedAt: at}: {To: readmodel.Settling, Amount: 1234},
-		SettlementSuccessConfirmed{At: at}:                                      {To: readmodel.Settled},
-		SettlementFailureConfirmed{At: at}:                                      {To: readmodel.Failed},
-		SettlementAborted{At: at}:                                               {To: readmodel.Failed},
-		SettlementTimeoutDetected{}:                                             {To: readmodel.Failed},
-		CancelAccepted{AcceptedAt: at}:                                          {To: readmodel.Canceling},
-		CancelSuccessConfirmed{At: at}:                                          {To: readmodel.Canceled},
-		CancelFailureConfirmed{At: at}:                                          {To: readmodel.Settled},
-		CancelAborted{}:                                                         {To: readmodel.Settled},
-		CancelTimeoutDetected{}:                                                 {To: readmodel.Settled},
+		SettlementSuccessConfirmed{At: at}:                                       {To: readmodel.Settled},
+		SettlementFailureConfirmed{At: at}:                                       {To: readmodel.Failed},
+		SettlementAborted{At: at}:                                                {To: readmodel.Failed},
+		SettlementTimeoutDetected{}:                                              {To: readmodel.Failed},
+		CancelAccepted{AcceptedAt: at}:                                           {To: readmodel.Canceling},
+		CancelSuccessConfirmed{At: at}:                                           {To: readmodel.Canceled},
+		CancelFailureConfirmed{At: at}:                                           {To: readmodel.Settled},
+		CancelAborted{}:                                                          {To: readmodel.Settled},
+		CancelTimeoutDetected{}:                                                  {To: readmodel.Settled},
 	}
 	var manifests []string
 	for e, want := range events {

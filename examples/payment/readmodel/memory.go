@@ -6,16 +6,13 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/projection"
 )
 
 // EventOf reads a projection's envelope as the fold's Event.
 func EventOf(env projection.Envelope[Change]) (Event, error) {
-	key, err := ParsePersistenceID(env.PersistenceID)
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{Key: key, SeqNr: env.SeqNr, Timestamp: env.Timestamp, Change: env.Event}, nil
+	return NewEvent(env.PersistenceID, env.SeqNr, env.Timestamp, env.Event)
 }
 
 // Memory is the read model in memory, for the example's embedded mode
@@ -59,13 +56,23 @@ func (m *Memory) Handle(_ context.Context, env projection.Envelope[Change]) erro
 	return nil
 }
 
-// Clear empties the model, for a rebuild.
-func (m *Memory) Clear(context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	clear(m.settlements)
-	clear(m.totals)
-	return nil
+// Clear returns the rebuild's clear function of the projection instance
+// over slices r: it forgets the settlements of those slices only, which
+// the instance handles again; the other instances' stay.
+func (m *Memory) Clear(r journal.SliceRange) func(context.Context) error {
+	return func(context.Context) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for k, s := range m.settlements {
+			if r.Contains(s.Slice) {
+				delete(m.settlements, k)
+				t := m.totals[k.ShopKey]
+				t.Move(s, Settlement{})
+				m.totals[k.ShopKey] = t
+			}
+		}
+		return nil
+	}
 }
 
 // Shop returns a shop's settlements (by order id) and totals.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/projection"
 )
 
@@ -18,9 +19,14 @@ import (
 // by NewPostgres, like its sequences, not by Shoal's migrations):
 //
 //   - payment_settlements: one row per payment: its state, amount, last
-//     update and the seq nr of the last event applied;
-//   - payment_shop_totals: per shop and state, the count and amount of the
-//     shop's settlements in that state.
+//     update, the seq nr of the last event applied, and its slice;
+//   - payment_shop_totals: per shop, slice and state, the count and amount
+//     of the shop's settlements of that slice in that state; a shop's
+//     totals are the sums over its slices.
+//
+// Keying the totals by slice gives each row one writer, the projection
+// instance of its slice: instances never wait for each other's locks (nor
+// deadlock), and an instance's rebuild clears exactly what it rebuilds.
 //
 // It is kept by an exactly-once projection: Handle writes in the
 // transaction that moves the projection's offset, so each event is applied
@@ -45,16 +51,19 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool) (*Postgres, error) {
 			amount         bigint      NOT NULL,
 			updated_at     timestamptz NOT NULL,
 			seq_nr         bigint      NOT NULL,
+			slice          smallint    NOT NULL,
 			PRIMARY KEY (tenant, client_id, wallet_shop_id, order_id)
 		);
+		CREATE INDEX IF NOT EXISTS payment_settlements_slice_idx ON payment_settlements (slice);
 		CREATE TABLE IF NOT EXISTS payment_shop_totals (
-			tenant         text   NOT NULL,
-			client_id      bigint NOT NULL,
-			wallet_shop_id text   NOT NULL,
-			state          text   NOT NULL,
-			count          bigint NOT NULL,
-			amount         bigint NOT NULL,
-			PRIMARY KEY (tenant, client_id, wallet_shop_id, state)
+			tenant         text     NOT NULL,
+			client_id      bigint   NOT NULL,
+			wallet_shop_id text     NOT NULL,
+			slice          smallint NOT NULL,
+			state          text     NOT NULL,
+			count          bigint   NOT NULL,
+			amount         bigint   NOT NULL,
+			PRIMARY KEY (tenant, client_id, wallet_shop_id, slice, state)
 		)`)
 	if err != nil {
 		return nil, fmt.Errorf("payment read model tables: %w", err)
@@ -72,9 +81,9 @@ func (p *Postgres) Handle(ctx context.Context, tx pgx.Tx, env projection.Envelop
 	k := e.Key
 	before := Settlement{Key: k}
 	var seq int64
-	err = tx.QueryRow(ctx, `SELECT state, amount, updated_at, seq_nr FROM payment_settlements
+	err = tx.QueryRow(ctx, `SELECT state, amount, updated_at, seq_nr, slice FROM payment_settlements
 		WHERE tenant = $1 AND client_id = $2 AND wallet_shop_id = $3 AND order_id = $4 FOR UPDATE`,
-		k.Tenant, k.ClientID, k.Shop, k.OrderID).Scan(&before.State, &before.Amount, &before.UpdatedAt, &seq)
+		k.Tenant, k.ClientID, k.Shop, k.OrderID).Scan(&before.State, &before.Amount, &before.UpdatedAt, &seq, &before.Slice)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("readmodel: read %s: %w", k, err)
 	}
@@ -84,16 +93,16 @@ func (p *Postgres) Handle(ctx context.Context, tx pgx.Tx, env projection.Envelop
 		return err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO payment_settlements
-		(tenant, client_id, wallet_shop_id, order_id, state, amount, updated_at, seq_nr)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		(tenant, client_id, wallet_shop_id, order_id, state, amount, updated_at, seq_nr, slice)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (tenant, client_id, wallet_shop_id, order_id) DO UPDATE SET
-			state = excluded.state, amount = excluded.amount, updated_at = excluded.updated_at, seq_nr = excluded.seq_nr`,
-		k.Tenant, k.ClientID, k.Shop, k.OrderID, string(after.State), after.Amount, after.UpdatedAt, int64(after.SeqNr)); err != nil {
+			state = excluded.state, amount = excluded.amount, updated_at = excluded.updated_at,
+			seq_nr = excluded.seq_nr, slice = excluded.slice`,
+		k.Tenant, k.ClientID, k.Shop, k.OrderID, string(after.State), after.Amount, after.UpdatedAt, int64(after.SeqNr), after.Slice); err != nil {
 		return fmt.Errorf("readmodel: write %s: %w", k, err)
 	}
-	// The instances of the projection update one shop's totals
-	// concurrently: take the rows' locks in one order (by state), or two
-	// opposite moves (settled→canceling, canceling→settled) deadlock.
+	// Rows in one order (by state), so that two transactions on them
+	// could never deadlock, should an instance's slices ever be shared.
 	type delta struct {
 		state         State
 		count, amount int64
@@ -106,26 +115,33 @@ func (p *Postgres) Handle(ctx context.Context, tx pgx.Tx, env projection.Envelop
 	slices.SortFunc(deltas, func(a, b delta) int { return strings.Compare(string(a.state), string(b.state)) })
 	for _, d := range deltas {
 		if _, err := tx.Exec(ctx, `INSERT INTO payment_shop_totals AS t
-			(tenant, client_id, wallet_shop_id, state, count, amount) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (tenant, client_id, wallet_shop_id, state) DO UPDATE SET
+			(tenant, client_id, wallet_shop_id, slice, state, count, amount) VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (tenant, client_id, wallet_shop_id, slice, state) DO UPDATE SET
 				count = t.count + excluded.count, amount = t.amount + excluded.amount`,
-			k.Tenant, k.ClientID, k.Shop, string(d.state), d.count, d.amount); err != nil {
+			k.Tenant, k.ClientID, k.Shop, after.Slice, string(d.state), d.count, d.amount); err != nil {
 			return fmt.Errorf("readmodel: totals of %v: %w", k.ShopKey, err)
 		}
 	}
 	return nil
 }
 
-// Clear empties the tables in tx, for a rebuild.
-func (p *Postgres) Clear(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `DELETE FROM payment_settlements; DELETE FROM payment_shop_totals`)
-	return err
+// Clear returns the rebuild's clear function of the projection instance
+// over slices r: it deletes the rows of those slices, in the transaction
+// that resets the instance's offset; the other instances' rows stay.
+func (p *Postgres) Clear(r journal.SliceRange) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM payment_settlements WHERE slice BETWEEN $1 AND $2`, r.Min, r.Max)
+		if err == nil {
+			_, err = tx.Exec(ctx, `DELETE FROM payment_shop_totals WHERE slice BETWEEN $1 AND $2`, r.Min, r.Max)
+		}
+		return err
+	}
 }
 
 // Shop returns a shop's settlements (by order id) and totals.
 func (p *Postgres) Shop(ctx context.Context, k ShopKey) (Shop, error) {
 	var out Shop
-	rows, err := p.pool.Query(ctx, `SELECT order_id, state, amount, updated_at, seq_nr FROM payment_settlements
+	rows, err := p.pool.Query(ctx, `SELECT order_id, state, amount, updated_at, seq_nr, slice FROM payment_settlements
 		WHERE tenant = $1 AND client_id = $2 AND wallet_shop_id = $3 ORDER BY order_id`, k.Tenant, k.ClientID, k.Shop)
 	if err != nil {
 		return out, fmt.Errorf("readmodel: shop %v: %w", k, err)
@@ -133,15 +149,15 @@ func (p *Postgres) Shop(ctx context.Context, k ShopKey) (Shop, error) {
 	out.Settlements, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settlement, error) {
 		s := Settlement{Key: Key{ShopKey: k}}
 		var seq int64
-		err := row.Scan(&s.Key.OrderID, &s.State, &s.Amount, &s.UpdatedAt, &seq)
+		err := row.Scan(&s.Key.OrderID, &s.State, &s.Amount, &s.UpdatedAt, &seq, &s.Slice)
 		s.SeqNr = uint64(seq)
 		return s, err
 	})
 	if err != nil {
 		return out, fmt.Errorf("readmodel: shop %v: %w", k, err)
 	}
-	rows, err = p.pool.Query(ctx, `SELECT state, count, amount FROM payment_shop_totals
-		WHERE tenant = $1 AND client_id = $2 AND wallet_shop_id = $3`, k.Tenant, k.ClientID, k.Shop)
+	rows, err = p.pool.Query(ctx, `SELECT state, sum(count)::bigint, sum(amount)::bigint FROM payment_shop_totals
+		WHERE tenant = $1 AND client_id = $2 AND wallet_shop_id = $3 GROUP BY state`, k.Tenant, k.ClientID, k.Shop)
 	if err != nil {
 		return out, fmt.Errorf("readmodel: totals of %v: %w", k, err)
 	}
@@ -160,7 +176,7 @@ func (p *Postgres) Shop(ctx context.Context, k ShopKey) (Shop, error) {
 // Totals rows with nothing left in them (count and amount 0) are as good
 // as absent.
 func (p *Postgres) All(ctx context.Context) (map[Key]Settlement, map[ShopKey]Totals, error) {
-	rows, err := p.pool.Query(ctx, `SELECT tenant, client_id, wallet_shop_id, order_id, state, amount, updated_at, seq_nr
+	rows, err := p.pool.Query(ctx, `SELECT tenant, client_id, wallet_shop_id, order_id, state, amount, updated_at, seq_nr, slice
 		FROM payment_settlements`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("readmodel: settlements: %w", err)
@@ -170,7 +186,7 @@ func (p *Postgres) All(ctx context.Context) (map[Key]Settlement, map[ShopKey]Tot
 		s   Settlement
 		seq int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&s.Key.Tenant, &s.Key.ClientID, &s.Key.Shop, &s.Key.OrderID, &s.State, &s.Amount, &s.UpdatedAt, &seq}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.Key.Tenant, &s.Key.ClientID, &s.Key.Shop, &s.Key.OrderID, &s.State, &s.Amount, &s.UpdatedAt, &seq, &s.Slice}, func() error {
 		s.SeqNr = uint64(seq)
 		settlements[s.Key] = s
 		return nil
@@ -178,7 +194,8 @@ func (p *Postgres) All(ctx context.Context) (map[Key]Settlement, map[ShopKey]Tot
 	if err != nil {
 		return nil, nil, fmt.Errorf("readmodel: settlements: %w", err)
 	}
-	rows, err = p.pool.Query(ctx, `SELECT tenant, client_id, wallet_shop_id, state, count, amount FROM payment_shop_totals`)
+	rows, err = p.pool.Query(ctx, `SELECT tenant, client_id, wallet_shop_id, state, sum(count)::bigint, sum(amount)::bigint
+		FROM payment_shop_totals GROUP BY tenant, client_id, wallet_shop_id, state`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("readmodel: totals: %w", err)
 	}

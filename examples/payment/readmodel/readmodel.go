@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shoal-dev/shoal/journal"
 )
 
 // EntityType is the payment entity type: what precedes the "|" of its
@@ -145,9 +147,22 @@ func ParsePersistenceID(pid string) (Key, error) {
 	return Key{ShopKey: ShopKey{Tenant: raw[0], ClientID: client, Shop: raw[2]}, OrderID: raw[3]}, nil
 }
 
+// NewEvent is the fold's Event of a stored event of persistence id pid.
+func NewEvent(pid string, seqNr uint64, timestamp time.Time, c Change) (Event, error) {
+	key, err := ParsePersistenceID(pid)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{Key: key, Slice: journal.SliceOf(pid), SeqNr: seqNr, Timestamp: timestamp, Change: c}, nil
+}
+
 // Event is one stored payment event as the fold takes it.
 type Event struct {
-	Key   Key
+	Key Key
+	// Slice is the persistence id's (journal.SliceOf): a projection
+	// instance keeps the settlements of its slices, and clears only those
+	// for a rebuild.
+	Slice int
 	SeqNr uint64
 	// Timestamp is when the event was written (the journal's timestamp).
 	Timestamp time.Time
@@ -158,6 +173,7 @@ type Event struct {
 // (SeqNr 0) is a payment the model has no event of.
 type Settlement struct {
 	Key       Key
+	Slice     int
 	State     State
 	Amount    int64
 	UpdatedAt time.Time
@@ -184,7 +200,7 @@ func Apply(s Settlement, e Event) (Settlement, error) {
 	case e.SeqNr != s.SeqNr+1:
 		return s, fmt.Errorf("%w: %s seq %d after %d", ErrGap, e.Key, e.SeqNr, s.SeqNr)
 	}
-	s.Key, s.State, s.UpdatedAt, s.SeqNr = e.Key, e.Change.To, e.Timestamp, e.SeqNr
+	s.Key, s.Slice, s.State, s.UpdatedAt, s.SeqNr = e.Key, e.Slice, e.Change.To, e.Timestamp, e.SeqNr
 	if e.Change.Amount != 0 {
 		s.Amount = e.Change.Amount
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/projection"
 )
 
@@ -144,4 +145,48 @@ func TestMemorySkipsDuplicatesAndKeepsTotals(t *testing.T) {
 	if got := TotalsOf(folded)[ShopKey{"example", 0, "shop-1"}]; got != totals[ShopKey{"example", 0, "shop-1"}] {
 		t.Fatalf("totals of the fold %+v, kept %+v", got, totals)
 	}
+}
+
+// A rebuild of one instance clears its slices only.
+func TestMemoryClearForgetsOneRangeOfSlices(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	var pids []string
+	for i := 0; len(pids) < 40; i++ {
+		pid := "ec-house-money|example:0:shop-1:o" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		pids = append(pids, pid)
+		c := Change{To: Settling, Amount: 10}
+		if err := m.Handle(ctx, projection.Envelope[Change]{Event: c, PersistenceID: pid, SeqNr: 1, Timestamp: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	low := journal.SliceRange{Min: 0, Max: 511}
+	if err := m.Clear(low)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, totals, _ := m.All(ctx)
+	kept := 0
+	for _, pid := range pids {
+		_, ok := all[mustKey(t, pid)]
+		if ok == low.Contains(journal.SliceOf(pid)) {
+			t.Fatalf("%s (slice %d): kept %v after clearing %v", pid, journal.SliceOf(pid), ok, low)
+		}
+		if ok {
+			kept++
+		}
+	}
+	if kept == 0 || kept == len(pids) {
+		t.Fatalf("kept %d of %d: the test's ids do not spread over both halves", kept, len(pids))
+	}
+	if got := totals[ShopKey{"example", 0, "shop-1"}].Settling; got != (Total{int64(kept), int64(10 * kept)}) {
+		t.Fatalf("totals %+v after the clear, want %d settling", got, kept)
+	}
+}
+
+func mustKey(t *testing.T, pid string) Key {
+	k, err := ParsePersistenceID(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
