@@ -14,13 +14,10 @@ import (
 	"github.com/shoal-dev/shoal/sharding/daemon"
 )
 
-// ReadModelName is the name of the projection that keeps the read model
-// (package readmodel); its ReadModelInstances instances each cover one
-// range of journal.SplitSlices(ReadModelInstances), on every kind of node,
-// so that single nodes and clusters on one database share offsets.
+// The read model's projection: see readmodel.ProjectionName.
 const (
-	ReadModelName      = "payment-settlements"
-	ReadModelInstances = 4
+	ReadModelName      = readmodel.ProjectionName
+	ReadModelInstances = readmodel.Instances
 )
 
 // ReadModel answers GET /00/ec/settlements/{walletShopId}: a shop's

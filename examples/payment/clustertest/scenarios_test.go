@@ -87,7 +87,8 @@ func (c *Cluster) waitNoShardsOn(ctx context.Context, node string) time.Duration
 	}
 }
 
-// verify heals the cluster and checks everything from outside.
+// verify heals the cluster and checks everything from outside, the read
+// model against the journal last.
 func (c *Cluster) verify(ctx context.Context, l *load) {
 	c.t.Helper()
 	l.stop()
@@ -114,6 +115,7 @@ func (c *Cluster) verify(ctx context.Context, l *load) {
 	rep := c.CheckNoDualActivation(ctx)
 	c.t.Logf("activation log: %d activations, %d overlaps, %d write conflicts; verified %v after healing",
 		len(rep.Intervals), len(rep.Overlaps), len(rep.Conflicts), time.Since(healed).Round(time.Millisecond))
+	c.CheckReadModel(ctx)
 }
 
 // Crash failover (ClusterShardingSpec): kill -9 of a node that does not

@@ -28,6 +28,15 @@ import (
 // persistence ids.
 const EntityType = "ec-house-money"
 
+// ProjectionName is the name of the projection that keeps the read model;
+// its Instances instances each cover one range of
+// journal.SplitSlices(Instances), on every kind of node, so that single
+// nodes and clusters on one database share offsets.
+const (
+	ProjectionName = "payment-settlements"
+	Instances      = 4
+)
+
 // State is a settlement's state as the read model shows it.
 type State string
 
