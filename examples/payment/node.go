@@ -420,6 +420,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.api != nil {
 		n.drainAPI(ctx)
 	}
+	if n.readModel != nil {
+		// No more keep-alives from here: the workers move with their
+		// shards and the other nodes' keep-alives start them there, while
+		// one sent here meanwhile would wait in the leaving region.
+		n.readModel.daemon.Stop()
+	}
 	switch {
 	case n.Cluster != nil:
 		// Hands the shards off to the other nodes, then leaves.

@@ -197,3 +197,18 @@ func TestReadModelDecodesTheEntitysEvents(t *testing.T) {
 		}
 	}
 }
+
+// awaitProjectionsRunning waits until every read model projection
+// instance runs on n (a node alone in its cluster hosts them all).
+func awaitProjectionsRunning(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for _, p := range n.Projections() {
+		for !p.Status().Running {
+			if time.Now().After(deadline) {
+				t.Fatalf("projection %s not running after a minute", p.Instance())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
