@@ -29,7 +29,7 @@ func TestMetricsDeadLetterCountsOnePerType(t *testing.T) {
 		t.Fatalf("dead letters of strings %v after one more, want %v", got, before+1)
 	}
 	entity.Reply(sys, entity.ReplyTo[int]{}, 1) // a reply to nobody: no entity type
-	if got := metricstest.Value(t, reg, "shoal_entity_dead_letters_total", map[string]string{"type": "none"}); got != 1 {
+	if got := metricstest.Value(t, reg, "shoal_entity_untyped_dead_letters_total", nil); got != 1 {
 		t.Fatalf("untyped dead letters %v, want 1", got)
 	}
 }

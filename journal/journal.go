@@ -1,6 +1,7 @@
 // Package journal defines the event journal: an append-only log per
 // persistence id, with atomic batch writes, ordered replay, the highest
-// sequence number, and deletion of a prefix.
+// sequence number, and deletion of a prefix; and its read side (Queries):
+// events by slice range and by tag, in commit order, without gaps.
 //
 // Implementations live in subpackages (memory, postgres); journaltest holds
 // the conformance suite every implementation passes.

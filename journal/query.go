@@ -148,11 +148,13 @@ var ErrInvalidQuery = errors.New("journal: invalid query")
 type Mode int
 
 const (
-	// Current delivers what is stored when the query starts (and
+	// Current delivers what is visible when the query starts (and
 	// possibly some events committed while it runs), then returns nil.
+	// An event committed but not yet visible (on Postgres: behind a
+	// transaction still open) is left to a later query.
 	Current Mode = iota
 	// Live delivers what is stored, then follows new events until its
-	// context ends.
+	// context ends; it then returns the context's error.
 	Live
 )
 
@@ -181,7 +183,16 @@ type Queries interface {
 	// EventsByTag delivers the events carrying tag, after offset after.
 	EventsByTag(ctx context.Context, tag string, after Offset, mode Mode, fn func(QueriedEvent) error) error
 	// CurrentPersistenceIDs lists up to limit persistence ids of entityType
-	// that hold events, in ascending order, starting after afterID ("" for
-	// the first page).
+	// that hold events, in ascending byte order, starting after afterID ("" for
+	// the first page). A limit below 1 fails with ErrInvalidQuery.
 	CurrentPersistenceIDs(ctx context.Context, entityType string, afterID string, limit int) ([]string, error)
+}
+
+// EventCounter is an optional extension of Queries, implemented by the
+// memory and Postgres journals: how far a reader at an offset is behind, in
+// events (a projection's lag).
+type EventCounter interface {
+	// CountEventsBySlices counts the stored events of entityType in r
+	// after offset after, including ones a query does not hand out yet.
+	CountEventsBySlices(ctx context.Context, entityType string, r SliceRange, after Offset) (int64, error)
 }

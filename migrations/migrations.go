@@ -12,7 +12,9 @@
 //
 //   - event_journal: one row per event, primary key (persistence_id, seq_nr),
 //     a global ordering identity, write timestamp, manifest, payload, tags,
-//     writer id.
+//     writer id; since 0006 also the entity type, the slice and the id of
+//     the writing transaction (tx_id), indexed for the journal's queries by
+//     slice range and by tag.
 //   - event_journal_deleted: per persistence id, the highest seq nr removed by
 //     DeleteTo. The highest seq nr of a persistence id is the greater of this
 //     and its highest stored event, so it survives deletion.
@@ -24,7 +26,9 @@
 //     database's clock and whether it was downed (cluster/lease/postgres).
 //   - projection_offsets: per projection instance, its offset and the lease
 //     (holder, epoch, expiry) that fences it; projection_dead_letters: the
-//     events a projection set aside (package projection/postgres).
+//     events a projection set aside (package projection/postgres);
+//     projection_requests: operations queued for an instance's holder,
+//     and beside each instance's lease the holder's last report.
 package migrations
 
 import (

@@ -25,11 +25,9 @@ func TestAll(t *testing.T) {
 	if len(all) == 0 {
 		t.Fatal("no migrations embedded")
 	}
-	// Versions increase; a branch may hold a later one before an earlier
-	// one lands (their numbers are handed out ahead), so gaps are allowed.
 	for i, m := range all {
-		if m.Version <= 0 || (i > 0 && m.Version <= all[i-1].Version) || m.Name == "" || m.SQL == "" {
-			t.Fatalf("migration %d = {%d %q %d bytes}, want an increasing version, a name and SQL", i, m.Version, m.Name, len(m.SQL))
+		if m.Version != i+1 || m.Name == "" || m.SQL == "" {
+			t.Fatalf("migration %d = {%d %q %d bytes}, want version %d, a name and SQL", i, m.Version, m.Name, len(m.SQL), i+1)
 		}
 	}
 }

@@ -183,16 +183,26 @@ func adminError(err error) error {
 }
 
 // leaveRequested starts a graceful leave in the background: what the
-// admin API and other nodes' LeaveRequest call. Done closes when it ends.
+// admin API and other nodes' LeaveRequest call. With Config.OnLeaveRequest
+// the application drives it (its API drains before the shards move, as
+// on SIGTERM); otherwise Shutdown runs here. Done closes when it ends.
 func (n *Node) leaveRequested() {
-	go func() {
-		<-n.started
-		ctx, cancel := context.WithTimeout(context.Background(), requestedLeaveTimeout)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			n.log.Warn("node: requested leave", "err", err)
-		}
-	}()
+	n.leaveOnce.Do(func() {
+		go func() {
+			<-n.started
+			if n.cfg.OnLeaveRequest != nil {
+				n.log.Info("node: leave requested; the application drains, then shuts the node down")
+				n.cfg.OnLeaveRequest()
+				return
+			}
+			n.log.Info("node: leave requested; shutting down")
+			ctx, cancel := context.WithTimeout(context.Background(), requestedLeaveTimeout)
+			defer cancel()
+			if err := n.Shutdown(ctx); err != nil {
+				n.log.Warn("node: requested leave", "err", err)
+			}
+		}()
+	})
 }
 
 // startAdmin serves the admin API on Config.AdminAddr, if set.
@@ -204,10 +214,9 @@ func (n *Node) startAdmin() error {
 	if err != nil {
 		return fmt.Errorf("node: admin: listen %s: %w", n.cfg.AdminAddr, err)
 	}
-	h := admin.New(adminSource{n}, admin.Options{
+	n.admin = admin.NewServer(adminSource{n}, admin.Options{
 		Token: n.cfg.AdminToken, ReadsNeedToken: n.cfg.AdminReadsNeedToken, Logger: n.log,
 	})
-	n.admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	n.adminAddr = ln.Addr().String()
 	go func() {
 		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -8,12 +8,9 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 )
 
-// EventCounter is an optional extension of a journal.Queries that counts
-// the events a slice-range query would deliver after an offset, say with
-// a count of the rows after it. LagEvents uses it.
-type EventCounter interface {
-	CountEventsBySlices(ctx context.Context, entityType string, r journal.SliceRange, after journal.Offset) (int64, error)
-}
+// EventCounter is the journal's optional counting of events after an
+// offset (the memory and Postgres journals have it). LagEvents uses it.
+type EventCounter = journal.EventCounter
 
 // LagEvents is how many events of the instance's range are stored after
 // the offset it handled up to; errors.ErrUnsupported when the source is

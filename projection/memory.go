@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,20 +15,27 @@ import (
 // offsets end with the process. Lease expiry uses time.Now (a synctest
 // bubble's clock in tests).
 type MemoryStore struct {
-	mu   sync.Mutex
-	rows map[string]*memoryRow // by instance key
+	mu     sync.Mutex
+	rows   map[string]*memoryRow // by instance key
+	nextID int64                 // the last request id given
 }
 
 type memoryRow struct {
+	inst    Instance
 	offset  journal.Offset
 	epoch   int64
 	holder  string
 	expires time.Time
 	paused  bool
 	dead    []DeadLetter
+	updated time.Time
+
+	report     Report
+	reportedAt time.Time
+	pending    []Request
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ ControlStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{rows: make(map[string]*memoryRow)} }
@@ -48,7 +56,7 @@ func (s *MemoryStore) Acquire(ctx context.Context, inst Instance, holder string,
 	now := time.Now()
 	r := s.rows[inst.Key()]
 	if r == nil {
-		r = &memoryRow{}
+		r = &memoryRow{inst: inst}
 		s.rows[inst.Key()] = r
 	} else if r.holder != holder && now.Before(r.expires) {
 		return Claim{}, fmt.Errorf("%w: %s by %s", ErrInstanceHeld, inst, r.holder)
@@ -56,6 +64,7 @@ func (s *MemoryStore) Acquire(ctx context.Context, inst Instance, holder string,
 	r.epoch++
 	r.holder = holder
 	r.expires = now.Add(ttl)
+	r.updated = now
 	return Claim{Fence: Fence{Instance: inst, Epoch: r.epoch}, Offset: r.offset, Paused: r.paused}, nil
 }
 
@@ -100,6 +109,7 @@ func (s *MemoryStore) Save(ctx context.Context, f Fence, offset journal.Offset, 
 	return s.write(ctx, f, func(r *memoryRow) {
 		r.offset = offset
 		now := time.Now()
+		r.updated = now
 	next:
 		for _, d := range deadLetters {
 			d.Payload = slices.Clone(d.Payload)
@@ -117,7 +127,7 @@ func (s *MemoryStore) Save(ctx context.Context, f Fence, offset journal.Offset, 
 
 // SetPaused implements Store.
 func (s *MemoryStore) SetPaused(ctx context.Context, f Fence, paused bool) error {
-	return s.write(ctx, f, func(r *memoryRow) { r.paused = paused })
+	return s.write(ctx, f, func(r *memoryRow) { r.paused, r.updated = paused, time.Now() })
 }
 
 // Offset implements Store.
@@ -151,4 +161,85 @@ func (s *MemoryStore) DeadLetters(ctx context.Context, inst Instance) ([]DeadLet
 		out[i] = d
 	}
 	return out, nil
+}
+
+// Heartbeat implements ControlStore.
+func (s *MemoryStore) Heartbeat(ctx context.Context, f Fence, ttl time.Duration, rep Report) ([]Request, error) {
+	if err := ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	var pending []Request
+	err := s.write(ctx, f, func(r *memoryRow) {
+		now := time.Now()
+		r.expires = now.Add(ttl)
+		if rep.LastEventTime.IsZero() {
+			rep.LastEventTime = r.report.LastEventTime // a new holder that handled nothing yet
+		}
+		r.report, r.reportedAt = rep, now
+		pending = slices.Clone(r.pending)
+	})
+	return pending, err
+}
+
+// Complete implements ControlStore.
+func (s *MemoryStore) Complete(ctx context.Context, f Fence, id int64) error {
+	return s.write(ctx, f, func(r *memoryRow) {
+		r.pending = slices.DeleteFunc(r.pending, func(q Request) bool { return q.ID == id })
+	})
+}
+
+// Request implements ControlStore.
+func (s *MemoryStore) Request(ctx context.Context, inst Instance, kind OpKind, to journal.Offset) (Request, error) {
+	if err := kind.Validate(); err != nil {
+		return Request{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Request{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[inst.Key()]
+	if r == nil || r.inst != inst {
+		return Request{}, fmt.Errorf("%w: %s", ErrUnknownInstance, inst)
+	}
+	s.nextID++
+	q := Request{ID: s.nextID, Kind: kind, At: time.Now()}
+	if kind == OpReset {
+		q.Offset = to
+	}
+	r.pending = append(r.pending, q)
+	return q, nil
+}
+
+// Instances implements ControlStore.
+func (s *MemoryStore) Instances(ctx context.Context, name string) ([]InstanceState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []InstanceState
+	for _, r := range s.rows {
+		if name != "" && r.inst.Name != name {
+			continue
+		}
+		out = append(out, InstanceState{
+			Instance: r.inst, Offset: r.offset, Paused: r.paused,
+			Holder: r.holder, Epoch: r.epoch, Expires: r.expires, Held: now.Before(r.expires),
+			UpdatedAt: r.updated, Report: r.report, ReportedAt: r.reportedAt, Pending: slices.Clone(r.pending),
+		})
+	}
+	SortInstances(out)
+	return out, nil
+}
+
+// SortInstances orders states by projection name, then range.
+func SortInstances(states []InstanceState) {
+	slices.SortFunc(states, func(a, b InstanceState) int {
+		if a.Instance.Name != b.Instance.Name {
+			return strings.Compare(a.Instance.Name, b.Instance.Name)
+		}
+		return a.Instance.Slices.Min - b.Instance.Slices.Min
+	})
 }

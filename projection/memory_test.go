@@ -10,3 +10,7 @@ import (
 func TestMemoryStore(t *testing.T) {
 	projectiontest.RunStore(t, func(*testing.T) projection.Store { return projection.NewMemoryStore() })
 }
+
+func TestMemoryControlStore(t *testing.T) {
+	projectiontest.RunControlStore(t, func(*testing.T) projection.ControlStore { return projection.NewMemoryStore() })
+}

@@ -26,7 +26,13 @@
 // in the store (ErrInstanceHeld while another runner holds it) and renews
 // it; every write names the lease's epoch, so a runner that lost the
 // instance gets ErrFenced and stops. Run returns when its context ends, so
-// a cluster layer starts and stops instances with contexts.
+// a cluster layer starts and stops instances with contexts
+// (projection/sharded runs them across a cluster).
+//
+// Operations from any node. With a ControlStore (both stores are), the
+// runner's lease renewal is a heartbeat that stores its status and picks
+// up operations any node queued for the instance; see control.go and
+// ControlStore.
 package projection
 
 import (
@@ -228,6 +234,11 @@ type Status struct {
 	// behind the writers the read model is while events flow; it keeps
 	// growing while none are written.
 	Lag time.Duration
+	// LagEvents is how many events of the range were stored after Offset
+	// at the last heartbeat (every LeaseTTL/3 while running), when
+	// LagEventsCounted: the source is an EventCounter.
+	LagEvents        int64
+	LagEventsCounted bool
 	// LastError is the last failure seen (handler, source or store), nil
 	// after a success.
 	LastError error
@@ -246,7 +257,8 @@ func (p *Projection) Status() Status {
 
 func (p *Projection) report() metrics.ProjectionReport {
 	s := p.Status()
-	r := metrics.ProjectionReport{Running: s.Running, Paused: s.Paused, LagSeconds: s.Lag.Seconds()}
+	r := metrics.ProjectionReport{Running: s.Running, Paused: s.Paused, LagSeconds: s.Lag.Seconds(),
+		LagEvents: s.LagEvents, LagEventsCounted: s.LagEventsCounted}
 	if !s.LastEventTime.IsZero() {
 		r.LastEventUnix = float64(s.LastEventTime.UnixNano()) / 1e9
 	}

@@ -790,3 +790,86 @@ func TestOneStoredEventSeveralValues(t *testing.T) {
 		}
 	})
 }
+
+// queriesOnly hides the source's EventCounter.
+type queriesOnly struct{ journal.Queries }
+
+// The lag in events is counted at each heartbeat and exported as a gauge
+// when the source counts events; requests queued in the store apply at
+// the heartbeat.
+func TestLagEventsGaugeAndStoreRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t)
+		reg := prometheus.NewRegistry()
+		s := fast()
+		s.Registerer = reg
+		s.LeaseTTL = 3 * time.Second
+		p := f.project(s, nil)
+		stop := start(p)
+		defer stop()
+		f.add("a", 1)
+		time.Sleep(2 * time.Second)
+		labels := map[string]string{"projection": "orders", "instance": "orders/0-1023"}
+		if got := metricstest.Value(t, reg, "shoal_projection_lag_events", labels); got != 0 {
+			t.Fatalf("lag in events %v when caught up, want 0", got)
+		}
+		if _, err := f.store.Request(ctx, p.Instance(), projection.OpPause, journal.Offset{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // a heartbeat applies it
+		if !p.Status().Paused {
+			t.Fatalf("a requested pause did not apply: %+v", p.Status())
+		}
+		f.add("a", 2)
+		f.add("b", 3)
+		time.Sleep(2 * time.Second)
+		if got := metricstest.Value(t, reg, "shoal_projection_lag_events", labels); got != 2 {
+			t.Fatalf("lag in events %v while paused behind two, want 2", got)
+		}
+		states, err := f.store.Instances(ctx, "orders")
+		if err != nil || len(states) != 1 || states[0].Report.LagEvents != 2 || len(states[0].Pending) != 0 || !states[0].Paused {
+			t.Fatalf("stored state %+v, %v; want paused, lag 2, nothing pending", states, err)
+		}
+		if _, err := f.store.Request(ctx, p.Instance(), projection.OpResume, journal.Offset{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4 * time.Second)
+		if got := metricstest.Value(t, reg, "shoal_projection_lag_events", labels); got != 0 || len(f.handled()) != 3 {
+			t.Fatalf("after resume: lag in events %v, handled %v", got, f.handled())
+		}
+	})
+}
+
+func TestNoLagEventsGaugeWithoutACounter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		reg := prometheus.NewRegistry()
+		s := fast()
+		s.Registerer = reg
+		s.LeaseTTL = 3 * time.Second
+		c := f.config(s)
+		c.Source = queriesOnly{f.src}
+		p, err := projection.New(c, projection.AtLeastOnce(f.store, func(context.Context, projection.Envelope[Added]) error { return nil }, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := start(p)
+		defer stop()
+		f.add("a", 1)
+		time.Sleep(3 * time.Second)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range families {
+			if mf.GetName() == "shoal_projection_lag_events" {
+				t.Fatalf("lag in events exported for a source that counts none: %v", mf)
+			}
+		}
+		states, _ := f.store.Instances(context.Background(), "orders")
+		if len(states) != 1 || states[0].Report.LagEvents != -1 || states[0].ReportedAt.IsZero() {
+			t.Fatalf("stored report %+v, want lag in events -1", states)
+		}
+	})
+}

@@ -24,6 +24,10 @@ type runner[E any] struct {
 	s     Settings
 	store Store
 	ops   <-chan op
+	// requests carries what a heartbeat found pending (ControlStore):
+	// the renewing goroutine sends, the loop applies.
+	requests chan []Request
+	applied  int64 // the highest request id applied
 
 	fence   Fence
 	offset  journal.Offset // handled through
@@ -56,6 +60,7 @@ func (r *runner[E]) run(ctx context.Context, ready func()) error {
 	})
 
 	rctx, cancel := context.WithCancelCause(ctx)
+	r.requests = make(chan []Request, 1)
 	var renewing sync.WaitGroup
 	renewing.Add(1)
 	go func() {
@@ -108,16 +113,36 @@ func (r *runner[E]) acquire(ctx context.Context) (Claim, error) {
 // renew keeps the lease until ctx ends; a refusal cancels the run with
 // ErrFenced. A failed renewal is retried at the next tick: if the lease
 // expires meanwhile and another runner takes it, the next write is fenced.
+// With a ControlStore each renewal is a heartbeat, the first one at once:
+// it stores the runner's report and hands pending requests to the loop.
 func (r *runner[E]) renew(ctx context.Context, stop context.CancelCauseFunc) {
 	t := time.NewTicker(max(r.s.LeaseTTL/3, time.Millisecond))
 	defer t.Stop()
+	control, _ := r.store.(ControlStore)
+	first := control != nil
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-		err := r.store.Renew(ctx, r.fence, r.s.LeaseTTL)
+		first = false
+		r.countLag(ctx)
+		var err error
+		if control != nil {
+			var pending []Request
+			pending, err = control.Heartbeat(ctx, r.fence, r.s.LeaseTTL, r.report())
+			if err == nil && len(pending) > 0 {
+				select {
+				case r.requests <- pending:
+				default: // the loop has the last batch still; they stay pending
+				}
+			}
+		} else {
+			err = r.store.Renew(ctx, r.fence, r.s.LeaseTTL)
+		}
 		if errors.Is(err, ErrFenced) {
 			stop(fmt.Errorf("projection %s: renew lease: %w", r.p.inst, err))
 			return
@@ -126,6 +151,63 @@ func (r *runner[E]) renew(ctx context.Context, stop context.CancelCauseFunc) {
 			r.failed(err)
 		}
 	}
+}
+
+// countLag updates the lag in events when the source counts them.
+func (r *runner[E]) countLag(ctx context.Context) {
+	counter, ok := r.p.cfg.Source.(EventCounter)
+	if !ok {
+		return
+	}
+	n, err := counter.CountEventsBySlices(ctx, r.p.cfg.EntityType, r.p.cfg.Slices, r.p.Status().Offset)
+	if err != nil {
+		return // a failed count leaves the last one; the next tick tries again
+	}
+	r.p.update(func(s *Status) { s.LagEvents, s.LagEventsCounted = n, true })
+}
+
+// report is the runner's heartbeat report.
+func (r *runner[E]) report() Report {
+	st := r.p.Status()
+	rep := Report{Offset: st.Offset, LastEventTime: st.LastEventTime, LagEvents: -1}
+	if st.LagEventsCounted {
+		rep.LagEvents = st.LagEvents
+	}
+	if st.LastError != nil {
+		rep.LastError = st.LastError.Error()
+	}
+	return rep
+}
+
+// applyRequests applies the requests a heartbeat found, in ID order. A
+// request refused for good (an offset of another journal) is completed
+// with its error recorded; one that failed otherwise stays pending, and
+// the ones after it wait, until the next heartbeat.
+func (r *runner[E]) applyRequests(ctx context.Context, pending []Request) error {
+	control := r.store.(ControlStore)
+	for _, q := range pending {
+		if q.ID <= r.applied {
+			continue
+		}
+		err := r.apply(ctx, opFor(q))
+		switch {
+		case errors.Is(err, ErrFenced):
+			return err
+		case err != nil && !errors.Is(err, journal.ErrOffsetMismatch) && !errors.Is(err, ErrInvalidConfig):
+			r.failed(fmt.Errorf("requested %s: %w", q.Kind, err))
+			return nil
+		case err != nil:
+			r.failed(fmt.Errorf("requested %s refused: %w", q.Kind, err))
+		}
+		r.applied = q.ID
+		if err := control.Complete(ctx, r.fence, q.ID); err != nil {
+			if errors.Is(err, ErrFenced) {
+				return fmt.Errorf("projection %s: %w", r.p.inst, err)
+			}
+			r.failed(err) // applied: it stays pending and is skipped by ID
+		}
+	}
+	return nil
 }
 
 // loop handles events and operations until ctx ends (nil) or it must stop.
@@ -172,6 +254,8 @@ func (r *runner[E]) loop(ctx context.Context) error {
 		case <-saveC:
 			r.saveT = nil
 			err = r.savePending(ctx)
+		case pending := <-r.requests:
+			err = r.applyRequests(ctx, pending)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

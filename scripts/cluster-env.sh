@@ -6,6 +6,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 COMPOSE_FILE="$ROOT/examples/payment/deploy/docker-compose.yml"
 PROJECT="${SHOAL_CLUSTER_PROJECT:-shoal-payment}"
 PAYMENT_IMAGE=shoal-payment:dev
+# The CA, the node certificates and the gossip key (scripts/cluster-certs.sh).
+export SHOAL_CLUSTER_TLS="${SHOAL_CLUSTER_TLS:-$ROOT/examples/payment/deploy/tls}"
+if [ -z "${SHOAL_GOSSIP_KEY:-}" ] && [ -s "$SHOAL_CLUSTER_TLS/gossip.key" ]; then
+	SHOAL_GOSSIP_KEY="$(cat "$SHOAL_CLUSTER_TLS/gossip.key")"
+	export SHOAL_GOSSIP_KEY
+fi
 
 compose() {
 	if docker compose version >/dev/null 2>&1; then

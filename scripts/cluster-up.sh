@@ -14,7 +14,10 @@
 #
 # Nothing is pulled: the payment image is two static binaries built here
 # (CGO_ENABLED=0) on `FROM scratch`, the Postgres image comes from
-# scripts/postgres-image.sh. scripts/cluster-down.sh removes it all.
+# scripts/postgres-image.sh. The nodes run mutual TLS and encrypted gossip
+# with a CA, certificates and a key that scripts/cluster-certs.sh makes
+# into examples/payment/deploy/tls (kept between runs; delete it to make
+# new ones). scripts/cluster-down.sh removes the rest.
 set -Eeuo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/cluster-env.sh"
 
@@ -32,6 +35,11 @@ if ! docker image inspect shoal-postgres:15 >/dev/null 2>&1; then
 	echo "cluster: no shoal-postgres:15 image (scripts/postgres-image.sh could not build it)" >&2
 	exit 1
 fi
+
+# Mutual TLS between the nodes and encrypted gossip: made once, kept.
+"$ROOT/scripts/cluster-certs.sh" "$SHOAL_CLUSTER_TLS"
+SHOAL_GOSSIP_KEY="$(cat "$SHOAL_CLUSTER_TLS/gossip.key")"
+export SHOAL_GOSSIP_KEY
 
 # up waits for each node's health check (GET /ready through `payment -probe`)
 # before it starts the nodes and the load generator that depend on it.

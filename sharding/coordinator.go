@@ -51,8 +51,9 @@ type coordinatorCore struct {
 	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
-	// rebalanced counts the hand-offs the strategy began in the last
-	// rebalance round (a metric: leaves and requests are not rebalances).
+	// rebalanced counts the hand-offs the last rebalance round, or the last
+	// operator's RebalanceShards, began (a metric: leaves and stop
+	// requests are not rebalances).
 	rebalanced int
 }
 
@@ -315,13 +316,18 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, c.startDeferred()
 	case protocol.RebalanceShards:
+		c.rebalanced = 0
 		for _, shard := range m.Shards {
 			if _, queued := c.later[shard]; !queued {
 				c.later[shard] = false // moved, not stopped
+				if _, moving := c.handoffs[shard]; !moving {
+					c.rebalanced++
+				}
 			}
 		}
 		return nil, c.startDeferred()
 	case rebalanceTick:
+		c.rebalanced = 0 // a round that returns early moved nothing
 		out = c.resendHandOffs()
 		switch {
 		case c.everyRegionRegistered():

@@ -270,8 +270,9 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 			if got := drain(seen); len(got) != 0 || len(b.received()) != 0 {
 				t.Fatalf("while z holds the lease: entity got %v, b got %v", got, b.received())
 			}
-			if n := store.acquires.Load(); n != 11 {
-				t.Fatalf("%d Acquires in 10.5s, want 11 (one a second)", n)
+			// Every 500 ms: RetryInterval, but four times per lease (2 s).
+			if n := store.acquires.Load(); n != 22 {
+				t.Fatalf("%d Acquires in 10.5s, want 22 (two a second)", n)
 			}
 			if err := store.MemoryCoordinatorStore.Release(context.Background(), "Pipe", epoch); err != nil {
 				t.Fatal(err)

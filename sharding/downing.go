@@ -110,6 +110,9 @@ type downing struct {
 	stableSince time.Time         // when theirsSig last changed; zero before the first view
 	side        uint64            // counts the changes of theirsSig
 	offUntil    time.Time         // after a stand-down: do not take the lease before
+	// polling names the counted members, healthy in the view, whose lease
+	// expiry a call under way asks of the store (see due).
+	polling map[string]bool
 }
 
 type failedNode struct {
@@ -129,6 +132,9 @@ type failedNode struct {
 type downCall struct {
 	node string
 	down bool // DownNode; else NodeLeaseExpired
+	// poll: the node is no failed node but a counted member the view
+	// shows healthy; only an expired lease makes it one.
+	poll bool
 }
 
 // downResult is the answer to a downCall, delivered to the coordinator.
@@ -149,7 +155,8 @@ func (downingTick) ProtocolMessage() {}
 // type's role; it decides on a view stable for stableAfter.
 func newDowning(self, role string, stableAfter time.Duration) *downing {
 	return &downing{self: self, role: role, stableAfter: stableAfter,
-		nodes: make(map[string]*failedNode), counted: make(map[string]Member), view: make(map[string]Member)}
+		nodes: make(map[string]*failedNode), counted: make(map[string]Member), view: make(map[string]Member),
+		polling: make(map[string]bool)}
 }
 
 // resume readies the machine for a new coordinator runner on its node:
@@ -161,6 +168,7 @@ func (d *downing) resume() *downing {
 	for _, n := range d.nodes {
 		n.busy, n.checked = false, false
 	}
+	clear(d.polling)
 	d.stableSince = time.Time{}
 	return d
 }
@@ -256,8 +264,14 @@ func (d *downing) settle(now time.Time) {
 }
 
 // due returns the store calls to make now, at most one per node, sorted:
-// downs while the coordinator may down (mayDown), expiry checks
-// otherwise.
+// for failed nodes, downs while the coordinator may down (mayDown),
+// expiry checks otherwise; then an expiry check (poll) of every other
+// counted member. The polls are what make failover take about a lease
+// length whatever the membership's failure detector: a crashed node's
+// lease expires in the store's time, final (an expired lease is never
+// renewed), and its holder fenced itself before, by its own clock; so an
+// expired lease is as good as Down, and the shards move once the store
+// says so, not once the membership has noticed.
 func (d *downing) due(now time.Time) []downCall {
 	var calls []downCall
 	mayDown := d.mayDown(now)
@@ -270,6 +284,13 @@ func (d *downing) due(now time.Time) []downCall {
 		down := mayDown && n.down && !n.downed
 		n.downSent = n.downSent || down
 		calls = append(calls, downCall{node: name, down: down})
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.counted)) {
+		if name == d.self || d.nodes[name] != nil || d.polling[name] {
+			continue
+		}
+		d.polling[name] = true
+		calls = append(calls, downCall{node: name, poll: true})
 	}
 	return calls
 }
@@ -352,6 +373,28 @@ func (d *downing) sides() (majority bool, theirs []string) {
 // counts towards the majority.
 func (d *downing) result(r downResult, now time.Time) bool {
 	n := d.nodes[r.call.node]
+	if r.call.poll {
+		delete(d.polling, r.call.node)
+		if r.err != nil || !r.expired {
+			return false
+		}
+		if n == nil {
+			// Healthy in the view, gone in the store: a failed node now,
+			// whose lease ended.
+			m, counts := d.counted[r.call.node]
+			if !counts {
+				m = d.view[r.call.node]
+			}
+			n = &failedNode{last: m, down: true}
+			d.nodes[r.call.node] = n
+		}
+		if n.busy || n.expired {
+			// A failed node's own check is under way, or answered: its
+			// answer decides, as it would have without the poll.
+			return false
+		}
+		n.busy = true // taken as the answer of its own check
+	}
 	if n == nil {
 		return false
 	}

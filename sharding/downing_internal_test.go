@@ -511,3 +511,46 @@ func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T
 		}
 	}
 }
+
+// A counted member the view shows healthy has its lease polled: once the
+// store says it expired (a crash the failure detector has not noticed
+// yet, a paused node), it is Down to the core and no longer counts,
+// without waiting for the membership.
+func TestDowningPollsTheLeasesOfHealthyMembers(t *testing.T) {
+	d := newDowning("a", "", 0)
+	view := []Member{up("a"), up("b"), up("c")}
+	d.observe(view, []string{"a", "b", "c"}, t0)
+	calls := d.due(t0)
+	if want := []downCall{{node: "b", poll: true}, {node: "c", poll: true}}; !slices.Equal(calls, want) {
+		t.Fatalf("calls %v, want %v: poll every other counted member", calls, want)
+	}
+	if again := d.due(t0); len(again) != 0 {
+		t.Fatalf("calls %v while the polls are under way", again)
+	}
+	if d.result(downResult{call: downCall{node: "b", poll: true}, expired: false}, t0) {
+		t.Fatal("a live lease reported as expired")
+	}
+	if d.result(downResult{call: downCall{node: "c", poll: true}, err: errors.New("db down")}, t0) {
+		t.Fatal("a failed poll reported as expired")
+	}
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b", poll: true}, {node: "c", poll: true}}) {
+		t.Fatalf("calls %v: the polls do not repeat", calls)
+	}
+	if !d.result(downResult{call: downCall{node: "c", poll: true}, expired: true}, t0) {
+		t.Fatal("an expired lease of a healthy member was not reported")
+	}
+	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Down || reachable {
+		t.Fatalf("c seen by the core as (%v, reachable %v) after its lease expired, want Down", st, reachable)
+	}
+	if _, counts := d.counted["c"]; counts {
+		t.Fatal("c still counts towards the majority after its lease expired")
+	}
+	d.result(downResult{call: downCall{node: "b", poll: true}}, t0)
+	d.observe(view, []string{"a", "b", "c"}, t0) // the view still shows c healthy
+	if st, _, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Down {
+		t.Fatal("an expired member came back Up with the next view")
+	}
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b", poll: true}}) {
+		t.Fatalf("calls %v, want only b's poll: c's expiry is final", calls)
+	}
+}

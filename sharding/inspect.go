@@ -105,7 +105,7 @@ func (s *Sharding) listenForLeave() (func(), error) {
 	}
 	return s.cfg.Transport.Listen(Address{Node: s.self}, func(m Message) error {
 		if _, ok := m.(protocol.LeaveRequest); ok {
-			s.log.Info("sharding: leave requested", "node", s.self)
+			s.log.Info("sharding: leave requested") // the logger names the node
 			s.cfg.OnLeaveRequest()
 		}
 		return nil

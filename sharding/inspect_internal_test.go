@@ -60,7 +60,8 @@ func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 }
 
 // The rebalance metric counts what the strategy moved, not the deferred
-// hand-offs (requests, leaves) that a rebalance round happens to start.
+// hand-offs (requests, leaves) that a rebalance round happens to start: an
+// operator's request counts once, when it is made.
 func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
 	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	// x never registers: hand-offs wait for it, then go ahead after a few rounds.
@@ -69,6 +70,9 @@ func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
 	c.step(protocol.Register{Region: "b"})
 	if _, out := c.step(protocol.RebalanceShards{Shards: []string{"s1"}}); len(out) != 0 {
 		t.Fatalf("handed off before every region registered: %v", sent(out))
+	}
+	if c.rebalanced != 1 {
+		t.Fatalf("the operator's request counted %d rebalanced, want 1", c.rebalanced)
 	}
 	began := false
 	for round := 0; round < 10 && !began; round++ {

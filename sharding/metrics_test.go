@@ -136,16 +136,41 @@ func TestMetricsCoordinatorLeaseRenewals(t *testing.T) {
 		s, reg := metricsSim(t, sharding.Settings{})
 		n := s.join("a", "host")
 		n.tell(t, "e", note{Text: "x"})
-		time.Sleep(16 * time.Second) // renewals every 5 s
+		time.Sleep(1600 * time.Millisecond) // renewals every 500 ms
 		synctest.Wait()
 		labels := map[string]string{"node": "a", "lease": "coordinator"}
 		ok := metricstest.Value(t, reg, "shoal_lease_renewals_total", map[string]string{"node": "a", "lease": "coordinator", "result": "ok"})
 		if ok != 3 {
-			t.Fatalf("%v coordinator lease renewals in 16 s, want 3", ok)
+			t.Fatalf("%v coordinator lease renewals in 1.6 s, want 3", ok)
 		}
 		if lags, sum := metricstest.Value(t, reg, "shoal_lease_renewal_lag_seconds", labels), metricstest.HistogramSum(t, reg, "shoal_lease_renewal_lag_seconds", labels); lags != ok || sum != 0 {
 			t.Fatalf("%v lag observations summing to %v s, want %v summing to 0", lags, sum, ok)
 		}
 		n.sh.Terminate()
+	})
+}
+
+// An operator's rebalance of one shard (the admin API's) counts as one
+// rebalanced shard on the coordinator's node, as the strategy's do.
+func TestMetricsCountAnOperatorsRebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, reg := metricsSim(t, sharding.Settings{NumberOfShards: 4, RebalanceInterval: time.Hour})
+		a := s.join("a", "host")
+		a.tell(t, "e1", note{Text: "x"})
+		synctest.Wait()
+		b := s.join("b", "host")
+		synctest.Wait()
+		shard := a.region.ShardID("e1")
+		before := metricstest.Value(t, reg, "shoal_sharding_rebalanced_shards_total", typeLabels("a"))
+		if err := a.sh.RebalanceShard("Test", shard); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := metricstest.Value(t, reg, "shoal_sharding_rebalanced_shards_total", typeLabels("a")); got != before+1 {
+			t.Fatalf("rebalanced shards %v after an operator's rebalance, want %v", got, before+1)
+		}
+		b.sh.Terminate()
+		a.sh.Terminate()
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // The region's runner also hosts the type's coordinator while this node is
@@ -169,19 +170,19 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 	return cr.tryAcquire(ctx)
 }
 
-// coordinatorRunner is a coordinator's runner (docs/DESIGN.md, "Cluster and
-// leases"): it acts only while it holds the type's coordinator lease. Until
-// it gets the lease it retries every RetryInterval and drops what it is sent
-// (regions retry); what comes while an acquisition is in flight waits for its
-// answer. Once it holds it, a lease.Keeper on the coordinator's own timers
-// (no goroutine of its own: idle, it owns none) renews it every RenewEvery
-// and says when it no longer holds it: at the last successful renewal's start
-// + Length − Margin, or at once when the store refuses a renewal. The runner
-// then stops, and sends nothing from the moment it no longer holds the lease.
-// Every store write carries the lease's epoch, which the store checks. Its
-// store calls (acquire, read, renew, write, release) run off the entity
-// worker, through PipeToSelf: the worker is shared by every entity of the
-// node, and a slow store must hold up none of them.
+// coordinatorRunner is a coordinator's runner (docs/DESIGN.md, "Cluster and leases"): it acts only
+// while it holds the type's coordinator lease. Until it gets the lease it
+// retries (see acquireEvery) and drops what it is sent (regions retry);
+// what comes while an acquisition is in flight waits for its answer.
+// Once it holds it, a lease.Keeper on the coordinator's own timers (no
+// goroutine of its own: idle, it owns none) renews it every RenewEvery and
+// says when it no longer holds it: at the last successful renewal's start
+// + Length − Margin, or at once when the store refuses a renewal. The
+// runner then stops, and sends nothing from the moment it no longer holds
+// the lease. Every store write carries the lease's epoch, which the store
+// checks. Its store calls (acquire, read, renew, write, release) run off
+// the entity worker, through PipeToSelf: the worker is shared by every
+// entity of the node, and a slow store must hold up none of them.
 type coordinatorRunner[C any] struct {
 	r      *Region[C]
 	store  CoordinatorStore
@@ -196,7 +197,7 @@ type coordinatorRunner[C any] struct {
 	view     []Member // the latest membership view, unfiltered
 	// downFailing: the last downing store call failed. Only the first
 	// failure of a run is a warning: the calls repeat every
-	// RetryInterval/4 per member while the node-lease store is down.
+	// pollEvery per member while the node-lease store is down.
 	downFailing bool
 	// pipe holds the store writes and the messages waiting for them;
 	// retries paces the retries of a failed write.
@@ -319,7 +320,7 @@ func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired
 			return entity.Stopped[Message]()
 		}
 		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", m.err)
-		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, cr.acquireEvery())
 		ctx.Stash().UnstashAll() // taken as before the lease: dropped, views counted
 		return entity.Same[Message]()
 	}
@@ -373,7 +374,7 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 	r := cr.r
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	if cr.down != nil {
-		every := max(r.settings.RetryInterval/4, time.Millisecond)
+		every := cr.pollEvery()
 		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
 	}
 	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
@@ -381,6 +382,22 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 	}
 	ctx.Stash().UnstashAll()
 	return entity.Same[Message]()
+}
+
+// pollEvery is how often the downing machine's store calls go out: a
+// quarter of RetryInterval or of the lease length, whichever is shorter,
+// so that an expired node lease is seen a fraction of a lease after it
+// expired (see downing.due).
+func (cr *coordinatorRunner[C]) pollEvery() time.Duration {
+	return max(min(cr.r.settings.RetryInterval, cr.timing.Length)/4, time.Millisecond)
+}
+
+// acquireEvery is how often a coordinator retries the acquisition of a
+// lease held elsewhere: every RetryInterval, but at least four times per
+// lease length, so that a crashed holder's lease is taken over soon after
+// it expired.
+func (cr *coordinatorRunner[C]) acquireEvery() time.Duration {
+	return max(min(cr.r.settings.RetryInterval, cr.timing.Length/4), time.Millisecond)
 }
 
 // granted records a successful acquisition or renewal that started at
@@ -585,7 +602,8 @@ func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) ent
 		}
 	}
 	changes, out := cr.core.step(m)
-	if _, ok := m.(rebalanceTick); ok {
+	switch m.(type) {
+	case rebalanceTick, protocol.RebalanceShards: // the strategy's and an operator's
 		r.m.Rebalanced(cr.core.rebalanced)
 	}
 	cr.sendAll(p.take(m, changes, out))

@@ -64,6 +64,48 @@ type simNode struct {
 	coordRestart int           // back-offs since the last reset
 	downing      *downing      // the coordinator's downing machine, kept across coordinators (Region.downing)
 	coordStarted time.Duration
+
+	// frozenUntil: the node is paused (faultPauses) until then; what
+	// comes for it meanwhile waits (later), each source in its order.
+	frozenUntil time.Duration
+	laterLast   map[string]time.Duration
+}
+
+// frozen reports whether the node is paused now.
+func (n *simNode) frozen() bool { return n.w.clock.now < n.frozenUntil }
+
+// later runs fn once the node resumes, after what the same source (a
+// link, the views, the timers) queued before it, at a time of the PRNG's
+// choosing among the other sources'. A node that no longer holds its
+// lease then fences first, and fn finds it gone.
+func (n *simNode) later(source string, fn func()) {
+	if n.laterLast == nil {
+		n.laterLast = map[string]time.Duration{}
+	}
+	at := max(n.frozenUntil+n.w.rng.between(0, time.Millisecond), n.laterLast[source])
+	n.laterLast[source] = at
+	n.w.clock.after(at-n.w.clock.now, func() {
+		// Resumed: whatever runs first finds the lease gone, if it is:
+		// the node's transport and journal refuse by the holder's clock
+		// (node.leasedTransport, journal/postgres.Fence), so the first
+		// thing a node resumed past its lease does is fence.
+		if !n.frozen() {
+			n.holdsLease() // fences it if not: then fn finds it gone
+		}
+		fn()
+	})
+}
+
+// awake runs fn now, or once the node resumes (later), unless the node is
+// gone by then.
+func (n *simNode) awake(source string, fn func()) {
+	switch {
+	case n.state == nodeGone:
+	case n.frozen():
+		n.later(source, func() { n.awake(source, fn) })
+	default:
+		fn()
+	}
 }
 
 // now is the node's own clock, with its drift.
@@ -74,9 +116,7 @@ func (n *simNode) now() time.Time {
 // after runs fn after the local duration d, unless the node is gone by then.
 func (n *simNode) after(d time.Duration, fn func()) {
 	n.w.clock.after(time.Duration(float64(d)*n.rate), func() {
-		if n.state != nodeGone {
-			fn()
-		}
+		n.awake("timers", fn)
 	})
 }
 
@@ -366,6 +406,23 @@ func (n *simNode) halt() {
 }
 
 // ---- the node lease (node.Start, lease.Holder) ----
+
+// holdsLease is the node's lease check on the entity path, for a node
+// that resumes from a pause with its fence check overdue and a message
+// handled first: by its own clock it no longer holds its lease, so it
+// fences at once and its entity does not act. In production the journal
+// refuses the write by the same check (journal/postgres.Fence); here every
+// message an entity gets counts as acting.
+func (n *simNode) holdsLease() bool {
+	if n.state == nodeGone {
+		return false
+	}
+	if n.lease == nil || n.lease.Holds(n.now()) {
+		return true
+	}
+	n.fence("no lease renewal in time (found on the entity path)")
+	return false
+}
 
 // holdLease acquires the node lease, before the node hosts anything.
 func (n *simNode) holdLease() error {
@@ -932,6 +989,10 @@ func (sh *simShard) incs() []*simInc {
 // deliver is shard.deliver.
 func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
 	w := sh.n.w
+	if !sh.n.holdsLease() {
+		w.lostToFault(p.msg)
+		return ErrEntityUnavailable
+	}
 	if p.start {
 		sh.core.startEntity(p.entityID, sh.n.now())
 		sh.apply()
@@ -971,6 +1032,10 @@ func (sh *simShard) apply() {
 		for _, ef := range out {
 			switch ef.kind {
 			case effStart:
+				if !n.holdsLease() {
+					w.lostToFault(ef.msgs)
+					return
+				}
 				inc := w.start(sh, ef.entityID)
 				sh.core.attach(ef.entityID, inc)
 				for _, m := range ef.msgs {

@@ -55,10 +55,11 @@ const (
 	faultViews      = "views"      // views lag and drop live members for a while
 	faultStore      = "store"      // coordinator and remember store calls fail
 	faultDrift      = "drift"      // each node's clock runs up to 5% fast or slow
+	faultPauses     = "pauses"     // a node freezes, every timer and goroutine, past its lease, then resumes
 )
 
 // simAllFaults lists every fault class, in the order reports print them.
-var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift}
+var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift, faultPauses}
 
 type simConfig struct {
 	seed   uint64
@@ -317,6 +318,9 @@ func (w *simWorld) chaosAction() {
 	if f[faultStore] {
 		actions = append(actions, action{2, w.storeOutage})
 	}
+	if f[faultPauses] {
+		actions = append(actions, action{2, w.pauseOne})
+	}
 	total := 0
 	for _, a := range actions {
 		total += a.weight
@@ -335,7 +339,7 @@ func (w *simWorld) chaosAction() {
 func (w *simWorld) up() []*simNode {
 	var out []*simNode
 	for _, name := range w.order {
-		if n := w.nodes[name]; n.state == nodeUp {
+		if n := w.nodes[name]; n.state == nodeUp && !n.frozen() {
 			out = append(out, n)
 		}
 	}
@@ -392,6 +396,10 @@ func (w *simWorld) startSender(n *simNode, id string) {
 		if n.state != nodeUp || w.clock.now >= w.sendEnd {
 			return
 		}
+		if n.frozen() { // its client waits for it
+			w.clock.after(n.frozenUntil-w.clock.now+w.rng.between(0, time.Millisecond), send)
+			return
+		}
 		seq++
 		msg := simCmd{Sender: id, Seq: seq}
 		entityID := w.entities[w.rng.IntN(len(w.entities))]
@@ -428,6 +436,46 @@ func (w *simWorld) leaveOne() {
 	n.state = nodeLeaving
 	w.tracef("%s drains", n.name)
 	n.after(simDrain, n.leave)
+}
+
+// pauseOne freezes a node as docker pause, SIGSTOP or a long stop-the-
+// world pause would, for longer than its node lease: nothing of it runs
+// (timers, message handling, store answers, its clients' calls) while
+// its clock and the store's run on; requests it sent before are served
+// meanwhile. Memberlist on the others notices after a while. At resume
+// what waited runs in an order of the PRNG's choosing (each source's own
+// order kept): a message may be handled before the fence check that is
+// long overdue, which is the case the node's lease check on the entity
+// path (the journal's fence in production) must catch.
+func (w *simWorld) pauseOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	n := up[w.rng.IntN(len(up))]
+	// Resumed by the heal, as every fault ends then: a pause that the
+	// heal cuts short of the lease is a harmless one.
+	d := min(w.leaseTiming.Node.Length+w.rng.between(0, 2*w.leaseTiming.Node.Length), w.healAt-w.clock.now)
+	n.frozenUntil = w.clock.now + d
+	w.tracef("%s pauses for %v", n.name, d)
+	w.clock.after(w.rng.between(time.Second, 5*time.Second), func() {
+		// The failure detector notices, if it is still frozen.
+		if m, ok := w.truth[n.name]; ok && m.Reachable && n.frozen() {
+			w.tracef("%s unreachable in the membership", n.name)
+			m.Reachable = false
+			w.truth[n.name] = m
+			w.publishViews("")
+		}
+	})
+	w.clock.after(d, func() {
+		w.tracef("%s resumes", n.name)
+		if m, ok := w.truth[n.name]; ok && !m.Reachable && n.state != nodeGone {
+			// It answers probes again and refutes its failure.
+			m.Reachable = true
+			w.truth[n.name] = m
+			w.publishViews("")
+		}
+	})
 }
 
 func (w *simWorld) crashOne() {
@@ -622,9 +670,7 @@ func (w *simWorld) publishView(n *simNode) {
 	at := max(w.clock.now+lag, n.viewLast)
 	n.viewLast = at
 	w.clock.after(at-w.clock.now, func() {
-		if n.state != nodeGone {
-			n.applyView(view)
-		}
+		n.awake("views", func() { n.applyView(view) })
 	})
 }
 
@@ -667,6 +713,10 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 		}
 		return
 	}
+	if n.frozen() {
+		n.later("from "+from+coordSuffix(coordinator), func() { w.arrive(from, to, coordinator, msg) })
+		return
+	}
 	if coordinator {
 		n.arriveCoordinator(from, msg)
 		return
@@ -690,12 +740,20 @@ func (w *simWorld) checkLease(n *simNode, what string) {
 	}
 }
 
+// leaseEnded reports whether n's node lease has expired in the store.
+func (w *simWorld) leaseEnded(n *simNode) bool {
+	expired, err := w.leases.NodeLeaseExpired(context.Background(), simAddr(n.name))
+	return err == nil && expired
+}
+
 // start records a new incarnation: no other may be active anywhere.
 func (w *simWorld) start(sh *simShard, entityID string) *simInc {
 	w.checkLease(sh.n, "starts "+entityID)
 	w.serials++
 	inc := &simInc{serial: w.serials, entityID: entityID, sh: sh}
-	if old := w.live[entityID]; old != nil {
+	if old := w.live[entityID]; old != nil && !w.leaseEnded(old.sh.n) {
+		// An incarnation on a node whose lease ended in the store is
+		// frozen or fenced: it never acts again (checkLease).
 		w.failAbout(entityID, "one incarnation", "%s started as #%d on %s while #%d is active on %s",
 			entityID, inc.serial, sh.n.name, old.serial, old.sh.n.name)
 	}
@@ -867,9 +925,7 @@ func (w *simWorld) storeCall(n *simNode, call func() error, answer func(error)) 
 			err = call()
 		}
 		w.clock.after(w.storeLatency(), func() {
-			if n.state != nodeGone {
-				answer(err)
-			}
+			n.awake("store", func() { answer(err) })
 		})
 	})
 }

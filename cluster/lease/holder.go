@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -38,7 +39,17 @@ type Holder struct {
 	keeper *Keeper
 
 	m *metrics.Lease // nil without WithMetrics
+
+	log      *slog.Logger // nil without WithLogger
+	kind     string
+	logged   time.Time // when the last failed renewal was logged
+	unlogged int       // failed renewals not logged since then
 }
+
+// failureLogEvery bounds how often a Holder logs failed renewals: a store
+// that stays unreachable fails one renewal every RenewEvery/4, and a line
+// each time would bury the one that says why.
+const failureLogEvery = 5 * time.Second
 
 // HoldOption tunes a Holder.
 type HoldOption func(*Holder)
@@ -48,6 +59,16 @@ type HoldOption func(*Holder)
 // reg records nothing.
 func WithMetrics(reg prometheus.Registerer, kind string) HoldOption {
 	return func(h *Holder) { h.m = metrics.NewLease(reg, kind) }
+}
+
+// WithLogger makes the Holder log each failed renewal (the store could not
+// be asked: a timeout, a lost connection) at Warn with its error, how long
+// it took and how long remains before the holder fences itself, and each
+// refusal at Error; failures are logged at most once per 5 s, the line
+// counting those left out. kind names the lease in the lines ("node",
+// "coordinator"). A nil logger logs nothing.
+func WithLogger(log *slog.Logger, kind string) HoldOption {
+	return func(h *Holder) { h.log, h.kind = log, kind }
 }
 
 // HoldNode acquires node's lease in store and starts a Holder that keeps
@@ -144,8 +165,8 @@ func (h *Holder) Stop() {
 }
 
 type renewal struct {
-	start time.Time
-	err   error
+	start, end time.Time
+	err        error
 }
 
 // run renews until fenced or stopped; it calls fence after done is
@@ -184,7 +205,8 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 				defer h.renewals.Done()
 				rctx, cancel := context.WithDeadline(ctx, fenceAt)
 				defer cancel()
-				results <- renewal{start: start, err: h.renew(rctx)}
+				err := h.renew(rctx)
+				results <- renewal{start: start, end: time.Now(), err: err}
 			}()
 		}
 		wake := fenceAt
@@ -201,6 +223,7 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 		case <-timer.C:
 		case r := <-results:
 			inFlight = false
+			h.m.RenewalTook(r.end.Sub(r.start))
 			switch {
 			case r.err == nil:
 				h.mu.Lock()
@@ -212,16 +235,35 @@ func (h *Holder) renewUntilFenced(ctx context.Context) error {
 				due = nextTry
 			case Refused(r.err):
 				h.m.Refused()
+				if h.log != nil {
+					h.log.Error("lease: renewal refused; fencing", "lease", h.kind, "err", r.err, "took", r.end.Sub(r.start))
+				}
 				h.mu.Lock()
 				h.keeper.Refused()
 				h.mu.Unlock()
 				return fmt.Errorf("%w: %w", ErrFenced, r.err)
 			default: // the store is unreachable or slow: try again soon
 				h.m.Failed()
-				nextTry = time.Now().Add(h.timing.RenewEvery / 4)
+				now := time.Now()
+				h.logFailure(r, fenceAt.Sub(now))
+				nextTry = now.Add(h.timing.RenewEvery / 4)
 			}
 		}
 	}
+}
+
+// logFailure logs a failed renewal, at most once per failureLogEvery.
+func (h *Holder) logFailure(r renewal, beforeFence time.Duration) {
+	if h.log == nil {
+		return
+	}
+	if !h.logged.IsZero() && r.end.Sub(h.logged) < failureLogEvery {
+		h.unlogged++
+		return
+	}
+	h.log.Warn("lease: renewal failed; retrying", "lease", h.kind, "err", r.err,
+		"took", r.end.Sub(r.start), "fence_in", max(beforeFence, 0), "not_logged", h.unlogged)
+	h.logged, h.unlogged = r.end, 0
 }
 
 // Refused reports whether err is the store's verdict that the lease is

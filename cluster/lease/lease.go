@@ -16,7 +16,14 @@
 //     the store says its lease expired.
 //   - The coordinator downs an incarnation that membership declares dead
 //     (DownNode): its next renewal fails, so it fences itself. Its shards
-//     move only once NodeLeaseExpired says so, in the store's time.
+//     move only once NodeLeaseExpired says so, in the store's time. It
+//     also polls the leases of the members membership still shows
+//     healthy: an expired one is as final as a down, so a crash costs
+//     about a lease, whatever the failure detector takes.
+//   - A holder may be frozen past its fence time (a pause) and resume
+//     before its fence callback runs: what acts on the lease checks
+//     Holder.Holds itself (the journal and the transport of package node
+//     do), and an expired lease is never renewed.
 //   - A coordinator acts only while it holds the coordinator lease of its
 //     name; every acquisition increments the epoch, and a write or renewal
 //     under an older epoch is refused (ErrStaleEpoch).

@@ -11,8 +11,9 @@ type Timing struct {
 	// acquisition or renewal.
 	Length time.Duration
 	// RenewEvery is how long after the start of a successful renewal the
-	// holder starts the next one. Default Length/3, so two renewals
-	// can fail before the holder fences itself.
+	// holder starts the next one. At most Length/3 (docs/DESIGN.md, "Cluster and leases"), so two
+	// renewals can fail before the holder fences itself; the default is
+	// Length/4 (see DefaultSettings).
 	RenewEvery time.Duration
 	// Margin is how long before Length runs out, counted on the holder's
 	// own monotonic clock from the start of its last successful renewal,
@@ -36,17 +37,29 @@ type Settings struct {
 
 // DefaultSettings returns the defaults:
 //
-//	Node:        Length 15s, RenewEvery 5s, Margin 3s
-//	Coordinator: Length 15s, RenewEvery 5s, Margin 3s
+//	Node:        Length 2s, RenewEvery 500ms, Margin 500ms
+//	Coordinator: Length 2s, RenewEvery 500ms, Margin 500ms
 //
-// 15 s sits above memberlist's LAN failure detection (4 s, up to 24 s
-// without confirmations), so a node is downed in
-// about the time its lease takes to run out, and well below Akka's 120 s
-// lease default, which trades availability for tolerance of long pauses.
-// The 3 s margin dwarfs clock drift (ppm over 15 s) and leaves room for a
-// stop-the-world pause while fencing.
+// The node lease's Length bounds failover: a crashed node's lease expires
+// in the store at most Length after its last renewal, and the coordinators
+// read the expiry in the store without waiting for the membership's
+// failure detector, so its shards serve elsewhere 2 to 3 s after a
+// kill -9. The price is tolerance of stalls: a holder that cannot
+// complete a renewal for Length − Margin = 1.5 s (a database round trip
+// that slow, a stop-the-world pause, a host that does not schedule it)
+// fences itself and restarts as a new incarnation. Renewals ride a
+// connection of their own, so journal traffic does not delay them; with
+// RenewEvery a quarter of Length, a renewal has a whole second to answer
+// before the fence time, and a failed one is retried every RenewEvery/4.
+// (Renewing every third of Length left a renewal 833 ms, and a healthy
+// node beside a busy loop on both cores of an overloaded host fenced
+// itself once in ten 20 s runs.) The 500 ms margin dwarfs clock drift
+// (ppm over 2 s) and covers the time fencing takes. Akka's lease default
+// is 120 s, trading availability for tolerance of long pauses; a
+// deployment on hosts that stall for seconds should lengthen Length (and
+// so failover) accordingly.
 func DefaultSettings() Settings {
-	t := Timing{Length: 15 * time.Second, RenewEvery: 5 * time.Second, Margin: 3 * time.Second}
+	t := Timing{Length: 2 * time.Second, RenewEvery: 500 * time.Millisecond, Margin: 500 * time.Millisecond}
 	return Settings{Node: t, Coordinator: t}
 }
 

@@ -2,6 +2,7 @@ package memberlist
 
 import (
 	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"time"
@@ -223,7 +224,7 @@ func (c Config) meta(joinOrder uint64, leaving bool) Meta {
 }
 
 // memberlistConfig translates c for memberlist.
-func (c Config) memberlistConfig() *ml.Config {
+func (c Config) memberlistConfig(logs *logWriter) *ml.Config {
 	mc := ml.DefaultLANConfig()
 	mc.Name = nodeName(c.self())
 	mc.BindAddr, mc.BindPort = c.BindAddr, c.BindPort
@@ -237,6 +238,6 @@ func (c Config) memberlistConfig() *ml.Config {
 	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = t.SuspicionMult, t.SuspicionMaxTimeoutMult
 	mc.GossipInterval, mc.GossipNodes, mc.GossipToTheDeadTime = t.GossipInterval, t.GossipNodes, t.GossipToTheDeadTime
 	mc.RetransmitMult, mc.PushPullInterval, mc.TCPTimeout = t.RetransmitMult, t.PushPullInterval, t.TCPTimeout
-	mc.Logger = newLogLogger(c.Logger)
+	mc.Logger = log.New(logs, "", 0)
 	return mc
 }

@@ -85,6 +85,9 @@ type Membership struct {
 	// node's name, set by the conflict delegate.
 	duplicate atomic.Pointer[string]
 
+	// logs carries memberlist's log lines; it is told of graceful leaves.
+	logs *logWriter
+
 	lifeMu   sync.Mutex // serializes Join, SetLeaving, Leave, Shutdown
 	shutdown bool
 	stop     chan struct{}
@@ -117,7 +120,8 @@ func New(cfg Config) (*Membership, error) {
 	tr := newTracker(name, m.meta, cfg.Timing)
 	m.local = cluster.NewLocalMembership(cfg.self(), tr.view())
 
-	mc := cfg.memberlistConfig()
+	m.logs = newLogWriter(cfg.Logger)
+	mc := cfg.memberlistConfig(m.logs)
 	d := &delegate{m: m}
 	mc.Delegate, mc.Events, mc.Alive, mc.Conflict = d, d, d, d
 	if m.list, err = ml.Create(mc); err != nil {
@@ -254,6 +258,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 		return nil
 	}
 	leavingErr := m.setLeaving(ctx)
+	m.logs.selfLeaving()
 	leaveErr := m.list.Leave(m.timeout(ctx))
 	if leaveErr != nil {
 		leaveErr = fmt.Errorf("memberlist: leave broadcast: %w", leaveErr)
@@ -327,7 +332,7 @@ func (m *Membership) run(tr *tracker) {
 	drain := func() {
 		for _, ev := range m.inbox.take() {
 			if !tr.apply(ev, time.Now()) {
-				m.cfg.Logger.Debug("memberlist: ignored node event", "node", ev.name, "kind", ev.kind)
+				m.cfg.Logger.Debug("memberlist: ignored node event", "member", ev.name, "kind", ev.kind)
 			}
 		}
 	}
@@ -435,6 +440,9 @@ func (d *delegate) NotifyJoin(n *ml.Node) {
 
 // NotifyLeave implements memberlist.EventDelegate.
 func (d *delegate) NotifyLeave(n *ml.Node) {
+	if meta, err := DecodeMeta(n.Meta); err == nil && meta.Leaving {
+		d.m.logs.memberLeft(n.Name, n.Address())
+	}
 	d.m.setGossipAddr(n.Name, "")
 	d.m.inbox.push(copyEvent(nodeLeft, n))
 }
@@ -467,7 +475,7 @@ func (d *delegate) NotifyConflict(existing, other *ml.Node) {
 		d.m.duplicate.CompareAndSwap(nil, &addr)
 	}
 	d.m.cfg.Logger.Error("memberlist: two nodes claim one incarnation; the newcomer is ignored",
-		"node", existing.Name, "existing", existing.Address(), "other", other.Address())
+		"member", existing.Name, "existing", existing.Address(), "other", other.Address())
 }
 
 func copyEvent(kind nodeEventKind, n *ml.Node) nodeEvent {

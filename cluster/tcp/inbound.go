@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -151,7 +152,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	if tc, ok := conn.(*tls.Conn); ok {
 		if err := tc.HandshakeContext(t.ctx); err != nil {
-			return nil, fmt.Errorf("%w: tls: %w", ErrRefused, err)
+			return nil, fmt.Errorf("%w: %w", ErrRefused, tlsError(err))
 		}
 	}
 	br := bufio.NewReaderSize(c, 64<<10)
@@ -270,4 +271,13 @@ func readControl(br *bufio.Reader) (frame.Frame, error) {
 		return frame.Frame{}, fmt.Errorf("%w: handshake frame of %d bytes, limit %d", frame.ErrTooLarge, n, controlMaxSize)
 	}
 	return frame.ReadFrame(br, controlMaxSize)
+}
+
+// tlsError is err of a TLS handshake, said to be one once: crypto/tls's
+// own errors start with (or contain) "tls:" already.
+func tlsError(err error) error {
+	if strings.Contains(err.Error(), "tls:") {
+		return err
+	}
+	return fmt.Errorf("tls: %w", err)
 }

@@ -278,6 +278,11 @@ func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 	br, err := l.handshake(conn)
 	if err != nil {
 		conn.Close()
+		if errors.Is(err, ErrRefused) {
+			// It names the handshake already ("tcp: handshake refused ..."):
+			// add where, not a second prefix.
+			return nil, nil, fmt.Errorf("%w (dialed %s at %s)", err, l.to, endpoint)
+		}
 		return nil, nil, fmt.Errorf("tcp: handshake with %s at %s: %w", l.to, endpoint, err)
 	}
 	l.mu.Lock()

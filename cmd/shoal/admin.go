@@ -213,7 +213,10 @@ func members(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			marks = append(marks, "oldest")
 		}
 		reach := "yes"
-		if mem.Unreachable {
+		switch {
+		case mem.Status == "Down":
+			reach = "-" // left or downed: nobody probes it any more
+		case mem.Unreachable:
 			reach = "NO"
 		}
 		rows = append(rows, []string{mem.ID, mem.Status, reach, strconv.FormatUint(mem.JoinOrder, 10),
@@ -257,17 +260,111 @@ func leave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	data, err := c.call(ctx, http.MethodPost, "/admin/v1/leave", admin.LeaveRequest{Node: pos[0]})
+	data, err := c.act(ctx, "leave", "/admin/v1/leave", admin.LeaveRequest{Node: pos[0]})
 	if err != nil {
-		var ae *APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
-			return fmt.Errorf("%w (leave needs --token or $SHOAL_TOKEN)", err)
-		}
 		return err
 	}
 	if asJSON {
 		return printJSON(stdout, data)
 	}
 	fmt.Fprintf(stdout, "%s is leaving the cluster\n", pos[0])
+	return nil
+}
+
+// act posts an action; a 401 says which flag is missing.
+func (c *adminClient) act(ctx context.Context, name, path string, body any) ([]byte, error) {
+	data, err := c.call(ctx, http.MethodPost, path, body)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		return nil, fmt.Errorf("%w (%s needs --token or $SHOAL_TOKEN)", err, name)
+	}
+	return data, err
+}
+
+func types(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, _, asJSON, err := adminCommand("types", args, 0, stderr)
+	if err != nil {
+		return err
+	}
+	var t struct {
+		Types []string `json:"types"`
+	}
+	data, err := c.get(ctx, "/admin/v1/types", &t)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, data)
+	}
+	rows := make([][]string, 0, len(t.Types))
+	for _, name := range t.Types {
+		rows = append(rows, []string{name})
+	}
+	return table(stdout, []string{"TYPE"}, rows)
+}
+
+func leases(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, _, asJSON, err := adminCommand("leases", args, 0, stderr)
+	if err != nil {
+		return err
+	}
+	var l admin.Leases
+	data, err := c.get(ctx, "/admin/v1/leases", &l)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, data)
+	}
+	expiry := func(at time.Time, expired bool) string {
+		s := at.UTC().Format(time.RFC3339)
+		if expired {
+			s += " EXPIRED"
+		}
+		return s
+	}
+	var rows [][]string
+	for _, n := range l.Nodes {
+		rows = append(rows, []string{"node", fmt.Sprintf("%s#%d", n.Node, n.Incarnation), "-", expiry(n.ExpiresAt, n.Expired)})
+	}
+	for _, co := range l.Coordinators {
+		rows = append(rows, []string{"coordinator " + co.Type, orDash(co.Holder), strconv.FormatUint(co.Epoch, 10), expiry(co.ExpiresAt, co.Expired)})
+	}
+	return table(stdout, []string{"LEASE", "HOLDER", "EPOCH", "EXPIRES"}, rows)
+}
+
+func rebalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, pos, asJSON, err := adminCommand("rebalance", args, 2, stderr)
+	if err != nil {
+		return err
+	}
+	data, err := c.act(ctx, "rebalance", "/admin/v1/shards/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1])+"/rebalance", nil)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, data)
+	}
+	fmt.Fprintf(stdout, "shard %s of %s is handed off and placed again\n", pos[1], pos[0])
+	return nil
+}
+
+func down(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, pos, asJSON, err := adminCommand("down", args, 2, stderr)
+	if err != nil {
+		return err
+	}
+	inc, err := strconv.ParseUint(pos[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w (INCARNATION %q: want the number shown by members)", errUsage, pos[1])
+	}
+	data, err := c.act(ctx, "down", "/admin/v1/down", admin.DownRequest{Node: pos[0], Incarnation: &inc})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, data)
+	}
+	fmt.Fprintf(stdout, "%s#%d is down: it fences itself, and its shards move once its lease expired\n", pos[0], inc)
 	return nil
 }

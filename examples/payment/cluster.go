@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,6 +82,7 @@ type clusterFlags struct {
 	gossipAddr, gossipAdvertise       string
 	transportAddr, transportAdvertise string
 	tlsCert, tlsKey, tlsCA            string
+	gossipKey                         string
 	adminAddr, adminToken             string
 	adminReadsNeedToken               bool
 	bootstrap                         bool
@@ -94,7 +96,7 @@ type clusterFlags struct {
 // clusterFlagNames are the flags that select cluster mode.
 var clusterFlagNames = []string{
 	"node-id", "seeds", "bootstrap", "cluster-name", "gossip-addr", "gossip-advertise",
-	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "min-members", "join-timeout", "app-version",
+	"transport-addr", "transport-advertise", "tls-cert", "tls-key", "tls-ca", "gossip-key", "min-members", "join-timeout", "app-version",
 	"admin-addr", "admin-token", "admin-reads-need-token",
 	"lease", "gossip-timing",
 }
@@ -111,13 +113,14 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "cluster mode: PEM certificate of this node for mutual TLS between nodes; it must name -node-id among its DNS names (with -tls-key and -tls-ca)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "cluster mode: PEM private key of -tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "cluster mode: PEM certificates of the CAs that sign the nodes' certificates")
+	fs.StringVar(&c.gossipKey, "gossip-key", os.Getenv("SHOAL_GOSSIP_KEY"), "cluster mode: base64 of the 32-byte key (or 16, 24) that encrypts gossip ($SHOAL_GOSSIP_KEY, which keeps it out of the process list; `openssl rand -base64 32`); every node needs the same; empty: gossip in the clear")
 	fs.IntVar(&c.minMembers, "min-members", 1, "cluster mode: nodes that must host payments before shards are first allocated")
 	fs.StringVar(&c.appVersion, "app-version", "", "cluster mode: this build's version, gossiped to the other nodes (the admin API's members show it during a rolling update)")
 	fs.DurationVar(&c.joinTimeout, "join-timeout", time.Minute, "cluster mode: how long to retry the seeds when none answers")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
 	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
 	fs.BoolVar(&c.adminReadsNeedToken, "admin-reads-need-token", false, "cluster mode: the admin API's reads need the token too")
-	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 15s)")
+	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 2s)")
 	fs.StringVar(&c.gossipTiming, "gossip-timing", "lan", "cluster mode: failure detection, \"lan\" (memberlist's LAN defaults: a crashed node is declared failed after about 4 s) or \"fast\" (about 1 s: for tests on one host)")
 }
 
@@ -211,6 +214,9 @@ func (c *clusterFlags) config(fs *flag.FlagSet, postgresDSN string) (*Cluster, e
 	if nc.ServerTLS, nc.ClientTLS, err = c.loadTLS(); err != nil {
 		return nil, err
 	}
+	if nc.SecretKey, err = parseGossipKey(c.gossipKey); err != nil {
+		return nil, err
+	}
 	if c.adminAddr != "" {
 		if err := checkAddr("admin-addr", c.adminAddr, true); err != nil {
 			return nil, err
@@ -275,6 +281,26 @@ func isWildcard(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsUnspecified()
+}
+
+// parseGossipKey decodes -gossip-key: standard base64 of an AES key of
+// 16, 24 or 32 bytes (memberlist's SecretKey); empty is no key. The value
+// is never echoed in an error: it is a secret.
+func parseGossipKey(s string) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	key, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, &FlagError{Flag: "gossip-key", Value: "(hidden)", Reason: "not standard base64 (make one with `openssl rand -base64 32`)", Err: err}
+	}
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	}
+	return nil, &FlagError{Flag: "gossip-key", Value: "(hidden)",
+		Reason: fmt.Sprintf("decodes to %d bytes; want 32 (AES-256), or 16 or 24", len(key))}
 }
 
 // loadTLS reads -tls-cert, -tls-key and -tls-ca: all three or none.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +69,8 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"CA file missing", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", missing), "tls-ca", fs.ErrNotExist},
 		{"CA file without a certificate", append(cl, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", notPEM), "tls-ca", nil},
 		{"min members 0", append(cl, "-min-members", "0"), "min-members", nil},
+		{"gossip key not base64", append(cl, "-gossip-key", "not base64!"), "gossip-key", nil},
+		{"gossip key of 20 bytes", append(cl, "-gossip-key", base64.StdEncoding.EncodeToString(make([]byte, 20))), "gossip-key", nil},
 		{"admin address not host:port", append(cl, "-admin-addr", "9001"), "admin-addr", nil},
 		{"admin reads protected without a token", append(cl, "-admin-addr", "127.0.0.1:0", "-admin-reads-need-token"), "admin-reads-need-token", nil},
 		{"admin address without a node id", []string{"-admin-addr", "127.0.0.1:9001", "-postgres", "postgres://x"}, "node-id", nil},
@@ -88,6 +92,9 @@ func TestClusterFlagsRefused(t *testing.T) {
 			}
 			if tc.cause != nil && !errors.Is(err, tc.cause) {
 				t.Fatalf("parseArgs(%q): %v, want it to wrap %v", tc.args, err, tc.cause)
+			}
+			if secret := tc.args[len(tc.args)-1]; tc.flag == "gossip-key" && strings.Contains(err.Error(), secret) {
+				t.Fatalf("the refusal %q shows the key", err)
 			}
 		})
 	}
@@ -146,6 +153,20 @@ func TestClusterFlagsAccepted(t *testing.T) {
 		t.Fatalf("admin token from $SHOAL_ADMIN_TOKEN: %+v, %v", o.cfg.Cluster, err)
 	}
 	t.Setenv("SHOAL_ADMIN_TOKEN", "")
+
+	// The gossip key: base64 of 32 bytes, from the flag or the environment.
+	key := make([]byte, 32)
+	key[0], key[31] = 7, 9
+	o, err = parseArgs([]string{"-node-id", "n1", "-postgres", "postgres://x", "-gossip-key", base64.StdEncoding.EncodeToString(key)}, io.Discard)
+	if err != nil || !bytes.Equal(o.cfg.Cluster.Node.SecretKey, key) {
+		t.Fatalf("-gossip-key: %v, %v", o.cfg.Cluster, err)
+	}
+	t.Setenv("SHOAL_GOSSIP_KEY", base64.StdEncoding.EncodeToString(key[:16]))
+	o, err = parseArgs([]string{"-node-id", "n1", "-postgres", "postgres://x"}, io.Discard)
+	if err != nil || !bytes.Equal(o.cfg.Cluster.Node.SecretKey, key[:16]) {
+		t.Fatalf("gossip key from $SHOAL_GOSSIP_KEY: %v, %v", o.cfg.Cluster, err)
+	}
+	t.Setenv("SHOAL_GOSSIP_KEY", "")
 
 	// A node id alone: loopback on free ports, the node package's defaults.
 	o, err = parseArgs([]string{"-node-id", "n1", "-postgres", "postgres://x"}, io.Discard)
@@ -484,8 +505,11 @@ func TestClusterNodeFencedReportsOnErr(t *testing.T) {
 }
 
 // A node with -admin-addr serves the admin API; asked there to leave, it
-// leaves gracefully and reports ErrLeftCluster on Err, on which the
-// program drains its API and exits 0.
+// reports ErrLeaveRequested on Err and stops nothing yet: the API still
+// serves (the program now drains it, as on SIGTERM), and only Shutdown
+// hands the shards off and leaves. A leave that handed the shards off
+// first failed every request the API still accepted (500 "region
+// stopped").
 func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -509,6 +533,8 @@ func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	if err := probeURL(context.Background(), admin+"/ready"); err != nil {
 		t.Fatalf("admin /ready: %v", err)
 	}
+	order := "shop-1/leave1/payment"
+	put(t, n, "example", "dummy", order, `{"amount":1000}`).want(t, 200, "")
 	req, err := http.NewRequest(http.MethodPost, admin+"/admin/v1/leave", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -524,10 +550,27 @@ func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 	}
 	select {
 	case err := <-n.Err():
-		if !errors.Is(err, ErrLeftCluster) {
-			t.Fatalf("Err: %v, want ErrLeftCluster", err)
+		if !errors.Is(err, ErrLeaveRequested) {
+			t.Fatalf("Err: %v, want ErrLeaveRequested", err)
 		}
 	case <-time.After(testPatience):
-		t.Fatal("no ErrLeftCluster on Err after the leave")
+		t.Fatal("no ErrLeaveRequested on Err after the leave")
+	}
+	// Nothing stopped before the application drains.
+	put(t, n, "example", "dummy", order, `{"amount":1000}`).want(t, 200, "")
+	select {
+	case <-n.Cluster.Done():
+		t.Fatal("the cluster node stopped before the application shut it down")
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testPatience)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown after the leave request: %v", err)
+	}
+	select {
+	case <-n.Cluster.Done():
+	default:
+		t.Fatal("the cluster node still runs after Shutdown")
 	}
 }

@@ -87,7 +87,10 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		}
 		defer ln.Close()
 		fmt.Fprintf(stdout, "pprof at http://%s/debug/pprof/\n", ln.Addr())
-		go func() { _ = http.Serve(ln, pprofMux()) }()
+		// A CPU profile or trace runs for ?seconds= (30 s by default) before
+		// it writes: the write timeout leaves room for that.
+		pprofServer := boundedServer(pprofMux(), 2*time.Minute)
+		go func() { _ = pprofServer.Serve(ln) }()
 	}
 	if opts.issuerOnly {
 		return serveIssuer(ctx, cfg.SimulatorAddr, stdout)
@@ -120,12 +123,12 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 	select {
 	case <-ctx.Done():
 	case err := <-node.Err():
-		if !errors.Is(err, ErrLeftCluster) {
+		if !errors.Is(err, ErrLeaveRequested) {
 			node.Kill()
 			return err
 		}
-		// The shards are handed off already; what follows drains the API.
-		fmt.Fprintln(stdout, "left the cluster on request")
+		// As on SIGTERM: the API drains, then the shards are handed off.
+		fmt.Fprintln(stdout, "asked to leave the cluster")
 	}
 	// Entities waiting for the issuer stop after its answer or their
 	// processing timeout, which is at most AskTimeout+FailSafeMargin away;
@@ -261,7 +264,7 @@ func serveIssuer(ctx context.Context, addr string, stdout io.Writer) error {
 	sim := NewSimulator()
 	mux := http.NewServeMux()
 	mux.Handle("/payment", sim)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := boundedServer(mux, simulatorWriteTimeout)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "issuer simulator at http://%s/payment\n", ln.Addr())
@@ -274,4 +277,22 @@ func serveIssuer(ctx context.Context, addr string, stdout io.Writer) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
+}
+
+// simulatorWriteTimeout bounds the issuer simulator's answers; its hangs
+// last until the client's response timeout, which is far shorter.
+const simulatorWriteTimeout = time.Minute
+
+// boundedServer is an http.Server for h with a timeout on every phase:
+// headers, the whole request, the response (write) and idle keep-alives,
+// so that no client holds a connection for ever. The payment API has its
+// own, configurable ones (Config).
+func boundedServer(h http.Handler, write time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      write,
+		IdleTimeout:       time.Minute,
+	}
 }

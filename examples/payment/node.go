@@ -189,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.Simulator = NewSimulator()
 		mux := http.NewServeMux()
 		mux.Handle("/payment", n.Simulator)
-		n.sim = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		n.sim = boundedServer(mux, simulatorWriteTimeout)
 		go n.serve(n.sim, ln)
 		cfg.IssuerURL = "http://" + ln.Addr().String() + "/payment"
 	}
@@ -307,6 +307,19 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 	if nc.Metrics == nil && n.metrics != nil {
 		nc.Metrics = n.metrics
 	}
+	n.done = make(chan struct{})
+	if nc.OnLeaveRequest == nil {
+		// A leave asked for through the admin API (or by another node)
+		// takes SIGTERM's path: the caller of Err drains the API, then
+		// Shutdown hands the shards off. Handing them off first would
+		// fail every request the API still accepts.
+		nc.OnLeaveRequest = func() {
+			select {
+			case n.serveErr <- ErrLeaveRequested:
+			case <-n.done:
+			}
+		}
+	}
 	c := *n.cfg.Cluster
 	c.Node = nc
 	cn, err := startClusterNode(ctx, c, n.log)
@@ -319,29 +332,20 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 	return nil
 }
 
-// ErrLeftCluster is reported on Err when the cluster node left the cluster
-// because the admin API (or another node) asked it to: the process should
-// stop, as after a SIGTERM.
-var ErrLeftCluster = errors.New("payment: the node left the cluster on request")
+// ErrLeaveRequested is reported on Err when the admin API (or another
+// node) asked the cluster node to leave. Nothing has stopped yet: the
+// process should call Shutdown, as after a SIGTERM, which drains the API
+// before the shards are handed off.
+var ErrLeaveRequested = errors.New("payment: asked to leave the cluster")
 
-// watchFence reports on Err when the cluster node fences itself or leaves
-// on request.
+// watchFence reports on Err when the cluster node fences itself.
 func (n *Node) watchFence() {
-	n.done = make(chan struct{})
 	go func() {
 		t := time.NewTicker(fenceCheck)
 		defer t.Stop()
 		for {
 			select {
 			case <-n.done:
-				return
-			case <-n.Cluster.Done():
-				// It left on an operator's or another node's request
-				// (the admin API), not through Shutdown here.
-				select {
-				case n.serveErr <- ErrLeftCluster:
-				case <-n.done:
-				}
 				return
 			case <-t.C:
 				if err := n.Cluster.Alive(); errors.Is(err, node.ErrFenced) {

@@ -106,3 +106,16 @@ func TestAPITimeoutDefaults(t *testing.T) {
 			d.ReadTimeout, d.WriteTimeout, d.IdleTimeout, d.Settings.AskTimeout)
 	}
 }
+
+// Every other server the program starts (the issuer simulator, -pprof,
+// -issuer-only) bounds every phase too.
+func TestSimulatorServerHasTimeouts(t *testing.T) {
+	n := startNode(t, nil)
+	s := n.sim
+	if s == nil || s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 {
+		t.Fatalf("simulator server %+v: a timeout is missing", s)
+	}
+	if b := boundedServer(http.NotFoundHandler(), time.Minute); b.ReadHeaderTimeout <= 0 || b.ReadTimeout <= 0 || b.WriteTimeout != time.Minute || b.IdleTimeout <= 0 {
+		t.Fatalf("boundedServer %+v", b)
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NoEntityType labels dead letters that belong to no entity type: replies
-// nobody waited for, messages an owner could not place.
+// NoEntityType names, for Entity.Type, what belongs to no entity type:
+// replies nobody waited for, messages an owner could not place, asks of a
+// plain ref. Its dead letters go to entity_untyped_dead_letters_total, not
+// to a type="none" series that reads like an entity type; its ask latency
+// is labelled type="none" once such an ask happened.
 const NoEntityType = "none"
 
 // Entity holds the entity runtime's collectors. A nil *Entity is off.
@@ -18,6 +21,9 @@ type Entity struct {
 	deadLetters   *prometheus.CounterVec
 	askLatency    *prometheus.HistogramVec
 	depthDesc     *prometheus.Desc
+	// untyped is the handle of NoEntityType: not in types, so that no
+	// mailbox or delivered series of a type "none" is reported.
+	untyped *EntityType
 
 	mu    sync.RWMutex
 	types map[string]*EntityType
@@ -43,6 +49,13 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 	e.depthDesc = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "entity", "mailbox_depth"),
 		"Messages waiting in the mailboxes of entities, per entity type; an entity at work reports at the end of its turn (at most the runtime's Throughput messages).", []string{"type"}, nil)
 	registerScraped(reg, e.collect, e.depthDesc, e.deliveredDesc)
+	e.untyped = &EntityType{
+		deadLetters: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "entity", Name: "untyped_dead_letters_total",
+			Help: "Messages that reached no handler and belong to no entity type: replies nobody waited for, messages an owner could not place.",
+		})),
+		askVec: e.askLatency,
+	}
 	return e
 }
 
@@ -50,6 +63,9 @@ func NewEntity(reg prometheus.Registerer) *Entity {
 func (e *Entity) Type(name string) *EntityType {
 	if e == nil {
 		return nil
+	}
+	if name == NoEntityType {
+		return e.untyped
 	}
 	e.mu.RLock()
 	t := e.types[name]
@@ -74,7 +90,11 @@ func (e *Entity) Type(name string) *EntityType {
 type EntityType struct {
 	deadLetters prometheus.Counter
 	askLatency  prometheus.Observer
-	depth       atomic.Int64
+	// askVec, when set (NoEntityType), resolves askLatency on the first
+	// ask, so that its series appears only once there is one.
+	askVec  *prometheus.HistogramVec
+	askOnce sync.Once
+	depth   atomic.Int64
 	// delivered is striped over cache lines: the workers running
 	// different entities of one type count without contending.
 	delivered [deliveredStripes]struct {
@@ -125,9 +145,13 @@ func (t *EntityType) Queued(n int) {
 
 // Asked records an ask's time from send to outcome.
 func (t *EntityType) Asked(d time.Duration) {
-	if t != nil {
-		t.askLatency.Observe(seconds(d))
+	if t == nil {
+		return
 	}
+	if t.askVec != nil {
+		t.askOnce.Do(func() { t.askLatency = t.askVec.WithLabelValues(NoEntityType) })
+	}
+	t.askLatency.Observe(seconds(d))
 }
 
 // collect reports each type's mailbox depth and delivered count at

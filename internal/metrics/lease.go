@@ -17,7 +17,7 @@ const (
 // nil *Lease is off.
 type Lease struct {
 	ok, failed, refused prometheus.Counter
-	lag                 prometheus.Observer
+	lag, duration       prometheus.Observer
 }
 
 // NewLease registers the renewal collectors of the lease kind (a bounded
@@ -35,9 +35,23 @@ func NewLease(reg prometheus.Registerer, kind string) *Lease {
 		Help:    "Time from when a renewal was due to when it succeeded: retries and round trips; near the lease's slack means near fencing.",
 		Buckets: latencyBuckets,
 	}, []string{"lease"}))
+	duration := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Subsystem: "lease", Name: "renewal_duration_seconds",
+		Help:    "Round trip of each lease renewal call, whatever its outcome: a renewal slower than the lease's margin fences its holder.",
+		Buckets: latencyBuckets,
+	}, []string{"lease"}))
 	return &Lease{
 		ok: renewals.WithLabelValues(kind, RenewalOK), failed: renewals.WithLabelValues(kind, RenewalFailed),
 		refused: renewals.WithLabelValues(kind, RenewalRefused), lag: lag.WithLabelValues(kind),
+		duration: duration.WithLabelValues(kind),
+	}
+}
+
+// RenewalTook records the round trip of one renewal call, whatever its
+// outcome.
+func (l *Lease) RenewalTook(d time.Duration) {
+	if l != nil {
+		l.duration.Observe(seconds(max(d, 0)))
 	}
 }
 

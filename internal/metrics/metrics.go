@@ -22,18 +22,21 @@
 //	entity_mailbox_depth{type}               entity_ask_duration_seconds{type}
 //	entity_passivations_total{type}          entity_restarts_total{type}
 //	entity_backoffs_total{type}              sharding_region_buffer_depth{type}
+//	entity_untyped_dead_letters_total        (dead letters of no entity type)
 //	sharding_active_entities{type,shard}     sharding_handoffs_total{type}
 //	sharding_handoff_duration_seconds{type}  sharding_rebalanced_shards_total{type}
 //	journal_persist_duration_seconds         journal_replay_duration_seconds
 //	journal_batch_events                     lease_renewals_total{lease,result}
-//	lease_renewal_lag_seconds{lease}         transport_sent_bytes_total{peer}
-//	transport_received_bytes_total{peer}     transport_sent_frames_total{peer}
-//	transport_received_frames_total{peer}    transport_queue_depth{peer}
+//	lease_renewal_lag_seconds{lease}         lease_renewal_duration_seconds{lease}
+//	transport_sent_bytes_total{peer}         transport_received_bytes_total{peer}
+//	transport_sent_frames_total{peer}        transport_received_frames_total{peer}
+//	transport_queue_depth{peer}
 //	projection_events_handled_total{projection,instance}
 //	projection_failures_total{projection,instance,result}
 //	projection_lag_seconds{projection,instance}
 //	projection_last_event_timestamp_seconds{projection,instance}
 //	projection_running{projection,instance}  projection_paused{projection,instance}
+//	projection_lag_events{projection,instance} (sources that count events)
 //
 // Depths, delivered counts and entities per shard are read at scrape
 // time from counts the runtime keeps anyway or updates once per entity

@@ -99,3 +99,36 @@ func TestRestartedRuntimeIsScraped(t *testing.T) {
 		}
 	}
 }
+
+// What belongs to no entity type is not reported as a type "none": its
+// dead letters go to their own counter, and no mailbox, delivered or
+// dead-letter series of type="none" exists.
+func TestNoEntityTypeIsNotATypeNoneSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := metrics.NewEntity(reg)
+	e.Type("real").DeadLetter()
+	none := e.Type(metrics.NoEntityType)
+	none.DeadLetter()
+	none.DeadLetter()
+	if got := metricstest.Value(t, reg, "shoal_entity_untyped_dead_letters_total", nil); got != 2 {
+		t.Fatalf("untyped dead letters %v, want 2", got)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" && l.GetValue() == metrics.NoEntityType {
+					t.Errorf("%s has a type=%q series", f.GetName(), metrics.NoEntityType)
+				}
+			}
+		}
+	}
+	// An ask of a plain ref still has its latency, once there is one.
+	none.Asked(time.Millisecond)
+	if got := metricstest.HistogramSum(t, reg, "shoal_entity_ask_duration_seconds", map[string]string{"type": metrics.NoEntityType}); got != 0.001 {
+		t.Fatalf("untyped asks took %v s in all, want 0.001", got)
+	}
+}

@@ -17,6 +17,10 @@ type ProjectionReport struct {
 	Running, Paused bool
 	// LagSeconds is now minus the timestamp of the last event handled.
 	LagSeconds float64
+	// LagEvents is the events stored after the handled offset, exported
+	// when LagEventsCounted (the source counts events).
+	LagEvents        int64
+	LagEventsCounted bool
 	// LastEventUnix is that timestamp in Unix seconds; 0 before the first.
 	LastEventUnix float64
 }
@@ -51,6 +55,7 @@ func NewProjection(reg prometheus.Registerer, name, instance string, report func
 	last := desc("last_event_timestamp_seconds", "Write timestamp of the last event the instance handled, Unix seconds.")
 	running := desc("running", "1 while the instance runs on this process (holds its lease).")
 	paused := desc("paused", "1 while the instance is paused.")
+	lagEvents := desc("lag_events", "Events of the instance's range stored after the offset it handled, counted at each lease renewal; only for sources that count events.")
 	b := func(v bool) float64 {
 		if v {
 			return 1
@@ -65,7 +70,10 @@ func NewProjection(reg prometheus.Registerer, name, instance string, report func
 			ch <- prometheus.MustNewConstMetric(lag, prometheus.GaugeValue, r.LagSeconds)
 			ch <- prometheus.MustNewConstMetric(last, prometheus.GaugeValue, r.LastEventUnix)
 		}
-	}, lag, last, running, paused)
+		if r.LagEventsCounted {
+			ch <- prometheus.MustNewConstMetric(lagEvents, prometheus.GaugeValue, float64(r.LagEvents))
+		}
+	}, lag, last, running, paused, lagEvents)
 	return &Projection{
 		handled:      handled.WithLabelValues(name, instance),
 		retried:      failures.WithLabelValues(name, instance, ProjectionRetried),

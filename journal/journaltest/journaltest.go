@@ -10,6 +10,8 @@
 // The constructor is called once per subtest; it may return a fresh journal
 // or a shared one (every subtest uses persistence ids of its own), and it
 // registers any cleanup with t.Cleanup.
+//
+// A journal that answers journal.Queries also passes RunQueries.
 package journaltest
 
 import (

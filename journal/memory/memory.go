@@ -1,5 +1,6 @@
-// Package memory is an in-process journal.Journal: fast, for tests and the
-// embedded default. Its contents die with the process.
+// Package memory is an in-process journal.Journal, with its queries
+// (journal.Queries): fast, for tests and the embedded default. Its contents
+// die with the process.
 package memory
 
 import (
@@ -16,6 +17,20 @@ type Journal struct {
 	mu       sync.RWMutex
 	logs     map[string]*log
 	ordering int64
+
+	// byOrdering holds every stored event in ordering order, for the
+	// queries; deleted ones stay until compact drops them.
+	byOrdering []indexed
+	deleted    int // entries of byOrdering whose events were deleted
+	// written is closed, and replaced, by every write: live queries wait on it.
+	written chan struct{}
+}
+
+// indexed is an event as the queries see it.
+type indexed struct {
+	ev         journal.Event
+	entityType string
+	slice      int
 }
 
 // log holds one persistence id's events in chunks of at most chunkSize
@@ -24,8 +39,9 @@ type Journal struct {
 // persistence ids hold a handful of events, and a preallocated chunk cost
 // each of them about 80 KB that was never released.
 type log struct {
-	chunks  [][]journal.Event // ascending SeqNr across chunks
-	highest uint64
+	chunks    [][]journal.Event // ascending SeqNr across chunks
+	highest   uint64
+	deletedTo uint64 // DeleteTo's highest bound
 }
 
 const chunkSize = 512
@@ -64,7 +80,7 @@ var (
 func (*Journal) ReadsImmediately() {}
 
 // New returns an empty journal.
-func New() *Journal { return &Journal{logs: make(map[string]*log)} }
+func New() *Journal { return &Journal{logs: make(map[string]*log), written: make(chan struct{})} }
 
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
@@ -85,14 +101,18 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	if first := events[0].SeqNr; first <= l.highest {
 		return &journal.WriteConflictError{PersistenceID: pid, SeqNr: first}
 	}
+	typ, slice := journal.EntityTypeOf(pid), journal.SliceOf(pid)
 	for _, e := range events {
 		j.ordering++
 		e.Ordering = j.ordering
 		e.Payload = append([]byte(nil), e.Payload...)
 		e.Tags = append([]string(nil), e.Tags...)
 		l.append(e)
+		j.byOrdering = append(j.byOrdering, indexed{ev: e, entityType: typ, slice: slice})
 	}
 	l.highest = events[len(events)-1].SeqNr
+	close(j.written)
+	j.written = make(chan struct{})
 	return nil
 }
 
@@ -173,6 +193,9 @@ func (j *Journal) DeleteTo(ctx context.Context, pid string, to uint64) error {
 	if l == nil {
 		return nil
 	}
+	j.countDeleted(l, to)
+	l.deletedTo = max(l.deletedTo, to)
+	defer j.compact()
 	ci, i := l.position(to + 1)
 	if to == math.MaxUint64 || ci == len(l.chunks) {
 		l.chunks = nil

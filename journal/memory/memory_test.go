@@ -46,3 +46,42 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+func TestQueriesConformance(t *testing.T) {
+	journaltest.RunQueries(t, func(t *testing.T) journaltest.QueryJournal { return memory.New() })
+}
+
+// Deleted events leave the queries' index once they are most of it; the
+// queries deliver what is left, in order, before and after.
+func TestQueriesAfterCompaction(t *testing.T) {
+	ctx := context.Background()
+	j := memory.New()
+	for i := range 40 {
+		pid := "C|" + strconv.Itoa(i)
+		for seq := uint64(1); seq <= 100; seq++ {
+			if err := j.Write(ctx, []journal.Event{{PersistenceID: pid, SeqNr: seq, Manifest: "m"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 40 {
+		if err := j.DeleteTo(ctx, "C|"+strconv.Itoa(i), 90); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []journal.QueriedEvent
+	if err := j.EventsBySlices(ctx, "C", journal.AllSlices, journal.Offset{}, journal.Current, func(e journal.QueriedEvent) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 400 {
+		t.Fatalf("%d events after deleting 90 of each 100, want 400", len(got))
+	}
+	for i, e := range got {
+		if e.SeqNr <= 90 || (i > 0 && !got[i-1].Offset.Less(e.Offset)) {
+			t.Fatalf("event %d: %s seq %d at %v", i, e.PersistenceID, e.SeqNr, e.Offset)
+		}
+	}
+}

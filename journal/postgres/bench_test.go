@@ -78,7 +78,8 @@ type batchTimer struct {
 type batchStart struct{}
 
 func (t *batchTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "INSERT INTO event_journal\n") {
+	// The journal's inserts, fenced (WithFence) or not.
+	if strings.HasPrefix(d.SQL, "INSERT INTO event_journal\n") || strings.HasPrefix(d.SQL, "WITH fence AS (") {
 		return context.WithValue(ctx, batchStart{}, time.Now())
 	}
 	return ctx
@@ -189,7 +190,8 @@ func BenchmarkWriteVsRaw(b *testing.B) {
 }
 
 // createRawTable creates event_journal_raw, a table of the journal's shape
-// (indexes and all) for the raw baselines, and logs the server settings
+// (indexes and all; its raw inserts give entity type and slice, as the
+// journal does) for the raw baselines, and logs the server settings
 // that decide commit latency.
 func createRawTable(b *testing.B, pool *pgxpool.Pool) {
 	ctx := context.Background()
@@ -227,9 +229,9 @@ type writeFunc func(ctx context.Context, pid string, seq uint64) error
 // rawWriter inserts one row per statement on the pool, as a client without
 // the journal would.
 func rawWriter(pool *pgxpool.Pool, payload []byte) writeFunc {
-	const stmt = `INSERT INTO event_journal_raw (persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id) VALUES ($1,$2,$3,$4,$5,'{}',$6)`
+	const stmt = `INSERT INTO event_journal_raw (persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice) VALUES ($1,$2,$3,$4,$5,'{}',$6,$7,$8)`
 	return func(ctx context.Context, pid string, seq uint64) error {
-		_, err := pool.Exec(ctx, stmt, pid, int64(seq), time.Now(), "bench.Event", payload, "w")
+		_, err := pool.Exec(ctx, stmt, pid, int64(seq), time.Now(), "bench.Event", payload, "w", journal.EntityTypeOf(pid), journal.SliceOf(pid))
 		return err
 	}
 }
@@ -312,13 +314,13 @@ func percentileMillis(lat []time.Duration, p float64) float64 {
 // persistence ids (each client its share, seq nrs ascending per id).
 func benchRaw(b *testing.B, pool *pgxpool.Pool, rows, clients, pids int, payload []byte) {
 	var sql strings.Builder
-	sql.WriteString(`INSERT INTO event_journal_raw (persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id) VALUES `)
+	sql.WriteString(`INSERT INTO event_journal_raw (persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice) VALUES `)
 	for r := range rows {
 		if r > 0 {
 			sql.WriteByte(',')
 		}
-		p := r*6 + 1
-		fmt.Fprintf(&sql, "($%d,$%d,$%d,$%d,$%d,'{}',$%d)", p, p+1, p+2, p+3, p+4, p+5)
+		p := r*8 + 1
+		fmt.Fprintf(&sql, "($%d,$%d,$%d,$%d,$%d,'{}',$%d,$%d,$%d)", p, p+1, p+2, p+3, p+4, p+5, p+6, p+7)
 	}
 	stmt := sql.String()
 	run := benchRun.Add(1)
@@ -337,14 +339,14 @@ func benchRaw(b *testing.B, pool *pgxpool.Pool, rows, clients, pids int, payload
 				mine[k] = fmt.Sprintf("raw-%d-%d", run, c+k*clients)
 			}
 			next := 0
-			args := make([]any, 0, rows*6)
+			args := make([]any, 0, rows*8)
 			// Whole statements until b.N rows are claimed; the last may overshoot.
 			for left.Add(-int64(rows)) > -int64(rows) {
 				args = args[:0]
 				for range rows {
 					pid, seq := mine[next%len(mine)], int64(next/len(mine)+1)
 					next++
-					args = append(args, pid, seq, time.Now(), "bench.Event", payload, "w")
+					args = append(args, pid, seq, time.Now(), "bench.Event", payload, "w", journal.EntityTypeOf(pid), journal.SliceOf(pid))
 				}
 				if _, err := pool.Exec(context.Background(), stmt, args...); err != nil {
 					errs <- err
@@ -380,9 +382,9 @@ func BenchmarkReplay(b *testing.B) {
 	const chunk = 10_000
 	for first := 1; first <= history; first += chunk {
 		n := min(chunk, history-first+1)
-		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id)
-			SELECT $1, s, now(), 'bench.Event', $2, 'w' FROM generate_series($3::bigint, $4::bigint) s`,
-			pid, payload, first, first+n-1); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id, entity_type, slice)
+			SELECT $1, s, now(), 'bench.Event', $2, 'w', $5, $6 FROM generate_series($3::bigint, $4::bigint) s`,
+			pid, payload, first, first+n-1, journal.EntityTypeOf(pid), journal.SliceOf(pid)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -446,5 +448,40 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(b.N*history)/elapsed.Seconds(), "events/s")
 	if p := peak.Load(); p > base.HeapAlloc {
 		b.ReportMetric(float64(p-base.HeapAlloc)/(1<<20), "peak-heap-MB")
+	}
+}
+
+// BenchmarkWriteFenced measures what the node lease fence (WithFence: the
+// holder's check, and the lease row read and locked FOR KEY SHARE in every
+// statement) costs the journal: at 1 and 100 writers, the same run without
+// and with it, one after the other on the same pool.
+//
+//	go test -run '^$' -bench WriteFenced -benchtime 4000x -count 3 ./journal/postgres
+func BenchmarkWriteFenced(b *testing.B) {
+	pool, batches := benchPool(b)
+	payload := bytes.Repeat([]byte{'x'}, benchPayload)
+	node := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	if _, err := pool.Exec(context.Background(), `INSERT INTO node_leases (node_id, incarnation, expires_at)
+		VALUES ($1, 1, clock_timestamp() + interval '1 day')`, node); err != nil {
+		b.Fatal(err)
+	}
+	for _, writers := range []int{1, 100} {
+		for _, fenced := range []bool{false, true} {
+			b.Run(fmt.Sprintf("writers=%d/fenced=%v", writers, fenced), func(b *testing.B) {
+				var opts []postgres.Option
+				if fenced {
+					opts = append(opts, postgres.WithFence(postgres.Fence{NodeID: node, Incarnation: 1, Holds: func() bool { return true }}))
+				}
+				j := postgres.New(pool, benchConfig(), opts...)
+				defer j.Close()
+				before := j.Stats()
+				batches.take()
+				b.ResetTimer()
+				lat, elapsed := closedLoop(b, writers, b.N, journalWriter(j, payload))
+				b.StopTimer()
+				reportLatency(b, "", lat, elapsed)
+				reportBatches(b, before, j.Stats(), batches.take())
+			})
+		}
 	}
 }

@@ -88,3 +88,80 @@ func decodePage(rows pgx.Rows, pid string, size int) ([]journal.Event, error) {
 	}
 	return evs, rows.Err()
 }
+
+// decodeQueryPage is decodePage for the rows of a query (queryColumns),
+// whose persistence ids vary.
+func decodeQueryPage(rows pgx.Rows, size int) ([]journal.QueriedEvent, error) {
+	fds := rows.FieldDescriptions()
+	fast := len(fds) == 11
+	for _, i := range []int{1, 2, 3, 5, 9, 10} { // int8, int8, timestamptz, bytea, int2, int8
+		fast = fast && fds[i].Format == pgx.BinaryFormatCode
+	}
+	out := make([]journal.QueriedEvent, 0, min(size, 256))
+	if !fast {
+		for rows.Next() {
+			var e journal.QueriedEvent
+			var seq, tx int64
+			var slice int16
+			if err := rows.Scan(&e.PersistenceID, &seq, &e.Ordering, &e.Timestamp, &e.Manifest, &e.Payload, &e.Tags, &e.WriterID, &e.EntityType, &slice, &tx); err != nil {
+				return nil, err
+			}
+			e.SeqNr, e.Slice = uint64(seq), int(slice)
+			e.Offset = journal.Offset{Kind: queryKind, Tx: uint64(tx), Pos: e.Ordering}
+			out = append(out, e)
+		}
+		return out, rows.Err()
+	}
+	var (
+		arena   []byte
+		strs    = map[string]string{}
+		typeMap = rows.Conn().TypeMap()
+	)
+	intern := func(b []byte) string {
+		if s, ok := strs[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		if len(strs) < 4096 {
+			strs[s] = s
+		}
+		return s
+	}
+	for rows.Next() {
+		raw := rows.RawValues()
+		if len(raw[1]) != 8 || len(raw[2]) != 8 || len(raw[3]) != 8 || raw[5] == nil || len(raw[9]) != 2 || len(raw[10]) != 8 {
+			return nil, fmt.Errorf("unexpected row shape")
+		}
+		ordering := int64(binary.BigEndian.Uint64(raw[2]))
+		e := journal.QueriedEvent{
+			Event: journal.Event{
+				PersistenceID: intern(raw[0]),
+				SeqNr:         binary.BigEndian.Uint64(raw[1]),
+				Ordering:      ordering,
+				Timestamp:     time.UnixMicro(int64(binary.BigEndian.Uint64(raw[3])) + postgresEpoch),
+				Manifest:      intern(raw[4]),
+				WriterID:      intern(raw[7]),
+			},
+			EntityType: intern(raw[8]),
+			Slice:      int(int16(binary.BigEndian.Uint16(raw[9]))),
+			Offset:     journal.Offset{Kind: queryKind, Tx: binary.BigEndian.Uint64(raw[10]), Pos: ordering},
+		}
+		p := raw[5]
+		if len(p) > arenaChunk/4 {
+			e.Payload = append([]byte(nil), p...)
+		} else {
+			if len(arena) < len(p) {
+				arena = make([]byte, arenaChunk)
+			}
+			n := copy(arena, p)
+			e.Payload, arena = arena[:n:n], arena[n:]
+		}
+		if raw[6] != nil {
+			if err := typeMap.Scan(fds[6].DataTypeOID, fds[6].Format, raw[6], &e.Tags); err != nil {
+				return nil, fmt.Errorf("tags of %s seq %d: %w", e.PersistenceID, e.SeqNr, err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -652,13 +652,13 @@ func TestUnknownManifestFailsRecovery(t *testing.T) {
 	pool := pg.Pool(t)
 	ctx := context.Background()
 	const pid, bad = "Ledger|mystery", 2501 // the first page holds 2000 events
-	if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id)
-		SELECT $1, s, now(), 'test.noted', convert_to('{"ID":"x","Part":0}', 'UTF8'), 'w' FROM generate_series(1, $2::bigint) s`,
-		pid, bad-1); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id, entity_type, slice)
+		SELECT $1, s, now(), 'test.noted', convert_to('{"ID":"x","Part":0}', 'UTF8'), 'w', $3, $4 FROM generate_series(1, $2::bigint) s`,
+		pid, bad-1, journal.EntityTypeOf(pid), journal.SliceOf(pid)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id)
-		VALUES ($1, $2, now(), 'from.the.future', '\x7b7d', 'w'), ($1, $2 + 1, now(), 'test.noted', '\x7b7d', 'w')`, pid, bad); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id, entity_type, slice)
+		VALUES ($1, $2, now(), 'from.the.future', '\x7b7d', 'w', $3, $4), ($1, $2 + 1, now(), 'test.noted', '\x7b7d', 'w', $3, $4)`, pid, bad, journal.EntityTypeOf(pid), journal.SliceOf(pid)); err != nil {
 		t.Fatal(err)
 	}
 	j := postgres.New(pool, postgres.Config{})

@@ -81,9 +81,9 @@ func TestReplayStreamsMillionEvents(t *testing.T) {
 	const pid = "stream"
 	for first := 1; first <= history; first += 100_000 {
 		last := min(first+100_000-1, history)
-		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id)
-			SELECT $1, s, now(), 'bench.Event', convert_to(lpad(s::text, $4, '0'), 'UTF8'), 'w' FROM generate_series($2::bigint, $3::bigint) s`,
-			pid, first, last, payloadSize); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO event_journal (persistence_id, seq_nr, write_timestamp, manifest, payload, writer_id, entity_type, slice)
+			SELECT $1, s, now(), 'bench.Event', convert_to(lpad(s::text, $4, '0'), 'UTF8'), 'w', $5, $6 FROM generate_series($2::bigint, $3::bigint) s`,
+			pid, first, last, payloadSize, journal.EntityTypeOf(pid), journal.SliceOf(pid)); err != nil {
 			t.Fatal(err)
 		}
 	}

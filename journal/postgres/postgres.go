@@ -37,6 +37,15 @@
 // failed persist as "maybe stored": an entity stops and recovers from the
 // journal.
 //
+// # Queries
+//
+// The journal answers journal.Queries (query.go): events by slice range and
+// by tag, in commit order without gaps — a row is read only once no
+// transaction that could commit a row before it is still open (see
+// "Queries without gaps" in query.go). Live queries are woken by this
+// journal's writes, by other processes' through LISTEN/NOTIFY, and poll
+// as the fallback (notify.go).
+//
 // # Deleted events
 //
 // DeleteTo records the highest deleted seq nr in event_journal_deleted.
@@ -62,6 +71,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/journal"
 )
@@ -85,6 +95,16 @@ type Config struct {
 	// ReplayPageSize is the number of events Replay fetches per query; at
 	// most two pages are held in memory. Default 2000.
 	ReplayPageSize int
+	// QueryPageSize is the number of events a query fetches per
+	// statement. Default 1000.
+	QueryPageSize int
+	// QueryPollInterval is how often a Live query that has caught up looks
+	// for new events when nothing wakes it: writes of this journal wake it
+	// at once, and writes of other processes through LISTEN/NOTIFY, so
+	// polling only covers what sends no notification (a transaction outside
+	// the journal that held the watermark back, a lost listener
+	// connection). Default 1s.
+	QueryPollInterval time.Duration
 	// Metrics, when set, receives the journal's Prometheus collectors:
 	// persist and replay latency, events per batch. Default nil: none.
 	Metrics prometheus.Registerer
@@ -98,6 +118,9 @@ func DefaultConfig() Config {
 		Writers:        4,
 		WriteTimeout:   30 * time.Second,
 		ReplayPageSize: 2000,
+
+		QueryPageSize:     1000,
+		QueryPollInterval: time.Second,
 	}
 }
 
@@ -117,6 +140,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplayPageSize <= 0 {
 		c.ReplayPageSize = d.ReplayPageSize
+	}
+	if c.QueryPageSize <= 0 {
+		c.QueryPageSize = d.QueryPageSize
+	}
+	if c.QueryPollInterval <= 0 {
+		c.QueryPollInterval = d.QueryPollInterval
 	}
 	return c
 }
@@ -157,13 +186,59 @@ type Journal struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
+
+	live  wakeups // wakes the Live queries: see notify.go
+	fence *Fence  // nil without WithFence
+	// insertSQL and insertOneSQL are the package's statements, fenced
+	// when fence is set.
+	insertSQL, insertOneSQL string
+	// beforeSend, for tests, runs as a batch is about to be sent: between
+	// the holder's check and the statement, where a pause of the process
+	// hurts most.
+	beforeSend func()
 }
+
+// Fence makes a journal the writer of one node incarnation that holds a
+// node lease (cluster/lease): a write goes to the database only while the
+// incarnation holds its lease, which no shard of it may outlive. Two
+// checks, so that an incarnation fenced while it was paused (a stop-the-
+// world pause, a frozen container, a suspended VM) cannot write when it
+// resumes, whatever its goroutines do first:
+//
+//   - Holds, the holder's own verdict by its monotonic clock
+//     (lease.Holder.Holds), right before each statement is sent: a
+//     process that resumes past its fence time refuses at once, before
+//     the goroutine that fences it has run;
+//   - in the statement itself, the lease row in node_leases must be
+//     live in the database's time (not down, expires_at after
+//     clock_timestamp()), and the statement holds it FOR KEY SHARE until
+//     it commits. A write sent just before a pause and executed after the
+//     expiry is refused; and cluster/lease/postgres's NodeLeaseExpired,
+//     before it answers "expired", waits for that lock: so every write
+//     that saw the lease live has committed (and is seen by the next
+//     incarnation's recovery) by the time the shards may move.
+//
+// A refused write stores nothing and fails with an error wrapping
+// lease.ErrFenced.
+type Fence struct {
+	NodeID      string
+	Incarnation uint64
+	// Holds reports whether the lease is held by the holder's clock; nil
+	// leaves the database's check alone.
+	Holds func() bool
+}
+
+// Option configures a Journal.
+type Option func(*Journal)
+
+// WithFence makes every write check the node lease f names (see Fence).
+func WithFence(f Fence) Option { return func(j *Journal) { j.fence = &f } }
 
 var _ journal.Journal = (*Journal)(nil)
 
 // New returns a journal on pool, whose search_path must reach the tables of
 // package migrations, and starts its writer goroutines.
-func New(pool *pgxpool.Pool, cfg Config) *Journal {
+func New(pool *pgxpool.Pool, cfg Config, opts ...Option) *Journal {
 	cfg = cfg.withDefaults()
 	j := &Journal{
 		pool:   pool,
@@ -173,6 +248,15 @@ func New(pool *pgxpool.Pool, cfg Config) *Journal {
 		closed: make(chan struct{}),
 		m:      metrics.NewJournal(cfg.Metrics),
 	}
+	for _, o := range opts {
+		o(j)
+	}
+	j.insertSQL, j.insertOneSQL = insertSQL, insertOneSQL
+	if j.fence != nil {
+		j.insertSQL = fenced(insertSQL, 11)
+		j.insertOneSQL = fenced(insertOneSQL, 10)
+	}
+	j.live.init(pool)
 	j.wg.Add(cfg.Writers)
 	for range cfg.Writers {
 		go j.writer()
@@ -189,6 +273,7 @@ func (j *Journal) Close() error {
 		for range j.cfg.Writers { // wait for the writes Write sends itself
 			j.slots <- struct{}{}
 		}
+		j.live.close()
 		for {
 			select {
 			case r := <-j.queue:
@@ -417,11 +502,13 @@ func (j *Journal) writer() {
 	}
 }
 
+// The insert statements give entity_type and slice (journal.EntityTypeOf,
+// journal.SliceOf); tx_id takes its default, the writing transaction's id.
 const insertSQL = `INSERT INTO event_journal
-	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
-SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(nullif(i.tags, '')::text[], '{}'), i.writer
-FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
-	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, n)
+	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice)
+SELECT i.pid, i.seq, i.ts, i.manifest, i.payload, coalesce(nullif(i.tags, '')::text[], '{}'), i.writer, i.etype, i.slice
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::smallint[])
+	WITH ORDINALITY AS i(pid, seq, ts, manifest, payload, tags, writer, first_seq, etype, slice, n)
 WHERE NOT EXISTS (
 	SELECT 1 FROM event_journal_deleted d
 	WHERE d.persistence_id = i.pid AND d.deleted_to >= i.first_seq)
@@ -429,16 +516,66 @@ ORDER BY i.n`
 
 // insertOneSQL is insertSQL for a batch of one event.
 const insertOneSQL = `INSERT INTO event_journal
-	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id)
-SELECT $1::text, $2::bigint, $3::timestamptz, $4::text, $5::bytea, coalesce(nullif($6::text, '')::text[], '{}'), $7::text
+	(persistence_id, seq_nr, write_timestamp, manifest, payload, tags, writer_id, entity_type, slice)
+SELECT $1::text, $2::bigint, $3::timestamptz, $4::text, $5::bytea, coalesce(nullif($6::text, '')::text[], '{}'), $7::text, $8::text, $9::smallint
 WHERE NOT EXISTS (
 	SELECT 1 FROM event_journal_deleted d
 	WHERE d.persistence_id = $1::text AND d.deleted_to >= $2::bigint)`
+
+// fenceSQL selects, and locks FOR KEY SHARE, the writer's node lease row
+// while it is live in the database's time: the rows of the fenced
+// statements go in only when it returns one. FOR KEY SHARE leaves the
+// holder's renewals (FOR NO KEY UPDATE) free; NodeLeaseExpired's FOR
+// UPDATE waits for it.
+const fenceSQL = `SELECT 1 FROM node_leases
+	WHERE node_id = $%d::text AND incarnation = $%d::bigint AND NOT down AND expires_at > clock_timestamp()
+	FOR KEY SHARE`
+
+// fenced returns an insert statement that stores nothing unless the
+// writer's node lease is live (fenceSQL), whose node id and incarnation
+// are its parameters at and after param.
+func fenced(insert string, param int) string {
+	head, tail, ok := strings.Cut(insert, "WHERE NOT EXISTS (")
+	if !ok {
+		panic("journal/postgres: an insert statement without its WHERE")
+	}
+	return "WITH fence AS (" + fmt.Sprintf(fenceSQL, param, param+1) + ")\n" +
+		head + "WHERE EXISTS (SELECT 1 FROM fence) AND NOT EXISTS (" + tail
+}
+
+// fenceArgs are the fenced statements' extra parameters.
+func (j *Journal) fenceArgs() []any {
+	if j.fence == nil {
+		return nil
+	}
+	return []any{j.fence.NodeID, int64(j.fence.Incarnation)}
+}
+
+// holds reports, by the holder's clock, whether the writer may write:
+// nil, or an error wrapping lease.ErrFenced.
+func (j *Journal) holds() error {
+	if j.fence != nil && j.fence.Holds != nil && !j.fence.Holds() {
+		return fmt.Errorf("%w: %s#%d no longer holds its node lease", lease.ErrFenced, j.fence.NodeID, j.fence.Incarnation)
+	}
+	return nil
+}
+
+// leaseLive reports whether the writer's node lease is live in the
+// database now. Expired or down, it never comes back: a statement that
+// stored nothing while it is not live was refused by the fence.
+func (j *Journal) leaseLive(ctx context.Context) (bool, error) {
+	var live bool
+	err := j.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_leases
+		WHERE node_id = $1 AND incarnation = $2 AND NOT down AND expires_at > clock_timestamp())`, j.fenceArgs()...).Scan(&live)
+	return live, err
+}
 
 // insertArgs are the column arrays of one batch.
 type insertArgs struct {
 	pids, manifests, writers []string
 	seqs, firsts             []int64
+	types                    []string // entity type of each row
+	slices                   []int16
 	ts                       []time.Time
 	payloads                 [][]byte
 	tags                     []string // array literals, "" for none
@@ -461,9 +598,12 @@ func buildArgs(batch []*request, n int) *insertArgs {
 		pids: make([]string, 0, n), manifests: make([]string, 0, n), writers: make([]string, 0, n),
 		seqs: make([]int64, 0, n), firsts: make([]int64, 0, n), ts: make([]time.Time, 0, n),
 		payloads: make([][]byte, 0, n), tags: make([]string, 0, n), req: make([]int, 0, n),
+		types: make([]string, 0, n), slices: make([]int16, 0, n),
 	}
 	for _, i := range order {
 		first := int64(batch[i].events[0].SeqNr)
+		pid := batch[i].events[0].PersistenceID // one per write
+		typ, slice := journal.EntityTypeOf(pid), int16(journal.SliceOf(pid))
 		for k := range batch[i].events {
 			e := &batch[i].events[k]
 			payload := e.Payload
@@ -478,6 +618,8 @@ func buildArgs(batch []*request, n int) *insertArgs {
 			a.payloads = append(a.payloads, payload)
 			a.tags = append(a.tags, tagsLiteral(e.Tags))
 			a.writers = append(a.writers, e.WriterID)
+			a.types = append(a.types, typ)
+			a.slices = append(a.slices, slice)
 			a.req = append(a.req, i)
 		}
 	}
@@ -485,7 +627,7 @@ func buildArgs(batch []*request, n int) *insertArgs {
 }
 
 func (a *insertArgs) values() []any {
-	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts}
+	return []any{a.pids, a.seqs, a.ts, a.manifests, a.payloads, a.tags, a.writers, a.firsts, a.types, a.slices}
 }
 
 // tagsLiteral renders tags as a PostgreSQL array literal; "" for none.
@@ -519,15 +661,23 @@ func (j *Journal) flush(batch []*request, n int) {
 	args := buildArgs(batch, n)
 	results := make([]error, len(batch))
 	var tag pgconn.CommandTag
-	var err error
-	if n == 1 { // a lone event: a plain one-row INSERT is cheaper to send and to plan
-		tag, err = j.pool.Exec(ctx, insertOneSQL, args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0])
-	} else {
-		tag, err = j.pool.Exec(ctx, insertSQL, args.values()...)
+	if j.beforeSend != nil {
+		j.beforeSend()
+	}
+	err := j.holds()
+	switch {
+	case err != nil:
+	case n == 1: // a lone event: a plain one-row INSERT is cheaper to send and to plan
+		tag, err = j.pool.Exec(ctx, j.insertOneSQL, append([]any{args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0], args.types[0], args.slices[0]}, j.fenceArgs()...)...)
+	default:
+		tag, err = j.pool.Exec(ctx, j.insertSQL, append(args.values(), j.fenceArgs()...)...)
 	}
 	switch {
 	case err == nil && tag.RowsAffected() == int64(n):
 		// The common case: everything stored.
+	case err == nil && tag.RowsAffected() == 0 && j.fence != nil:
+		// Refused by the fence, or every write below its deletion mark.
+		err = j.fencedOrDeleted(ctx, batch, results)
 	case err == nil:
 		// Some writes were below their pid's deletion mark and stored nothing.
 		err = j.markDeleted(ctx, batch, results)
@@ -535,6 +685,9 @@ func (j *Journal) flush(batch []*request, n int) {
 		j.stats.conflictBatches.Add(1)
 		err = j.flushConflicting(ctx, batch, args, results)
 	}
+	// Whatever the outcome (an aborted batch may have held the queries'
+	// watermark back), wake the live queries.
+	j.live.written()
 	j.stats.batches.Add(1)
 	j.m.Batch(n)
 	j.stats.writes.Add(uint64(len(batch)))
@@ -595,6 +748,22 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	if j.fence != nil {
+		// Locked for the whole transaction: NodeLeaseExpired waits for
+		// its commit (see Fence).
+		rows, err := tx.Query(ctx, fmt.Sprintf(fenceSQL, 1, 2), j.fenceArgs()...)
+		if err != nil {
+			return err
+		}
+		live := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !live {
+			return fmt.Errorf("%w: the node lease of %s#%d is not live in the database", lease.ErrFenced, j.fence.NodeID, j.fence.Incarnation)
+		}
+	}
 	type key struct {
 		pid string
 		seq int64
@@ -604,7 +773,7 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 		pending[i] = true
 	}
 	for round := args; round != nil; {
-		rows, err := tx.Query(ctx, insertSQL+"\nON CONFLICT DO NOTHING RETURNING persistence_id, seq_nr", round.values()...)
+		rows, err := tx.Query(ctx, j.insertSQL+"\nON CONFLICT DO NOTHING RETURNING persistence_id, seq_nr", append(round.values(), j.fenceArgs()...)...)
 		if err != nil {
 			return err
 		}
@@ -681,7 +850,24 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 			round = args.only(pending)
 		}
 	}
+	if err := j.holds(); err != nil {
+		return err // rolled back
+	}
 	return tx.Commit(ctx)
+}
+
+// fencedOrDeleted explains a fenced statement that stored nothing: the
+// fence refused it (every write fails), or else every write was below its
+// pid's deletion mark.
+func (j *Journal) fencedOrDeleted(ctx context.Context, batch []*request, results []error) error {
+	live, err := j.leaseLive(ctx)
+	switch {
+	case err != nil:
+		return err
+	case !live:
+		return fmt.Errorf("%w: the node lease of %s#%d is not live in the database", lease.ErrFenced, j.fence.NodeID, j.fence.Incarnation)
+	}
+	return j.markDeleted(ctx, batch, results)
 }
 
 // only returns the rows of the writes marked in keep, in the same order.
@@ -699,6 +885,8 @@ func (a *insertArgs) only(keep []bool) *insertArgs {
 		out.payloads = append(out.payloads, a.payloads[row])
 		out.tags = append(out.tags, a.tags[row])
 		out.writers = append(out.writers, a.writers[row])
+		out.types = append(out.types, a.types[row])
+		out.slices = append(out.slices, a.slices[row])
 		out.req = append(out.req, req)
 	}
 	return out

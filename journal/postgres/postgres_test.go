@@ -47,3 +47,18 @@ func TestConformanceOneConnection(t *testing.T) {
 		return j
 	})
 }
+
+func TestQueriesConformance(t *testing.T) {
+	journaltest.RunQueries(t, func(t *testing.T) journaltest.QueryJournal { return newJournal(t, postgres.Config{}) })
+}
+
+// Small pages and batches exercise paging; one connection in the pool
+// checks that no query holds it while its callback runs.
+func TestQueriesConformanceSmallPagesOneConnection(t *testing.T) {
+	journaltest.RunQueries(t, func(t *testing.T) journaltest.QueryJournal {
+		pool := pgtest.NewPool(t, pg.MigratedDSN(t), func(c *pgxpool.Config) { c.MaxConns = 1 })
+		j := postgres.New(pool, postgres.Config{QueryPageSize: 3, MaxBatchEvents: 3, Writers: 2})
+		t.Cleanup(func() { j.Close() })
+		return j
+	})
+}

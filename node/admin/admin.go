@@ -10,11 +10,20 @@
 //
 // Authentication: actions always need "Authorization: Bearer <token>"
 // (401 without, 403 with another token, or when no token is set: actions
-// are then off). Reads need it too with Options.ReadsNeedToken. The
-// probes /ready and /alive are always open, for orchestrators.
+// are then off). Reads need it too with Options.ReadsNeedToken; a browser,
+// whose EventSource sends no header, may instead present the session
+// cookie that POST /admin/v1/session sets for the token (HttpOnly,
+// SameSite=Strict, reads only, never actions). The probes /ready and
+// /alive and the shard-map page itself (static, no data) are always open.
+// Refused requests and every action are logged with the client address.
 //
 // Errors are JSON, {"error": "...", "code": "..."}, with a fitting status;
-// the codes are the Code constants.
+// the codes are the Code constants (an unknown route is 404 not_found).
+//
+// NewServer wraps the handler in an http.Server with timeouts on every
+// phase; the shard streams extend their write deadline before each write,
+// and at most Options.MaxStreams of them are open at once. All streams of
+// one type share one poller of the Source.
 package admin
 
 import (
@@ -55,6 +64,11 @@ const (
 	CodeBadRequest   Code = "bad_request"   // 400
 	CodeUnavailable  Code = "unavailable"   // 503: the node cannot answer now
 	CodeInternal     Code = "internal"      // 500
+	CodeNotFound     Code = "not_found"     // 404: no such route
+	// CodeMethodNotAllowed: 405, the route exists for another method.
+	CodeMethodNotAllowed Code = "method_not_allowed"
+	// CodeTooManyStreams: 503, Options.MaxStreams shard streams are open.
+	CodeTooManyStreams Code = "too_many_streams"
 )
 
 // Source is what the handler needs of a node.
@@ -193,6 +207,17 @@ type Options struct {
 	// ReadTimeout bounds each read of a Source (the shard map asks every
 	// hosting region). Default 5 s.
 	ReadTimeout time.Duration
+	// MaxStreams bounds the shard streams open at once; one more is
+	// answered 503 too_many_streams. Default 32.
+	MaxStreams int
+	// WriteTimeout bounds writing a response (NewServer's WriteTimeout); a
+	// shard stream gets it afresh for each event and ping. Default 30 s.
+	WriteTimeout time.Duration
+}
+
+// LoginRequest is the body of POST /admin/v1/session.
+type LoginRequest struct {
+	Token string `json:"token"`
 }
 
 func (o Options) withDefaults() Options {
@@ -207,6 +232,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = 5 * time.Second
+	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = 32
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
 	}
 	return o
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -24,16 +25,24 @@ const maxBody = 64 << 10
 const maxShardID = 256
 
 type handler struct {
-	src  Source
-	opts Options
-	log  *slog.Logger
+	src     Source
+	opts    Options
+	log     *slog.Logger
+	mux     *http.ServeMux
+	streams chan struct{} // one token per open shard stream
+	feeds   *feeds
 }
 
 // New returns the admin API over src; see the package doc for its routes.
 func New(src Source, opts Options) http.Handler {
+	return newHandler(src, opts)
+}
+
+func newHandler(src Source, opts Options) *handler {
 	opts = opts.withDefaults()
-	h := &handler{src: src, opts: opts, log: opts.Logger}
-	mux := http.NewServeMux()
+	h := &handler{src: src, opts: opts, log: opts.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, opts.MaxStreams)}
+	h.feeds = newFeeds(h)
+	mux := h.mux
 	mux.HandleFunc("GET /ready", h.probe(src.Ready))
 	mux.HandleFunc("GET /alive", h.probe(src.Alive))
 	mux.Handle("GET /admin/v1/members", h.read(h.members))
@@ -41,14 +50,63 @@ func New(src Source, opts Options) http.Handler {
 	mux.Handle("GET /admin/v1/shards/{type}", h.read(h.shards))
 	mux.Handle("GET /admin/v1/shards/{type}/stream", h.read(h.stream))
 	mux.Handle("GET /admin/v1/leases", h.read(h.leases))
+	mux.HandleFunc("POST /admin/v1/session", h.login)
+	mux.HandleFunc("DELETE /admin/v1/session", h.logout)
 	mux.Handle("POST /admin/v1/leave", h.action(h.leave))
 	mux.Handle("POST /admin/v1/shards/{type}/{shard}/rebalance", h.action(h.rebalance))
 	mux.Handle("POST /admin/v1/down", h.action(h.down))
-	// Without its slash the page redirects relatively, so it works behind a proxy's prefix too.
-	shardMap := h.read(http.StripPrefix("/admin/map", shardmap.Handler()).ServeHTTP)
+	h.projectionRoutes(mux) // projections.go
+	// The page is static and holds no data: open, so that a browser can
+	// load it and log in when reads need the token. Without its slash it
+	// redirects relatively, so it works behind a proxy's prefix too.
+	shardMap := http.StripPrefix("/admin/map", shardmap.Handler())
 	mux.Handle("GET /admin/map/", shardMap)
 	mux.Handle("GET /admin/map", shardMap)
-	return mux
+	mux.HandleFunc("/", h.noRoute)
+	return h
+}
+
+// ServeHTTP routes r.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// noRoute answers what no route serves with the documented JSON 404
+// (405 when the path has a route for another method), not net/http's text.
+func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		other := r.Clone(r.Context())
+		other.Method = m
+		if _, pattern := h.mux.Handler(other); pattern != "" && pattern != "/" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Errorf("admin: %s %s: method not allowed", r.Method, r.URL.Path))
+		return
+	}
+	writeError(w, http.StatusNotFound, CodeNotFound, fmt.Errorf("admin: %s %s: no such route", r.Method, r.URL.Path))
+}
+
+// NewServer is the admin API over src in an http.Server with a timeout on
+// every phase: a client that trickles its headers or body, or never reads
+// the response, holds a connection only so long. The shard streams extend
+// their write deadline before each write (http.ResponseController), so
+// they outlive Options.WriteTimeout; an idle keep-alive connection closes
+// after a minute.
+func NewServer(src Source, opts Options) *http.Server {
+	h := newHandler(src, opts)
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second, // bodies are at most 64 KiB
+		WriteTimeout:      h.opts.WriteTimeout,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
+	}
 }
 
 // errorBody is every error response.
@@ -91,28 +149,39 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, status, code, err)
 }
 
-// authorize checks the bearer token; it has answered when it returns false.
-func (h *handler) authorize(w http.ResponseWriter, r *http.Request) bool {
+// authorize checks the bearer token; it has answered, and logged the
+// refusal with the client's address, when it returns false. With
+// cookieOK (reads) a valid session cookie stands in for the header.
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request, cookieOK bool) bool {
 	auth := r.Header.Get("Authorization")
 	token, ok := strings.CutPrefix(auth, "Bearer ")
+	if auth == "" && cookieOK && h.opts.Token != "" {
+		if c, err := r.Cookie(sessionCookie); err == nil && validSession(h.opts.Token, c.Value, time.Now()) {
+			return true
+		}
+	}
+	var status int
+	var code Code
+	var err error
 	switch {
 	case auth == "" || !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
-		writeError(w, http.StatusUnauthorized, CodeUnauthorized, errors.New("admin: a bearer token is required"))
-		return false
+		status, code, err = http.StatusUnauthorized, CodeUnauthorized, errors.New("admin: a bearer token is required")
 	case h.opts.Token == "":
-		writeError(w, http.StatusForbidden, CodeForbidden, errors.New("admin: no token is configured on this node: actions are off"))
-		return false
+		status, code, err = http.StatusForbidden, CodeForbidden, errors.New("admin: no token is configured on this node: actions are off")
 	case subtle.ConstantTimeCompare([]byte(token), []byte(h.opts.Token)) != 1:
-		writeError(w, http.StatusForbidden, CodeForbidden, errors.New("admin: wrong token"))
-		return false
+		status, code, err = http.StatusForbidden, CodeForbidden, errors.New("admin: wrong token")
+	default:
+		return true
 	}
-	return true
+	h.log.Warn("admin: request refused", "client", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", status, "code", code)
+	writeError(w, status, code, err)
+	return false
 }
 
 func (h *handler) read(fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.ReadsNeedToken && !h.authorize(w, r) {
+		if h.opts.ReadsNeedToken && !h.authorize(w, r, true) {
 			return
 		}
 		fn(w, r)
@@ -121,7 +190,7 @@ func (h *handler) read(fn http.HandlerFunc) http.Handler {
 
 func (h *handler) action(fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorize(w, r) {
+		if !h.authorize(w, r, false) {
 			return
 		}
 		fn(w, r)
@@ -221,7 +290,7 @@ func (h *handler) leave(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.log.Info("admin: leave requested", "target", req.Node)
+	h.log.Info("admin: leave requested", "client", r.RemoteAddr, "target", req.Node)
 	accepted(w)
 }
 
@@ -244,7 +313,7 @@ func (h *handler) rebalance(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.log.Info("admin: rebalance requested", "entity_type", typeName, "shard_id", shard)
+	h.log.Info("admin: rebalance requested", "client", r.RemoteAddr, "entity_type", typeName, "shard_id", shard)
 	accepted(w)
 }
 
@@ -263,6 +332,6 @@ func (h *handler) down(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.log.Info("admin: incarnation downed", "target", addr.String())
+	h.log.Info("admin: incarnation downed", "client", r.RemoteAddr, "target", addr.String())
 	accepted(w)
 }

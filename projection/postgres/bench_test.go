@@ -136,3 +136,51 @@ func BenchmarkExactlyOnceVsRaw(b *testing.B) {
 	b.ReportMetric(rate(singleTime)/raw, "ratio-to-raw")
 	b.ReportMetric(rate(groupedTime)/raw, "grouped-ratio-to-raw")
 }
+
+// BenchmarkHeartbeatVsRenew measures what a ControlStore heartbeat (the
+// renewal, the report and the pending requests, in one transaction) costs
+// against the plain Renew it replaces, alternating in ten rounds on one
+// instance row with two pending requests:
+//
+//	go test -run '^$' -bench HeartbeatVsRenew -benchtime 1000x -count 3 ./projection/postgres
+func BenchmarkHeartbeatVsRenew(b *testing.B) {
+	ctx := context.Background()
+	store := postgres.NewStore(pgtest.NewPool(b, pg.MigratedDSN(b), nil))
+	inst := projection.Instance{Name: "bench", Slices: journal.AllSlices}
+	claim, err := store.Acquire(ctx, inst, "h", time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 2 {
+		if _, err := store.Request(ctx, inst, projection.OpPause, journal.Offset{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rep := projection.Report{Offset: journal.Offset{Kind: "postgres", Tx: 1, Pos: 99}, LastEventTime: time.Now(), LagEvents: 3}
+	var renew, beat time.Duration
+	const rounds = 10
+	b.ResetTimer()
+	for round := range rounds {
+		n := b.N / rounds
+		if round == rounds-1 {
+			n = b.N - n*(rounds-1)
+		}
+		start := time.Now()
+		for range n {
+			if err := store.Renew(ctx, claim.Fence, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+		renew += time.Since(start)
+		start = time.Now()
+		for range n {
+			if got, err := store.Heartbeat(ctx, claim.Fence, time.Minute, rep); err != nil || len(got) != 2 {
+				b.Fatal(len(got), err)
+			}
+		}
+		beat += time.Since(start)
+	}
+	b.ReportMetric(float64(renew.Microseconds())/float64(b.N), "renew-µs/op")
+	b.ReportMetric(float64(beat.Microseconds())/float64(b.N), "heartbeat-µs/op")
+	b.ReportMetric(float64(beat)/float64(renew), "heartbeat/renew")
+}

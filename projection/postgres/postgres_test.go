@@ -391,3 +391,7 @@ func TestLostCommitAcknowledgement(t *testing.T) {
 	c.fold["Counter|a"] = [2]int64{7, 1}
 	c.check(c.fold)
 }
+
+func TestControlStore(t *testing.T) {
+	projectiontest.RunControlStore(t, func(t *testing.T) projection.ControlStore { return postgres.NewStore(pg.Pool(t)) })
+}

@@ -16,6 +16,11 @@
 // statements either way. A test without WithClock checks that expiries do
 // come from the server's clock.
 //
+// Fencing the journal. NodeLeaseExpired answers "expired" only once the
+// writes of journal/postgres that checked the lease in their own statement
+// (journal/postgres.Fence) and hold its row FOR KEY SHARE have ended, and
+// renewals lock the row FOR NO KEY UPDATE, which those writes do not block.
+//
 // Fencing with sharding/postgres. The coordinator lease of an entity type
 // is the coordinator_lease row whose epoch sharding/postgres's Allocate and
 // Deallocate check; sharding/postgres acquires and renews it through this
@@ -113,7 +118,10 @@ func (s *Store) extendNode(ctx context.Context, node cluster.UniqueAddress, ttl 
 	}
 	id, inc := node.Node, int64(node.Incarnation)
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM node_leases WHERE node_id = $1 AND incarnation = $2 FOR UPDATE`, id, inc); err != nil {
+		// FOR NO KEY UPDATE, as the UPDATE below takes: the journal's
+		// fenced writes hold the row FOR KEY SHARE (journal/postgres.Fence),
+		// and a renewal must not wait for them.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM node_leases WHERE node_id = $1 AND incarnation = $2 FOR NO KEY UPDATE`, id, inc); err != nil {
 			return err
 		}
 		var (
@@ -204,8 +212,49 @@ func (s *Store) NodeLeaseExpired(ctx context.Context, node cluster.UniqueAddress
 		return false, fmt.Errorf("lease/postgres: node %s: %w", node, lease.ErrNoLease)
 	case err != nil:
 		return false, fmt.Errorf("lease/postgres: node %s: %w", node, err)
+	case !expired:
+		return false, nil
 	}
-	return expired, nil
+	// Expired, for good. Before the shards may move, wait for the writes
+	// that saw the lease live and still hold it FOR KEY SHARE
+	// (journal/postgres.Fence): once this lock is granted they have
+	// committed or rolled back, and later ones see it expired.
+	if _, err := s.pool.Exec(ctx, `SELECT 1 FROM node_leases WHERE node_id = $1 AND incarnation = $2 FOR UPDATE`,
+		node.Node, int64(node.Incarnation)); err != nil {
+		return false, fmt.Errorf("lease/postgres: node %s: wait for its writes in flight: %w", node, err)
+	}
+	return true, nil
+}
+
+// ExpiredNodes returns those of nodes whose lease has expired in the
+// store's time (downed and released ones included), in no order; an
+// incarnation the store does not know is not among them. It locks
+// nothing: a caller that moves shards on the answer asks NodeLeaseExpired.
+func (s *Store) ExpiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	ids, incs := make([]string, 0, len(nodes)), make([]int64, 0, len(nodes))
+	for _, n := range nodes {
+		if err := lease.ValidateNode(n); err != nil {
+			return nil, err
+		}
+		ids, incs = append(ids, n.Node), append(incs, int64(n.Incarnation))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT l.node_id, l.incarnation FROM node_leases l
+		JOIN unnest($1::text[], $2::bigint[]) AS n(id, inc) ON l.node_id = n.id AND l.incarnation = n.inc
+		WHERE l.expires_at <= coalesce($3::timestamptz, clock_timestamp())`, ids, incs, s.timeParam())
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cluster.UniqueAddress, error) {
+		var a cluster.UniqueAddress
+		var inc int64
+		err := row.Scan(&a.Node, &inc)
+		a.Incarnation = uint64(inc)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+	}
+	return out, nil
 }
 
 // coordinatorRow is the coordinator lease row read under its lock, with

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,5 +219,41 @@ func TestListLeases(t *testing.T) {
 	if len(coords) != 1 || coords[0].Name != "T" || coords[0].Owner != "b#2" || coords[0].Epoch != epoch ||
 		!coords[0].ExpiresAt.Equal(start.Add(15*time.Second)) || coords[0].Expired {
 		t.Fatalf("coordinator leases %+v", coords)
+	}
+}
+
+// ExpiredNodes names the incarnations asked about whose lease expired in
+// the store's time, released and downed-and-expired ones included, and
+// none it does not know.
+func TestExpiredNodes(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := postgres.New(pg.Pool(t), postgres.WithClock(func() time.Time { return clock }))
+	live := cluster.UniqueAddress{Node: "live", Incarnation: 1}
+	lapsed := cluster.UniqueAddress{Node: "lapsed", Incarnation: 1}
+	left := cluster.UniqueAddress{Node: "left", Incarnation: 1}
+	unknown := cluster.UniqueAddress{Node: "unknown", Incarnation: 1}
+	for _, n := range []cluster.UniqueAddress{lapsed, left} {
+		if err := s.AcquireNode(ctx, n, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ReleaseNode(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Second)
+	if err := s.AcquireNode(ctx, live, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{live, lapsed, left, unknown})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b cluster.UniqueAddress) int { return strings.Compare(a.Node, b.Node) })
+	if want := []cluster.UniqueAddress{lapsed, left}; !slices.Equal(got, want) {
+		t.Fatalf("expired %v, want %v", got, want)
+	}
+	if _, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{{}}); !errors.Is(err, lease.ErrInvalidConfig) {
+		t.Fatalf("an empty node id: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -1,11 +1,13 @@
 // Command loadgen drives the payment example's API with the settle →
 // settle → cancel → cancel mix of one order per cycle, from -c concurrent
 // clients for -d, and prints throughput, status counts and latency
-// percentiles per step. With -pid it also reports the server's CPU time per
-// request (Linux, from /proc). -url may list several nodes of a cluster,
-// comma-separated: the requests of an order go to them in turn, so that
-// its settle and its cancel arrive through different nodes, and the
-// statuses are counted per node too.
+// percentiles per step; a request that got no response (refused, reset,
+// cut) counts as status "error", and the report ends with their total.
+// With -pid it also reports the server's CPU time per request (Linux, from
+// /proc). -url may list several nodes of a cluster, comma-separated: the
+// requests of an order go to them in turn, so that its settle and its
+// cancel arrive through different nodes, and the statuses are counted per
+// node too.
 //
 // Every acknowledged outcome is appended to -record as it happens, so that
 // after the server crashes (kill -9) and restarts,
@@ -114,6 +116,32 @@ type stats struct {
 	latencies [][]time.Duration // per step
 	statuses  map[string]int    // "step status"
 	via       map[string]int    // "url status"
+	failures  int               // requests without a response
+	lastErr   string
+}
+
+// connErrorPause is how long a client waits after a request that got no
+// response, so that a node that is gone is not hammered in a tight loop.
+const connErrorPause = 50 * time.Millisecond
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// failed counts a request that got no response (connection refused,
+// reset, closed): in the statuses as "error", per step and per URL.
+func (s *stats) failed(name, base string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statuses[name+" error"]++
+	s.via[base+" error"]++
+	s.failures++
+	s.lastErr = err.Error()
 }
 
 func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) error {
@@ -149,7 +177,15 @@ func load(ctx context.Context, client *http.Client, cfg config, out io.Writer) e
 						if acked != nil {
 							acked.Later = true
 						}
-						break // the run ended, or the server is gone
+						if ctx.Err() == nil {
+							// Not the end of the run: the request failed
+							// (refused, reset, cut). Count it, and give a
+							// server that is gone a moment before the next
+							// order.
+							st.failed(s.name, base, err)
+							pause(ctx, connErrorPause)
+						}
+						break
 					}
 					requests.Add(1)
 					st.add(i, s.name, base, status, time.Since(t0))
@@ -207,6 +243,11 @@ func (s *stats) print(out io.Writer) {
 			fmt.Fprintf(out, "via %s %d\n", k, s.via[k])
 		}
 	}
+	fmt.Fprintf(out, "connection errors %d", s.failures)
+	if s.failures > 0 {
+		fmt.Fprintf(out, " (requests without a response; last: %s)", s.lastErr)
+	}
+	fmt.Fprintln(out)
 }
 
 // percentile of sorted l, nearest rank.

@@ -174,3 +174,35 @@ func TestSeveralURLs(t *testing.T) {
 		t.Fatal("-url without a URL accepted")
 	}
 }
+
+// Requests that get no response (the server cuts the connection, as a node
+// that stops too early does) are counted and reported, not dropped.
+func TestConnectionErrorsAreReported(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-url", srv.URL, "-c", "2", "-d", "200ms"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	if !strings.Contains(report, "status settle error ") || strings.Contains(report, "connection errors 0") ||
+		!strings.Contains(report, "connection errors ") {
+		t.Fatalf("report hides the failed requests:\n%s", report)
+	}
+
+	// A server that answers every request has none.
+	ok := httptest.NewServer(&fakeAPI{orders: map[string]string{}})
+	t.Cleanup(ok.Close)
+	out.Reset()
+	if err := run(context.Background(), []string{"-url", ok.URL, "-c", "2", "-d", "100ms"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "connection errors 0\n") {
+		t.Fatalf("report of a healthy run:\n%s", out.String())
+	}
+}

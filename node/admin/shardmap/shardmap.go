@@ -1,7 +1,8 @@
 // Package shardmap serves the live shard-map page of the admin API: one
 // embedded HTML page with its stylesheet and script, no build step and no
 // external URLs. The page lists the entity types from ../v1/types and follows
-// ../v1/shards/{type}/stream (server-sent events), so it works under any
+// ../v1/shards/{type}/stream (server-sent events), and shows a panel of
+// the projection instances polled from ../v1/projections, so it works under any
 // prefix as long as the admin API sits at ../v1/ beside it (the admin handler
 // mounts it at /admin/map/ with http.StripPrefix("/admin/map", Handler())).
 package shardmap
@@ -50,6 +51,8 @@ func Handler() http.Handler {
 		"/index.html": page,
 		"/map.css":    load("map.css", "text/css; charset=utf-8"),
 		"/map.js":     load("map.js", "text/javascript; charset=utf-8"),
+		// The projections panel (../v1/projections), in a file of its own.
+		"/projections.js": load("projections.js", "text/javascript; charset=utf-8"),
 	}}
 }
 

@@ -61,10 +61,50 @@
     return `${res.status} ${res.statusText}`;
   }
 
+  // showLogin asks for the admin token when the node's reads need it
+  // (EventSource cannot send an Authorization header): the token is POSTed
+  // once to ../v1/session, which answers with an HttpOnly, SameSite=Strict
+  // cookie that opens the reads. The token itself is never stored here.
+  function showLogin(reason) {
+    clearTimeout(retryTimer);
+    if (source) { source.close(); source = null; }
+    setConnection('login', 'Sign in: this node needs the admin token to show its shards');
+    const input = h('input', { type: 'password', id: 'token', autocomplete: 'current-password', required: '' });
+    const error = h('p', { id: 'login-error', class: 'error', role: 'alert' }, reason || '');
+    const form = h('form', { id: 'login', class: 'login' },
+      h('label', { for: 'token' }, 'Admin token'), input, h('button', { type: 'submit' }, 'Sign in'), error);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      let res;
+      try {
+        res = await fetch('../v1/session', {
+          method: 'POST', credentials: 'same-origin', cache: 'no-store',
+          headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token: input.value }),
+        });
+      } catch (err) {
+        error.textContent = `Cannot reach the node (${err.message})`;
+        return;
+      }
+      if (!res.ok) {
+        error.textContent = await errorText(res);
+        input.select();
+        return;
+      }
+      el.map.replaceChildren(h('p', { class: 'empty' }, 'Loading…'));
+      start();
+    });
+    el.map.replaceChildren(form);
+    input.focus();
+  }
+
   async function start() {
     let types;
     try {
-      const res = await fetch('../v1/types', { headers: { Accept: 'application/json' }, cache: 'no-store' });
+      const res = await fetch('../v1/types', { headers: { Accept: 'application/json' }, cache: 'no-store', credentials: 'same-origin' });
+      if (res.status === 401) {
+        showLogin('');
+        return;
+      }
       if (!res.ok) throw new Error(await errorText(res));
       const body = await res.json();
       if (!body || !Array.isArray(body.types)) throw new Error('no "types" list in the answer');
@@ -84,7 +124,7 @@
       retryTimer = setTimeout(start, RETRY_MAX_MS);
       return;
     }
-    follow(wanted || all[0]);
+    follow(wanted || (all.includes(type) ? type : all[0]));
   }
 
   function follow(t) {
@@ -93,6 +133,19 @@
     el.type.value = t;
     el.map.dataset.type = t;
     document.title = `${t} · Shard map · Shoal`;
+    connect();
+  }
+
+  // reconnect follows the same type again, unless the reads now answer
+  // 401 (the session cookie expired): then it asks for the token again.
+  async function reconnect() {
+    try {
+      const res = await fetch('../v1/types', { cache: 'no-store', credentials: 'same-origin' });
+      if (res.status === 401) {
+        showLogin('The session ended: sign in again.');
+        return;
+      }
+    } catch (_) { /* unreachable: the stream's own retry says so */ }
     connect();
   }
 
@@ -125,7 +178,7 @@
       // cases, so both show the same "disconnected" state and back-off.
       es.close();
       source = null;
-      scheduleRetry(connect, 'lost the update stream');
+      scheduleRetry(reconnect, 'lost the update stream');
     });
   }
 
