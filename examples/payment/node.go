@@ -428,7 +428,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// No more keep-alives from here: the workers move with their
 		// shards and the other nodes' keep-alives start them there, while
 		// one sent here meanwhile would wait in the leaving region.
-		n.readModel.daemon.Stop()
+		n.readModel.projection.Stop()
 	}
 	switch {
 	case n.Cluster != nil:
@@ -473,9 +473,7 @@ func (n *Node) Kill() {
 
 func (n *Node) closeRest() {
 	if n.readModel != nil {
-		// Sharding's shutdown or termination cancelled the instances'
-		// runs: let them end before the pool closes.
-		n.readModel.stop(readModelStopWait)
+		n.readModel.projection.Stop()
 	}
 	if n.done != nil {
 		n.closeDone.Do(func() { close(n.done) })

@@ -94,11 +94,27 @@ func TestPostgresReadModelIsTheFoldOfTheJournal(t *testing.T) {
 	if err := readmodel.Check(ctx, pool, ReadModelName, ReadModelInstances); !errors.Is(err, readmodel.ErrDiffers) {
 		t.Fatalf("check of a corrupted read model: %v, want ErrDiffers", err)
 	}
-	// A rebuild of every instance (each clears its own slices) restores it.
-	for _, p := range second.Projections() {
-		if err := p.Rebuild(ctx); err != nil {
+	// A rebuild of every instance (each clears its own slices), asked
+	// through the store as the admin API does, restores it.
+	rm := second.ReadModelProjection()
+	for _, inst := range rm.Instances() {
+		if _, err := rm.Rebuild(ctx, inst); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for pending := true; pending; {
+		states, err := rm.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = false
+		for _, st := range states {
+			pending = pending || len(st.Pending) > 0
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("rebuilds not applied: %+v", states)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if err := readmodel.WaitConsistent(ctx, pool, ReadModelName, ReadModelInstances, 50*time.Millisecond); err != nil {
 		t.Fatal(err)

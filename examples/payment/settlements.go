@@ -4,14 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/examples/payment/readmodel"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/projection"
 	projectionpg "github.com/shoal-dev/shoal/projection/postgres"
-	"github.com/shoal-dev/shoal/sharding/daemon"
+	"github.com/shoal-dev/shoal/projection/sharded"
 )
 
 // The read model's projection: see readmodel.ProjectionName.
@@ -26,18 +27,14 @@ type ReadModel interface {
 	Shop(ctx context.Context, k readmodel.ShopKey) (readmodel.Shop, error)
 }
 
-// readModel is the node's read model and the projection instances that keep
-// it, run as the workers of a daemon (sharding/daemon): on a cluster, each
-// instance runs on one node at a time and moves when its node leaves or
-// crashes; on a node of its own, all four run here.
+// readModel is the node's read model and the projection that keeps it,
+// run by projection/sharded (workers of a sharding/daemon): on a cluster
+// each instance runs on one node at a time, moves when its node leaves or
+// crashes, and is listed and operated in the admin API (node.RunProjection);
+// on a node of its own all four run here.
 type readModel struct {
-	model       ReadModel
-	projections []*projection.Projection
-	daemon      *daemon.Daemon
-
-	mu     sync.Mutex
-	closed bool
-	runs   sync.WaitGroup
+	model      ReadModel
+	projection *sharded.Projection
 }
 
 // startReadModel builds the read model the journal allows: in Postgres
@@ -52,46 +49,48 @@ func (n *Node) startReadModel(ctx context.Context) error {
 		return nil
 	}
 	rm := &readModel{}
-	// Each instance gets a handler of its own: a rebuild clears only
-	// its slices.
-	var handler func(journal.SliceRange) projection.Handler[readmodel.Change]
+	// Each instance's handler clears only its own slices for a rebuild.
+	var (
+		store   projection.ControlStore
+		handler func(journal.SliceRange) projection.Handler[readmodel.Change]
+	)
 	if n.pool != nil {
 		pg, err := readmodel.NewPostgres(ctx, n.pool)
 		if err != nil {
 			return err
 		}
-		rm.model = pg
-		store := projectionpg.NewStore(n.pool)
+		pgStore := projectionpg.NewStore(n.pool)
+		rm.model, store = pg, pgStore
 		handler = func(r journal.SliceRange) projection.Handler[readmodel.Change] {
-			return projectionpg.ExactlyOnce(store, pg.Handle, pg.Clear(r))
+			return projectionpg.ExactlyOnce(pgStore, pg.Handle, pg.Clear(r))
 		}
 	} else {
-		mem := readmodel.NewMemory()
-		rm.model = mem
-		store := projection.NewMemoryStore()
+		mem, memStore := readmodel.NewMemory(), projection.NewMemoryStore()
+		rm.model, store = mem, memStore
 		handler = func(r journal.SliceRange) projection.Handler[readmodel.Change] {
-			return projection.AtLeastOnce(store, mem.Handle, mem.Clear(r))
+			return projection.AtLeastOnce(memStore, mem.Handle, mem.Clear(r))
 		}
 	}
-	ranges, err := journal.SplitSlices(ReadModelInstances)
-	if err != nil {
-		return err
-	}
-	settings := projection.Settings{}
+	var registerer prometheus.Registerer
 	if n.metrics != nil {
-		settings.Registerer = n.metrics
+		registerer = n.metrics
 	}
-	for _, r := range ranges {
-		p, err := projection.New(projection.Config{
-			Name: ReadModelName, EntityType: TypeKey.Name(), Slices: r,
-			Source: q, Decode: readmodel.Decode, Settings: settings,
-		}, handler(r))
-		if err != nil {
-			return fmt.Errorf("read model: %w", err)
-		}
-		rm.projections = append(rm.projections, p)
+	cfg := sharded.Config{
+		Name: ReadModelName, Instances: ReadModelInstances, Store: store,
+		New: func(r journal.SliceRange, holder string) (*projection.Projection, error) {
+			return projection.New(projection.Config{
+				Name: ReadModelName, EntityType: TypeKey.Name(), Slices: r,
+				Source: q, Decode: readmodel.Decode,
+				Settings: projection.Settings{Holder: holder, Registerer: registerer},
+			}, handler(r))
+		},
 	}
-	rm.daemon, err = daemon.Start(n.Sharding, daemon.Config{Name: ReadModelName, Workers: len(rm.projections), Run: rm.run})
+	var err error
+	if n.Cluster != nil {
+		rm.projection, err = n.Cluster.RunProjection(cfg)
+	} else {
+		rm.projection, err = sharded.Start(n.Sharding, cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("read model: %w", err)
 	}
@@ -99,42 +98,14 @@ func (n *Node) startReadModel(ctx context.Context) error {
 	return nil
 }
 
-// run is daemon worker i's work: projection instance i until ctx ends.
-func (rm *readModel) run(ctx context.Context, i int) error {
-	rm.mu.Lock()
-	if rm.closed {
-		rm.mu.Unlock()
-		return nil
-	}
-	rm.runs.Add(1)
-	rm.mu.Unlock()
-	defer rm.runs.Done()
-	return rm.projections[i].Run(ctx)
-}
-
-// stop stops the daemon's keep-alives and waits up to wait for runs still
-// ending (sharding's shutdown or termination has cancelled them).
-func (rm *readModel) stop(wait time.Duration) {
-	rm.daemon.Stop()
-	rm.mu.Lock()
-	rm.closed = true
-	rm.mu.Unlock()
-	done := make(chan struct{})
-	go func() { rm.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(wait):
-	}
-}
-
-// Projections are the read model's projection instances on this node (each
-// runs here only while its daemon worker lives here); nil without a read
-// model.
-func (n *Node) Projections() []*projection.Projection {
+// ReadModelProjection is the projection that keeps the read model: its
+// instances, their status and operations (Rebuild, …) from this node; nil
+// without a read model.
+func (n *Node) ReadModelProjection() *sharded.Projection {
 	if n.readModel == nil {
 		return nil
 	}
-	return n.readModel.projections
+	return n.readModel.projection
 }
 
 // settlementBody is one settlement in the shop endpoint's answer.
@@ -184,6 +155,3 @@ func (a *API) shop(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, body)
 }
-
-// readModelStopWait bounds the wait for projection runs at a node's stop.
-const readModelStopWait = 5 * time.Second

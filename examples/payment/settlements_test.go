@@ -82,8 +82,8 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func requireReadModel(t *testing.T, n *Node) {
 	t.Helper()
-	if n.Projections() == nil {
-		t.Skip("the journal answers no queries (journal.Queries): no read model")
+	if n.ReadModelProjection() == nil {
+		t.Fatal("no read model: the journal answers no queries (journal.Queries)")
 	}
 }
 
@@ -202,13 +202,21 @@ func TestReadModelDecodesTheEntitysEvents(t *testing.T) {
 // instance runs on n (a node alone in its cluster hosts them all).
 func awaitProjectionsRunning(t *testing.T, n *Node) {
 	t.Helper()
+	requireReadModel(t, n)
 	deadline := time.Now().Add(time.Minute)
-	for _, p := range n.Projections() {
-		for !p.Status().Running {
-			if time.Now().After(deadline) {
-				t.Fatalf("projection %s not running after a minute", p.Instance())
+	for {
+		running := 0
+		for _, st := range n.ReadModelProjection().Local() {
+			if st.Running {
+				running++
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
+		if running == ReadModelInstances {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d read model instances running after a minute", running, ReadModelInstances)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
