@@ -208,12 +208,12 @@ func TestCancelThenSetReceiveTimeoutWithQueuedTick(t *testing.T) {
 	synced := make(chan struct{})
 	c.PostOrdered(func() { close(synced) }) // after the stale tick
 	recv(t, synced)
-	if n := clock.Active(); n != 1 {
+	if n := clock.Pending(); n != 1 {
 		t.Fatalf("%d receive-timeout timers armed, want 1", n)
 	}
 	mustTell(t, c, "cancel")
 	recv(t, handled)
-	if n := clock.Active(); n != 0 {
+	if n := clock.Pending(); n != 0 {
 		t.Fatalf("%d timers armed after CancelReceiveTimeout, want 0", n)
 	}
 }

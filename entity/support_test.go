@@ -2,11 +2,9 @@ package entity_test
 
 import (
 	"bytes"
-	"fmt"
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -121,95 +119,9 @@ func runtimeGoroutines() []string {
 	return out
 }
 
-// fakeClock is a manual timers.Clock: time moves only in Advance, which
-// runs due callbacks synchronously, in due order.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	seq     int
-	pending []*fakeTimer
+// fakeClock is the manual clock the tests move.
+type fakeClock = timers.ManualClock
+
+func newFakeClock() *fakeClock {
+	return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 }
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	seq     int
-	f       func()
-	stopped bool
-	fired   bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) timers.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
-	c.pending = append(c.pending, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.stopped || t.fired {
-		return false
-	}
-	t.stopped = true
-	return true
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	target := c.now.Add(d)
-	for {
-		sort.SliceStable(c.pending, func(i, j int) bool {
-			a, b := c.pending[i], c.pending[j]
-			if !a.at.Equal(b.at) {
-				return a.at.Before(b.at)
-			}
-			return a.seq < b.seq
-		})
-		var next *fakeTimer
-		for _, t := range c.pending {
-			if !t.stopped && !t.fired && !t.at.After(target) {
-				next = t
-				break
-			}
-		}
-		if next == nil {
-			break
-		}
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		next.fired = true
-		c.mu.Unlock()
-		next.f()
-		c.mu.Lock()
-	}
-	c.now = target
-	c.mu.Unlock()
-}
-
-// Active counts timers neither fired nor stopped.
-func (c *fakeClock) Active() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.pending {
-		if !t.stopped && !t.fired {
-			n++
-		}
-	}
-	return n
-}
-
-func (c *fakeClock) String() string { return fmt.Sprintf("fakeClock(%d active)", c.Active()) }

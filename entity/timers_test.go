@@ -281,7 +281,7 @@ func TestEntityStopStopsClockTimers(t *testing.T) {
 	})
 	mustTell(t, c, "arm")
 	recv(t, got)
-	if n := clock.Active(); n != 4 {
+	if n := clock.Pending(); n != 4 {
 		t.Fatalf("%d clock timers armed, want 4", n)
 	}
 	clock.Advance(time.Second) // b and c fire and re-arm when handled
@@ -292,7 +292,7 @@ func TestEntityStopStopsClockTimers(t *testing.T) {
 	}
 	mustTell(t, c, "stop")
 	waitDone(t, c)
-	if n := clock.Active(); n != 0 {
+	if n := clock.Pending(); n != 0 {
 		t.Fatalf("%d clock timers still armed after the entity stopped", n)
 	}
 	clock.Advance(2 * time.Hour) // nothing left to fire; a stray tick would be a dead letter or panic

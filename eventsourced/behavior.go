@@ -48,6 +48,9 @@ type behavior[C, E, S any] struct {
 	state             S
 	seqNr             uint64
 	recovering        bool
+	// track checks that the command handler returns the effect it built;
+	// it fits in the padding after recovering.
+	track effectTracker
 	// writerID names this incarnation in the events it writes; set at its first write.
 	writerID string
 	// cancelRecovery ends a running recovery when the entity stops; nil after it.
@@ -214,15 +217,25 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	}
 
 	var from uint64 = 1
+	withoutSnapshot := false // the snapshot store failed: the events must start at 1
 	if b.cfg.Snapshots != nil {
 		snap, ok, err := b.cfg.Snapshots.Load(ctx, b.pid(), snapshot.Latest())
-		if err != nil {
+		switch {
+		case err != nil && b.cfg.SnapshotIsOptional:
+			withoutSnapshot = true
+			if !b.onEntity(ctx, func() {
+				b.Log().Warn("snapshot load failed; recovering from the events alone", "persistence_id", b.pid(), "err", err)
+				b.signal(SnapshotLoadFailed{Err: err})
+			}) {
+				return
+			}
+		case err != nil:
 			b.onEntity(ctx, func() {
 				b.failRecovery(&RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("load snapshot: %w", err)})
 			})
 			return
 		}
-		if ok {
+		if ok && !withoutSnapshot {
 			// A state is one value: its manifest may be an alias or have a
 			// one-to-one upcaster, never one that splits (codec.ErrNotOneValue).
 			state, err := codec.DecodeAs[S](b.cfg.Codec, snap.Manifest, snap.Payload)
@@ -253,6 +266,12 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 		return nil
 	}
 	err := b.cfg.Journal.Replay(ctx, b.pid(), from, math.MaxUint64, func(ev journal.Event) error {
+		if withoutSnapshot {
+			if ev.SeqNr != 1 {
+				return b.deletedBehindSnapshot(ev.SeqNr - 1)
+			}
+			withoutSnapshot = false
+		}
 		var err error
 		if page, err = b.decode(page, ev); err != nil {
 			return err
@@ -266,6 +285,9 @@ func (b *behavior[C, E, S]) recover(ctx context.Context) {
 	var highest uint64
 	if replayed {
 		highest, err = b.cfg.Journal.HighestSeqNr(ctx, b.pid())
+		if err == nil && withoutSnapshot && highest > 0 {
+			err = b.deletedBehindSnapshot(highest) // no event left to replay
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
@@ -348,6 +370,13 @@ func (b *behavior[C, E, S]) decode(page []replayed[E], ev journal.Event) ([]repl
 	return page, nil
 }
 
+// deletedBehindSnapshot is the recovery error of an entity that recovers
+// without its snapshot (Config.SnapshotIsOptional) and finds the events up
+// to upTo deleted: replaying the rest would build a wrong state.
+func (b *behavior[C, E, S]) deletedBehindSnapshot(upTo uint64) error {
+	return &RecoveryError{PersistenceID: b.pid(), Err: fmt.Errorf("the snapshot did not load and the events up to %d were deleted: %w", upTo, ErrSnapshotRequired)}
+}
+
 // errAbandoned ends a replay whose failure the entity has already handled.
 var errAbandoned = errors.New("eventsourced: replay abandoned")
 
@@ -402,7 +431,12 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 	if b.diag != nil && b.diag.observer != nil {
 		b.diag.observer.Handling(cmd)
 	}
-	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx()}, b.state, cmd)
+	b.track.start = b.track.built
+	eff := b.cfg.OnCommand(CommandContext[C, E, S]{Context: b.ctx(), track: &b.track}, b.state, cmd)
+	if built, dropped := b.track.dropped(eff.origin); dropped {
+		b.dropEffect(cmd, built, eff.kind)
+		return entity.Same[C]()
+	}
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
 	}
@@ -422,6 +456,15 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 		return entity.Unhandled[C]()
 	}
 	return entity.Same[C]()
+}
+
+// dropEffect stops the entity for a handler that built an effect and
+// returned another: which of the two it meant is anyone's guess.
+func (b *behavior[C, E, S]) dropEffect(cmd C, built builder, returned EffectKind) {
+	err := &DroppedEffectError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Built: built.String(), Returned: returned}
+	b.Log().Error("command handler dropped an effect; stopping", "err", err)
+	b.System().FailAsks(cmd, err)
+	b.cell().Fail(err)
 }
 
 // missingReply reports a command whose effect broke Config.EnforcedReplies.

@@ -17,6 +17,7 @@ import (
 // skipped. The zero Effect is None.
 type Effect[E, S any] struct {
 	kind   EffectKind
+	origin uint16 // which effect a CommandContext built this one from; 0 if none (see effectTracker)
 	events []E
 	then   []sideEffect[S]
 }

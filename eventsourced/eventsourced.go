@@ -113,16 +113,17 @@ type Context[C any] interface {
 // names are ctx.Context.Stop and ctx.Context.Stash. Because of them a
 // CommandContext is not itself a Context: pass ctx.Context to a function
 // that wants one.
+//
+// Effects act only when the handler returns them, whereas the Context's
+// Passivate, Timers and PipeToSelf act at once. A handler that builds a
+// Persist, Stash, Stop, UnstashAll or Reply effect and returns another
+// (ctx.Stop(); return ctx.None()) is a bug the entity stops for, with a
+// *DroppedEffectError.
 type CommandContext[C, E, S any] struct {
 	Context[C]
 	Effects[E, S]
+	track *effectTracker // nil in a CommandContext made outside an entity
 }
-
-// Stop is the effect that persists nothing and stops the entity.
-func (c CommandContext[C, E, S]) Stop() Effect[E, S] { return c.Effects.Stop() }
-
-// Stash is the effect that sets the command aside until UnstashAll.
-func (c CommandContext[C, E, S]) Stash() Effect[E, S] { return c.Effects.Stash() }
 
 // Config describes an event-sourced entity. C is its command type, E its
 // event type and S its state.
@@ -158,6 +159,17 @@ type Config[C, E, S any] struct {
 	// reply; the asker's Ask ends at its context's deadline. The testkit
 	// (eventsourcedtest) fails the test at the command that broke it.
 	EnforcedReplies bool
+
+	// SnapshotIsOptional, like Akka's snapshot-is-optional, lets recovery
+	// go on without the snapshot when the snapshot store fails to load it:
+	// the entity signals SnapshotLoadFailed, logs a warning and replays
+	// every event from the first. If events the snapshot covered were
+	// deleted (Retention.DeleteEventsOnSnapshot), that would build a wrong
+	// state, so recovery fails instead. A snapshot that loads but does not
+	// decode still fails recovery: that is a schema problem, not an outage.
+	// Default false: a failed load fails recovery (RecoveryFailed), so that
+	// a long history is not replayed unnoticed.
+	SnapshotIsOptional bool
 
 	// Journal, Snapshots and Codec default to the System's.
 	Journal   journal.Journal
@@ -236,6 +248,9 @@ type (
 	RecoveryCompleted struct{ SeqNr uint64 }
 	// RecoveryFailed: the entity stops with Err.
 	RecoveryFailed struct{ Err error }
+	// SnapshotLoadFailed: with Config.SnapshotIsOptional, the snapshot
+	// store failed to load the snapshot; recovery replays every event.
+	SnapshotLoadFailed struct{ Err error }
 	// SnapshotCompleted: a snapshot at SeqNr is stored.
 	SnapshotCompleted struct{ SeqNr uint64 }
 	// SnapshotFailed: saving the snapshot at SeqNr failed; the entity carries on.
@@ -278,6 +293,7 @@ type (
 
 func (RecoveryCompleted) isSignal()        {}
 func (RecoveryFailed) isSignal()           {}
+func (SnapshotLoadFailed) isSignal()       {}
 func (SnapshotCompleted) isSignal()        {}
 func (SnapshotFailed) isSignal()           {}
 func (PersistFailed) isSignal()            {}
@@ -309,6 +325,10 @@ var (
 	// ErrRecoveryFailed matches the stop reason of an entity that could not
 	// rebuild its state.
 	ErrRecoveryFailed = errors.New("eventsourced: recovery failed")
+	// ErrSnapshotRequired matches the stop reason of an entity whose
+	// snapshot did not load (Config.SnapshotIsOptional) while the events it
+	// covered were deleted.
+	ErrSnapshotRequired = errors.New("eventsourced: snapshot required: the events it covers were deleted")
 	// ErrNoJournal is the stop reason when neither Config nor System has a journal.
 	ErrNoJournal = errors.New("eventsourced: no journal configured")
 )

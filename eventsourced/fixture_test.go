@@ -123,6 +123,8 @@ type listOptions struct {
 	replayBatch int
 	// journal is Config.Journal; nil takes the System's.
 	journal journal.Journal
+	// snapshotIsOptional is Config.SnapshotIsOptional.
+	snapshotIsOptional bool
 }
 
 func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
@@ -155,6 +157,8 @@ func listEntity(o listOptions) func(entity.Context[cmd]) entity.Behavior[cmd] {
 			SnapshotWhen: o.when,
 			ReplayBatch:  o.replayBatch,
 			Journal:      o.journal,
+
+			SnapshotIsOptional: o.snapshotIsOptional,
 		})
 	}
 }

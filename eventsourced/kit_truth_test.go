@@ -140,6 +140,30 @@ func TestKitReportsPipedResultsEventsAndTheLateReply(t *testing.T) {
 	})
 }
 
+func TestKitHistoryHasThePipedWriteOnceItsReplyIsSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kit := newFetchKit(t)
+		probe := eventsourcedtest.NewReplyProbe[string](kit)
+		kit.RunCommand(fetch{ReplyTo: probe.Ref()})
+		time.Sleep(time.Second)
+		probe.Expect()
+		h := kit.History()
+		if len(h) != 1 || !reflect.DeepEqual(h[0].Events, []event{added{Item: "v"}}) {
+			t.Fatalf("history after the late reply %+v, want the piped write added{v}", h)
+		}
+		if c, ok := h[0].Cause.(fetched); !ok || c.V != "v" {
+			t.Fatalf("cause %#v, want fetched{v}", h[0].Cause)
+		}
+		// Reported by History, and still by the next Result.
+		if res := kit.RunCommand(ping{}); len(res.Others) != 1 || !reflect.DeepEqual(res.Others[0].Events, h[0].Events) {
+			t.Fatalf("ping's others %+v, want the piped write", res.Others)
+		}
+		if h := kit.History(); len(h) != 1 {
+			t.Fatalf("history %+v, want the piped write once", h)
+		}
+	})
+}
+
 func TestReplyProbeFailsWhenNoReplyComes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		msg := expectFatal(t, func(tb testing.TB) {

@@ -83,6 +83,9 @@ func shardsView(st sharding.TypeState) admin.Shards {
 
 func (s adminSource) Leases(ctx context.Context) (admin.Leases, error) {
 	out := admin.Leases{Nodes: []admin.NodeLease{}, Coordinators: []admin.CoordinatorLease{}}
+	if s.n.leaseList == nil {
+		return out, nil // memory mode lists none
+	}
 	nodes, err := s.n.leaseList.NodeLeases(ctx)
 	if err != nil {
 		return out, err

@@ -1,6 +1,7 @@
 // Package node starts a Shoal cluster node in one call: a pgx pool (the
 // journal, the snapshot store, sharding's coordinator and
-// remember-entities stores and the node lease all live in Postgres),
+// remember-entities stores and the node lease all live in Postgres, or,
+// in memory mode, in MemoryStores shared by the nodes of one process),
 // membership on memberlist, the framed TCP transport (optionally under
 // mutual TLS), and sharding over them (package sharding/remote).
 //
@@ -9,11 +10,11 @@
 // while a node needs both, and persistence besides. Nothing imports node;
 // applications do.
 //
-// Life cycle: Start acquires the node lease, listens, joins the seeds (or
-// bootstraps a new cluster when there are none) and starts sharding; the
-// application then calls sharding.Init on Node.Sharding for each entity
-// type. Shutdown leaves gracefully: sharding hands every shard off, then
-// the node lease is released, then the node leaves the membership, then
+// Life cycle: Start acquires the node lease, listens, starts sharding,
+// registers the entity types of Config.RegisterEntities (sharding.Init)
+// and joins the seeds (or bootstraps a new cluster when there are none).
+// Shutdown leaves gracefully: sharding hands every shard off, then the
+// node lease is released, then the node leaves the membership, then
 // everything is closed. Ready and Alive answer readiness and liveness
 // probes.
 //
@@ -92,11 +93,13 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/metrics"
+	"github.com/shoal-dev/shoal/journal"
 	journalpg "github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 	"github.com/shoal-dev/shoal/sharding/remote"
+	"github.com/shoal-dev/shoal/snapshot"
 	snapshotpg "github.com/shoal-dev/shoal/snapshot/postgres"
 )
 
@@ -114,8 +117,8 @@ var (
 )
 
 // Config configures a node. NodeID and a database (PostgresDSN or Pool)
-// are required; every other zero field takes the default DefaultConfig
-// documents.
+// or Memory are required; every other zero field takes the default
+// DefaultConfig documents.
 type Config struct {
 	// NodeID names the node across restarts; no '/' (memberlist) and
 	// unique in the cluster.
@@ -179,6 +182,11 @@ type Config struct {
 	ServerTLS, ClientTLS *tls.Config
 	AllowAnyNodeCert     bool
 
+	// Memory, when set, runs the node without Postgres: the journal, the
+	// snapshot store, sharding's stores and the node leases are these
+	// in-memory ones (see MemoryStores for what that cannot promise).
+	// PostgresDSN and Pool must then be empty.
+	Memory *MemoryStores
 	// PostgresDSN is the database to connect to; ignored when Pool is set.
 	// The pool opened on it has at least Journal.Writers + 6 connections;
 	// the node opens 4 more of its own on the same database: one for the
@@ -196,6 +204,16 @@ type Config struct {
 	// Leases are the node and coordinator lease timings; every node of a
 	// cluster must use the same. Default lease.DefaultSettings().
 	Leases lease.Settings
+
+	// RegisterEntities, when set, registers the node's entity types
+	// (sharding.Init on n.Sharding()) before the node joins, so that the
+	// others find their regions here as soon as they see it Up; types
+	// registered after Start miss the messages sent to them meanwhile,
+	// which their senders retry (and this node logs as mail for no
+	// listener). n is not a member yet: Self, System, Sharding and Pool
+	// are ready, Ready is not. Keep the regions Init returns, or find them
+	// later with sharding.Lookup. An error fails Start.
+	RegisterEntities func(n *Node) error
 
 	// Codec holds the application's message, event, state and reply
 	// types; Start adds sharding's wire types. Default: an empty registry.
@@ -255,8 +273,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NodeID == "" {
 		return c, fmt.Errorf("%w: NodeID is required", ErrInvalidConfig)
 	}
-	if c.Pool == nil && c.PostgresDSN == "" {
-		return c, fmt.Errorf("%w: PostgresDSN or Pool is required", ErrInvalidConfig)
+	switch {
+	case c.Memory != nil && (c.Pool != nil || c.PostgresDSN != ""):
+		return c, fmt.Errorf("%w: Memory and a database (PostgresDSN or Pool) exclude each other", ErrInvalidConfig)
+	case c.Memory == nil && c.Pool == nil && c.PostgresDSN == "":
+		return c, fmt.Errorf("%w: PostgresDSN or Pool (or Memory) is required", ErrInvalidConfig)
 	}
 	if c.Incarnation == 0 {
 		c.Incarnation = uint64(time.Now().UnixNano())
@@ -314,15 +335,23 @@ type Node struct {
 	log  *slog.Logger
 	self cluster.UniqueAddress
 
-	pool     *pgxpool.Pool
+	pool     *pgxpool.Pool // nil in memory mode
 	ownsPool bool
 	// renewPool is the node lease's own connection, and controlPool the
 	// coordinator's (its lease, allocations, downing): neither queues
-	// behind the journal's traffic on pool. Both are the node's to close.
+	// behind the journal's traffic on pool. Both are the node's to close;
+	// nil in memory mode.
 	renewPool, controlPool *pgxpool.Pool
-	journal                *journalpg.Journal
+	journal                journal.Journal
+	snaps                  snapshot.Store
+	coords                 sharding.CoordinatorStore
+	remember               sharding.RememberStore
 	leases                 lease.Store
-	// leaseList lists the leases for the admin API.
+	// renewLeases is the store the node lease is renewed in (on
+	// renewPool), controlLeases the one the coordinator reads and downs in
+	// (on controlPool); in memory mode both are leases.
+	renewLeases, controlLeases lease.Store
+	// leaseList lists the leases for the admin API; nil in memory mode.
 	leaseList *leasepg.Store
 	holder    *lease.Holder
 	members   *memberlist.Membership
@@ -369,7 +398,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The lease first: nothing may be hosted by an incarnation the
 	// database does not know to be alive.
-	if n.holder, err = lease.HoldNode(ctx, leasepg.New(n.renewPool), n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
+	if n.holder, err = lease.HoldNode(ctx, n.renewLeases, n.self, cfg.Leases.Node, n.fence, lease.WithMetrics(n.metrics(), "node"), lease.WithLogger(n.log, "node")); err != nil {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
 	n.openJournal()
@@ -381,7 +410,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	ec := cfg.Entity
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
-	ec.Journal, ec.Snapshots = n.journal, snapshotpg.New(n.pool)
+	ec.Journal, ec.Snapshots = n.journal, n.snaps
 	// The runtime adds "node" (the name) itself; "incarnation" completes
 	// what every layer's lines carry.
 	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger.With("incarnation", n.self.Incarnation)
@@ -391,19 +420,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
 	}
-	if err := n.join(ctx); err != nil {
-		return nil, err
-	}
+	// Sharding and the entity types before the join: the others send to
+	// this node's regions as soon as they see it Up.
 	n.view = remote.NewMembership(n.members, cfg.Roles...)
-	view := newLeaseView(n.view, leasepg.New(n.controlPool).ExpiredNodes)
+	view := newLeaseView(n.view, n.expiredNodes)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
 		Membership:         view,
-		CoordinatorStore:   shardingpg.NewCoordinatorStore(n.controlPool),
-		RememberStore:      shardingpg.NewRememberStore(n.pool),
+		CoordinatorStore:   n.coords,
+		RememberStore:      n.remember,
 		CoordinatorLease:   cfg.Leases.Coordinator,
-		NodeLeases:         remote.NodeLeases(leasepg.New(n.controlPool)),
+		NodeLeases:         remote.NodeLeases(n.controlLeases),
 		OnLeaveRequest:     n.leaveRequested,
 		Logger:             n.sys.Logger(), // names the node
 		Metrics:            n.metrics(),
@@ -411,6 +439,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DowningSpread:      spread,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if cfg.RegisterEntities != nil {
+		if err := cfg.RegisterEntities(n); err != nil {
+			return nil, fmt.Errorf("node: register entity types: %w", err)
+		}
+	}
+	if err := n.join(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.startAdmin(); err != nil {
@@ -456,8 +492,13 @@ func (n *Node) rejoin() {
 }
 
 // openStores opens (or takes) the pool, applies the migrations and builds
-// the stores on it.
+// the stores on it; in memory mode it takes Config.Memory's.
 func (n *Node) openStores(ctx context.Context) error {
+	if m := n.cfg.Memory; m != nil {
+		n.journal, n.snaps, n.coords, n.remember, n.leases = m.Journal, m.Snapshots, m.Coordinators, m.Remember, m.Leases
+		n.renewLeases, n.controlLeases = m.Leases, m.Leases
+		return nil
+	}
 	n.pool = n.cfg.Pool
 	if n.pool == nil {
 		pc, err := pgxpool.ParseConfig(n.cfg.PostgresDSN)
@@ -491,7 +532,32 @@ func (n *Node) openStores(ctx context.Context) error {
 	if n.controlPool, err = n.sidePool(ctx, controlConns); err != nil {
 		return err
 	}
+	n.renewLeases, n.controlLeases = leasepg.New(n.renewPool), leasepg.New(n.controlPool)
+	n.snaps = snapshotpg.New(n.pool)
+	n.coords, n.remember = shardingpg.NewCoordinatorStore(n.controlPool), shardingpg.NewRememberStore(n.pool)
 	return nil
+}
+
+// expiredNodes reports which of nodes hold a node lease that has expired
+// in the store: the coordinator takes them as Down without waiting for the
+// membership (see leaseView).
+func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	if s, ok := n.controlLeases.(interface {
+		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+	}); ok {
+		return s.ExpiredNodes(ctx, nodes) // one query for all
+	}
+	var out []cluster.UniqueAddress
+	for _, a := range nodes {
+		expired, err := n.controlLeases.NodeLeaseExpired(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if expired {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // Connections of the side pools: the node lease's renewals are one at a
@@ -521,6 +587,9 @@ func (n *Node) sidePool(ctx context.Context, conns int32) (*pgxpool.Pool, error)
 // journalpg.Fence): an incarnation that lost its lease, or resumes from a
 // pause past it, writes no event, whatever its goroutines do first.
 func (n *Node) openJournal() {
+	if n.cfg.Memory != nil {
+		return // the memory journal lives in this process and dies with it: nothing to fence
+	}
 	jc := n.cfg.Journal
 	if jc.Metrics == nil {
 		jc.Metrics = n.metrics()
@@ -641,7 +710,7 @@ func (n *Node) GossipAddr() string { return n.members.Addr() }
 // TransportAddr is where the node's transport listens.
 func (n *Node) TransportAddr() string { return n.net.Addr().String() }
 
-// Pool is the node's database pool.
+// Pool is the node's database pool; nil in memory mode.
 func (n *Node) Pool() *pgxpool.Pool { return n.pool }
 
 // Stats are the counters of the node's transports.
@@ -765,8 +834,8 @@ func (n *Node) releaseLease() {
 }
 
 func (n *Node) closeStores() {
-	if n.journal != nil {
-		_ = n.journal.Close()
+	if c, ok := n.journal.(interface{ Close() error }); ok && n.cfg.Memory == nil {
+		_ = c.Close()
 	}
 	for _, p := range []*pgxpool.Pool{n.renewPool, n.controlPool} {
 		if p != nil {

@@ -14,7 +14,7 @@ package timers
 import "time"
 
 // Clock is the time source. Production code uses Real; tests use
-// testing/synctest (whose bubble fakes the real clock) or their own Clock.
+// testing/synctest (whose bubble fakes the real clock) or a ManualClock.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine after d.

@@ -2,7 +2,6 @@ package timers_test
 
 import (
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -11,96 +10,11 @@ import (
 	"github.com/shoal-dev/shoal/timers"
 )
 
-// fakeClock is a manual timers.Clock: time moves only in Advance, which runs
-// due callbacks in due order, synchronously.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	seq     int
-	pending []*fakeTimer
-}
+// fakeClock is the manual clock the tests move.
+type fakeClock = timers.ManualClock
 
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	seq     int
-	f       func()
-	stopped bool
-	fired   bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) timers.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
-	c.pending = append(c.pending, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.stopped || t.fired {
-		return false
-	}
-	t.stopped = true
-	return true
-}
-
-// Advance moves time forward by d, firing every timer due by then.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	target := c.now.Add(d)
-	for {
-		sort.SliceStable(c.pending, func(i, j int) bool {
-			a, b := c.pending[i], c.pending[j]
-			if !a.at.Equal(b.at) {
-				return a.at.Before(b.at)
-			}
-			return a.seq < b.seq
-		})
-		var next *fakeTimer
-		for _, t := range c.pending {
-			if !t.stopped && !t.fired && !t.at.After(target) {
-				next = t
-				break
-			}
-		}
-		if next == nil {
-			break
-		}
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		next.fired = true
-		c.mu.Unlock()
-		next.f()
-		c.mu.Lock()
-	}
-	c.now = target
-	c.mu.Unlock()
-}
-
-// Active counts timers neither fired nor stopped.
-func (c *fakeClock) Active() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.pending {
-		if !t.stopped && !t.fired {
-			n++
-		}
-	}
-	return n
+func newFakeClock() *fakeClock {
+	return timers.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // mailbox stands in for an entity's mailbox: ticks queue up until the test
@@ -176,8 +90,8 @@ func TestSingleTimerFiresOnce(t *testing.T) {
 		t.Fatal("the same tick was accepted twice")
 	}
 	c.Advance(time.Hour)
-	if m.len() != 0 || c.Active() != 0 {
-		t.Fatalf("single timer fired again: %d ticks, %d armed", m.len(), c.Active())
+	if m.len() != 0 || c.Pending() != 0 {
+		t.Fatalf("single timer fired again: %d ticks, %d armed", m.len(), c.Pending())
 	}
 }
 
@@ -186,8 +100,8 @@ func TestSameKeyReplacesPendingTimer(t *testing.T) {
 	s.StartSingleTimer("k", "old", 100*time.Millisecond)
 	c.Advance(50 * time.Millisecond)
 	s.StartSingleTimer("k", "new", 100*time.Millisecond)
-	if c.Active() != 1 {
-		t.Fatalf("%d timers armed after replace, want 1 (old one stopped)", c.Active())
+	if c.Pending() != 1 {
+		t.Fatalf("%d timers armed after replace, want 1 (old one stopped)", c.Pending())
 	}
 	c.Advance(50 * time.Millisecond) // old due time
 	if got := handle(s, m); len(got) != 0 {
@@ -245,8 +159,8 @@ func TestCancelDiscardsQueuedTick(t *testing.T) {
 		t.Fatalf("cancelled timer delivered %v", got)
 	}
 	c.Advance(time.Second)
-	if m.len() != 0 || c.Active() != 0 {
-		t.Fatalf("cancelled timer still running: %d ticks, %d armed", m.len(), c.Active())
+	if m.len() != 0 || c.Pending() != 0 {
+		t.Fatalf("cancelled timer still running: %d ticks, %d armed", m.len(), c.Pending())
 	}
 	s.Cancel("k")       // again: no-op
 	s.Cancel("missing") // unknown: no-op
@@ -257,8 +171,8 @@ func TestCancelPendingTimerStopsClockTimer(t *testing.T) {
 	s.StartSingleTimer("a", "a", time.Second)
 	s.StartSingleTimer("b", "b", time.Second)
 	s.Cancel("a")
-	if c.Active() != 1 {
-		t.Fatalf("%d armed after cancelling one of two, want 1", c.Active())
+	if c.Pending() != 1 {
+		t.Fatalf("%d armed after cancelling one of two, want 1", c.Pending())
 	}
 	c.Advance(time.Second)
 	if got := handle(s, m); !slices.Equal(got, []string{"b"}) {
@@ -285,8 +199,8 @@ func TestCancelAll(t *testing.T) {
 	if got := handle(s, m); len(got) != 0 {
 		t.Fatalf("delivered %v after CancelAll", got)
 	}
-	if c.Active() != 0 {
-		t.Fatalf("%d clock timers still armed after CancelAll", c.Active())
+	if c.Pending() != 0 {
+		t.Fatalf("%d clock timers still armed after CancelAll", c.Pending())
 	}
 	c.Advance(2 * time.Hour)
 	if m.len() != 0 {

@@ -109,3 +109,28 @@ func Example() {
 	// withdraw 100: reply false, events []
 	// recovered: {Balance:6}
 }
+
+// Passivation as under sharding: the kit sends the entity its stop message
+// (Options.StopMessage), which a busy worker (passivate_test.go) stashes
+// until its job's result is stored. History has every write and its cause.
+func ExampleOptions_stopMessage() {
+	t := &printingT{}
+	defer t.done()
+	release := make(chan struct{})
+	kit := eventsourcedtest.New[workerCmd, workerEv, worker](t, workerKey, newWorker(release),
+		eventsourcedtest.Options{Codec: workerRegistry(), StopMessage: stopWork{}})
+
+	kit.RunCommand(work{})
+	res := kit.RunCommand(goIdle{}) // the entity passivates while busy
+	fmt.Println("passivated:", kit.Passivated(), "stopped:", res.Stopped)
+
+	close(release) // the job ends; its result is stored, then the stop honoured
+	<-kit.Cell().Done()
+	for _, w := range kit.History() {
+		fmt.Printf("%T wrote %T\n", w.Cause, w.Events[0])
+	}
+	// Output:
+	// passivated: true stopped: false
+	// eventsourcedtest_test.work wrote eventsourcedtest_test.started
+	// eventsourcedtest_test.finished wrote eventsourcedtest_test.done
+}

@@ -3,14 +3,29 @@
 // stop it and start it again to check recovery; inject journal and
 // snapshot-store faults and journal latency.
 //
+// New takes the entity's Create function, so its type arguments are
+// spelled out (New[C, E, S]); NewFromConfig takes the function that builds
+// the entity's eventsourced.Config instead and infers them.
+//
 // Every write is reported for the message that caused it: a command's
 // Result holds the events that command persisted, and Others the events
 // that other messages (a timer, a piped result, an unstashed command)
 // persisted meanwhile, each with its cause; History has them all.
 //
+// The kit stops its entity when the test ends (a Cleanup registered by New),
+// so that no incarnation outlives its test: an in-flight PipeToSelf sees its
+// context cancelled, and a test inside testing/synctest ends with no
+// goroutine of the bubble left blocked on the entity.
+//
 // An entity that stops fails the test unless the test said it would:
 // ExpectStop, Options.AllowStop, the kit's own Stop and Restart, and a
-// passivation (the kit owns the entity, so Passivate stops it) are expected.
+// passivation are expected. The kit owns the entity as a shard would: when
+// it passivates, the kit sends it Options.StopMessage, as sharding sends
+// sharding.Entity.StopMessage, and the entity stops when it handles it (so
+// an entity that stashes its stop message while busy is tested as it runs);
+// without a stop message the entity is stopped at once. Unlike a shard, the
+// kit neither holds messages sent after the stop message for a next
+// incarnation nor stops a slow entity by force.
 //
 // Time: the entity runs on Options.Clock (default timers.Real). Inside a
 // testing/synctest bubble the default clock is the bubble's fake clock, so
@@ -32,9 +47,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +85,10 @@ type Options struct {
 	// AllowStop lets the entity stop at any time without failing the test;
 	// without it, a stop must be announced with ExpectStop.
 	AllowStop bool
+	// StopMessage, if set, is what the kit sends the entity when it
+	// passivates, like sharding.Entity.StopMessage; it must be a command
+	// of the entity's type. Nil: a passivation stops the entity at once.
+	StopMessage any
 	// StashCapacity, MailboxCapacity and HeldCapacity are passed to the
 	// entity's entity.Props; zero means the runtime's default.
 	StashCapacity, MailboxCapacity, HeldCapacity int
@@ -95,9 +116,12 @@ type Kit[C, E, S any] struct {
 	props   *entity.Props[C]
 	cell    *entity.Cell[C]
 	behav   stateful[S]
-	seen    int // how many of journal.Written were already reported
+	seen    int // how many of journal.Written are in history
 	obs     *observer
 	history []Persisted[E]
+	byKit   []bool // history[i] was written by a command the kit sent
+	// reported is how much of history a Result has reported.
+	reported int
 
 	mu          sync.Mutex // guards the stop bookkeeping, which the entity's goroutine also touches
 	expectStop  bool       // ExpectStop was called and no stop has used it yet
@@ -146,7 +170,9 @@ type ReplyResult[E, S, R any] struct {
 	Replied bool
 }
 
-// New starts the entity built by create and waits for its recovery.
+// New starts the entity built by create and waits for its recovery. It
+// registers a t.Cleanup that checks the end of the test and stops the
+// entity, so a test need not stop it.
 func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C]) entity.Behavior[C], opts Options) *Kit[C, E, S] {
 	t.Helper()
 	if opts.Codec == nil {
@@ -179,18 +205,57 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 		t.Fatal(err)
 	}
 	k.sys = sys
-	k.props = &entity.Props[C]{Key: key, Create: create, Owner: kitOwner[C]{k.stopBookkeeping()},
+	owner := kitOwner[C]{book: k.stopBookkeeping()}
+	if opts.StopMessage != nil {
+		stop, ok := opts.StopMessage.(C)
+		if !ok {
+			t.Fatalf("eventsourcedtest: Options.StopMessage %T is not a %v", opts.StopMessage, reflect.TypeFor[C]())
+		}
+		owner.stop, owner.hasStop = stop, true
+	}
+	k.props = &entity.Props[C]{Key: key, Create: create, Owner: owner,
 		StashCapacity: opts.StashCapacity, MailboxCapacity: opts.MailboxCapacity, HeldCapacity: opts.HeldCapacity}
 	k.start()
 	// Commands sent around RunCommand (with Tell or Ask), and stops
-	// between commands, are checked too.
+	// between commands, are checked too; then the entity is stopped.
 	t.Cleanup(func() {
 		if stopped, err := k.stoppedNow(); stopped {
 			k.judgeStop(err, t.Errorf)
 		}
 		k.checkReplies(t.Errorf)
+		k.stopAtEnd()
 	})
 	return k
+}
+
+// stopAtEnd stops the running incarnation when the test ends, so that
+// nothing of it outlives the test: its PipeToSelf work sees its context
+// cancelled and its timers end, and a synctest bubble is left with no
+// goroutine blocked on it.
+func (k *Kit[C, E, S]) stopAtEnd() {
+	if stopped, _ := k.stoppedNow(); stopped {
+		return
+	}
+	k.mu.Lock()
+	k.kitStopping = true
+	k.mu.Unlock()
+	k.cell.StopNow()
+	select {
+	case <-k.cell.Done():
+	case <-time.After(k.opts.Timeout):
+		k.t.Errorf("eventsourcedtest: %s/%s did not stop within %v after the test", k.key, k.opts.EntityID, k.opts.Timeout)
+	}
+}
+
+// NewFromConfig is New for an entity given by the function that builds its
+// eventsourced.Config: C, E and S are inferred from it, so a test writes
+//
+//	kit := eventsourcedtest.NewFromConfig(t, AccountKey, accountConfig, opts)
+//
+// where the entity's Create is func(ec) { return eventsourced.New(accountConfig(ec)) }.
+func NewFromConfig[C, E, S any](t T, key entity.TypeKey[C], config func(entity.Context[C]) eventsourced.Config[C, E, S], opts Options) *Kit[C, E, S] {
+	t.Helper()
+	return New[C, E, S](t, key, func(ec entity.Context[C]) entity.Behavior[C] { return eventsourced.New(config(ec)) }, opts)
 }
 
 func (k *Kit[C, E, S]) start() {
@@ -335,33 +400,39 @@ func (k *Kit[C, E, S]) collect() Result[E, S] {
 		// Handled, but not recognised: it arrived different from what was sent.
 		k.t.Fatalf("eventsourcedtest: the command sent is not the command the entity handled (a codec round trip changed it); its writes cannot be told from other messages'")
 	}
+	k.ingest()
+	for i := k.reported; i < len(k.history); i++ {
+		if k.byKit[i] {
+			res.Events = append(res.Events, k.history[i].Events...)
+		} else {
+			res.Others = append(res.Others, Persisted[E]{Cause: k.history[i].Cause, Events: slices.Clone(k.history[i].Events)})
+		}
+	}
+	k.reported = len(k.history)
+	if !k.opts.SkipSerializationChecks && k.behav != nil {
+		k.checkState(res.State)
+	}
+	return res
+}
+
+// ingest appends the writes the journal has stored since the last call to
+// the history, each attributed to its cause and checked by the codec.
+func (k *Kit[C, E, S]) ingest() {
+	k.t.Helper()
 	written := k.journal.Written()
 	var last *Persisted[E]
 	lastFirst := uint64(0)
 	for _, ev := range written[k.seen:] {
 		events := k.decodeStored(ev)
 		w, ok := k.obs.writeOf(ev.SeqNr)
-		if ok && w.byKit {
-			res.Events = append(res.Events, events...)
-		}
 		if last == nil || !ok || w.first != lastFirst {
 			k.history = append(k.history, Persisted[E]{Cause: w.cause})
+			k.byKit = append(k.byKit, ok && w.byKit)
 			last, lastFirst = &k.history[len(k.history)-1], w.first
-			if !ok || !w.byKit {
-				res.Others = append(res.Others, Persisted[E]{Cause: w.cause})
-			}
 		}
 		last.Events = append(last.Events, events...)
-		if !ok || !w.byKit {
-			o := &res.Others[len(res.Others)-1]
-			o.Events = append(o.Events, events...)
-		}
 	}
 	k.seen = len(written)
-	if !k.opts.SkipSerializationChecks && k.behav != nil {
-		k.checkState(res.State)
-	}
-	return res
 }
 
 // decodeStored reads a stored event through DecodeAll, like every reader
@@ -493,7 +564,8 @@ func (k *Kit[C, E, S]) ExpectStop() {
 }
 
 // Passivated reports whether the running or last incarnation asked to
-// passivate (Context.Passivate); the kit, its owner, then stops it.
+// passivate (Context.Passivate); the kit, its owner, then sends it
+// Options.StopMessage, or stops it at once without one.
 func (k *Kit[C, E, S]) Passivated() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -511,9 +583,22 @@ func (k *Kit[C, E, S]) Stopped() (bool, error) {
 	return stopped, err
 }
 
-// History is every write the kit has seen reported, in order, each with
-// the message that caused it, across incarnations.
-func (k *Kit[C, E, S]) History() []Persisted[E] { return append([]Persisted[E](nil), k.history...) }
+// History is every write stored so far, in order, each with the message
+// that caused it, across incarnations: it waits for the messages queued so
+// far, so it includes the write behind a reply a ReplyProbe has seen, and
+// writes no Result has reported yet (the next Result's Others still will).
+func (k *Kit[C, E, S]) History() []Persisted[E] {
+	k.t.Helper()
+	if stopped, _ := k.stoppedNow(); !stopped {
+		k.await(func() {})
+	}
+	k.ingest()
+	h := make([]Persisted[E], len(k.history))
+	for i, p := range k.history {
+		h[i] = Persisted[E]{Cause: p.Cause, Events: slices.Clone(p.Events)}
+	}
+	return h
+}
 
 func (k *Kit[C, E, S]) stoppedNow() (bool, error) {
 	select {
@@ -556,14 +641,31 @@ type stopBook struct {
 }
 
 // kitOwner makes the kit the entity's owner, as a shard would be: a
-// passivation request stops it, and is remembered as an expected stop.
-type kitOwner[C any] struct{ book *stopBook }
+// passivation request sends the stop message (or, without one, stops the
+// entity), once per incarnation, and is remembered as an expected stop.
+type kitOwner[C any] struct {
+	book    *stopBook
+	stop    C
+	hasStop bool
+}
 
 func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 	o.book.mu.Lock()
+	again := *o.book.passivated
 	*o.book.passivated = true
 	o.book.mu.Unlock()
-	c.Stop()
+	switch {
+	case again: // a shard, too, ignores a second request while passivating
+	case !o.hasStop:
+		c.Stop()
+	default:
+		if err := c.Tell(o.stop); err != nil {
+			// A full mailbox or a stop message the codec refuses: stop now,
+			// rather than leave a passivating entity running forever.
+			c.Log().Error("eventsourcedtest: stop message refused; stopping", "err", err)
+			c.Fail(fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
+		}
+	}
 }
 
 func (o kitOwner[C]) Stopped(*entity.Cell[C], error) {}

@@ -390,7 +390,8 @@ type jsonWriter struct {
 
 var jsonWriters = sync.Pool{New: func() any {
 	jw := new(jsonWriter)
-	jw.enc = json.NewEncoder(&jw.buf) // escapes HTML, as json.Marshal does
+	jw.enc = json.NewEncoder(&jw.buf)
+	jw.enc.SetEscapeHTML(false) // JSON, not HTML: "<" stays readable in answers and errors
 	return jw
 }}
 

@@ -382,7 +382,7 @@ func TestWriteJSONAnswers(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		{200, successBody{OrderID: "o<1>", WalletShopID: "shop-1"}, 200, `{"orderId":"o\u003c1\u003e","walletShopId":"shop-1"}` + "\n"},
+		{200, successBody{OrderID: "o<1>", WalletShopID: "shop-1"}, 200, `{"orderId":"o<1>","walletShopId":"shop-1"}` + "\n"},
 		{400, errorBody{Code: "CODE-003", Message: "amount must be between 1 and 9999999999"}, 400, `{"code":"CODE-003","message":"amount must be between 1 and 9999999999"}` + "\n"},
 		{200, map[string]any{"f": func() {}}, 500, `{"code":"CODE-012","message":"unexpected error"}` + "\n"},
 		{404, errorBody{Code: "CODE-002", Message: "no such endpoint"}, 404, `{"code":"CODE-002","message":"no such endpoint"}` + "\n"},

@@ -117,7 +117,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.minMembers, "min-members", 1, "cluster mode: nodes that must host payments before shards are first allocated")
 	fs.StringVar(&c.appVersion, "app-version", "", "cluster mode: this build's version, gossiped to the other nodes (the admin API's members show it during a rolling update)")
 	fs.DurationVar(&c.joinTimeout, "join-timeout", time.Minute, "cluster mode: how long to retry the seeds when none answers")
-	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; see `shoal members`); empty: off")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "cluster mode: where the node's admin API listens (host:port; read it with the shoal command, e.g. shoal members); empty: off")
 	fs.StringVar(&c.adminToken, "admin-token", os.Getenv("SHOAL_ADMIN_TOKEN"), "cluster mode: bearer token of the admin API's actions ($SHOAL_ADMIN_TOKEN); empty: actions off")
 	fs.BoolVar(&c.adminReadsNeedToken, "admin-reads-need-token", false, "cluster mode: the admin API's reads need the token too")
 	fs.DurationVar(&c.lease, "lease", 0, "cluster mode: length of the node and coordinator leases, renewed every third of it, fenced a fifth before its end; the shards of a crashed node move after about this long; every node must use the same (default 2s)")

@@ -42,3 +42,17 @@ func TestFlags(t *testing.T) {
 		t.Fatal("-demo-stretch 0 accepted")
 	}
 }
+
+// The flag package takes a `quoted` word in a usage string as the flag's
+// argument name; -h must name each flag's argument by its type.
+func TestHelpNamesFlagArgumentsByType(t *testing.T) {
+	var out, errOut bytes.Buffer
+	_ = run(nil, []string{"-h"}, &out, &errOut)
+	help := out.String() + errOut.String()
+	if !strings.Contains(help, "-admin-addr string") {
+		t.Fatalf("-h lacks %q:\n%s", "-admin-addr string", help)
+	}
+	if strings.Contains(help, "-admin-addr shoal") {
+		t.Fatalf("-h names -admin-addr's argument after a quoted word:\n%s", help)
+	}
+}

@@ -159,28 +159,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 
 	reg := codec.NewRegistry()
-	if cfg.Cluster != nil {
-		if err := n.joinCluster(ctx, reg); err != nil {
-			return nil, err
-		}
-	} else if err := n.openJournal(ctx); err != nil {
-		return nil, err
-	}
-	if cfg.Credentials == nil || cfg.Sequences == nil {
-		mem := NewMemoryTables()
-		SeedDemo(mem)
-		if cfg.Credentials == nil {
-			cfg.Credentials = mem
-		}
-		if cfg.Sequences == nil {
-			cfg.Sequences = mem
-			if n.pool != nil {
-				if cfg.Sequences, err = NewPostgresSequences(ctx, n.pool); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
+	// The issuer first: the payment entities call it.
 	if cfg.IssuerURL == "" {
 		ln, err := net.Listen("tcp", cfg.SimulatorAddr)
 		if err != nil {
@@ -194,36 +173,22 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.IssuerURL = "http://" + ln.Addr().String() + "/payment"
 	}
 	n.IssuerURL = cfg.IssuerURL
-
-	issuerCfg := cfg.Issuer
-	issuerCfg.URL = cfg.IssuerURL
-	n.payments = &Payments{
-		Settings:    cfg.Settings,
-		Issuer:      NewIssuerClient(issuerCfg, nil),
-		Credentials: cfg.Credentials,
-		Sequences:   cfg.Sequences,
-	}
-	if n.Cluster == nil {
+	n.cfg = cfg
+	if cfg.Cluster != nil {
+		// The entity types are registered before the node joins
+		// (node.Config.RegisterEntities), so that no member sends to a
+		// region this node does not run yet.
+		if err := n.joinCluster(ctx, reg); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := n.openJournal(ctx); err != nil {
+			return nil, err
+		}
 		if n.Sharding, err = n.localSharding(reg); err != nil {
 			return nil, err
 		}
-	}
-	minMembers := 1
-	if cfg.Cluster != nil {
-		minMembers = max(1, cfg.Cluster.MinMembers)
-	}
-	if cfg.ActivationLog != nil {
-		self := cluster.UniqueAddress{Node: "local"}
-		if n.Cluster != nil {
-			self = n.Cluster.Self()
-		}
-		n.payments.Activations = NewActivationLog(self, cfg.ActivationLog)
-	}
-	if n.Payments, err = InitPayments(n.Sharding, n.payments, minMembers); err != nil {
-		return nil, err
-	}
-	if cfg.Counters {
-		if n.Counters, err = InitCounters(n.Sharding, n.payments.Activations, minMembers); err != nil {
+		if err := n.initEntities(ctx, n.Sharding, cluster.UniqueAddress{Node: "local"}); err != nil {
 			return nil, err
 		}
 	}
@@ -260,6 +225,53 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.serve(n.api, ln)
 	n.APIURL = "http://" + ln.Addr().String()
 	return n, nil
+}
+
+// initEntities builds the payments' dependencies and starts the payment
+// (and counter) entities on sh. A cluster node calls it from
+// node.Config.RegisterEntities, once per attempt to start, with the pool
+// of that attempt, so it keeps nothing of an earlier attempt.
+func (n *Node) initEntities(ctx context.Context, sh *sharding.Sharding, self cluster.UniqueAddress) (err error) {
+	cfg := n.cfg
+	if cfg.Credentials == nil || cfg.Sequences == nil {
+		mem := NewMemoryTables()
+		SeedDemo(mem)
+		if cfg.Credentials == nil {
+			cfg.Credentials = mem
+		}
+		if cfg.Sequences == nil {
+			cfg.Sequences = mem
+			if n.pool != nil {
+				if cfg.Sequences, err = NewPostgresSequences(ctx, n.pool); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	issuerCfg := cfg.Issuer
+	issuerCfg.URL = cfg.IssuerURL
+	n.payments = &Payments{
+		Settings:    cfg.Settings,
+		Issuer:      NewIssuerClient(issuerCfg, nil),
+		Credentials: cfg.Credentials,
+		Sequences:   cfg.Sequences,
+	}
+	minMembers := 1
+	if cfg.Cluster != nil {
+		minMembers = max(1, cfg.Cluster.MinMembers)
+	}
+	if cfg.ActivationLog != nil {
+		n.payments.Activations = NewActivationLog(self, cfg.ActivationLog)
+	}
+	if n.Payments, err = InitPayments(sh, n.payments, minMembers); err != nil {
+		return err
+	}
+	if cfg.Counters {
+		if n.Counters, err = InitCounters(sh, n.payments.Activations, minMembers); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // localSharding runs sharding in this process alone, on the Postgres
@@ -319,6 +331,10 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 			case <-n.done:
 			}
 		}
+	}
+	nc.RegisterEntities = func(cn *node.Node) error {
+		n.pool, n.ownsPool = cn.Pool(), false
+		return n.initEntities(ctx, cn.Sharding(), cn.Self())
 	}
 	c := *n.cfg.Cluster
 	c.Node = nc

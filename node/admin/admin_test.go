@@ -384,3 +384,15 @@ func TestUnavailableIsA503(t *testing.T) {
 		t.Fatalf("got %d %s, want 503 unavailable", code, body)
 	}
 }
+
+// Error bodies are JSON for people and tools, not HTML: '<' and '>' are
+// written as they are, not as \u003c and \u003e.
+func TestErrorBodiesDoNotEscapeHTML(t *testing.T) {
+	f := newFake()
+	f.leaseErr = errors.New("value <nil> out of range")
+	h := admin.New(f, admin.Options{Logger: quiet()})
+	_, body := do(t, h, "GET", "/admin/v1/leases", "", "")
+	if !strings.Contains(body, "value <nil> out of range") {
+		t.Fatalf("body %s, want the error text as is", body)
+	}
+}

@@ -118,7 +118,9 @@ type errorBody struct {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // JSON, not HTML: an error's "<nil>" stays readable
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, code Code, err error) {

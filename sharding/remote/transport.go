@@ -176,6 +176,10 @@ type Transport struct {
 
 	mu       sync.RWMutex
 	handlers map[wire.Target]func(sharding.Message) error
+	// stopped holds the targets that had a listener here and lost it (a
+	// region shut down): mail for them is expected while the others'
+	// views catch up, so it is refused without a warning.
+	stopped map[wire.Target]bool
 
 	logged sync.Map // "kind from" → struct{}: what was logged once already
 }
@@ -200,6 +204,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	return &Transport{
 		cfg: cfg, log: cfg.Logger, self: self, name: NodeName(self),
 		handlers: make(map[wire.Target]func(sharding.Message) error),
+		stopped:  make(map[wire.Target]bool),
 	}, nil
 }
 
@@ -239,17 +244,21 @@ func (t *Transport) Listen(addr sharding.Address, handle func(sharding.Message) 
 		return nil, fmt.Errorf("remote: %s already has a listener", addr)
 	}
 	t.handlers[target] = handle
+	delete(t.stopped, target)
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		delete(t.handlers, target)
+		t.stopped[target] = true
 	}, nil
 }
 
-func (t *Transport) handler(target wire.Target) func(sharding.Message) error {
+// handler is target's listener; nil with stopped true when it had one
+// that was removed.
+func (t *Transport) handler(target wire.Target) (h func(sharding.Message) error, stopped bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.handlers[target]
+	return t.handlers[target], t.stopped[target]
 }
 
 // Send implements sharding.Transport. To this node it hands msg to the
@@ -261,7 +270,7 @@ func (t *Transport) handler(target wire.Target) func(sharding.Message) error {
 func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
 	if to.Node == t.name {
-		h := t.handler(target)
+		h, _ := t.handler(target)
 		if h == nil {
 			return fmt.Errorf("%w: %s: %w", sharding.ErrUnreachable, to, ErrUnknownTarget)
 		}
@@ -357,10 +366,15 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 		// A hand-over keeps what decodes; the rest is reported.
 		_ = t.refuse(&t.stat.undecodable, from, err)
 	}
-	h := t.handler(target)
+	h, stopped := t.handler(target)
 	if h == nil {
 		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
 		t.failAsks(wire.Asks(env), wire.RefusedUnknownTarget, err)
+		if stopped { // a region that shut down here: expected, not news
+			t.stat.unknownTarget.Add(1)
+			t.log.Debug("remote: dropped a message for a stopped listener", "from", from, "err", err)
+			return err
+		}
 		return t.refuse(&t.stat.unknownTarget, from, err)
 	}
 	if herr := h(m); herr != nil {

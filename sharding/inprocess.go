@@ -1,0 +1,57 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// InProcessCluster runs several nodes of a cluster in one process, as the
+// project's own tests do: they share a LocalCluster membership, a
+// LocalTransport, and in-memory coordinator and remember stores. Give each
+// node's entity.System its own NodeID and the same journal and snapshot
+// store (journal/memory, snapshot/memory), so that an event-sourced entity
+// recovers wherever its shard moves.
+//
+// It suits examples, tests and single-process deployments that want
+// several regions; nothing survives the process. Leave with
+// Sharding.Shutdown: the node hands its shards off and leaves the
+// membership.
+type InProcessCluster struct {
+	members   *LocalCluster
+	transport *LocalTransport
+	store     *MemoryCoordinatorStore
+	remember  *MemoryRememberStore
+}
+
+// NewInProcessCluster returns a cluster with no nodes.
+func NewInProcessCluster() *InProcessCluster {
+	return &InProcessCluster{members: NewLocalCluster(), transport: NewLocalTransport(),
+		store: NewMemoryCoordinatorStore(), remember: NewMemoryRememberStore()}
+}
+
+// Join starts the sharding layer of a new node running sys, named by
+// sys.NodeID(), with roles. The first node to join is the oldest: it hosts
+// the coordinators. Then register entity types on it with Init, as on any
+// node.
+func (c *InProcessCluster) Join(sys *entity.System, roles ...string) (*Sharding, error) {
+	node := sys.NodeID()
+	c.members.mu.Lock()
+	_, taken := c.members.members[node]
+	c.members.mu.Unlock()
+	if taken {
+		return nil, fmt.Errorf("sharding: join in process: %w: node %q is a member already", ErrNodeNameTaken, node)
+	}
+	sh, err := New(sys, Config{Transport: c.transport, Membership: c.members.Join(node, roles...),
+		CoordinatorStore: c.store, RememberStore: c.remember})
+	if err != nil {
+		c.members.Remove(node)
+		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
+	}
+	return sh, nil
+}
+
+// ErrNodeNameTaken is returned by InProcessCluster.Join for a node name
+// (entity.Config.NodeID) already in the cluster.
+var ErrNodeNameTaken = errors.New("node name taken")
