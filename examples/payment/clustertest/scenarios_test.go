@@ -491,8 +491,11 @@ func TestMinMembers(t *testing.T) {
 	if err == nil {
 		t.Fatal("a counter answered with one node of a required two")
 	}
+	// The entity types' shards; the read model's projection runs on a
+	// daemon of its own (projection/sharded), which -min-members does not
+	// hold back: its instances may catch up on the first node.
 	var allocated int
-	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations`).Scan(&allocated); err != nil {
+	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations WHERE type_name NOT LIKE 'daemon-%'`).Scan(&allocated); err != nil {
 		t.Fatal(err)
 	}
 	if allocated != 0 {
