@@ -43,6 +43,7 @@ func (StubAuthorizer) Authorize(context.Context, string) (Principal, error) {
 //
 //	PUT /00/ec/settlements/{walletShopId}/{orderId}/payment   {"amount": 1000}
 //	PUT /00/ec/settlements/{walletShopId}/{orderId}/cancel
+//	GET /00/ec/settlements/{walletShopId}   the shop's settlements and totals (read model)
 //
 // with headers X-Tenant-Id (example or tenant-a) and Authorization: Bearer,
 // and the probes of a load balancer or orchestrator:
@@ -64,6 +65,8 @@ type API struct {
 	Members func() []string
 	// Counters, when set, serves the counter endpoints (counter.go).
 	Counters *sharding.Region[CounterCommand]
+	// ReadModel answers the shop endpoint (settlements.go); nil answers 503.
+	ReadModel ReadModel
 }
 
 // MaxHeaderBytes bounds a request's header fields (names and values); a
@@ -82,6 +85,9 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("PUT "+cancel, a.cancel)
 	mux.HandleFunc(payment, methodNotAllowed)
 	mux.HandleFunc(cancel, methodNotAllowed)
+	const shop = "/00/ec/settlements/{walletShopId}"
+	mux.HandleFunc("GET "+shop, a.shop)
+	mux.HandleFunc(shop, allowOnly(http.MethodGet))
 	mux.HandleFunc("/ready", probe(a.Ready, a.Members))
 	mux.HandleFunc("/alive", probe(a.Alive, nil))
 	if a.Counters != nil {
@@ -132,9 +138,14 @@ func notFound(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusNotFound, errorBody{Code: string(CodeNotFound), Message: "no such endpoint"})
 }
 
-func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Allow", http.MethodPut)
-	writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: string(CodeValidation), Message: "method not allowed; use PUT"})
+var methodNotAllowed = allowOnly(http.MethodPut)
+
+// allowOnly answers 405 naming the one method allowed.
+func allowOnly(method string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", method)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: string(CodeValidation), Message: "method not allowed; use " + method})
+	}
 }
 
 func headerBytes(h http.Header) int {
@@ -218,27 +229,12 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 
 // validate checks the headers and the path; on failure it has answered.
 func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
-	// 401 carries CODE-001, as the original's rejection handler answered.
-	// The scheme is case-insensitive (RFC 7235 §2.1).
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "bearer token required"})
-		return request{}, false
-	}
-	principal, err := a.Auth.Authorize(r.Context(), token)
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "invalid bearer token"})
-		return request{}, false
-	}
-	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))
-	if err != nil {
-		writeFailure(w, ValidationFailure("X-Tenant-Id must be one of example, tenant-a"))
+	principal, tenant, ok := a.validateCaller(w, r)
+	if !ok {
 		return request{}, false
 	}
 	shop, order := r.PathValue("walletShopId"), r.PathValue("orderId")
-	if shop == "" || len(shop) > 40 || !halfWidth(shop) {
+	if !validShop(shop) {
 		writeFailure(w, ValidationFailure("walletShopId must be 1 to 40 half-width characters"))
 		return request{}, false
 	}
@@ -252,6 +248,34 @@ func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
 		traceID:   newTraceID(),
 	}, true
 }
+
+// validateCaller checks the bearer token and the tenant header; on failure
+// it has answered.
+func (a *API) validateCaller(w http.ResponseWriter, r *http.Request) (Principal, Tenant, bool) {
+	// 401 carries CODE-001, as the original's rejection handler answered.
+	// The scheme is case-insensitive (RFC 7235 §2.1).
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "bearer token required"})
+		return Principal{}, "", false
+	}
+	principal, err := a.Auth.Authorize(r.Context(), token)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		writeJSON(w, http.StatusUnauthorized, errorBody{Code: string(CodeForbidden), Message: "invalid bearer token"})
+		return Principal{}, "", false
+	}
+	tenant, err := ParseTenant(r.Header.Get("X-Tenant-Id"))
+	if err != nil {
+		writeFailure(w, ValidationFailure("X-Tenant-Id must be one of example, tenant-a"))
+		return Principal{}, "", false
+	}
+	return principal, tenant, true
+}
+
+// validShop: 1 to 40 half-width characters.
+func validShop(shop string) bool { return shop != "" && len(shop) <= 40 && halfWidth(shop) }
 
 // halfWidth: printable ASCII.
 func halfWidth(s string) bool {

@@ -525,6 +525,10 @@ func TestClusterNodeLeavesThroughTheAdminAPI(t *testing.T) {
 		cfg.Cluster, cfg.PostgresDSN, cfg.Sequences = c, dsn, nil
 	})
 	awaitReady(t, n)
+	// The read model's daemon workers first: a last node that leaves
+	// while its region still buffers their first keep-alives (no shard
+	// allocated yet) waits 2×HandOffTimeout for a home that cannot come.
+	awaitProjectionsRunning(t, n)
 	admin := "http://" + n.Cluster.AdminAddr()
 	if err := probeURL(context.Background(), admin+"/ready"); err != nil {
 		t.Fatalf("admin /ready: %v", err)

@@ -123,6 +123,7 @@ type Node struct {
 	log       *slog.Logger
 	serveErr  chan error
 	metrics   *prometheus.Registry // nil unless Config.Metrics
+	readModel *readModel           // nil when the journal answers no queries
 }
 
 // Start starts a node. Stop it with Shutdown (graceful) or Kill.
@@ -192,11 +193,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	if err := n.startReadModel(ctx); err != nil {
+		return nil, err
+	}
+
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
 	api := &API{Payments: n.Payments, Counters: n.Counters, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	if n.readModel != nil {
+		api.ReadModel = n.readModel.model
+	}
 	if n.Cluster != nil {
 		api.Ready, api.Alive, api.Members = n.Cluster.Ready, n.Cluster.Alive, n.members
 	}
@@ -432,6 +440,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.api != nil {
 		n.drainAPI(ctx)
 	}
+	if n.readModel != nil {
+		// No more keep-alives from here: the workers move with their
+		// shards and the other nodes' keep-alives start them there, while
+		// one sent here meanwhile would wait in the leaving region.
+		n.readModel.projection.Stop()
+	}
 	switch {
 	case n.Cluster != nil:
 		// Hands the shards off to the other nodes, then leaves.
@@ -474,6 +488,9 @@ func (n *Node) Kill() {
 }
 
 func (n *Node) closeRest() {
+	if n.readModel != nil {
+		n.readModel.projection.Stop()
+	}
 	if n.done != nil {
 		n.closeDone.Do(func() { close(n.done) })
 	}

@@ -87,7 +87,8 @@ func (c *Cluster) waitNoShardsOn(ctx context.Context, node string) time.Duration
 	}
 }
 
-// verify heals the cluster and checks everything from outside.
+// verify heals the cluster and checks everything from outside, the read
+// model against the journal last.
 func (c *Cluster) verify(ctx context.Context, l *load) {
 	c.t.Helper()
 	l.stop()
@@ -114,6 +115,7 @@ func (c *Cluster) verify(ctx context.Context, l *load) {
 	rep := c.CheckNoDualActivation(ctx)
 	c.t.Logf("activation log: %d activations, %d overlaps, %d write conflicts; verified %v after healing",
 		len(rep.Intervals), len(rep.Overlaps), len(rep.Conflicts), time.Since(healed).Round(time.Millisecond))
+	c.CheckReadModel(ctx)
 }
 
 // Crash failover (ClusterShardingSpec): kill -9 of a node that does not
@@ -489,8 +491,11 @@ func TestMinMembers(t *testing.T) {
 	if err == nil {
 		t.Fatal("a counter answered with one node of a required two")
 	}
+	// The entity types' shards; the read model's projection runs on a
+	// daemon of its own (projection/sharded), which -min-members does not
+	// hold back: its instances may catch up on the first node.
 	var allocated int
-	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations`).Scan(&allocated); err != nil {
+	if err := c.DB.QueryRow(ctx, `SELECT count(*) FROM shard_allocations WHERE type_name NOT LIKE 'daemon-%'`).Scan(&allocated); err != nil {
 		t.Fatal(err)
 	}
 	if allocated != 0 {
