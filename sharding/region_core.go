@@ -683,7 +683,7 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if to := e.handOverTo; to != "" && !c.isLive(to) && e.sentRefused == e.sentCopies {
+		if to := e.handOverTo; to != "" && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
 			// Gone, and the transport refused every copy of our mail:
 			// none reached it, so the mail is ours still. It goes to the
 			// shard's home, ahead of what came since: this region's own
