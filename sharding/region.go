@@ -304,6 +304,9 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 			to := Address{Node: ef.node, Type: r.typ, Coordinator: ef.coordinator}
 			if err := r.s.cfg.Transport.Send(to, ef.msg); err != nil {
 				r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
+				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
+					r.core.handOverRefused(h.Shard, ef.node, h.Seq)
+				}
 			}
 		case regForward:
 			err := r.forward(ef.node, ef.shard, ef.p)

@@ -128,6 +128,15 @@ type regionShard[C any, S comparable] struct {
 	// sent is that HandOver, re-sent each tick until then.
 	handOverTo string
 	sent       protocol.HandOver
+	// sentCopies counts the copies of sent given to the transport, and
+	// sentRefused those it refused at once (nothing listened at
+	// handOverTo): while they are equal, no copy can have reached that
+	// node, and the mail is still this region's alone to deliver.
+	sentCopies, sentRefused int
+	// hostAfter: the shard is allocated here while handOverTo, another
+	// node, has not yet acknowledged the mail this region sent it; the
+	// shard starts here once it does, or is gone (see setHome).
+	hostAfter bool
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
@@ -206,10 +215,13 @@ type regionEffect[C any, S comparable] struct {
 	accepted    bool
 	tick, ticks uint64
 	after       time.Duration
-	err         error      // regDeadLetter
-	level       slog.Level // regNote
-	note        string
-	args        []any
+	err         error // regDeadLetter
+	// handOver: msg is this region's HandOver (regSend); the runner
+	// reports a send the transport refused with handOverRefused.
+	handOver bool
+	level    slog.Level // regNote
+	note     string
+	args     []any
 }
 
 // routeVerdict tells the runner what became of a message for an entity.
@@ -254,7 +266,7 @@ func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
 // home: the home is known, and no hand-off, awaited hand-over, hand-over
 // to that home still unacknowledged, or buffered message must go first.
 func (e *regionShard[C, S]) direct() bool {
-	return e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && len(e.buffer) == 0
+	return e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && !e.hostAfter && len(e.buffer) == 0
 }
 
 // attach records the handle of a shard a regHost started.
@@ -453,7 +465,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		wasHosted := e.hosted
 		c.setHome(m.Shard, c.cfg.self)
-		if e.awaiting == "" && (wasHosted || !e.hosted) {
+		if e.awaiting == "" && !e.hostAfter && (wasHosted || !e.hosted) {
 			// Hosted already, or not hosted here (a leaving region, a
 			// proxy): answered at once. A shard that starts here now was
 			// reported by setHome.
@@ -562,7 +574,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
 	e.home, e.handOver, e.doneEpoch, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, ""
-	e.owesHandOver = true
+	e.owesHandOver, e.hostAfter = true, false
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
 
@@ -671,14 +683,32 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if to := e.handOverTo; to != "" && !c.isLive(to) {
+		if to := e.handOverTo; to != "" && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
+			// Gone, and the transport refused every copy of our mail:
+			// none reached it, so the mail is ours still. It goes to the
+			// shard's home, ahead of what came since: this region's own
+			// shard when it is the home (which waited for this), a live
+			// other home at once, else the home the tick asks for.
+			c.reclaimHandOver(e)
+			if e.home != "" && e.home != c.cfg.self && !c.isLive(e.home) {
+				e.home, e.requested = "", false // never sent to a node gone
+			}
+			e.hostAfter = false
+			if e.home != "" {
+				c.setHome(id, e.home)
+			}
+			c.checkLeft()
+		} else if to != "" && !c.isLive(to) {
 			// Gone before it acknowledged our mail. The shard's next home
 			// waits for a HandOver from us all the same (the coordinator
 			// names us: the shard never started there), and gets an
 			// empty one; not the mail again, which the dead node may
-			// have taken (at most once).
+			// have taken (at most once). This region, when it is the
+			// home, starts the shard now.
 			c.handedOverTo(id, e)
-			e.owesHandOver = true
+			if e.home != c.cfg.self {
+				e.owesHandOver = true
+			}
 			if e.home != "" && e.home != to && e.home != c.cfg.self && c.isLive(e.home) {
 				e.owesHandOver = false
 				c.handOver(id, e, e.home, nil)
@@ -775,7 +805,8 @@ func (c *regionCore[C, S]) resendHandOvers() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		if e.handOverTo != "" {
-			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent})
+			e.sentCopies++
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent, handOver: true})
 		}
 		if e.awaiting != "" {
 			for _, r := range e.relays {
@@ -862,6 +893,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.reclaimHandOver(e)
 	}
 	if home != c.cfg.self {
+		e.hostAfter = false
 		if e.handOver && e.awaiting != "" && home != "" {
 			// This region's mail for the shard follows the mail it
 			// awaits, which is older: both go on once that is in.
@@ -914,6 +946,18 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	if home == c.cfg.self && e.awaiting != "" {
 		return // started once the previous home's mail is here
 	}
+	if home == c.cfg.self && !e.hosted && e.handOverTo != "" && e.handOverTo != c.cfg.self && len(e.sent.Msgs) > 0 &&
+		!c.cfg.proxy && !c.leaving && !c.stopped {
+		// Our mail for the shard went to another node, which has not
+		// acknowledged it: the shard starts here once it does (that node
+		// took the mail before anything this region holds now), or once
+		// it is gone, with that mail taken back when no copy reached it
+		// (see forgetGone). Started now, newer mail would go first. An
+		// empty hand-over holds nothing up.
+		e.hostAfter = true
+		return
+	}
+	e.hostAfter = false
 	if home == c.cfg.self && !e.hosted {
 		if c.cfg.proxy || c.leaving || c.stopped {
 			// Keep its messages until the coordinator hands the shard off
@@ -981,7 +1025,8 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home string, msgs []protocol.Deliver) {
 	c.handOverSeq++
 	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
-	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent})
+	e.sentCopies, e.sentRefused = 1, 0
+	c.emit(regionEffect[C, S]{kind: regSend, node: home, msg: e.sent, handOver: true})
 }
 
 // reclaimHandOver takes back the mail of a hand-over whose receiver died
@@ -990,16 +1035,29 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 // to a home that had crashed, while the new home starts without it).
 func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
 	front := c.fromDelivers(e.sent.Msgs)
-	e.handOverTo, e.sent = "", protocol.HandOver{}
+	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = "", protocol.HandOver{}, 0, 0
 	c.prepend(e, front)
 	e.handOver, e.owesHandOver = true, true
+}
+
+// handOverRefused reports that the transport refused a copy of the
+// HandOver numbered seq to node at once: nothing listened there, so that
+// copy reached nobody (see forgetGone).
+func (c *regionCore[C, S]) handOverRefused(shardID, node string, seq uint64) {
+	if e := c.shards[shardID]; e != nil && e.handOverTo == node && e.sent.Seq == seq && e.sentRefused < e.sentCopies {
+		e.sentRefused++
+	}
 }
 
 // handedOverTo ends the wait for the acknowledgement of a hand-over: what
 // this region buffered meanwhile may go on.
 func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
-	e.handOverTo, e.sent = "", protocol.HandOver{}
-	if e.home != "" && !e.handingOff && e.awaiting == "" {
+	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = "", protocol.HandOver{}, 0, 0
+	if e.hostAfter {
+		// The shard allocated here waited for this: it starts now.
+		e.hostAfter = false
+		c.setHome(shardID, e.home)
+	} else if e.home != "" && !e.handingOff && e.awaiting == "" {
 		c.drain(shardID, e)
 	}
 	c.checkLeft()

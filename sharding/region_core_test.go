@@ -51,8 +51,10 @@ import (
 //	                     the local shard's entities all stopped
 //	unreachable SHARD NODE
 //	                     the transport could not carry a message to NODE, SHARD's home
-//	down NODE            from now on the transport cannot carry forwards to NODE: the
-//	                     harness puts each back as the runner does (unreachable, route)
+//	down NODE            from now on the transport refuses to carry forwards and this
+//	                     region's HandOvers to NODE: the harness puts each forward back
+//	                     as the runner does (unreachable, route), and reports each
+//	                     HandOver (handOverRefused)
 //	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
@@ -367,6 +369,11 @@ func (h *regionHarness) apply() {
 				to := ef.node
 				if ef.coordinator {
 					to += "/coordinator"
+				}
+				if m, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && h.down[ef.node] {
+					h.core.handOverRefused(m.Shard, ef.node, m.Seq)
+					h.printf("send %s refused: %s", to, fmtMessage(ef.msg))
+					break
 				}
 				h.printf("send %s: %s", to, fmtMessage(ef.msg))
 			case regForward:

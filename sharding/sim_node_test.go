@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/protocol"
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
@@ -160,6 +161,13 @@ func (n *simNode) applyRegion() {
 		for _, ef := range out {
 			switch ef.kind {
 			case regSend:
+				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && !n.w.reachable(ef.node) {
+					// As the transport: a node that left or died refuses
+					// the connection, and the runner reports it.
+					n.w.tracef("%s -> %s refused (node gone): %s", n.name, ef.node, simShow(ef.msg))
+					n.region.handOverRefused(h.Shard, ef.node, h.Seq)
+					break
+				}
 				n.w.net.send(n.name, ef.node, ef.coordinator, ef.msg)
 			case regForward:
 				if n.w.reachable(ef.node) {

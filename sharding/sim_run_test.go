@@ -508,6 +508,13 @@ func TestSimulationPinned(t *testing.T) {
 		// its old home's death abandoned, and handed nothing over
 		// (region_core.go ShardHome.From; hand-over-owed.txt).
 		{"holder-buffering-for-a-hand-off-hands-over", "all", false, 44044},
+		// A home died before its view caught up; the coordinator placed a
+		// shard there, then, its lease expired, back on the region whose
+		// mail the dead home never took (the transport refused it): the
+		// region started the shard with newer mail and dropped the older
+		// when the home was Down (region_core.go setHome hostAfter,
+		// forgetGone; hand-over-back-home.txt). With pauses.
+		{"shard-back-at-the-holder-of-refused-mail", "all", false, 71660},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
