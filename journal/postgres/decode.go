@@ -18,6 +18,45 @@ import (
 
 const arenaChunk = 64 << 10
 
+// pageCopier copies a page's values out of pgx's row buffers, which the
+// next row overwrites: strings interned (a page repeats its manifests,
+// writer ids and, for queries, persistence ids and entity types), payloads
+// carved from shared arenas.
+type pageCopier struct {
+	arena   []byte
+	strs    map[string]string
+	maxStrs int
+}
+
+func newPageCopier(maxStrs int) *pageCopier {
+	return &pageCopier{strs: map[string]string{}, maxStrs: maxStrs}
+}
+
+func (c *pageCopier) intern(b []byte) string {
+	if s, ok := c.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(c.strs) < c.maxStrs {
+		c.strs[s] = s
+	}
+	return s
+}
+
+// payload copies p into the arena, or alone when it is large.
+func (c *pageCopier) payload(p []byte) []byte {
+	if len(p) > arenaChunk/4 {
+		return append([]byte(nil), p...)
+	}
+	if len(c.arena) < len(p) {
+		c.arena = make([]byte, arenaChunk)
+	}
+	n := copy(c.arena, p)
+	out := c.arena[:n:n]
+	c.arena = c.arena[n:]
+	return out
+}
+
 // postgresEpoch is 2000-01-01 UTC in microseconds since the Unix epoch: the
 // origin of binary timestamptz values.
 const postgresEpoch = 946_684_800_000_000
@@ -41,21 +80,9 @@ func decodePage(rows pgx.Rows, pid string, size int) ([]journal.Event, error) {
 		}
 		return evs, rows.Err()
 	}
-	var (
-		arena   []byte
-		strs    = map[string]string{}
-		typeMap = rows.Conn().TypeMap()
-	)
-	intern := func(b []byte) string {
-		if s, ok := strs[string(b)]; ok {
-			return s
-		}
-		s := string(b)
-		if len(strs) < 1024 {
-			strs[s] = s
-		}
-		return s
-	}
+	typeMap := rows.Conn().TypeMap()
+	c := newPageCopier(1024)
+	intern := c.intern
 	for rows.Next() {
 		raw := rows.RawValues()
 		if len(raw[0]) != 8 || len(raw[1]) != 8 || len(raw[2]) != 8 || raw[4] == nil {
@@ -69,16 +96,7 @@ func decodePage(rows pgx.Rows, pid string, size int) ([]journal.Event, error) {
 			Manifest:      intern(raw[3]),
 			WriterID:      intern(raw[6]),
 		}
-		p := raw[4]
-		if len(p) > arenaChunk/4 {
-			e.Payload = append([]byte(nil), p...)
-		} else {
-			if len(arena) < len(p) {
-				arena = make([]byte, arenaChunk)
-			}
-			n := copy(arena, p)
-			e.Payload, arena = arena[:n:n], arena[n:]
-		}
+		e.Payload = c.payload(raw[4])
 		if raw[5] != nil {
 			if err := typeMap.Scan(fds[5].DataTypeOID, fds[5].Format, raw[5], &e.Tags); err != nil {
 				return nil, fmt.Errorf("tags of seq %d: %w", e.SeqNr, err)
@@ -112,21 +130,9 @@ func decodeQueryPage(rows pgx.Rows, size int) ([]journal.QueriedEvent, error) {
 		}
 		return out, rows.Err()
 	}
-	var (
-		arena   []byte
-		strs    = map[string]string{}
-		typeMap = rows.Conn().TypeMap()
-	)
-	intern := func(b []byte) string {
-		if s, ok := strs[string(b)]; ok {
-			return s
-		}
-		s := string(b)
-		if len(strs) < 4096 {
-			strs[s] = s
-		}
-		return s
-	}
+	typeMap := rows.Conn().TypeMap()
+	c := newPageCopier(4096)
+	intern := c.intern
 	for rows.Next() {
 		raw := rows.RawValues()
 		if len(raw[1]) != 8 || len(raw[2]) != 8 || len(raw[3]) != 8 || raw[5] == nil || len(raw[9]) != 2 || len(raw[10]) != 8 {
@@ -146,16 +152,7 @@ func decodeQueryPage(rows pgx.Rows, size int) ([]journal.QueriedEvent, error) {
 			Slice:      int(int16(binary.BigEndian.Uint16(raw[9]))),
 			Offset:     journal.Offset{Kind: queryKind, Tx: binary.BigEndian.Uint64(raw[10]), Pos: ordering},
 		}
-		p := raw[5]
-		if len(p) > arenaChunk/4 {
-			e.Payload = append([]byte(nil), p...)
-		} else {
-			if len(arena) < len(p) {
-				arena = make([]byte, arenaChunk)
-			}
-			n := copy(arena, p)
-			e.Payload, arena = arena[:n:n], arena[n:]
-		}
+		e.Payload = c.payload(raw[5])
 		if raw[6] != nil {
 			if err := typeMap.Scan(fds[6].DataTypeOID, fds[6].Format, raw[6], &e.Tags); err != nil {
 				return nil, fmt.Errorf("tags of %s seq %d: %w", e.PersistenceID, e.SeqNr, err)
