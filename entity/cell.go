@@ -229,9 +229,17 @@ func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64) (bool, error) {
 		return false, nil
 	}
 	if c.status&terminated != 0 {
+		// The stop's own error joins ErrStopped, so that a message sent
+		// just after the stop fails as one still in the mailbox would (a
+		// failed recovery is ErrUnavailable, say): which comes first is
+		// the scheduler's choice, not the sender's.
+		cause := ErrStopped
+		if err := c.term.err; err != nil {
+			cause = fmt.Errorf("%w: %w", ErrStopped, err)
+		}
 		c.mu.Unlock()
-		c.sys.deadLetter(c.m, ErrStopped, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
-		return true, fmt.Errorf("%w: %s/%s", ErrStopped, c.props.Key.name, c.id)
+		c.sys.deadLetter(c.m, cause, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
+		return true, fmt.Errorf("%w: %s/%s", cause, c.props.Key.name, c.id)
 	}
 	if limit := int(c.capacity); limit > 0 && c.mailbox.Len() >= limit {
 		c.mu.Unlock()

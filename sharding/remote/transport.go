@@ -370,9 +370,12 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	if h == nil {
 		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
 		t.failAsks(wire.Asks(env), wire.RefusedUnknownTarget, err)
-		if stopped { // a region that shut down here: expected, not news
+		// A region that shut down here, or a coordinator this node does not
+		// run (yet, or any more: it runs only while it holds its lease, and
+		// regions retry what it missed): expected, not news.
+		if stopped || target.Coordinator {
 			t.stat.unknownTarget.Add(1)
-			t.log.Debug("remote: dropped a message for a stopped listener", "from", from, "err", err)
+			t.log.Debug("remote: dropped a message for a listener not running here", "from", from, "err", err)
 			return err
 		}
 		return t.refuse(&t.stat.unknownTarget, from, err)
