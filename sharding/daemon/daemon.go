@@ -8,7 +8,8 @@
 // starts it) or crashes (after the node's lease expired, like any shard).
 // Every node tells every worker to be alive every KeepAliveInterval, which
 // starts a worker wherever its shard lives now. This is Akka's sharded
-// daemon process; projections run their instances on it.
+// daemon process; projections run their instances on it (docs/DESIGN.md,
+// "Projections").
 //
 // A worker whose run returns (an error or nil) while it is not being
 // stopped is started again after RestartBackoff. A panic in a run is such
