@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/shoal-dev/shoal/examples/payment/readmodel"
 )
 
 // demoTimeouts keeps the original's proportions at a tenth of the time, so
@@ -74,8 +77,60 @@ func runDemo(ctx context.Context, node *Node, settings Settings, out io.Writer) 
 			return fmt.Errorf("demo step %d: status %d, want %d", i+1, status, step.want)
 		}
 	}
+	fmt.Fprintf(out, "\n%d. the shop's settlements, from the read model (a projection of the journal's events, a moment behind)\n", len(steps)+1)
+	if err := demoReadModel(ctx, client, node.APIURL, "/00/ec/settlements/shop-1", map[string]readmodel.State{paid: readmodel.Canceled, hung: readmodel.Failed}, out); err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "\nthe issuer received %d requests\n", len(node.Simulator.Received()))
 	return nil
+}
+
+// demoReadModel asks for the shop's settlements until the read model shows
+// every order of want in its state (the projection follows the journal a
+// moment behind), then prints the answer.
+func demoReadModel(ctx context.Context, client *http.Client, base, path string, want map[string]readmodel.State, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	url := base + path
+	fmt.Fprintf(out, "   → GET %s\n", path)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-Tenant-Id", string(TenantExample))
+		req.Header.Set("Authorization", "Bearer demo-token")
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("demo read model: %w", err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var body shopBody
+		if resp.StatusCode == http.StatusOK && json.Unmarshal(got, &body) == nil && shows(body, want) {
+			fmt.Fprintf(out, "   ← %d %s\n", resp.StatusCode, bytes.TrimSpace(got))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo read model: %s never showed %v: last answer %d %s", url, want, resp.StatusCode, got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// shows reports whether body lists every order of want in its state.
+func shows(body shopBody, want map[string]readmodel.State) bool {
+	found := 0
+	for _, s := range body.Settlements {
+		if st, ok := want[s.OrderID]; ok && readmodel.State(s.State) == st {
+			found++
+		}
+	}
+	return found == len(want)
 }
 
 func demoRequest(ctx context.Context, client *http.Client, url, body string, out io.Writer) (int, error) {

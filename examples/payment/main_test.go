@@ -24,6 +24,8 @@ func TestDemo(t *testing.T) {
 		`← 500 {"code":"CODE-012"`,
 		`← 400 {"code":"CODE-003"`,
 		"the issuer received 3 requests",
+		`"state":"canceled","amount":1000`, // the read model caught up with both orders
+		`"state":"failed","amount":2500`,
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
