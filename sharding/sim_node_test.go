@@ -390,6 +390,9 @@ func (n *simNode) fence(why string) {
 func (n *simNode) halt() {
 	for _, e := range n.region.shards {
 		n.w.lostToFault(e.buffer)
+		// A hand-over not yet acknowledged: its mail is this node's to
+		// re-send, or to take back when no copy arrived; it dies with it.
+		n.w.lostToFault(e.sent.Msgs)
 	}
 	for _, id := range n.region.hostedShards() {
 		sh, _ := n.region.local(id)

@@ -515,6 +515,10 @@ func TestSimulationPinned(t *testing.T) {
 		// when the home was Down (region_core.go setHome hostAfter,
 		// forgetGone; hand-over-back-home.txt). With pauses.
 		{"shard-back-at-the-holder-of-refused-mail", "all", false, 71660},
+		// A node paused past its lease fenced itself holding a hand-over
+		// its receiver had refused: the mail died with it, as with any
+		// crash, and the simulator must count it so (halt).
+		{"crash-with-an-unacknowledged-hand-over", "all", false, 113291},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
