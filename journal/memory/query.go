@@ -39,8 +39,8 @@ func (j *Journal) EventsByTag(ctx context.Context, tag string, after journal.Off
 }
 
 func (j *Journal) query(ctx context.Context, after journal.Offset, mode journal.Mode, match func(*indexed) bool, fn func(journal.QueriedEvent) error) error {
-	if !after.IsStart() && after.Kind != offsetKind {
-		return fmt.Errorf("%w: %s given to the memory journal", journal.ErrOffsetMismatch, after)
+	if err := checkOffset(after); err != nil {
+		return err
 	}
 	pos := after.Pos
 	j.mu.RLock()
@@ -163,8 +163,8 @@ func (j *Journal) CountEventsBySlices(ctx context.Context, entityType string, r 
 	if err := r.Validate(); err != nil {
 		return 0, err
 	}
-	if !after.IsStart() && after.Kind != offsetKind {
-		return 0, fmt.Errorf("%w: %s given to the memory journal", journal.ErrOffsetMismatch, after)
+	if err := checkOffset(after); err != nil {
+		return 0, err
 	}
 	j.mu.RLock()
 	defer j.mu.RUnlock()
@@ -177,4 +177,12 @@ func (j *Journal) CountEventsBySlices(ctx context.Context, entityType string, r 
 		}
 	}
 	return n, nil
+}
+
+// checkOffset refuses an offset this journal did not make.
+func checkOffset(after journal.Offset) error {
+	if !after.IsStart() && after.Kind != offsetKind {
+		return fmt.Errorf("%w: %s given to the memory journal", journal.ErrOffsetMismatch, after)
+	}
+	return nil
 }

@@ -85,11 +85,8 @@ func (j *Journal) EventsByTag(ctx context.Context, tag string, after journal.Off
 // It reads the next page while fn runs over a full one, on a connection of
 // its own, so fn may use the journal.
 func (j *Journal) query(ctx context.Context, sql string, args []any, after journal.Offset, mode journal.Mode, fn func(journal.QueriedEvent) error) error {
-	if !after.IsStart() && after.Kind != queryKind {
-		return fmt.Errorf("%w: %s given to the postgres journal", journal.ErrOffsetMismatch, after)
-	}
-	if after.Tx > math.MaxInt64 {
-		return fmt.Errorf("%w: %s beyond the postgres journal's range", journal.ErrOffsetMismatch, after)
+	if err := checkOffset(after); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -206,11 +203,8 @@ func (j *Journal) CountEventsBySlices(ctx context.Context, entityType string, r 
 	if err := r.Validate(); err != nil {
 		return 0, err
 	}
-	if !after.IsStart() && after.Kind != queryKind {
-		return 0, fmt.Errorf("%w: %s given to the postgres journal", journal.ErrOffsetMismatch, after)
-	}
-	if after.Tx > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: %s beyond the postgres journal's range", journal.ErrOffsetMismatch, after)
+	if err := checkOffset(after); err != nil {
+		return 0, err
 	}
 	var n int64
 	err := j.pool.QueryRow(ctx, `SELECT count(*) FROM event_journal
@@ -221,4 +215,15 @@ WHERE entity_type = $1 AND slice BETWEEN $2 AND $3
 		return 0, fmt.Errorf("journal/postgres: count events: %w", err)
 	}
 	return n, nil
+}
+
+// checkOffset refuses an offset this journal did not make.
+func checkOffset(after journal.Offset) error {
+	if !after.IsStart() && after.Kind != queryKind {
+		return fmt.Errorf("%w: %s given to the postgres journal", journal.ErrOffsetMismatch, after)
+	}
+	if after.Tx > math.MaxInt64 {
+		return fmt.Errorf("%w: %s beyond the postgres journal's range", journal.ErrOffsetMismatch, after)
+	}
+	return nil
 }
