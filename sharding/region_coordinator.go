@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"time"
 
@@ -149,7 +150,7 @@ func (r *Region[C]) startCoordinator() {
 		return
 	}
 	r.coord, r.unlistenCo, r.coordStarted, r.coordStopping = cell, stop, r.clock.Now(), false
-	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
+	_ = cell.Tell(membersChanged{members: r.s.members()})
 }
 
 // stopCoordinator stops a coordinator after the messages queued before it.
@@ -193,8 +194,8 @@ type coordinatorRunner[C any] struct {
 	renewing bool          // a renewal is under way
 	due      time.Time     // when the renewal under way was due, for its lag
 	core     *coordinatorCore
-	down     *downing // nil without Config.NodeLeases
-	view     []Member // the latest membership view, unfiltered
+	down     *downing         // nil without Config.NodeLeases
+	view     []cluster.Member // the latest membership view, unfiltered
 	// downFailing: the last downing store call failed. Only the first
 	// failure of a run is a warning: the calls repeat every
 	// pollEvery per member while the node-lease store is down.
@@ -377,7 +378,7 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 		every := cr.pollEvery()
 		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
 	}
-	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
+	if next := cr.act(ctx, membersChanged{members: r.s.members()}); next != entity.Same[Message]() {
 		return next
 	}
 	ctx.Stash().UnstashAll()

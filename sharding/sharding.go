@@ -27,9 +27,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
@@ -58,8 +60,13 @@ type Config struct {
 	// Transport carries protocol messages. Default: a private LocalTransport.
 	Transport Transport
 	// Membership is this node's view of the cluster. Default: a
-	// single-member LocalCluster named after the System's node id.
-	Membership Membership
+	// cluster.LocalMembership that holds this node alone, Up, as the
+	// incarnation of the System (its NodeID and Incarnation).
+	Membership cluster.Membership
+	// Roles are this node's roles while the membership's view does not
+	// hold it yet (a node registers its entity types before it joins);
+	// once it does, the view's.
+	Roles []string
 	// CoordinatorStore keeps allocations. Default: in memory.
 	CoordinatorStore CoordinatorStore
 	// RememberStore records remembered entities. Default: in memory.
@@ -102,8 +109,11 @@ type Config struct {
 type Sharding struct {
 	sys  *entity.System
 	cfg  Config
-	self string
+	self cluster.UniqueAddress
 	log  *slog.Logger
+	// view is the membership's latest view; follow hands its changes to
+	// the regions.
+	view atomic.Pointer[cluster.View]
 	m    *metrics.Sharding // nil when Config.Metrics is
 	// leaseM counts the renewals of the coordinator leases this node holds.
 	leaseM *metrics.Lease
@@ -111,7 +121,7 @@ type Sharding struct {
 	mu      sync.Mutex
 	regions map[string]regionRuntime
 	stopped bool
-	unsub   func()
+	unsub   func() // stops following the membership
 	unleave func() // stops listening for LeaveRequest
 }
 
@@ -133,7 +143,12 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 		cfg.Transport = NewLocalTransport()
 	}
 	if cfg.Membership == nil {
-		cfg.Membership = NewLocalCluster().Join(sys.NodeID())
+		self := cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}
+		view, err := cluster.NewView(cluster.Member{Address: self, Roles: cfg.Roles, Status: cluster.Up, JoinOrder: 1})
+		if err != nil {
+			return nil, fmt.Errorf("sharding: %w", err)
+		}
+		cfg.Membership = cluster.NewLocalMembership(self, view)
 	}
 	if cfg.CoordinatorStore == nil {
 		cfg.CoordinatorStore = NewMemoryCoordinatorStore()
@@ -150,13 +165,13 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
-	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, regions: make(map[string]regionRuntime)}
-	if s.self == "" {
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self(), regions: make(map[string]regionRuntime)}
+	if s.self.Node == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
 	s.log = cfg.Logger
 	if cfg.Logger != sys.Logger() { // the System's names the node already
-		s.log = cfg.Logger.With("node", s.self)
+		s.log = cfg.Logger.With("node", s.self.String())
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
@@ -167,12 +182,59 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if s.unleave, err = s.listenForLeave(); err != nil {
 		return nil, err
 	}
-	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
+	s.unsub = s.follow()
 	return s, nil
 }
 
-// Node is this node's name in the membership.
-func (s *Sharding) Node() string { return s.self }
+// follow keeps s.view the membership's latest view, and tells the
+// regions of each change on a goroutine of its own: a membership's
+// subscribers must not block, and the regions take locks that a region's
+// shutdown may hold. Regions may see several changes as one; they read
+// the latest view. The returned function stops following; no region is
+// told of a change after it returns.
+func (s *Sharding) follow() (stop func()) {
+	wake, quit, done := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	current, cancel := s.cfg.Membership.Subscribe(func(c cluster.Change) {
+		v := c.To
+		s.view.Store(&v)
+		select {
+		case wake <- struct{}{}:
+		default: // a wake-up is pending; it will read this view
+		}
+	})
+	s.view.Store(&current)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-wake:
+				s.membershipChanged()
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		close(quit)
+		<-done
+	}
+}
+
+// members is the latest view's members, Down ones included.
+func (s *Sharding) members() []cluster.Member { return s.view.Load().Members() }
+
+// selfMember is this node as the latest view holds it; before the view
+// holds it, a Joining member with Config.Roles.
+func (s *Sharding) selfMember() cluster.Member {
+	if m, ok := s.view.Load().Member(s.self); ok {
+		return m
+	}
+	return cluster.Member{Address: s.self, Roles: slices.Clone(s.cfg.Roles), Status: cluster.Joining}
+}
+
+// Node is this node's incarnation in the membership.
+func (s *Sharding) Node() cluster.UniqueAddress { return s.self }
 
 // System is the entity runtime of this node.
 func (s *Sharding) System() *entity.System { return s.sys }

@@ -5,20 +5,22 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 )
 
 // Address names a region or a coordinator: one of each per entity type per node.
 type Address struct {
-	Node, Type  string
+	Node        cluster.UniqueAddress
+	Type        string
 	Coordinator bool
 }
 
 func (a Address) String() string {
 	if a.Coordinator {
-		return a.Node + "/" + a.Type + "/coordinator"
+		return a.Node.String() + "/" + a.Type + "/coordinator"
 	}
-	return a.Node + "/" + a.Type
+	return a.Node.String() + "/" + a.Type
 }
 
 // ErrUnreachable is returned by Send when nothing listens at the address.
