@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 )
 
 // InProcessCluster runs several nodes of a cluster in one process, as the
-// project's own tests do: they share a LocalCluster membership, a
-// LocalTransport, and in-memory coordinator and remember stores. Give each
+// project's own tests do: they share one membership (cluster/inproc's
+// Members), an in-process transport, and in-memory coordinator and
+// remember stores. Give each
 // node's entity.System its own NodeID and the same journal and snapshot
 // store (journal/memory, snapshot/memory), so that an event-sourced entity
 // recovers wherever its shard moves.
@@ -19,7 +22,7 @@ import (
 // Sharding.Shutdown: the node hands its shards off and leaves the
 // membership.
 type InProcessCluster struct {
-	members   *LocalCluster
+	members   *inproc.Members
 	transport *LocalTransport
 	store     *MemoryCoordinatorStore
 	remember  *MemoryRememberStore
@@ -27,23 +30,26 @@ type InProcessCluster struct {
 
 // NewInProcessCluster returns a cluster with no nodes.
 func NewInProcessCluster() *InProcessCluster {
-	return &InProcessCluster{members: NewLocalCluster(), transport: NewLocalTransport(),
+	return &InProcessCluster{members: inproc.NewMembers(), transport: NewLocalTransport(),
 		store: NewMemoryCoordinatorStore(), remember: NewMemoryRememberStore()}
 }
 
 // Join starts the sharding layer of a new node running sys, named by
-// sys.NodeID(), with roles. The first node to join is the oldest: it hosts
-// the coordinators. Then register entity types on it with Init, as on any
-// node.
+// sys.NodeID() and sys.Incarnation(), with roles. The first node to join
+// is the oldest: it hosts the coordinators. Then register entity types on
+// it with Init, as on any node.
 func (c *InProcessCluster) Join(sys *entity.System, roles ...string) (*Sharding, error) {
-	node := sys.NodeID()
-	c.members.mu.Lock()
-	_, taken := c.members.members[node]
-	c.members.mu.Unlock()
-	if taken {
-		return nil, fmt.Errorf("sharding: join in process: %w: node %q is a member already", ErrNodeNameTaken, node)
+	node := cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}
+	for _, m := range c.members.View().Members() {
+		if m.Address.Node == node.Node {
+			return nil, fmt.Errorf("sharding: join in process: %w: node %q is a member already", ErrNodeNameTaken, node.Node)
+		}
 	}
-	sh, err := New(sys, Config{Transport: c.transport, Membership: c.members.Join(node, roles...),
+	membership, err := c.members.Join(node, roles...)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
+	}
+	sh, err := New(sys, Config{Transport: c.transport, Membership: membership, Roles: roles,
 		CoordinatorStore: c.store, RememberStore: c.remember})
 	if err != nil {
 		c.members.Remove(node)
