@@ -34,8 +34,13 @@ type UniqueAddress struct {
 	Incarnation uint64
 }
 
-// String renders the address as node#incarnation.
+// String renders the address as node#incarnation. Incarnation 0, which no
+// running node has (tests and scenario files name nodes without one),
+// renders as the node id alone, and the zero address as the empty string.
 func (a UniqueAddress) String() string {
+	if a.Incarnation == 0 {
+		return a.Node
+	}
 	return a.Node + "#" + strconv.FormatUint(a.Incarnation, 10)
 }
 
@@ -43,8 +48,9 @@ func (a UniqueAddress) String() string {
 // UnmarshalText for text that is not node#incarnation.
 var ErrInvalidAddress = errors.New("cluster: invalid unique address")
 
-// ParseUniqueAddress reverses String: it reads node#incarnation, and the
-// empty string as the zero address. Only edges that keep addresses as
+// ParseUniqueAddress reverses String: it reads node#incarnation, a node
+// id alone as incarnation 0, and the empty string as the zero address.
+// A node id may itself hold '#'; the last one ends it. Only edges that keep addresses as
 // text (a database column, an operator's input) need it; everything
 // inside a node carries the UniqueAddress itself.
 func ParseUniqueAddress(s string) (UniqueAddress, error) {
@@ -52,7 +58,10 @@ func ParseUniqueAddress(s string) (UniqueAddress, error) {
 		return UniqueAddress{}, nil
 	}
 	i := strings.LastIndexByte(s, '#')
-	if i <= 0 {
+	if i < 0 {
+		return UniqueAddress{Node: s}, nil
+	}
+	if i == 0 {
 		return UniqueAddress{}, fmt.Errorf("%w: %q", ErrInvalidAddress, s)
 	}
 	inc, err := strconv.ParseUint(s[i+1:], 10, 64)
@@ -62,14 +71,9 @@ func ParseUniqueAddress(s string) (UniqueAddress, error) {
 	return UniqueAddress{Node: s[:i], Incarnation: inc}, nil
 }
 
-// MarshalText renders the address as String does (the zero address as
-// the empty string), so that it can key a map in a text encoding.
-func (a UniqueAddress) MarshalText() ([]byte, error) {
-	if a.IsZero() {
-		return nil, nil
-	}
-	return []byte(a.String()), nil
-}
+// MarshalText renders the address as String does, so that it can key a
+// map in a text encoding.
+func (a UniqueAddress) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
 // UnmarshalText reads what MarshalText wrote.
 func (a *UniqueAddress) UnmarshalText(b []byte) error {

@@ -15,7 +15,7 @@ import (
 // towards maxHeldSteps.
 func TestPipelineHoldsNoEmptyStep(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []change{{shard: "s1", region: addr("a")}}, []outbound{home("b", "s1", "a")})
 	p.next()
 	for range 10 {
 		p.take(protocol.StopShards{Shards: []string{"s1"}}, nil, nil)
@@ -36,7 +36,7 @@ func TestCoordinatorTakesABurstBehindASlowCommit(t *testing.T) {
 		store.close()
 		const burst = maxHeldSteps + 100
 		for range burst {
-			b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // held behind s2's allocation
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // held behind s2's allocation
 		}
 		synctest.Wait()
 		if !coordinatorRunning(r) {
@@ -64,7 +64,7 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 		store := &gateStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), fails: 1 << 30}
 		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second})
 		defer s.Terminate()
-		b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // its write fails, and is retried
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // its write fails, and is retried
 		synctest.Wait()
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -72,7 +72,7 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 			t.Fatal("the coordinator stopped at the first failed write")
 		}
 		for range maxHeldSteps + 1 {
-			b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"})
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
 		}
 		synctest.Wait()
 		if coordinatorRunning(r) {

@@ -135,7 +135,7 @@ type node struct {
 
 type sim struct {
 	t         testing.TB
-	cluster   *sharding.LocalCluster
+	cluster   testCluster
 	transport *sharding.LocalTransport
 	store     *sharding.MemoryCoordinatorStore
 	remember  *sharding.MemoryRememberStore
@@ -183,7 +183,7 @@ func (t tapped) Send(to sharding.Address, m sharding.Message) error {
 }
 
 func newSim(t testing.TB, settings sharding.Settings) *sim {
-	return &sim{t: t, cluster: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
+	return &sim{t: t, cluster: newTestCluster(), transport: sharding.NewLocalTransport(),
 		store: sharding.NewMemoryCoordinatorStore(), remember: sharding.NewMemoryRememberStore(),
 		log: newJournal(), settings: settings, nodes: map[string]*node{}}
 }
