@@ -3,6 +3,8 @@ package sharding
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/inproc"
@@ -26,6 +28,9 @@ type InProcessCluster struct {
 	transport *LocalTransport
 	store     *MemoryCoordinatorStore
 	remember  *MemoryRememberStore
+
+	mu    sync.Mutex
+	nodes []*Sharding // every node that joined
 }
 
 // NewInProcessCluster returns a cluster with no nodes.
@@ -54,6 +59,15 @@ func (c *InProcessCluster) Join(sys *entity.System, roles ...string) (*Sharding,
 	if err != nil {
 		c.members.Remove(node)
 		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
+	}
+	// As if the membership told every node at once: each region knows of
+	// the new node before Join returns.
+	c.mu.Lock()
+	c.nodes = append(c.nodes, sh)
+	nodes := slices.Clone(c.nodes)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		n.settle()
 	}
 	return sh, nil
 }

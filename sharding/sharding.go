@@ -113,8 +113,13 @@ type Sharding struct {
 	log  *slog.Logger
 	// view is the membership's latest view; follow hands its changes to
 	// the regions.
-	view atomic.Pointer[cluster.View]
-	m    *metrics.Sharding // nil when Config.Metrics is
+	view     atomic.Pointer[cluster.View]
+	follower struct {
+		mu                      sync.Mutex
+		idle                    *sync.Cond // running became false
+		running, again, stopped bool
+	}
+	m *metrics.Sharding // nil when Config.Metrics is
 	// leaseM counts the renewals of the coordinator leases this node holds.
 	leaseM *metrics.Lease
 
@@ -187,37 +192,63 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 }
 
 // follow keeps s.view the membership's latest view, and tells the
-// regions of each change on a goroutine of its own: a membership's
+// regions of each change on a goroutine of its own, started for the
+// change and gone once the regions are up to date: a membership's
 // subscribers must not block, and the regions take locks that a region's
 // shutdown may hold. Regions may see several changes as one; they read
 // the latest view. The returned function stops following; no region is
 // told of a change after it returns.
 func (s *Sharding) follow() (stop func()) {
-	wake, quit, done := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	f := &s.follower
+	f.idle = sync.NewCond(&f.mu)
+	drain := func() {
+		for {
+			s.membershipChanged()
+			f.mu.Lock()
+			if f.again && !f.stopped {
+				f.again = false
+				f.mu.Unlock()
+				continue
+			}
+			f.running = false
+			f.idle.Broadcast()
+			f.mu.Unlock()
+			return
+		}
+	}
 	current, cancel := s.cfg.Membership.Subscribe(func(c cluster.Change) {
 		v := c.To
 		s.view.Store(&v)
-		select {
-		case wake <- struct{}{}:
-		default: // a wake-up is pending; it will read this view
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case f.stopped:
+		case f.running:
+			f.again = true // the running drain reads this view
+		default:
+			f.running = true
+			go drain()
 		}
 	})
 	s.view.Store(&current)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-wake:
-				s.membershipChanged()
-			}
-		}
-	}()
 	return func() {
 		cancel()
-		close(quit)
-		<-done
+		f.mu.Lock()
+		f.stopped = true
+		f.mu.Unlock()
+		s.settle()
+	}
+}
+
+// settle waits until the regions have been told of every membership
+// change so far. The in-process cluster waits so on every node when one
+// joins, as if the membership told all of them at once.
+func (s *Sharding) settle() {
+	f := &s.follower
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.running {
+		f.idle.Wait()
 	}
 }
 

@@ -227,6 +227,9 @@ func (s *sim) join(name string, roles ...string) *node {
 	}
 	n := &node{name: name, sys: sys, sh: sh, region: r}
 	s.nodes[name] = n
+	for _, other := range s.nodes { // as if the membership told all at once
+		sharding.Settle(other.sh)
+	}
 	return n
 }
 

@@ -539,7 +539,9 @@ func testConcurrentAcquire(t *testing.T, s coordStore, typ names) {
 		errs := make([]error, owners)
 		var wg sync.WaitGroup
 		for i := range owners {
-			wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), node(fmt.Sprintf("r%d-node-%d", round, i)), ttl) })
+			wg.Go(func() {
+				epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), node(fmt.Sprintf("r%d-node-%d", round, i)), ttl)
+			})
 		}
 		wg.Wait()
 		winner = -1
