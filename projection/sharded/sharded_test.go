@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"io"
 	"log/slog"
 	"maps"
@@ -31,7 +33,7 @@ const instances = 4
 // seq nr, so an at-least-once redelivery changes nothing.
 type world struct {
 	t         *testing.T
-	members   *sharding.LocalCluster
+	members   *inproc.Members
 	transport *sharding.LocalTransport
 	coord     *sharding.MemoryCoordinatorStore
 	reg       *codec.Registry
@@ -50,7 +52,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	reg := codec.NewRegistry()
 	codec.MustRegister[Added](reg, "added")
-	return &world{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
+	return &world{t: t, members: inproc.NewMembers(), transport: sharding.NewLocalTransport(),
 		coord: sharding.NewMemoryCoordinatorStore(), reg: reg, src: projectiontest.NewSource(), store: projection.NewMemoryStore(),
 		nodes: map[string]*sharding.Sharding{}, projs: map[string]*sharded.Projection{},
 		seqs: map[string]uint64{}, model: map[string]map[uint64]int{}}
@@ -89,7 +91,11 @@ func (w *world) join(name string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	s, err := sharding.New(sys, sharding.Config{Transport: w.transport, Membership: w.members.Join(name), CoordinatorStore: w.coord})
+	membership, err := w.members.Join(cluster.UniqueAddress{Node: name})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s, err := sharding.New(sys, sharding.Config{Transport: w.transport, Membership: membership, CoordinatorStore: w.coord})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -107,7 +113,7 @@ func (w *world) leave(name string) {
 	if err := w.nodes[name].Shutdown(context.Background()); err != nil {
 		w.t.Fatalf("%s left with %v", name, err)
 	}
-	w.members.Remove(name)
+	w.members.Remove(cluster.UniqueAddress{Node: name})
 	delete(w.nodes, name)
 	delete(w.projs, name)
 }
@@ -115,7 +121,7 @@ func (w *world) leave(name string) {
 func (w *world) crash(name string) {
 	w.projs[name].Stop()
 	w.nodes[name].Terminate()
-	w.members.Remove(name)
+	w.members.Remove(cluster.UniqueAddress{Node: name})
 	delete(w.nodes, name)
 	delete(w.projs, name)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	shoalcluster "github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"io"
 	"log/slog"
 	"maps"
@@ -83,7 +85,7 @@ func (r *runs) snapshot() (active map[int]string, started map[int]int) {
 
 type cluster struct {
 	t         *testing.T
-	members   *sharding.LocalCluster
+	members   *inproc.Members
 	transport *sharding.LocalTransport
 	store     *sharding.MemoryCoordinatorStore
 	runs      *runs
@@ -92,7 +94,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T) *cluster {
-	return &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
+	return &cluster{t: t, members: inproc.NewMembers(), transport: sharding.NewLocalTransport(),
 		store: sharding.NewMemoryCoordinatorStore(), runs: newRuns(t),
 		nodes: map[string]*sharding.Sharding{}, daemons: map[string]*daemon.Daemon{}}
 }
@@ -105,7 +107,11 @@ func (c *cluster) join(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s, err := sharding.New(sys, sharding.Config{Transport: c.transport, Membership: c.members.Join(name), CoordinatorStore: c.store})
+	membership, err := c.members.Join(nodeAddr(name))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s, err := sharding.New(sys, sharding.Config{Transport: c.transport, Membership: membership, CoordinatorStore: c.store})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -122,7 +128,7 @@ func (c *cluster) leave(name string) {
 	if err := c.nodes[name].Shutdown(context.Background()); err != nil {
 		c.t.Fatalf("%s left with %v", name, err)
 	}
-	c.members.Remove(name)
+	c.members.Remove(nodeAddr(name))
 	delete(c.nodes, name)
 }
 
@@ -279,7 +285,7 @@ func TestWorkersOfACrashedNodeRunElsewhere(t *testing.T) {
 		}
 		c.daemons[crashed].Stop()
 		c.nodes[crashed].Terminate() // its runs are cancelled without a hand-off, as in a crash
-		c.members.Remove(crashed)
+		c.members.Remove(nodeAddr(crashed))
 		delete(c.nodes, crashed)
 		time.Sleep(time.Second) // the crashed node's runs see their contexts end
 		for w, n := range c.wantAllRunning(60 * time.Second) {
@@ -289,3 +295,6 @@ func TestWorkersOfACrashedNodeRunElsewhere(t *testing.T) {
 		}
 	})
 }
+
+// nodeAddr is the address of node name in these tests: incarnation 0.
+func nodeAddr(name string) shoalcluster.UniqueAddress { return shoalcluster.UniqueAddress{Node: name} }

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -193,7 +194,7 @@ func TestOpenReportsUndecodable(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"node":"n2","incarnation":4,"id":11}`), &rt); err != nil {
 		t.Fatal(err)
 	}
-	ho := protocol.HandOver{Shard: "s", From: "a#1", Msgs: []protocol.Deliver{
+	ho := protocol.HandOver{Shard: "s", From: cluster.UniqueAddress{Node: "a", Incarnation: 1}, Msgs: []protocol.Deliver{
 		{Shard: "s", EntityID: "1", Msg: note{Text: "kept"}},
 		{Shard: "s", EntityID: "2", Msg: note{Text: "lost", ReplyTo: rt}},
 		{Shard: "s", EntityID: "3", Start: true},
