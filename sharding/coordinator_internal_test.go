@@ -201,7 +201,7 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 // a BeginHandOff (which takes the lock) while a message it already routed
 // to the old home is still on its way there.
 type lockCheckTransport struct {
-	*LocalTransport
+	*memoryTransport
 	mu        atomic.Pointer[regionLock]
 	forwards  atomic.Int32
 	unlocked  atomic.Int32
@@ -218,13 +218,13 @@ func (t *lockCheckTransport) Send(to Address, msg Message) error {
 			}
 		}
 	}
-	return t.LocalTransport.Send(to, msg)
+	return t.memoryTransport.Send(to, msg)
 }
 
 func TestRegionForwardsUnderItsLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		members, lt := newTestCluster(), NewLocalTransport()
+		members, lt := newTestCluster(), newMemoryTransport()
 		key := entity.NewTypeKey[string]("Echo")
 		create := func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
@@ -245,7 +245,7 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 			return s, r
 		}
 		sb, _ := start("b", lt, "host")
-		tr := &lockCheckTransport{LocalTransport: lt, watchNode: "b"}
+		tr := &lockCheckTransport{memoryTransport: lt, watchNode: "b"}
 		sa, ra := start("a", tr) // a proxy: every message is forwarded to b
 		tr.mu.Store(&ra.mu)
 		for range 5 {

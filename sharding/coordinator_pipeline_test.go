@@ -192,7 +192,7 @@ type fakeRegion struct {
 	got  []outbound
 }
 
-func newFakeRegion(t *testing.T, tr *LocalTransport, name string, co Address) *fakeRegion {
+func newFakeRegion(t *testing.T, tr *memoryTransport, name string, co Address) *fakeRegion {
 	f := &fakeRegion{name: name, tr: tr, co: co}
 	if _, err := tr.Listen(Address{Node: addr(name), Type: co.Type}, func(m Message) error {
 		f.mu.Lock()
@@ -243,7 +243,7 @@ func pipelineNode(t *testing.T, store CoordinatorStore, settings Settings) (s *S
 func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding, r *Region[string], b, c *fakeRegion, seen chan string) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	members, lt := newTestCluster(), NewLocalTransport()
+	members, lt := newTestCluster(), newMemoryTransport()
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet, Workers: 1})
 	if err != nil {
 		t.Fatal(err)

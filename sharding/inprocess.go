@@ -13,7 +13,7 @@ import (
 
 // InProcessCluster runs several nodes of a cluster in one process, as the
 // project's own tests do: they share one membership (cluster/inproc's
-// Members), an in-process transport, and in-memory coordinator and
+// Members), an in-memory transport, and in-memory coordinator and
 // remember stores. Give each
 // node's entity.System its own NodeID and the same journal and snapshot
 // store (journal/memory, snapshot/memory), so that an event-sourced entity
@@ -25,7 +25,7 @@ import (
 // membership.
 type InProcessCluster struct {
 	members   *inproc.Members
-	transport *LocalTransport
+	transport *memoryTransport
 	store     *MemoryCoordinatorStore
 	remember  *MemoryRememberStore
 
@@ -35,7 +35,7 @@ type InProcessCluster struct {
 
 // NewInProcessCluster returns a cluster with no nodes.
 func NewInProcessCluster() *InProcessCluster {
-	return &InProcessCluster{members: inproc.NewMembers(), transport: NewLocalTransport(),
+	return &InProcessCluster{members: inproc.NewMembers(), transport: newMemoryTransport(),
 		store: NewMemoryCoordinatorStore(), remember: NewMemoryRememberStore()}
 }
 
@@ -71,6 +71,11 @@ func (c *InProcessCluster) Join(sys *entity.System, roles ...string) (*Sharding,
 	}
 	return sh, nil
 }
+
+// Remove takes node out of the membership without a graceful leave, as a
+// cluster's membership does with a node that crashed: call it after the
+// node's Sharding.Terminate. The others start its shards elsewhere.
+func (c *InProcessCluster) Remove(node cluster.UniqueAddress) { c.members.Remove(node) }
 
 // ErrNodeNameTaken is returned by InProcessCluster.Join for a node name
 // (entity.Config.NodeID) already in the cluster.

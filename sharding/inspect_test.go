@@ -89,7 +89,7 @@ func TestInspectRefusesUnknownTypesAndShards(t *testing.T) {
 
 func TestRequestLeaveRunsTheTargetsOnLeaveRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		transport := sharding.NewLocalTransport()
+		transport := sharding.NewMemoryTransport()
 		members := newTestCluster()
 		var asked atomic.Int32
 		start := func(name string, onLeave func()) *sharding.Sharding {

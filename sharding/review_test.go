@@ -68,7 +68,7 @@ func (v delayedView) Subscribe(fn func(cluster.Change)) (cluster.View, func()) {
 // registerCounter counts Register messages and, past a limit, refuses
 // them, so that a message loop ends.
 type registerCounter struct {
-	*sharding.LocalTransport
+	*sharding.MemoryTransport
 	n atomic.Int64
 }
 
@@ -76,14 +76,14 @@ func (c *registerCounter) Send(to sharding.Address, m sharding.Message) error {
 	if _, ok := m.(protocol.Register); ok && c.n.Add(1) > 1000 {
 		return errors.New("too many Register messages")
 	}
-	return c.LocalTransport.Send(to, m)
+	return c.MemoryTransport.Send(to, m)
 }
 
 // coordinatorMove starts a (whose membership hears of changes late, and
 // which runs on workers workers) and b, then makes b the oldest Up member.
 func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, members testCluster) {
 	members = newTestCluster()
-	tr = &registerCounter{LocalTransport: sharding.NewLocalTransport()}
+	tr = &registerCounter{MemoryTransport: sharding.NewMemoryTransport()}
 	store := sharding.NewMemoryCoordinatorStore()
 	start := func(name string, workers int, delay time.Duration) *node {
 		sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet(), Workers: workers})

@@ -57,7 +57,8 @@ var (
 
 // Config configures sharding on one node. The zero value runs a single node.
 type Config struct {
-	// Transport carries protocol messages. Default: a private LocalTransport.
+	// Transport carries protocol messages. Default: an in-memory
+	// transport of this node alone.
 	Transport Transport
 	// Membership is this node's view of the cluster. Default: a
 	// cluster.LocalMembership that holds this node alone, Up, as the
@@ -145,7 +146,7 @@ type regionRuntime interface {
 // New starts the sharding layer of the node running sys.
 func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Transport == nil {
-		cfg.Transport = NewLocalTransport()
+		cfg.Transport = newMemoryTransport()
 	}
 	if cfg.Membership == nil {
 		self := cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}
