@@ -133,7 +133,6 @@ type (
 	}
 )
 
-
 // EnvelopeManifest is the codec manifest of Envelope: every sharding
 // message travels under it, its type id inside.
 const EnvelopeManifest = "shoal.sharding"
