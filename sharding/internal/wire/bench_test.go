@@ -64,3 +64,42 @@ func BenchmarkDeliverFrame(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEnvelopeCodec is the envelope's share of BenchmarkDeliverFrame:
+// a Deliver sealed once, then its envelope encoded and decoded by the
+// codec, the user message staying bytes.
+//
+//	go test -run '^$' -bench EnvelopeCodec -count 6 ./sharding/internal/wire
+func BenchmarkEnvelopeCodec(b *testing.B) {
+	reg := newCodec(b)
+	if err := registerCount(reg); err != nil {
+		b.Fatal(err)
+	}
+	var rt entity.ReplyTo[string]
+	if err := json.Unmarshal([]byte(`{"node":"node-1","incarnation":1732700000123,"id":4711}`), &rt); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		d    protocol.Deliver
+	}{
+		{"empty", protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: count{}}},
+		{"typical", protocol.Deliver{Shard: "17", EntityID: "account-42", Msg: note{Text: "deposit 100", ReplyTo: rt}, Ask: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			env, err := wire.Seal(reg, wire.Target{Type: "counter"}, bc.d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				m, p, err := reg.Encode(env)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := reg.Decode(m, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
