@@ -1,28 +1,3 @@
-// Package wire carries the sharding protocol across the network: the
-// message types of package sharding/protocol themselves, each in an
-// Envelope that names its receiver on the node (a Target), registered in
-// the codec a cluster.Transport encodes with; and the two messages that
-// are not protocol messages, Reply and AskFailed.
-//
-// There is no second copy of the protocol structs here: how a message is
-// written is derived, by reflection, from its protocol type when
-// RegisterTypes runs, so a field added to a protocol struct travels with
-// no change to this package. Only the list of protocol types (messages.go)
-// names them; TestEveryProtocolMessageIsRegistered fails when a type that
-// implements protocol.Message is missing from it.
-//
-// A protocol message is a flat JSON object: "to" (the Target) and one key
-// per exported field, its name with the first letter lowered. Each is
-// registered under a manifest prefixed "shoal.sharding." and followed by
-// the protocol type's name (shoal.sharding.Register, …), the manifests the
-// earlier hand-written wire types used.
-//
-// The user messages a protocol.Deliver carries (in its Msg field, alone or
-// in a HandOver's Msgs) are encoded by the codec of the node, not that of
-// the frame: Seal encodes them into Encoded values before a message is
-// sent, and Open decodes them on receipt, reporting the ones that do not
-// decode instead of failing the whole frame, so that the asks waiting on
-// them can be failed (their reply addresses travel beside the payload).
 // Package wire carries the sharding protocol across the network: each
 // message of package sharding/internal/protocol, in an Envelope that names
 // its receiver on the node (a Target), and the two messages that are not
