@@ -27,11 +27,19 @@ type note struct {
 // plain is a user message that holds no reply address.
 type plain struct{ N int }
 
+// nested holds reply addresses below pointers, slices and interfaces.
+type nested struct {
+	Inner *note
+	List  []note
+	Any   any
+}
+
 func newCodec(t testing.TB) *codec.Registry {
 	t.Helper()
 	reg := codec.NewRegistry()
 	codec.MustRegister[note](reg, "test.note")
 	codec.MustRegister[plain](reg, "test.plain")
+	codec.MustRegister[nested](reg, "test.nested")
 	if err := wire.RegisterTypes(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +242,9 @@ func TestDeliverCarriesReplyAddresses(t *testing.T) {
 		{note{Text: "ask", ReplyTo: rt}, []entity.ReplyAddress{rt.Address()}},
 		{note{Text: "tell"}, nil},
 		{plain{N: 1}, nil},
+		{nested{Inner: &note{ReplyTo: rt}}, []entity.ReplyAddress{rt.Address()}},
+		{nested{List: []note{{}, {ReplyTo: rt}}}, []entity.ReplyAddress{rt.Address()}},
+		{nested{Any: note{ReplyTo: rt}}, []entity.ReplyAddress{rt.Address()}},
 	} {
 		env, err := wire.Seal(reg, wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: tc.msg})
 		if err != nil {
