@@ -387,3 +387,29 @@ func TestUnknownTrailingFieldsSkipped(t *testing.T) {
 		t.Fatalf("decoded %+v, want %+v", got.Msg, m)
 	}
 }
+
+// Bodies of every size of length prefix (one byte up to 127, two, three)
+// round-trip, nested ones (a HandOver's Delivers) included.
+func TestLargeBodiesRoundTrip(t *testing.T) {
+	for _, n := range []int{1, 100, 127, 128, 200, 16383, 16384, 100_000} {
+		d := protocol.Deliver{Shard: "1", EntityID: "e", Msg: wire.Encoded{Manifest: "m", Payload: []byte(strings.Repeat("x", n))}}
+		msgs := make([]protocol.Deliver, 0, 3)
+		for range 3 {
+			msgs = append(msgs, d)
+		}
+		for _, m := range []any{d, protocol.HandOver{Shard: "1", From: "a#1", Msgs: msgs}} {
+			env := wire.Envelope{To: wire.Target{Type: "t"}, Msg: m}
+			b, err := wire.AppendEnvelope([]byte("prefix"), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b[:6]) != "prefix" {
+				t.Fatalf("AppendEnvelope changed what dst held")
+			}
+			got, err := wire.DecodeEnvelope(b[6:])
+			if err != nil || !reflect.DeepEqual(got, env) {
+				t.Fatalf("%T with a payload of %d bytes: %v", m, n, err)
+			}
+		}
+	}
+}
