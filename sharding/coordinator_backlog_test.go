@@ -87,13 +87,13 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 
 // coordinatorRunning reports whether r's coordinator runs.
 func coordinatorRunning(r *Region[string]) bool {
-	r.coordinated.Lock()
-	defer r.coordinated.Unlock()
-	if r.coord == nil {
+	hostOf(r).mu.Lock()
+	defer hostOf(r).mu.Unlock()
+	if hostOf(r).coord == nil {
 		return false
 	}
 	select {
-	case <-r.coord.Done():
+	case <-hostOf(r).coord.Done():
 		return false
 	default:
 		return true

@@ -422,7 +422,7 @@ func TestCoordinatorStopWaitsForTheBatchInFlightWithinItsTimeout(t *testing.T) {
 			synctest.Wait()
 			start := time.Now()
 			stopped := make(chan struct{})
-			go func() { r.stopCoordinator(); close(stopped) }()
+			go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 			time.Sleep(time.Second)
 			synctest.Wait()
 			select {

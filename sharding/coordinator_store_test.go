@@ -194,7 +194,7 @@ func TestCoordinatorStoppedWhileAcquiringDoesNotAct(t *testing.T) {
 			store.acquire.close()
 			_, r, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
 			stopped := make(chan struct{})
-			go func() { r.stopCoordinator(); close(stopped) }()
+			go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 			synctest.Wait()
 			select {
 			case <-stopped:
@@ -297,12 +297,12 @@ func TestCoordinatorReleasesItsLeaseOffTheWorker(t *testing.T) {
 		s, r, b, _, _ := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second})
 		cell, got := echo(s.System())
 		store.release.close()
-		r.coordinated.Lock()
-		co := r.coord
-		r.coordinated.Unlock()
+		hostOf(r).mu.Lock()
+		co := hostOf(r).coord
+		hostOf(r).mu.Unlock()
 		start := time.Now()
 		stopped := make(chan struct{})
-		go func() { r.stopCoordinator(); close(stopped) }()
+		go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 		synctest.Wait()
 		if !answers(t, cell, got) {
 			t.Fatal("an entity did not run while the coordinator's Release hung")
@@ -340,7 +340,7 @@ func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
 				t.Fatal("an entity did not run while the read of remembered shards hung")
 			}
 			if stop {
-				r.stopCoordinator()
+				hostOf(r).stopCoordinator()
 				if store.releases.Load() != 1 || !leaseFree(t, store.MemoryCoordinatorStore) {
 					t.Fatalf("stopped during the read: %d Releases, lease not free", store.releases.Load())
 				}
@@ -377,9 +377,9 @@ func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
 			}
 			local.Set(next)
 		}
-		r.coordinated.Lock()
-		old := r.coord
-		r.coordinated.Unlock()
+		hostOf(r).mu.Lock()
+		old := hostOf(r).coord
+		hostOf(r).mu.Unlock()
 		store.release.close()
 		start := time.Now()
 		setStatus(cluster.Leaving) // a is no longer the oldest

@@ -54,3 +54,10 @@ func (c testCluster) Join(name string, roles ...string) inproc.Membership {
 func (c testCluster) SetStatus(name string, s cluster.Status) { c.Members.SetStatus(addr(name), s) }
 
 func (c testCluster) Remove(name string) { c.Members.Remove(addr(name)) }
+
+// hostOf is the coordinator host beside region r.
+func hostOf[C any](r *Region[C]) *coordinatorHost {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.s.hosts[r.typ]
+}

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
@@ -46,21 +43,8 @@ type Region[C any] struct {
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
 
-	ctl         *entity.Cell[Message]
-	coord       *entity.Cell[Message] // the coordinator, while this node hosts it
-	unlisten    func()
-	unlistenCo  func()
-	coordinated sync.Mutex // serializes coordinator start/stop; guards what follows
-	// A coordinator that stopped by itself (its store failed) is started
-	// again after a back-off, not before coordNext.
-	coordRestarts *backoff.ExponentialBackOff
-	coordStarted  time.Time
-	coordNext     time.Time
-	coordStopping bool // coord was told to stop; it is forgotten once done
-	// downing is the coordinator's downing machine, kept across its
-	// runners; created by startCoordinator, then used only by the one
-	// runner that runs (newCoordinatorRunner).
-	downing *downing
+	ctl      *entity.Cell[Message]
+	unlisten func()
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -111,7 +95,9 @@ func (r *Region[C]) EntityRefFor(id string) EntityRef[C] {
 // ShardID is the shard entity id belongs to.
 func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(entityID) }
 
-func (r *Region[C]) start() error {
+// listen starts the region's control entity and listens at its address;
+// run then starts routing.
+func (r *Region[C]) listen() error {
 	r.ctl = entity.Spawn(r.s.sys, &entity.Props[Message]{
 		LocalOnly: true,
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
@@ -123,6 +109,12 @@ func (r *Region[C]) start() error {
 		return err
 	}
 	r.unlisten = stop
+	return nil
+}
+
+// run makes the region register with the coordinator and starts its
+// retry tick.
+func (r *Region[C]) run() error {
 	r.membershipChanged()
 	return r.ctl.Tell(retryTick{})
 }
@@ -146,15 +138,7 @@ type shardHandedOff[C any] struct {
 
 func (shardHandedOff[C]) ProtocolMessage() {}
 
-func (r *Region[C]) membershipChanged() {
-	r.hostCoordinatorIfOldest()
-	_ = r.ctl.Tell(coordinatorMoved{})
-	r.coordinated.Lock() // the retry tick may restart the coordinator meanwhile
-	if r.coord != nil {
-		_ = r.coord.Tell(membersChanged{members: r.s.members()})
-	}
-	r.coordinated.Unlock()
-}
+func (r *Region[C]) membershipChanged() { _ = r.ctl.Tell(coordinatorMoved{}) }
 
 // coordinatorNode is where the type's coordinator runs: the oldest Up,
 // reachable member with the type's role; zero when there is none.
@@ -250,7 +234,6 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
 	case retryTick:
-		r.restartFailedCoordinator()
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
@@ -411,7 +394,6 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	}
 	r.step(func(c *regionCore[C, *shard[C]]) { c.stop() })
 	r.unlisten()
-	r.stopCoordinator()
 	r.stopControl()
 	return err
 }

@@ -126,6 +126,9 @@ type Sharding struct {
 
 	mu      sync.Mutex
 	regions map[string]regionRuntime
+	// hosts host each type's coordinator while this node is the oldest
+	// with its role, beside its region (see coordinatorHost).
+	hosts   map[string]*coordinatorHost
 	stopped bool
 	unsub   func() // stops following the membership
 	unleave func() // stops listening for LeaveRequest
@@ -171,7 +174,7 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
-	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self(), regions: make(map[string]regionRuntime)}
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self(), regions: make(map[string]regionRuntime), hosts: make(map[string]*coordinatorHost)}
 	if s.self.Node == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
@@ -286,11 +289,15 @@ func (s *Sharding) metricsReport() []metrics.RegionReport {
 func (s *Sharding) membershipChanged() {
 	s.mu.Lock()
 	regions := make([]regionRuntime, 0, len(s.regions))
-	for _, r := range s.regions {
-		regions = append(regions, r)
+	hosts := make([]*coordinatorHost, 0, len(s.regions))
+	for typ, r := range s.regions {
+		regions, hosts = append(regions, r), append(hosts, s.hosts[typ])
 	}
 	s.mu.Unlock()
-	for _, r := range regions {
+	for i, r := range regions {
+		if h := hosts[i]; h != nil {
+			h.membershipChanged() // the coordinator first: the region registers with it
+		}
 		r.membershipChanged()
 	}
 }
@@ -465,11 +472,20 @@ func Init[C any](s *Sharding, e Entity[C]) (*Region[C], error) {
 		return nil, fmt.Errorf("sharding: entity type %q already started", e.Key.Name())
 	}
 	r := newRegion(s, e)
-	if err := r.start(); err != nil {
+	h := newCoordinatorHost(s, r.typ, e.Role, r.settings, r.tickInterval())
+	// The region listens before the coordinator may start, and registers
+	// once it may have.
+	if err := r.listen(); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	s.regions[e.Key.Name()] = r
+	h.run()
+	if err := r.run(); err != nil {
+		s.mu.Unlock()
+		h.terminate()
+		return nil, err
+	}
+	s.regions[r.typ], s.hosts[r.typ] = r, h
 	s.mu.Unlock()
 	return r, nil
 }
@@ -503,7 +519,7 @@ func EntityRefFor[C any](s *Sharding, key entity.TypeKey[C], id string) (EntityR
 // only once they have stopped, which for an entity stuck in its handler is
 // after Shutdown returns: until then no other node starts their shards.
 func (s *Sharding) Shutdown(ctx context.Context) error {
-	regions, ok := s.stop()
+	regions, hosts, ok := s.stop()
 	if !ok {
 		return nil
 	}
@@ -512,6 +528,7 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 		if err := r.shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("sharding: shut down %s: %w", r.typeName(), err))
 		}
+		hosts[r.typeName()].stop() // the type's coordinator goes last
 	}
 	s.unsub()
 	s.unleave()
@@ -531,16 +548,16 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// stop marks the node stopped and returns its regions; ok is false when it
-// was stopped already.
-func (s *Sharding) stop() (regions []regionRuntime, ok bool) {
+// stop marks the node stopped and returns its regions and coordinator
+// hosts; ok is false when it was stopped already.
+func (s *Sharding) stop() (regions []regionRuntime, hosts map[string]*coordinatorHost, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return nil, false
+		return nil, nil, false
 	}
 	s.stopped = true
-	return slices.Collect(maps.Values(s.regions)), true
+	return slices.Collect(maps.Values(s.regions)), maps.Clone(s.hosts), true
 }
 
 // EntityRef addresses one sharded entity. It is a small value: make one
