@@ -99,3 +99,34 @@ func coordinatorRunning(r *Region[string]) bool {
 		return true
 	}
 }
+
+// A coordinator that stopped by itself is started again by its host's
+// upkeep tick, once the back-off has passed, with no membership change to
+// prompt it; once the node's sharding is terminated, none is.
+func TestCoordinatorHostRestartsAStoppedCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gateStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), fails: 1 << 30}
+		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second, RetryInterval: time.Second})
+		for range maxHeldSteps + 2 {
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
+		}
+		synctest.Wait()
+		if coordinatorRunning(r) {
+			t.Fatal("the coordinator runs on while its store fails")
+		}
+		store.mu.Lock()
+		store.fails = 0
+		store.mu.Unlock()
+		time.Sleep(time.Minute) // past any back-off
+		synctest.Wait()
+		if !coordinatorRunning(r) {
+			t.Fatal("the coordinator was not started again")
+		}
+		s.Terminate()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if hostOf(r).coord != nil {
+			t.Fatal("a coordinator runs after Terminate")
+		}
+	})
+}
