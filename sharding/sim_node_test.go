@@ -13,11 +13,11 @@ import (
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
-// with runners that do what region.go, shard.go and region_coordinator.go
-// do, on the simulator's clock and network instead of goroutines, timers
-// and a transport. Every asynchronous hop of the real runners (a control
+// with runners that do what region.go, shard.go, coordinator_host.go and
+// coordinator_runner.go do, on the simulator's clock and network instead
+// of goroutines, timers and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
-// As in production (node.go, lease.Holder, region_coordinator.go), each
+// As in production (node.go, lease.Holder, coordinator_runner.go), each
 // node holds a node lease, renewed on its own drifting clock, and fences
 // itself (stops everything at once, as a crash) when it cannot renew in
 // time or the store refuses it; the coordinator acts only while it holds
@@ -63,7 +63,7 @@ type simNode struct {
 	coordSerial  int
 	coordNext    time.Duration // a failed coordinator restarts no earlier
 	coordRestart int           // back-offs since the last reset
-	downing      *downing      // the coordinator's downing machine, kept across coordinators (Region.downing)
+	downing      *downing      // the coordinator's downing machine, kept across coordinators (coordinatorHost.downing)
 	coordStarted time.Duration
 
 	// frozenUntil: the node is paused (faultPauses) until then; what
@@ -273,7 +273,7 @@ func (n *simNode) tick() {
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.tick() })
 }
 
-// applyView takes a new membership view (Region.membershipChanged).
+// applyView takes a new membership view (Sharding.membershipChanged).
 func (n *simNode) applyView(view []cluster.Member) {
 	n.view = view
 	n.w.tracef("%s view %s", n.name, simShowView(view))
@@ -500,7 +500,7 @@ func (n *simNode) releaseLease() {
 	}
 }
 
-// ---- the coordinator runner (region_coordinator.go) ----
+// ---- the coordinator runner (coordinator_runner.go) ----
 
 type simCoord struct {
 	n      *simNode
@@ -528,7 +528,7 @@ type simCoord struct {
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
-// it (stopCoordinator in region_coordinator.go).
+// it (coordinatorHost.stopCoordinator).
 type simStopCoord struct{ Serial int }
 
 func (simStopCoord) ProtocolMessage() {}
@@ -585,7 +585,7 @@ func (n *simNode) startCoordinator() {
 	}
 	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
 	n.coord, n.coordStarted = c, n.w.clock.now
-	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view Region.startCoordinator sends
+	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view coordinatorHost.startLocked sends
 	c.tryAcquire()
 }
 
