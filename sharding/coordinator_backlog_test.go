@@ -106,8 +106,12 @@ func coordinatorRunning(r *Region[string]) bool {
 func TestCoordinatorHostRestartsAStoppedCoordinator(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &gateStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), fails: 1 << 30}
-		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second, RetryInterval: time.Second})
-		for range maxHeldSteps + 2 {
+		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second})
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // its write fails, and is retried
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for range maxHeldSteps + 1 {
 			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
 		}
 		synctest.Wait()
