@@ -59,6 +59,7 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/deepequal"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
@@ -267,10 +268,10 @@ func (k *Kit[C, E, S]) start() {
 	k.behav = nil
 	cell := k.cell
 	k.await(func() {
-		if b, ok := cell.Behavior().(stateful[S]); ok {
+		if b, ok := runtime.BehaviorOf(cell).(stateful[S]); ok {
 			k.behav = b
 		}
-		if o, ok := cell.Behavior().(interface{ Observe(eventsourced.Observer) }); ok {
+		if o, ok := runtime.BehaviorOf(cell).(interface{ Observe(eventsourced.Observer) }); ok {
 			o.Observe(k.obs)
 		}
 	})
@@ -288,7 +289,7 @@ func (k *Kit[C, E, S]) start() {
 func (k *Kit[C, E, S]) await(fn func()) bool {
 	k.t.Helper()
 	done := make(chan struct{})
-	if !k.cell.PostOrdered(func() { fn(); close(done) }) {
+	if !runtime.PostOrdered(k.cell, func() { fn(); close(done) }) {
 		<-k.cell.Done()
 		k.judgeStop(k.cell.Err(), k.t.Fatalf)
 		return false
@@ -356,7 +357,7 @@ func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.Repl
 // tell sends the kit's own command, marked so that the observer knows
 // which handled message it is (the first one after the mark equal to it).
 func (k *Kit[C, E, S]) tell(ref entity.Ref[C], cmd C) error {
-	k.cell.PostOrdered(func() { k.obs.expect(cmd) })
+	runtime.PostOrdered(k.cell, func() { k.obs.expect(cmd) })
 	return ref.Tell(cmd)
 }
 
@@ -663,7 +664,7 @@ func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 			// A full mailbox or a stop message the codec refuses: stop now,
 			// rather than leave a passivating entity running forever.
 			c.Log().Error("eventsourcedtest: stop message refused; stopping", "err", err)
-			c.Fail(fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
+			runtime.Fail(c, fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
 		}
 	}
 }

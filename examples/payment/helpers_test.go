@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
@@ -307,7 +308,7 @@ func (f *fixture) passivated() bool {
 func (f *fixture) timerActive(t ProcessingTimeout) bool {
 	done := make(chan bool, 1)
 	cell := f.kit.Cell()
-	if !cell.PostOrdered(func() { done <- cell.Timers().IsActive(t.timerKey()) }) {
+	if !runtime.PostOrdered(cell, func() { done <- cell.Timers().IsActive(t.timerKey()) }) {
 		return false
 	}
 	synctest.Wait()
