@@ -6,7 +6,8 @@
 # exported type's method set (value and pointer receivers, promoted
 # methods, an interface's methods; an alias counts the methods of the type
 # it stands for). Struct fields are not counted. See
-# internal/tools/exportcount.
+# internal/tools/exportcount. Arguments: -v to list the identifiers, and
+# package patterns (default ./...).
 set -eu
 cd "$(dirname "$0")/.."
-CGO_ENABLED=0 exec go run ./internal/tools/exportcount
+CGO_ENABLED=0 exec go run ./internal/tools/exportcount "$@"

@@ -15,6 +15,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/importer"
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -35,8 +37,16 @@ type listed struct {
 	Module     *struct{ Main bool }
 }
 
+// verbose lists the identifiers counted, one a line, under each package.
+var verbose = flag.Bool("v", false, "list the identifiers counted")
+
 func main() {
-	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	flag.Parse()
+	patterns := flag.Args()
+	if len(patterns) == 0 {
+		patterns = []string{"./..."}
+	}
+	out, err := exec.Command("go", append([]string{"list", "-json"}, patterns...)...).Output()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "exportcount: go list:", err)
 		os.Exit(1)
@@ -91,16 +101,21 @@ func count(fset *token.FileSet, imp types.Importer, p listed) (int, error) {
 			continue
 		}
 		n++
+		var methods []string
 		if tn, ok := obj.(*types.TypeName); ok {
-			n += exportedMethods(tn.Type())
+			methods = exportedMethods(tn.Type())
+			n += len(methods)
+		}
+		if *verbose {
+			fmt.Printf("\t%s %s\n", name, strings.Join(methods, " "))
 		}
 	}
 	return n, nil
 }
 
-// exportedMethods counts the exported methods of t's method set and of
+// exportedMethods lists the exported methods of t's method set and of
 // *t's, each once.
-func exportedMethods(t types.Type) int {
+func exportedMethods(t types.Type) []string {
 	t = types.Unalias(t)
 	seen := map[string]bool{}
 	add := func(ms *types.MethodSet) {
@@ -114,5 +129,10 @@ func exportedMethods(t types.Type) int {
 	if _, isIface := t.Underlying().(*types.Interface); !isIface {
 		add(types.NewMethodSet(types.NewPointer(t)))
 	}
-	return len(seen)
+	names := make([]string, 0, len(seen))
+	for name := range seen {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
