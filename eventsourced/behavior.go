@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/eventsourced/internal/observe"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
@@ -55,7 +56,7 @@ type diagnostics struct {
 	// missing holds the first EnforcedReplies violations until a testkit
 	// takes them.
 	missing  []error
-	observer Observer
+	observer observe.Observer
 }
 
 func (b *behavior[C, E, S]) diagnostics() *diagnostics {
@@ -65,20 +66,9 @@ func (b *behavior[C, E, S]) diagnostics() *diagnostics {
 	return b.diag
 }
 
-// Observer sees what an event-sourced behavior does, on the entity's
-// goroutine, so that a testkit can attribute every write to the message
-// that caused it (a timer message, a piped result, an unstashed command).
-type Observer interface {
-	// Handling is called before the command handler runs for msg.
-	Handling(msg any)
-	// Persisting is called when the effect of the message being handled
-	// writes the events numbered first to last. The write may still fail.
-	Persisting(first, last uint64)
-}
-
 // Observe installs o; nil removes it. For a testkit: call it on the
 // entity's goroutine.
-func (b *behavior[C, E, S]) Observe(o Observer) { b.diagnostics().observer = o }
+func (b *behavior[C, E, S]) Observe(o observe.Observer) { b.diagnostics().observer = o }
 
 // esContext is the behavior seen as the Context its handlers get: the
 // same memory, so handing it out allocates nothing.

@@ -58,6 +58,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/eventsourced/internal/observe"
 	"github.com/shoal-dev/shoal/internal/deepequal"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
@@ -271,7 +272,7 @@ func (k *Kit[C, E, S]) start() {
 		if b, ok := runtime.BehaviorOf(cell).(stateful[S]); ok {
 			k.behav = b
 		}
-		if o, ok := runtime.BehaviorOf(cell).(interface{ Observe(eventsourced.Observer) }); ok {
+		if o, ok := runtime.BehaviorOf(cell).(interface{ Observe(observe.Observer) }); ok {
 			o.Observe(k.obs)
 		}
 	})
@@ -704,7 +705,7 @@ func (o *observer) unmatched() bool {
 	return u
 }
 
-// Handling implements eventsourced.Observer.
+// Handling implements observe.Observer.
 func (o *observer) Handling(msg any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -714,7 +715,7 @@ func (o *observer) Handling(msg any) {
 	}
 }
 
-// Persisting implements eventsourced.Observer.
+// Persisting implements observe.Observer.
 func (o *observer) Persisting(first, last uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
