@@ -307,6 +307,33 @@ func (k *Kit[C, E, S]) await(fn func()) bool {
 	}
 }
 
+// Inspect runs fn on the entity's goroutine, with its context, once every
+// message queued so far has been handled, and waits for it: a test looks
+// at what only the entity may touch, such as its timers. It reports false,
+// and fn does not run, when the incarnation has stopped first.
+func (k *Kit[C, E, S]) Inspect(fn func(ctx entity.Context[C])) bool {
+	k.t.Helper()
+	cell := k.cell
+	done := make(chan struct{})
+	if !runtime.PostOrdered(cell, func() { fn(cell); close(done) }) {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-cell.Done():
+		select {
+		case <-done: // ran, then the entity stopped
+			return true
+		default:
+			return false
+		}
+	case <-time.After(k.opts.Timeout):
+		k.t.Fatalf("eventsourcedtest: %s/%s did not run Inspect within %v", k.key, k.opts.EntityID, k.opts.Timeout)
+		return false
+	}
+}
+
 // System is the runtime the entity runs on.
 func (k *Kit[C, E, S]) System() *entity.System { return k.sys }
 

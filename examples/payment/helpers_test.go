@@ -15,7 +15,6 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced/eventsourcedtest"
-	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
@@ -306,18 +305,9 @@ func (f *fixture) passivated() bool {
 
 // timerActive reports whether the processing timeout t is scheduled.
 func (f *fixture) timerActive(t ProcessingTimeout) bool {
-	done := make(chan bool, 1)
-	cell := f.kit.Cell()
-	if !runtime.PostOrdered(cell, func() { done <- cell.Timers().IsActive(t.timerKey()) }) {
-		return false
-	}
-	synctest.Wait()
-	select {
-	case active := <-done:
-		return active
-	case <-cell.Done():
-		return false
-	}
+	active := false
+	f.kit.Inspect(func(ctx entity.Context[Command]) { active = ctx.Timers().IsActive(t.timerKey()) })
+	return active
 }
 
 func wantEvents(t *testing.T, got []string, want ...string) {
