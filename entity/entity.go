@@ -35,12 +35,6 @@ func NewTypeKey[C any](name string) TypeKey[C] { return runtime.NewTypeKey[C](na
 // runtime that routes replies to asks on the ref.
 type Ref[C any] = runtime.Ref[C]
 
-// AskRef is a Ref that sends the commands of asks its own way: Ask and
-// AskFrom call TellAsk instead of Tell. sharding's EntityRef implements it
-// to refuse at once an ask that cannot be answered soon (its entity is
-// backing off after a failure), where a Tell is kept for the restart.
-type AskRef[C any] = runtime.AskRef[C]
-
 // PanicError is the stop reason of an entity whose handler panicked: the
 // value it panicked with and the stack.
 type PanicError = runtime.PanicError

@@ -473,7 +473,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	return r.region.tell(r.id, r.hash, msg, false, false)
 }
 
-// TellAsk implements entity.AskRef, so that entity.Ask and entity.AskFrom
+// TellAsk implements the runtime's AskRef, so that entity.Ask and entity.AskFrom
 // fail fast: when the entity is backing off after a failure on this node,
 // the ask is refused at once with an error matching ErrEntityUnavailable
 // (an *UnavailableError, with the time left before the restart) and the
