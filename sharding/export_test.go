@@ -10,3 +10,6 @@ type MemoryTransport = memoryTransport
 
 // NewMemoryTransport returns an empty in-memory transport.
 func NewMemoryTransport() *MemoryTransport { return newMemoryTransport() }
+
+// compareShardIDs, for the external tests that check an order.
+var CompareShardIDs = compareShardIDs

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // Address names a region or a coordinator: one of each per entity type per node.
@@ -66,10 +67,10 @@ func (t *memoryTransport) Attach(node string, sys *entity.System) {
 	t.mu.Lock()
 	t.systems[node] = sys
 	t.mu.Unlock()
-	sys.SetReplyRouter(t)
+	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements entity.ReplyRouter.
+// RouteReply implements runtime.ReplyRouter.
 func (t *memoryTransport) RouteReply(to entity.ReplyAddress, v any) error {
 	t.mu.RLock()
 	sys := t.systems[to.Node]
@@ -77,7 +78,7 @@ func (t *memoryTransport) RouteReply(to entity.ReplyAddress, v any) error {
 	if sys == nil {
 		return fmt.Errorf("%w: node %s", ErrUnreachable, to.Node)
 	}
-	return sys.DeliverLocalReply(to, v)
+	return runtime.DeliverLocalReply(sys, to, v)
 }
 
 // Send implements Transport.
