@@ -46,6 +46,16 @@
 // journal's writes, by other processes' through LISTEN/NOTIFY, and poll
 // as the fallback (notify.go).
 //
+// # Sides
+//
+// Built WithSideStore, the journal is a journal.SideWriter: a write may
+// carry a side (an effect's reminder changes), which the side store writes
+// in the transaction that stores the write's events. A batch with a side
+// goes the transactional way the conflict path takes, so each write's
+// outcome is known before commit and only the sides of the writes stored
+// are written; if the side store fails, the whole batch fails and nothing
+// is stored.
+//
 // # Deleted events
 //
 // DeleteTo records the highest deleted seq nr in event_journal_deleted.
@@ -189,6 +199,7 @@ type Journal struct {
 
 	live  wakeups // wakes the Live queries: see notify.go
 	fence *Fence  // nil without WithFence
+	side  SideStore // nil without WithSideStore
 	// insertSQL and insertOneSQL are the package's statements, fenced
 	// when fence is set.
 	insertSQL, insertOneSQL string
@@ -233,6 +244,25 @@ type Option func(*Journal)
 
 // WithFence makes every write check the node lease f names (see Fence).
 func WithFence(f Fence) Option { return func(j *Journal) { j.fence = &f } }
+
+// SideStore writes the sides of writes (journal.Side) in the transaction
+// that stores their events (timers/reminder/postgres is one).
+type SideStore interface {
+	SideStore() string
+	// CheckSide validates a side as WriteWithSide takes it, before the
+	// write is queued.
+	CheckSide(side journal.Side) error
+	// ApplySides writes the sides of the writes of one batch that stored
+	// their events, in the batch's transaction, before it commits.
+	ApplySides(ctx context.Context, tx pgx.Tx, sides []journal.Side) error
+	// SidesCommitted is called after that transaction committed.
+	SidesCommitted(sides []journal.Side)
+}
+
+// WithSideStore makes the journal a journal.SideWriter for s: a batch that
+// carries sides goes in one transaction with them (see "Sides" in the
+// package doc).
+func WithSideStore(s SideStore) Option { return func(j *Journal) { j.side = s } }
 
 var _ journal.Journal = (*Journal)(nil)
 
@@ -296,6 +326,7 @@ const (
 
 type request struct {
 	events []journal.Event
+	side   journal.Side // nil for none
 	state  atomic.Int32
 	done   chan error  // Write: buffered, so the writer never blocks on a caller
 	cb     func(error) // WriteAsync
@@ -343,13 +374,49 @@ func check(events []journal.Event) error {
 
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	return j.WriteWithSide(ctx, events, nil)
+}
+
+var _ journal.SideWriter = (*Journal)(nil)
+
+// SideStore implements journal.SideWriter.
+func (j *Journal) SideStore() string {
+	if j.side == nil {
+		return ""
+	}
+	return j.side.SideStore()
+}
+
+// checkSide refuses a side the journal cannot write.
+func (j *Journal) checkSide(side journal.Side) error {
+	switch {
+	case side == nil:
+		return nil
+	case j.side == nil:
+		return fmt.Errorf("%w: a side for %q, and the journal has no side store", journal.ErrRejected, side.SideStore())
+	case side.SideStore() != j.side.SideStore():
+		return fmt.Errorf("%w: a side for %q, and the journal's side store is %q", journal.ErrRejected, side.SideStore(), j.side.SideStore())
+	}
+	if err := j.side.CheckSide(side); err != nil {
+		return fmt.Errorf("%w: %w", journal.ErrRejected, err)
+	}
+	return nil
+}
+
+// WriteWithSide implements journal.SideWriter: Write, with side written
+// in the same transaction.
+func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, side journal.Side) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := check(events); err != nil {
 		return err
 	}
+	if err := j.checkSide(side); err != nil {
+		return err
+	}
 	r := j.newRequest(events)
+	r.side = side
 	r.done = make(chan error, 1)
 	if j.cfg.MaxBatchWait == 0 && len(j.queue) == 0 {
 		select {
@@ -401,11 +468,22 @@ var _ journal.AsyncWriter = (*Journal)(nil)
 // called. WriteAsync blocks only while the queue is full (4 ×
 // Config.MaxBatchEvents writes).
 func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
+	j.WriteAsyncWithSide(events, nil, done)
+}
+
+// WriteAsyncWithSide implements journal.SideWriter: WriteAsync, with side
+// written in the same transaction.
+func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
 	if err := check(events); err != nil {
 		done(err)
 		return
 	}
+	if err := j.checkSide(side); err != nil {
+		done(err)
+		return
+	}
 	r := j.newRequest(events)
+	r.side = side
 	r.cb = done
 	select {
 	case j.queue <- r:
@@ -665,14 +743,21 @@ func (j *Journal) flush(batch []*request, n int) {
 		j.beforeSend()
 	}
 	err := j.holds()
+	sides := hasSides(batch)
 	switch {
 	case err != nil:
+	case sides:
+		// Events and sides in one transaction: the conflict path's, which
+		// also tells each write's outcome, so that only the sides of the
+		// writes stored go in.
+		err = j.flushConflicting(ctx, batch, args, results)
 	case n == 1: // a lone event: a plain one-row INSERT is cheaper to send and to plan
 		tag, err = j.pool.Exec(ctx, j.insertOneSQL, append([]any{args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0], args.types[0], args.slices[0]}, j.fenceArgs()...)...)
 	default:
 		tag, err = j.pool.Exec(ctx, j.insertSQL, append(args.values(), j.fenceArgs()...)...)
 	}
 	switch {
+	case sides:
 	case err == nil && tag.RowsAffected() == int64(n):
 		// The common case: everything stored.
 	case err == nil && tag.RowsAffected() == 0 && j.fence != nil:
@@ -850,10 +935,37 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 			round = args.only(pending)
 		}
 	}
+	var sides []journal.Side
+	for i, r := range batch {
+		if r.side != nil && results[i] == nil {
+			sides = append(sides, r.side)
+		}
+	}
+	if len(sides) > 0 {
+		if err := j.side.ApplySides(ctx, tx, sides); err != nil {
+			return fmt.Errorf("write sides: %w", err)
+		}
+	}
 	if err := j.holds(); err != nil {
 		return err // rolled back
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if len(sides) > 0 {
+		j.side.SidesCommitted(sides)
+	}
+	return nil
+}
+
+// hasSides reports whether a write of batch carries a side.
+func hasSides(batch []*request) bool {
+	for _, r := range batch {
+		if r.side != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // fencedOrDeleted explains a fenced statement that stored nothing: the
