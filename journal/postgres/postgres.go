@@ -197,8 +197,8 @@ type Journal struct {
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
 
-	live  wakeups // wakes the Live queries: see notify.go
-	fence *Fence  // nil without WithFence
+	live  wakeups   // wakes the Live queries: see notify.go
+	fence *Fence    // nil without WithFence
 	side  SideStore // nil without WithSideStore
 	// insertSQL and insertOneSQL are the package's statements, fenced
 	// when fence is set.
