@@ -105,6 +105,9 @@ func (b *behavior[C, E, S]) reminderBatch(cmd C, eff Effect[E, S]) (reminder.Bat
 	for _, r := range eff.reminders {
 		c := reminder.Change{Key: reminder.Key{EntityType: typ, EntityID: b.EntityID(), Name: r.name}, Cancel: r.cancel}
 		if !r.cancel {
+			if !reminder.CanCarry(r.cmd) {
+				return reminder.Batch{}, fmt.Errorf("%w: reminder %q: command %T does not embed a reminder.Delivery, so its handling could not be acknowledged", reminder.ErrInvalid, r.name, r.cmd)
+			}
 			manifest, payload, err := b.cfg.Codec.Encode(r.cmd)
 			if err != nil {
 				return reminder.Batch{}, fmt.Errorf("reminder %q: %w", r.name, err)

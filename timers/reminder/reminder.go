@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"time"
 )
 
@@ -250,3 +251,57 @@ func NextDue(due time.Time, period time.Duration, now time.Time) time.Time {
 // the firing node adds what its shards need without waiting for its next
 // load. now is the store's now when it applied b. It must not block.
 type Observer func(b Batch, now time.Time)
+
+// CanCarry reports whether cmd can carry a Delivery: it embeds one, so
+// that the firing node can fill it in and the handler can read it.
+func CanCarry(cmd any) bool {
+	_, ok := deliveryField(reflect.ValueOf(cmd))
+	return ok
+}
+
+// Stamp returns a copy of cmd carrying d in its embedded Delivery; ok is
+// false when cmd embeds none. A pointer gives a pointer to a copy.
+func Stamp(cmd any, d Delivery) (stamped any, ok bool) {
+	v := reflect.ValueOf(cmd)
+	isPtr := v.Kind() == reflect.Pointer
+	if isPtr {
+		if v.IsNil() {
+			return cmd, false
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return cmd, false
+	}
+	c := reflect.New(v.Type()).Elem()
+	c.Set(v)
+	f, ok := deliveryField(c)
+	if !ok || !f.CanSet() {
+		return cmd, false
+	}
+	f.Set(reflect.ValueOf(d))
+	if isPtr {
+		return c.Addr().Interface(), true
+	}
+	return c.Interface(), true
+}
+
+var deliveryType = reflect.TypeFor[Delivery]()
+
+// deliveryField finds the Delivery embedded in the struct v (or *v).
+func deliveryField(v reflect.Value) (reflect.Value, bool) {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}, false
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	sf, ok := v.Type().FieldByName("Delivery")
+	if !ok || !sf.Anonymous || sf.Type != deliveryType || len(sf.Index) != 1 {
+		return reflect.Value{}, false
+	}
+	return v.Field(sf.Index[0]), true
+}

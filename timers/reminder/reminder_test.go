@@ -66,3 +66,26 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestStamp(t *testing.T) {
+	d := reminder.Delivery{Reminder: reminder.Key{EntityType: "T", EntityID: "1", Name: "n"}, Generation: 9}
+	orig := expire{ID: "x"}
+	got, ok := reminder.Stamp(orig, d)
+	if !ok || got.(expire).Delivery != d || got.(expire).ID != "x" || !orig.IsZero() {
+		t.Fatalf("Stamp(value) = %+v %v, want a stamped copy", got, ok)
+	}
+	p := &expire{ID: "y"}
+	got, ok = reminder.Stamp(p, d)
+	if !ok || got.(*expire).Delivery != d || !p.IsZero() {
+		t.Fatalf("Stamp(pointer) = %+v %v, want a pointer to a stamped copy", got, ok)
+	}
+	type named struct{ D reminder.Delivery }
+	for _, v := range []any{"plain", named{}, (*expire)(nil), 3} {
+		if _, ok := reminder.Stamp(v, d); ok || reminder.CanCarry(v) {
+			t.Errorf("%T: stamped, want refused (no embedded Delivery)", v)
+		}
+	}
+	if !reminder.CanCarry(expire{}) || !reminder.CanCarry(&expire{}) {
+		t.Error("CanCarry refuses a command that embeds a Delivery")
+	}
+}

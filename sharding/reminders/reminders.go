@@ -1,0 +1,469 @@
+// Package reminders fires durable reminders (docs/DESIGN.md, "Durable
+// reminders") on the node that hosts their shard, and gives plain
+// (not event-sourced) entities a direct way to set, cancel and acknowledge
+// them.
+//
+// A Firer runs per entity type on every node. It holds in memory only the
+// reminders of the shards its region hosts that are due within
+// Config.Window: it loads them from the store when a shard starts here and
+// every Config.LoadEvery, learns of the reminders this node sets,
+// acknowledges or cancels from the store's observer at once, and drops a
+// shard's when the shard leaves. When one falls due (on the database's
+// clock, estimated from the store's answers) it decodes the command, fills
+// in its reminder.Delivery and tells it to the entity through sharding,
+// which starts the entity if it is passivated. Delivery is at least once:
+// the reminder stays stored until the entity acknowledges the delivery
+// (eventsourced does, with the events of its handling), and a delivery not
+// acknowledged within Config.RedeliverAfter is sent again. A one-shot
+// reminder missed while no node fired (downtime) fires once at once; a
+// periodic one fires once for all its missed ticks, then goes on from the
+// first tick after the acknowledgement.
+//
+// A Firer fires only while Config.Holds says the node holds its lease: a
+// node paused past its lease does not fire after it resumes, and the
+// shard's next home, which starts it only once the lease expired, takes
+// over.
+package reminders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/timers"
+	"github.com/shoal-dev/shoal/timers/reminder"
+)
+
+// Config tunes a Firer. Zero fields take the defaults.
+type Config struct {
+	// Store holds the reminders. Default: the System's.
+	Store reminder.Store
+	// Holds reports whether the node holds its lease; the Firer fires
+	// nothing while it does not. Default: always (a node without leases).
+	Holds func() bool
+	// Window is how far ahead the Firer holds reminders in memory.
+	// Default 1 minute.
+	Window time.Duration
+	// LoadEvery is how often it loads the window of its shards again.
+	// Default Window/4.
+	LoadEvery time.Duration
+	// MaxHeld bounds the reminders held per entity type (the earliest due
+	// of the window). Default 100 000.
+	MaxHeld int
+	// RedeliverAfter is how long a delivery may stay unacknowledged
+	// before it is sent again. Default 30 s.
+	RedeliverAfter time.Duration
+	// ShardCheckEvery is how often it looks which shards its region
+	// hosts. Default 250 ms.
+	ShardCheckEvery time.Duration
+	// Clock defaults to the System's.
+	Clock timers.Clock
+	// Logger defaults to the System's.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults(sys *entity.System) Config {
+	if c.Store == nil {
+		c.Store = sys.Reminders()
+	}
+	if c.Holds == nil {
+		c.Holds = func() bool { return true }
+	}
+	if c.Window <= 0 {
+		c.Window = time.Minute
+	}
+	if c.LoadEvery <= 0 {
+		c.LoadEvery = c.Window / 4
+	}
+	if c.MaxHeld <= 0 {
+		c.MaxHeld = 100_000
+	}
+	if c.RedeliverAfter <= 0 {
+		c.RedeliverAfter = 30 * time.Second
+	}
+	if c.ShardCheckEvery <= 0 {
+		c.ShardCheckEvery = 250 * time.Millisecond
+	}
+	if c.Clock == nil {
+		c.Clock = sys.Clock()
+	}
+	if c.Logger == nil {
+		c.Logger = sys.Logger()
+	}
+	return c
+}
+
+// ErrNoStore is returned by Start without a reminder store.
+var ErrNoStore = errors.New("reminders: no reminder store")
+
+// Firer fires the reminders of one entity type on this node.
+type Firer struct {
+	typ     string
+	cfg     Config
+	log     *slog.Logger
+	hosted  func() []string
+	deliver func(reminder.Reminder) error
+
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	closer sync.Once
+
+	mu       sync.Mutex
+	observed []reminder.Batch // from the store's observer, not yet taken
+	stats    Stats
+
+	// Owned by the run goroutine.
+	shards   map[string]bool
+	held     map[reminder.Key]*held
+	offset   time.Duration // database time − Clock time, from the last load
+	nextLoad time.Time     // Clock time
+	timer    timers.Timer
+}
+
+type held struct {
+	r reminder.Reminder
+	// sentAt is when its generation was last delivered (Clock time); zero
+	// when it has not been.
+	sentAt time.Time
+}
+
+// Stats counts what a Firer did.
+type Stats struct {
+	// Held is the reminders held in memory now; Delivered the deliveries
+	// sent (redeliveries included); Loads the windows loaded.
+	Held, Delivered, Loads int
+	// Shards is how many shards the Firer fires for now.
+	Shards int
+}
+
+// Start fires the reminders of region's entity type on this node until
+// Stop. The command type's reminder commands must embed reminder.Delivery.
+func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
+	cfg = cfg.withDefaults(sys)
+	if cfg.Store == nil {
+		return nil, ErrNoStore
+	}
+	reg := sys.Codec()
+	if reg == nil {
+		return nil, errors.New("reminders: the System has no codec to decode reminder commands with")
+	}
+	typ := region.EntityRefFor("_").EntityType()
+	f := &Firer{
+		typ: typ, cfg: cfg, log: cfg.Logger.With("entity_type", typ),
+		hosted:  region.HostedShards,
+		deliver: func(r reminder.Reminder) error { return deliver(region, reg, r) },
+		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		shards: map[string]bool{}, held: map[reminder.Key]*held{},
+	}
+	if o, ok := cfg.Store.(interface{ Observe(reminder.Observer) }); ok {
+		o.Observe(f.observe)
+	}
+	go f.run()
+	return f, nil
+}
+
+// deliver decodes r's command, stamps its delivery and tells it to the
+// entity through sharding.
+func deliver[C any](region *sharding.Region[C], reg *codec.Registry, r reminder.Reminder) error {
+	v, err := reg.Decode(r.Manifest, r.Payload)
+	if err != nil {
+		return err
+	}
+	v, ok := reminder.Stamp(v, reminder.Delivery{Reminder: r.Key, Generation: r.Generation, Due: r.Due})
+	if !ok {
+		return fmt.Errorf("%w: %s: command %T embeds no reminder.Delivery", reminder.ErrInvalid, r.Key, v)
+	}
+	cmd, ok := v.(C)
+	if !ok {
+		return fmt.Errorf("%w: %s: command %T is not one of the entity's", reminder.ErrInvalid, r.Key, v)
+	}
+	return region.EntityRefFor(r.EntityID).Tell(cmd)
+}
+
+// Stop ends the Firer and waits for it; it holds nothing after.
+func (f *Firer) Stop() {
+	f.closer.Do(func() { close(f.stop) })
+	<-f.done
+}
+
+// Stats reports what the Firer did so far.
+func (f *Firer) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// observe is the store's observer: it queues b for the run goroutine.
+func (f *Firer) observe(b reminder.Batch, _ time.Time) {
+	mine := false
+	for _, a := range b.Acks {
+		mine = mine || a.EntityType == f.typ
+	}
+	for _, c := range b.Changes {
+		mine = mine || c.EntityType == f.typ
+	}
+	if !mine {
+		return
+	}
+	f.mu.Lock()
+	f.observed = append(f.observed, b)
+	f.mu.Unlock()
+	f.poke()
+}
+
+func (f *Firer) poke() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Firer) run() {
+	defer close(f.done)
+	defer func() {
+		if f.timer != nil {
+			f.timer.Stop()
+		}
+	}()
+	for {
+		f.step()
+		select {
+		case <-f.stop:
+			return
+		case <-f.wake:
+		}
+	}
+}
+
+// step does what is due now and arms the timer for the next time.
+func (f *Firer) step() {
+	now := f.cfg.Clock.Now()
+	if !f.cfg.Holds() {
+		// The lease may be gone: another node may host these shards now.
+		// Hold nothing; start over once it holds again.
+		f.dropAll()
+		f.arm(now, now.Add(f.cfg.ShardCheckEvery))
+		f.mu.Lock()
+		f.stats.Held, f.stats.Shards = 0, 0
+		f.mu.Unlock()
+		return
+	}
+	f.checkShards(now)
+	if !now.Before(f.nextLoad) {
+		f.load(now, f.sortedShards())
+	}
+	f.takeObserved(now)
+	next := f.fire(now)
+	next = earliest(next, f.nextLoad, now.Add(f.cfg.ShardCheckEvery))
+	f.arm(now, next)
+	f.mu.Lock()
+	f.stats.Held, f.stats.Shards = len(f.held), len(f.shards)
+	f.mu.Unlock()
+}
+
+func earliest(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (m.IsZero() || t.Before(m)) {
+			m = t
+		}
+	}
+	return m
+}
+
+func (f *Firer) arm(now, at time.Time) {
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.timer = f.cfg.Clock.AfterFunc(max(at.Sub(now), 0), f.poke)
+}
+
+func (f *Firer) dropAll() {
+	clear(f.shards)
+	clear(f.held)
+	f.nextLoad = time.Time{}
+}
+
+func (f *Firer) sortedShards() []string {
+	out := make([]string, 0, len(f.shards))
+	for s := range f.shards {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkShards follows the shards the region hosts: a shard that started
+// here gets its window loaded, one that left has its reminders dropped.
+func (f *Firer) checkShards(now time.Time) {
+	hosted := f.hosted()
+	now2 := map[string]bool{}
+	var started []string
+	for _, s := range hosted {
+		now2[s] = true
+		if !f.shards[s] {
+			started = append(started, s)
+		}
+	}
+	for s := range f.shards {
+		if !now2[s] {
+			delete(f.shards, s)
+			for k, h := range f.held {
+				if h.r.ShardID == s {
+					delete(f.held, k)
+				}
+			}
+		}
+	}
+	for _, s := range started {
+		f.shards[s] = true
+	}
+	if len(started) > 0 && !f.nextLoad.IsZero() {
+		f.load(now, started)
+	}
+}
+
+// load reads the window of shards and replaces what is held for them.
+func (f *Firer) load(now time.Time, shards []string) {
+	all := len(shards) == len(f.shards)
+	if all {
+		f.nextLoad = now.Add(f.cfg.LoadEvery)
+	}
+	if len(shards) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LoadEvery)
+	defer cancel()
+	before := f.cfg.Clock.Now()
+	w, err := f.cfg.Store.Due(ctx, reminder.Query{EntityType: f.typ, Shards: shards, Within: f.cfg.Window, Limit: f.cfg.MaxHeld})
+	if err != nil {
+		f.log.Warn("loading due reminders failed; retrying", "err", err)
+		if all {
+			f.nextLoad = now.Add(min(f.cfg.LoadEvery, time.Second))
+		}
+		return
+	}
+	after := f.cfg.Clock.Now()
+	f.offset = w.Now.Sub(before.Add(after.Sub(before) / 2))
+	in := map[string]bool{}
+	for _, s := range shards {
+		in[s] = true
+	}
+	fresh := make(map[reminder.Key]reminder.Reminder, len(w.Reminders))
+	for _, r := range w.Reminders {
+		fresh[r.Key] = r
+	}
+	for k, h := range f.held {
+		if in[h.r.ShardID] {
+			if r, ok := fresh[k]; !ok || r.Generation != h.r.Generation {
+				delete(f.held, k)
+			}
+		}
+	}
+	for k, r := range fresh {
+		if !f.shards[r.ShardID] {
+			continue
+		}
+		if h, ok := f.held[k]; ok && h.r.Generation == r.Generation {
+			h.r = r // the same delivery: keep when it was sent
+			continue
+		}
+		if len(f.held) < f.cfg.MaxHeld {
+			f.held[k] = &held{r: r}
+		}
+	}
+	f.mu.Lock()
+	f.stats.Loads++
+	f.mu.Unlock()
+}
+
+// takeObserved applies what this node's store wrote since the last step.
+func (f *Firer) takeObserved(now time.Time) {
+	f.mu.Lock()
+	bs := f.observed
+	f.observed = nil
+	f.mu.Unlock()
+	dbNow := now.Add(f.offset)
+	for _, b := range bs {
+		for _, a := range b.Acks {
+			h, ok := f.held[a.Key]
+			if !ok || h.r.Generation != a.Generation {
+				continue
+			}
+			if h.r.Period == 0 {
+				delete(f.held, a.Key)
+				continue
+			}
+			h.r.Due, h.r.Generation, h.sentAt = reminder.NextDue(h.r.Due, h.r.Period, dbNow), a.Next, time.Time{}
+			if h.r.Due.After(dbNow.Add(f.cfg.Window)) {
+				delete(f.held, a.Key)
+			}
+		}
+		for _, c := range b.Changes {
+			if c.EntityType != f.typ {
+				continue
+			}
+			delete(f.held, c.Key)
+			if c.Cancel || !f.shards[c.ShardID] {
+				continue
+			}
+			due := c.At
+			if due.IsZero() {
+				due = dbNow.Add(c.After)
+			}
+			if due.After(dbNow.Add(f.cfg.Window)) || len(f.held) >= f.cfg.MaxHeld {
+				continue // the load that reaches it picks it up
+			}
+			f.held[c.Key] = &held{r: reminder.Reminder{
+				Key: c.Key, ShardID: c.ShardID, Due: due, Period: c.Period,
+				Manifest: c.Manifest, Payload: c.Payload, Generation: c.Generation,
+			}}
+		}
+	}
+}
+
+// fire delivers what is due and returns when the next one is (Clock time).
+func (f *Firer) fire(now time.Time) time.Time {
+	dbNow := now.Add(f.offset)
+	var next time.Time
+	delivered := 0
+	for k, h := range f.held {
+		at := h.r.Due.Add(-f.offset) // Clock time
+		if !h.sentAt.IsZero() {
+			at = h.sentAt.Add(f.cfg.RedeliverAfter)
+		}
+		if h.r.Due.After(dbNow) || now.Before(at) {
+			next = earliest(next, at)
+			continue
+		}
+		if !f.cfg.Holds() {
+			return now.Add(f.cfg.ShardCheckEvery)
+		}
+		h.sentAt = now
+		if err := f.deliver(h.r); err != nil {
+			if errors.Is(err, reminder.ErrInvalid) || errors.Is(err, codec.ErrUnknownManifest) {
+				f.log.Error("reminder cannot be delivered; it stays stored", "reminder", k.String(), "err", err)
+				delete(f.held, k)
+				continue
+			}
+			f.log.Warn("delivering a reminder failed; retrying", "reminder", k.String(), "err", err)
+			h.sentAt = now.Add(-f.cfg.RedeliverAfter + time.Second)
+		}
+		delivered++
+		next = earliest(next, h.sentAt.Add(f.cfg.RedeliverAfter))
+	}
+	if delivered > 0 {
+		f.mu.Lock()
+		f.stats.Delivered += delivered
+		f.mu.Unlock()
+	}
+	return next
+}

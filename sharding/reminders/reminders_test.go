@@ -1,0 +1,362 @@
+package reminders_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/journal/memory"
+	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/reminders"
+	"github.com/shoal-dev/shoal/timers/reminder"
+	reminderstore "github.com/shoal-dev/shoal/timers/reminder/memory"
+)
+
+// The alarm entity sets reminders and records, per node, the deliveries it
+// handled.
+type alarmCmd interface{ isAlarmCmd() }
+
+type (
+	arm struct {
+		Name    string
+		After   time.Duration
+		Every   time.Duration
+		ReplyTo entity.ReplyTo[int]
+	}
+	ring struct {
+		reminder.Delivery
+		Name string
+	}
+	sleep struct{}
+	count struct{ ReplyTo entity.ReplyTo[int] }
+)
+
+func (arm) isAlarmCmd()   {}
+func (ring) isAlarmCmd()  {}
+func (sleep) isAlarmCmd() {}
+func (count) isAlarmCmd() {}
+
+type (
+	armed struct{ Name string }
+	rang  struct{ Name string }
+)
+
+var alarmKey = entity.NewTypeKey[alarmCmd]("Alarm")
+
+func alarmCodec() *codec.Registry {
+	r := codec.NewRegistry()
+	codec.MustRegister[arm](r, "arm")
+	codec.MustRegister[ring](r, "ring")
+	codec.MustRegister[sleep](r, "sleep")
+	codec.MustRegister[count](r, "count")
+	codec.MustRegister[armed](r, "armed")
+	codec.MustRegister[rang](r, "rang")
+	return r
+}
+
+// rings records the deliveries handled: node, entity, generation.
+type rings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *rings) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, s)
+}
+
+func (r *rings) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+func alarmEntity(rec *rings) func(ctx entity.Context[alarmCmd]) entity.Behavior[alarmCmd] {
+	return func(ctx entity.Context[alarmCmd]) entity.Behavior[alarmCmd] {
+		type E = any
+		node := ctx.System().NodeID()
+		return eventsourced.New(eventsourced.Config[alarmCmd, E, int]{
+			PersistenceID: eventsourced.PersistenceIDOf(alarmKey, ctx.EntityID()),
+			OnCommand: func(ctx eventsourced.CommandContext[alarmCmd, E, int], n int, c alarmCmd) eventsourced.Effect[E, int] {
+				switch c := c.(type) {
+				case arm:
+					r := ctx.RemindAfter(c.Name, c.After, ring{Name: c.Name})
+					if c.Every > 0 {
+						r = ctx.RemindEvery(c.Name, c.After, c.Every, ring{Name: c.Name})
+					}
+					return ctx.Persist(armed{Name: c.Name}).WithReminders(r).ThenReply(eventsourced.To(c.ReplyTo, n))
+				case ring:
+					id := ctx.EntityID()
+					return ctx.Persist(rang{Name: c.Name}).ThenRun(func(int) { rec.add(node + ":" + id + ":" + c.Name) })
+				case sleep:
+					ctx.Passivate()
+					return ctx.None()
+				case count:
+					return ctx.Reply(eventsourced.To(c.ReplyTo, n))
+				}
+				return ctx.Unhandled()
+			},
+			OnEvent: func(_ eventsourced.Context[alarmCmd], n int, e E) int {
+				if _, ok := e.(rang); ok {
+					return n + 1
+				}
+				return n
+			},
+		})
+	}
+}
+
+// cluster is nodes in one process sharing a memory journal and reminder
+// store, as the nodes of a cluster share Postgres.
+type cluster struct {
+	t         *testing.T
+	members   *sharding.LocalCluster
+	transport *sharding.LocalTransport
+	coord     *sharding.MemoryCoordinatorStore
+	store     *reminderstore.Store
+	journal   *memory.Journal
+	rec       *rings
+	holds     atomic.Bool
+
+	nodes   map[string]*sharding.Sharding
+	regions map[string]*sharding.Region[alarmCmd]
+	firers  map[string]*reminders.Firer
+}
+
+func newCluster(t *testing.T) *cluster {
+	store := reminderstore.New()
+	c := &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
+		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: memory.New(memory.WithSideStore(store)),
+		rec: &rings{}, nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
+		firers: map[string]*reminders.Firer{}}
+	c.holds.Store(true)
+	return c
+}
+
+func (c *cluster) join(name string) {
+	c.t.Helper()
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Codec: alarmCodec(), ForceSerialization: true,
+		Journal: c.journal, Reminders: c.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s, err := sharding.New(sys, sharding.Config{Transport: c.transport, Membership: c.members.Join(name), CoordinatorStore: c.coord})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r, err := sharding.Init(s, sharding.Entity[alarmCmd]{Key: alarmKey, Create: alarmEntity(c.rec),
+		Settings: sharding.Settings{NumberOfShards: 8, PassivateIdleAfter: -1}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	f, err := reminders.Start(r, sys, reminders.Config{Holds: c.holds.Load, Window: time.Minute, RedeliverAfter: 10 * time.Second})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[name], c.regions[name], c.firers[name] = s, r, f
+}
+
+// leave stops a node gracefully: its shards move to the others.
+func (c *cluster) leave(name string) {
+	c.t.Helper()
+	c.firers[name].Stop()
+	if err := c.nodes[name].Shutdown(context.Background()); err != nil {
+		c.t.Fatalf("%s left with %v", name, err)
+	}
+	c.members.Remove(name)
+	delete(c.nodes, name)
+	delete(c.firers, name)
+	delete(c.regions, name)
+}
+
+// stop crashes what is left, so the bubble ends with no goroutine left.
+func (c *cluster) stop() {
+	for name := range c.nodes {
+		c.firers[name].Stop()
+		c.nodes[name].Terminate()
+	}
+	time.Sleep(time.Second)
+	synctest.Wait()
+}
+
+func (c *cluster) ask(node, id string, build func(entity.ReplyTo[int]) alarmCmd) int {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := entity.Ask(ctx, c.regions[node].EntityRefFor(id), build)
+	if err != nil {
+		c.t.Fatalf("ask %s via %s: %v", id, node, err)
+	}
+	return n
+}
+
+// homeOf is the node hosting id's shard.
+func (c *cluster) homeOf(id string) string {
+	for name, r := range c.regions {
+		if slices.Contains(r.HostedShards(), r.ShardID(id)) {
+			return name
+		}
+	}
+	return ""
+}
+
+func (c *cluster) stored(id, name string) (reminder.Reminder, bool) {
+	r, ok, err := c.store.Get(context.Background(), reminder.Key{EntityType: "Alarm", EntityID: id, Name: name})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r, ok
+}
+
+// waitFor sleeps, in the bubble's time, until cond holds.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestAReminderWakesItsPassivatedEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: 10 * time.Minute, ReplyTo: r} })
+		_ = c.regions["a"].EntityRefFor("e1").Tell(sleep{})
+		waitFor(t, 10*time.Second, "the entity passivated", func() bool {
+			for _, ids := range c.regions["a"].State().Shards {
+				if len(ids) > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(9 * time.Minute)
+		if got := c.rec.list(); len(got) != 0 {
+			t.Fatalf("fired before it was due: %v", got)
+		}
+		waitFor(t, 2*time.Minute, "the reminder fired", func() bool { return len(c.rec.list()) > 0 })
+		synctest.Wait()
+		if got := c.rec.list(); fmt.Sprint(got) != "[a:e1:wake]" {
+			t.Fatalf("deliveries %v, want one, on a", got)
+		}
+		if r, ok := c.stored("e1", "wake"); ok {
+			t.Fatalf("handled one-shot reminder still stored: %+v", r)
+		}
+		if n := c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return count{ReplyTo: r} }); n != 1 {
+			t.Fatalf("the woken entity counts %d rings, want 1", n)
+		}
+		// Handled and acknowledged: it does not fire again.
+		time.Sleep(5 * time.Minute)
+		if got := c.rec.list(); len(got) != 1 {
+			t.Fatalf("deliveries %v after the acknowledgement, want one", got)
+		}
+	})
+}
+
+func TestAReminderFiresOnTheShardsNextHomeAfterItsNodeLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		c.join("b")
+		// An entity on each node, so that one of them is on the leaver.
+		ids := []string{}
+		for i := range 16 {
+			ids = append(ids, fmt.Sprintf("e%d", i))
+		}
+		waitFor(t, time.Minute, "shards on both nodes", func() bool {
+			for _, id := range ids {
+				c.ask("a", id, func(r entity.ReplyTo[int]) alarmCmd { return count{ReplyTo: r} })
+			}
+			return len(c.regions["a"].HostedShards()) > 0 && len(c.regions["b"].HostedShards()) > 0
+		})
+		var onB string
+		for _, id := range ids {
+			if c.homeOf(id) == "b" {
+				onB = id
+				break
+			}
+		}
+		if onB == "" {
+			t.Fatal("no entity on b")
+		}
+		c.ask("a", onB, func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: 5 * time.Minute, ReplyTo: r} })
+		c.leave("b")
+		waitFor(t, 10*time.Minute, "the reminder fired on a", func() bool { return len(c.rec.list()) > 0 })
+		synctest.Wait()
+		if got, want := fmt.Sprint(c.rec.list()), "[a:"+onB+":wake]"; got != want {
+			t.Fatalf("deliveries %v, want %v", got, want)
+		}
+		if r, ok := c.stored(onB, "wake"); ok {
+			t.Fatalf("handled reminder still stored: %+v", r)
+		}
+	})
+}
+
+func TestNothingFiresWhileTheLeaseIsNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: time.Minute, ReplyTo: r} })
+		c.holds.Store(false)
+		time.Sleep(10 * time.Minute)
+		if got := c.rec.list(); len(got) != 0 {
+			t.Fatalf("fired while the node's lease was not held: %v", got)
+		}
+		if st := c.firers["a"].Stats(); st.Held != 0 {
+			t.Fatalf("holds %d reminders without its lease, want none", st.Held)
+		}
+		c.holds.Store(true)
+		waitFor(t, time.Minute, "the reminder fired once the lease was held", func() bool { return len(c.rec.list()) > 0 })
+	})
+}
+
+// A periodic reminder fires every period; after the node was down for
+// several periods it fires once for the ticks it missed, then goes on.
+func TestAPeriodicReminderFiresOnceForMissedTicks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd {
+			return arm{Name: "tick", After: time.Minute, Every: time.Minute, ReplyTo: r}
+		})
+		time.Sleep(3*time.Minute + 30*time.Second)
+		synctest.Wait()
+		if got := len(c.rec.list()); got != 3 {
+			t.Fatalf("%d ticks in 3.5 minutes, want 3", got)
+		}
+		// Down for five periods: nothing fires.
+		c.holds.Store(false)
+		time.Sleep(5 * time.Minute)
+		c.holds.Store(true) // at 8:30
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if got := len(c.rec.list()); got != 4 {
+			t.Fatalf("%d ticks after the downtime, want one more (4)", got)
+		}
+		// Then on the reminder's own schedule: 9:00, 10:00.
+		time.Sleep(time.Minute + 20*time.Second)
+		synctest.Wait()
+		if got := len(c.rec.list()); got != 6 {
+			t.Fatalf("%d ticks by 10:10, want 6", got)
+		}
+	})
+}
