@@ -125,6 +125,8 @@ type regionRuntime interface {
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
 	terminate()
+	HostedShards() []string
+	tellUntyped(entityID string, msg any) error
 }
 
 // New starts the sharding layer of the node running sys.

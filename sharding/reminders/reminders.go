@@ -145,8 +145,19 @@ type Stats struct {
 }
 
 // Start fires the reminders of region's entity type on this node until
-// Stop. The command type's reminder commands must embed reminder.Delivery.
+// Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
+	typ := region.EntityRefFor("_").EntityType()
+	return start(typ, sys, cfg, region.HostedShards, func(id string, cmd any) error {
+		c, ok := cmd.(C)
+		if !ok {
+			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
+		}
+		return region.EntityRefFor(id).Tell(c)
+	})
+}
+
+func start(typ string, sys *entity.System, cfg Config, hosted func() []string, tell func(id string, cmd any) error) (*Firer, error) {
 	cfg = cfg.withDefaults(sys)
 	if cfg.Store == nil {
 		return nil, ErrNoStore
@@ -155,11 +166,10 @@ func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*
 	if reg == nil {
 		return nil, errors.New("reminders: the System has no codec to decode reminder commands with")
 	}
-	typ := region.EntityRefFor("_").EntityType()
 	f := &Firer{
 		typ: typ, cfg: cfg, log: cfg.Logger.With("entity_type", typ),
-		hosted:  region.HostedShards,
-		deliver: func(r reminder.Reminder) error { return deliver(region, reg, r) },
+		hosted:  hosted,
+		deliver: func(r reminder.Reminder) error { return deliver(reg, tell, r) },
 		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		shards: map[string]bool{}, held: map[reminder.Key]*held{},
 	}
@@ -172,7 +182,7 @@ func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*
 
 // deliver decodes r's command, stamps its delivery and tells it to the
 // entity through sharding.
-func deliver[C any](region *sharding.Region[C], reg *codec.Registry, r reminder.Reminder) error {
+func deliver(reg *codec.Registry, tell func(id string, cmd any) error, r reminder.Reminder) error {
 	v, err := reg.Decode(r.Manifest, r.Payload)
 	if err != nil {
 		return err
@@ -181,11 +191,13 @@ func deliver[C any](region *sharding.Region[C], reg *codec.Registry, r reminder.
 	if !ok {
 		return fmt.Errorf("%w: %s: command %T embeds no reminder.Delivery", reminder.ErrInvalid, r.Key, v)
 	}
-	cmd, ok := v.(C)
-	if !ok {
-		return fmt.Errorf("%w: %s: command %T is not one of the entity's", reminder.ErrInvalid, r.Key, v)
+	if err := tell(r.EntityID, v); err != nil {
+		if errors.Is(err, sharding.ErrWrongMessageType) {
+			return fmt.Errorf("%w: %s: %w", reminder.ErrInvalid, r.Key, err)
+		}
+		return err
 	}
-	return region.EntityRefFor(r.EntityID).Tell(cmd)
+	return nil
 }
 
 // Stop ends the Firer and waits for it; it holds nothing after.

@@ -61,6 +61,9 @@ func alarmCodec() *codec.Registry {
 	codec.MustRegister[count](r, "count")
 	codec.MustRegister[armed](r, "armed")
 	codec.MustRegister[rang](r, "rang")
+	codec.MustRegister[setPing](r, "setPing")
+	codec.MustRegister[pong](r, "pong")
+	codec.MustRegister[pingSet](r, "pingSet")
 	return r
 }
 
@@ -131,7 +134,8 @@ type cluster struct {
 
 	nodes   map[string]*sharding.Sharding
 	regions map[string]*sharding.Region[alarmCmd]
-	firers  map[string]*reminders.Firer
+	firers  map[string]*reminders.Service
+	pingers map[string]*sharding.Region[pingCmd]
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -139,7 +143,7 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
 		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: memory.New(memory.WithSideStore(store)),
 		rec: &rings{}, nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
-		firers: map[string]*reminders.Firer{}}
+		firers: map[string]*reminders.Service{}, pingers: map[string]*sharding.Region[pingCmd]{}}
 	c.holds.Store(true)
 	return c
 }
@@ -160,11 +164,15 @@ func (c *cluster) join(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	f, err := reminders.Start(r, sys, reminders.Config{Holds: c.holds.Load, Window: time.Minute, RedeliverAfter: 10 * time.Second})
+	p, err := sharding.Init(s, sharding.Entity[pingCmd]{Key: pingKey, Create: pingEntity(c.rec), Settings: sharding.Settings{NumberOfShards: 4}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.nodes[name], c.regions[name], c.firers[name] = s, r, f
+	f, err := reminders.StartAll(s, reminders.Config{Holds: c.holds.Load, Window: time.Minute, RedeliverAfter: 10 * time.Second})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[name], c.regions[name], c.firers[name], c.pingers[name] = s, r, f, p
 }
 
 // leave stops a node gracefully: its shards move to the others.
@@ -178,6 +186,20 @@ func (c *cluster) leave(name string) {
 	delete(c.nodes, name)
 	delete(c.firers, name)
 	delete(c.regions, name)
+	delete(c.pingers, name)
+}
+
+// crash stops a node at once, as a crash would, and drops it from the
+// membership (in a cluster with leases: once its lease expired).
+func (c *cluster) crash(name string) {
+	c.t.Helper()
+	c.firers[name].Stop()
+	c.nodes[name].Terminate()
+	c.members.Remove(name)
+	delete(c.nodes, name)
+	delete(c.firers, name)
+	delete(c.regions, name)
+	delete(c.pingers, name)
 }
 
 // stop crashes what is left, so the bubble ends with no goroutine left.
@@ -270,6 +292,14 @@ func TestAReminderWakesItsPassivatedEntity(t *testing.T) {
 }
 
 func TestAReminderFiresOnTheShardsNextHomeAfterItsNodeLeaves(t *testing.T) {
+	testNextHome(t, (*cluster).leave)
+}
+
+func TestAReminderFiresOnTheShardsNextHomeAfterItsNodeCrashed(t *testing.T) {
+	testNextHome(t, (*cluster).crash)
+}
+
+func testNextHome(t *testing.T, stop func(*cluster, string)) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		defer c.stop()
@@ -297,7 +327,7 @@ func TestAReminderFiresOnTheShardsNextHomeAfterItsNodeLeaves(t *testing.T) {
 			t.Fatal("no entity on b")
 		}
 		c.ask("a", onB, func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: 5 * time.Minute, ReplyTo: r} })
-		c.leave("b")
+		stop(c, "b")
 		waitFor(t, 10*time.Minute, "the reminder fired on a", func() bool { return len(c.rec.list()) > 0 })
 		synctest.Wait()
 		if got, want := fmt.Sprint(c.rec.list()), "[a:"+onB+":wake]"; got != want {
@@ -320,7 +350,7 @@ func TestNothingFiresWhileTheLeaseIsNotHeld(t *testing.T) {
 		if got := c.rec.list(); len(got) != 0 {
 			t.Fatalf("fired while the node's lease was not held: %v", got)
 		}
-		if st := c.firers["a"].Stats(); st.Held != 0 {
+		if st := c.firers["a"].Stats()["Alarm"]; st.Held != 0 {
 			t.Fatalf("holds %d reminders without its lease, want none", st.Held)
 		}
 		c.holds.Store(true)
@@ -357,6 +387,83 @@ func TestAPeriodicReminderFiresOnceForMissedTicks(t *testing.T) {
 		synctest.Wait()
 		if got := len(c.rec.list()); got != 6 {
 			t.Fatalf("%d ticks by 10:10, want 6", got)
+		}
+	})
+}
+
+// The pinger is a plain entity: it sets its reminder and acknowledges its
+// deliveries with a reminders.Handle, off its handler.
+type pingCmd interface{ isPingCmd() }
+
+type (
+	setPing struct{ ReplyTo entity.ReplyTo[int] }
+	pong    struct{ reminder.Delivery }
+	pingSet struct {
+		Err     string
+		ReplyTo entity.ReplyTo[int]
+	}
+)
+
+func (setPing) isPingCmd() {}
+func (pong) isPingCmd()    {}
+func (pingSet) isPingCmd() {}
+
+var pingKey = entity.NewTypeKey[pingCmd]("Pinger")
+
+func pingEntity(rec *rings) func(ctx entity.Context[pingCmd]) entity.Behavior[pingCmd] {
+	return func(ctx entity.Context[pingCmd]) entity.Behavior[pingCmd] {
+		return entity.Receive(func(ctx entity.Context[pingCmd], c pingCmd) entity.Behavior[pingCmd] {
+			h, err := reminders.For(ctx)
+			if err != nil {
+				panic(err)
+			}
+			switch c := c.(type) {
+			case setPing:
+				ctx.PipeToSelf(func(bg context.Context) pingCmd {
+					err := h.RemindEvery(bg, "ping", time.Minute, time.Minute, pong{})
+					msg := ""
+					if err != nil {
+						msg = err.Error()
+					}
+					return pingSet{Err: msg, ReplyTo: c.ReplyTo}
+				})
+			case pingSet:
+				if c.Err != "" {
+					panic(c.Err)
+				}
+				_ = entity.Reply(ctx.System(), c.ReplyTo, 0)
+			case pong:
+				rec.add(ctx.System().NodeID() + ":" + ctx.EntityID() + ":pong")
+				ctx.PipeToSelf(func(bg context.Context) pingCmd {
+					if err := h.Acknowledge(bg, c.Delivery); err != nil {
+						panic(err)
+					}
+					return nil
+				})
+			}
+			return entity.Same[pingCmd]()
+		})
+	}
+}
+
+func TestAPlainEntitySetsAndAcknowledgesItsReminderDirectly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := entity.Ask(ctx, c.pingers["a"].EntityRefFor("p1"), func(r entity.ReplyTo[int]) pingCmd { return setPing{ReplyTo: r} }); err != nil {
+			t.Fatal(err)
+		}
+		r, ok, _ := c.store.Get(context.Background(), reminder.Key{EntityType: "Pinger", EntityID: "p1", Name: "ping"})
+		if !ok || r.Period != time.Minute {
+			t.Fatalf("stored %+v %v, want the periodic ping", r, ok)
+		}
+		time.Sleep(3*time.Minute + 30*time.Second)
+		synctest.Wait()
+		if got := fmt.Sprint(c.rec.list()); got != "[a:p1:pong a:p1:pong a:p1:pong]" {
+			t.Fatalf("deliveries %s, want three pongs (each acknowledged, so none twice)", got)
 		}
 	})
 }
