@@ -484,6 +484,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.reminderStore != nil {
 		rc := cfg.Reminders
 		rc.Store, rc.Holds, rc.Clock, rc.Logger = n.reminderStore, n.holder.Holds, n.sys.Clock(), n.sys.Logger()
+		if rc.Metrics == nil {
+			rc.Metrics = n.metrics()
+		}
 		if n.firing, err = reminders.StartAll(n.sharding, rc); err != nil {
 			return nil, err
 		}

@@ -30,12 +30,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/timers"
 	"github.com/shoal-dev/shoal/timers/reminder"
@@ -63,6 +66,11 @@ type Config struct {
 	// ShardCheckEvery is how often it looks which shards its region
 	// hosts. Default 250 ms.
 	ShardCheckEvery time.Duration
+	// LateAfter is how long past its due time an unacknowledged reminder
+	// counts as late (the shoal_reminders_late gauge). Default 10 s.
+	LateAfter time.Duration
+	// Metrics, when set, receives the shoal_reminders_* collectors.
+	Metrics prometheus.Registerer
 	// Clock defaults to the System's.
 	Clock timers.Clock
 	// Logger defaults to the System's.
@@ -90,6 +98,9 @@ func (c Config) withDefaults(sys *entity.System) Config {
 	}
 	if c.ShardCheckEvery <= 0 {
 		c.ShardCheckEvery = 250 * time.Millisecond
+	}
+	if c.LateAfter <= 0 {
+		c.LateAfter = 10 * time.Second
 	}
 	if c.Clock == nil {
 		c.Clock = sys.Clock()
@@ -119,6 +130,7 @@ type Firer struct {
 	mu       sync.Mutex
 	observed []reminder.Batch // from the store's observer, not yet taken
 	stats    Stats
+	perShard map[string]metrics.ReminderShard // shards with reminders due
 
 	// Owned by the run goroutine.
 	shards   map[string]bool
@@ -142,19 +154,33 @@ type Stats struct {
 	Held, Delivered, Loads int
 	// Shards is how many shards the Firer fires for now.
 	Shards int
+	// Due is how many it holds that are due and not acknowledged; Late
+	// those due longer than Config.LateAfter ago.
+	Due, Late int
+}
+
+// report is the Firer's part of a metrics scrape.
+func (f *Firer) report() metrics.ReminderReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return metrics.ReminderReport{Type: f.typ, Held: f.stats.Held, Delivered: uint64(f.stats.Delivered), Shards: maps.Clone(f.perShard)}
 }
 
 // Start fires the reminders of region's entity type on this node until
 // Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
 	typ := region.EntityRefFor("_").EntityType()
-	return start(typ, sys, cfg, region.HostedShards, func(id string, cmd any) error {
+	f, err := start(typ, sys, cfg, region.HostedShards, func(id string, cmd any) error {
 		c, ok := cmd.(C)
 		if !ok {
 			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
 		}
 		return region.EntityRefFor(id).Tell(c)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return startReporting(f), nil
 }
 
 func start(typ string, sys *entity.System, cfg Config, hosted func() []string, tell func(id string, cmd any) error) (*Firer, error) {
@@ -178,6 +204,13 @@ func start(typ string, sys *entity.System, cfg Config, hosted func() []string, t
 	}
 	go f.run()
 	return f, nil
+}
+
+// Start's firer reports its own metrics; StartAll's Service reports its
+// firers'.
+func startReporting(f *Firer) *Firer {
+	metrics.NewReminders(f.cfg.Metrics, func() []metrics.ReminderReport { return []metrics.ReminderReport{f.report()} })
+	return f
 }
 
 // deliver decodes r's command, stamps its delivery and tells it to the
@@ -263,9 +296,7 @@ func (f *Firer) step() {
 		// Hold nothing; start over once it holds again.
 		f.dropAll()
 		f.arm(now, now.Add(f.cfg.ShardCheckEvery))
-		f.mu.Lock()
-		f.stats.Held, f.stats.Shards = 0, 0
-		f.mu.Unlock()
+		f.summarize(now)
 		return
 	}
 	f.checkShards(now)
@@ -276,8 +307,30 @@ func (f *Firer) step() {
 	next := f.fire(now)
 	next = earliest(next, f.nextLoad, now.Add(f.cfg.ShardCheckEvery))
 	f.arm(now, next)
+	f.summarize(now)
+}
+
+// summarize publishes what is held for Stats and the metrics.
+func (f *Firer) summarize(now time.Time) {
+	dbNow := now.Add(f.offset)
+	perShard := map[string]metrics.ReminderShard{}
+	due, late := 0, 0
+	for _, h := range f.held {
+		if h.r.Due.After(dbNow) {
+			continue
+		}
+		s := perShard[h.r.ShardID]
+		s.Due++
+		due++
+		if h.r.Due.Before(dbNow.Add(-f.cfg.LateAfter)) {
+			s.Late++
+			late++
+		}
+		perShard[h.r.ShardID] = s
+	}
 	f.mu.Lock()
-	f.stats.Held, f.stats.Shards = len(f.held), len(f.shards)
+	f.stats.Held, f.stats.Shards, f.stats.Due, f.stats.Late = len(f.held), len(f.shards), due, late
+	f.perShard = perShard
 	f.mu.Unlock()
 }
 

@@ -12,9 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/reminders"
@@ -63,6 +66,7 @@ func alarmCodec() *codec.Registry {
 	codec.MustRegister[rang](r, "rang")
 	codec.MustRegister[setPing](r, "setPing")
 	codec.MustRegister[pong](r, "pong")
+	codec.MustRegister[silentPong](r, "silentPong")
 	codec.MustRegister[pingSet](r, "pingSet")
 	return r
 }
@@ -131,6 +135,7 @@ type cluster struct {
 	journal   *memory.Journal
 	rec       *rings
 	holds     atomic.Bool
+	metrics   *prometheus.Registry
 
 	nodes   map[string]*sharding.Sharding
 	regions map[string]*sharding.Region[alarmCmd]
@@ -142,7 +147,7 @@ func newCluster(t *testing.T) *cluster {
 	store := reminderstore.New()
 	c := &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
 		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: memory.New(memory.WithSideStore(store)),
-		rec: &rings{}, nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
+		rec: &rings{}, metrics: prometheus.NewRegistry(), nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
 		firers: map[string]*reminders.Service{}, pingers: map[string]*sharding.Region[pingCmd]{}}
 	c.holds.Store(true)
 	return c
@@ -150,7 +155,7 @@ func newCluster(t *testing.T) *cluster {
 
 func (c *cluster) join(name string) {
 	c.t.Helper()
-	sys, err := entity.NewSystem(entity.Config{NodeID: name, Codec: alarmCodec(), ForceSerialization: true,
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Metrics: c.metrics, Codec: alarmCodec(), ForceSerialization: true,
 		Journal: c.journal, Reminders: c.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		c.t.Fatal(err)
@@ -168,7 +173,7 @@ func (c *cluster) join(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	f, err := reminders.StartAll(s, reminders.Config{Holds: c.holds.Load, Window: time.Minute, RedeliverAfter: 10 * time.Second})
+	f, err := reminders.StartAll(s, reminders.Config{Holds: c.holds.Load, Metrics: metrics.WithNode(c.metrics, name), Window: time.Minute, RedeliverAfter: 10 * time.Second})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -396,17 +401,23 @@ func TestAPeriodicReminderFiresOnceForMissedTicks(t *testing.T) {
 type pingCmd interface{ isPingCmd() }
 
 type (
-	setPing struct{ ReplyTo entity.ReplyTo[int] }
-	pong    struct{ reminder.Delivery }
-	pingSet struct {
+	setPing struct {
+		Silent  bool // the reminder delivers silentPong
+		ReplyTo entity.ReplyTo[int]
+	}
+	pong struct{ reminder.Delivery }
+	// silentPong is handled and never acknowledged.
+	silentPong struct{ reminder.Delivery }
+	pingSet    struct {
 		Err     string
 		ReplyTo entity.ReplyTo[int]
 	}
 )
 
-func (setPing) isPingCmd() {}
-func (pong) isPingCmd()    {}
-func (pingSet) isPingCmd() {}
+func (setPing) isPingCmd()    {}
+func (pong) isPingCmd()       {}
+func (silentPong) isPingCmd() {}
+func (pingSet) isPingCmd()    {}
 
 var pingKey = entity.NewTypeKey[pingCmd]("Pinger")
 
@@ -421,6 +432,9 @@ func pingEntity(rec *rings) func(ctx entity.Context[pingCmd]) entity.Behavior[pi
 			case setPing:
 				ctx.PipeToSelf(func(bg context.Context) pingCmd {
 					err := h.RemindEvery(bg, "ping", time.Minute, time.Minute, pong{})
+					if c.Silent {
+						err = h.RemindAfter(bg, "ping", time.Minute, silentPong{})
+					}
 					msg := ""
 					if err != nil {
 						msg = err.Error()
@@ -432,6 +446,8 @@ func pingEntity(rec *rings) func(ctx entity.Context[pingCmd]) entity.Behavior[pi
 					panic(c.Err)
 				}
 				_ = entity.Reply(ctx.System(), c.ReplyTo, 0)
+			case silentPong:
+				rec.add(ctx.System().NodeID() + ":" + ctx.EntityID() + ":silent")
 			case pong:
 				rec.add(ctx.System().NodeID() + ":" + ctx.EntityID() + ":pong")
 				ctx.PipeToSelf(func(bg context.Context) pingCmd {
@@ -466,4 +482,64 @@ func TestAPlainEntitySetsAndAcknowledgesItsReminderDirectly(t *testing.T) {
 			t.Fatalf("deliveries %s, want three pongs (each acknowledged, so none twice)", got)
 		}
 	})
+}
+
+// A delivery nobody acknowledges is sent again every RedeliverAfter, and
+// shows as due, then late, in the metrics.
+func TestAnUnacknowledgedDeliveryIsRedeliveredAndLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := entity.Ask(ctx, c.pingers["a"].EntityRefFor("p1"), func(r entity.ReplyTo[int]) pingCmd { return setPing{Silent: true, ReplyTo: r} }); err != nil {
+			t.Fatal(err)
+		}
+		gauge := func(name string) float64 {
+			return sumOf(t, c.metrics, name, "Pinger")
+		}
+		time.Sleep(time.Minute + 5*time.Second)
+		synctest.Wait()
+		if got := len(c.rec.list()); got != 1 {
+			t.Fatalf("%d deliveries 5 s after due, want 1", got)
+		}
+		if d, l := gauge("shoal_reminders_due"), gauge("shoal_reminders_late"); d != 1 || l != 0 {
+			t.Fatalf("due %v late %v 5 s after due, want 1 and 0", d, l)
+		}
+		time.Sleep(20 * time.Second) // two redeliveries
+		synctest.Wait()
+		if got := len(c.rec.list()); got != 3 {
+			t.Fatalf("%d deliveries 25 s after due, want 3 (every RedeliverAfter until acknowledged)", got)
+		}
+		if l := gauge("shoal_reminders_late"); l != 1 {
+			t.Fatalf("late %v 25 s after due, want 1", l)
+		}
+		if d := gauge("shoal_reminders_delivered_total"); d != 3 {
+			t.Fatalf("delivered_total %v, want 3", d)
+		}
+	})
+}
+
+// sumOf sums the series of name for entity type typ (over shards).
+func sumOf(t *testing.T, reg *prometheus.Registry, name, typ string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" && l.GetValue() == typ {
+					sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/timers"
 )
@@ -32,6 +33,7 @@ func StartAll(s *sharding.Sharding, cfg Config) (*Service, error) {
 		return nil, ErrNoStore
 	}
 	v := &Service{s: s, sys: sys, cfg: cfg, firers: map[string]*Firer{}}
+	metrics.NewReminders(cfg.Metrics, v.report)
 	v.check()
 	return v, nil
 }
@@ -67,6 +69,17 @@ func (v *Service) Stats() map[string]Stats {
 	out := make(map[string]Stats, len(firers))
 	for typ, f := range firers {
 		out[typ] = f.Stats()
+	}
+	return out
+}
+
+func (v *Service) report() []metrics.ReminderReport {
+	v.mu.Lock()
+	firers := slices.Collect(maps.Values(v.firers))
+	v.mu.Unlock()
+	out := make([]metrics.ReminderReport, 0, len(firers))
+	for _, f := range firers {
+		out = append(out, f.report())
 	}
 	return out
 }
