@@ -2,7 +2,9 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/node"
+	"github.com/shoal-dev/shoal/node/admin"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/timers/reminder"
 )
@@ -136,5 +139,69 @@ func TestReminderOfAKilledNodeFiresOnTheNextHome(t *testing.T) {
 	}
 	if st := a.ReminderFiring()["Deadline"]; st.Delivered == 0 {
 		t.Fatalf("a's firing stats %+v, want a delivery", st)
+	}
+}
+
+// A memory-mode node fires reminders too, and its admin API lists them
+// per type and shard and shows one.
+func TestMemoryModeFiresRemindersAndTheAdminAPIShowsThem(t *testing.T) {
+	withDeadline := func(c *node.Config) {
+		c.Memory = node.NewMemoryStores()
+		c.AdminAddr = "127.0.0.1:0"
+		registerDeadline(c.Codec)
+	}
+	a := startNodeWith(t, "", "mem-r", nil, sharding.Settings{NumberOfShards: 10}, withDeadline)
+	awaitUp(t, []*testNode{a})
+	r, err := sharding.Init(a.Sharding(), sharding.Entity[deadlineCmd]{Key: deadlineKey, Create: deadlineEntity("mem-r")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, after := range map[string]time.Duration{"later": time.Hour, "soon": 100 * time.Millisecond} {
+		if _, err := entity.Ask(ctx, r.EntityRefFor(id), func(to entity.ReplyTo[int]) deadlineCmd { return setDeadline{After: after, ReplyTo: to} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "soon fired", func() error {
+		hits, err := entity.Ask(ctx, r.EntityRefFor("soon"), func(to entity.ReplyTo[[]string]) deadlineCmd { return readDeadline{ReplyTo: to} })
+		if err == nil && len(hits) == 0 {
+			err = fmt.Errorf("not yet")
+		}
+		return err
+	})
+	var list admin.ReminderList
+	getJSON(t, "http://"+a.AdminAddr()+"/admin/v1/reminders", http.StatusOK, &list)
+	var deadline *admin.ReminderType
+	for i := range list.Types {
+		if list.Types[i].Type == "Deadline" {
+			deadline = &list.Types[i]
+		}
+	}
+	if deadline == nil || len(deadline.Shards) != 1 || deadline.Shards[0].Stored != 1 || deadline.Firing.Delivered < 1 {
+		t.Fatalf("reminders listed %+v, want Deadline with one stored (later) and a delivery", list)
+	}
+	var one admin.Reminder
+	getJSON(t, "http://"+a.AdminAddr()+"/admin/v1/reminders/Deadline/later/deadline", http.StatusOK, &one)
+	if one.Command != "test.DeadlineDue" || one.Shard != deadline.Shards[0].Shard || one.Generation == 0 {
+		t.Fatalf("one reminder: %+v", one)
+	}
+	getJSON(t, "http://"+a.AdminAddr()+"/admin/v1/reminders/Deadline/soon/deadline", http.StatusNotFound, nil)
+}
+
+func getJSON(t *testing.T, url string, status int, into any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != status {
+		t.Fatalf("GET %s: %s, want %d", url, resp.Status, status)
+	}
+	if into != nil {
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
