@@ -133,18 +133,12 @@ type Firer struct {
 	perShard map[string]metrics.ReminderShard // shards with reminders due
 
 	// Owned by the run goroutine.
-	shards   map[string]bool
-	held     map[reminder.Key]*held
-	offset   time.Duration // database time − Clock time, from the last load
-	nextLoad time.Time     // Clock time
-	timer    timers.Timer
-}
-
-type held struct {
-	r reminder.Reminder
-	// sentAt is when its generation was last delivered (Clock time); zero
-	// when it has not been.
-	sentAt time.Time
+	shards     map[string]bool
+	held       *heldSet
+	offset     time.Duration // database time − Clock time, from the last load
+	nextLoad   time.Time     // Clock time
+	summarized time.Time     // Clock time of the last summary
+	timer      timers.Timer
 }
 
 // Stats counts what a Firer did.
@@ -197,7 +191,7 @@ func start(typ string, sys *entity.System, cfg Config, hosted func() []string, t
 		hosted:  hosted,
 		deliver: func(r reminder.Reminder) error { return deliver(reg, tell, r) },
 		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		shards: map[string]bool{}, held: map[reminder.Key]*held{},
+		shards: map[string]bool{}, held: newHeldSet(),
 	}
 	if o, ok := cfg.Store.(interface{ Observe(reminder.Observer) }); ok {
 		o.Observe(f.observe)
@@ -296,7 +290,7 @@ func (f *Firer) step() {
 		// Hold nothing; start over once it holds again.
 		f.dropAll()
 		f.arm(now, now.Add(f.cfg.ShardCheckEvery))
-		f.summarize(now)
+		f.summarize(now, true)
 		return
 	}
 	f.checkShards(now)
@@ -307,15 +301,23 @@ func (f *Firer) step() {
 	next := f.fire(now)
 	next = earliest(next, f.nextLoad, now.Add(f.cfg.ShardCheckEvery))
 	f.arm(now, next)
-	f.summarize(now)
+	f.summarize(now, false)
 }
 
-// summarize publishes what is held for Stats and the metrics.
-func (f *Firer) summarize(now time.Time) {
+// summarize publishes what is held for Stats and the metrics, at most
+// every ShardCheckEvery unless forced: it looks at every held reminder.
+func (f *Firer) summarize(now time.Time, force bool) {
+	if !force && now.Before(f.summarized.Add(f.cfg.ShardCheckEvery)) {
+		f.mu.Lock()
+		f.stats.Held, f.stats.Shards = f.held.len(), len(f.shards)
+		f.mu.Unlock()
+		return
+	}
+	f.summarized = now
 	dbNow := now.Add(f.offset)
 	perShard := map[string]metrics.ReminderShard{}
 	due, late := 0, 0
-	for _, h := range f.held {
+	for _, h := range f.held.byKey {
 		if h.r.Due.After(dbNow) {
 			continue
 		}
@@ -329,7 +331,7 @@ func (f *Firer) summarize(now time.Time) {
 		perShard[h.r.ShardID] = s
 	}
 	f.mu.Lock()
-	f.stats.Held, f.stats.Shards, f.stats.Due, f.stats.Late = len(f.held), len(f.shards), due, late
+	f.stats.Held, f.stats.Shards, f.stats.Due, f.stats.Late = f.held.len(), len(f.shards), due, late
 	f.perShard = perShard
 	f.mu.Unlock()
 }
@@ -353,7 +355,7 @@ func (f *Firer) arm(now, at time.Time) {
 
 func (f *Firer) dropAll() {
 	clear(f.shards)
-	clear(f.held)
+	f.held.clear()
 	f.nextLoad = time.Time{}
 }
 
@@ -381,11 +383,7 @@ func (f *Firer) checkShards(now time.Time) {
 	for s := range f.shards {
 		if !now2[s] {
 			delete(f.shards, s)
-			for k, h := range f.held {
-				if h.r.ShardID == s {
-					delete(f.held, k)
-				}
-			}
+			f.held.removeIf(func(h *held) bool { return h.r.ShardID == s })
 		}
 	}
 	for _, s := range started {
@@ -426,23 +424,19 @@ func (f *Firer) load(now time.Time, shards []string) {
 	for _, r := range w.Reminders {
 		fresh[r.Key] = r
 	}
-	for k, h := range f.held {
-		if in[h.r.ShardID] {
-			if r, ok := fresh[k]; !ok || r.Generation != h.r.Generation {
-				delete(f.held, k)
-			}
-		}
-	}
+	f.held.removeIf(func(h *held) bool {
+		r, ok := fresh[h.r.Key]
+		return in[h.r.ShardID] && (!ok || r.Generation != h.r.Generation)
+	})
 	for k, r := range fresh {
 		if !f.shards[r.ShardID] {
 			continue
 		}
-		if h, ok := f.held[k]; ok && h.r.Generation == r.Generation {
-			h.r = r // the same delivery: keep when it was sent
-			continue
+		if h, ok := f.held.get(k); ok && h.r.Generation == r.Generation {
+			continue // the same delivery: keep when it was sent
 		}
-		if len(f.held) < f.cfg.MaxHeld {
-			f.held[k] = &held{r: r}
+		if f.held.len() < f.cfg.MaxHeld {
+			f.held.put(r)
 		}
 	}
 	f.mu.Lock()
@@ -459,24 +453,24 @@ func (f *Firer) takeObserved(now time.Time) {
 	dbNow := now.Add(f.offset)
 	for _, b := range bs {
 		for _, a := range b.Acks {
-			h, ok := f.held[a.Key]
+			h, ok := f.held.get(a.Key)
 			if !ok || h.r.Generation != a.Generation {
 				continue
 			}
-			if h.r.Period == 0 {
-				delete(f.held, a.Key)
+			next := reminder.NextDue(h.r.Due, h.r.Period, dbNow)
+			if h.r.Period == 0 || next.After(dbNow.Add(f.cfg.Window)) {
+				f.held.remove(a.Key)
 				continue
 			}
-			h.r.Due, h.r.Generation, h.sentAt = reminder.NextDue(h.r.Due, h.r.Period, dbNow), a.Next, time.Time{}
-			if h.r.Due.After(dbNow.Add(f.cfg.Window)) {
-				delete(f.held, a.Key)
-			}
+			r := h.r
+			r.Due, r.Generation = next, a.Next
+			f.held.put(r)
 		}
 		for _, c := range b.Changes {
 			if c.EntityType != f.typ {
 				continue
 			}
-			delete(f.held, c.Key)
+			f.held.remove(c.Key)
 			if c.Cancel || !f.shards[c.ShardID] {
 				continue
 			}
@@ -484,13 +478,13 @@ func (f *Firer) takeObserved(now time.Time) {
 			if due.IsZero() {
 				due = dbNow.Add(c.After)
 			}
-			if due.After(dbNow.Add(f.cfg.Window)) || len(f.held) >= f.cfg.MaxHeld {
+			if due.After(dbNow.Add(f.cfg.Window)) || f.held.len() >= f.cfg.MaxHeld {
 				continue // the load that reaches it picks it up
 			}
-			f.held[c.Key] = &held{r: reminder.Reminder{
+			f.held.put(reminder.Reminder{
 				Key: c.Key, ShardID: c.ShardID, Due: due, Period: c.Period,
 				Manifest: c.Manifest, Payload: c.Payload, Generation: c.Generation,
-			}}
+			})
 		}
 	}
 }
@@ -498,37 +492,36 @@ func (f *Firer) takeObserved(now time.Time) {
 // fire delivers what is due and returns when the next one is (Clock time).
 func (f *Firer) fire(now time.Time) time.Time {
 	dbNow := now.Add(f.offset)
-	var next time.Time
 	delivered := 0
-	for k, h := range f.held {
-		at := h.r.Due.Add(-f.offset) // Clock time
-		if !h.sentAt.IsZero() {
-			at = h.sentAt.Add(f.cfg.RedeliverAfter)
+	defer func() {
+		if delivered > 0 {
+			f.mu.Lock()
+			f.stats.Delivered += delivered
+			f.mu.Unlock()
 		}
-		if h.r.Due.After(dbNow) || now.Before(at) {
-			next = earliest(next, at)
-			continue
+	}()
+	for {
+		h := f.held.next()
+		if h == nil {
+			return time.Time{}
+		}
+		if h.at.After(dbNow) {
+			return h.at.Add(-f.offset)
 		}
 		if !f.cfg.Holds() {
 			return now.Add(f.cfg.ShardCheckEvery)
 		}
-		h.sentAt = now
+		h.sent = true
+		f.held.schedule(h, dbNow.Add(f.cfg.RedeliverAfter))
 		if err := f.deliver(h.r); err != nil {
 			if errors.Is(err, reminder.ErrInvalid) || errors.Is(err, codec.ErrUnknownManifest) {
-				f.log.Error("reminder cannot be delivered; it stays stored", "reminder", k.String(), "err", err)
-				delete(f.held, k)
+				f.log.Error("reminder cannot be delivered; it stays stored", "reminder", h.r.Key.String(), "err", err)
+				f.held.remove(h.r.Key)
 				continue
 			}
-			f.log.Warn("delivering a reminder failed; retrying", "reminder", k.String(), "err", err)
-			h.sentAt = now.Add(-f.cfg.RedeliverAfter + time.Second)
+			f.log.Warn("delivering a reminder failed; retrying", "reminder", h.r.Key.String(), "err", err)
+			f.held.schedule(h, dbNow.Add(min(time.Second, f.cfg.RedeliverAfter)))
 		}
 		delivered++
-		next = earliest(next, h.sentAt.Add(f.cfg.RedeliverAfter))
 	}
-	if delivered > 0 {
-		f.mu.Lock()
-		f.stats.Delivered += delivered
-		f.mu.Unlock()
-	}
-	return next
 }
