@@ -34,6 +34,17 @@ func (s *Sharding) HostedShards(typeName string) ([]string, error) {
 	return r.HostedShards(), nil
 }
 
+// StartEntityOf is Region.StartEntity for code that knows the type by
+// name: it starts entity id of typeName wherever its shard lives, which
+// places the shard if it has no home.
+func (s *Sharding) StartEntityOf(typeName, id string) error {
+	r, err := s.region(typeName)
+	if err != nil {
+		return err
+	}
+	return r.StartEntity(id)
+}
+
 // TellUntyped is EntityRef.Tell for code that holds the message as a
 // value of unknown type, such as a decoded reminder command: msg must be
 // of typeName's command type.

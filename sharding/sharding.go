@@ -126,6 +126,7 @@ type regionRuntime interface {
 	goneCh() <-chan struct{}
 	terminate()
 	HostedShards() []string
+	StartEntity(id string) error
 	tellUntyped(entityID string, msg any) error
 }
 

@@ -121,6 +121,8 @@ type Firer struct {
 	log     *slog.Logger
 	hosted  func() []string
 	deliver func(reminder.Reminder) error
+	// startEntity places shards that have reminders due (see kick).
+	startEntity func(id string) error
 
 	wake   chan struct{}
 	stop   chan struct{}
@@ -164,7 +166,7 @@ func (f *Firer) report() metrics.ReminderReport {
 // Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
 	typ := region.EntityRefFor("_").EntityType()
-	f, err := start(typ, sys, cfg, region.HostedShards, func(id string, cmd any) error {
+	f, err := start(typ, sys, cfg, placement{region.HostedShards, region.StartEntity}, func(id string, cmd any) error {
 		c, ok := cmd.(C)
 		if !ok {
 			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
@@ -177,7 +179,14 @@ func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*
 	return startReporting(f), nil
 }
 
-func start(typ string, sys *entity.System, cfg Config, hosted func() []string, tell func(id string, cmd any) error) (*Firer, error) {
+// placement is what a Firer asks of its region: the shards hosted here,
+// and to start an entity (placing its shard).
+type placement struct {
+	hosted      func() []string
+	startEntity func(id string) error
+}
+
+func start(typ string, sys *entity.System, cfg Config, p placement, tell func(id string, cmd any) error) (*Firer, error) {
 	cfg = cfg.withDefaults(sys)
 	if cfg.Store == nil {
 		return nil, ErrNoStore
@@ -188,7 +197,7 @@ func start(typ string, sys *entity.System, cfg Config, hosted func() []string, t
 	}
 	f := &Firer{
 		typ: typ, cfg: cfg, log: cfg.Logger.With("entity_type", typ),
-		hosted:  hosted,
+		hosted: p.hosted, startEntity: p.startEntity,
 		deliver: func(r reminder.Reminder) error { return deliver(reg, tell, r) },
 		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		shards: map[string]bool{}, held: newHeldSet(),
@@ -296,6 +305,7 @@ func (f *Firer) step() {
 	f.checkShards(now)
 	if !now.Before(f.nextLoad) {
 		f.load(now, f.sortedShards())
+		f.kick()
 	}
 	f.takeObserved(now)
 	next := f.fire(now)
@@ -442,6 +452,34 @@ func (f *Firer) load(now time.Time, shards []string) {
 	f.mu.Lock()
 	f.stats.Loads++
 	f.mu.Unlock()
+}
+
+// kick starts, for each shard with reminders due now that this node does
+// not host, the entity of its earliest one: that places a shard nobody
+// hosts (none does after a full cluster restart until a message comes) and
+// its home then fires them; where the shard runs, it starts an entity that
+// runs already, or is about to receive the reminder anyway. It runs with
+// every full load, so a shard's due reminders wait at most LoadEvery for
+// a home.
+func (f *Firer) kick() {
+	if f.startEntity == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LoadEvery)
+	defer cancel()
+	due, err := f.cfg.Store.DueShards(ctx, f.typ, 0)
+	if err != nil {
+		f.log.Warn("listing the shards with due reminders failed", "err", err)
+		return
+	}
+	for shard, id := range due {
+		if f.shards[shard] {
+			continue
+		}
+		if err := f.startEntity(id); err != nil {
+			f.log.Warn("starting a shard with due reminders failed", "shard_id", shard, "err", err)
+		}
+	}
 }
 
 // takeObserved applies what this node's store wrote since the last step.

@@ -145,8 +145,14 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	store := reminderstore.New()
+	return restarted(t, store, memory.New(memory.WithSideStore(store)))
+}
+
+// restarted is a new cluster on the stores of a former one, as a cluster
+// restarted whole finds its database.
+func restarted(t *testing.T, store *reminderstore.Store, j *memory.Journal) *cluster {
 	c := &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
-		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: memory.New(memory.WithSideStore(store)),
+		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: j,
 		rec: &rings{}, metrics: prometheus.NewRegistry(), nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
 		firers: map[string]*reminders.Service{}, pingers: map[string]*sharding.Region[pingCmd]{}}
 	c.holds.Store(true)
@@ -542,4 +548,31 @@ func sumOf(t *testing.T, reg *prometheus.Registry, name, typ string) float64 {
 		}
 	}
 	return sum
+}
+
+// After the whole cluster stopped, the reminders of shards nobody asks for
+// fire: a node starts an entity of each shard with due reminders, which
+// places the shard, and its home fires them.
+func TestRemindersFireAfterAFullClusterRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.join("a")
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: 5 * time.Minute, ReplyTo: r} })
+		c.crash("a")
+		c.stop()
+		time.Sleep(10 * time.Minute) // everything down past the due time
+
+		c2 := restarted(t, c.store, c.journal)
+		c2.rec = c.rec
+		defer c2.stop()
+		c2.join("b")
+		waitFor(t, time.Minute, "the reminder fired after the restart", func() bool { return len(c.rec.list()) > 0 })
+		synctest.Wait()
+		if got := fmt.Sprint(c.rec.list()); got != "[b:e1:wake]" {
+			t.Fatalf("deliveries %s, want one on b", got)
+		}
+		if r, ok := c2.stored("e1", "wake"); ok {
+			t.Fatalf("handled reminder still stored: %+v", r)
+		}
+	})
 }

@@ -49,9 +49,10 @@ func (v *Service) check() {
 		if _, ok := v.firers[typ]; ok {
 			continue
 		}
-		f, err := start(typ, v.sys, v.cfg,
-			func() []string { ids, _ := v.s.HostedShards(typ); return ids },
-			func(id string, cmd any) error { return v.s.TellUntyped(typ, id, cmd) })
+		f, err := start(typ, v.sys, v.cfg, placement{
+			hosted:      func() []string { ids, _ := v.s.HostedShards(typ); return ids },
+			startEntity: func(id string) error { return v.s.StartEntityOf(typ, id) },
+		}, func(id string, cmd any) error { return v.s.TellUntyped(typ, id, cmd) })
 		if err != nil {
 			v.cfg.Logger.Error("cannot fire reminders", "entity_type", typ, "err", err)
 			continue

@@ -220,6 +220,11 @@ type Store interface {
 	Get(ctx context.Context, k Key) (r Reminder, ok bool, err error)
 	// Now is the store's clock: the database's time.
 	Now(ctx context.Context) (time.Time, error)
+	// DueShards lists the shards of entityType with reminders due within
+	// the window, each with the entity id of its earliest: a node starts
+	// that entity when nobody hosts the shard, so that its home fires
+	// them (after a full cluster restart no shard has a home).
+	DueShards(ctx context.Context, entityType string, within time.Duration) (map[string]string, error)
 	// Stats counts the reminders of entityType per shard (shards without
 	// any are left out), sorted by shard id.
 	Stats(ctx context.Context, entityType string, late time.Duration) ([]ShardStats, error)

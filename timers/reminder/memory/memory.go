@@ -171,6 +171,32 @@ func byDue(a, b reminder.Reminder) int {
 	return cmp.Or(a.Due.Compare(b.Due), cmp.Compare(a.EntityID, b.EntityID), cmp.Compare(a.Name, b.Name))
 }
 
+// DueShards implements reminder.Store.
+func (s *Store) DueShards(ctx context.Context, entityType string, within time.Duration) (map[string]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until := s.now().Add(within)
+	out := map[string]string{}
+	for sk, keys := range s.byShard {
+		if sk.entityType != entityType {
+			continue
+		}
+		var first *reminder.Reminder
+		for k := range keys {
+			if r := s.byKey[k]; !r.Due.After(until) && (first == nil || byDue(*r, *first) < 0) {
+				first = r
+			}
+		}
+		if first != nil {
+			out[sk.shard] = first.EntityID
+		}
+	}
+	return out, nil
+}
+
 // Get implements reminder.Store.
 func (s *Store) Get(ctx context.Context, k reminder.Key) (reminder.Reminder, bool, error) {
 	if err := ctx.Err(); err != nil {

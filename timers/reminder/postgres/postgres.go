@@ -250,6 +250,40 @@ func (s *Store) Due(ctx context.Context, q reminder.Query) (reminder.Window, err
 	return w, nil
 }
 
+// dueShardsSQL walks the type's shards through the index, two probes a
+// shard (a loose index scan), rather than reading every row of the type.
+const dueShardsSQL = `WITH RECURSIVE s(shard_id) AS (
+	(SELECT shard_id FROM reminders WHERE entity_type = $1 ORDER BY shard_id LIMIT 1)
+	UNION ALL
+	SELECT (SELECT r.shard_id FROM reminders r WHERE r.entity_type = $1 AND r.shard_id > s.shard_id ORDER BY r.shard_id LIMIT 1)
+	FROM s WHERE s.shard_id IS NOT NULL
+)
+SELECT s.shard_id, e.entity_id FROM s
+CROSS JOIN LATERAL (
+	SELECT entity_id FROM reminders
+	WHERE entity_type = $1 AND shard_id = s.shard_id AND due_at <= clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
+	ORDER BY due_at, entity_id, name LIMIT 1
+) e
+WHERE s.shard_id IS NOT NULL`
+
+// DueShards implements reminder.Store.
+func (s *Store) DueShards(ctx context.Context, entityType string, within time.Duration) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, dueShardsSQL, entityType, within.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("reminder/postgres: due shards: %w", err)
+	}
+	out := map[string]string{}
+	var shard, id string
+	_, err = pgx.ForEachRow(rows, []any{&shard, &id}, func() error {
+		out[shard] = id
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reminder/postgres: due shards: %w", err)
+	}
+	return out, nil
+}
+
 // Get implements reminder.Store.
 func (s *Store) Get(ctx context.Context, k reminder.Key) (reminder.Reminder, bool, error) {
 	r := reminder.Reminder{Key: k}

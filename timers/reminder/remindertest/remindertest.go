@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) reminder.Store) {
 		{"InvalidBatchStoresNothing", testInvalidBatch},
 		{"LaterChangeOfAKeyWins", testLaterChangeWins},
 		{"Stats", testStats},
+		{"DueShards", testDueShards},
 		{"Observer", testObserver},
 	}
 	for _, tc := range tests {
@@ -323,6 +324,25 @@ func testStats(t *testing.T, s reminder.Store, typ string) {
 	want := "[{1 3 2 1} {2 1 0 0}]"
 	if got := fmt.Sprint(st); got != want {
 		t.Fatalf("stats %s, want %s (shard, total, due, late a minute)", got, want)
+	}
+}
+
+func testDueShards(t *testing.T, s reminder.Store, typ string) {
+	n := now(t, s)
+	in := func(id, shard string, d time.Duration) reminder.Change {
+		c := set(typ, id, "r", n.Add(d), id)
+		c.ShardID = shard
+		return c
+	}
+	apply(t, s, reminder.Batch{Changes: []reminder.Change{
+		in("a", "1", time.Minute), in("b", "1", -time.Minute), in("c", "2", time.Hour), in("d", "3", 30*time.Second),
+	}})
+	got, err := s.DueShards(ctx(t), typ, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "map[1:b 3:d]" {
+		t.Fatalf("due shards %v, want shard 1 (earliest b) and 3 (d); 2 is due later", got)
 	}
 }
 
