@@ -50,11 +50,14 @@
 //
 // Built WithSideStore, the journal is a journal.SideWriter: a write may
 // carry a side (an effect's reminder changes), which the side store writes
-// in the transaction that stores the write's events. A batch with a side
-// goes the transactional way the conflict path takes, so each write's
-// outcome is known before commit and only the sides of the writes stored
-// are written; if the side store fails, the whole batch fails and nothing
-// is stored.
+// in the transaction that stores the write's events. A batch with sides is
+// sent as one pipeline (the insert, then the sides' statements), which
+// Postgres runs as one implicit transaction: one round trip, like a batch
+// without. The insert fails unless it stored every row; then (or on a
+// conflict) nothing is stored, and the batch goes the transactional way of
+// the conflict path, which learns each write's outcome before it writes
+// the sides of the writes stored. If the side store fails, the whole batch
+// fails and nothing is stored.
 //
 // # Deleted events
 //
@@ -203,6 +206,9 @@ type Journal struct {
 	// insertSQL and insertOneSQL are the package's statements, fenced
 	// when fence is set.
 	insertSQL, insertOneSQL string
+	// checkedInsertSQL is insertSQL failing unless it stores every row
+	// (see flushSides).
+	checkedInsertSQL string
 	// beforeSend, for tests, runs as a batch is about to be sent: between
 	// the holder's check and the statement, where a pause of the process
 	// hurts most.
@@ -252,9 +258,10 @@ type SideStore interface {
 	// CheckSide validates a side as WriteWithSide takes it, before the
 	// write is queued.
 	CheckSide(side journal.Side) error
-	// ApplySides writes the sides of the writes of one batch that stored
-	// their events, in the batch's transaction, before it commits.
-	ApplySides(ctx context.Context, tx pgx.Tx, sides []journal.Side) error
+	// QueueSides queues the statements that write the sides of the writes
+	// of one batch that stored their events; the journal sends them in the
+	// batch's transaction, after its insert.
+	QueueSides(b *pgx.Batch, sides []journal.Side) error
 	// SidesCommitted is called after that transaction committed.
 	SidesCommitted(sides []journal.Side)
 }
@@ -282,9 +289,11 @@ func New(pool *pgxpool.Pool, cfg Config, opts ...Option) *Journal {
 		o(j)
 	}
 	j.insertSQL, j.insertOneSQL = insertSQL, insertOneSQL
+	j.checkedInsertSQL = checked(insertSQL, 10)
 	if j.fence != nil {
 		j.insertSQL = fenced(insertSQL, 11)
 		j.insertOneSQL = fenced(insertOneSQL, 10)
+		j.checkedInsertSQL = checked(j.insertSQL, 12)
 	}
 	j.live.init(pool)
 	j.wg.Add(cfg.Writers)
@@ -747,10 +756,7 @@ func (j *Journal) flush(batch []*request, n int) {
 	switch {
 	case err != nil:
 	case sides:
-		// Events and sides in one transaction: the conflict path's, which
-		// also tells each write's outcome, so that only the sides of the
-		// writes stored go in.
-		err = j.flushConflicting(ctx, batch, args, results)
+		err = j.flushSides(ctx, batch, args, results)
 	case n == 1: // a lone event: a plain one-row INSERT is cheaper to send and to plan
 		tag, err = j.pool.Exec(ctx, j.insertOneSQL, append([]any{args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0], args.types[0], args.slices[0]}, j.fenceArgs()...)...)
 	default:
@@ -942,7 +948,11 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 		}
 	}
 	if len(sides) > 0 {
-		if err := j.side.ApplySides(ctx, tx, sides); err != nil {
+		b := &pgx.Batch{}
+		if err := j.side.QueueSides(b, sides); err != nil {
+			return fmt.Errorf("write sides: %w", err)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("write sides: %w", err)
 		}
 	}
@@ -956,6 +966,47 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 		j.side.SidesCommitted(sides)
 	}
 	return nil
+}
+
+// flushSides stores a batch whose writes carry sides in one round trip,
+// assuming every write goes in: the insert and the sides' statements go as
+// one pipeline, which Postgres runs as one implicit transaction, and the
+// insert fails (division by zero) unless it stored every row. Then, or on
+// a unique violation, nothing is stored and the batch goes the
+// transactional way of the conflict path, which tells each write's outcome
+// (a conflict, a deletion mark, the fence) and writes only the sides of the
+// writes stored.
+func (j *Journal) flushSides(ctx context.Context, batch []*request, args *insertArgs, results []error) error {
+	sides := make([]journal.Side, 0, len(batch))
+	for _, r := range batch {
+		if r.side != nil {
+			sides = append(sides, r.side)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(j.checkedInsertSQL, append(append(args.values(), j.fenceArgs()...), int64(len(args.pids)))...)
+	if err := j.side.QueueSides(b, sides); err != nil {
+		return fmt.Errorf("write sides: %w", err)
+	}
+	err := j.pool.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil:
+		j.side.SidesCommitted(sides)
+		return nil
+	case isCode(err, "23505") || isCode(err, "22012"): // a conflict, or not every row stored
+		if isCode(err, "23505") {
+			j.stats.conflictBatches.Add(1)
+		}
+		return j.flushConflicting(ctx, batch, args, results)
+	}
+	return err
+}
+
+// checked wraps an insert statement with params parameters so that it
+// fails, with a division by zero, unless it stores as many rows as its
+// next parameter says.
+func checked(insert string, params int) string {
+	return fmt.Sprintf("WITH ins AS (%s\nRETURNING 1)\nSELECT 1 / (CASE WHEN count(*) = $%d::bigint THEN 1 ELSE 0 END) FROM ins", insert, params+1)
 }
 
 // hasSides reports whether a write of batch carries a side.

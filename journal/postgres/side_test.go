@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/postgres"
 	"github.com/shoal-dev/shoal/timers/reminder"
@@ -84,8 +85,9 @@ func TestSideCommitsWithItsEvents(t *testing.T) {
 // failingSides fails every side write.
 type failingSides struct{ *reminders.Store }
 
-func (failingSides) ApplySides(context.Context, pgx.Tx, []journal.Side) error {
-	return errors.New("side store down")
+func (failingSides) QueueSides(b *pgx.Batch, _ []journal.Side) error {
+	b.Queue("SELECT * FROM no_such_table")
+	return nil
 }
 
 // When the side cannot be written, the events are not stored either.
@@ -122,5 +124,41 @@ func TestSideRefused(t *testing.T) {
 	}
 	if h, _ := j.HighestSeqNr(ctx, "T|a"); h != 0 {
 		t.Fatal("events of a refused write were stored")
+	}
+}
+
+// The one-round-trip way of a batch with sides stores nothing when its
+// insert stores less than every row: a fenced journal whose lease expired
+// in the database, or a write below its deletion mark, sets no side.
+func TestSideOfARefusedWriteIsNotStored(t *testing.T) {
+	pool := pg.Pool(t)
+	ctx := context.Background()
+	store := reminders.New(pool)
+	node := liveLease(t, pool, 1)
+	j := postgres.New(pool, postgres.Config{}, postgres.WithSideStore(store),
+		postgres.WithFence(postgres.Fence{NodeID: node.Node, Incarnation: node.Incarnation}))
+	t.Cleanup(func() { j.Close() })
+	if err := j.WriteWithSide(ctx, []journal.Event{event("T|a", 1), event("T|a", 2)}, sideSet("a")); err != nil {
+		t.Fatalf("fenced write with side while the lease is live: %v", err)
+	}
+	if !hasReminder(t, store, "a") {
+		t.Fatal("the side of a fenced write stored while the lease is live is missing")
+	}
+	if err := j.DeleteTo(ctx, "T|a", 2); err != nil {
+		t.Fatal(err)
+	}
+	// Below the deletion mark: a conflict, and no side.
+	if err := j.WriteWithSide(ctx, []journal.Event{event("T|a", 2)}, sideSet("deleted")); !errors.Is(err, journal.ErrWriteConflict) {
+		t.Fatalf("write below the deletion mark: %v, want a conflict", err)
+	}
+	if hasReminder(t, store, "deleted") {
+		t.Fatal("the side of a write below its deletion mark was stored")
+	}
+	expire(t, pool, node)
+	if err := j.WriteWithSide(ctx, []journal.Event{event("T|b", 1)}, sideSet("b")); !errors.Is(err, lease.ErrFenced) {
+		t.Fatalf("write with side after the lease expired: %v, want ErrFenced", err)
+	}
+	if hasReminder(t, store, "b") {
+		t.Fatal("the side of a fenced-off write was stored")
 	}
 }

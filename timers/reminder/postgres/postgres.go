@@ -87,9 +87,10 @@ func (s *Store) CheckSide(side journal.Side) error {
 	return b.Validate()
 }
 
-// ApplySides implements journal/postgres.SideStore: the batches of the
-// writes a journal batch stored, in its transaction.
-func (s *Store) ApplySides(ctx context.Context, tx pgx.Tx, sides []journal.Side) error {
+// QueueSides implements journal/postgres.SideStore: the statements that
+// write the batches of the writes a journal batch stored, for its
+// transaction.
+func (s *Store) QueueSides(pb *pgx.Batch, sides []journal.Side) error {
 	bs := make([]reminder.Batch, 0, len(sides))
 	for _, side := range sides {
 		b, ok := side.(reminder.Batch)
@@ -98,7 +99,8 @@ func (s *Store) ApplySides(ctx context.Context, tx pgx.Tx, sides []journal.Side)
 		}
 		bs = append(bs, b)
 	}
-	return applyTx(ctx, tx, bs)
+	queue(pb, bs)
+	return nil
 }
 
 // SidesCommitted implements journal/postgres.SideStore.
@@ -138,9 +140,19 @@ ON CONFLICT (entity_type, entity_id, name) DO UPDATE SET
 	shard_id = excluded.shard_id, due_at = excluded.due_at, period_us = excluded.period_us,
 	manifest = excluded.manifest, payload = excluded.payload, generation = excluded.generation`
 
-// applyTx applies bs in tx, in order, in one round trip: the
-// acknowledgements, then each key's last change (a cancel, or a set).
+// applyTx applies bs in tx, in order, in one round trip.
 func applyTx(ctx context.Context, tx pgx.Tx, bs []reminder.Batch) error {
+	batch := &pgx.Batch{}
+	queue(batch, bs)
+	if batch.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, batch).Close()
+}
+
+// queue queues the statements that apply bs in order: the
+// acknowledgements, then each key's last change (a cancel, or a set).
+func queue(batch *pgx.Batch, bs []reminder.Batch) {
 	var ack struct {
 		t, id, name []string
 		gen, next   []int64
@@ -184,7 +196,6 @@ func applyTx(ctx context.Context, tx pgx.Tx, bs []reminder.Batch) error {
 		set.at, set.after, set.period = append(set.at, at), append(set.after, c.After.Microseconds()), append(set.period, c.Period.Microseconds())
 		set.manifest, set.payload, set.gen = append(set.manifest, c.Manifest), append(set.payload, payload), append(set.gen, int64(c.Generation))
 	}
-	batch := &pgx.Batch{}
 	if len(ack.t) > 0 {
 		batch.Queue(ackSQL, ack.t, ack.id, ack.name, ack.gen, ack.next)
 	}
@@ -194,10 +205,6 @@ func applyTx(ctx context.Context, tx pgx.Tx, bs []reminder.Batch) error {
 	if len(set.t) > 0 {
 		batch.Queue(setSQL, set.t, set.id, set.name, set.shard, set.at, set.after, set.period, set.manifest, set.payload, set.gen)
 	}
-	if batch.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, batch).Close()
 }
 
 const dueSQL = `SELECT n.now, r.entity_id, r.name, r.shard_id, r.due_at, r.period_us, r.manifest, r.payload, r.generation
