@@ -576,3 +576,28 @@ func TestRemindersFireAfterAFullClusterRestart(t *testing.T) {
 		}
 	})
 }
+
+// Due times are on the store's clock (the database's): a node whose clock
+// is an hour behind fires a reminder when it is due, not an hour late.
+func TestFiringFollowsTheStoresClockNotTheNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := reminderstore.New(reminderstore.WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
+		c := restarted(t, store, memory.New(memory.WithSideStore(store)))
+		defer c.stop()
+		c.join("a")
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: 5 * time.Minute, ReplyTo: r} })
+		r, _ := c.stored("e1", "wake")
+		if want := time.Now().Add(time.Hour + 5*time.Minute); !r.Due.Equal(want) {
+			t.Fatalf("due %v, want %v: five minutes on the store's clock", r.Due, want)
+		}
+		time.Sleep(4 * time.Minute)
+		if got := c.rec.list(); len(got) != 0 {
+			t.Fatalf("fired a minute early: %v", got)
+		}
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
+		if got := fmt.Sprint(c.rec.list()); got != "[a:e1:wake]" {
+			t.Fatalf("deliveries %s 30 s after due, want one", got)
+		}
+	})
+}
