@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/node/admin"
@@ -204,4 +206,73 @@ func getJSON(t *testing.T, url string, status int, into any) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Postgres restarts while reminders are due: the node, unable to renew its
+// lease, fences itself and fires nothing; once the database is back, the
+// node started in its place (a supervisor's restart) fires every reminder,
+// once, and none is left stored.
+func TestRemindersSurviveAPostgresRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a container")
+	}
+	srv := pgtest.Start(t) // its own container: the others' keep running
+	dsn := srv.MigratedDSN(t)
+	withDeadline := func(c *node.Config) { registerDeadline(c.Codec) }
+	a := startNode(t, dsn, "pg-a", nil, withDeadline)
+	awaitUp(t, []*testNode{a})
+	ra, err := sharding.Init(a.Sharding(), sharding.Entity[deadlineCmd]{Key: deadlineKey, Create: deadlineEntity("pg-a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ids := []string{"r0", "r1", "r2", "r3", "r4"}
+	for _, id := range ids {
+		if _, err := entity.Ask(ctx, ra.EntityRefFor(id), func(to entity.ReplyTo[int]) deadlineCmd { return setDeadline{After: 3 * time.Second, ReplyTo: to} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := srv.Container(t)
+	if err := c.Stop(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a fenced itself", func() error {
+		if err := a.Alive(); !errors.Is(err, node.ErrFenced) {
+			return fmt.Errorf("Alive: %v", err)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // the reminders fall due while the database is down
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.WaitReady(t, ctx)
+	b := startNode(t, dsn, "pg-b", nil, withDeadline)
+	awaitUp(t, []*testNode{b})
+	rb, err := sharding.Init(b.Sharding(), sharding.Entity[deadlineCmd]{Key: deadlineKey, Create: deadlineEntity("pg-b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		eventually(t, "reminder of "+id+" handled on b", func() error {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			hits, err := entity.Ask(ctx, rb.EntityRefFor(id), func(to entity.ReplyTo[[]string]) deadlineCmd { return readDeadline{ReplyTo: to} })
+			switch {
+			case err != nil:
+				return err
+			case fmt.Sprint(hits) != "[pg-b]":
+				return fmt.Errorf("deliveries handled %v, want one on pg-b", hits)
+			}
+			return nil
+		})
+	}
+	eventually(t, "no reminder left", func() error {
+		st, err := b.Reminders().Stats(ctx, "Deadline", 0)
+		if err != nil || len(st) != 0 {
+			return fmt.Errorf("stored %v (%v)", st, err)
+		}
+		return nil
+	})
 }
