@@ -12,8 +12,8 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/internal/pgtest"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/node/admin"
 	"github.com/shoal-dev/shoal/sharding"
