@@ -34,6 +34,16 @@ func (s *Sharding) HostedShards(typeName string) ([]string, error) {
 	return r.HostedShards(), nil
 }
 
+// ShardHomes reports every shard home of typeName this node knows:
+// shard → node.
+func (s *Sharding) ShardHomes(typeName string) (map[string]string, error) {
+	r, err := s.region(typeName)
+	if err != nil {
+		return nil, err
+	}
+	return r.Homes(), nil
+}
+
 // StartEntityOf is Region.StartEntity for code that knows the type by
 // name: it starts entity id of typeName wherever its shard lives, which
 // places the shard if it has no home.

@@ -128,6 +128,7 @@ type regionRuntime interface {
 	terminate()
 	HostedShards() []string
 	StartEntity(id string) error
+	Homes() map[string]string
 	tellUntyped(entityID string, msg any) error
 }
 
