@@ -19,6 +19,12 @@
 // periodic one fires once for all its missed ticks, then goes on from the
 // first tick after the acknowledgement.
 //
+// A shard nobody hosts has no home to fire its reminders (after a full
+// cluster restart none has, until a message comes): with every load, and
+// when this node sets a reminder for such a shard, the Firer starts the
+// entity of its earliest reminder through sharding, which places the shard
+// (see kick).
+//
 // A Firer fires only while Config.Holds says the node holds its lease: a
 // node paused past its lease does not fire after it resumes, and the
 // shard's next home, which starts it only once the lease expired, takes
