@@ -36,7 +36,7 @@ func (s *Sharding) HostedShards(typeName string) ([]string, error) {
 
 // ShardHomes reports every shard home of typeName this node knows:
 // shard → node.
-func (s *Sharding) ShardHomes(typeName string) (map[string]string, error) {
+func (s *Sharding) ShardHomes(typeName string) (map[string]cluster.UniqueAddress, error) {
 	r, err := s.region(typeName)
 	if err != nil {
 		return nil, err

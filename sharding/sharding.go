@@ -147,7 +147,7 @@ type regionRuntime interface {
 	terminate()
 	HostedShards() []string
 	StartEntity(id string) error
-	Homes() map[string]string
+	Homes() map[string]cluster.UniqueAddress
 	tellUntyped(entityID string, msg any) error
 }
 

@@ -127,9 +127,9 @@ type Firer struct {
 	log     *slog.Logger
 	hosted  func() []string
 	deliver func(reminder.Reminder) error
-	// homes and startEntity place shards that have reminders due (see
+	// homed and startEntity place shards that have reminders due (see
 	// kick).
-	homes       func() map[string]string
+	homed       func() map[string]bool
 	startEntity func(id string) error
 
 	wake   chan struct{}
@@ -174,7 +174,7 @@ func (f *Firer) report() metrics.ReminderReport {
 // Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
 	typ := region.EntityRefFor("_").EntityType()
-	f, err := start(typ, sys, cfg, placement{region.HostedShards, region.Homes, region.StartEntity}, func(id string, cmd any) error {
+	f, err := start(typ, sys, cfg, placement{region.HostedShards, func() map[string]bool { return shardSet(region.Homes()) }, region.StartEntity}, func(id string, cmd any) error {
 		c, ok := cmd.(C)
 		if !ok {
 			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
@@ -187,11 +187,20 @@ func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*
 	return startReporting(f), nil
 }
 
+// shardSet is the shards of homes.
+func shardSet[V any](homes map[string]V) map[string]bool {
+	out := make(map[string]bool, len(homes))
+	for s := range homes {
+		out[s] = true
+	}
+	return out
+}
+
 // placement is what a Firer asks of its region: the shards hosted here,
 // every shard's home it knows, and to start an entity (placing its shard).
 type placement struct {
 	hosted      func() []string
-	homes       func() map[string]string
+	homed       func() map[string]bool
 	startEntity func(id string) error
 }
 
@@ -206,7 +215,7 @@ func start(typ string, sys *entity.System, cfg Config, p placement, tell func(id
 	}
 	f := &Firer{
 		typ: typ, cfg: cfg, log: cfg.Logger.With("entity_type", typ),
-		hosted: p.hosted, homes: p.homes, startEntity: p.startEntity,
+		hosted: p.hosted, homed: p.homed, startEntity: p.startEntity,
 		deliver: func(r reminder.Reminder) error { return deliver(reg, tell, r) },
 		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		shards: map[string]bool{}, held: newHeldSet(),
@@ -487,9 +496,9 @@ func (f *Firer) kick() {
 		f.log.Warn("listing the shards with due reminders failed", "err", err)
 		return
 	}
-	homes := f.homes()
+	homed := f.homed()
 	for shard, id := range soon {
-		if _, homed := homes[shard]; homed || f.shards[shard] {
+		if homed[shard] || f.shards[shard] {
 			continue
 		}
 		f.place(shard, id)
@@ -516,10 +525,10 @@ func (f *Firer) takeObserved(now time.Time) {
 	f.observed = nil
 	f.mu.Unlock()
 	dbNow := now.Add(f.offset)
-	var homes map[string]string
+	var homed map[string]bool
 	placed := map[string]bool{}
-	if len(bs) > 0 && f.homes != nil {
-		homes = f.homes()
+	if len(bs) > 0 && f.homed != nil {
+		homed = f.homed()
 	}
 	for _, b := range bs {
 		for _, a := range b.Acks {
@@ -551,7 +560,7 @@ func (f *Firer) takeObserved(now time.Time) {
 			if !f.shards[c.ShardID] {
 				// Set here for a shard nobody hosts (not by its entity,
 				// then): place it, so that its home fires the reminder.
-				if _, homed := homes[c.ShardID]; !homed && !placed[c.ShardID] && f.startEntity != nil && !due.After(dbNow.Add(f.cfg.Window)) {
+				if !homed[c.ShardID] && !placed[c.ShardID] && f.startEntity != nil && !due.After(dbNow.Add(f.cfg.Window)) {
 					placed[c.ShardID] = true
 					f.place(c.ShardID, c.EntityID)
 				}

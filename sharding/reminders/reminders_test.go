@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	shoalcluster "github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
@@ -128,9 +129,8 @@ func alarmEntity(rec *rings) func(ctx entity.Context[alarmCmd]) entity.Behavior[
 // store, as the nodes of a cluster share Postgres.
 type cluster struct {
 	t         *testing.T
-	members   *sharding.LocalCluster
-	transport *sharding.LocalTransport
-	coord     *sharding.MemoryCoordinatorStore
+	members   *sharding.InProcessCluster
+	systems   map[string]*entity.System
 	store     *reminderstore.Store
 	journal   *memory.Journal
 	rec       *rings
@@ -151,8 +151,7 @@ func newCluster(t *testing.T) *cluster {
 // restarted is a new cluster on the stores of a former one, as a cluster
 // restarted whole finds its database.
 func restarted(t *testing.T, store *reminderstore.Store, j *memory.Journal) *cluster {
-	c := &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
-		coord: sharding.NewMemoryCoordinatorStore(), store: store, journal: j,
+	c := &cluster{t: t, members: sharding.NewInProcessCluster(), systems: map[string]*entity.System{}, store: store, journal: j,
 		rec: &rings{}, metrics: prometheus.NewRegistry(), nodes: map[string]*sharding.Sharding{}, regions: map[string]*sharding.Region[alarmCmd]{},
 		firers: map[string]*reminders.Service{}, pingers: map[string]*sharding.Region[pingCmd]{}}
 	c.holds.Store(true)
@@ -166,7 +165,8 @@ func (c *cluster) join(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s, err := sharding.New(sys, sharding.Config{Transport: c.transport, Membership: c.members.Join(name), CoordinatorStore: c.coord})
+	c.systems[name] = sys
+	s, err := c.members.Join(sys)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func (c *cluster) leave(name string) {
 	if err := c.nodes[name].Shutdown(context.Background()); err != nil {
 		c.t.Fatalf("%s left with %v", name, err)
 	}
-	c.members.Remove(name)
+	c.members.Remove(shoalcluster.UniqueAddress{Node: name, Incarnation: c.systems[name].Incarnation()})
 	delete(c.nodes, name)
 	delete(c.firers, name)
 	delete(c.regions, name)
@@ -206,7 +206,7 @@ func (c *cluster) crash(name string) {
 	c.t.Helper()
 	c.firers[name].Stop()
 	c.nodes[name].Terminate()
-	c.members.Remove(name)
+	c.members.Remove(shoalcluster.UniqueAddress{Node: name, Incarnation: c.systems[name].Incarnation()})
 	delete(c.nodes, name)
 	delete(c.firers, name)
 	delete(c.regions, name)
