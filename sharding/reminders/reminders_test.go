@@ -128,14 +128,14 @@ func alarmEntity(rec *rings) func(ctx entity.Context[alarmCmd]) entity.Behavior[
 // cluster is nodes in one process sharing a memory journal and reminder
 // store, as the nodes of a cluster share Postgres.
 type cluster struct {
-	t         *testing.T
-	members   *sharding.InProcessCluster
-	systems   map[string]*entity.System
-	store     *reminderstore.Store
-	journal   *memory.Journal
-	rec       *rings
-	holds     atomic.Bool
-	metrics   *prometheus.Registry
+	t       *testing.T
+	members *sharding.InProcessCluster
+	systems map[string]*entity.System
+	store   *reminderstore.Store
+	journal *memory.Journal
+	rec     *rings
+	holds   atomic.Bool
+	metrics *prometheus.Registry
 
 	nodes   map[string]*sharding.Sharding
 	regions map[string]*sharding.Region[alarmCmd]
