@@ -374,13 +374,20 @@ type localNode struct {
 	issuer    *fakeIssuer
 	journal   *memory.Journal
 	reminders *remindermemory.Store
+	firing    *reminders.Service
 	sharding  *sharding.Sharding
 	entities  *sharding.Region[Command]
 }
 
 func newLocalNode(t *testing.T, settings Settings) *localNode {
-	reg := testRegistry()
 	j, store := remindingJournal()
+	return newLocalNodeOn(t, settings, j, store)
+}
+
+// newLocalNodeOn runs the node on stores another node may share: a node
+// started after a killed one is the payments' next home.
+func newLocalNodeOn(t *testing.T, settings Settings, j *memory.Journal, store *remindermemory.Store) *localNode {
+	reg := testRegistry()
 	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: j, Reminders: store, ForceSerialization: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -391,13 +398,20 @@ func newLocalNode(t *testing.T, settings Settings) *localNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.sharding.Terminate)
-	fireReminders(t, n.sharding, store)
+	n.firing = fireReminders(t, n.sharding, store)
 	t.Cleanup(n.issuer.releaseHeld)
 	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
 	if n.entities, err = InitPayments(n.sharding, p, 1); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// kill stops the node as a crash would: its entities and its firing stop
+// at once; the stores keep what was written.
+func (n *localNode) kill() {
+	n.firing.Stop()
+	n.sharding.Terminate()
 }
 
 // resident is how many payment entities run.
