@@ -93,7 +93,7 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		go func() { _ = pprofServer.Serve(ln) }()
 	}
 	if opts.issuerOnly {
-		return serveIssuer(ctx, cfg.SimulatorAddr, stdout)
+		return serveIssuer(ctx, cfg.SimulatorAddr, opts.issuerHangAmount, stdout)
 	}
 	demo := opts.demo
 
@@ -164,6 +164,8 @@ func pprofMux() *http.ServeMux {
 type options struct {
 	cfg              Config
 	demo, issuerOnly bool
+	// issuerHangAmount: the -issuer-only simulator never answers requests of this amount.
+	issuerHangAmount int64
 	// activationLog: the activation log goes to stdout.
 	activationLog    bool
 	pprofAddr, probe string
@@ -185,6 +187,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
 	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
 	flags.BoolVar(&o.issuerOnly, "issuer-only", false, "serve only the issuer simulator, on -issuer-addr (one issuer for a cluster)")
+	flags.Int64Var(&o.issuerHangAmount, "issuer-hang-amount", 0, "with -issuer-only, never answer requests of this amount (payments that stay in processing until their timeout: a test's fault)")
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
 	flags.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
 	flags.BoolVar(&cfg.Metrics, "metrics", false, "serve Prometheus metrics at /metrics on the API address")
@@ -232,6 +235,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	if o.issuerOnly && (o.demo || cfg.Cluster != nil || cfg.IssuerURL != "") {
 		return o, &FlagError{Flag: "issuer-only", Value: "true", Reason: "serves the simulator alone; it cannot be combined with -demo, -issuer-url or cluster flags"}
 	}
+	if o.issuerHangAmount != 0 && (!o.issuerOnly || o.issuerHangAmount < 0) {
+		return o, &FlagError{Flag: "issuer-hang-amount", Value: strconv.FormatInt(o.issuerHangAmount, 10), Reason: "needs -issuer-only and a positive amount"}
+	}
 	return o, nil
 }
 
@@ -256,12 +262,15 @@ func probeURL(ctx context.Context, url string) error {
 }
 
 // serveIssuer is -issuer-only: the simulator alone until ctx ends.
-func serveIssuer(ctx context.Context, addr string, stdout io.Writer) error {
+func serveIssuer(ctx context.Context, addr string, hangAmount int64, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("issuer simulator: %w", err)
 	}
 	sim := NewSimulator()
+	if hangAmount > 0 {
+		sim.SetRules(Rule{Amount: hangAmount, Reaction: Reaction{Hang: true}})
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/payment", sim)
 	srv := boundedServer(mux, simulatorWriteTimeout)
