@@ -146,6 +146,10 @@ func (c *Cluster) AddNode(ctx context.Context) *Node {
 	return n
 }
 
+// hangAmount is the amount the issuer never answers: a payment of it stays
+// in processing until its processing timeout.
+const hangAmount = 777
+
 // dsn is the nodes' database address on the backend network.
 const dsn = "postgres://shoal:shoal@postgres:5432/payment?sslmode=disable"
 
@@ -180,7 +184,7 @@ func (c *Cluster) startPostgres(ctx context.Context, image string) {
 func (c *Cluster) startIssuer(ctx context.Context) {
 	req := testcontainers.ContainerRequest{
 		Image:          c.image,
-		Cmd:            []string{"-issuer-only", "-issuer-addr=0.0.0.0:8081"},
+		Cmd:            []string{"-issuer-only", "-issuer-addr=0.0.0.0:8081", "-issuer-hang-amount=" + strconv.Itoa(hangAmount)},
 		Networks:       []string{c.backend.Name},
 		NetworkAliases: map[string][]string{c.backend.Name: {"issuer"}},
 	}
