@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/shoal-dev/shoal/timers"
 )
 
 func main() {
@@ -195,6 +197,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.BoolVar(&o.demo, "demo", false, "run a scripted demo against the simulator, then exit")
 	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
 	verbose := flags.Bool("v", false, "log at debug level")
+	clockSkew := flags.Duration("clock-skew", 0, "offset this node's wall clock (its entities' and its reminder firing's) by this much: a test's clock skew between nodes")
 	flags.BoolVar(&cfg.Counters, "counter", false, "also serve counter entities (POST /counter/{id}/add?by=N, GET /counter/{id}): a workload for linearizability tests")
 	activationLog := flags.Bool("activation-log", false, "print a line to stdout, prefixed \"ACTIVATION \", when an entity starts, stops or meets another incarnation's write: for tests that check no entity is active on two nodes at once")
 	cf.register(flags)
@@ -216,6 +219,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	o.activationLog = *activationLog
+	if *clockSkew != 0 {
+		cfg.Clock = skewedClock{Clock: timers.Real{}, skew: *clockSkew}
+	}
 	var err error
 	if cfg.Cluster, err = cf.config(flags, cfg.PostgresDSN); err != nil {
 		return o, err
@@ -305,3 +311,13 @@ func boundedServer(h http.Handler, write time.Duration) *http.Server {
 		IdleTimeout:       time.Minute,
 	}
 }
+
+// skewedClock is a wall clock off by skew (-clock-skew): durations, and so
+// timers, are the real ones; only the time of day is wrong, as on a node
+// whose clock drifted.
+type skewedClock struct {
+	timers.Clock
+	skew time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return c.Clock.Now().Add(c.skew) }
