@@ -38,6 +38,8 @@ type Options struct {
 	// Initial is how many of the nodes Start starts; AddNode starts the
 	// others. Default Nodes.
 	Initial int
+	// ClockSkew offsets a node's wall clock (payment -clock-skew), by name.
+	ClockSkew map[string]time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -225,6 +227,9 @@ func (c *Cluster) args(name string, bootstrap bool) []string {
 	}
 	if bootstrap {
 		args = append(args, "-bootstrap")
+	}
+	if skew := c.opts.ClockSkew[name]; skew != 0 {
+		args = append(args, "-clock-skew="+skew.String())
 	}
 	return args
 }

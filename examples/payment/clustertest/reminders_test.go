@@ -269,3 +269,42 @@ func TestRemindersPausePastLease(t *testing.T) {
 	c.Heal(ctx)
 	c.CheckNoDualActivation(ctx)
 }
+
+// Clock skew between nodes: node1's clock is an hour behind, node2's an
+// hour ahead. Reminders are due on the database's clock, and the firing
+// tracks it, so the payments of a killed node time out on the skewed
+// survivors neither early (a node an hour ahead firing at once) nor never
+// (a node an hour behind waiting an hour).
+func TestRemindersClockSkew(t *testing.T) {
+	extended(t)
+	c := Start(t, Options{ClockSkew: map[string]time.Duration{"node1": -time.Hour, "node2": time.Hour}})
+	ctx := scenarioContext(t)
+	victim := c.Nodes[2] // survivors: both skewed
+	sent := time.Now()
+	orders := c.holdProcessing(ctx, heldPayments)
+	victim.Kill(ctx)
+	onVictim := c.hostedBy(ctx, victim.Name, orders)
+	if len(onVictim) == 0 {
+		t.Fatalf("none of %d held payments ran on %s", len(orders), victim.Name)
+	}
+	deadline := time.Now().Add(processingBound)
+	firstTimeout := time.Time{}
+	for firstTimeout.IsZero() {
+		for _, o := range onVictim {
+			if c.paymentEvents(ctx, o)["payment.SettlementTimeoutDetected"] > 0 {
+				firstTimeout = time.Now()
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("no payment of %s timed out within %v on the skewed survivors", victim.Name, processingBound)
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+	// Due 20 s after each acceptance, which came after sent.
+	if early := firstTimeout.Sub(sent); early < 20*time.Second {
+		t.Errorf("a payment timed out %v after its request was sent; its processing timeout is 20 s", early)
+	}
+	timeouts := c.waitPhasesLeft(ctx, orders, onVictim)
+	t.Logf("%s killed holding %d of %d payments; the first timed out %v after the requests (due after 20 s), on survivors skewed -1h and +1h; %d timeouts, each once",
+		victim.Name, len(onVictim), len(orders), firstTimeout.Sub(sent).Round(time.Millisecond), timeouts)
+}
