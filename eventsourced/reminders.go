@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/timers/reminder"
 )
@@ -96,10 +96,8 @@ func (b *behavior[C, E, S]) reminderBatch(cmd C, eff Effect[E, S]) (reminder.Bat
 		return batch, nil
 	}
 	shard := ""
-	if o, ok := b.cell().(interface{ Owner() entity.Owner[C] }); ok {
-		if s, ok := o.Owner().(ShardOf); ok {
-			shard = s.ShardID()
-		}
+	if s, ok := runtime.OwnerOf(b.cell()).(ShardOf); ok {
+		shard = s.ShardID()
 	}
 	typ := journal.EntityTypeOf(b.pid())
 	for _, r := range eff.reminders {
@@ -155,13 +153,13 @@ func (b *behavior[C, E, S]) applyReminders(cmd C, batch reminder.Batch, then fun
 		b.rejectPersist(cmd, b.seqNr+1, ErrNoReminderStore)
 		return
 	}
-	b.cell().Suspend()
+	runtime.Suspend(b.cell())
 	timeout := b.cfg.WriteTimeout
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := store.Apply(ctx, batch)
 		cancel()
-		b.cell().Post(func() {
+		runtime.Post(b.cell(), func() {
 			if err != nil {
 				kind := ErrPersistFailed
 				if errors.Is(err, reminder.ErrInvalid) {
@@ -173,7 +171,7 @@ func (b *behavior[C, E, S]) applyReminders(cmd C, batch reminder.Batch, then fun
 				b.failCommand(cmd, perr)
 				return
 			}
-			b.cell().Resume()
+			runtime.Resume(b.cell())
 			then()
 		})
 	}()

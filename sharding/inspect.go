@@ -34,6 +34,16 @@ func (s *Sharding) HostedShards(typeName string) ([]string, error) {
 	return r.HostedShards(), nil
 }
 
+// ShardHomes reports every shard home of typeName this node knows:
+// shard → node.
+func (s *Sharding) ShardHomes(typeName string) (map[string]string, error) {
+	r, err := s.region(typeName)
+	if err != nil {
+		return nil, err
+	}
+	return r.Homes(), nil
+}
+
 // StartEntityOf is Region.StartEntity for code that knows the type by
 // name: it starts entity id of typeName wherever its shard lives, which
 // places the shard if it has no home.
@@ -203,12 +213,12 @@ func (r *Region[C]) rebalance(shardID string) error {
 
 // sortShardStates sorts by id, numbers in numeric order before other ids.
 func sortShardStates(shards []ShardState) {
-	slices.SortFunc(shards, func(a, b ShardState) int { return CompareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(shards, func(a, b ShardState) int { return compareShardIDs(a.ID, b.ID) })
 }
 
-// CompareShardIDs orders shard ids: numbers in numeric order, before any
+// compareShardIDs orders shard ids: numbers in numeric order, before any
 // other id; other ids in byte order.
-func CompareShardIDs(a, b string) int {
+func compareShardIDs(a, b string) int {
 	na, errA := strconv.ParseUint(a, 10, 64)
 	nb, errB := strconv.ParseUint(b, 10, 64)
 	switch {

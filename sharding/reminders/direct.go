@@ -9,6 +9,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
@@ -34,11 +35,9 @@ var ErrNotSharded = errors.New("reminders: the entity runs in no shard")
 // one of its handlers.
 func For[C any](ctx entity.Context[C]) (Handle[C], error) {
 	h := Handle[C]{key: reminder.Key{EntityID: ctx.EntityID()}, codec: ctx.System().Codec(), store: ctx.System().Reminders()}
-	if t, ok := ctx.(interface{ EntityType() string }); ok {
-		h.key.EntityType = t.EntityType()
-	}
-	if o, ok := ctx.(interface{ Owner() entity.Owner[C] }); ok {
-		if s, ok := o.Owner().(eventsourced.ShardOf); ok {
+	if c, ok := ctx.(*runtime.Cell[C]); ok {
+		h.key.EntityType = c.EntityType()
+		if s, ok := runtime.OwnerOf(c).(eventsourced.ShardOf); ok {
 			h.shard = s.ShardID()
 		}
 	}

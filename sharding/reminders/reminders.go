@@ -19,6 +19,12 @@
 // periodic one fires once for all its missed ticks, then goes on from the
 // first tick after the acknowledgement.
 //
+// A shard nobody hosts has no home to fire its reminders (after a full
+// cluster restart none has, until a message comes): with every load, and
+// when this node sets a reminder for such a shard, the Firer starts the
+// entity of its earliest reminder through sharding, which places the shard
+// (see kick).
+//
 // A Firer fires only while Config.Holds says the node holds its lease: a
 // node paused past its lease does not fire after it resumes, and the
 // shard's next home, which starts it only once the lease expired, takes
@@ -121,7 +127,9 @@ type Firer struct {
 	log     *slog.Logger
 	hosted  func() []string
 	deliver func(reminder.Reminder) error
-	// startEntity places shards that have reminders due (see kick).
+	// homes and startEntity place shards that have reminders due (see
+	// kick).
+	homes       func() map[string]string
 	startEntity func(id string) error
 
 	wake   chan struct{}
@@ -166,7 +174,7 @@ func (f *Firer) report() metrics.ReminderReport {
 // Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
 	typ := region.EntityRefFor("_").EntityType()
-	f, err := start(typ, sys, cfg, placement{region.HostedShards, region.StartEntity}, func(id string, cmd any) error {
+	f, err := start(typ, sys, cfg, placement{region.HostedShards, region.Homes, region.StartEntity}, func(id string, cmd any) error {
 		c, ok := cmd.(C)
 		if !ok {
 			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
@@ -180,9 +188,10 @@ func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*
 }
 
 // placement is what a Firer asks of its region: the shards hosted here,
-// and to start an entity (placing its shard).
+// every shard's home it knows, and to start an entity (placing its shard).
 type placement struct {
 	hosted      func() []string
+	homes       func() map[string]string
 	startEntity func(id string) error
 }
 
@@ -197,7 +206,7 @@ func start(typ string, sys *entity.System, cfg Config, p placement, tell func(id
 	}
 	f := &Firer{
 		typ: typ, cfg: cfg, log: cfg.Logger.With("entity_type", typ),
-		hosted: p.hosted, startEntity: p.startEntity,
+		hosted: p.hosted, homes: p.homes, startEntity: p.startEntity,
 		deliver: func(r reminder.Reminder) error { return deliver(reg, tell, r) },
 		wake:    make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		shards: map[string]bool{}, held: newHeldSet(),
@@ -454,31 +463,49 @@ func (f *Firer) load(now time.Time, shards []string) {
 	f.mu.Unlock()
 }
 
-// kick starts, for each shard with reminders due now that this node does
-// not host, the entity of its earliest one: that places a shard nobody
-// hosts (none does after a full cluster restart until a message comes) and
-// its home then fires them; where the shard runs, it starts an entity that
-// runs already, or is about to receive the reminder anyway. It runs with
-// every full load, so a shard's due reminders wait at most LoadEvery for
-// a home.
+// kick places the shards whose reminders would otherwise wait: for each
+// shard this node does not host that has reminders due within the window
+// and no home this node knows of, or has reminders due now (its home may
+// be gone), it starts the entity of the earliest one through sharding.
+// That places a shard nobody hosts (none is, after a full cluster restart,
+// until a message comes) ahead of its reminders, and its home fires them;
+// where the shard runs, it starts an entity that runs already or is about
+// to get its reminder anyway. It runs with every full load.
 func (f *Firer) kick() {
 	if f.startEntity == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LoadEvery)
 	defer cancel()
+	soon, err := f.cfg.Store.DueShards(ctx, f.typ, f.cfg.Window)
+	if err != nil {
+		f.log.Warn("listing the shards with due reminders failed", "err", err)
+		return
+	}
 	due, err := f.cfg.Store.DueShards(ctx, f.typ, 0)
 	if err != nil {
 		f.log.Warn("listing the shards with due reminders failed", "err", err)
 		return
 	}
-	for shard, id := range due {
-		if f.shards[shard] {
+	homes := f.homes()
+	for shard, id := range soon {
+		if _, homed := homes[shard]; homed || f.shards[shard] {
 			continue
 		}
-		if err := f.startEntity(id); err != nil {
-			f.log.Warn("starting a shard with due reminders failed", "shard_id", shard, "err", err)
+		f.place(shard, id)
+		delete(due, shard)
+	}
+	for shard, id := range due {
+		if !f.shards[shard] {
+			f.place(shard, id)
 		}
+	}
+}
+
+// place starts entity id of shard, which places the shard.
+func (f *Firer) place(shard, id string) {
+	if err := f.startEntity(id); err != nil {
+		f.log.Warn("starting a shard with due reminders failed", "shard_id", shard, "err", err)
 	}
 }
 
@@ -489,6 +516,11 @@ func (f *Firer) takeObserved(now time.Time) {
 	f.observed = nil
 	f.mu.Unlock()
 	dbNow := now.Add(f.offset)
+	var homes map[string]string
+	placed := map[string]bool{}
+	if len(bs) > 0 && f.homes != nil {
+		homes = f.homes()
+	}
 	for _, b := range bs {
 		for _, a := range b.Acks {
 			h, ok := f.held.get(a.Key)
@@ -509,12 +541,21 @@ func (f *Firer) takeObserved(now time.Time) {
 				continue
 			}
 			f.held.remove(c.Key)
-			if c.Cancel || !f.shards[c.ShardID] {
+			if c.Cancel {
 				continue
 			}
 			due := c.At
 			if due.IsZero() {
 				due = dbNow.Add(c.After)
+			}
+			if !f.shards[c.ShardID] {
+				// Set here for a shard nobody hosts (not by its entity,
+				// then): place it, so that its home fires the reminder.
+				if _, homed := homes[c.ShardID]; !homed && !placed[c.ShardID] && f.startEntity != nil && !due.After(dbNow.Add(f.cfg.Window)) {
+					placed[c.ShardID] = true
+					f.place(c.ShardID, c.EntityID)
+				}
+				continue
 			}
 			if due.After(dbNow.Add(f.cfg.Window)) || f.held.len() >= f.cfg.MaxHeld {
 				continue // the load that reaches it picks it up

@@ -51,6 +51,7 @@ func (v *Service) check() {
 		}
 		f, err := start(typ, v.sys, v.cfg, placement{
 			hosted:      func() []string { ids, _ := v.s.HostedShards(typ); return ids },
+			homes:       func() map[string]string { h, _ := v.s.ShardHomes(typ); return h },
 			startEntity: func(id string) error { return v.s.StartEntityOf(typ, id) },
 		}, func(id string, cmd any) error { return v.s.TellUntyped(typ, id, cmd) })
 		if err != nil {
