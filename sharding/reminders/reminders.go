@@ -433,7 +433,6 @@ func (f *Firer) load(now time.Time, shards []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LoadEvery)
 	defer cancel()
-	before := f.cfg.Clock.Now()
 	w, err := f.cfg.Store.Due(ctx, reminder.Query{EntityType: f.typ, Shards: shards, Within: f.cfg.Window, Limit: f.cfg.MaxHeld})
 	if err != nil {
 		f.log.Warn("loading due reminders failed; retrying", "err", err)
@@ -443,7 +442,12 @@ func (f *Firer) load(now time.Time, shards []string) {
 		return
 	}
 	after := f.cfg.Clock.Now()
-	f.offset = w.Now.Sub(before.Add(after.Sub(before) / 2))
+	// The database read its clock during the load, before after;
+	// counting from after keeps the estimate from running ahead of it
+	// (a load that waited for a connection would put a midpoint ahead by
+	// half the wait), so a reminder fires late by at most a load's round
+	// trip, never early.
+	f.offset = w.Now.Sub(after)
 	in := map[string]bool{}
 	for _, s := range shards {
 		in[s] = true
