@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -57,6 +58,10 @@ type Region[C any] struct {
 	coordStarted  time.Time
 	coordNext     time.Time
 	coordStopping bool // coord was told to stop; it is forgotten once done
+	// queued counts the messages from the transport that inbound left in
+	// the control entity's mailbox and it has not finished yet: while any
+	// is, no message from the transport overtakes it (inbound.go).
+	queued atomic.Int64
 	// downing is the coordinator's downing machine, kept across its
 	// runners; created by startCoordinator, then used only by the one
 	// runner that runs (newCoordinatorRunner).
@@ -117,7 +122,7 @@ func (r *Region[C]) start() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error { return r.ctl.Tell(m) })
+	stop, err := r.s.cfg.Transport.Listen(r.self, r.inbound)
 	if err != nil {
 		r.ctl.StopNow()
 		return err
@@ -250,6 +255,9 @@ func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
 // receive handles protocol messages on the region's control entity.
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
+	case queuedInbound:
+		r.receive(nil, m.msg)
+		r.queued.Add(-1)
 	case retryTick:
 		r.restartFailedCoordinator()
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
