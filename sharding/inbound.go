@@ -1,6 +1,6 @@
 package sharding
 
-import "github.com/shoal-dev/shoal/sharding/protocol"
+import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 
 // inbound is the region's listener on the transport: what other regions
 // (and coordinators) send it. A Deliver for a shard this region hosts and

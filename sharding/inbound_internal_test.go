@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // recorder is an entity behavior that records, per entity, the messages
