@@ -126,9 +126,6 @@ type clusterOpts struct {
 	create func(node string) func(entity.Context[cmd]) entity.Behavior[cmd]
 	// settings are those of both entity types; default 12 shards.
 	settings sharding.Settings
-	// viaRouter leaves Config.RemoteReplies unset: replies (and failures)
-	// take the transport's ReplyRouter.
-	viaRouter bool
 }
 
 func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
@@ -177,13 +174,9 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
-		var replies entity.RemoteReplies = tn.tr.SendReply
-		if o.viaRouter {
-			replies = nil
-		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
 			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
-			RemoteReplies: replies, Logger: log,
+			Logger: log,
 		}); err != nil {
 			t.Fatal(err)
 		}
