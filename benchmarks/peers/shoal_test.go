@@ -125,9 +125,10 @@ func newShoalPair(tb testing.TB, targets int) *shoalPair {
 		if err := n.tr.Bind(n.net); err != nil {
 			tb.Fatal(err)
 		}
+		// Replies to the other node take the remote transport, which
+		// sharding.New attaches as the runtime's reply route.
 		if n.sys, err = entity.NewSystem(entity.Config{
-			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: reg,
-			RemoteReplies: n.tr.SendReply, Logger: quiet(),
+			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: reg, Logger: quiet(),
 		}); err != nil {
 			tb.Fatal(err)
 		}
