@@ -43,7 +43,7 @@ echo "load before: $(uptime)"
 for ((r = 1; r <= runs; r++)); do
 	for i in "${!roots[@]}"; do
 		echo "== run $r/$runs, ${roots[$i]}" >&2
-		(cd "$repo/benchmarks" && GOWORK=off go test -modfile="$work/go$i.mod" -run '^$' \
+		(cd "$repo/benchmarks" && GOWORK=off go test -mod=mod -modfile="$work/go$i.mod" -run '^$' \
 			-bench "$bench" -benchtime "$benchtime" -count 1 ./peers) |
 			tee -a "$work/raw$i.txt" | grep -E '^Benchmark' >&2 || true
 	done
