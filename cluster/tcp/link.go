@@ -416,11 +416,11 @@ func (l *link) take(buf []byte, connDone <-chan struct{}) (_ []byte, messages in
 				l.queue[n] = item{}
 				n++
 			}
-			if n == len(l.queue) {
-				l.queue = l.queue[:0] // reuse the array from its start
-			} else {
-				l.queue = l.queue[n:]
-			}
+			// What is left moves to the front: the array is reused, not
+			// outgrown by appends at its end.
+			left := copy(l.queue, l.queue[n:])
+			clear(l.queue[left:])
+			l.queue = l.queue[:left]
 			l.queued -= messages
 			l.mu.Unlock()
 			return buf, messages, true
