@@ -1,3 +1,7 @@
+// The benchmarks beside other actor runtimes (see docs/DESIGN.md,
+// 'Transport'): their dependencies stay in this module, out of the main
+// module's graph. Tidy with `go mod tidy -e`: a test of GoAkt's imports a
+// Consul client that needs a go-metrics package the selected version lacks.
 module github.com/shoal-dev/shoal/benchmarks
 
 go 1.26.0
