@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 type cmd interface{ isCmd() }
@@ -70,7 +71,7 @@ type encodingRouter struct {
 }
 
 func (r encodingRouter) RouteReply(to entity.ReplyAddress, v any) error {
-	manifest, payload, err := entity.EncodeReply(r.codec, v)
+	manifest, payload, err := runtime.EncodeReply(r.codec, v)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -186,7 +187,7 @@ type Transport struct {
 
 var (
 	_ sharding.ReplyCarrier = (*Transport)(nil)
-	_ entity.ReplyRouter    = (*Transport)(nil)
+	_ runtime.ReplyRouter   = (*Transport)(nil)
 )
 
 // New returns the transport of incarnation self; Bind gives it the
@@ -312,13 +313,13 @@ func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 // it.
 func (t *Transport) Attach(_ string, sys *entity.System) {
 	t.sys.Store(sys)
-	sys.SetReplyRouter(t)
+	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements entity.ReplyRouter: it encodes v (a reply, or a
+// RouteReply implements runtime.ReplyRouter: it encodes v (a reply, or a
 // failure in its place) and sends it to the asking incarnation.
 func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
-	manifest, payload, err := entity.EncodeReply(t.cfg.Codec, v)
+	manifest, payload, err := runtime.EncodeReply(t.cfg.Codec, v)
 	if err != nil {
 		return fmt.Errorf("remote: reply to %s: %w", to, err)
 	}
@@ -428,7 +429,7 @@ func (t *Transport) askFailed(from cluster.UniqueAddress, f wire.AskFailed) erro
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: ask failure for %s: %w", f.To, entity.ErrNoRemoteReplies))
 	}
-	err := sys.FailAsk(f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
+	err := runtime.FailAsk(sys, f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
 	if err != nil && !errors.Is(err, entity.ErrAskEnded) {
 		return t.refuse(&t.stat.replyRefused, from, err)
 	}
@@ -440,7 +441,7 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: reply to %s: %w", r.To, entity.ErrNoRemoteReplies))
 	}
-	if err := sys.DeliverReply(context.Background(), r.To, r.Manifest, r.Payload); err != nil {
+	if err := runtime.DeliverReply(context.Background(), sys, r.To, r.Manifest, r.Payload); err != nil {
 		t.stat.replyRefused.Add(1)
 		if errors.Is(err, entity.ErrAskEnded) {
 			return err // a race with the ask's deadline: the runtime counted a dead letter
@@ -490,7 +491,7 @@ func (t *Transport) logOnce(from cluster.UniqueAddress, err error) {
 
 func kindOf(err error) string {
 	for _, k := range []error{ErrUndecodable, ErrUnknownTarget, ErrNotProtocol, cluster.ErrStaleIncarnation,
-		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, entity.ErrNotThisNode} {
+		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, runtime.ErrNotThisNode} {
 		if errors.Is(err, k) {
 			return k.Error()
 		}

@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"context"
@@ -126,7 +126,8 @@ const JSONReplyManifest = "shoal.reply.json"
 // Reply sends v to the Ask waiting behind to, and returns why it could not.
 // To an ask of this System it is delivered at once; to another node's it
 // goes to the ReplyRouter, the one route of replies between nodes, which
-// encodes it (EncodeReply) if it leaves the process. Every reply that reaches no ask is
+// encodes it (EncodeReply) if it leaves the process. Every reply that
+// reaches no ask is
 // counted as a dead letter: to a zero ReplyTo (ErrNoReplyAddress), to an
 // ask that has ended (ErrAskEnded), to another incarnation of this node
 // (ErrStaleIncarnation), to another node with no way there
@@ -282,7 +283,7 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 // sentinels (ErrUnhandled, ErrStopped, ...). A reply that does not
 // serialize under ForceSerialization fails the Ask with ErrNotSerializable;
 // one from another node that does not decode into R fails it at once with
-// ErrReplyUndecodable (see System.DeliverReply).
+// ErrReplyUndecodable (see DeliverReply).
 // An entity that handles the command normally and stops without replying
 // may have handed the ReplyTo on, so that Ask waits for its deadline.
 //
@@ -435,7 +436,7 @@ type ReplyRouter interface {
 }
 
 // SetReplyRouter installs the router for replies to other nodes' asks.
-func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
+func SetReplyRouter(s *System, r ReplyRouter) { s.router.Store(&r) }
 
 // DeliverLocalReply hands v to this System's ask to, for a ReplyRouter
 // that carried it here as a value; v may be a failure the other node sent
@@ -443,7 +444,7 @@ func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
 // refuses a reply for another node (ErrNotThisNode) or incarnation
 // (ErrStaleIncarnation), and counts one for an ask that has ended as a
 // dead letter (ErrAskEnded).
-func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
+func DeliverLocalReply(s *System, to ReplyAddress, v any) error {
 	if err := s.checkReplyAddress(to, v); err != nil {
 		return err
 	}
@@ -469,7 +470,7 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // instead of a reply: the ask fails at once with an *AskFailedError (and
 // ErrReplyUndecodable, also returned, when they do not decode). When
 // ctx has already ended it delivers nothing and returns ctx's error.
-func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
+func DeliverReply(ctx context.Context, s *System, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("entity: deliver reply to %s: %w", to, err)
 	}
@@ -649,7 +650,7 @@ func (t *replyTable) take(id uint64) (waiter, bool) {
 // stored, say). Asks that have ended are not touched. The asks of other
 // nodes are sent a failure on the reply route (see AskFailedError), those
 // of other incarnations of this node are left alone.
-func (s *System) FailAsks(msg any, err error) { s.failAsks(msg, err) }
+func FailAsks(s *System, msg any, err error) { s.failAsks(msg, err) }
 
 // failAsks fails, with err, the asks whose reply addresses msg carries:
 // msg will never be handled. It looks for ReplyTo values by reflection,
