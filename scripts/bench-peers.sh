@@ -11,7 +11,7 @@
 # run (A B A B ...), so that load coming and going on a shared machine
 # falls on all alike; the table then has one column per root and, for two
 # roots, the ratio of the second's median to the first's. Default: this
-# checkout alone.
+# checkout alone. The harness must build against every root's API.
 set -Eeuo pipefail
 
 runs=3 bench='Peers' benchtime='1s'

@@ -64,13 +64,12 @@ func target(arrived *atomic.Int64) func(entity.Context[command]) entity.Behavior
 // leases and gossip: the entity runtime, sharding over the remote
 // transport, the remote transport over cluster/tcp on loopback.
 type shoalNode struct {
-	self    cluster.UniqueAddress
-	sys     *entity.System
-	tr      *remote.Transport
-	net     *tcp.Transport
-	members *remote.Membership
-	sh      *sharding.Sharding
-	region  *sharding.Region[command]
+	self   cluster.UniqueAddress
+	sys    *entity.System
+	tr     *remote.Transport
+	net    *tcp.Transport
+	sh     *sharding.Sharding
+	region *sharding.Region[command]
 }
 
 // shoalPair is two Shoal nodes on loopback TCP in this process, the target
@@ -132,8 +131,7 @@ func newShoalPair(tb testing.TB, targets int) *shoalPair {
 		}); err != nil {
 			tb.Fatal(err)
 		}
-		n.members = remote.NewMembership(lm)
-		if n.sh, err = sharding.New(n.sys, sharding.Config{Transport: n.tr, Membership: n.members, Logger: quiet()}); err != nil {
+		if n.sh, err = sharding.New(n.sys, sharding.Config{Transport: n.tr, Membership: lm, Logger: quiet()}); err != nil {
 			tb.Fatal(err)
 		}
 		if n.region, err = sharding.Init(n.sh, sharding.Entity[command]{
@@ -156,11 +154,11 @@ func newShoalPair(tb testing.TB, targets int) *shoalPair {
 			tb.Fatalf("ping %s: %v", ref.EntityID(), err)
 		}
 		switch first.region.Homes()[first.region.ShardID(ref.EntityID())] {
-		case second.tr.Node():
+		case second.self:
 			if len(p.remote) < targets {
 				p.remote = append(p.remote, ref)
 			}
-		case first.tr.Node():
+		case first.self:
 			if len(p.local) < targets {
 				p.local = append(p.local, ref)
 			}
@@ -178,7 +176,6 @@ func ping(to entity.ReplyTo[Pong]) command { return Ping{ReplyTo: to} }
 func (p *shoalPair) close() {
 	for _, n := range p.nodes {
 		n.sh.Terminate()
-		n.members.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = n.net.Close(ctx)
 		cancel()
