@@ -46,6 +46,9 @@ type simNode struct {
 	rate     float64 // clock drift: a local duration d takes d×rate of virtual time
 	view     []Member
 	viewLast time.Duration // per-node FIFO of membership views
+	// viewSeq numbers the views published to the node, viewApplied is
+	// the last one it took: a view never replaces a newer one.
+	viewSeq, viewApplied uint64
 	region   *regionCore[simCmd, *simShard]
 	stopped  bool // the region stopped and no longer listens
 	// regionGone: the region reported itself gone (regGone), once the

@@ -660,7 +660,11 @@ func (w *simWorld) publishViews(skip string) {
 }
 
 // publishView hands n its view after a lag: at once, or up to 3 s with
-// the views fault. Views reach a node in the order they were taken.
+// the views fault. Views reach a node in the order they were taken. The
+// heal ends the lag with every other fault: from then on a view reaches
+// its node at once, and the lagging ones taken before it are dropped (the
+// membership has converged), else a view from before the heal would
+// still drive decisions seconds after it.
 func (w *simWorld) publishView(n *simNode) {
 	view := w.viewOf(n.name)
 	lag := time.Duration(0)
@@ -668,9 +672,20 @@ func (w *simWorld) publishView(n *simNode) {
 		lag = w.rng.between(0, 3*time.Second)
 	}
 	at := max(w.clock.now+lag, n.viewLast)
-	n.viewLast = at
+	if w.clock.now >= w.healAt {
+		at = w.clock.now
+	}
+	n.viewLast = max(at, n.viewLast)
+	n.viewSeq++
+	seq := n.viewSeq
 	w.clock.after(at-w.clock.now, func() {
-		n.awake("views", func() { n.applyView(view) })
+		n.awake("views", func() {
+			if seq < n.viewApplied {
+				return // superseded by a view taken after the heal
+			}
+			n.viewApplied = seq
+			n.applyView(view)
+		})
 	})
 }
 
