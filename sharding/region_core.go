@@ -451,7 +451,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		repeat := m.From != "" && m.From == e.hostFrom
 		e.hostFrom = m.From
 		switch {
-		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
+		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || c.gone(m.From) || repeat:
 		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
 			// The shard comes back while this region still waits for the
 			// mail of a home before it, and From, which had it since,
@@ -683,7 +683,7 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if to := e.handOverTo; to != "" && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
+		if to := e.handOverTo; to != "" && c.gone(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
 			// Gone, and the transport refused every copy of our mail:
 			// none reached it, so the mail is ours still. It goes to the
 			// shard's home, ahead of what came since: this region's own
@@ -698,7 +698,7 @@ func (c *regionCore[C, S]) forgetGone() {
 				c.setHome(id, e.home)
 			}
 			c.checkLeft()
-		} else if to != "" && !c.isLive(to) {
+		} else if to != "" && c.gone(to) {
 			// Gone before it acknowledged our mail. The shard's next home
 			// waits for a HandOver from us all the same (the coordinator
 			// names us: the shard never started there), and gets an
@@ -714,7 +714,7 @@ func (c *regionCore[C, S]) forgetGone() {
 				c.handOver(id, e, e.home, nil)
 			}
 		}
-		if e.awaiting != "" && !c.isLive(e.awaiting) {
+		if e.awaiting != "" && c.gone(e.awaiting) {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard_id", id, "from", e.awaiting)
 			e.awaiting = ""
@@ -889,7 +889,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard_id", shardID)
 		e.handingOff, e.fences = false, nil
 	}
-	if home != "" && e.handOverTo != "" && e.handOverTo != home && !c.isLive(e.handOverTo) {
+	if home != "" && e.handOverTo != "" && e.handOverTo != home && c.gone(e.handOverTo) {
 		c.reclaimHandOver(e)
 	}
 	if home != c.cfg.self {
@@ -937,7 +937,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		// now this region's own.
 		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, "", false, 0, nil
 		e.handedFront = min(e.thenAt, len(e.buffer))
-		if c.isLive(e.awaiting) {
+		if !c.gone(e.awaiting) {
 			c.handOver(shardID, e, e.awaiting, nil)
 		} else {
 			e.awaiting = ""
@@ -1307,13 +1307,15 @@ func (c *regionCore[C, S]) alone() bool {
 	return true
 }
 
-// gone reports whether node left the view, or is Down: its fence will
-// never come. A node this region's view has not held yet may be newer than
-// the view (it joined): its fence may come, and what it forwarded before
-// it with it (a hand-off going on without the fence of a node that had
-// just joined would let that node's forward come after the shard moved,
-// behind its later messages). The wait for it is bounded
-// by waitTicks, as for a fence lost with a broken link.
+// gone reports whether node left the view, or is Down: its fence, its
+// hand-over or its acknowledgement will never come. A node this region's
+// view has not held yet may be newer than the view (it joined): its fence
+// or hand-over may come, and what it forwarded or held with it (a
+// hand-off going on without the fence of a node that had just joined
+// would let that node's forward come after the shard moved, behind its
+// later messages; a shard started without the mail of a previous home
+// the view had not shown yet would deliver it after newer mail). Every
+// wait for a node's word ends on this, never on isLive.
 func (c *regionCore[C, S]) gone(node string) bool {
 	return c.down[node] || c.departed[node]
 }
