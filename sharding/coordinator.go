@@ -51,6 +51,11 @@ type coordinatorCore struct {
 	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
+	// handOffSeq numbers this coordinator's hand-offs (protocol.BeginHandOff
+	// Seq): with the epoch it names each one, so that acknowledgements,
+	// fences and ShardStopped of another hand-off of the shard (an
+	// earlier one, or a predecessor's) count for nothing in this one.
+	handOffSeq uint64
 	// rebalanced counts the hand-offs the last rebalance round, or the last
 	// operator's RebalanceShards, began (a metric: leaves and stop
 	// requests are not rebalances).
@@ -64,7 +69,8 @@ type coordinatorCore struct {
 const registrationWaitRounds = 3
 
 type handoff struct {
-	stop    bool // StopShards: deallocate, do not move
+	seq     uint64 // with the epoch, names the hand-off (handOffSeq)
+	stop    bool   // StopShards: deallocate, do not move
 	from    string
 	pending map[string]bool // regions whose BeginHandOffAck is outstanding
 	fences  []string        // regions that fenced their forwards to from
@@ -258,7 +264,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, nil
 	case protocol.BeginHandOffAck:
-		if h := c.handoffs[m.Shard]; h != nil {
+		// Only an answer to this very hand-off counts: a region whose view
+		// moved on answers a deposed coordinator's BeginHandOff to this
+		// one, and the fence it sent then is not one the HandOff awaits.
+		if h := c.handoffs[m.Shard]; h != nil && m.Epoch == c.epoch && m.Seq == h.seq {
 			if h.pending[m.Region] && m.FencedAt == h.from && m.Region != h.from {
 				h.fences = append(h.fences, m.Region)
 			}
@@ -267,19 +276,22 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 	case protocol.ShardStopped:
 		h := c.handoffs[m.Shard]
-		if h == nil && c.shards[m.Shard] == m.Region {
+		if h == nil && c.shards[m.Shard] == m.Region && m.Epoch < c.epoch {
 			// A hand-off a predecessor began stopped the shard after
 			// fences that regions, told by this coordinator that the
 			// shard is still there, may have forwarded past since. A
 			// hand-off of this coordinator's own fences them again; the
 			// region, which hosts the shard no more, then reports it
-			// stopped at once, with what it holds.
+			// stopped at once, with what it holds. A late or repeated
+			// ShardStopped of this coordinator's own hand-off says nothing
+			// of the shard placed there since (handed off again for it, a
+			// shard placed back on the same region would move for ever).
 			if _, queued := c.later[m.Shard]; !queued {
 				c.later[m.Shard] = false
 			}
 			return nil, c.startDeferred()
 		}
-		if h == nil || h.from != m.Region || !h.handing {
+		if h == nil || h.from != m.Region || !h.handing || m.Epoch != c.epoch || m.Seq != h.seq {
 			// Not after this coordinator's HandOff (a predecessor's,
 			// whose fences may be stale): that HandOff comes once this
 			// hand-off's fences are in, and the region reports again.
@@ -420,7 +432,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 			c.announcedTo[node] = true
 			out = append(out, c.hostAgain(node)...)
-			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
+			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch, Coordinator: c.self}})
 		}
 		return changes, out
 	}
@@ -432,7 +444,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 func (c *coordinatorCore) welcome(region string) []outbound {
 	out := []outbound{{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}}}
 	out = append(out, c.hostAgain(region)...)
-	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}})
+	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch, Coordinator: c.self}})
 	if len(c.down) > 0 {
 		out = append(out, outbound{to: region, msg: protocol.MembersDown{Nodes: c.down}})
 	}
@@ -527,12 +539,13 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	if !ok || c.handoffs[shard] != nil {
 		return nil
 	}
-	h := &handoff{from: from, pending: make(map[string]bool)}
+	c.handOffSeq++
+	h := &handoff{seq: c.handOffSeq, from: from, pending: make(map[string]bool)}
 	for _, r := range c.everyone() {
 		h.pending[r] = true
 	}
 	c.handoffs[shard] = h
-	return append(c.broadcast(protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+	return append(c.broadcast(protocol.BeginHandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq}), c.maybeHandOff(shard)...)
 }
 
 // allRegistered reports whether every reachable member's region has
@@ -630,11 +643,11 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
-			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
+			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}})
 			continue
 		}
 		for _, r := range slices.Sorted(maps.Keys(h.pending)) {
-			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}})
+			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq}})
 		}
 	}
 	return out
@@ -647,7 +660,7 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 	}
 	h.handing = true
 	slices.Sort(h.fences)
-	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
+	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still

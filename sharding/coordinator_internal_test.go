@@ -108,12 +108,12 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	if _, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "b"}); len(out) != 0 {
 		t.Fatalf("answered during the hand-off: %v", sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b"}))
+	_, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 	// Stopped, not moved, but mail waits at a: it is allocated again at
 	// once, and the new home learns first that a holds its mail. The
 	// deallocation names a, should the allocation not land.
@@ -141,9 +141,9 @@ func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
 	c.step(protocol.Register{Region: "b"})
 	c.step(protocol.GracefulShutdownReq{Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	_, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	_, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 	host, ok := out[0].msg.(protocol.HostShard)
 	if !ok || host.From != "a" || out[0].to != "b" {
 		t.Fatalf("first message %#v to %s, want HostShard from a to b", out[0].msg, out[0].to)
@@ -183,11 +183,11 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	if _, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	if _, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
 	}
-	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out = c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: "a"}) {
 		t.Fatalf("changes %v", changes)
 	}
@@ -321,9 +321,9 @@ func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 		t.Fatalf("acknowledged while %s still holds s1: %v", home, sent(out))
 	}
 	for _, r := range c.everyone() {
-		c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r})
+		c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: r}))
 	}
-	if _, out := c.step(protocol.ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), home+": LeaveAck") {
+	if _, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: home})); !slices.Contains(sent(out), home+": LeaveAck") {
 		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }
@@ -377,14 +377,14 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 	}
 	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}))
 	// c's ack is lost.
 	_, out := c.step(rebalanceTick{})
 	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
 		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
 	}
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
+	_, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"}))
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once c acked, want the HandOff", got)
 	}
@@ -543,10 +543,10 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
 		t.Fatalf("sent %v: the leaving region is not fenced", got)
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c"})
-	_, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "c"}))
+	_, out = c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
 		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}
@@ -565,9 +565,9 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	c.step(protocol.Register{Region: "a"})
 	c.step(protocol.Register{Region: "b"})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
-	stopped, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}))
+	stopped, _ := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 	if len(stopped) == 0 || stopped[0] != (change{shard: "s1", heldBy: "a"}) {
 		t.Fatalf("changes %v; want s1 deallocated, held by a, first", stopped)
 	}
@@ -679,9 +679,9 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 			}
 			c.step(protocol.GracefulShutdownReq{Region: "a"})
 			for _, r := range []string{"a", "b", "c"} {
-				c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r, FencedAt: "a"})
+				c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: r, FencedAt: "a"}))
 			}
-			changes, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+			changes, _ := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}))
 			if len(changes) != 2 || changes[1].heldBy != "a" {
 				t.Fatalf("changes %v; want s1 placed, held by a", changes)
 			}
@@ -759,4 +759,86 @@ func homed(homes map[string]string) map[string]Allocation {
 		shards[shard] = Allocation{Region: region}
 	}
 	return shards
+}
+
+// ackOf is m as a region answers the coordinator's running hand-off of
+// m.Shard: with its epoch and number.
+func ackOf(c *coordinatorCore, m protocol.BeginHandOffAck) protocol.BeginHandOffAck {
+	if h := c.handoffs[m.Shard]; h != nil {
+		m.Epoch, m.Seq = c.epoch, h.seq
+	}
+	return m
+}
+
+// stoppedOf is m as the old home answers the coordinator's running
+// hand-off of m.Shard.
+func stoppedOf(c *coordinatorCore, m protocol.ShardStopped) protocol.ShardStopped {
+	if h := c.handoffs[m.Shard]; h != nil {
+		m.Epoch, m.Seq = c.epoch, h.seq
+	}
+	return m
+}
+
+// Only acknowledgements of this very hand-off count (docs/DESIGN.md,
+// "Passivation and hand-off"): a region whose view moved on answers a
+// deposed coordinator's BeginHandOff to its successor, and the fence it
+// sent then belongs to that hand-off. Counted, the successor's HandOff
+// would name the region, and the home would stop the shard on the stale
+// fence, ahead of what the region forwarded since.
+func TestCoordinatorCountsOnlyAcknowledgementsOfItsOwnHandOff(t *testing.T) {
+	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
+	var begin protocol.BeginHandOff
+	for _, o := range out {
+		if m, ok := o.msg.(protocol.BeginHandOff); ok {
+			begin = m
+		}
+	}
+	if begin.Epoch != 7 || begin.Seq == 0 {
+		t.Fatalf("BeginHandOff %+v: want the hand-off named by epoch 7 and a number", begin)
+	}
+	for _, stale := range []protocol.BeginHandOffAck{
+		{Shard: "s1", Region: "b", FencedAt: "a", Epoch: 6, Seq: begin.Seq},               // a predecessor's
+		{Shard: "s1", Region: "b", FencedAt: "a", Epoch: 7, Seq: begin.Seq + 1},           // another hand-off's
+		{Shard: "s1", Region: "b", FencedAt: "a", Epoch: begin.Epoch, Seq: 0},             // none named
+		{Shard: "s1", Region: "b", FencedAt: "a", Epoch: begin.Epoch + 1, Seq: begin.Seq}, // a successor's
+	} {
+		c.step(stale)
+	}
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a", Epoch: 7, Seq: begin.Seq})
+	if got := sent(out); len(got) != 0 {
+		t.Fatalf("sent %v after stale acknowledgements from b: want nothing until b answers this hand-off", got)
+	}
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a", Epoch: 7, Seq: begin.Seq})
+	if len(out) != 1 {
+		t.Fatalf("sent %v, want the HandOff", sent(out))
+	}
+	if h, ok := out[0].msg.(protocol.HandOff); !ok || h.Seq != begin.Seq || h.Epoch != 7 || !slices.Equal(h.Fences, []string{"b"}) {
+		t.Fatalf("sent %#v, want HandOff of the hand-off 7.%d awaiting b's fence", out[0].msg, begin.Seq)
+	}
+}
+
+// A late or repeated ShardStopped of this coordinator's own hand-off,
+// after the shard was placed back on the same region, moves nothing:
+// taken for a predecessor's, it would start a needless hand-off, and with
+// duplicated control messages one after another for ever.
+func TestCoordinatorIgnoresALateShardStoppedOfItsOwnHandOff(t *testing.T) {
+	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: "a"})
+	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.RebalanceShards{Shards: []string{"s1"}})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}))
+	stopped := stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	_, out := c.step(stopped)
+	if got := sent(out); len(got) == 0 || got[0] != "a: HostShard s1" {
+		t.Fatalf("sent %v, want s1 placed back on a", got)
+	}
+	for range 2 {
+		if changes, out := c.step(stopped); len(changes)+len(out) != 0 || len(c.handoffs) != 0 || len(c.later) != 0 {
+			t.Fatalf("the repeated ShardStopped acted: changes %v, sent %v, hand-offs %d, later %v", changes, sent(out), len(c.handoffs), c.later)
+		}
+	}
 }

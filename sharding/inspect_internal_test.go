@@ -39,9 +39,9 @@ func TestCoordinatorRebalanceShardsMovesAShardWhereTheStrategyPlacesIt(t *testin
 	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a"})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "a"}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: "b"}))
+	changes, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: "a"}))
 	// Not stopped like StopShards: placed again at once, on b, which has fewer shards.
 	if !slices.Equal(changes, []change{{shard: "s1"}, {shard: "s1", region: "b"}}) {
 		t.Fatalf("changes %v", changes)

@@ -38,8 +38,12 @@ type regionCore[C any, S comparable] struct {
 	// for good (a node incarnation never comes back), so kept for the
 	// region's life, one name per node that left. A node no view has
 	// held yet is not gone, but newer than this region's view.
-	departed     map[string]bool
-	registered   bool
+	departed   map[string]bool
+	registered bool
+	// announcer is a coordinator that made itself known (ShardHomes) from
+	// another node than the one this region registers with: the region
+	// registers with it too until it registers somewhere (see register).
+	announcer    string
 	stopped      bool
 	leaving      bool
 	leaveAcked   bool // the coordinator allocates nothing to us any more
@@ -68,9 +72,11 @@ type regionCoreConfig struct {
 	bufferSize   int    // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
-	// waitTicks bounds, in ticks, how long a shard waits for fences that
-	// may have been lost with a broken link; 0 for no bound. A hand-over is
-	// not bounded: it is re-sent until acknowledged (see handOver).
+	// waitTicks bounds, in ticks, a wait for a hand-over this region only
+	// guesses (see pushedHome), and a leaving region's wait for its buffer
+	// to go on while it is alone; 0 for no bound. Fences and a hand-over a
+	// HostShard names are not bounded: they are re-sent (see resendFences,
+	// handOver).
 	waitTicks uint64
 }
 
@@ -137,26 +143,39 @@ type regionShard[C any, S comparable] struct {
 	// node, has not yet acknowledged the mail this region sent it; the
 	// shard starts here once it does, or is gone (see setHome).
 	hostAfter bool
-	// fences are the regions whose Fence for the shard arrived here;
-	// stopWaits, while stopping, the regions whose fence the HandOff
-	// awaits before the shard stops.
-	fences    map[string]bool
+	// fences are the Fences for the shard that arrived here, each of
+	// its region and hand-off; stopWaits, while stopping, the regions
+	// whose fence of the HandOff's hand-off the HandOff awaits before the
+	// shard stops. A fence of another hand-off counts for nothing.
+	fences    map[fenceKey]bool
 	stopWaits []string
 	stopping  bool // HandOff received, waiting for fences
-	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
-	// handOffTold that its HandOff came: a hand-off begun by a coordinator
-	// that is gone before its HandOff is abandoned once a newer one homes
-	// the shard here (see setHome).
-	handOffEpoch uint64
-	handOffTold  bool
-	// stopEpoch is the epoch of the last HandOff, doneEpoch of the last
-	// one this region finished: asked again (its ShardStopped was lost),
-	// it reports again at once, without waiting for fences used up.
-	stopEpoch, doneEpoch uint64
-	waited               uint64 // ticks spent waiting for a hand-over or fences
+	// handOffEpoch and handOffSeq name the hand-off of the last
+	// BeginHandOff, handOffTold that the HandOff of a hosted shard came: a
+	// hand-off begun by a coordinator that is gone before its HandOff is
+	// abandoned once a newer one homes the shard here (see setHome).
+	handOffEpoch, handOffSeq uint64
+	handOffTold              bool
+	// fencedAt is the home this region fenced at for that hand-off: the
+	// Fence goes there again each tick while the hand-off runs (a broken
+	// link may have lost it, and the home waits for it without a bound).
+	fencedAt string
+	// stopEpoch and stopSeq name the hand-off of the last HandOff,
+	// doneEpoch and doneSeq the last one this region finished: asked again
+	// (its ShardStopped was lost), it reports again at once, without
+	// waiting for fences used up.
+	stopEpoch, doneEpoch, stopSeq, doneSeq uint64
+	waited                                 uint64 // ticks spent waiting for a hand-over or fences
 	// placed is the last home the coordinator pushed for the shard; an
 	// unreachable home is forgotten (home ""), not this.
 	placed string
+}
+
+// fenceKey is one region's fence for one hand-off (coordinator epoch and
+// the coordinator's number for it).
+type fenceKey struct {
+	from       string
+	epoch, seq uint64
 }
 
 type pending[C any] struct {
@@ -384,7 +403,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		c.coordinator, c.registered = m.Coordinator, true
+		c.coordinator, c.registered, c.announcer = m.Coordinator, true, ""
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 				e.requested = true
@@ -415,6 +434,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// coordinator's node (our membership lags), and registering again
 		// at once would loop; the retry tick registers.
 		c.register()
+		if a := m.Coordinator; a != "" && a != c.coordinatorNode() && !c.registered && a != c.announcer && !c.gone(a) {
+			// A coordinator on a node this region's view does not take
+			// for the oldest (it holds the oldest unreachable, one way,
+			// while the oldest sees everyone): the region registers with
+			// it as well, once here and then each tick. Else that
+			// coordinator, its wait for our registration run out, hands
+			// shards off without fencing us, and what we forward to an
+			// old home with the homes we know is lost or comes late.
+			c.announcer = a
+			c.registerWith(a)
+		}
 		if c.leaving && !c.stopped {
 			// A leaving region is never acked: it names the shards whose
 			// mail it holds at once, behind its GracefulShutdownReq, so
@@ -490,19 +520,19 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// the old home after the coordinator hears every ack. The fence
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
-		e.handingOff, e.handOffEpoch = true, m.Epoch
-		fencedAt := ""
+		e.handingOff, e.handOffEpoch, e.handOffSeq = true, m.Epoch, m.Seq
+		e.fencedAt = ""
 		if e.home != "" && e.home != c.cfg.self && !e.hosted {
-			fencedAt = e.home
-			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: protocol.Fence{Shard: m.Shard, From: c.cfg.self}})
+			e.fencedAt = e.home
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: e.fence(m.Shard, c.cfg.self)})
 		}
-		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
+		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: e.fencedAt, Epoch: m.Epoch, Seq: m.Seq})
 	case protocol.Fence:
 		e := c.entry(m.Shard)
 		if e.fences == nil {
-			e.fences = make(map[string]bool)
+			e.fences = make(map[fenceKey]bool)
 		}
-		e.fences[m.From] = true
+		e.fences[fenceKey{m.From, m.Epoch, m.Seq}] = true
 		c.maybeStop(m.Shard, e)
 	case protocol.HandOff:
 		if !c.fresh(m.Epoch) {
@@ -512,11 +542,11 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.hosted && e.handOffTold && !e.stopping {
 			return // asked again: the shard's entities are stopping; ShardStopped follows
 		}
-		if !e.hosted && e.doneEpoch == m.Epoch {
-			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+		if !e.hosted && e.doneEpoch == m.Epoch && e.doneSeq == m.Seq {
+			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver, Epoch: m.Epoch, Seq: m.Seq})
 			return
 		}
-		if e.stopping && e.stopEpoch == m.Epoch {
+		if e.stopping && e.stopEpoch == m.Epoch && e.stopSeq == m.Seq {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
 		if e.awaiting == "" {
@@ -527,7 +557,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			e.waited = 0
 		}
 		e.handingOff, e.stopping, e.stopWaits, e.handOffTold = true, true, m.Fences, true
-		e.stopEpoch = m.Epoch
+		e.stopEpoch, e.stopSeq = m.Epoch, m.Seq
 		c.maybeStop(m.Shard, e)
 	case protocol.LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -559,7 +589,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 		return
 	}
 	for _, r := range e.stopWaits {
-		if !e.fences[r] && !c.gone(r) {
+		if !e.fences[fenceKey{r, e.stopEpoch, e.stopSeq}] && !c.gone(r) {
 			return
 		}
 	}
@@ -573,9 +603,9 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver, e.doneEpoch, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, ""
+	e.home, e.handOver, e.doneEpoch, e.doneSeq, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, e.stopSeq, ""
 	e.owesHandOver, e.hostAfter = true, false
-	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver, Epoch: e.stopEpoch, Seq: e.stopSeq})
 }
 
 // verdictError names a refusal for notes; the runner wraps the sentinel.
@@ -650,6 +680,9 @@ func (c *regionCore[C, S]) membership(oldest string, live []string) {
 		delete(c.live, n)
 	}
 	c.forgetGone()
+	if c.announcer == oldest || c.gone(c.announcer) {
+		c.announcer = ""
+	}
 	if c.coordinator != oldest {
 		c.coordinator, c.registered = oldest, false
 	}
@@ -724,24 +757,38 @@ func (c *regionCore[C, S]) forgetGone() {
 }
 
 func (c *regionCore[C, S]) register() {
+	if c.registered || c.stopped {
+		return
+	}
+	if node := c.coordinatorNode(); node != "" {
+		c.registerWith(node)
+	}
+}
+
+// registerWith sends the coordinator on node this region's registration.
+func (c *regionCore[C, S]) registerWith(node string) {
+	var m Message
 	switch {
-	case c.registered || c.stopped:
 	case c.leaving:
 		// A leaving region never registers: a Register that overtook its
 		// RegionStopped would have shards allocated to a region that is
 		// gone. A coordinator it has not told yet learns that it leaves.
-		c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
+		m = protocol.GracefulShutdownReq{Region: c.cfg.self}
 	case c.cfg.proxy:
-		c.toCoordinator(protocol.RegisterProxy{Region: c.cfg.self})
+		m = protocol.RegisterProxy{Region: c.cfg.self}
 	default:
-		c.toCoordinator(protocol.Register{Region: c.cfg.self})
+		m = protocol.Register{Region: c.cfg.self}
 	}
+	c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
 }
 
 // tick re-registers, asks again for the homes of shards with waiting
 // messages, ages entities for idle passivation, and arms the next tick.
 func (c *regionCore[C, S]) tick() {
 	c.register()
+	if a := c.announcer; a != "" && !c.registered && !c.stopped && a != c.coordinatorNode() && !c.gone(a) {
+		c.registerWith(a)
+	}
 	if c.mayAsk() { // else asked when the RegisterAck comes
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			// Also shards whose hand-off this region heard of: the
@@ -753,6 +800,7 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.giveUpWaiting()
+	c.resendFences()
 	c.resendHandOvers()
 	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
@@ -770,33 +818,45 @@ func (c *regionCore[C, S]) tick() {
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
 }
 
-// giveUpWaiting ages the waits for fences and guessed hand-overs, and ends
-// those past waitTicks: a link that broke may have lost the fences, and a
-// shard that waits for ever is lost too. A fence is not re-sent: what it
-// follows is lost with it.
+// giveUpWaiting ages the guessed waits for hand-overs, and ends those
+// past waitTicks (see pushedHome). The wait for fences is not bounded
+// (docs/DESIGN.md, "Fence on the data link"): a link may be slow for
+// longer than any bound and deliver what the fence follows late, behind
+// newer mail; a fence lost with a broken link comes again (resendFences).
 func (c *regionCore[C, S]) giveUpWaiting() {
 	if c.cfg.waitTicks == 0 {
 		return
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if !e.stopping && (e.awaiting == "" || !e.guessed) {
+		if e.awaiting == "" || !e.guessed {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
 		}
-		if e.awaiting != "" && e.guessed {
-			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
-			e.awaiting = ""
-			c.setHome(id, e.home)
-		}
-		if e.stopping {
-			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
-			e.stopWaits = nil
-			c.maybeStop(id, e)
+		c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
+		e.awaiting = ""
+		c.setHome(id, e.home)
+	}
+}
+
+// resendFences sends each Fence again while its hand-off runs here (this
+// region buffers the shard's messages, and forwards none): the home waits
+// for it as long as this region is in its view, and a broken link may
+// have lost it. Sent again on the same link, it still follows whatever
+// this region forwarded before the hand-off.
+func (c *regionCore[C, S]) resendFences() {
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		if e := c.shards[id]; e.handingOff && !e.hosted && e.fencedAt != "" && !c.gone(e.fencedAt) {
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
 		}
 	}
+}
+
+// fence is the shard's Fence from self for its current hand-off.
+func (e *regionShard[C, S]) fence(shardID, self string) protocol.Fence {
+	return protocol.Fence{Shard: shardID, From: self, Epoch: e.handOffEpoch, Seq: e.handOffSeq}
 }
 
 // resendHandOvers sends again each HandOver not yet acknowledged (see
@@ -1094,14 +1154,14 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, "", false, e.stopEpoch, ""
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.doneSeq, e.hostFrom = none, false, "", false, e.stopEpoch, e.stopSeq, ""
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
 	e.handedFront = 0 // mail handed in from now on is older than ours
 	e.handOver, e.owesHandOver = len(e.buffer) > 0, true
-	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver, Epoch: e.stopEpoch, Seq: e.stopSeq})
 	// Only now may a leaving region report RegionStopped: sent first, it
 	// would make the coordinator drop the hand-off.
 	c.checkLeft()

@@ -49,8 +49,8 @@ type simNode struct {
 	// viewSeq numbers the views published to the node, viewApplied is
 	// the last one it took: a view never replaces a newer one.
 	viewSeq, viewApplied uint64
-	region   *regionCore[simCmd, *simShard]
-	stopped  bool // the region stopped and no longer listens
+	region               *regionCore[simCmd, *simShard]
+	stopped              bool // the region stopped and no longer listens
 	// regionGone: the region reported itself gone (regGone), once the
 	// entities of its terminated shards stopped.
 	regionGone bool
