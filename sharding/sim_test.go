@@ -56,10 +56,17 @@ const (
 	faultStore      = "store"      // coordinator and remember store calls fail
 	faultDrift      = "drift"      // each node's clock runs up to 5% fast or slow
 	faultPauses     = "pauses"     // a node freezes, every timer and goroutine, past its lease, then resumes
+	// Found by a review that drove several real nodes over a scripted
+	// transport:
+	faultSlow     = "slow"     // a link slow for seconds, up to tens of them; a break delays what it carries instead of losing it
+	faultDups     = "dups"     // control messages arrive twice
+	faultOneWay   = "oneway"   // every other node suspects one, which sees them all, for up to 30 s
+	faultLostAcks = "lostacks" // a store call commits, then reports failure
 )
 
 // simAllFaults lists every fault class, in the order reports print them.
-var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift, faultPauses}
+var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift, faultPauses,
+	faultSlow, faultDups, faultOneWay, faultLostAcks}
 
 type simConfig struct {
 	seed   uint64
@@ -123,6 +130,7 @@ type simWorld struct {
 	coordStore    *MemoryCoordinatorStore // allocations and coordinator leases
 	remember      *MemoryRememberStore
 	storeFail     float64         // chance that a store call fails, now
+	storeLostAck  float64         // chance that a store call commits and then reports failure, now
 	storeCut      map[string]bool // nodes a partition cut off from the store
 	lastFence     time.Duration   // when a node last fenced itself
 
@@ -159,7 +167,7 @@ func newSimWorld(cfg simConfig) *simWorld {
 	}
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
 	w.net = &simNet{w: w, last: map[simLink]time.Duration{}, gen: map[simLink]uint64{}, cut: map[simLink]bool{},
-		duplicate: cfg.duplicate}
+		hold: map[simLink]time.Duration{}, slow: map[simLink]simSlow{}, duplicate: cfg.duplicate}
 	switch {
 	case cfg.faults[faultDelay]:
 		w.net.maxDelay = 300 * time.Millisecond
@@ -320,6 +328,15 @@ func (w *simWorld) chaosAction() {
 	}
 	if f[faultPauses] {
 		actions = append(actions, action{2, w.pauseOne})
+	}
+	if f[faultSlow] {
+		actions = append(actions, action{2, w.slowOne})
+	}
+	if f[faultOneWay] {
+		actions = append(actions, action{1, w.suspectOneWay})
+	}
+	if f[faultLostAcks] {
+		actions = append(actions, action{1, w.lostAcks})
 	}
 	total := 0
 	for _, a := range actions {
@@ -503,10 +520,82 @@ func (w *simWorld) breakOne() {
 		return
 	}
 	a, b := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
-	if a != b {
-		w.tracef("link %s-%s breaks", a.name, b.name)
-		w.net.breakLink(a.name, b.name)
+	if a == b {
+		return
 	}
+	if w.cfg.faults[faultSlow] && w.rng.chance(0.5) {
+		// As the TCP transport does: it keeps its queue across a broken
+		// connection and redials; what was on its way arrives late.
+		redial := w.rng.between(time.Second, 15*time.Second)
+		w.tracef("link %s-%s breaks, redialled in %v", a.name, b.name, redial)
+		w.net.holdLink(a.name, b.name, w.clock.now+redial)
+		return
+	}
+	w.tracef("link %s-%s breaks", a.name, b.name)
+	w.net.breakLink(a.name, b.name)
+}
+
+// slowOne makes a link slow, both ways, for a while: each message on it
+// takes up to tens of seconds (longer than HandOffTimeout), in order.
+// It ends by the heal; what it carries then still arrives late.
+func (w *simWorld) slowOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	a, b := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
+	if a == b {
+		return
+	}
+	until := min(w.clock.now+w.rng.between(2*time.Second, 20*time.Second), w.healAt)
+	worst := w.rng.between(time.Second, 25*time.Second)
+	w.tracef("link %s-%s slow (up to %v) until %v", a.name, b.name, worst, until)
+	for _, l := range []simLink{{a.name, b.name}, {b.name, a.name}} {
+		w.net.slow[l] = simSlow{until: until, worst: worst}
+	}
+}
+
+// suspectOneWay makes every other node's view hold one node unreachable
+// while its own view holds them all reachable (a one-way failure of its
+// outgoing probes' answers, say), for up to 30 s: often the oldest, whose
+// coordinator keeps the lease and sees every region, while they take the
+// next node for the oldest.
+func (w *simWorld) suspectOneWay() {
+	up := w.up()
+	if len(up) < 3 {
+		return
+	}
+	x := up[w.rng.IntN(len(up))]
+	if w.rng.chance(0.6) {
+		x = up[0]
+	}
+	d := w.rng.between(5*time.Second, 30*time.Second)
+	w.tracef("every node suspects %s, one way, for %v", x.name, d)
+	var observers []string
+	for _, o := range up {
+		if o != x {
+			observers = append(observers, o.name)
+			w.hide(o.name, x.name)
+		}
+	}
+	w.publishViews(x.name)
+	w.clock.after(d, func() {
+		for _, o := range observers {
+			w.unhide(o, x.name)
+		}
+		w.publishViews(x.name)
+	})
+}
+
+// lostAcks makes store calls commit and then report failure for a while
+// (the answer lost with the connection, a timeout after the commit).
+func (w *simWorld) lostAcks() {
+	w.storeLostAck = 0.3
+	w.tracef("store answers start getting lost")
+	w.clock.after(w.rng.between(time.Second, 8*time.Second), func() {
+		w.storeLostAck = 0
+		w.tracef("store answers get through again")
+	})
 }
 
 // partition splits the live nodes in two for a while; after a detection
@@ -620,7 +709,7 @@ func (w *simWorld) heal() {
 	clear(w.net.cut)
 	clear(w.hidden)
 	clear(w.storeCut)
-	w.storeFail = 0
+	w.storeFail, w.storeLostAck = 0, 0
 	w.publishViews("")
 }
 
@@ -910,6 +999,8 @@ func deliveredWhen(s *simSend) string {
 var (
 	errSimStore    = errors.New("sim: store unavailable")
 	errSimStoreCut = errors.New("sim: node cut off from the store")
+	// errSimStoreLostAck: the call committed, its answer was lost.
+	errSimStoreLostAck = errors.New("sim: store answer lost")
 )
 
 // storeErr is what a store call from node meets now: nil, or the error
@@ -938,6 +1029,9 @@ func (w *simWorld) storeCall(n *simNode, call func() error, answer func(error)) 
 		err := w.storeErr(n.name)
 		if err == nil {
 			err = call()
+			if err == nil && w.storeLostAck > 0 && w.rng.chance(w.storeLostAck) {
+				err = errSimStoreLostAck // committed all the same
+			}
 		}
 		w.clock.after(w.storeLatency(), func() {
 			n.awake("store", func() { answer(err) })
