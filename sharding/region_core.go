@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -9,6 +10,10 @@ import (
 
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
+
+// errHandOverTooLate refuses the mail of a HandOver that came from a home
+// already gone, after the shard started here without it (see handedOver).
+var errHandOverTooLate = errors.New("sharding: hand-over from a home already gone came after the shard started without it")
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in
 // the style of coordinatorCore and shardCore: each input (a message for an
@@ -1215,6 +1220,16 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		e.handedSeq[m.From] = m.Seq
 	}
 	front := c.fromDelivers(m.Msgs)
+	if !m.Relayed && m.From != c.cfg.self && e.hosted && len(front) > 0 && c.gone(m.From) {
+		// From left the view or is Down, and the shard started here
+		// without its mail, which a slow link brought only now (its
+		// sender crashed, or its leave ran out of time): delivered, it
+		// would come after newer mail. Refused, as a crash loses mail.
+		for _, p := range front {
+			c.emit(regionEffect[C, S]{kind: regDeadLetter, node: m.From, shard: m.Shard, p: p, err: errHandOverTooLate})
+		}
+		return
+	}
 	if len(front) > 0 {
 		if e.then != "" && e.handedFront <= e.thenAt {
 			e.thenAt += len(front)

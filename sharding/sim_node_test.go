@@ -51,6 +51,10 @@ type simNode struct {
 	viewSeq, viewApplied uint64
 	region               *regionCore[simCmd, *simShard]
 	stopped              bool // the region stopped and no longer listens
+	// stoppedLate: its leave ran past the deadline (Shutdown's context)
+	// and stopped it: what is still on its way to it is lost, as to a
+	// node that crashed.
+	stoppedLate bool
 	// regionGone: the region reported itself gone (regGone), once the
 	// entities of its terminated shards stopped.
 	regionGone bool
@@ -208,6 +212,12 @@ func (n *simNode) applyRegion() {
 				n.regionGone = true
 				n.maybeGone()
 			case regDeadLetter:
+				if from := n.w.nodes[ef.node]; errors.Is(ef.err, errHandOverTooLate) && from != nil && (from.crashed || from.stoppedLate) {
+					// The mail of a node a fault took: lost with it.
+					n.w.tracef("%s refuses %+v from %s: %v", n.name, ef.p.msg, ef.node, ef.err)
+					n.w.lostToFault(ef.p.msg)
+					break
+				}
 				n.w.lost(ef.p, "%s: forwarded message refused: %v", n.name, ef.err)
 			case regNote:
 				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
@@ -300,6 +310,9 @@ func (n *simNode) applyView(view []Member) {
 func (n *simNode) arrive(from string, msg Message) {
 	if n.stopped {
 		n.w.tracef("%s -> %s dropped (region stopped): %s", from, n.name, simShow(msg))
+		if n.stoppedLate {
+			n.w.lostToFault(msg)
+		}
 		return
 	}
 	n.w.tracef("%s -> %s: %s", from, n.name, simShow(msg))
@@ -327,7 +340,12 @@ func (n *simNode) leave() {
 func (n *simNode) finishLeave(late bool) {
 	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
 	n.w.droppedAtStop(n)
-	n.stopped = true
+	n.stopped, n.stoppedLate = true, late
+	if late {
+		// What is on its way to it is lost from now on, as at a fence:
+		// liveness is owed from here (sim_test.go finalChecks).
+		n.w.lastFence = max(n.w.lastFence, n.w.clock.now)
+	}
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	if n.coord != nil && !n.coord.failed {
 		n.stopCoordinator()

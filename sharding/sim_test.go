@@ -132,7 +132,7 @@ type simWorld struct {
 	storeFail     float64         // chance that a store call fails, now
 	storeLostAck  float64         // chance that a store call commits and then reports failure, now
 	storeCut      map[string]bool // nodes a partition cut off from the store
-	lastFence     time.Duration   // when a node last fenced itself
+	lastFence     time.Duration   // when a node last fenced itself, or stopped past its leave deadline
 
 	nodes    map[string]*simNode
 	order    []string // node names, in join order
@@ -167,13 +167,18 @@ func newSimWorld(cfg simConfig) *simWorld {
 	}
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
 	w.net = &simNet{w: w, last: map[simLink]time.Duration{}, gen: map[simLink]uint64{}, cut: map[simLink]bool{},
-		hold: map[simLink]time.Duration{}, slow: map[simLink]simSlow{}, duplicate: cfg.duplicate}
+		hold: map[simLink]time.Duration{}, held: map[simLink][]func(){}, slow: map[simLink]simSlow{}, duplicate: cfg.duplicate}
 	switch {
 	case cfg.faults[faultDelay]:
 		w.net.maxDelay = 300 * time.Millisecond
 	case cfg.faults[faultBreaks]:
 		// Something must be in flight for a break to lose it.
 		w.net.fixedDelay = simMinDelay
+	}
+	if cfg.faults[faultSlow] && w.rng.chance(0.3) {
+		// The whole network slow until the heal: every message takes up
+		// to seconds, in order on its link.
+		w.net.slowAll = w.rng.between(time.Second, 15*time.Second)
 	}
 	idle := time.Duration(-1)
 	if w.rng.chance(0.5) {
@@ -812,7 +817,10 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 	n := w.nodes[to]
 	if n == nil || n.state == nodeGone {
 		w.tracef("%s -> %s%s dropped (node gone): %s", from, to, coordSuffix(coordinator), simShow(msg))
-		if n != nil && n.crashed {
+		if n != nil && (n.crashed || n.stoppedLate) {
+			// A leave that outlasted its deadline (only a fault, such as
+			// a link slower than the deadline allows, makes it) ends as
+			// a crash does for what is still on its way.
 			w.lostToFault(msg)
 		}
 		return

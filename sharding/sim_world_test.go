@@ -174,7 +174,11 @@ type simNet struct {
 	// hold delays, until its redial, what a link carries (a break the
 	// transport's queue survives): nothing on it arrives before.
 	hold map[simLink]time.Duration
-	slow map[simLink]simSlow // slow for a while (faultSlow)
+	held map[simLink][]func() // reached their end while it was held, in order
+	slow map[simLink]simSlow  // slow for a while (faultSlow)
+	// slowAll: every link is slow until the heal, each message taking up
+	// to this much more (faultSlow).
+	slowAll time.Duration
 	// maxDelay bounds a message's random flight time; with 0 every message
 	// takes fixedDelay, so messages arrive in the one global order they
 	// were sent in (the in-process transport's).
@@ -196,6 +200,9 @@ func (n *simNet) delay(l simLink) time.Duration {
 	d := n.fixedDelay
 	if n.maxDelay > 0 {
 		d = simMinDelay + time.Duration(n.w.rng.Int64N(int64(n.maxDelay)))
+	}
+	if n.slowAll > 0 && n.w.clock.now < n.w.healAt {
+		d += n.w.rng.between(0, n.slowAll)
 	}
 	if s, ok := n.slow[l]; ok && n.w.clock.now < s.until {
 		d += n.w.rng.between(0, s.worst)
@@ -232,21 +239,44 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 		copies = 2 // right behind the first: per-link order holds
 	}
 	for range copies {
-		var land func()
-		land = func() {
+		land := func() {
 			if n.gen[l] != gen {
 				n.w.tracef("%s -> %s%s lost (link broke): %s", from, to, coordSuffix(coordinator), simShow(msg))
 				n.w.lostToFault(msg)
 				return
 			}
-			if hold := n.hold[l]; n.w.clock.now < hold {
-				n.w.clock.after(hold-n.w.clock.now, land) // the redial
-				return
-			}
 			n.w.arrive(from, to, coordinator, msg)
 		}
-		n.w.clock.after(at-n.w.clock.now, land)
+		n.w.clock.after(at-n.w.clock.now, func() {
+			if n.w.clock.now < n.hold[l] || len(n.held[l]) > 0 {
+				n.wait(l, land) // the link is being redialled
+				return
+			}
+			land()
+		})
 	}
+}
+
+// wait queues what reached a held link's end, in order, until the redial
+// (the hold may grow meanwhile).
+func (n *simNet) wait(l simLink, land func()) {
+	n.held[l] = append(n.held[l], land)
+	if len(n.held[l]) > 1 {
+		return // a flush is due
+	}
+	var flush func()
+	flush = func() {
+		if hold := n.hold[l]; n.w.clock.now < hold {
+			n.w.clock.after(hold-n.w.clock.now, flush)
+			return
+		}
+		queued := n.held[l]
+		delete(n.held, l)
+		for _, f := range queued {
+			f()
+		}
+	}
+	n.w.clock.after(n.hold[l]-n.w.clock.now, flush)
 }
 
 // reachable is what the transport's Send finds out at once: a node that
