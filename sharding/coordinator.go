@@ -51,6 +51,9 @@ type coordinatorCore struct {
 	later      map[string]bool
 	gone       map[string]bool
 	waitRounds int
+	// role is the type's role: a member with it runs the type's region
+	// (see registrationWaitRounds); "" for every member.
+	role string
 	// handOffSeq numbers this coordinator's hand-offs (protocol.BeginHandOff
 	// Seq): with the epoch it names each one, so that acknowledgements,
 	// fences and ShardStopped of another hand-off of the shard (an
@@ -63,9 +66,13 @@ type coordinatorCore struct {
 }
 
 // registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
-// wait for every member's region to register: a node that never starts
-// the type's region must not hold them up for ever. Rounds while such a
-// member is unreachable do not count (see unregisteredUnreachable).
+// wait for the region of a member without the type's role to register:
+// such a node may never start a proxy for the type, and must not hold
+// them up for ever. Rounds while such a member is unreachable do not
+// count (see unregisteredUnreachable). A member with the role runs the
+// type's region (that is how it hosts shards), and is waited for without
+// a time bound: a slow link may hold its Register up for longer than any
+// bound, while it forwards with the homes it knows.
 const registrationWaitRounds = 3
 
 type handoff struct {
@@ -549,14 +556,24 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 }
 
 // allRegistered reports whether every reachable member's region has
-// registered here (or is leaving, or stopped), or the wait ran out. Until
-// then no hand-off begins (as in Akka's coordinator): a region that has
-// not registered yet, typically with a coordinator that just took over,
-// is not fenced, and what it forwards to the old home with the homes it
+// registered here (or is leaving, or stopped), or the wait ran out for
+// those without the type's role (see registrationWaitRounds). Until then
+// no hand-off begins (as in Akka's coordinator): a region that has not
+// registered yet, typically with a coordinator that just took over, is
+// not fenced, and what it forwards to the old home with the homes it
 // knows would arrive there after the shard moved on, perhaps after that
 // node left.
 func (c *coordinatorCore) allRegistered() bool {
-	return c.waitRounds >= registrationWaitRounds || c.everyRegionRegistered()
+	for _, name := range slices.Sorted(maps.Keys(c.members)) {
+		m := c.members[name]
+		if m.Status == allocation.Down || c.regions[name] || c.proxies[name] || c.leaving[name] || c.gone[name] {
+			continue
+		}
+		if m.HasRole(c.role) || c.waitRounds < registrationWaitRounds {
+			return false
+		}
+	}
+	return true
 }
 
 // everyRegionRegistered reports whether every reachable member's region

@@ -442,21 +442,33 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 		t.Fatalf("once c registered: %v, want %v", begun, want)
 	}
 
-	// A member that never registers holds hand-offs up for a few rounds only.
-	c = newTestCore(1)
-	c.step(membersChanged{members: []Member{up("a"), up("b"), up("x")}})
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
-	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	rounds := 1
-	for ; rounds <= registrationWaitRounds+1; rounds++ {
-		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
-			break
+	// A member without the type's role, which may never start a proxy,
+	// holds hand-offs up for a few rounds only; one with the role runs
+	// the type's region, and is waited for as long as it is reachable (a
+	// slow link may hold its Register up for longer than any bound, while
+	// it forwards with the homes it knows).
+	withRole := func(node string) Member { m := up(node); m.Roles = []string{"r"}; return m }
+	for _, tc := range []struct {
+		x      Member
+		rounds int
+	}{{up("x"), registrationWaitRounds}, {withRole("x"), 0}} {
+		c = newTestCore(1)
+		c.role = "r"
+		c.step(membersChanged{members: []Member{withRole("a"), withRole("b"), tc.x}})
+		c.step(protocol.Register{Region: "a"})
+		c.step(protocol.Register{Region: "b"})
+		c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+		c.step(protocol.StopShards{Shards: []string{"s1"}})
+		rounds := 0
+		for round := 1; round <= 10*registrationWaitRounds; round++ {
+			if _, out := c.step(rebalanceTick{}); len(out) > 0 {
+				rounds = round
+				break
+			}
 		}
-	}
-	if rounds != registrationWaitRounds {
-		t.Fatalf("the stop began after %d rounds, want %d", rounds, registrationWaitRounds)
+		if rounds != tc.rounds {
+			t.Fatalf("x with roles %v: the stop began after %d rounds (0: never), want %d", tc.x.Roles, rounds, tc.rounds)
+		}
 	}
 }
 

@@ -64,8 +64,10 @@ func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 // operator's request counts once, when it is made.
 func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
 	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	// x never registers: hand-offs wait for it, then go ahead after a few rounds.
-	c.step(membersChanged{members: []Member{{Node: "a", Reachable: true}, {Node: "b", Reachable: true}, {Node: "x", Reachable: true}}})
+	// x, without the type's role, never registers: hand-offs wait for it,
+	// then go ahead after a few rounds.
+	c.role = "r"
+	c.step(membersChanged{members: []Member{{Node: "a", Reachable: true, Roles: []string{"r"}}, {Node: "b", Reachable: true, Roles: []string{"r"}}, {Node: "x", Reachable: true}}})
 	c.step(protocol.Register{Region: "a"})
 	c.step(protocol.Register{Region: "b"})
 	if _, out := c.step(protocol.RebalanceShards{Shards: []string{"s1"}}); len(out) != 0 {

@@ -337,6 +337,7 @@ func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired
 		return cr.release(ctx)
 	}
 	cr.core = newCoordinatorCore(r.s.self, m.epoch, m.shards, r.settings.Strategy, r.settings.MinMembers)
+	cr.core.role = r.ent.Role
 	cr.retries = storeBackOff(r.settings)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a

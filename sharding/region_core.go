@@ -45,6 +45,9 @@ type regionCore[C any, S comparable] struct {
 	// held yet is not gone, but newer than this region's view.
 	departed   map[string]bool
 	registered bool
+	// regEpoch is the epoch of the coordinator this region last
+	// registered with (see forwardsHeld).
+	regEpoch uint64
 	// announcer is a coordinator that made itself known (ShardHomes) from
 	// another node than the one this region registers with: the region
 	// registers with it too until it registers somewhere (see register).
@@ -280,10 +283,25 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped && (e.hosted || !c.forwardsHeld()) {
 		return e
 	}
 	return nil
+}
+
+// forwardsHeld reports whether the region holds what it would forward to
+// other nodes: a coordinator newer than the one it registered with (or
+// the first, for a region that never registered) made itself known, and
+// the region has not registered with it yet. That coordinator fences
+// only the regions registered with it, and may hand shards off around
+// this one once its wait for our registration runs out (a slow link can
+// outlast it): forwarded meanwhile with the homes it announced, a
+// message could reach an old home after the shard moved on. A region
+// whose coordinator is merely gone, with no newer one in sight, routes
+// on with the homes it knows; a leaving region, which never registers,
+// too (see docs/DESIGN.md, "Routing").
+func (c *regionCore[C, S]) forwardsHeld() bool {
+	return !c.registered && c.epoch > c.regEpoch && !c.leaving
 }
 
 // direct reports whether a message for the shard goes straight to its
@@ -327,10 +345,10 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.direct() {
-		if e.hosted {
-			return routeLocal, e
-		}
+	if e.direct() && e.hosted {
+		return routeLocal, e
+	}
+	if e.direct() && !c.forwardsHeld() {
 		return routeRemote, e
 	}
 	if c.buffered >= c.cfg.bufferSize {
@@ -408,11 +426,16 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		c.coordinator, c.registered, c.announcer = m.Coordinator, true, ""
+		held := c.forwardsHeld()
+		c.coordinator, c.registered, c.announcer, c.regEpoch = m.Coordinator, true, "", m.Epoch
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
+			e := c.shards[id]
+			if len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 				e.requested = true
 				c.askHome(id, e)
+			}
+			if held && len(e.buffer) > 0 && e.home != "" && !e.handingOff && e.awaiting == "" && !e.hostAfter {
+				c.drain(id, e) // what it held since the coordinator announced itself
 			}
 		}
 	case protocol.ShardHomes:
@@ -1138,6 +1161,9 @@ func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
 		return
+	}
+	if !e.hosted && c.forwardsHeld() {
+		return // until it registers with the coordinator that announced itself
 	}
 	buf := e.buffer
 	e.buffer, e.handedFront = nil, 0

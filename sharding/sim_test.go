@@ -945,10 +945,21 @@ func (w *simWorld) droppedAtStop(n *simNode) {
 		return o != n && o.state == nodeUp
 	})
 	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
-		for _, p := range n.region.shards[id].buffer {
+		e := n.region.shards[id]
+		for _, p := range e.buffer {
 			if s := w.sends[p.msg]; s != nil && !p.start {
 				s.droppedAtStop, s.nowhere = true, nowhere
 				w.tracef("%s stops with %+v for %s in its buffer (no other node up: %v)", n.name, p.msg, p.entityID, nowhere)
+			}
+		}
+		// And the mail of a hand-over not yet acknowledged (a leave past
+		// its deadline): it is this region's to re-send, or to take back.
+		for _, d := range e.sent.Msgs {
+			if c, ok := d.Msg.(simCmd); ok {
+				if s := w.sends[c]; s != nil && !s.delivered {
+					s.droppedAtStop, s.nowhere = true, nowhere
+					w.tracef("%s stops with %+v for %s in an unacknowledged hand-over (no other node up: %v)", n.name, c, d.EntityID, nowhere)
+				}
 			}
 		}
 	}
