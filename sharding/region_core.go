@@ -168,6 +168,11 @@ type regionShard[C any, S comparable] struct {
 	// Fence goes there again each tick while the hand-off runs (a broken
 	// link may have lost it, and the home waits for it without a bound).
 	fencedAt string
+	// fenceOwed is a home this region forwarded the shard's messages to
+	// and then forgot (a ShardHomes left the shard out while its hand-off
+	// ran, before this region heard of it): what it forwarded may still
+	// be on its way there, so the next BeginHandOff fences there.
+	fenceOwed string
 	// stopEpoch and stopSeq name the hand-off of the last HandOff,
 	// doneEpoch and doneSeq the last one this region finished: asked again
 	// (its ShardStopped was lost), it reports again at once, without
@@ -548,11 +553,28 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// the old home after the coordinator hears every ack. The fence
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
+		repeat := e.handOffEpoch == m.Epoch && e.handOffSeq == m.Seq && e.fencedAt != ""
 		e.handingOff, e.handOffEpoch, e.handOffSeq = true, m.Epoch, m.Seq
-		e.fencedAt = ""
-		if e.home != "" && e.home != c.cfg.self && !e.hosted {
+		switch {
+		case repeat && !e.hosted:
+			// Asked again: the fence stays where this region forwarded,
+			// even if it forgot that home since (a ShardHomes during the
+			// hand-off leaves the shard out); named no more, the home
+			// would stop the shard ahead of forwards still on their way.
+		case e.home != "" && e.home != c.cfg.self && !e.hosted:
 			e.fencedAt = e.home
-			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: e.fence(m.Shard, c.cfg.self)})
+		case e.home == "" && e.fencedAt != "" && !e.hosted:
+			// A later hand-off (its coordinator replaced) of the shard
+			// this region fenced for and has no home for since: fenced
+			// again, under this hand-off.
+		case e.home == "" && e.fenceOwed != "" && !e.hosted:
+			e.fencedAt = e.fenceOwed
+		default:
+			e.fencedAt = ""
+		}
+		if e.fencedAt != "" {
+			e.fenceOwed = ""
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(m.Shard, c.cfg.self)})
 		}
 		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: e.fencedAt, Epoch: m.Epoch, Seq: m.Seq})
 	case protocol.Fence:
@@ -876,7 +898,7 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 // this region forwarded before the hand-off.
 func (c *regionCore[C, S]) resendFences() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-		if e := c.shards[id]; e.handingOff && !e.hosted && e.fencedAt != "" && !c.gone(e.fencedAt) {
+		if e := c.shards[id]; !e.hosted && e.fencedAt != "" && !c.gone(e.fencedAt) {
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
 		}
 	}
@@ -979,6 +1001,14 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 	}
 	if home != "" && e.handOverTo != "" && e.handOverTo != home && c.gone(e.handOverTo) {
 		c.reclaimHandOver(e)
+	}
+	switch {
+	case home != "":
+		// The shard has its next home: the hand-off this region fenced
+		// for is over.
+		e.fencedAt, e.fenceOwed = "", ""
+	case e.home != "" && e.home != c.cfg.self && !e.hosted && e.fencedAt == "":
+		e.fenceOwed = e.home
 	}
 	if home != c.cfg.self {
 		e.hostAfter = false

@@ -55,6 +55,7 @@ type simNode struct {
 	// and stopped it: what is still on its way to it is lost, as to a
 	// node that crashed.
 	stoppedLate bool
+	leftAt      time.Duration // when its leave began
 	// regionGone: the region reported itself gone (regGone), once the
 	// entities of its terminated shards stopped.
 	regionGone bool
@@ -322,7 +323,7 @@ func (n *simNode) arrive(from string, msg Message) {
 // leave is Sharding.Shutdown: the region hands its shards off, then stops;
 // past the deadline its entities stop at once.
 func (n *simNode) leave() {
-	n.state = nodeLeaving
+	n.state, n.leftAt = nodeLeaving, n.w.clock.now
 	n.w.tracef("%s leaves (oldest=%v)", n.name, n.oldest() == n.name)
 	oldest := n.oldest()
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.leave(oldest) })
@@ -339,7 +340,17 @@ func (n *simNode) leave() {
 // and the node leaves the membership once both are done (Sharding.Shutdown).
 func (n *simNode) finishLeave(late bool) {
 	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
-	n.w.droppedAtStop(n)
+	if late && n.leftAt < n.w.net.slowUntil {
+		// A link slower than the deadline allows (a fault) made the
+		// leave outlast it: what it holds is lost to that fault.
+		n.w.tracef("%s: its leave overlapped a slow link", n.name)
+		for _, e := range n.region.shards {
+			n.w.lostToFault(e.buffer)
+			n.w.lostToFault(e.sent.Msgs)
+		}
+	} else {
+		n.w.droppedAtStop(n)
+	}
 	n.stopped, n.stoppedLate = true, late
 	if late {
 		// What is on its way to it is lost from now on, as at a fence:

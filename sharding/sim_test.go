@@ -179,6 +179,7 @@ func newSimWorld(cfg simConfig) *simWorld {
 		// The whole network slow until the heal: every message takes up
 		// to seconds, in order on its link.
 		w.net.slowAll = w.rng.between(time.Second, 15*time.Second)
+		w.net.slowUntil = w.healAt + w.net.slowAll
 	}
 	idle := time.Duration(-1)
 	if w.rng.chance(0.5) {
@@ -558,6 +559,7 @@ func (w *simWorld) slowOne() {
 	for _, l := range []simLink{{a.name, b.name}, {b.name, a.name}} {
 		w.net.slow[l] = simSlow{until: until, worst: worst}
 	}
+	w.net.slowUntil = max(w.net.slowUntil, until+worst)
 }
 
 // suspectOneWay makes every other node's view hold one node unreachable

@@ -179,6 +179,9 @@ type simNet struct {
 	// slowAll: every link is slow until the heal, each message taking up
 	// to this much more (faultSlow).
 	slowAll time.Duration
+	// slowUntil is when the last slow link (or held one) of the run is
+	// over, as far as it is known yet.
+	slowUntil time.Duration
 	// maxDelay bounds a message's random flight time; with 0 every message
 	// takes fixedDelay, so messages arrive in the one global order they
 	// were sent in (the in-process transport's).
@@ -213,6 +216,7 @@ func (n *simNet) delay(l simLink) time.Duration {
 // holdLink delays what is on its way between a and b, both ways, until
 // at: it arrives then, in order, and what is sent meanwhile after it.
 func (n *simNet) holdLink(a, b string, at time.Duration) {
+	n.slowUntil = max(n.slowUntil, at)
 	for _, l := range []simLink{{a, b}, {b, a}} {
 		n.hold[l] = max(n.hold[l], at)
 		n.last[l] = max(n.last[l], n.hold[l]+simMinDelay)
