@@ -309,6 +309,20 @@ func (c *regionCore[C, S]) forwardsHeld() bool {
 	return !c.registered && c.epoch > c.regEpoch && !c.leaving
 }
 
+// releaseHeld forwards what forwardsHeld kept back, once it no longer
+// does (the region registered, or began to leave).
+func (c *regionCore[C, S]) releaseHeld() {
+	if c.forwardsHeld() || c.stopped {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		if len(e.buffer) > 0 && e.home != "" && e.home != c.cfg.self && !e.hosted && !e.handingOff && e.awaiting == "" && !e.hostAfter {
+			c.drain(id, e)
+		}
+	}
+}
+
 // direct reports whether a message for the shard goes straight to its
 // home: the home is known, and no hand-off, awaited hand-over, hand-over
 // to that home still unacknowledged, or buffered message must go first.
@@ -431,18 +445,14 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		held := c.forwardsHeld()
 		c.coordinator, c.registered, c.announcer, c.regEpoch = m.Coordinator, true, "", m.Epoch
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-			e := c.shards[id]
-			if len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
+			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
 				e.requested = true
 				c.askHome(id, e)
 			}
-			if held && len(e.buffer) > 0 && e.home != "" && !e.handingOff && e.awaiting == "" && !e.hostAfter {
-				c.drain(id, e) // what it held since the coordinator announced itself
-			}
 		}
+		c.releaseHeld()
 	case protocol.ShardHomes:
 		if !c.fresh(m.Epoch) {
 			return
@@ -850,6 +860,7 @@ func (c *regionCore[C, S]) tick() {
 		}
 	}
 	c.giveUpWaiting()
+	c.releaseHeld()
 	c.resendFences()
 	c.resendHandOvers()
 	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
@@ -1331,6 +1342,7 @@ func (c *regionCore[C, S]) leave(oldest string) {
 	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
 	// no coordinator may be there to send.
 	c.leaveAcked = c.leaveAcked || c.cfg.proxy
+	c.releaseHeld()
 	c.checkLeft()
 	c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
 }
