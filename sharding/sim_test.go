@@ -179,7 +179,7 @@ func newSimWorld(cfg simConfig) *simWorld {
 		// The whole network slow until the heal: every message takes up
 		// to seconds, in order on its link.
 		w.net.slowAll = w.rng.between(time.Second, 15*time.Second)
-		w.net.slowUntil = w.healAt + w.net.slowAll
+		w.net.slowUntil = simChaos + w.net.slowAll // the heal
 	}
 	idle := time.Duration(-1)
 	if w.rng.chance(0.5) {
@@ -294,6 +294,9 @@ func (w *simWorld) backoff(lo, hi time.Duration, attempt int) time.Duration {
 // ---- the workload ----
 
 func (w *simWorld) schedule() {
+	if w.net.slowAll > 0 {
+		w.tracef("every link slow (up to %v more) until the heal", w.net.slowAll)
+	}
 	for range 2 + w.rng.IntN(3) {
 		w.clock.after(w.rng.between(0, 100*time.Millisecond), w.join)
 	}
