@@ -540,6 +540,26 @@ func TestSimulationPinned(t *testing.T) {
 		// it (views lag) and downed a node a one-way suspicion had hidden:
 		// the heal ends the lag (sim_test.go publishView).
 		{"view-lagging-past-the-heal", simReviewFaults, false, 117625},
+		// Found with links slow for tens of seconds, breaks that deliver
+		// late, duplicated control messages, long one-way suspicion and
+		// store calls that commit and report failure, each failing until
+		// its fix (the simulator's own fixes since make their runs
+		// differ: they stay as regression seeds). A Register slower than registrationWaitRounds: the
+		// hand-off went on around a region that forwarded with announced
+		// homes (coordinator.go allRegistered, region_core.go
+		// forwardsHeld; forwards-held-until-registered.txt).
+		{"slow-register-outlasts-the-registration-wait", "all", false, 392316},
+		// A crashed or late-stopped home's HandOver came, on a slow link,
+		// after the next home started without it (region_core.go
+		// handedOver; hand-over-after-gone.txt).
+		{"hand-over-after-the-start-without-it", "all", false, 392221},
+		// A region whose ShardHomes forgot the home it had forwarded to
+		// answered the repeated BeginHandOff without a fence, and its
+		// forward came after the shard moved (region_core.go fenceOwed).
+		{"forgotten-home-still-fenced", "all", false, 394838},
+		// Held back for an announced coordinator, a leaving region's
+		// forwards were never released (region_core.go releaseHeld).
+		{"held-forwards-released-on-leave", "all", true, 395290},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
