@@ -440,6 +440,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			c.announcedTo[node] = true
 			out = append(out, c.hostAgain(node)...)
 			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch, Coordinator: c.self}})
+			out = append(out, c.owedAgain(node)...)
 		}
 		return changes, out
 	}
@@ -452,6 +453,7 @@ func (c *coordinatorCore) welcome(region string) []outbound {
 	out := []outbound{{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}}}
 	out = append(out, c.hostAgain(region)...)
 	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch, Coordinator: c.self}})
+	out = append(out, c.owedAgain(region)...)
 	if len(c.down) > 0 {
 		out = append(out, outbound{to: region, msg: protocol.MembersDown{Nodes: c.down}})
 	}
@@ -468,6 +470,22 @@ func (c *coordinatorCore) hostAgain(region string) []outbound {
 	for _, shard := range c.byRegion[region] {
 		if from := c.starting[shard]; from != "" && c.handoffs[shard] == nil {
 			out = append(out, outbound{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}})
+		}
+	}
+	return out
+}
+
+// owedAgain sends region, behind a ShardHomes (which names no previous
+// home), the ShardHome of each shard whose next home waits for region's
+// HandOver and has not started: region owes it one, an empty one when it
+// holds nothing, and the ShardHome that told it so may have been lost
+// (a partition), else the next home waits for ever.
+func (c *coordinatorCore) owedAgain(region string) []outbound {
+	var out []outbound
+	for _, shard := range slices.Sorted(maps.Keys(c.starting)) {
+		home, placed := c.shards[shard]
+		if from := c.starting[shard]; from == region && placed && home != region && c.handoffs[shard] == nil {
+			out = append(out, outbound{to: region, msg: protocol.ShardHome{Shard: shard, Region: home, From: from, Epoch: c.epoch}})
 		}
 	}
 	return out

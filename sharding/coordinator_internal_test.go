@@ -743,12 +743,15 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 // that names it: with the ShardHomes alone, its HostShard lost, it would
 // start the shard at once, ahead of that mail. A
 // successor, which reads the holder from the store, does the same when
-// it announces itself.
+// it announces itself. The holder is told the home again behind its
+// ShardHomes (which names no previous home): it owes that home a
+// HandOver, an empty one if it holds nothing, and the ShardHome that
+// said so may have been lost (else the home waits for ever).
 func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	c := newCoordinatorCore("x", 3, map[string]Allocation{"s1": {Region: "b", MailHeldBy: "a"}, "s2": {Region: "b"}}, strategy, 1)
 	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "b", Status: allocation.Up, Reachable: true}}
-	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "b: HostShard s1", "b: ShardHomes"}) {
+	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "a: ShardHome s1@b", "b: HostShard s1", "b: ShardHomes"}) {
 		t.Fatalf("announced %v; want b told to host s1 (from a) ahead of the homes", sent(out))
 	}
 	_, out := c.step(protocol.Register{Region: "b"})
@@ -757,6 +760,13 @@ func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing
 	}
 	if host := out[1].msg.(protocol.HostShard); host.From != "a" {
 		t.Fatalf("HostShard %+v, want From a", host)
+	}
+	_, out = c.step(protocol.Register{Region: "a"})
+	if got := sent(out); !slices.Equal(got, []string{"a: RegisterAck", "a: ShardHomes", "a: ShardHome s1@b"}) {
+		t.Fatalf("welcomed the holder with %v; want the home it owes a HandOver after the homes", got)
+	}
+	if home := out[2].msg.(protocol.ShardHome); home.From != "a" {
+		t.Fatalf("ShardHome %+v, want From a", home)
 	}
 	c.step(protocol.ShardStarted{Shard: "s1", Region: "b"})
 	if _, out := c.step(protocol.Register{Region: "b"}); !slices.Equal(sent(out), []string{"b: RegisterAck", "b: ShardHomes"}) {
