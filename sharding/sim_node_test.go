@@ -352,11 +352,6 @@ func (n *simNode) finishLeave(late bool) {
 		n.w.droppedAtStop(n)
 	}
 	n.stopped, n.stoppedLate = true, late
-	if late {
-		// What is on its way to it is lost from now on, as at a fence:
-		// liveness is owed from here (sim_test.go finalChecks).
-		n.w.lastFence = max(n.w.lastFence, n.w.clock.now)
-	}
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	if n.coord != nil && !n.coord.failed {
 		n.stopCoordinator()
@@ -388,6 +383,12 @@ func (n *simNode) maybeGone() {
 }
 
 func (n *simNode) gone() {
+	if n.stoppedLate {
+		// What was sent to it until now is lost, as at a fence (senders
+		// learn that it is gone only now): liveness is owed from here
+		// (sim_test.go finalChecks).
+		n.w.lastFence = max(n.w.lastFence, n.w.clock.now)
+	}
 	n.state = nodeGone
 	n.releaseLease()
 	n.w.removeMember(n.name, 0)
