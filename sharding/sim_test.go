@@ -823,10 +823,11 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 	if n == nil || n.state == nodeGone {
 		w.tracef("%s -> %s%s dropped (node gone): %s", from, to, coordSuffix(coordinator), simShow(msg))
 		sender := w.nodes[from]
-		if n != nil && (n.crashed || n.stoppedLate) || sender != nil && (sender.crashed || sender.frozen() && w.leaseEnded(sender)) {
+		if n != nil && (n.crashed || n.stoppedLate) || sender != nil && (sender.crashed || sender.stoppedLate || sender.frozen() && w.leaseEnded(sender)) {
 			// Or its sender died (a pause past its lease is death to the
-			// protocol): a hand-off went on without its fence, and what
-			// it still had on its way found the old home gone.
+			// protocol) or its leave ran out of time: a hand-off went on
+			// without its fence, and what it still had on its way found
+			// the old home gone.
 			// A leave that outlasted its deadline (only a fault, such as
 			// a link slower than the deadline allows, makes it) ends as
 			// a crash does for what is still on its way.
