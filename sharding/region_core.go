@@ -854,7 +854,7 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+			if e := c.shards[id]; !e.hosted && e.awaiting == "" && (len(e.buffer) > 0 || c.leaving && e.fencedAt != "") && (e.home == "" || e.handingOff) {
 				c.askHome(id, e)
 			}
 		}
@@ -975,6 +975,10 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	if prev == "" {
 		prev = e.placed
 	}
+	if home == "" {
+		// Deallocated: the hand-off this region fenced for is over.
+		e.fencedAt, e.fenceOwed = "", ""
+	}
 	if home != "" {
 		e.doneEpoch = 0
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
@@ -992,6 +996,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 		e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
 	}
 	c.setHome(shardID, home)
+	c.checkLeft() // a leaving region may have waited for this hand-off to end
 }
 
 // setHome records a shard's home, hosts the shard when the home is this
@@ -1363,8 +1368,11 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	for _, e := range c.shards {
-		// Nor before it handed over the mail it holds, and that arrived.
-		if e.hosted || e.handOver || e.handOverTo != "" {
+		// Nor before it handed over the mail it holds, and that arrived;
+		// nor while a hand-off it fenced for runs: the home waits for its
+		// fence, which a slow link may still carry behind a forward, and
+		// would take it for gone once it left the view.
+		if e.hosted || e.handOver || e.handOverTo != "" || e.fencedAt != "" && !c.gone(e.fencedAt) {
 			return
 		}
 	}
