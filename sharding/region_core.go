@@ -610,6 +610,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.stopping && e.stopEpoch == m.Epoch && e.stopSeq == m.Seq {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
+		if prev := e.home; !e.hosted && e.awaiting.IsZero() && e.hostFrom.IsZero() && e.placed != c.cfg.self &&
+			!prev.IsZero() && prev != c.cfg.self && !e.handedIn[prev] && c.isLive(prev) && !c.cfg.proxy {
+			// This region learns that it is the shard's home only from
+			// the HandOff: its HostShard and the pushed home were lost.
+			// The home it knew before may hold mail for it, which the
+			// coordinator still counts as on its way here; the next home
+			// waits only for ours, so ours goes once that mail is in and
+			// ahead of it (see docs/DESIGN.md, "Hand-over, not carry").
+			// Guessed, as in pushedHome, so bounded by waitTicks.
+			e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
+		}
 		if e.awaiting.IsZero() {
 			// A wait for a previous home's hand-over keeps its start: the
 			// next home's wait for ours begins after it, so ours must end
@@ -899,6 +910,9 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 		}
 		c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 		e.awaiting = cluster.UniqueAddress{}
+		if e.stopping && e.home != c.cfg.self {
+			continue // the stop reports what this region holds (see maybeStop)
+		}
 		c.setHome(id, e.home)
 	}
 }
