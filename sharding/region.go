@@ -16,6 +16,7 @@ import (
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/protocol"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Region routes the messages of one entity type on one node and hosts the
@@ -176,12 +177,13 @@ func (r *Region[C]) tickInterval() time.Duration {
 // fast path (r.fast.entities.hash); with start, msg and h are ignored and
 // the entity is only started. With failFast, a local entity that is backing
 // off after a failure refuses msg (UnavailableError) instead of holding it.
-func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool) error {
+// parent, nil for none, is the trace context msg carries to its handler.
+func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool, parent *trace.SpanContext) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
 	if !start {
-		if ok, err := r.tellFast(entityID, h, msg); ok {
+		if ok, err := r.tellFast(entityID, h, msg, parent); ok {
 			return err
 		}
 	}
@@ -190,7 +192,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 	if e := r.core.routable(shardID); e != nil {
 		if e.hosted {
 			e.local.routed(r.mu.epoch.Load())
-			err := e.local.deliver(entityID, msg, start, failFast, false)
+			err := e.local.deliver(entityID, msg, start, failFast, false, parent)
 			stripe.RUnlock()
 			return err
 		}
@@ -198,7 +200,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
 		home := e.home
-		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast})
+		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast, parent})
 		stripe.RUnlock()
 		if errors.Is(err, ErrUnreachable) {
 			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
@@ -208,7 +210,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 	stripe.RUnlock()
 
 	r.mu.Lock()
-	p := pending[C]{entityID, msg, start, failFast}
+	p := pending[C]{entityID, msg, start, failFast, parent}
 	v, e := r.core.route(shardID, p)
 	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
@@ -224,7 +226,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
 	switch v {
 	case routeLocal:
-		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted)
+		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted, p.trace)
 	case routeRemote:
 		err := r.forward(e.home, shardID, p)
 		if errors.Is(err, ErrUnreachable) {
@@ -239,8 +241,19 @@ func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], sha
 	return nil // held
 }
 
+// forward sends p to the region on home. A traced p goes in a
+// "shoal.remote.send" span, whose context the Deliver carries.
 func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
-	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, p.deliver(shardID))
+	d := p.deliver(shardID)
+	var err error
+	if p.trace != nil && r.s.sys.Tracing() {
+		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home, p.entityID)
+		setTrace(&d, span.SpanContext())
+		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		endSpan(span, err)
+	} else {
+		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
 	}
@@ -266,6 +279,19 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.step(func(c *regionCore[C, *shard[C]]) { c.handedOff(m.shard, m.leftover) })
 	case protocol.GetRegionStats:
 		entity.Reply(r.s.sys, m.ReplyTo, r.Stats())
+	case protocol.Deliver:
+		// A traced message from another region: routing it here is its
+		// "shoal.remote.receive" span, the parent of its handler's.
+		if m.TraceParent != "" && r.s.sys.Tracing() {
+			if parent := traceOf(m); parent != nil {
+				span := r.startRemote("shoal.remote.receive", trace.SpanKindConsumer, *parent, "", m.EntityID)
+				setTrace(&m, span.SpanContext())
+				r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
+				span.End()
+				break
+			}
+		}
+		r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
 	default:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
 	}
@@ -327,7 +353,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 			// Not failFast, but for the command of an ask forwarded here:
 			// the sender of a buffered or forwarded message is not waiting
 			// for this answer, an asker is (its asks fail at once).
-			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted); err != nil {
+			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted, ef.p.trace); err != nil {
 				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
 			}
 		case regHandOff, regPassivateIdle, regTerminate:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding/protocol"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in
@@ -164,6 +165,9 @@ type pending[C any] struct {
 	msg      C
 	start    bool // StartEntity: no message, just make sure it runs
 	ask      bool // the command of an ask: its home fails it fast (Deliver.Ask)
+	// trace is the trace context msg carries to its handler, nil for none
+	// (Deliver.TraceParent; docs/DESIGN.md, "Tracing").
+	trace *trace.SpanContext
 }
 
 // regionEffectKind names what the runner is to do.
@@ -593,7 +597,7 @@ func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
 		return pending[C]{}, false
 	}
-	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask}, true
+	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask, trace: traceOf(d)}, true
 }
 
 // fromDelivers is the entity messages a HandOver carries, in order,
@@ -1113,6 +1117,9 @@ func (p pending[C]) deliver(shardID string) protocol.Deliver {
 	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start, Ask: p.ask}
 	if !p.start {
 		d.Msg = p.msg
+	}
+	if p.trace != nil {
+		setTrace(&d, *p.trace)
 	}
 	return d
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // shard runs the entities of one shard on this node: it is the runner of
@@ -89,8 +90,10 @@ func entityBufferLimit(st Settings) int {
 // refuses msg at once with an UnavailableError (see Ask); otherwise msg
 // waits for the next incarnation, unless the entity's buffer is full
 // (ErrBufferFull). With accepted (a message the region accepted earlier)
-// the buffer's limit does not apply.
-func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool) error {
+// the buffer's limit does not apply. parent, nil for none, is the trace
+// context msg carries to its handler; a message the shard holds for the
+// entity's next incarnation leaves it behind (docs/DESIGN.md, "Tracing").
+func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool, parent *trace.SpanContext) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if start {
@@ -115,7 +118,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 	case deliverTellNew:
 		cell = sh.core.handle(entityID)
 	}
-	if err := cell.Tell(msg); err != nil {
+	if err := cell.TellTraced(msg, parent); err != nil {
 		if !errors.Is(err, entity.ErrStopped) {
 			if accepted {
 				// Its sender was told it was taken: a dead letter, not a

@@ -117,8 +117,8 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 }
 
 // WriteAsync implements journal.AsyncWriter; it completes before returning.
-func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
-	done(j.Write(context.Background(), events))
+func (j *Journal) WriteAsync(ctx context.Context, events []journal.Event, done func(error)) {
+	done(j.Write(ctx, events))
 }
 
 // Replay implements journal.Journal. It copies one page at a time so fn may

@@ -150,11 +150,18 @@ type (
 	// marks the command of an ask (EntityRef.TellAsk): the home refuses
 	// it at once when its entity is backing off, as the asker's own node
 	// would, where another message waits for the restart.
+	//
+	// TraceParent and TraceState, empty for an untraced message, are the
+	// W3C trace context (the traceparent and tracestate headers) of the
+	// sender's span, so that the entity's handler continues the sender's
+	// trace (docs/DESIGN.md, "Tracing").
 	Deliver struct {
 		Shard, EntityID string
 		Msg             any
 		Start           bool
 		Ask             bool
+		TraceParent     string
+		TraceState      string
 	}
 )
 

@@ -1,0 +1,92 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/protocol"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// AttrNode is the span attribute naming the node a remote send goes to,
+// or a remote receive came from.
+const AttrNode = attribute.Key("shoal.node")
+
+// w3c reads and writes W3C trace context (docs/DESIGN.md, "Tracing").
+var w3c propagation.TraceContext
+
+// deliverCarrier is a Deliver's trace fields as propagation sees them.
+type deliverCarrier struct{ d *protocol.Deliver }
+
+func (c deliverCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.d.TraceParent
+	case "tracestate":
+		return c.d.TraceState
+	}
+	return ""
+}
+
+func (c deliverCarrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		c.d.TraceParent = value
+	case "tracestate":
+		c.d.TraceState = value
+	}
+}
+
+func (c deliverCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// setTrace writes sc into d as W3C trace context.
+func setTrace(d *protocol.Deliver, sc trace.SpanContext) {
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), deliverCarrier{d})
+}
+
+// traceOf is the trace context d carries: nil when none, or when it does
+// not parse (a bad traceparent costs the message its trace, nothing else).
+func traceOf(d protocol.Deliver) *trace.SpanContext {
+	if d.TraceParent == "" {
+		return nil
+	}
+	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), deliverCarrier{&d}))
+	if !sc.IsValid() {
+		return nil
+	}
+	return &sc
+}
+
+// startRemote starts a span of kind, a child of parent, for a message to
+// entityID on node ("" when unknown); the runtime records spans.
+func (r *Region[C]) startRemote(name string, kind trace.SpanKind, parent trace.SpanContext, node, entityID string) trace.Span {
+	attrs := []attribute.KeyValue{entity.AttrEntityType.String(r.typ), entity.AttrEntityID.String(entityID)}
+	if node != "" {
+		attrs = append(attrs, AttrNode.String(node))
+	}
+	_, span := r.s.sys.Tracer().Start(trace.ContextWithSpanContext(context.Background(), parent), name,
+		trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return span
+}
+
+// endSpan ends span with err, when not nil, as its error.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// TellContext implements entity.ContextRef: Tell, with the trace context of
+// ctx carried to the entity's handler, on this node or another.
+func (r EntityRef[C]) TellContext(ctx context.Context, msg C) error {
+	if r.region == nil {
+		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
+	}
+	return r.region.tell(r.id, r.hash, msg, false, false, entity.SpanOf(ctx))
+}
