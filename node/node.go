@@ -85,6 +85,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -264,6 +265,12 @@ type Config struct {
 	// (entity runtime, sharding, journal, node lease, transport), each
 	// labelled node=NodeID. Default nil: no metrics.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the node's spans: asks, remote sends and
+	// receives, entity handlers and journal writes (docs/DESIGN.md,
+	// "Tracing"); it is the default of Entity.TracerProvider and
+	// Journal.TracerProvider. Default: otel's no-op provider. Shoal never
+	// sets otel's global provider; pass otel.GetTracerProvider() to use it.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns a Config for nodeID with every default spelled
@@ -327,9 +334,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.TransportAddr = d.TransportAddr
 	}
 	tuning := c.Journal
-	tuning.Metrics = nil // == on an interface panics for an uncomparable value
+	tuning.Metrics, tuning.TracerProvider = nil, nil // == on an interface panics for an uncomparable value
 	if tuning == (journalpg.Config{}) {
-		d.Journal.Metrics = c.Journal.Metrics
+		d.Journal.Metrics, d.Journal.TracerProvider = c.Journal.Metrics, c.Journal.TracerProvider
 		c.Journal = d.Journal
 	}
 	if c.Leases == (lease.Settings{}) {
@@ -445,6 +452,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
+	}
+	if ec.TracerProvider == nil {
+		ec.TracerProvider = cfg.TracerProvider
 	}
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
@@ -656,6 +666,9 @@ func (n *Node) openJournal() {
 	jc := n.cfg.Journal
 	if jc.Metrics == nil {
 		jc.Metrics = n.metrics()
+	}
+	if jc.TracerProvider == nil {
+		jc.TracerProvider = n.cfg.TracerProvider
 	}
 	n.journal = journalpg.New(n.pool, jc, journalpg.WithFence(journalpg.Fence{
 		NodeID: n.self.Node, Incarnation: n.self.Incarnation, Holds: n.holder.Holds,
