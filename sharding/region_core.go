@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"go.opentelemetry.io/otel/trace"
 )
 

@@ -18,9 +18,9 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/remote"
-	"github.com/shoal-dev/shoal/sharding/wire"
 	"github.com/shoal-dev/shoal/timers"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/remote"
-	"github.com/shoal-dev/shoal/sharding/wire"
 )
 
 // Mail for a region that shut down here is expected while the others'

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // A protocol type with a field plain JSON could not carry is refused when

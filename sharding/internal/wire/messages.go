@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // kinds lists every protocol message that crosses nodes: the one place

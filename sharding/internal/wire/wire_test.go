@@ -14,8 +14,8 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding/protocol"
-	"github.com/shoal-dev/shoal/sharding/wire"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // note is a user message with a reply address inside.

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // A plan is how one protocol type travels, derived from its fields when

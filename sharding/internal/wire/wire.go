@@ -32,7 +32,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 var (

@@ -5,8 +5,8 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding/protocol"
-	"github.com/shoal-dev/shoal/sharding/wire"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // handwritten is the shape of the mirror struct wire had before its form
