@@ -687,10 +687,24 @@ func (n *Node) startCluster(ctx context.Context) error {
 	if endpoint == "" {
 		endpoint = ln.Addr().String()
 	}
+	// A member gossip reports enters the views only once this node's
+	// transport has probed it: gossip authenticates nobody, so a process
+	// the transport would refuse (another cluster, another wire, no
+	// certificate naming its node) is never listed (docs/DESIGN.md,
+	// "Members and views"). The transport starts after the membership it
+	// follows, hence the pointer.
+	var transport atomic.Pointer[tcp.Transport]
+	admit := func(ctx context.Context, m cluster.Member) error {
+		t := transport.Load()
+		if t == nil {
+			return errors.New("node: transport not started yet")
+		}
+		return t.Probe(ctx, m.Address, m.Endpoint)
+	}
 	mc := memberlist.Config{
 		NodeID: cfg.NodeID, Incarnation: cfg.Incarnation, Endpoint: endpoint,
 		Roles: cfg.Roles, AppVersion: cfg.AppVersion, ClusterName: cfg.ClusterName,
-		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(),
+		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(), Admit: admit,
 	}
 	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.GossipAddr); err != nil {
 		ln.Close()
@@ -716,6 +730,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
+	transport.Store(n.net)
 	return n.remote.Bind(leasedTransport{Transport: n.net, holds: n.holder.Holds})
 }
 

@@ -91,6 +91,9 @@ func (t *Transport) serveInbound(c *inConn) {
 		}
 	}()
 	br, err := t.acceptHandshake(c)
+	if errors.Is(err, errProbed) {
+		return
+	}
 	if err != nil {
 		t.stat.refused.Add(1)
 		t.log.Warn("tcp: refused a connection", "remote", c.conn.RemoteAddr().String(), "err", err)
@@ -160,7 +163,8 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading hello: %w", ErrRefused, err)
 	}
-	if hello.Manifest != helloManifest {
+	probe := hello.Manifest == probeManifest
+	if hello.Manifest != helloManifest && !probe {
 		return nil, fmt.Errorf("%w: first frame %q is not a hello", ErrRefused, hello.Manifest)
 	}
 	self := t.cfg.Self
@@ -179,6 +183,9 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	}
 	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
 		return refuse(err.Error())
+	}
+	if probe { // a would-you-accept question: answered, nothing kept
+		return nil, t.answerProbe(conn, hello)
 	}
 	// The dialler's claim is its own word: only the resolver (membership)
 	// can confirm that it is a current member, and only a confirmed one
