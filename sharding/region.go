@@ -118,7 +118,14 @@ func (r *Region[C]) start() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error { return r.ctl.Tell(m) })
+	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error {
+		m, span := r.traceInbound(m)
+		err := r.ctl.Tell(m)
+		if span != nil {
+			endSpan(span, err)
+		}
+		return err
+	})
 	if err != nil {
 		r.ctl.StopNow()
 		return err
@@ -279,19 +286,6 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.step(func(c *regionCore[C, *shard[C]]) { c.handedOff(m.shard, m.leftover) })
 	case protocol.GetRegionStats:
 		entity.Reply(r.s.sys, m.ReplyTo, r.Stats())
-	case protocol.Deliver:
-		// A traced message from another region: routing it here is its
-		// "shoal.remote.receive" span, the parent of its handler's.
-		if m.TraceParent != "" && r.s.sys.Tracing() {
-			if parent := traceOf(m); parent != nil {
-				span := r.startRemote("shoal.remote.receive", trace.SpanKindConsumer, *parent, "", m.EntityID)
-				setTrace(&m, span.SpanContext())
-				r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
-				span.End()
-				break
-			}
-		}
-		r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
 	default:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.step(m) })
 	}

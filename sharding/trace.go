@@ -82,6 +82,26 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
+// traceInbound starts the "shoal.remote.receive" span of a traced Deliver
+// the transport hands this region, and returns the Deliver carrying that
+// span instead of the sender's, so that the entity's handler is its child;
+// other messages, and all when the runtime records no spans, come back as
+// they are, with no span. The caller ends the span once the message is
+// queued.
+func (r *Region[C]) traceInbound(m Message) (Message, trace.Span) {
+	d, ok := m.(protocol.Deliver)
+	if !ok || d.TraceParent == "" || !r.s.sys.Tracing() {
+		return m, nil
+	}
+	parent := traceOf(d)
+	if parent == nil {
+		return m, nil
+	}
+	span := r.startRemote("shoal.remote.receive", trace.SpanKindConsumer, *parent, "", d.EntityID)
+	setTrace(&d, span.SpanContext())
+	return d, span
+}
+
 // TellContext implements entity.ContextRef: Tell, with the trace context of
 // ctx carried to the entity's handler, on this node or another.
 func (r EntityRef[C]) TellContext(ctx context.Context, msg C) error {
