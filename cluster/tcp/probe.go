@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -46,34 +45,15 @@ func (t *Transport) Probe(ctx context.Context, to cluster.UniqueAddress, endpoin
 		return fmt.Errorf("tcp: probe %s at %s: %w", to, endpoint, err)
 	}
 	defer conn.Close()
-	if err := t.checkCertNamesNode(conn, to); err != nil {
-		return fmt.Errorf("%w (probed at %s)", err, endpoint)
-	}
-	deadline, _ := ctx.Deadline()
-	conn.SetDeadline(deadline)
-	hello := frame.Frame{From: cfg.Self, To: to, Manifest: probeManifest, Payload: []byte(cfg.ClusterName)}
-	if err := frame.WriteFrame(conn, hello, controlMaxSize); err != nil {
+	if _, err := t.greet(conn, to, probeManifest); err != nil {
 		return fmt.Errorf("tcp: probe %s at %s: %w", to, endpoint, err)
 	}
-	answer, err := readControl(bufio.NewReader(conn))
-	if err != nil {
-		return fmt.Errorf("tcp: probe %s at %s: %w", to, endpoint, err)
-	}
-	switch answer.Manifest {
-	case welcomeManifest:
-		if answer.From != to || answer.To != cfg.Self {
-			return fmt.Errorf("%w: welcome from %s to %s (probed %s at %s)", ErrRefused, answer.From, answer.To, to, endpoint)
-		}
-		return nil
-	case refuseManifest:
-		return fmt.Errorf("%w by %s: %s (probed %s at %s)", ErrRefused, answer.From, answer.Payload, to, endpoint)
-	}
-	return fmt.Errorf("%w: answer %q (probed %s at %s)", ErrRefused, answer.Manifest, to, endpoint)
+	return nil
 }
 
 // answerProbe welcomes a prober that passed the listener's checks.
 func (t *Transport) answerProbe(conn net.Conn, hello frame.Frame) error {
-	welcome := frame.Frame{From: t.cfg.Self, To: hello.From, Manifest: welcomeManifest}
+	welcome := frame.Frame{From: t.cfg.Self, To: hello.From, Manifest: welcomeManifest, Payload: appendVersioned(nil, t.cfg.wireVersion, nil)}
 	conn.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	if err := frame.WriteFrame(conn, welcome, controlMaxSize); err != nil {
 		return fmt.Errorf("writing welcome to a probe: %w", err)

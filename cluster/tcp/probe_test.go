@@ -52,6 +52,7 @@ func TestProbeRefused(t *testing.T) {
 		refuse bool                  // ErrRefused, not just a failed handshake
 	}{
 		{name: "another cluster name", a: func(c *tcp.Config) { c.ClusterName = "other" }, target: addr("b", 1), refuse: true},
+		{name: "another wire version", a: func(c *tcp.Config) { tcp.SetWireVersion(c, cluster.WireVersion+1) }, target: addr("b", 1), refuse: true},
 		{name: "another incarnation at the endpoint", target: addr("b", 2), refuse: true},
 		{name: "another node at the endpoint", target: addr("c", 1), refuse: true},
 		{name: "a certificate that does not name the node",
@@ -73,6 +74,9 @@ func TestProbeRefused(t *testing.T) {
 			}
 			if tc.refuse && !errors.Is(err, tcp.ErrRefused) {
 				t.Fatalf("Probe: %v, want ErrRefused", err)
+			}
+			if tc.name == "another wire version" && !errors.Is(err, cluster.ErrWireVersion) {
+				t.Fatalf("Probe: %v, want a wire version error", err)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	register := func(typ string) error {
-		return tr.Receive(from, wire.Envelope[protocol.Register]{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: remote.NodeName(from)}})
+		return tr.Receive(from, wire.Envelope{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: remote.NodeName(from)}})
 	}
 	if err := register("Ops"); err != nil {
 		t.Fatalf("delivered to the listener: %v", err)

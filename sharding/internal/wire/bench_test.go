@@ -1,84 +1,105 @@
 package wire_test
 
 import (
+	"encoding/json"
 	"testing"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
-// handwritten is the shape of the mirror struct wire had before its form
-// was derived from protocol.Deliver: the baseline of BenchmarkDeliver.
-type handwritten struct {
-	To    wire.Target `json:"to"`
-	Entry struct {
-		Shard    string                `json:"shard"`
-		EntityID string                `json:"id"`
-		Start    bool                  `json:"start,omitempty"`
-		Manifest string                `json:"m,omitempty"`
-		Payload  []byte                `json:"p,omitempty"`
-		ReplyTo  []entity.ReplyAddress `json:"r,omitempty"`
-	} `json:"entry"`
-}
+// count is the empty command of the remote benchmarks.
+type count struct{}
 
-// BenchmarkDeliver sends one Deliver through the codec and back: the
-// user message encoded, the envelope encoded, then both decoded. The
-// "handwritten" case does it as the converter to the mirror struct did.
+// BenchmarkDeliverFrame sends a Deliver through everything between two
+// nodes' regions but the socket: Seal (the user message encoded by the
+// codec), the frame encoded, then the frame decoded and the envelope
+// opened. "empty" carries count{}, "typical" a command with a text and a
+// reply address. frame-B is the frame's size, length prefix excluded.
 //
-//	go test -run '^$' -bench Deliver -count 5 ./sharding/wire
-func BenchmarkDeliver(b *testing.B) {
-	reg := codec.NewRegistry()
-	codec.MustRegister[note](reg, "test.note")
-	codec.MustRegister[handwritten](reg, "test.handwritten")
-	if err := wire.RegisterTypes(reg); err != nil {
+//	go test -run '^$' -bench DeliverFrame -count 6 ./sharding/internal/wire
+func BenchmarkDeliverFrame(b *testing.B) {
+	reg := newCodec(b)
+	if err := registerCount(reg); err != nil {
 		b.Fatal(err)
 	}
-	to := wire.Target{Type: "account"}
-	d := protocol.Deliver{Shard: "17", EntityID: "account-42", Msg: note{Text: "deposit 100"}}
-	b.Run("handwritten", func(b *testing.B) {
-		for b.Loop() {
-			var h handwritten
-			h.To, h.Entry.Shard, h.Entry.EntityID = to, d.Shard, d.EntityID
-			var err error
-			if h.Entry.Manifest, h.Entry.Payload, err = reg.Encode(d.Msg); err != nil {
-				b.Fatal(err)
+	from := cluster.UniqueAddress{Node: "node-1", Incarnation: 1732700000123}
+	to := cluster.UniqueAddress{Node: "node-2", Incarnation: 1732700000456}
+	var rt entity.ReplyTo[string]
+	if err := json.Unmarshal([]byte(`{"node":"node-1","incarnation":1732700000123,"id":4711}`), &rt); err != nil {
+		b.Fatal(err)
+	}
+	target := wire.Target{Type: "counter"}
+	for _, bc := range []struct {
+		name string
+		d    protocol.Deliver
+	}{
+		{"empty", protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: count{}}},
+		{"typical", protocol.Deliver{Shard: "17", EntityID: "account-42", Msg: note{Text: "deposit 100", ReplyTo: rt}, Ask: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				env, err := wire.Seal(reg, target, bc.d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				body, err := frame.Encode(reg, from, to, env, frame.DefaultMaxSize)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(body)
+				_, v, err := frame.Decode(reg, to, body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := wire.Open(reg, v.(wire.Envelope)); err != nil {
+					b.Fatal(err)
+				}
 			}
-			h.Entry.ReplyTo = entity.ReplyAddresses(d.Msg)
-			m, p, err := reg.Encode(h)
+			b.ReportMetric(float64(size), "frame-B")
+		})
+	}
+}
+
+// BenchmarkEnvelopeCodec is the envelope's share of BenchmarkDeliverFrame:
+// a Deliver sealed once, then its envelope encoded and decoded by the
+// codec, the user message staying bytes.
+//
+//	go test -run '^$' -bench EnvelopeCodec -count 6 ./sharding/internal/wire
+func BenchmarkEnvelopeCodec(b *testing.B) {
+	reg := newCodec(b)
+	if err := registerCount(reg); err != nil {
+		b.Fatal(err)
+	}
+	var rt entity.ReplyTo[string]
+	if err := json.Unmarshal([]byte(`{"node":"node-1","incarnation":1732700000123,"id":4711}`), &rt); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		d    protocol.Deliver
+	}{
+		{"empty", protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: count{}}},
+		{"typical", protocol.Deliver{Shard: "17", EntityID: "account-42", Msg: note{Text: "deposit 100", ReplyTo: rt}, Ask: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			env, err := wire.Seal(reg, wire.Target{Type: "counter"}, bc.d)
 			if err != nil {
 				b.Fatal(err)
 			}
-			v, err := reg.Decode(m, p)
-			if err != nil {
-				b.Fatal(err)
+			for b.Loop() {
+				m, p, err := reg.Encode(env)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := reg.Decode(m, p); err != nil {
+					b.Fatal(err)
+				}
 			}
-			got := v.(handwritten)
-			msg, err := reg.Decode(got.Entry.Manifest, got.Entry.Payload)
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = protocol.Deliver{Shard: got.Entry.Shard, EntityID: got.Entry.EntityID, Msg: msg}
-		}
-	})
-	b.Run("derived", func(b *testing.B) {
-		for b.Loop() {
-			env, err := wire.Seal(reg, to, d)
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, p, err := reg.Encode(env)
-			if err != nil {
-				b.Fatal(err)
-			}
-			v, err := reg.Decode(m, p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := wire.Open(reg, v.(wire.Addressed)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }
