@@ -84,7 +84,7 @@ type Membership struct {
 	admitted  chan string
 	admitting map[string]context.CancelFunc
 	refusals  atomic.Uint64
-	failed  chan []string    // loop → reconnector: who to rejoin
+	failed    chan []string // loop → reconnector: who to rejoin
 
 	// duplicate is the address of another node seen gossiping under this
 	// node's name, set by the conflict delegate.
