@@ -19,33 +19,41 @@ const AttrNode = attribute.Key("shoal.node")
 // w3c reads and writes W3C trace context (docs/DESIGN.md, "Tracing").
 var w3c propagation.TraceContext
 
-// deliverCarrier is a Deliver's trace fields as propagation sees them.
-type deliverCarrier struct{ d *protocol.Deliver }
+// traceCarrier is W3C trace context as propagation reads and writes it.
+// It lives only on the traced path: passing one as an interface moves it
+// to the heap, so an untraced message never makes one.
+type traceCarrier struct{ parent, state string }
 
-func (c deliverCarrier) Get(key string) string {
+func (c *traceCarrier) Get(key string) string {
 	switch key {
 	case "traceparent":
-		return c.d.TraceParent
+		return c.parent
 	case "tracestate":
-		return c.d.TraceState
+		return c.state
 	}
 	return ""
 }
 
-func (c deliverCarrier) Set(key, value string) {
+func (c *traceCarrier) Set(key, value string) {
 	switch key {
 	case "traceparent":
-		c.d.TraceParent = value
+		c.parent = value
 	case "tracestate":
-		c.d.TraceState = value
+		c.state = value
 	}
 }
 
-func (c deliverCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
 // setTrace writes sc into d as W3C trace context.
 func setTrace(d *protocol.Deliver, sc trace.SpanContext) {
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), deliverCarrier{d})
+	d.TraceParent, d.TraceState = formatTrace(sc)
+}
+
+func formatTrace(sc trace.SpanContext) (parent, state string) {
+	c := new(traceCarrier)
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c.parent, c.state
 }
 
 // traceOf is the trace context d carries: nil when none, or when it does
@@ -54,11 +62,17 @@ func traceOf(d protocol.Deliver) *trace.SpanContext {
 	if d.TraceParent == "" {
 		return nil
 	}
-	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), deliverCarrier{&d}))
+	return parseTrace(d.TraceParent, d.TraceState)
+}
+
+func parseTrace(parent, state string) *trace.SpanContext {
+	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), &traceCarrier{parent, state}))
 	if !sc.IsValid() {
 		return nil
 	}
-	return &sc
+	p := new(trace.SpanContext)
+	*p = sc
+	return p
 }
 
 // startRemote starts a span of kind, a child of parent, for a message to
