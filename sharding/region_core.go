@@ -166,7 +166,7 @@ type pending[C any] struct {
 	start    bool // StartEntity: no message, just make sure it runs
 	ask      bool // the command of an ask: its home fails it fast (Deliver.Ask)
 	// trace is the trace context msg carries to its handler, nil for none
-	// (Deliver.TraceParent; docs/DESIGN.md, "Tracing").
+	// (Deliver.Trace; docs/DESIGN.md, "Tracing").
 	trace *trace.SpanContext
 }
 

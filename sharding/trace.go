@@ -47,22 +47,18 @@ func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracest
 
 // setTrace writes sc into d as W3C trace context.
 func setTrace(d *protocol.Deliver, sc trace.SpanContext) {
-	d.TraceParent, d.TraceState = formatTrace(sc)
-}
-
-func formatTrace(sc trace.SpanContext) (parent, state string) {
 	c := new(traceCarrier)
 	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
-	return c.parent, c.state
+	d.Trace = &protocol.TraceContext{Parent: c.parent, State: c.state}
 }
 
 // traceOf is the trace context d carries: nil when none, or when it does
 // not parse (a bad traceparent costs the message its trace, nothing else).
 func traceOf(d protocol.Deliver) *trace.SpanContext {
-	if d.TraceParent == "" {
+	if d.Trace == nil {
 		return nil
 	}
-	return parseTrace(d.TraceParent, d.TraceState)
+	return parseTrace(d.Trace.Parent, d.Trace.State)
 }
 
 func parseTrace(parent, state string) *trace.SpanContext {
@@ -104,7 +100,7 @@ func endSpan(span trace.Span, err error) {
 // queued.
 func (r *Region[C]) traceInbound(m Message) (Message, trace.Span) {
 	d, ok := m.(protocol.Deliver)
-	if !ok || d.TraceParent == "" || !r.s.sys.Tracing() {
+	if !ok || d.Trace == nil || !r.s.sys.Tracing() {
 		return m, nil
 	}
 	parent := traceOf(d)

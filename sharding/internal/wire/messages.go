@@ -109,7 +109,7 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 // appendDeliver writes a Deliver's fields: shard, entity id, start, ask,
 // then its user message as the codec encoded it (manifest, payload) and
 // the reply addresses inside it; then, appended and only when the message
-// is traced, its W3C trace context (TraceParent, TraceState): an untraced
+// is traced, its W3C trace context (Trace: parent, state): an untraced
 // Deliver has the bytes it had before they existed. A field appended after
 // them must write them, empty, first. A Deliver that only starts its
 // entity has an empty manifest.
@@ -131,9 +131,9 @@ func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
 	for _, a := range e.ReplyTo {
 		b = appendReplyAddress(b, a)
 	}
-	if d.TraceParent != "" || d.TraceState != "" {
-		b = appendString(b, d.TraceParent)
-		b = appendString(b, d.TraceState)
+	if t := d.Trace; t != nil {
+		b = appendString(b, t.Parent)
+		b = appendString(b, t.State)
 	}
 	return b, nil
 }
@@ -302,7 +302,7 @@ func readDeliver(r *reader) protocol.Deliver {
 		}
 	}
 	if r.more() { // traced; absent in an untraced Deliver and before the fields existed
-		d.TraceParent, d.TraceState = r.string("TraceParent"), r.string("TraceState")
+		d.Trace = &protocol.TraceContext{Parent: r.string("Trace.Parent"), State: r.string("Trace.State")}
 	}
 	if e.Manifest != "" {
 		d.Msg = e
