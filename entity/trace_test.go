@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // unknown is a command its entity returns Unhandled for.
@@ -154,7 +155,7 @@ func TestTracedCommandLeftInMailboxIsADeadLetter(t *testing.T) {
 	ctx, span := sys.Tracer().Start(context.Background(), "caller")
 	defer span.End()
 	block := make(chan struct{})
-	c.Post(func() { <-block }) // hold the entity while both commands queue
+	runtime.Post(c, func() { <-block }) // hold the entity while both commands queue
 	if err := c.TellContext(ctx, stop{}); err != nil {
 		t.Fatal(err)
 	}

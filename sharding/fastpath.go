@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -49,7 +50,7 @@ func (r *Region[C]) tellFast(entityID string, h uint64, msg C, parent *trace.Spa
 	if c == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
-	return c.TellUnsealed(msg, r.fast.tick.Load(), parent)
+	return runtime.TellUnsealed(c, msg, r.fast.tick.Load(), parent)
 }
 
 // routed stamps sh routable at the current write epoch: the region's
@@ -75,7 +76,7 @@ func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
 func (sh *shard[C]) foldFastTicks() {
 	for id, e := range sh.core.entities {
 		if e.handle != nil {
-			if tick := e.handle.Mark(); tick > 0 {
+			if tick := runtime.Mark(e.handle); tick > 0 {
 				sh.core.told(id, tick)
 			}
 		}

@@ -160,12 +160,12 @@ func (r *Region[C]) rebalance(shardID string) error {
 
 // sortShardStates sorts by id, numbers in numeric order before other ids.
 func sortShardStates(shards []ShardState) {
-	slices.SortFunc(shards, func(a, b ShardState) int { return CompareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(shards, func(a, b ShardState) int { return compareShardIDs(a.ID, b.ID) })
 }
 
-// CompareShardIDs orders shard ids: numbers in numeric order, before any
+// compareShardIDs orders shard ids: numbers in numeric order, before any
 // other id; other ids in byte order.
-func CompareShardIDs(a, b string) int {
+func compareShardIDs(a, b string) int {
 	na, errA := strconv.ParseUint(a, 10, 64)
 	nb, errB := strconv.ParseUint(b, 10, 64)
 	switch {

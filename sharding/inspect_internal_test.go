@@ -53,7 +53,7 @@ func TestCoordinatorRebalanceShardsMovesAShardWhereTheStrategyPlacesIt(t *testin
 
 func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 	ids := []string{"b", "10", "a", "9", "100", "09"}
-	slices.SortFunc(ids, CompareShardIDs)
+	slices.SortFunc(ids, compareShardIDs)
 	if want := []string{"09", "9", "10", "100", "a", "b"}; !slices.Equal(ids, want) {
 		t.Fatalf("sorted %v, want %v", ids, want)
 	}

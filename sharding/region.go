@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/timers"
@@ -378,7 +379,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 // was buffered here, or forwarded by another region) and that could not be
 // delivered: counted and logged, and the local asks it carries fail now.
 func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
-	r.s.sys.EntityDeadLetter(err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
+	runtime.EntityDeadLetter(r.s.sys, err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
 }
 
 // runUnlocked carries out what applyLocked left for after the lock.

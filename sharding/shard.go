@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
@@ -118,13 +119,13 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 	case deliverTellNew:
 		cell = sh.core.handle(entityID)
 	}
-	if err := cell.TellTraced(msg, parent); err != nil {
+	if err := runtime.TellTraced(cell, msg, parent); err != nil {
 		if !errors.Is(err, entity.ErrStopped) {
 			if accepted {
 				// Its sender was told it was taken: a dead letter, not a
 				// log line (a full mailbox, say the region drained more
 				// mail for one entity than a recovering one holds).
-				sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
+				runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
 				return nil
 			}
 			return err // the message itself is refused: a full mailbox, no codec
@@ -166,7 +167,7 @@ func (sh *shard[C]) apply() {
 				case errors.Is(err, entity.ErrStopped):
 					sh.core.undelivered(ef.entityID, m, true, false)
 				case err != nil:
-					sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, ef.entityID,
+					runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, ef.entityID,
 						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
@@ -175,7 +176,7 @@ func (sh *shard[C]) apply() {
 			if ef.why != stopForHandOff {
 				sh.r.m.Passivated()
 			}
-			ef.handle.Seal() // later mail takes sh.mu, and waits for the next incarnation
+			runtime.Seal(ef.handle) // later mail takes sh.mu, and waits for the next incarnation
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
 				// A full mailbox: the stop (or hand-off) timeout stops it by force.
 				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
@@ -191,7 +192,7 @@ func (sh *shard[C]) apply() {
 			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
 				sh.r.m.Passivated() // passivation without a stop message
 			}
-			ef.handle.Seal()
+			runtime.Seal(ef.handle)
 			ef.handle.StopNow()
 		case effArmTimer:
 			kind, id, gen := ef.timer, ef.entityID, ef.gen
@@ -213,7 +214,7 @@ func (sh *shard[C]) apply() {
 			sh.remember(ef.entityID, ef.add)
 		case effRefuseAsks:
 			for _, m := range ef.msgs {
-				sh.r.s.sys.FailAsks(m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
+				runtime.FailAsks(sh.r.s.sys, m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
 			}
 		case effHandedOff:
 			if done := sh.handedOff; done != nil {
@@ -368,7 +369,7 @@ func (sh *shard[C]) restartRemembered() {
 	sh.apply()
 }
 
-// Passivate implements entity.Owner: buffer the entity's new messages and
+// Passivate implements runtime.Owner: buffer the entity's new messages and
 // send it the stop message.
 func (sh *shard[C]) Passivate(c *entity.Cell[C]) {
 	sh.mu.Lock()
@@ -389,7 +390,7 @@ func isNil[C any](v C) bool {
 	return false
 }
 
-// Stopped implements entity.Owner.
+// Stopped implements runtime.Owner.
 func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -33,6 +33,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -41,14 +42,14 @@ var (
 	// messages awaiting a shard home (or a hand-off) is full, or the
 	// shard's buffer for an entity that is stopping or backing off is
 	// (see Settings.HeldCapacity).
-	// It is entity.ErrBufferFull, so that an ask it fails on another node
+	// It is runtime.ErrBufferFull, so that an ask it fails on another node
 	// matches it too.
-	ErrBufferFull = entity.ErrBufferFull
+	ErrBufferFull = runtime.ErrBufferFull
 	// ErrUnknownEntityType is returned when no region was started for an entity type.
 	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
 	// ErrRegionStopped is returned by Tell after the region shut down.
-	// It is entity.ErrRegionStopped.
-	ErrRegionStopped = entity.ErrRegionStopped
+	// It is runtime.ErrRegionStopped.
+	ErrRegionStopped = runtime.ErrRegionStopped
 	// ErrInvalidEntityID is returned for an empty entity id.
 	ErrInvalidEntityID = errors.New("sharding: invalid entity id")
 )
@@ -472,7 +473,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	return r.region.tell(r.id, r.hash, msg, false, false, nil)
 }
 
-// TellAsk implements entity.AskRef, so that entity.Ask and entity.AskFrom
+// TellAsk implements the runtime's AskRef, so that entity.Ask and entity.AskFrom
 // fail fast: when the entity is backing off after a failure on this node,
 // the ask is refused at once with an error matching ErrEntityUnavailable
 // (an *UnavailableError, with the time left before the restart) and the
@@ -486,7 +487,7 @@ func (r EntityRef[C]) TellAsk(ctx context.Context, msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, r.hash, msg, false, true, entity.SpanOf(ctx))
+	return r.region.tell(r.id, r.hash, msg, false, true, runtime.SpanOf(ctx))
 }
 
 // EntityType is the name of the addressed entity's type.

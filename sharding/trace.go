@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -118,5 +119,5 @@ func (r EntityRef[C]) TellContext(ctx context.Context, msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, r.hash, msg, false, false, entity.SpanOf(ctx))
+	return r.region.tell(r.id, r.hash, msg, false, false, runtime.SpanOf(ctx))
 }

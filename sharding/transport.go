@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // Address names a region or a coordinator: one of each per entity type per node.
@@ -63,10 +64,10 @@ func (t *LocalTransport) Attach(node string, sys *entity.System) {
 	t.mu.Lock()
 	t.systems[node] = sys
 	t.mu.Unlock()
-	sys.SetReplyRouter(t)
+	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements entity.ReplyRouter.
+// RouteReply implements runtime.ReplyRouter.
 func (t *LocalTransport) RouteReply(to entity.ReplyAddress, v any) error {
 	t.mu.RLock()
 	sys := t.systems[to.Node]
@@ -74,7 +75,7 @@ func (t *LocalTransport) RouteReply(to entity.ReplyAddress, v any) error {
 	if sys == nil {
 		return fmt.Errorf("%w: node %s", ErrUnreachable, to.Node)
 	}
-	return sys.DeliverLocalReply(to, v)
+	return runtime.DeliverLocalReply(sys, to, v)
 }
 
 // Send implements Transport.

@@ -58,7 +58,9 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/eventsourced/internal/observe"
 	"github.com/shoal-dev/shoal/internal/deepequal"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
@@ -267,10 +269,10 @@ func (k *Kit[C, E, S]) start() {
 	k.behav = nil
 	cell := k.cell
 	k.await(func() {
-		if b, ok := cell.Behavior().(stateful[S]); ok {
+		if b, ok := runtime.BehaviorOf(cell).(stateful[S]); ok {
 			k.behav = b
 		}
-		if o, ok := cell.Behavior().(interface{ Observe(eventsourced.Observer) }); ok {
+		if o, ok := runtime.BehaviorOf(cell).(interface{ Observe(observe.Observer) }); ok {
 			o.Observe(k.obs)
 		}
 	})
@@ -288,7 +290,7 @@ func (k *Kit[C, E, S]) start() {
 func (k *Kit[C, E, S]) await(fn func()) bool {
 	k.t.Helper()
 	done := make(chan struct{})
-	if !k.cell.PostOrdered(func() { fn(); close(done) }) {
+	if !runtime.PostOrdered(k.cell, func() { fn(); close(done) }) {
 		<-k.cell.Done()
 		k.judgeStop(k.cell.Err(), k.t.Fatalf)
 		return false
@@ -301,6 +303,33 @@ func (k *Kit[C, E, S]) await(fn func()) bool {
 		return false
 	case <-time.After(k.opts.Timeout):
 		k.t.Fatalf("eventsourcedtest: %s/%s did not finish within %v", k.key, k.opts.EntityID, k.opts.Timeout)
+		return false
+	}
+}
+
+// Inspect runs fn on the entity's goroutine, with its context, once every
+// message queued so far has been handled, and waits for it: a test looks
+// at what only the entity may touch, such as its timers. It reports false,
+// and fn does not run, when the incarnation has stopped first.
+func (k *Kit[C, E, S]) Inspect(fn func(ctx entity.Context[C])) bool {
+	k.t.Helper()
+	cell := k.cell
+	done := make(chan struct{})
+	if !runtime.PostOrdered(cell, func() { fn(cell); close(done) }) {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-cell.Done():
+		select {
+		case <-done: // ran, then the entity stopped
+			return true
+		default:
+			return false
+		}
+	case <-time.After(k.opts.Timeout):
+		k.t.Fatalf("eventsourcedtest: %s/%s did not run Inspect within %v", k.key, k.opts.EntityID, k.opts.Timeout)
 		return false
 	}
 }
@@ -356,7 +385,7 @@ func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.Repl
 // tell sends the kit's own command, marked so that the observer knows
 // which handled message it is (the first one after the mark equal to it).
 func (k *Kit[C, E, S]) tell(ref entity.Ref[C], cmd C) error {
-	k.cell.PostOrdered(func() { k.obs.expect(cmd) })
+	runtime.PostOrdered(k.cell, func() { k.obs.expect(cmd) })
 	return ref.Tell(cmd)
 }
 
@@ -663,7 +692,7 @@ func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 			// A full mailbox or a stop message the codec refuses: stop now,
 			// rather than leave a passivating entity running forever.
 			c.Log().Error("eventsourcedtest: stop message refused; stopping", "err", err)
-			c.Fail(fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
+			runtime.Fail(c, fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
 		}
 	}
 }
@@ -703,7 +732,7 @@ func (o *observer) unmatched() bool {
 	return u
 }
 
-// Handling implements eventsourced.Observer.
+// Handling implements observe.Observer.
 func (o *observer) Handling(msg any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -713,7 +742,7 @@ func (o *observer) Handling(msg any) {
 	}
 }
 
-// Persisting implements eventsourced.Observer.
+// Persisting implements observe.Observer.
 func (o *observer) Persisting(first, last uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -305,18 +305,9 @@ func (f *fixture) passivated() bool {
 
 // timerActive reports whether the processing timeout t is scheduled.
 func (f *fixture) timerActive(t ProcessingTimeout) bool {
-	done := make(chan bool, 1)
-	cell := f.kit.Cell()
-	if !cell.PostOrdered(func() { done <- cell.Timers().IsActive(t.timerKey()) }) {
-		return false
-	}
-	synctest.Wait()
-	select {
-	case active := <-done:
-		return active
-	case <-cell.Done():
-		return false
-	}
+	active := false
+	f.kit.Inspect(func(ctx entity.Context[Command]) { active = ctx.Timers().IsActive(t.timerKey()) })
+	return active
 }
 
 func wantEvents(t *testing.T, got []string, want ...string) {

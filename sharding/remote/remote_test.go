@@ -17,6 +17,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -177,7 +178,7 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
-		var replies entity.RemoteReplies = tn.tr.SendReply
+		var replies runtime.RemoteReplies = tn.tr.SendReply
 		if o.viaRouter {
 			replies = nil
 		}

@@ -43,6 +43,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -186,7 +187,7 @@ type Transport struct {
 
 var (
 	_ sharding.ReplyCarrier = (*Transport)(nil)
-	_ entity.ReplyRouter    = (*Transport)(nil)
+	_ runtime.ReplyRouter   = (*Transport)(nil)
 )
 
 // New returns the transport of incarnation self; Bind gives it the
@@ -311,12 +312,12 @@ func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 // and replies arriving for sys's asks are handed to it.
 func (t *Transport) Attach(_ string, sys *entity.System) {
 	t.sys.Store(sys)
-	sys.SetReplyRouter(t)
+	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements entity.ReplyRouter: it encodes v and sends it.
+// RouteReply implements runtime.ReplyRouter: it encodes v and sends it.
 func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
-	manifest, payload, err := entity.EncodeReply(t.cfg.Codec, v)
+	manifest, payload, err := runtime.EncodeReply(t.cfg.Codec, v)
 	if err != nil {
 		return fmt.Errorf("remote: reply to %s: %w", to, err)
 	}
@@ -324,7 +325,7 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 }
 
 // SendReply sends an encoded reply to the asking incarnation: it is an
-// entity.RemoteReplies, for the System's Config.
+// runtime.RemoteReplies, for the System's Config.
 func (t *Transport) SendReply(to entity.ReplyAddress, manifest string, payload []byte) error {
 	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
 		wire.Envelope{Msg: wire.Reply{To: to, Manifest: manifest, Payload: payload}})
@@ -432,7 +433,7 @@ func (t *Transport) askFailed(from cluster.UniqueAddress, f wire.AskFailed) erro
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: ask failure for %s: %w", f.To, entity.ErrNoRemoteReplies))
 	}
-	err := sys.FailAsk(f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
+	err := runtime.FailAsk(sys, f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
 	if err != nil && !errors.Is(err, entity.ErrAskEnded) {
 		return t.refuse(&t.stat.replyRefused, from, err)
 	}
@@ -444,7 +445,7 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: reply to %s: %w", r.To, entity.ErrNoRemoteReplies))
 	}
-	if err := sys.DeliverReply(context.Background(), r.To, r.Manifest, r.Payload); err != nil {
+	if err := runtime.DeliverReply(context.Background(), sys, r.To, r.Manifest, r.Payload); err != nil {
 		t.stat.replyRefused.Add(1)
 		if errors.Is(err, entity.ErrAskEnded) {
 			return err // a race with the ask's deadline: the runtime counted a dead letter
@@ -494,7 +495,7 @@ func (t *Transport) logOnce(from cluster.UniqueAddress, err error) {
 
 func kindOf(err error) string {
 	for _, k := range []error{ErrUndecodable, ErrUnknownTarget, ErrNotProtocol, cluster.ErrStaleIncarnation,
-		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, entity.ErrNotThisNode} {
+		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, runtime.ErrNotThisNode} {
 		if errors.Is(err, k) {
 			return k.Error()
 		}

@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"crypto/rand"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +36,7 @@ type Config struct {
 	// RemoteReplies sends replies to asks of other nodes, encoded, and
 	// the failures of those asks this node knows will never be answered;
 	// the node's transport provides it, and the receiving node passes
-	// what it carried to System.DeliverReply. Default nil: such replies
+	// what it carried to DeliverReply. Default nil: such replies
 	// go to the ReplyRouter if one is set, and are refused with
 	// ErrNoRemoteReplies otherwise.
 	RemoteReplies RemoteReplies
@@ -73,7 +73,7 @@ type Config struct {
 	// Default 10; negative: none is logged.
 	DeadLetterLogLimit int
 	// MaxConcurrentRecoveries bounds how many recoveries run at once (see
-	// System.StartRecovery); the others wait their turn, so that starting a
+	// StartRecovery); the others wait their turn, so that starting a
 	// million event-sourced entities does not start a million readers, each
 	// with a goroutine the runtime keeps for reuse. Default 50, Akka's
 	// max-concurrent-recoveries.
@@ -131,7 +131,7 @@ func NewSystem(cfg Config) (*System, error) {
 		cfg.Clock = timers.Real{}
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+		cfg.Workers = goruntime.GOMAXPROCS(0)
 	}
 	if cfg.Throughput <= 0 {
 		cfg.Throughput = 64
@@ -214,13 +214,13 @@ func (s *System) Stats() Stats {
 // logged within Config.DeadLetterLogLimit, and the asks it carries fail at
 // once with cause (when not nil) instead of waiting for their deadline:
 // this node's at once, other nodes' by a failure sent on the reply route.
-func (s *System) DeadLetter(cause error, to, reason string, msg any) {
+func DeadLetter(s *System, cause error, to, reason string, msg any) {
 	s.deadLetter(s.untyped, cause, "", "", to, reason, msg)
 }
 
 // EntityDeadLetter is DeadLetter for a message to entity entityID of type
 // entityType, counted in that type's metrics.
-func (s *System) EntityDeadLetter(cause error, entityType, entityID, reason string, msg any) {
+func EntityDeadLetter(s *System, cause error, entityType, entityID, reason string, msg any) {
 	s.deadLetter(s.metrics.Type(entityType), cause, entityType, entityID, entityType+"/"+entityID, reason, msg)
 }
 
@@ -303,7 +303,7 @@ func (l *logLimiter) skip() {
 // incarnation never reads the store while its predecessor's writes to it
 // are still running. recover may block on IO but must end. Safe from any
 // goroutine.
-func (s *System) StartRecovery(key string, recover func()) {
+func StartRecovery(s *System, key string, recover func()) {
 	s.inOrder.runOrCall(key, func() { s.recoveries.start(recover) })
 }
 
@@ -313,7 +313,7 @@ func (s *System) StartRecovery(key string, recover func()) {
 // retention). Two such jobs finishing out of order could delete what the
 // later one must keep; a recovery under key (StartRecovery) waits for them.
 // job may block on IO but must end. Safe from any goroutine.
-func (s *System) RunInOrder(key string, job func()) { s.inOrder.enqueue(key, job) }
+func RunInOrder(s *System, key string, job func()) { s.inOrder.enqueue(key, job) }
 
 // keyedQueues runs jobs one at a time per key. A key is in the map only
 // while a goroutine is running its jobs, so an idle System keeps nothing.
@@ -456,7 +456,7 @@ func (d *dispatcher) next() (runnable, bool) {
 	d.spinning++
 	d.mu.Unlock()
 	for range spins {
-		runtime.Gosched()
+		goruntime.Gosched()
 		d.mu.Lock()
 		if r, ok := d.queue.Pop(); ok {
 			d.spinning--

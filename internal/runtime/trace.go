@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func (c *Cell[C]) TellContext(ctx context.Context, msg C) error {
 
 // TellTraced is Tell with parent as the trace context the message
 // carries (nil: none), for an owner that kept it (a shard).
-func (c *Cell[C]) TellTraced(msg C, parent *trace.SpanContext) error {
+func TellTraced[C any](c *Cell[C], msg C, parent *trace.SpanContext) error {
 	_, err := c.tell(msg, false, 0, parent)
 	return err
 }
