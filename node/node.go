@@ -393,7 +393,7 @@ type Node struct {
 	members   *memberlist.Membership
 	net       *tcp.Transport
 	remote    *remote.Transport
-	view      *remote.Membership
+	view      *leaseView
 	sys       *entity.System
 	sharding  *sharding.Sharding
 
@@ -461,12 +461,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// Sharding and the entity types before the join: the others send to
 	// this node's regions as soon as they see it Up.
-	n.view = remote.NewMembership(n.members, cfg.Roles...)
-	view := newLeaseView(n.view, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
+	n.view = newLeaseView(n.members, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
 		Transport:          n.remote,
-		Membership:         view,
+		Membership:         n.view,
+		Roles:              cfg.Roles,
 		CoordinatorStore:   n.coords,
 		RememberStore:      n.remember,
 		CoordinatorLease:   cfg.Leases.Coordinator,
@@ -494,7 +494,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if len(cfg.Seeds) == 0 && len(cfg.RejoinSeeds) > 0 {
 		go n.rejoin()
 	}
-	go view.run(cfg.Leases.Node.Length/4, n.done)
+	go n.view.run(cfg.Leases.Node.Length/4, n.done)
 	if p, ok := n.controlLeases.(lease.NodePruner); ok && cfg.PruneNodeLeasesAfter > 0 {
 		go n.pruneNodeLeases(p)
 	}

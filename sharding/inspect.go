@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"slices"
 	"strconv"
 
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -24,9 +24,9 @@ var ErrUnknownShard = errors.New("sharding: unknown shard")
 // ShardState is one shard as a node sees it.
 type ShardState struct {
 	ID string
-	// Home is the node of the region hosting the shard; "" while it has
-	// none (stopped, or messages wait for the coordinator to place it).
-	Home string
+	// Home is the node of the region hosting the shard; zero while it
+	// has none (stopped, or messages wait for the coordinator to place it).
+	Home cluster.UniqueAddress
 	// HandingOff is set while the shard moves: its messages are buffered.
 	HandingOff bool
 	// Entities is how many entities run in the shard, as its home
@@ -38,16 +38,16 @@ type ShardState struct {
 type TypeState struct {
 	Type string
 	// Coordinator is the node hosting the type's coordinator, as this
-	// node's region last learned it ("" while there is none), and Epoch
-	// the newest coordinator epoch it has seen.
-	Coordinator string
+	// node's region last learned it (zero while there is none), and
+	// Epoch the newest coordinator epoch it has seen.
+	Coordinator cluster.UniqueAddress
 	Epoch       uint64
 	// Regions lists, sorted, the nodes that may host the type's shards.
-	Regions []string
+	Regions []cluster.UniqueAddress
 	// Shards are sorted by id, in numeric order where both ids are numbers.
 	Shards []ShardState
 	// Unanswered lists the regions that did not report their entities.
-	Unanswered []string
+	Unanswered []cluster.UniqueAddress
 }
 
 // Types lists the entity types started on this node, sorted.
@@ -90,11 +90,11 @@ func (s *Sharding) RebalanceShard(typeName, shard string) error {
 	return r.rebalance(shard)
 }
 
-// RequestLeave asks node (a node name in the membership) to leave the
+// RequestLeave asks node (an incarnation in the membership) to leave the
 // cluster gracefully: its Config.OnLeaveRequest runs. It returns once the
 // request is sent; an error matching ErrUnreachable when nothing listens
 // for it there.
-func (s *Sharding) RequestLeave(node string) error {
+func (s *Sharding) RequestLeave(node cluster.UniqueAddress) error {
 	return s.cfg.Transport.Send(Address{Node: node}, protocol.LeaveRequest{})
 }
 
@@ -116,19 +116,19 @@ func (r *Region[C]) typeState(ctx context.Context) TypeState {
 	r.mu.RLock()
 	st := TypeState{Type: r.typ, Coordinator: r.core.coordinator, Epoch: r.core.epoch, Shards: r.core.shardStates()}
 	r.mu.RUnlock()
-	for _, m := range r.s.cfg.Membership.Members() {
-		if m.HasRole(r.ent.Role) && m.Status != allocation.Down {
-			st.Regions = append(st.Regions, m.Node)
+	for _, m := range r.s.members() {
+		if m.HasRole(r.ent.Role) && m.Status != cluster.Down {
+			st.Regions = append(st.Regions, m.Address)
 		}
 	}
-	slices.Sort(st.Regions)
+	slices.SortFunc(st.Regions, cluster.UniqueAddress.Compare)
 	stats := r.ClusterStats(ctx)
 	st.Unanswered = stats.Failed
 	known := make(map[string]int, len(st.Shards))
 	for i, sh := range st.Shards {
 		known[sh.ID] = i
 	}
-	for _, region := range slices.Sorted(maps.Keys(stats.Regions)) {
+	for _, region := range slices.SortedFunc(maps.Keys(stats.Regions), cluster.UniqueAddress.Compare) {
 		for shard, n := range stats.Regions[region] {
 			i, ok := known[shard]
 			if !ok {
@@ -149,7 +149,7 @@ func (r *Region[C]) typeState(ctx context.Context) TypeState {
 func (r *Region[C]) rebalance(shardID string) error {
 	var err error
 	r.step(func(c *regionCore[C, *shard[C]]) {
-		if e := c.shards[shardID]; e == nil || e.home == "" {
+		if e := c.shards[shardID]; e == nil || e.home.IsZero() {
 			err = fmt.Errorf("%w: %s shard %q has no home", ErrUnknownShard, r.typ, shardID)
 			return
 		}

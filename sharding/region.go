@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/runtime"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
@@ -48,21 +45,8 @@ type Region[C any] struct {
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
 
-	ctl         *entity.Cell[Message]
-	coord       *entity.Cell[Message] // the coordinator, while this node hosts it
-	unlisten    func()
-	unlistenCo  func()
-	coordinated sync.Mutex // serializes coordinator start/stop; guards what follows
-	// A coordinator that stopped by itself (its store failed) is started
-	// again after a back-off, not before coordNext.
-	coordRestarts *backoff.ExponentialBackOff
-	coordStarted  time.Time
-	coordNext     time.Time
-	coordStopping bool // coord was told to stop; it is forgotten once done
-	// downing is the coordinator's downing machine, kept across its
-	// runners; created by startCoordinator, then used only by the one
-	// runner that runs (newCoordinatorRunner).
-	downing *downing
+	ctl      *entity.Cell[Message]
+	unlisten func()
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -70,7 +54,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	r := &Region[C]{
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},
-		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
+		proxy: !s.selfMember().HasRole(e.Role),
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
@@ -113,7 +97,9 @@ func (r *Region[C]) EntityRefFor(id string) EntityRef[C] {
 // ShardID is the shard entity id belongs to.
 func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(entityID) }
 
-func (r *Region[C]) start() error {
+// listen starts the region's control entity and listens at its address;
+// run then starts routing.
+func (r *Region[C]) listen() error {
 	r.ctl = entity.Spawn(r.s.sys, &entity.Props[Message]{
 		LocalOnly: true,
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
@@ -132,6 +118,12 @@ func (r *Region[C]) start() error {
 		return err
 	}
 	r.unlisten = stop
+	return nil
+}
+
+// run makes the region register with the coordinator and starts its
+// retry tick.
+func (r *Region[C]) run() error {
 	r.membershipChanged()
 	return r.ctl.Tell(retryTick{})
 }
@@ -155,22 +147,13 @@ type shardHandedOff[C any] struct {
 
 func (shardHandedOff[C]) ProtocolMessage() {}
 
-func (r *Region[C]) membershipChanged() {
-	r.hostCoordinatorIfOldest()
-	_ = r.ctl.Tell(coordinatorMoved{})
-	r.coordinated.Lock() // the retry tick may restart the coordinator meanwhile
-	if r.coord != nil {
-		_ = r.coord.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
-	}
-	r.coordinated.Unlock()
-}
+func (r *Region[C]) membershipChanged() { _ = r.ctl.Tell(coordinatorMoved{}) }
 
-func (r *Region[C]) coordinatorNode() string {
-	m, ok := Oldest(r.s.cfg.Membership.Members(), r.ent.Role)
-	if !ok {
-		return ""
-	}
-	return m.Node
+// coordinatorNode is where the type's coordinator runs: the oldest Up,
+// reachable member with the type's role; zero when there is none.
+func (r *Region[C]) coordinatorNode() cluster.UniqueAddress {
+	m, _ := r.s.view.Load().Oldest(r.ent.Role)
+	return m.Address
 }
 
 func (r *Region[C]) tickInterval() time.Duration {
@@ -251,11 +234,11 @@ func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], sha
 
 // forward sends p to the region on home. A traced p goes in a
 // "shoal.remote.send" span, whose context the Deliver carries.
-func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
+func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pending[C]) error {
 	d := p.deliver(shardID)
 	var err error
 	if p.trace != nil && r.s.sys.Tracing() {
-		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home, p.entityID)
+		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
 		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
@@ -272,14 +255,13 @@ func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
 	case retryTick:
-		r.restartFailedCoordinator()
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
-		var live []string
-		for _, m := range r.s.cfg.Membership.Members() {
-			if m.Status != allocation.Down {
-				live = append(live, m.Node)
+		var live []cluster.UniqueAddress
+		for _, m := range r.s.members() {
+			if m.Status != cluster.Down {
+				live = append(live, m.Address)
 			}
 		}
 		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest, live) })
@@ -433,7 +415,6 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	}
 	r.step(func(c *regionCore[C, *shard[C]]) { c.stop() })
 	r.unlisten()
-	r.stopCoordinator()
 	r.stopControl()
 	return err
 }
@@ -494,24 +475,24 @@ func (r *Region[C]) Stats() map[string]int {
 type ShardingStats struct {
 	// Regions maps each hosting region (its node) that answered to the
 	// number of entities in each of its shards.
-	Regions map[string]map[string]int
+	Regions map[cluster.UniqueAddress]map[string]int
 	// Failed lists, sorted, the regions that did not answer before the
 	// context ended or could not be reached.
-	Failed []string
+	Failed []cluster.UniqueAddress
 }
 
 // ClusterStats asks every member that may host this entity type for its
 // entities per shard (Akka's GetClusterShardingStats). It returns when all
 // have answered or ctx ends; give ctx a deadline.
 func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
-	var nodes []string
-	for _, m := range r.s.cfg.Membership.Members() {
+	var nodes []cluster.UniqueAddress
+	for _, m := range r.s.members() {
 		if m.HasRole(r.ent.Role) {
-			nodes = append(nodes, m.Node)
+			nodes = append(nodes, m.Address)
 		}
 	}
 	type answer struct {
-		node  string
+		node  cluster.UniqueAddress
 		stats map[string]int
 		err   error
 	}
@@ -525,7 +506,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 			answers <- answer{node, st, err}
 		}()
 	}
-	out := ShardingStats{Regions: make(map[string]map[string]int, len(nodes))}
+	out := ShardingStats{Regions: make(map[cluster.UniqueAddress]map[string]int, len(nodes))}
 	for range nodes {
 		a := <-answers
 		if a.err != nil {
@@ -534,7 +515,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 		}
 		out.Regions[a.node] = a.stats
 	}
-	slices.Sort(out.Failed)
+	slices.SortFunc(out.Failed, cluster.UniqueAddress.Compare)
 	return out
 }
 
@@ -549,7 +530,7 @@ func (t transportRef) Tell(m Message) error   { return t.t.Send(t.to, m) }
 func (t transportRef) System() *entity.System { return t.sys }
 
 // Homes reports every shard home this region knows: shard → node.
-func (r *Region[C]) Homes() map[string]string {
+func (r *Region[C]) Homes() map[string]cluster.UniqueAddress {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.core.homes()

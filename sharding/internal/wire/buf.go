@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 )
 
 // Errors of a decoder, each wrapped with what was being read.
@@ -219,4 +220,47 @@ func (r *reader) byte(field string) byte {
 	c := r.b[0]
 	r.b = r.b[1:]
 	return c
+}
+
+// A node incarnation (a region's name) is written as its text,
+// node#incarnation, the empty string for none: the bytes region names
+// always had.
+
+func appendAddress(dst []byte, a cluster.UniqueAddress) []byte {
+	return appendString(dst, a.String())
+}
+
+func appendAddresses(dst []byte, as []cluster.UniqueAddress) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(as)))
+	for _, a := range as {
+		dst = appendAddress(dst, a)
+	}
+	return dst
+}
+
+func (r *reader) address(field string) cluster.UniqueAddress {
+	s := r.string(field)
+	if r.err != nil {
+		return cluster.UniqueAddress{}
+	}
+	a, err := cluster.ParseUniqueAddress(s)
+	if err != nil {
+		r.fail(ErrCorrupt, field, "%v", err)
+	}
+	return a
+}
+
+func (r *reader) addresses(field string) []cluster.UniqueAddress {
+	n := r.count(field, 1)
+	if n == 0 {
+		return nil
+	}
+	out := make([]cluster.UniqueAddress, n)
+	for i := range out {
+		out[i] = r.address(field)
+	}
+	if r.err != nil {
+		return nil
+	}
+	return out
 }

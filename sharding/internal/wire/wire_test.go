@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -196,6 +197,12 @@ func fill(t testing.TB, typ reflect.Type) reflect.Value {
 		}
 		return v
 	}
+	if typ == reflect.TypeFor[cluster.UniqueAddress]() {
+		// A region's name, written as its text: "s-string", the name the
+		// golden files hold since regions were named by strings.
+		v.Set(reflect.ValueOf(cluster.UniqueAddress{Node: "s-string"}))
+		return v
+	}
 	switch typ.Kind() {
 	case reflect.String:
 		v.SetString("s-" + typ.Name())
@@ -269,7 +276,7 @@ func TestOpenReportsUndecodable(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"node":"n2","incarnation":4,"id":11}`), &rt); err != nil {
 		t.Fatal(err)
 	}
-	ho := protocol.HandOver{Shard: "s", From: "a#1", Msgs: []protocol.Deliver{
+	ho := protocol.HandOver{Shard: "s", From: cluster.UniqueAddress{Node: "a", Incarnation: 1}, Msgs: []protocol.Deliver{
 		{Shard: "s", EntityID: "1", Msg: note{Text: "kept"}},
 		{Shard: "s", EntityID: "2", Msg: note{Text: "lost", ReplyTo: rt}},
 		{Shard: "s", EntityID: "3", Start: true},
@@ -372,7 +379,7 @@ func TestBadInputIsTyped(t *testing.T) {
 // release of this wire version: they are skipped, and the fields before
 // them read as written.
 func TestUnknownTrailingFieldsSkipped(t *testing.T) {
-	m := protocol.ShardHome{Shard: "7", Region: "b#2", From: "a#1", Epoch: 5}
+	m := protocol.ShardHome{Shard: "7", Region: mustAddr("b#2"), From: mustAddr("a#1"), Epoch: 5}
 	b, err := wire.AppendEnvelope(nil, wire.Envelope{To: wire.Target{Type: "t"}, Msg: m})
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +408,7 @@ func TestLargeBodiesRoundTrip(t *testing.T) {
 		for range 3 {
 			msgs = append(msgs, d)
 		}
-		for _, m := range []any{d, protocol.HandOver{Shard: "1", From: "a#1", Msgs: msgs}} {
+		for _, m := range []any{d, protocol.HandOver{Shard: "1", From: mustAddr("a#1"), Msgs: msgs}} {
 			env := wire.Envelope{To: wire.Target{Type: "t"}, Msg: m}
 			b, err := wire.AppendEnvelope([]byte("prefix"), env)
 			if err != nil {
@@ -415,5 +422,25 @@ func TestLargeBodiesRoundTrip(t *testing.T) {
 				t.Fatalf("%T with a payload of %d bytes: %v", m, n, err)
 			}
 		}
+	}
+}
+
+// mustAddr reads a node incarnation in its text form.
+func mustAddr(s string) cluster.UniqueAddress {
+	a, err := cluster.ParseUniqueAddress(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// A region's name that is not node#incarnation is refused as corrupt.
+func TestBadRegionNameIsCorrupt(t *testing.T) {
+	b, err := wire.AppendEnvelope(nil, wire.Envelope{To: wire.Target{Type: "t"}, Msg: protocol.Register{Region: cluster.UniqueAddress{Node: "a#x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wire.DecodeEnvelope(b); !errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("a region named a#x: %v, want ErrCorrupt", err)
 	}
 }
