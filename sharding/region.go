@@ -536,6 +536,14 @@ func (r *Region[C]) Homes() map[string]cluster.UniqueAddress {
 	return r.core.homes()
 }
 
+// HostedShards lists the shards this region hosts now, sorted: the node
+// fires the reminders of these (docs/DESIGN.md, "Durable reminders").
+func (r *Region[C]) HostedShards() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.core.hostedShards()
+}
+
 // hostedShards lists local shards, sorted; for tests.
 func (r *Region[C]) hostedShards() []string {
 	return slices.Sorted(maps.Keys(r.State().Shards))

@@ -145,6 +145,10 @@ type regionRuntime interface {
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
 	terminate()
+	HostedShards() []string
+	StartEntity(id string) error
+	Homes() map[string]cluster.UniqueAddress
+	tellUntyped(entityID string, msg any) error
 }
 
 // New starts the sharding layer of the node running sys.

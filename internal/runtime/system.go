@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
 	"github.com/shoal-dev/shoal/timers"
+	"github.com/shoal-dev/shoal/timers/reminder"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	// their own configuration names others.
 	Journal   journal.Journal
 	Snapshots snapshot.Store
+	// Reminders is the node's durable reminder store (docs/DESIGN.md,
+	// "Durable reminders"); its journal writes an effect's reminder
+	// changes with the effect's events.
+	Reminders reminder.Store
 	// Workers is how many goroutines run entities at once. Handlers must not
 	// block: a blocked handler holds a worker. Default: GOMAXPROCS.
 	Workers int
@@ -175,6 +180,9 @@ func (s *System) Journal() journal.Journal { return s.cfg.Journal }
 
 // Snapshots is the node's default snapshot store; nil if none was configured.
 func (s *System) Snapshots() snapshot.Store { return s.cfg.Snapshots }
+
+// Reminders is the node's reminder store; nil if none was configured.
+func (s *System) Reminders() reminder.Store { return s.cfg.Reminders }
 
 // ForcesSerialization reports whether every local message takes a codec round trip.
 func (s *System) ForcesSerialization() bool { return s.cfg.ForceSerialization }

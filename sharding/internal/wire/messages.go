@@ -1,11 +1,14 @@
 package wire
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
 	"slices"
+	"strings"
+
+	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -165,16 +168,15 @@ func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 // region and its shards, regions in sorted order so that the bytes of a
 // message are always the same.
 func appendHomes(b []byte, homes map[cluster.UniqueAddress][]string) []byte {
-	regions := make([]string, 0, len(homes))
-	byName := make(map[string]cluster.UniqueAddress, len(homes))
+	regions := make([]cluster.UniqueAddress, 0, len(homes))
 	for r := range homes {
-		regions = append(regions, r.String())
-		byName[r.String()] = r
+		regions = append(regions, r)
 	}
-	slices.Sort(regions) // by text, as the bytes always were
+	slices.SortFunc(regions, func(x, y cluster.UniqueAddress) int {
+		return cmp.Or(strings.Compare(x.Node, y.Node), cmp.Compare(x.Incarnation, y.Incarnation))
+	})
 	b = binary.AppendUvarint(b, uint64(len(regions)))
-	for _, name := range regions {
-		r := byName[name]
+	for _, r := range regions {
 		b = appendAddress(b, r)
 		b = appendStrings(b, homes[r])
 	}
@@ -207,7 +209,7 @@ func readShardHome(r *reader) any {
 
 func readShardHomes(r *reader) any {
 	var m protocol.ShardHomes
-	if n := r.count("Homes", 2); n > 0 {
+	if n := r.count("Homes", 3); n > 0 {
 		m.Homes = make(map[cluster.UniqueAddress][]string, n)
 		for range n {
 			region := r.address("Homes")
