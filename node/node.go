@@ -246,8 +246,8 @@ type Config struct {
 	// types; Start adds sharding's wire types. Default: an empty registry.
 	Codec *codec.Registry
 	// Entity configures the entity runtime (workers, ask timeout, clock,
-	// ...). NodeID, Incarnation, Codec, Journal, Snapshots, RemoteReplies
-	// and Logger are set by Start.
+	// ...). NodeID, Incarnation, Codec, Journal, Snapshots and Logger are
+	// set by Start.
 	Entity entity.Config
 	// AdminAddr is where the admin HTTP API (package node/admin) listens,
 	// e.g. "127.0.0.1:0" (read the port back with Node.AdminAddr). Empty:
@@ -460,7 +460,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.Journal, ec.Snapshots, ec.Reminders = n.journal, n.snaps, n.reminderStore
 	// The runtime adds "node" (the name) itself; "incarnation" completes
 	// what every layer's lines carry.
-	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger.With("incarnation", n.self.Incarnation)
+	// Replies to other nodes' asks take the remote transport, which
+	// sharding.New attaches as the runtime's ReplyRouter.
+	ec.Logger = cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
 	}

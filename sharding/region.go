@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -47,6 +48,10 @@ type Region[C any] struct {
 
 	ctl      *entity.Cell[Message]
 	unlisten func()
+	// queued counts the messages from the transport that inbound left in
+	// the control entity's mailbox and it has not finished yet: while any
+	// is, no message from the transport overtakes it (inbound.go).
+	queued atomic.Int64
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -107,7 +112,7 @@ func (r *Region[C]) listen() error {
 	}, r.self.String())
 	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error {
 		m, span := r.traceInbound(m)
-		err := r.ctl.Tell(m)
+		err := r.inbound(m)
 		if span != nil {
 			endSpan(span, err)
 		}
@@ -254,6 +259,9 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 // receive handles protocol messages on the region's control entity.
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
+	case queuedInbound:
+		r.receive(nil, m.msg)
+		r.queued.Add(-1)
 	case retryTick:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:

@@ -34,13 +34,6 @@ type Config struct {
 	// NewSystem in nanoseconds since 1970 (time.Now, not Clock: a test
 	// clock would give a restarted process its predecessor's number).
 	Incarnation uint64
-	// RemoteReplies sends replies to asks of other nodes, encoded, and
-	// the failures of those asks this node knows will never be answered;
-	// the node's transport provides it, and the receiving node passes
-	// what it carried to DeliverReply. Default nil: such replies
-	// go to the ReplyRouter if one is set, and are refused with
-	// ErrNoRemoteReplies otherwise.
-	RemoteReplies RemoteReplies
 	// Logger receives runtime logs, each with a node attribute (NodeID).
 	// Default: slog.Default().
 	Logger *slog.Logger
