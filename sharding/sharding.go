@@ -339,8 +339,10 @@ type Settings struct {
 	// StopTimeout bounds how long a passivating entity may take to stop
 	// before it is stopped by force. Default 30 s.
 	StopTimeout time.Duration
-	// HandOffTimeout bounds a shard's hand-off; entities still running
-	// then are stopped by force. Default 60 s.
+	// HandOffTimeout bounds how long a shard's entities take to stop in a
+	// hand-off; entities still running then are stopped by force. The wait
+	// for the regions' fences before it is not bounded (docs/DESIGN.md,
+	// "Fence on the data link"). Default 60 s.
 	HandOffTimeout time.Duration
 	// RebalanceInterval is how often the coordinator rebalances. Default 10 s.
 	RebalanceInterval time.Duration

@@ -138,7 +138,7 @@ type Firer struct {
 	closer sync.Once
 
 	mu       sync.Mutex
-	observed []reminder.Batch // from the store's observer, not yet taken
+	observed []observedBatch // from the store's observer, not yet taken
 	stats    Stats
 	perShard map[string]metrics.ReminderShard // shards with reminders due
 
@@ -267,8 +267,17 @@ func (f *Firer) Stats() Stats {
 	return f.stats
 }
 
+// observedBatch is a batch the store applied, with the store's now when
+// it did: a relative due time counts from then, not from when the run
+// goroutine takes it (which may be minutes later, after a lease was lost).
+type observedBatch struct {
+	reminder.Batch
+	now time.Time // the store's, or zero when it leaves it to us
+	at  time.Time // the Clock's when the store told us
+}
+
 // observe is the store's observer: it queues b for the run goroutine.
-func (f *Firer) observe(b reminder.Batch, _ time.Time) {
+func (f *Firer) observe(b reminder.Batch, now time.Time) {
 	mine := false
 	for _, a := range b.Acks {
 		mine = mine || a.EntityType == f.typ
@@ -280,7 +289,7 @@ func (f *Firer) observe(b reminder.Batch, _ time.Time) {
 		return
 	}
 	f.mu.Lock()
-	f.observed = append(f.observed, b)
+	f.observed = append(f.observed, observedBatch{Batch: b, now: now, at: f.cfg.Clock.Now()})
 	f.mu.Unlock()
 	f.poke()
 }
@@ -535,12 +544,16 @@ func (f *Firer) takeObserved(now time.Time) {
 		homed = f.homed()
 	}
 	for _, b := range bs {
+		appliedAt := b.now
+		if appliedAt.IsZero() {
+			appliedAt = b.at.Add(f.offset)
+		}
 		for _, a := range b.Acks {
 			h, ok := f.held.get(a.Key)
 			if !ok || h.r.Generation != a.Generation {
 				continue
 			}
-			next := reminder.NextDue(h.r.Due, h.r.Period, dbNow)
+			next := reminder.NextDue(h.r.Due, h.r.Period, appliedAt)
 			if h.r.Period == 0 || next.After(dbNow.Add(f.cfg.Window)) {
 				f.held.remove(a.Key)
 				continue
@@ -559,7 +572,7 @@ func (f *Firer) takeObserved(now time.Time) {
 			}
 			due := c.At
 			if due.IsZero() {
-				due = dbNow.Add(c.After)
+				due = appliedAt.Add(c.After)
 			}
 			if !f.shards[c.ShardID] {
 				// Set here for a shard nobody hosts (not by its entity,

@@ -369,6 +369,23 @@ func TestNothingFiresWhileTheLeaseIsNotHeld(t *testing.T) {
 	})
 }
 
+// A reminder set for "in a minute" is due a minute after its commit, even
+// when the Firer learns of the commit much later (here: it did not hold its
+// lease then): the due time is the store's, not the Firer's moment.
+func TestARelativeDueCountsFromItsCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		defer c.stop()
+		c.join("a")
+		c.holds.Store(false)
+		synctest.Wait()
+		c.ask("a", "e1", func(r entity.ReplyTo[int]) alarmCmd { return arm{Name: "wake", After: time.Minute, ReplyTo: r} })
+		time.Sleep(10 * time.Minute)
+		c.holds.Store(true)
+		waitFor(t, time.Second, "the reminder, due nine minutes ago, fired once the lease was held", func() bool { return len(c.rec.list()) > 0 })
+	})
+}
+
 // A periodic reminder fires every period; after the node was down for
 // several periods it fires once for the ticks it missed, then goes on.
 func TestAPeriodicReminderFiresOnceForMissedTicks(t *testing.T) {

@@ -49,6 +49,7 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 		case protocol.ShardHomes:
 			id, b = IDShardHomes, appendHomes(b, m.Homes)
 			b = binary.AppendUvarint(b, m.Epoch)
+			b = appendAddress(b, m.Coordinator)
 		case protocol.HostShard:
 			id, b = IDHostShard, appendString(b, m.Shard)
 			b = appendAddress(b, m.From)
@@ -60,21 +61,29 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 		case protocol.BeginHandOff:
 			id, b = IDBeginHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.BeginHandOffAck:
 			id, b = IDBeginHandOffAck, appendString(b, m.Shard)
 			b = appendAddress(b, m.Region)
 			b = appendAddress(b, m.FencedAt)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.HandOff:
 			id, b = IDHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
 			b = appendAddresses(b, m.Fences)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.ShardStopped:
 			id, b = IDShardStopped, appendString(b, m.Shard)
 			b = appendAddress(b, m.Region)
 			b = appendBool(b, m.Held)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.Fence:
 			id, b = IDFence, appendString(b, m.Shard)
 			b = appendAddress(b, m.From)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.HandOver:
 			id = IDHandOver
 			b, err = appendHandOver(b, m)
@@ -217,6 +226,9 @@ func readShardHomes(r *reader) any {
 		}
 	}
 	m.Epoch = r.uvarint("Epoch")
+	if r.more() { // added after the first layout
+		m.Coordinator = r.address("Coordinator")
+	}
 	return m
 }
 
@@ -228,24 +240,48 @@ func readShardStarted(r *reader) any {
 	return protocol.ShardStarted{Shard: r.string("Shard"), Region: r.address("Region"), Seq: r.uvarint("Seq")}
 }
 
+// The hand-off's number (Seq), and the hand-off named by the messages
+// that follow a BeginHandOff (Epoch, Seq), were added after the first
+// layout: read when present.
+
 func readBeginHandOff(r *reader) any {
-	return protocol.BeginHandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch")}
+	m := protocol.BeginHandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch")}
+	if r.more() {
+		m.Seq = r.uvarint("Seq")
+	}
+	return m
 }
 
 func readBeginHandOffAck(r *reader) any {
-	return protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.address("Region"), FencedAt: r.address("FencedAt")}
+	m := protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.address("Region"), FencedAt: r.address("FencedAt")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readHandOff(r *reader) any {
-	return protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
+	m := protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
+	if r.more() {
+		m.Seq = r.uvarint("Seq")
+	}
+	return m
 }
 
 func readShardStopped(r *reader) any {
-	return protocol.ShardStopped{Shard: r.string("Shard"), Region: r.address("Region"), Held: r.bool("Held")}
+	m := protocol.ShardStopped{Shard: r.string("Shard"), Region: r.address("Region"), Held: r.bool("Held")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readFence(r *reader) any {
-	return protocol.Fence{Shard: r.string("Shard"), From: r.address("From")}
+	m := protocol.Fence{Shard: r.string("Shard"), From: r.address("From")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readHandOver(r *reader) any {
