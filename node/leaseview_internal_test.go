@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
+	"testing/synctest"
 	"testing"
 	"time"
 
@@ -45,10 +46,10 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	expired := map[cluster.UniqueAddress]bool{}
 	storeDown := false
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 		asked = append(asked, nodes)
 		if storeDown {
-			return nil, errors.New("store down")
+			return nil, 0, errors.New("store down")
 		}
 		var out []cluster.UniqueAddress
 		for _, n := range nodes {
@@ -56,7 +57,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 				out = append(out, n)
 			}
 		}
-		return out, nil
+		return out, 0, nil
 	}, time.Hour, func() time.Time { return now })
 	var told atomic.Int32
 	v.Subscribe(func() { told.Add(1) })
@@ -65,7 +66,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		return m.Node
 	}
 
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if want := []cluster.UniqueAddress{oldest, other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
@@ -75,12 +76,12 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		t.Fatalf("nothing expired: told %d times, oldest %s", told.Load(), oldestNode())
 	}
 	storeDown = true
-	if err := v.refresh(context.Background()); err == nil || told.Load() != 0 {
+	if _, err := v.refresh(context.Background()); err == nil || told.Load() != 0 {
 		t.Fatalf("a failed refresh: err %v, told %d times", err, told.Load())
 	}
 	storeDown = false
 	expired[oldest] = true
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if told.Load() != 1 {
@@ -90,7 +91,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		t.Fatalf("the coordinator's place is %s after the oldest's lease expired, want %s", got, remote.NodeName(self))
 	}
 	asked = nil
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if want := []cluster.UniqueAddress{other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
@@ -110,14 +111,14 @@ func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 	unreachable.Reachable = false
 	inner := staticView{members: []sharding.Member{member(self, 1), unreachable, member(live, 3)}}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 		var out []cluster.UniqueAddress
 		for _, n := range nodes {
 			if n == crashed {
 				out = append(out, n)
 			}
 		}
-		return out, nil
+		return out, 0, nil
 	}, 8*time.Second, func() time.Time { return now })
 	var told atomic.Int32
 	v.Subscribe(func() { told.Add(1) })
@@ -130,28 +131,28 @@ func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 	}
 	all := []string{remote.NodeName(self), remote.NodeName(crashed), remote.NodeName(live)}
 
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
 		t.Fatalf("just expired: members %v, told %d times; want %v, told once", got, told.Load(), all)
 	}
 	now = now.Add(7 * time.Second)
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
 		t.Fatalf("expired 7 s ago: members %v, told %d times; want %v, told once", got, told.Load(), all)
 	}
 	now = now.Add(time.Second)
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{remote.NodeName(self), remote.NodeName(live)}
 	if got := names(); !slices.Equal(got, want) || told.Load() != 2 {
 		t.Fatalf("expired 8 s ago: members %v, told %d times; want %v, told twice", got, told.Load(), want)
 	}
-	if err := v.refresh(context.Background()); err != nil || told.Load() != 2 {
+	if _, err := v.refresh(context.Background()); err != nil || told.Load() != 2 {
 		t.Fatalf("a refresh that changes nothing: %v, told %d times; want 2", err, told.Load())
 	}
 }
@@ -190,4 +191,49 @@ func TestLeasedTransportStopsWithTheLease(t *testing.T) {
 	if !slices.Equal(inner.sent, []any{"held"}) || !slices.Equal(handled, []any{"held"}) {
 		t.Fatalf("sent %v, handled %v; want only the message sent and received while held", inner.sent, handled)
 	}
+}
+
+// The view asks the store again just after the first live lease ends,
+// when that comes before the next interval: a crashed member is seen
+// expired as the store's clock passes its lease, not up to an interval
+// later. With no live lease, or one that ends later, it asks every
+// interval; one about to end is asked about no more often than
+// interval/50.
+func TestLeaseViewRefreshesAsTheFirstLeaseEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+		other := cluster.UniqueAddress{Node: "b", Incarnation: 2}
+		inner := staticView{members: []sharding.Member{member(self, 1), member(other, 2)}}
+		start := time.Now()
+		var at []time.Duration
+		// The store's answers, one per refresh: time left on b's lease.
+		answers := []time.Duration{0, 2 * time.Second, 120 * time.Millisecond, 100 * time.Microsecond, -1}
+		v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
+			at = append(at, time.Since(start))
+			left := answers[min(len(at), len(answers))-1]
+			if left < 0 {
+				return nodes, 0, nil
+			}
+			return nil, left, nil
+		}, time.Hour, time.Now)
+		done := make(chan struct{})
+		go v.run(500*time.Millisecond, done)
+		time.Sleep(2 * time.Second)
+		close(done)
+		synctest.Wait()
+		want := []time.Duration{
+			500 * time.Millisecond,  // the first interval; next unknown
+			1000 * time.Millisecond, // 2 s left: the interval comes first
+			1500 * time.Millisecond, // 120 ms left: just after it ends
+			1621 * time.Millisecond, // 0.1 ms left: not before interval/50
+			1631 * time.Millisecond, // expired
+			2000 * time.Millisecond,
+		}
+		if !slices.Equal(at, want[:len(at)]) || len(at) < 5 {
+			t.Fatalf("refreshed at %v, want %v", at, want)
+		}
+		if m := v.Members(); m[1].Reachable {
+			t.Fatalf("b's lease expired at 1.62 s, but the view shows %+v", m[1])
+		}
+	})
 }

@@ -604,9 +604,9 @@ const pruneNodeLeasesEvery = time.Minute
 // expiredNodes reports which of nodes hold a node lease that has expired
 // in the store: the coordinator takes them as Down without waiting for the
 // membership (see leaseView).
-func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 	if s, ok := n.controlLeases.(interface {
-		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error)
 	}); ok {
 		return s.ExpiredNodes(ctx, nodes) // one query for all
 	}
@@ -614,13 +614,13 @@ func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) 
 	for _, a := range nodes {
 		expired, err := n.controlLeases.NodeLeaseExpired(ctx, a)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if expired {
 			out = append(out, a)
 		}
 	}
-	return out, nil
+	return out, 0, nil
 }
 
 // Connections of the side pools: the node lease's renewals are one at a
