@@ -5,8 +5,8 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
-	"testing/synctest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"

@@ -76,7 +76,7 @@ type regionCoreConfig struct {
 	// RegisterAck answered is sent again, doubling up to tickInterval
 	// (see registerSoon); 0 leaves it to the tick.
 	registerRetry time.Duration
-	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+	idleTicks     uint64 // ticks after which an entity is idle; 0 for no idle passivation
 	// waitTicks bounds, in ticks, how long a shard waits for fences that
 	// may have been lost with a broken link; 0 for no bound. A hand-over is
 	// not bounded: it is re-sent until acknowledged (see handOver).
