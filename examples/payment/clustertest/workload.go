@@ -28,6 +28,15 @@ var httpClient = &http.Client{Timeout: requestTimeout}
 // errUnknown marks an operation whose outcome the client could not learn.
 var errUnknown = errors.New("outcome unknown")
 
+// errNotDone marks a request the API refused with 503: the entity was
+// unavailable (its shard backing off after a failure, a recovery that
+// failed) and the command never reached it, so nothing was done. Such a
+// request is no operation; recorded as unknown instead, the adds refused
+// while Postgres is down (hundreds, at once each) would each be an add
+// that may land at any later time, and the linearizability search over
+// them outgrows any bound.
+var errNotDone = errors.New("refused: nothing done")
+
 // Payments drives settlements through the nodes round-robin, each on a
 // new order, and keeps the orders the API acknowledged (200).
 type Payments struct {
@@ -234,8 +243,9 @@ func (c *Cluster) StartCounters(clients, counters int) *Counters {
 				op.Call = w.History.Now()
 				value, err := counterRequest(ctx, node.URL, op)
 				op.Return = w.History.Now()
-				if errors.Is(err, syscall.ECONNREFUSED) {
-					// Never sent (the node is down): no operation.
+				if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errNotDone) {
+					// Never sent (the node is down), or refused before
+					// the entity saw it: no operation.
 					pause(ctx, errorPause)
 					continue
 				}
@@ -274,6 +284,10 @@ func counterRequest(ctx context.Context, url string, op CounterOp) (int64, error
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return 0, fmt.Errorf("%w: %s", errNotDone, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return 0, fmt.Errorf("%w: %s", errUnknown, resp.Status)
