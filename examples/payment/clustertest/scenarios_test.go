@@ -432,6 +432,33 @@ func TestPostgresRestart(t *testing.T) {
 	c.verify(ctx, l)
 }
 
+// A Postgres stall past the lease (the database frozen, its connections
+// open, nothing answering): no node can renew its lease, so every node
+// fences itself and exits, and the cluster serves again once they
+// restarted as new incarnations. That is the rule (docs/DESIGN.md,
+// "Leases and self-fencing"): a node that cannot prove its lease stops,
+// whatever the cause; once the stall ends the database's time has passed
+// every lease, and a node still serving would answer beside the shards'
+// next homes. Nothing acknowledged is lost; no entity ran twice.
+func TestPostgresStall(t *testing.T) {
+	extended(t)
+	c := Start(t, Options{})
+	ctx := scenarioContext(t)
+	l := startLoad(c)
+	c.waitAcked(ctx, l.payments, 30, "before the fault")
+	stalled := time.Now()
+	c.StallPostgres(ctx, c.opts.Lease+2*time.Second)
+	for _, n := range c.Nodes {
+		if code := n.WaitExit(ctx); code != 1 || !strings.Contains(n.Logs(ctx), "node lease lost") {
+			t.Errorf("%s exited %d after the stall; want 1 after fencing itself (node lease lost)", n.Name, code)
+		}
+	}
+	t.Logf("postgres stalled for %v; every node fenced itself and exited within %v", c.opts.Lease+2*time.Second, time.Since(stalled).Round(time.Millisecond))
+	c.Heal(ctx)
+	c.waitAcked(ctx, l.payments, 30, "after the stall")
+	c.verify(ctx, l)
+}
+
 // Remembered entities after a full cluster restart
 // (ClusterShardingRememberEntitiesSpec): counters are remembered; after
 // every node stopped and started again, each counter is active again
