@@ -99,16 +99,17 @@ func (c *Cluster) verify(ctx context.Context, l *load) {
 	c.t.Logf("payments: %v; every entity answered %v after healing (payments), %v (counters); bound %v",
 		l.payments, slowest.Round(time.Millisecond), slowestCounter.Round(time.Millisecond), reachBound)
 	ops := l.counters.History.Ops()
-	unknown := 0
+	unknown, kinds := 0, map[string]int{}
 	for _, op := range ops {
 		if op.Unknown {
 			unknown++
+			kinds[op.Err]++
 		}
 	}
 	began := time.Now()
 	res := CheckLinearizable(ops, 2*time.Minute)
-	c.t.Logf("linearizability: %v over %d counter operations (%d without an answer), checked in %v",
-		res, len(ops), unknown, time.Since(began).Round(time.Millisecond))
+	c.t.Logf("linearizability: %v over %d counter operations (%d without an answer: %v), checked in %v",
+		res, len(ops), unknown, kinds, time.Since(began).Round(time.Millisecond))
 	if res != porcupine.Ok {
 		c.t.Errorf("the counter history is not linearizable: %v", res)
 	}
