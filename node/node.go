@@ -49,7 +49,7 @@
 // oldest node as its lease ends. BenchmarkKillFailover measured every
 // shard of a killed node serving again through both survivors 2.03 s after
 // the kill (2.08 s when it was the oldest and hosted the coordinator;
-// 3.04 s before the view asked at the lease's end), against 15.2 s
+// 3.06 s before the view asked at the lease's end), against 15.2 s
 // (16.2 s) with the former 15 s lease (medians of 5, 2-core host at load
 // 24; see docs/DESIGN.md, "Leases and self-fencing"). The price: a node that cannot
 // complete a renewal for 1.5 s fences itself and restarts as a new
