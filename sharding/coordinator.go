@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // coordinatorCore is the coordinator's bookkeeping as a pure state machine:

@@ -3,7 +3,7 @@ package sharding
 import (
 	"slices"
 
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // coordinatorPipeline orders a coordinator's store writes and the messages

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // ---- the pipeline as a pure machine ----

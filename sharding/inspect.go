@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // What operators ask of a node's sharding (the admin API): which types

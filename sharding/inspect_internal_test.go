@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 func TestRegionCoreShardStatesShowHomesHandOffsAndWaitingShards(t *testing.T) {

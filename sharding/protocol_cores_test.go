@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/shoal-dev/shoal/sharding/allocation"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // coreNet runs coordinator and region cores against each other, with no

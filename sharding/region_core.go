@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in

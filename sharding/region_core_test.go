@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/scenario"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // Scenario files in testdata/region/*.txt step a regionCore, a region's

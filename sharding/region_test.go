@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // A region asks for shard homes only once the coordinator has its

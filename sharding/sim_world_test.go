@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/deepequal"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // The simulator's world: one virtual clock, one event queue, one PRNG and

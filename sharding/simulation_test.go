@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // These scenarios run several regions in one process over the in-process

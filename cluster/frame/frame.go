@@ -195,7 +195,10 @@ func Encode(reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSiz
 	if err != nil {
 		return nil, err
 	}
-	return Marshal(nil, Frame{From: from, To: to, Manifest: manifest, Payload: payload}, maxSize)
+	// Sized once: the fields and their length prefixes (at most 10 bytes
+	// each), the version byte.
+	size := 1 + len(from.Node) + len(to.Node) + len(manifest) + len(payload) + 5*binary.MaxVarintLen64
+	return Marshal(make([]byte, 0, size), Frame{From: from, To: to, Manifest: manifest, Payload: payload}, maxSize)
 }
 
 // Decode parses a frame body received by self and decodes its message with

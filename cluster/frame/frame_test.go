@@ -195,3 +195,40 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadFrame reads a stream of arbitrary bytes frame by frame: every
+// frame is a frame or a typed error (too large, corrupt, the stream cut),
+// never a panic or a read past the limit, and the stream always ends.
+func FuzzReadFrame(f *testing.F) {
+	var stream bytes.Buffer
+	frame.WriteFrame(&stream, sample(), 1024)
+	stream.Write([]byte{0, 0, 0, 3, 9, 9, 9})
+	big := sample()
+	big.Payload = make([]byte, 300)
+	frame.WriteFrame(&stream, big, 4096)
+	f.Add(stream.Bytes())
+	f.Add([]byte{0, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		for i := 0; ; i++ {
+			if i > len(b) {
+				t.Fatal("more frames than bytes")
+			}
+			fr, err := frame.ReadFrame(r, 256)
+			switch {
+			case err == nil:
+				if len(fr.Payload) > 256 {
+					t.Fatalf("a payload of %d bytes under a limit of 256", len(fr.Payload))
+				}
+				continue
+			case errors.Is(err, frame.ErrTooLarge), errors.Is(err, frame.ErrCorrupt):
+				continue
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+				return
+			default:
+				t.Fatalf("untyped error: %v", err)
+			}
+		}
+	})
+}

@@ -156,3 +156,36 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeMeta feeds the node metadata decoder (what every node reads
+// from gossip) arbitrary bytes: it never panics, refuses with
+// ErrInvalidMeta only, and metadata it accepts encodes again and decodes
+// to the same.
+func FuzzDecodeMeta(f *testing.F) {
+	for _, m := range []memberlist.Meta{sampleMeta(), {Address: cluster.UniqueAddress{Node: "n", Incarnation: 1}}} {
+		b, err := m.Encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(append(b, 7)) // a field of a later version
+	}
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := memberlist.DecodeMeta(b)
+		if err != nil {
+			if !errors.Is(err, memberlist.ErrInvalidMeta) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		again, err := m.Encode()
+		if err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", m, err)
+		}
+		back, err := memberlist.DecodeMeta(again)
+		if err != nil || !reflect.DeepEqual(back, m) {
+			t.Fatalf("re-encoded %+v decodes as %+v, %v", m, back, err)
+		}
+	})
+}

@@ -101,7 +101,7 @@ func (p *rawPeer) read() (frame.Frame, error) {
 
 func (p *rawPeer) hello(from, to cluster.UniqueAddress, clusterName string) frame.Frame {
 	p.t.Helper()
-	p.write(frame.Frame{From: from, To: to, Manifest: tcp.HelloManifest, Payload: []byte(clusterName)})
+	p.write(frame.Frame{From: from, To: to, Manifest: tcp.HelloManifest, Payload: tcp.HelloPayload(clusterName)})
 	answer, err := p.read()
 	if err != nil {
 		p.t.Fatalf("reading the answer to hello: %v", err)
@@ -262,7 +262,7 @@ func TestPeerThatStopsReading(t *testing.T) {
 		if err != nil {
 			return
 		}
-		frame.WriteFrame(conn, frame.Frame{From: stuck, To: hello.From, Manifest: tcp.WelcomeManifest}, 4096)
+		frame.WriteFrame(conn, frame.Frame{From: stuck, To: hello.From, Manifest: tcp.WelcomeManifest, Payload: tcp.WelcomePayload()}, 4096)
 	}()
 
 	payload := make([]byte, 3000)
@@ -326,7 +326,7 @@ func TestWriteTimeoutRedialsAStuckPeer(t *testing.T) {
 			if err != nil {
 				return
 			}
-			frame.WriteFrame(conn, frame.Frame{From: stuck, To: hello.From, Manifest: tcp.WelcomeManifest}, 4096)
+			frame.WriteFrame(conn, frame.Frame{From: stuck, To: hello.From, Manifest: tcp.WelcomeManifest, Payload: tcp.WelcomePayload()}, 4096)
 			select {
 			case accepted <- struct{}{}:
 			default:

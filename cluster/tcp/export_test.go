@@ -71,3 +71,15 @@ const (
 	FlushManifest    = flushManifest
 	FlushAckManifest = flushAckManifest
 )
+
+// HelloPayload is the payload of a hello of this wire version for cluster.
+func HelloPayload(name string) []byte {
+	return appendVersioned(nil, cluster.WireVersion, []byte(name))
+}
+
+// SetWireVersion makes a transport of cfg speak wire version v, as a node
+// of another release would.
+func SetWireVersion(cfg *Config, v uint32) { cfg.wireVersion = v }
+
+// WelcomePayload is the payload of a welcome of this wire version.
+func WelcomePayload() []byte { return appendVersioned(nil, cluster.WireVersion, nil) }

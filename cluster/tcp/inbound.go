@@ -93,6 +93,9 @@ func (t *Transport) serveInbound(c *inConn) {
 	br, err := t.acceptHandshake(c)
 	if err != nil {
 		t.stat.refused.Add(1)
+		if t.versionMismatch(err) {
+			return
+		}
 		t.log.Warn("tcp: refused a connection", "remote", c.conn.RemoteAddr().String(), "err", err)
 		return
 	}
@@ -164,14 +167,26 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 		return nil, fmt.Errorf("%w: first frame %q is not a hello", ErrRefused, hello.Manifest)
 	}
 	self := t.cfg.Self
+	version, clusterName, verr := parseVersioned(hello.Payload)
 	refuse := func(reason string) (*bufio.Reader, error) {
-		answer := frame.Frame{From: self, To: hello.From, Manifest: refuseManifest, Payload: []byte(reason)}
+		payload := []byte(reason) // what a node of version 1 reads
+		if version != 1 {
+			payload = appendVersioned(nil, t.cfg.wireVersion, payload)
+		}
+		answer := frame.Frame{From: self, To: hello.From, Manifest: refuseManifest, Payload: payload}
 		frame.WriteFrame(conn, answer, controlMaxSize)
 		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, hello.From, reason)
 	}
 	switch {
-	case string(hello.Payload) != t.cfg.ClusterName:
-		return refuse(fmt.Sprintf("cluster %q, want %q", hello.Payload, t.cfg.ClusterName))
+	case verr != nil:
+		version = t.cfg.wireVersion
+		return refuse(verr.Error())
+	case version != t.cfg.wireVersion:
+		mismatch := &cluster.WireVersionError{Local: t.cfg.wireVersion, Peer: version, Addr: hello.From}
+		refuse(mismatch.Error())
+		return nil, fmt.Errorf("%w: %w", ErrRefused, mismatch)
+	case string(clusterName) != t.cfg.ClusterName:
+		return refuse(fmt.Sprintf("cluster %q, want %q", clusterName, t.cfg.ClusterName))
 	case hello.From.Node == "":
 		return refuse("no node id")
 	case hello.To != self:
@@ -214,7 +229,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 		old.conn.Close()
 	}
 
-	welcome := frame.Frame{From: self, To: hello.From, Manifest: welcomeManifest}
+	welcome := frame.Frame{From: self, To: hello.From, Manifest: welcomeManifest, Payload: appendVersioned(nil, t.cfg.wireVersion, nil)}
 	if err := frame.WriteFrame(conn, welcome, controlMaxSize); err != nil {
 		return nil, fmt.Errorf("writing welcome: %w", err)
 	}
@@ -251,6 +266,26 @@ func (t *Transport) badFrame(c *inConn, err error) {
 	if c.bad++; c.bad == 1 {
 		t.log.Warn("tcp: dropped a bad frame; later ones on this connection are counted", "from", c.from, "err", err)
 	}
+}
+
+// versionMismatch counts and logs a handshake that failed because the
+// peer speaks another wire version: at Error the first time for the
+// peer's node and version, at Debug after that (a peer redials with
+// back-off until one of the two is replaced).
+func (t *Transport) versionMismatch(err error) bool {
+	var mismatch *cluster.WireVersionError
+	if !errors.As(err, &mismatch) {
+		return false
+	}
+	t.stat.versionMismatches.Add(1)
+	key := fmt.Sprintf("%s %d", mismatch.Addr.Node, mismatch.Peer)
+	if _, seen := t.versionLogged.LoadOrStore(key, struct{}{}); seen {
+		t.log.Debug("tcp: peer speaks another wire version", "peer", mismatch.Addr, "err", err)
+		return true
+	}
+	t.log.Error("tcp: peer speaks another wire version; no message passes between the two (logged once per node and version)",
+		"peer", mismatch.Addr, "local_version", mismatch.Local, "peer_version", mismatch.Peer, "err", err)
+	return true
 }
 
 // idFromPayload reads a control frame's id.

@@ -202,7 +202,10 @@ func (l *link) run() {
 			if l.isDead() {
 				return
 			}
-			if failures++; failures == 1 {
+			if failures++; l.t.versionMismatch(err) {
+				// Logged once per node and version; the link redials with
+				// back-off, and its queue fills: Send reports ErrQueueFull.
+			} else if failures == 1 {
 				l.t.log.Warn("tcp: dial failed; redialling with back-off", "to", l.to, "err", err)
 			}
 			timer.Reset(bo.NextBackOff())
@@ -302,7 +305,8 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 		return nil, err
 	}
 	conn.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
-	hello := frame.Frame{From: self, To: l.to, Manifest: helloManifest, Payload: []byte(l.t.cfg.ClusterName)}
+	version := l.t.cfg.wireVersion
+	hello := frame.Frame{From: self, To: l.to, Manifest: helloManifest, Payload: appendVersioned(nil, version, []byte(l.t.cfg.ClusterName))}
 	if err := frame.WriteFrame(conn, hello, controlMaxSize); err != nil {
 		return nil, err
 	}
@@ -310,6 +314,13 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 	answer, err := readControl(br)
 	if err != nil {
 		return nil, err
+	}
+	peerVersion, reason, err := parseVersioned(answer.Payload)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: answer %q: %w", ErrRefused, answer.Manifest, err)
+	case peerVersion != version && (answer.Manifest == welcomeManifest || answer.Manifest == refuseManifest):
+		return nil, fmt.Errorf("%w: %w", ErrRefused, &cluster.WireVersionError{Local: version, Peer: peerVersion, Addr: l.to})
 	}
 	switch answer.Manifest {
 	case welcomeManifest:
@@ -320,7 +331,7 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 		if answer.From.Node == l.to.Node && answer.From.Incarnation > l.to.Incarnation {
 			return nil, fmt.Errorf("%w: %s now runs there: %w", ErrRefused, answer.From, cluster.ErrStaleIncarnation)
 		}
-		return nil, fmt.Errorf("%w by %s: %s", ErrRefused, answer.From, answer.Payload)
+		return nil, fmt.Errorf("%w by %s: %s", ErrRefused, answer.From, reason)
 	default:
 		return nil, fmt.Errorf("%w: answer %q", ErrRefused, answer.Manifest)
 	}

@@ -24,8 +24,10 @@
 // back-off while messages wait in its bounded queue.
 //
 // The handshake names both ends: the dialler says who it is (node id and
-// incarnation, and its cluster name) and whom it expects; the listener
-// refuses a dialler from another cluster, a dialler the resolver calls
+// incarnation, its wire version and its cluster name) and whom it
+// expects; the listener refuses a dialler of another wire version
+// (cluster.WireVersionError, on both ends: see hello.go), a dialler from
+// another cluster, a dialler the resolver calls
 // stale or older than an incarnation of its node it has already seen, and
 // a dialler that expects an incarnation other than itself. A dialler's
 // claim is trusted only as far as the resolver confirms it: only a dialler
@@ -192,6 +194,9 @@ type Config struct {
 	// Logger logs refused handshakes, bad frames and broken links.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// wireVersion is cluster.WireVersion; tests set another to play a
+	// node of another release.
+	wireVersion uint32
 	// Metrics, when set, receives the transport's Prometheus collectors:
 	// bytes and frames sent and received, and queue depth, per peer node.
 	// Default nil: none.
@@ -220,6 +225,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: set both ServerTLS and ClientTLS, or neither", ErrInvalidConfig)
 	case c.Listener == nil && c.ListenAddr == "":
 		return fmt.Errorf("%w: ListenAddr or Listener is required", ErrInvalidConfig)
+	}
+	if c.wireVersion == 0 {
+		c.wireVersion = cluster.WireVersion
 	}
 	setDefault(&c.QueueCapacity, DefaultQueueCapacity)
 	setDefault(&c.MaxFrameSize, frame.DefaultMaxSize)
@@ -259,15 +267,19 @@ type Stats struct {
 	BadFrames uint64
 	// RefusedHandshakes counts incoming connections refused before
 	// carrying a message (TLS failure, another cluster, a stale
-	// incarnation, a malformed hello).
+	// incarnation, a malformed hello, another wire version).
 	RefusedHandshakes uint64
+	// WireVersionMismatches counts handshakes, dialled or accepted, that
+	// failed because the peer speaks another wire version
+	// (cluster.WireVersionError).
+	WireVersionMismatches uint64
 	// Links is the number of live outbound links now: one per incarnation
 	// sent to and not yet known gone.
 	Links int
 }
 
 type counters struct {
-	sent, lost, delivered, batches, dials, badFrames, refused atomic.Uint64
+	sent, lost, delivered, batches, dials, badFrames, refused, versionMismatches atomic.Uint64
 }
 
 // Transport is one incarnation's network transport. It implements
@@ -299,6 +311,8 @@ type Transport struct {
 	// its own small lock so that a handshake never waits for a handler.
 	currentMu sync.Mutex
 	current   map[cluster.UniqueAddress]*inConn
+
+	versionLogged sync.Map // "node version" → struct{}: wire version mismatches logged
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -359,6 +373,8 @@ func (t *Transport) Stats() Stats {
 		Dials:             t.stat.dials.Load(),
 		BadFrames:         t.stat.badFrames.Load(),
 		RefusedHandshakes: t.stat.refused.Load(),
+
+		WireVersionMismatches: t.stat.versionMismatches.Load(),
 	}
 }
 

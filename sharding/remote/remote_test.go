@@ -18,9 +18,9 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/remote"
-	"github.com/shoal-dev/shoal/sharding/wire"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -400,8 +400,8 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		shard := b.counters.ShardID(id)
 		to := wire.Target{Type: counters.Name()}
 		// deliver is a Deliver as it arrives: its user message encoded.
-		deliver := func(manifest, payload string) wire.Addressed {
-			return wire.Envelope[protocol.Deliver]{To: to, Msg: protocol.Deliver{Shard: shard, EntityID: id,
+		deliver := func(manifest, payload string) wire.Envelope {
+			return wire.Envelope{To: to, Msg: protocol.Deliver{Shard: shard, EntityID: id,
 				Msg: wire.Encoded{Manifest: manifest, Payload: []byte(payload)}}}
 		}
 		bad := []struct {
@@ -416,13 +416,13 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
 			{"corrupt payload", deliver("test.Add", `{"N":`),
 				a.self, []error{remote.ErrUndecodable}},
-			{"unknown target", wire.Envelope[protocol.Register]{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: remote.NodeName(a.self)}},
+			{"unknown target", wire.Envelope{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: remote.NodeName(a.self)}},
 				a.self, []error{remote.ErrUnknownTarget}},
 			{"stale sender", deliver("test.Add", `{"N":100}`),
 				cluster.UniqueAddress{Node: a.self.Node, Incarnation: a.self.Incarnation - 1}, []error{cluster.ErrStaleIncarnation}},
 			{"not protocol", Count{N: 1},
 				a.self, []error{remote.ErrNotProtocol}},
-			{"reply to an ask that ended", wire.Reply{To: entity.ReplyAddress{Node: b.self.Node, Incarnation: b.self.Incarnation, AskID: 1 << 40}, Manifest: "test.Count"},
+			{"reply to an ask that ended", wire.Envelope{Msg: wire.Reply{To: entity.ReplyAddress{Node: b.self.Node, Incarnation: b.self.Incarnation, AskID: 1 << 40}, Manifest: "test.Count"}},
 				a.self, []error{entity.ErrAskEnded}},
 		}
 		for _, tc := range bad {
@@ -450,7 +450,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			t.Fatalf("entity after bad messages: %+v, want 5", got)
 		}
 		// A hand-over keeps the messages that decode and reports the others.
-		err := b.tr.Receive(a.self, wire.Envelope[protocol.HandOver]{To: wire.Target{Type: counters.Name(), Coordinator: true},
+		err := b.tr.Receive(a.self, wire.Envelope{To: wire.Target{Type: counters.Name(), Coordinator: true},
 			Msg: protocol.HandOver{Shard: shard, From: "x", Msgs: []protocol.Deliver{
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Nope"}},
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}}}})
@@ -467,7 +467,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			result <- err
 		}()
 		g := <-asked
-		if err := b.tr.Receive(a.self, wire.Reply{To: g.ReplyTo.Address(), Manifest: "test.Count", Payload: []byte(`"not a count"`)}); !errors.Is(err, entity.ErrReplyUndecodable) {
+		if err := b.tr.Receive(a.self, wire.Envelope{Msg: wire.Reply{To: g.ReplyTo.Address(), Manifest: "test.Count", Payload: []byte(`"not a count"`)}}); !errors.Is(err, entity.ErrReplyUndecodable) {
 			t.Fatalf("undecodable reply: %v, want entity.ErrReplyUndecodable", err)
 		}
 		if err := <-result; !errors.Is(err, entity.ErrReplyUndecodable) {

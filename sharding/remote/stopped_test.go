@@ -9,9 +9,9 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/remote"
-	"github.com/shoal-dev/shoal/sharding/wire"
 )
 
 // Mail for a region that shut down here is expected while the others'
@@ -30,7 +30,7 @@ func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	register := func(typ string) error {
-		return tr.Receive(from, wire.Envelope[protocol.Register]{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: remote.NodeName(from)}})
+		return tr.Receive(from, wire.Envelope{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: remote.NodeName(from)}})
 	}
 	if err := register("Ops"); err != nil {
 		t.Fatalf("delivered to the listener: %v", err)

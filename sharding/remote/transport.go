@@ -44,8 +44,8 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/protocol"
-	"github.com/shoal-dev/shoal/sharding/wire"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 var (
@@ -327,7 +327,7 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 // entity.RemoteReplies, for the System's Config.
 func (t *Transport) SendReply(to entity.ReplyAddress, manifest string, payload []byte) error {
 	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
-		wire.Reply{To: to, Manifest: manifest, Payload: payload})
+		wire.Envelope{Msg: wire.Reply{To: to, Manifest: manifest, Payload: payload}})
 }
 
 // Handle is the cluster.Handler of the bound transport: Receive, whose
@@ -342,17 +342,17 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	if t.staleSender(from) {
 		return t.refuse(&t.stat.stale, from, fmt.Errorf("remote: message from %s: %w", from, cluster.ErrStaleIncarnation))
 	}
-	switch r := msg.(type) {
+	env, ok := msg.(wire.Envelope)
+	if !ok {
+		return t.refuse(&t.stat.notProtocol, from, fmt.Errorf("%w: %T", ErrNotProtocol, msg))
+	}
+	switch r := env.Msg.(type) {
 	case wire.Reply:
 		return t.reply(from, r)
 	case wire.AskFailed:
 		return t.askFailed(from, r)
 	}
-	env, ok := msg.(wire.Addressed)
-	if !ok {
-		return t.refuse(&t.stat.notProtocol, from, fmt.Errorf("%w: %T", ErrNotProtocol, msg))
-	}
-	target := env.Target()
+	target := env.To
 	m, failed, err := wire.Open(t.cfg.Codec, env)
 	if err != nil {
 		return t.refuse(&t.stat.notProtocol, from, fmt.Errorf("%w: %w", ErrNotProtocol, err))
@@ -391,10 +391,10 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 
 // undecodable reports the user messages of env that did not decode: a
 // *DecodeError for the only one, or a count and the first.
-func undecodable(failed []wire.Undecodable, env wire.Addressed) error {
+func undecodable(failed []wire.Undecodable, env wire.Envelope) error {
 	f := failed[0]
 	first := &DecodeError{Manifest: f.Encoded().Manifest, EntityID: f.Deliver.EntityID, Err: f.Err}
-	if _, single := env.Message().(protocol.Deliver); single {
+	if _, single := env.Msg.(protocol.Deliver); single {
 		return first
 	}
 	return fmt.Errorf("remote: %d handed-over messages dropped, the first: %w", len(failed), first)
@@ -418,7 +418,7 @@ func (t *Transport) failAsks(asks []entity.ReplyAddress, kind string, cause erro
 		if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
 			err = t.askFailed(t.self, f)
 		} else {
-			err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
+			err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, wire.Envelope{Msg: f})
 		}
 		if err == nil {
 			t.stat.asksFailed.Add(1)

@@ -1,8 +1,9 @@
 // Package protocol holds the messages regions and coordinators of package
-// sharding exchange. Package sharding/wire registers these same types in
-// the codec, deriving their wire form from their fields, so a field added
-// here travels between nodes with no other change. Users of sharding need
-// none of them: only a sharding.Transport carries them, as
+// sharding exchange. Package sharding/internal/wire writes each of them
+// between nodes in an explicit form, field by field: a field added here
+// must be appended to its message's encoding there, at the end (see
+// docs/DESIGN.md, "Wire"), or wire's round-trip test fails. Users of
+// sharding need none of them: only a sharding.Transport carries them, as
 // sharding.Message.
 package protocol
 

@@ -1,0 +1,222 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Errors of a decoder, each wrapped with what was being read.
+var (
+	// ErrShort: the input ends inside a field.
+	ErrShort = errors.New("wire: message truncated")
+	// ErrCorrupt: a field holds a value no encoder writes (a bool that is
+	// neither 0 nor 1, a count larger than the bytes left, bytes after the
+	// envelope).
+	ErrCorrupt = errors.New("wire: corrupt message")
+	// ErrUnknownTypeID: the message's type id is not in this node's table
+	// (see UnknownTypeError).
+	ErrUnknownTypeID = errors.New("wire: unknown message type id")
+)
+
+// UnknownTypeError names the type id a decoder does not know: a message
+// of a newer node, which this one drops (counted by the transport) while
+// the connection keeps serving.
+type UnknownTypeError struct{ ID TypeID }
+
+func (e *UnknownTypeError) Error() string {
+	return fmt.Sprintf("wire: unknown message type id %d", e.ID)
+}
+
+// Unwrap returns ErrUnknownTypeID.
+func (e *UnknownTypeError) Unwrap() error { return ErrUnknownTypeID }
+
+// The encoding of one field: a string or bytes is its length as a uvarint
+// and then its bytes; a number a uvarint; a bool one byte, 0 or 1; a list
+// its length as a uvarint and then its items.
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+func appendBool(dst []byte, b bool) []byte {
+	if b {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+func appendStrings(dst []byte, ss []string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ss)))
+	for _, s := range ss {
+		dst = appendString(dst, s)
+	}
+	return dst
+}
+
+// appendBody appends a length-prefixed body written by fn: the prefix lets
+// a reader skip fields appended after the ones it knows. The body is
+// written in place and the prefix moved in front of it, so no scratch
+// buffer is needed.
+func appendBody(dst []byte, fn func([]byte) []byte) []byte {
+	// Reserve one byte, the size of the prefix of any body under 128 bytes.
+	at := len(dst)
+	dst = append(dst, 0)
+	dst = fn(dst)
+	n := len(dst) - at - 1
+	if n < 0x80 {
+		dst[at] = byte(n)
+		return dst
+	}
+	var prefix [binary.MaxVarintLen64]byte
+	p := binary.PutUvarint(prefix[:], uint64(n))
+	dst = append(dst, prefix[1:p]...) // grow by the extra prefix bytes
+	copy(dst[at+p:], dst[at+1:at+1+n])
+	copy(dst[at:], prefix[:p])
+	return dst
+}
+
+// reader decodes fields from b, keeping the first error; once it failed,
+// every read returns a zero value.
+type reader struct {
+	b   []byte
+	err error
+	// what is read, for the error ("Deliver.EntityID").
+	msg string
+}
+
+func (r *reader) fail(sentinel error, field, format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s.%s: %s", sentinel, r.msg, field, fmt.Sprintf(format, args...))
+	}
+	r.b = nil
+}
+
+// more reports whether the body has bytes left: false once a message of
+// an older layout, without the fields appended since, has been read.
+func (r *reader) more() bool { return r.err == nil && len(r.b) > 0 }
+
+func (r *reader) uvarint(field string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	switch {
+	case n == 0:
+		r.fail(ErrShort, field, "no number")
+		return 0
+	case n < 0:
+		r.fail(ErrCorrupt, field, "number overflows 64 bits")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// raw returns the next length-prefixed field, sharing b's memory.
+func (r *reader) raw(field string) []byte {
+	n := r.uvarint(field)
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail(ErrShort, field, "%d bytes, %d left", n, len(r.b))
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) string(field string) string { return string(r.raw(field)) }
+
+// bytes returns a bytes field, sharing the input's memory; nil when empty.
+func (r *reader) bytes(field string) []byte {
+	b := r.raw(field)
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func (r *reader) bool(field string) bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) == 0 {
+		r.fail(ErrShort, field, "no bool")
+		return false
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	if c > 1 {
+		r.fail(ErrCorrupt, field, "bool %d", c)
+		return false
+	}
+	return c == 1
+}
+
+// count reads a list's length, refusing one that could not fit in the
+// bytes left (each item takes at least minItem bytes), so that corrupt
+// input cannot make a decoder allocate beyond its size.
+func (r *reader) count(field string, minItem int) int {
+	n := r.uvarint(field)
+	if r.err != nil {
+		return 0
+	}
+	if n > uint64(len(r.b)/minItem) {
+		r.fail(ErrCorrupt, field, "%d items in %d bytes", n, len(r.b))
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) strings(field string) []string {
+	n := r.count(field, 1)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = r.string(field)
+	}
+	if r.err != nil {
+		return nil
+	}
+	return out
+}
+
+// body returns a reader of the next length-prefixed body, for message msg.
+func (r *reader) body(msg string) reader {
+	b := r.raw("body")
+	return reader{b: b, err: r.err, msg: msg}
+}
+
+// done reports the error of a body reader back into its parent. A body's
+// bytes after the fields this node knows are fields appended by a newer
+// one: skipped.
+func (r *reader) done(body *reader) {
+	if r.err == nil && body.err != nil {
+		r.err = body.err
+		r.b = nil
+	}
+}
+
+func (r *reader) byte(field string) byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail(ErrShort, field, "no byte")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}

@@ -1,0 +1,57 @@
+package wire
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/shoal-dev/shoal/entity"
+)
+
+// replyAddresses lists the reply addresses inside a user message, for
+// the Deliver's ReplyTo field. Whether a type can hold one at all is
+// decided once per type, from its declaration: a message of a type that
+// cannot (most commands: no ReplyTo field anywhere) costs a map lookup,
+// and only the commands of asks are searched.
+func replyAddresses(msg any) []entity.ReplyAddress {
+	t := reflect.TypeOf(msg)
+	holds, ok := holdsReplyTo.Load(t)
+	if !ok {
+		holds, _ = holdsReplyTo.LoadOrStore(t, mayHoldReplyTo(t, 0))
+	}
+	if !holds.(bool) {
+		return nil
+	}
+	return entity.ReplyAddresses(msg)
+}
+
+// holdsReplyTo caches mayHoldReplyTo by type: reflect.Type → bool. Types
+// are finite and never change, so it only grows to the program's types.
+var holdsReplyTo sync.Map
+
+var replyToPkg = reflect.TypeFor[entity.ReplyTo[struct{}]]().PkgPath()
+
+// mayHoldReplyTo reports whether a value of t can hold an entity.ReplyTo:
+// one of its fields, elements or an interface inside it, to the depth
+// entity.ReplyAddresses searches.
+func mayHoldReplyTo(t reflect.Type, depth int) bool {
+	if depth > 8 {
+		return true // deeper than the search goes: let it decide
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return mayHoldReplyTo(t.Elem(), depth+1)
+	case reflect.Struct:
+		if t.PkgPath() == replyToPkg && strings.HasPrefix(t.Name(), "ReplyTo[") {
+			return true
+		}
+		for i := range t.NumField() {
+			if mayHoldReplyTo(t.Field(i).Type, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}

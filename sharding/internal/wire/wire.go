@@ -1,0 +1,411 @@
+// Package wire carries the sharding protocol across the network: each
+// message of package sharding/internal/protocol, in an Envelope that names
+// its receiver on the node (a Target), and the two messages that are not
+// protocol messages, Reply and AskFailed.
+//
+// The form is explicit (see docs/DESIGN.md, "Wire"): an envelope is the
+// message's type id (a TypeID, from an append-only table), the target of
+// a protocol message, and the message's body, length-prefixed; a body is
+// the message's fields in a fixed order, strings and bytes length-prefixed,
+// numbers as uvarints, bools as one byte. No reflection, no field names.
+// A decoder skips the bytes of a body after the fields it knows (fields a
+// newer node appended), refuses an unknown type id with an
+// *UnknownTypeError, and bad input with ErrShort or ErrCorrupt. All of it
+// travels as one codec type, Envelope, under EnvelopeManifest.
+//
+// The user messages a protocol.Deliver carries (in its Msg field, alone or
+// in a HandOver's Msgs) are encoded by the codec of the node: Seal encodes
+// them into Encoded values (the codec's manifest and bytes, carried as
+// they are) before a message is sent, and Open decodes them on receipt,
+// reporting the ones that do not decode instead of failing the whole
+// frame, so that the asks waiting on them can be failed (their reply
+// addresses travel beside the payload, as a field of the Deliver).
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+)
+
+var (
+	// ErrUnknownType: Seal or Encode of a value whose type is not in the
+	// table (a message that stays on its node, say).
+	ErrUnknownType = errors.New("wire: not a protocol message that crosses nodes")
+	// ErrNotSealed: a Deliver whose user message was not encoded by Seal
+	// reached the encoder; nothing is sent.
+	ErrNotSealed = errors.New("wire: user message not sealed")
+)
+
+// Target names the receiver of a message on its node: the region of an
+// entity type, or that type's coordinator.
+type Target struct {
+	Type        string
+	Coordinator bool
+}
+
+// String renders the target as type or type/coordinator.
+func (t Target) String() string {
+	if t.Coordinator {
+		return t.Type + "/coordinator"
+	}
+	return t.Type
+}
+
+// Envelope is what crosses nodes: a protocol message for its Target
+// (Msg is a protocol.Message, sealed while it travels, see Seal), or a
+// Reply or an AskFailed (To is then zero). It is the one codec type of
+// this package.
+type Envelope struct {
+	To  Target
+	Msg any
+}
+
+// Encoded is a user message encoded by the sending node's codec, in the
+// Msg field of a sealed protocol.Deliver. ReplyTo lists the reply
+// addresses inside the message (its ReplyTo fields), so that a node that
+// cannot handle the message, not even decode it, can fail those asks at
+// once with AskFailed.
+type Encoded struct {
+	Manifest string
+	Payload  []byte
+	ReplyTo  []entity.ReplyAddress
+}
+
+// Why a node refused a user message, in AskFailed.
+const (
+	// RefusedUndecodable: its manifest is unknown there, or its payload corrupt.
+	RefusedUndecodable = "undecodable"
+	// RefusedUnknownTarget: nobody there listens for its entity type.
+	RefusedUnknownTarget = "unknown-target"
+	// RefusedByListener: the region there refused it (its mailbox full).
+	RefusedByListener = "refused"
+)
+
+type (
+	// Reply carries the reply to an ask back to the asking incarnation,
+	// encoded; the asker decodes it into its own type
+	// (entity.System.DeliverReply). Under entity.AskFailureManifest it
+	// carries instead the failure of an ask the entity's node knows will
+	// never be answered (unhandled, stopped, ...): a code and a message.
+	Reply struct {
+		To       entity.ReplyAddress
+		Manifest string
+		Payload  []byte
+	}
+	// AskFailed tells the asking incarnation that the command carrying
+	// the reply address To was refused by the transport of the node it
+	// was sent to, before any region saw it, and why (one of the Refused
+	// constants, and the refusing node's error text), so that the ask
+	// fails at once instead of at its deadline.
+	AskFailed struct {
+		To     entity.ReplyAddress
+		Kind   string
+		Reason string
+	}
+)
+
+// EnvelopeManifest is the codec manifest of Envelope: every sharding
+// message travels under it, its type id inside.
+const EnvelopeManifest = "shoal.sharding"
+
+// target flags, one byte after the target's type.
+const targetCoordinator = 1 << 0
+
+// AppendEnvelope appends e's wire form to dst: the message's type id, the
+// target of a protocol message (its type and a flags byte), and the
+// message's body, length-prefixed. A Deliver's user message must be
+// sealed (ErrNotSealed otherwise); a message not in the table is
+// ErrUnknownType. On error dst is returned unchanged.
+func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
+	id := idOf(e.Msg)
+	if id == 0 {
+		return dst, fmt.Errorf("%w: %T", ErrUnknownType, e.Msg)
+	}
+	start := len(dst)
+	dst = append(dst, byte(id)) // ids stay below 128: one byte, a uvarint
+	if kinds[id].protocol {
+		dst = appendString(dst, e.To.Type)
+		var flags byte
+		if e.To.Coordinator {
+			flags |= targetCoordinator
+		}
+		dst = append(dst, flags)
+	}
+	dst, _, err := appendMessage(dst, e.Msg)
+	if err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// DecodeEnvelope parses an envelope written by AppendEnvelope. The byte
+// slices of the result (a user message's payload, a reply's) share src's
+// memory. Errors match ErrShort, ErrCorrupt or ErrUnknownTypeID (an
+// *UnknownTypeError).
+func DecodeEnvelope(src []byte) (Envelope, error) {
+	r := reader{b: src, msg: "Envelope"}
+	id := TypeID(r.uvarint("TypeID"))
+	if r.err != nil {
+		return Envelope{}, r.err
+	}
+	k := kindOf(id)
+	if k == nil {
+		return Envelope{}, &UnknownTypeError{ID: id}
+	}
+	var e Envelope
+	if k.protocol {
+		e.To.Type = r.string("To.Type")
+		flags := r.byte("To.Flags")
+		if flags&^targetCoordinator != 0 {
+			r.fail(ErrCorrupt, "To.Flags", "unknown flags %#x", flags)
+		}
+		e.To.Coordinator = flags&targetCoordinator != 0
+	}
+	body := r.body(k.name)
+	e.Msg = k.read(&body)
+	r.done(&body)
+	if r.err == nil && len(r.b) > 0 {
+		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
+	}
+	if r.err != nil {
+		return Envelope{}, r.err
+	}
+	return e, nil
+}
+
+// idOf is m's type id, 0 for a type not in the table.
+func idOf(m any) TypeID {
+	switch m.(type) {
+	case protocol.Deliver:
+		return IDDeliver
+	case protocol.Register:
+		return IDRegister
+	case protocol.RegisterProxy:
+		return IDRegisterProxy
+	case protocol.RegisterAck:
+		return IDRegisterAck
+	case protocol.GetShardHome:
+		return IDGetShardHome
+	case protocol.ShardHome:
+		return IDShardHome
+	case protocol.ShardHomes:
+		return IDShardHomes
+	case protocol.HostShard:
+		return IDHostShard
+	case protocol.ShardStarted:
+		return IDShardStarted
+	case protocol.BeginHandOff:
+		return IDBeginHandOff
+	case protocol.BeginHandOffAck:
+		return IDBeginHandOffAck
+	case protocol.HandOff:
+		return IDHandOff
+	case protocol.ShardStopped:
+		return IDShardStopped
+	case protocol.Fence:
+		return IDFence
+	case protocol.HandOver:
+		return IDHandOver
+	case protocol.GracefulShutdownReq:
+		return IDGracefulShutdownReq
+	case protocol.LeaveAck:
+		return IDLeaveAck
+	case protocol.StopShards:
+		return IDStopShards
+	case protocol.RebalanceShards:
+		return IDRebalanceShards
+	case protocol.LeaveRequest:
+		return IDLeaveRequest
+	case protocol.RegionStopped:
+		return IDRegionStopped
+	case protocol.MembersDown:
+		return IDMembersDown
+	case protocol.GetRegionStats:
+		return IDGetRegionStats
+	case Reply:
+		return IDReply
+	case AskFailed:
+		return IDAskFailed
+	}
+	return 0
+}
+
+// serializer is Envelope's codec.Serializer.
+type serializer struct{}
+
+func (serializer) Marshal(v any) ([]byte, error) {
+	e, ok := v.(Envelope)
+	if !ok {
+		return nil, fmt.Errorf("wire: %T is no Envelope", v)
+	}
+	return AppendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e)
+}
+
+func (serializer) Unmarshal(data []byte, ptr any) error {
+	e, ok := ptr.(*Envelope)
+	if !ok {
+		return fmt.Errorf("wire: cannot decode into %T", ptr)
+	}
+	var err error
+	*e, err = DecodeEnvelope(data)
+	return err
+}
+
+// sealedSize is the size of the user payload m carries, to size the
+// encoder's buffer once.
+func sealedSize(m any) int {
+	switch m := m.(type) {
+	case protocol.Deliver:
+		if e, ok := m.Msg.(Encoded); ok {
+			return len(e.Manifest) + len(e.Payload)
+		}
+	case Reply:
+		return len(m.Payload)
+	}
+	return 0
+}
+
+// RegisterTypes registers Envelope in reg under EnvelopeManifest.
+// Registering twice is harmless; the manifest or type already bound
+// otherwise is an error.
+func RegisterTypes(reg *codec.Registry) error {
+	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(serializer{})); err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	return nil
+}
+
+// Seal puts msg in its Envelope for to, encoding with reg the user
+// messages it carries; msg itself is not changed. A type that is not a
+// protocol message of the table is ErrUnknownType, a user message reg
+// cannot encode the codec's error.
+func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error) {
+	switch m := msg.(type) {
+	case protocol.Deliver:
+		d, err := sealDeliver(reg, m)
+		if err != nil {
+			return Envelope{}, err
+		}
+		return Envelope{To: to, Msg: d}, nil
+	case protocol.HandOver:
+		if m.Msgs != nil {
+			msgs := make([]protocol.Deliver, len(m.Msgs))
+			for i, d := range m.Msgs {
+				var err error
+				if msgs[i], err = sealDeliver(reg, d); err != nil {
+					return Envelope{}, err
+				}
+			}
+			m.Msgs = msgs
+		}
+		return Envelope{To: to, Msg: m}, nil
+	}
+	if id := idOf(msg); id == 0 || !kinds[id].protocol {
+		return Envelope{}, fmt.Errorf("%w: %T", ErrUnknownType, msg)
+	}
+	return Envelope{To: to, Msg: msg}, nil
+}
+
+// Undecodable is a user message that did not decode on receipt: the
+// Deliver that carried it (its Msg the Encoded form) and the codec's error.
+type Undecodable struct {
+	Deliver protocol.Deliver
+	Err     error
+}
+
+// Encoded returns the user message as it arrived.
+func (u Undecodable) Encoded() Encoded {
+	e, _ := u.Deliver.Msg.(Encoded)
+	return e
+}
+
+// Open decodes with reg the user messages a received Envelope of a
+// protocol message carries and returns its message, or nil when the one
+// user message it carried did not decode (a Deliver). Those that do not
+// decode are returned in failed; of a list of them (a HandOver's) the
+// others are kept, in order. An envelope of no protocol message (a Reply)
+// is ErrUnknownType.
+func Open(reg *codec.Registry, e Envelope) (msg protocol.Message, failed []Undecodable, err error) {
+	switch m := e.Msg.(type) {
+	case protocol.Deliver:
+		o, err := openDeliver(reg, m)
+		if err != nil {
+			return nil, []Undecodable{{Deliver: m, Err: err}}, nil
+		}
+		return o, nil, nil
+	case protocol.HandOver:
+		if m.Msgs == nil {
+			return m, nil, nil
+		}
+		msgs := make([]protocol.Deliver, 0, len(m.Msgs))
+		for _, d := range m.Msgs {
+			o, err := openDeliver(reg, d)
+			if err != nil {
+				failed = append(failed, Undecodable{Deliver: d, Err: err})
+				continue
+			}
+			msgs = append(msgs, o)
+		}
+		m.Msgs = msgs
+		return m, failed, nil
+	case protocol.Message:
+		if idOf(m) != 0 {
+			return m, nil, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: %T", ErrUnknownType, e.Msg)
+}
+
+// Asks lists the reply addresses inside the user messages a received
+// Envelope carries: the asks to fail when the message is refused.
+func Asks(e Envelope) []entity.ReplyAddress {
+	switch m := e.Msg.(type) {
+	case protocol.Deliver:
+		if enc, ok := m.Msg.(Encoded); ok {
+			return enc.ReplyTo
+		}
+	case protocol.HandOver:
+		var out []entity.ReplyAddress
+		for _, d := range m.Msgs {
+			if enc, ok := d.Msg.(Encoded); ok {
+				out = append(out, enc.ReplyTo...)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// sealDeliver encodes d's user message.
+func sealDeliver(reg *codec.Registry, d protocol.Deliver) (protocol.Deliver, error) {
+	if d.Msg == nil {
+		return d, nil
+	}
+	if _, done := d.Msg.(Encoded); done {
+		return d, nil
+	}
+	m, p, err := reg.Encode(d.Msg)
+	if err != nil {
+		return d, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
+	}
+	d.Msg = Encoded{Manifest: m, Payload: p, ReplyTo: replyAddresses(d.Msg)}
+	return d, nil
+}
+
+// openDeliver decodes d's user message.
+func openDeliver(reg *codec.Registry, d protocol.Deliver) (protocol.Deliver, error) {
+	e, ok := d.Msg.(Encoded)
+	if !ok {
+		return d, nil // nothing to decode (a StartEntity), or opened already
+	}
+	v, err := reg.Decode(e.Manifest, e.Payload)
+	if err != nil {
+		return d, err
+	}
+	d.Msg = v
+	return d, nil
+}
