@@ -18,9 +18,11 @@ package cluster
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // UniqueAddress names one incarnation of a node: the node id it runs
@@ -32,9 +34,55 @@ type UniqueAddress struct {
 	Incarnation uint64
 }
 
-// String renders the address as node#incarnation.
+// String renders the address as node#incarnation. Incarnation 0, which no
+// running node has (tests and scenario files name nodes without one),
+// renders as the node id alone, and the zero address as the empty string.
 func (a UniqueAddress) String() string {
+	if a.Incarnation == 0 {
+		return a.Node
+	}
 	return a.Node + "#" + strconv.FormatUint(a.Incarnation, 10)
+}
+
+// ErrInvalidAddress is returned (wrapped) by ParseUniqueAddress and
+// UnmarshalText for text that is not node#incarnation.
+var ErrInvalidAddress = errors.New("cluster: invalid unique address")
+
+// ParseUniqueAddress reverses String: it reads node#incarnation, a node
+// id alone as incarnation 0, and the empty string as the zero address.
+// A node id may itself hold '#'; the last one ends it. Only edges that keep addresses as
+// text (a database column, an operator's input) need it; everything
+// inside a node carries the UniqueAddress itself.
+func ParseUniqueAddress(s string) (UniqueAddress, error) {
+	if s == "" {
+		return UniqueAddress{}, nil
+	}
+	i := strings.LastIndexByte(s, '#')
+	if i < 0 {
+		return UniqueAddress{Node: s}, nil
+	}
+	if i == 0 {
+		return UniqueAddress{}, fmt.Errorf("%w: %q", ErrInvalidAddress, s)
+	}
+	inc, err := strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil {
+		return UniqueAddress{}, fmt.Errorf("%w: %q: %w", ErrInvalidAddress, s, err)
+	}
+	return UniqueAddress{Node: s[:i], Incarnation: inc}, nil
+}
+
+// MarshalText renders the address as String does, so that it can key a
+// map in a text encoding.
+func (a UniqueAddress) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote.
+func (a *UniqueAddress) UnmarshalText(b []byte) error {
+	parsed, err := ParseUniqueAddress(string(b))
+	if err != nil {
+		return err
+	}
+	*a = parsed
+	return nil
 }
 
 // IsZero reports whether a names no incarnation.

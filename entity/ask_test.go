@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 type acct interface{ isAcct() }
@@ -306,7 +307,7 @@ func TestReplyToOtherNodeUsesRemoteReplies(t *testing.T) {
 	}
 	want := []sent{
 		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 9}, "balance", `{"Owner":"o","Cents":2,"Tags":null}`},
-		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 10}, entity.JSONReplyManifest, `5`},
+		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 10}, runtime.JSONReplyManifest, `5`},
 	}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("seam got %+v, want %+v", got, want)
@@ -343,11 +344,11 @@ func TestReplyToOtherIncarnationOfThisNodeIsRefused(t *testing.T) {
 		if err := entity.Reply(sys, old, balance{Owner: "stale"}); !errors.Is(err, entity.ErrStaleIncarnation) {
 			t.Fatalf("Reply: %v, want ErrStaleIncarnation", err)
 		}
-		if err := sys.DeliverLocalReply(old.Address(), balance{}); !errors.Is(err, entity.ErrStaleIncarnation) {
+		if err := runtime.DeliverLocalReply(sys, old.Address(), balance{}); !errors.Is(err, entity.ErrStaleIncarnation) {
 			t.Fatalf("DeliverLocalReply: %v, want ErrStaleIncarnation", err)
 		}
 		other := entity.ReplyAddress{Node: "elsewhere", Incarnation: 2, AskID: current.AskID}
-		if err := sys.DeliverReply(context.Background(), other, entity.JSONReplyManifest, []byte(`{}`)); !errors.Is(err, entity.ErrNotThisNode) {
+		if err := runtime.DeliverReply(context.Background(), sys, other, runtime.JSONReplyManifest, []byte(`{}`)); !errors.Is(err, runtime.ErrNotThisNode) {
 			t.Fatalf("DeliverReply: %v, want ErrNotThisNode", err)
 		}
 		synctest.Wait()
@@ -398,7 +399,7 @@ func TestForceSerializationCopiesMessagesAndRoutesReplies(t *testing.T) {
 	}
 	a := spawnAccount(sys, "a")
 	gate := make(chan struct{})
-	a.Post(func() { <-gate }) // hold the entity until the sender has mutated its value
+	runtime.Post(a, func() { <-gate }) // hold the entity until the sender has mutated its value
 	cents := []int64{10, 20}
 	mustTell[acct](t, a, deposit{Cents: cents})
 	cents[0] = 1_000_000

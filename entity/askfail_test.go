@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // askInBackground runs Ask with ctx on its own goroutine.
@@ -101,7 +102,7 @@ func TestAskTimeoutRunsOnSystemClock(t *testing.T) {
 		if i > 1e6 {
 			t.Fatal("ask never registered")
 		}
-		runtime.Gosched()
+		goruntime.Gosched()
 	}
 	clock.Advance(time.Minute - time.Second)
 	select {
@@ -143,7 +144,7 @@ func TestAskFailsWhenHandlerFailsTheEntity(t *testing.T) {
 		broken := errors.New("disk on fire")
 		c := entity.Spawn(sys, &entity.Props[cmd]{Key: counterKey, Create: func(entity.Context[cmd]) entity.Behavior[cmd] {
 			return entity.Receive(func(ctx entity.Context[cmd], _ cmd) entity.Behavior[cmd] {
-				ctx.(*entity.Cell[cmd]).Fail(broken)
+				runtime.Fail(ctx.(*entity.Cell[cmd]), broken)
 				return entity.Same[cmd]()
 			})
 		}}, "c")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/logtest"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 func loggedSystem(t *testing.T, mutate func(*entity.Config)) (*entity.System, *logtest.Buffer, *fakeClock) {
@@ -92,7 +93,7 @@ type dropRef struct {
 }
 
 func (r dropRef) Tell(m askString) error {
-	r.sys.DeadLetter(r.cause, "owned/x", "refused by the new incarnation", m)
+	runtime.DeadLetter(r.sys, r.cause, "owned/x", "refused by the new incarnation", m)
 	return nil
 }
 

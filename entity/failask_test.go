@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // ReplyAddresses finds the asks a command waits on, at any depth; FailAsk
@@ -33,17 +34,17 @@ func TestFailAskAndReplyAddresses(t *testing.T) {
 	to := addrs[0]
 	other := to
 	other.Incarnation++
-	if err := sys.FailAsk(other, errors.New("x")); !errors.Is(err, entity.ErrStaleIncarnation) {
+	if err := runtime.FailAsk(sys, other, errors.New("x")); !errors.Is(err, entity.ErrStaleIncarnation) {
 		t.Fatalf("FailAsk of another incarnation: %v", err)
 	}
 	cause := errors.New("refused over there")
-	if err := sys.FailAsk(to, cause); err != nil {
+	if err := runtime.FailAsk(sys, to, cause); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-result; !errors.Is(err, cause) {
 		t.Fatalf("the ask: %v, want the cause", err)
 	}
-	if err := sys.FailAsk(to, cause); !errors.Is(err, entity.ErrAskEnded) {
+	if err := runtime.FailAsk(sys, to, cause); !errors.Is(err, entity.ErrAskEnded) {
 		t.Fatalf("FailAsk twice: %v, want ErrAskEnded", err)
 	}
 }

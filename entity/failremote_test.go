@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 )
 
@@ -56,20 +57,20 @@ func TestAskFailureWireForm(t *testing.T) {
 		{"crashed", fmt.Errorf("crashed: %w: %w", entity.ErrStopped, &entity.PanicError{Value: "boom"}),
 			`{"code":3,"msg":"crashed: entity: stopped: entity: handler panicked: boom"}`},
 		{"mailbox full", entity.ErrMailboxFull, `{"code":4,"msg":"entity: mailbox full"}`},
-		{"unavailable after a failed write", fmt.Errorf("%w: %w", entity.ErrUnavailable, entity.ErrPersistFailed),
+		{"unavailable after a failed write", fmt.Errorf("%w: %w", runtime.ErrUnavailable, runtime.ErrPersistFailed),
 			`{"code":5,"also":[6],"msg":"sharding: entity unavailable: eventsourced: persist failed"}`},
-		{"stopped by a failed write", fmt.Errorf("%w: %w", entity.ErrStopped, entity.ErrPersistFailed),
+		{"stopped by a failed write", fmt.Errorf("%w: %w", entity.ErrStopped, runtime.ErrPersistFailed),
 			`{"code":6,"also":[2],"msg":"entity: stopped: eventsourced: persist failed"}`},
-		{"rejected", entity.ErrPersistRejected, `{"code":7,"msg":"eventsourced: persist rejected"}`},
+		{"rejected", runtime.ErrPersistRejected, `{"code":7,"msg":"eventsourced: persist rejected"}`},
 		{"write conflict", journal.ErrWriteConflict, fmt.Sprintf(`{"code":8,"msg":%q}`, journal.ErrWriteConflict.Error())},
-		{"buffer full", entity.ErrBufferFull, `{"code":9,"msg":"sharding: region buffer full"}`},
-		{"region stopped", entity.ErrRegionStopped, `{"code":10,"msg":"sharding: region stopped"}`},
+		{"buffer full", runtime.ErrBufferFull, `{"code":9,"msg":"sharding: region buffer full"}`},
+		{"region stopped", runtime.ErrRegionStopped, `{"code":10,"msg":"sharding: region stopped"}`},
 		{"other", errors.New("odd \"quoted\" <thing>"), `{"code":0,"msg":"odd \"quoted\" \u003cthing\u003e"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			to := remoteReplyTo(t, 7)
 			before := sent.len()
-			sys.FailAsks(askQuote{ReplyTo: to}, tc.err)
+			runtime.FailAsks(sys, askQuote{ReplyTo: to}, tc.err)
 			got := sent.get()[before:]
 			if len(got) != 1 {
 				t.Fatalf("sent %d replies, want 1", len(got))
@@ -94,7 +95,7 @@ func failedAsk(t *testing.T, sys *entity.System, payload string) error {
 	defer cancel()
 	res := askAsync(ctx, captureRef{sys, got}, func(to entity.ReplyTo[quote]) quoteCmd { return askQuote{ReplyTo: to} })
 	to := (<-got).(askQuote).ReplyTo.Address()
-	if err := sys.DeliverReply(context.Background(), to, entity.AskFailureManifest, []byte(payload)); err != nil && !errors.Is(err, entity.ErrReplyUndecodable) {
+	if err := runtime.DeliverReply(context.Background(), sys, to, entity.AskFailureManifest, []byte(payload)); err != nil && !errors.Is(err, entity.ErrReplyUndecodable) {
 		t.Fatalf("DeliverReply: %v", err)
 	}
 	r := <-res
@@ -104,7 +105,7 @@ func failedAsk(t *testing.T, sys *entity.System, payload string) error {
 	if errors.Is(r.err, entity.ErrAskTimeout) {
 		t.Fatalf("ask: %v: timed out", r.err)
 	}
-	if err := sys.DeliverReply(context.Background(), to, entity.AskFailureManifest, []byte(payload)); !errors.Is(err, entity.ErrAskEnded) {
+	if err := runtime.DeliverReply(context.Background(), sys, to, entity.AskFailureManifest, []byte(payload)); !errors.Is(err, entity.ErrAskEnded) {
 		t.Fatalf("a second failure: %v, want ErrAskEnded", err)
 	}
 	return r.err
@@ -123,12 +124,12 @@ func TestAskFailureDecodesToSentinels(t *testing.T) {
 			{`{"code":2,"msg":"m"}`, []error{entity.ErrStopped}, []error{entity.ErrUnhandled}},
 			{`{"code":3,"msg":"m"}`, []error{entity.ErrStopped}, nil},
 			{`{"code":4,"msg":"m"}`, []error{entity.ErrMailboxFull}, nil},
-			{`{"code":5,"also":[6],"msg":"m"}`, []error{entity.ErrUnavailable, entity.ErrPersistFailed}, []error{entity.ErrStopped}},
-			{`{"code":6,"also":[2],"msg":"m"}`, []error{entity.ErrPersistFailed, entity.ErrStopped}, nil},
-			{`{"code":7,"msg":"m"}`, []error{entity.ErrPersistRejected}, []error{entity.ErrPersistFailed}},
-			{`{"code":8,"msg":"m"}`, []error{journal.ErrWriteConflict}, []error{entity.ErrPersistFailed}},
-			{`{"code":9,"msg":"m"}`, []error{entity.ErrBufferFull}, nil},
-			{`{"code":10,"msg":"m"}`, []error{entity.ErrRegionStopped}, nil},
+			{`{"code":5,"also":[6],"msg":"m"}`, []error{runtime.ErrUnavailable, runtime.ErrPersistFailed}, []error{entity.ErrStopped}},
+			{`{"code":6,"also":[2],"msg":"m"}`, []error{runtime.ErrPersistFailed, entity.ErrStopped}, nil},
+			{`{"code":7,"msg":"m"}`, []error{runtime.ErrPersistRejected}, []error{runtime.ErrPersistFailed}},
+			{`{"code":8,"msg":"m"}`, []error{journal.ErrWriteConflict}, []error{runtime.ErrPersistFailed}},
+			{`{"code":9,"msg":"m"}`, []error{runtime.ErrBufferFull}, nil},
+			{`{"code":10,"msg":"m"}`, []error{runtime.ErrRegionStopped}, nil},
 			{`{"code":0,"msg":"m"}`, nil, []error{entity.ErrStopped, entity.ErrUnhandled}},
 		} {
 			err := failedAsk(t, sys, tc.payload)
@@ -170,7 +171,7 @@ func TestAskFailureForwardCompatible(t *testing.T) {
 			t.Fatalf("unknown code with also [1]: %v, want ErrUnhandled too", err)
 		}
 		err = failedAsk(t, sys, `{"code":4242,"msg":"only new"}`)
-		for _, s := range []error{entity.ErrStopped, entity.ErrUnhandled, entity.ErrPersistFailed, entity.ErrUnavailable} {
+		for _, s := range []error{entity.ErrStopped, entity.ErrUnhandled, runtime.ErrPersistFailed, runtime.ErrUnavailable} {
 			if errors.Is(err, s) {
 				t.Fatalf("unknown code alone: %v matches %v", err, s)
 			}
@@ -187,7 +188,7 @@ func TestAskFailureForwardCompatible(t *testing.T) {
 type pairRouter struct{ systems map[string]*entity.System }
 
 func (r pairRouter) RouteReply(to entity.ReplyAddress, v any) error {
-	return r.systems[to.Node].DeliverLocalReply(to, v)
+	return runtime.DeliverLocalReply(r.systems[to.Node], to, v)
 }
 
 // Without Config.RemoteReplies the failure takes the ReplyRouter, the
@@ -197,16 +198,16 @@ func TestAskFailureThroughReplyRouter(t *testing.T) {
 		a := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "a", 1 })
 		b := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "b", 1 })
 		r := pairRouter{map[string]*entity.System{"a": a, "b": b}}
-		a.SetReplyRouter(r)
-		b.SetReplyRouter(r)
+		runtime.SetReplyRouter(a, r)
+		runtime.SetReplyRouter(b, r)
 		got := make(chan quoteCmd, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		res := askAsync(ctx, captureRef{a, got}, func(to entity.ReplyTo[quote]) quoteCmd { return askQuote{ReplyTo: to} })
-		b.FailAsks(<-got, fmt.Errorf("entity: ask: q unhandled: %w", entity.ErrUnhandled))
+		runtime.FailAsks(b, <-got, fmt.Errorf("entity: ask: q unhandled: %w", entity.ErrUnhandled))
 		err := (<-res).err
 		var failed *entity.AskFailedError
-		if !errors.As(err, &failed) || !errors.Is(err, entity.ErrUnhandled) || failed.Code != entity.FailureUnhandled {
+		if !errors.As(err, &failed) || !errors.Is(err, entity.ErrUnhandled) || failed.Code != runtime.FailureUnhandled {
 			t.Fatalf("ask: %v, want an *AskFailedError matching ErrUnhandled", err)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics/metricstest"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 func metricsSystem(t *testing.T) (*entity.System, *prometheus.Registry, *fakeClock) {
@@ -46,7 +47,7 @@ func TestMetricsMailboxDepthAndDelivered(t *testing.T) {
 		handled := 0
 		cell = spawnFunc(sys, "held", func(_ entity.Context[string], m string) entity.Behavior[string] {
 			if m == "hold" {
-				cell.Suspend()
+				runtime.Suspend(cell)
 			}
 			handled++
 			return entity.Same[string]()
@@ -63,7 +64,7 @@ func TestMetricsMailboxDepthAndDelivered(t *testing.T) {
 		if got := depth(); got != 3 {
 			t.Fatalf("mailbox depth %v with 3 messages held, want 3", got)
 		}
-		cell.Post(cell.Resume)
+		runtime.Post(cell, func() { runtime.Resume(cell) })
 		synctest.Wait()
 		if handled != 4 {
 			t.Fatalf("handled %d, want 4", handled)
@@ -87,7 +88,7 @@ func TestMetricsMailboxDepthDropsWithStop(t *testing.T) {
 		sys := newSystem(t, func(c *entity.Config) { c.Metrics = reg })
 		var cell *entity.Cell[string]
 		cell = spawnFunc(sys, "s", func(_ entity.Context[string], m string) entity.Behavior[string] {
-			cell.Suspend()
+			runtime.Suspend(cell)
 			return entity.Same[string]()
 		})
 		labels := map[string]string{"type": "strings"}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // rtEntity sets a receive timeout of 100ms ("timeout") at setup and records
@@ -87,7 +88,7 @@ func TestCancelReceiveTimeoutDiscardsQueuedTimeout(t *testing.T) {
 				mustTell(t, c, "sleep 150ms") // timeout fires at 100ms and queues
 				time.Sleep(ms(120))
 				if cancel {
-					c.Post(c.CancelReceiveTimeout)
+					runtime.Post(c, c.CancelReceiveTimeout)
 				}
 				time.Sleep(ms(30)) // t=150: busy handler returns
 				synctest.Wait()
@@ -140,8 +141,8 @@ func TestReceiveTimeoutReplacedWhileTickQueued(t *testing.T) {
 		c := rtEntity(t, sys, time.Now(), &got)
 		mustTell(t, c, "sleep 150ms") // "timeout" tick queued at 100ms
 		time.Sleep(ms(120))
-		c.Post(func() { c.SetReceiveTimeout(ms(300), "other") }) // runs at 150ms
-		time.Sleep(ms(400))                                      // t=520
+		runtime.Post(c, func() { c.SetReceiveTimeout(ms(300), "other") }) // runs at 150ms
+		time.Sleep(ms(400))                                               // t=520
 		mustTell(t, c, "stop")
 		<-c.Done()
 		want := []at{{"other", ms(450)}}
@@ -206,7 +207,7 @@ func TestCancelThenSetReceiveTimeoutWithQueuedTick(t *testing.T) {
 		t.Fatalf("handled %q", m)
 	}
 	synced := make(chan struct{})
-	c.PostOrdered(func() { close(synced) }) // after the stale tick
+	runtime.PostOrdered(c, func() { close(synced) }) // after the stale tick
 	recv(t, synced)
 	if n := clock.Pending(); n != 1 {
 		t.Fatalf("%d receive-timeout timers armed, want 1", n)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // At most MaxConcurrentRecoveries run at once; the others wait in line and
@@ -21,7 +22,7 @@ func TestStartRecoveryBoundsConcurrentRecoveries(t *testing.T) {
 	release := make([]chan struct{}, n)
 	for i := range n {
 		release[i] = make(chan struct{})
-		sys.StartRecovery(fmt.Sprint("pid-", i), func() {
+		runtime.StartRecovery(sys, fmt.Sprint("pid-", i), func() {
 			now := running.Add(1)
 			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // The tests in this file ask across nodes: two Systems, each an incarnation
@@ -88,7 +89,7 @@ func startNode(t *testing.T, net *inproc.Network, addr cluster.UniqueAddress, re
 	tr, err := net.Join(addr, func(_ cluster.UniqueAddress, msg any) {
 		switch m := msg.(type) {
 		case replyFrame:
-			if err := n.sys.DeliverReply(context.Background(), m.To, m.Manifest, m.Payload); err != nil {
+			if err := runtime.DeliverReply(context.Background(), n.sys, m.To, m.Manifest, m.Payload); err != nil {
 				n.deliveryErrs.add(err)
 			}
 		case quoteCmd:
@@ -288,8 +289,8 @@ func TestDeliverReplyUndecodable(t *testing.T) {
 		manifest, payload string
 		want              error
 	}{
-		"corrupt JSON reply":   {entity.JSONReplyManifest, `{"Symbol":`, entity.ErrReplyUndecodable},
-		"JSON of another type": {entity.JSONReplyManifest, `"just a string"`, entity.ErrReplyUndecodable},
+		"corrupt JSON reply":   {runtime.JSONReplyManifest, `{"Symbol":`, entity.ErrReplyUndecodable},
+		"JSON of another type": {runtime.JSONReplyManifest, `"just a string"`, entity.ErrReplyUndecodable},
 		"unknown manifest":     {"nobody.knows", `{}`, codec.ErrUnknownManifest},
 		"corrupt registered":   {"quote", `[1,2`, entity.ErrReplyUndecodable},
 	}
@@ -300,7 +301,7 @@ func TestDeliverReplyUndecodable(t *testing.T) {
 				ref := captureRef{sys: sys, got: make(chan quoteCmd, 1)}
 				res := askAsync(context.Background(), ref, func(r entity.ReplyTo[quote]) quoteCmd { return askQuote{ReplyTo: r} })
 				to := (<-ref.got).(askQuote).ReplyTo.Address()
-				err := sys.DeliverReply(context.Background(), to, tc.manifest, []byte(tc.payload))
+				err := runtime.DeliverReply(context.Background(), sys, to, tc.manifest, []byte(tc.payload))
 				if !errors.Is(err, entity.ErrReplyUndecodable) || !errors.Is(err, tc.want) {
 					t.Fatalf("DeliverReply: %v, want ErrReplyUndecodable wrapping %v", err, tc.want)
 				}
@@ -364,7 +365,7 @@ func TestAskAcrossNodesRestartedAsker(t *testing.T) {
 		}
 
 		payload, _ := json.Marshal(quote{Symbol: "late"})
-		err := a2.sys.DeliverReply(context.Background(), old, entity.JSONReplyManifest, payload)
+		err := runtime.DeliverReply(context.Background(), a2.sys, old, runtime.JSONReplyManifest, payload)
 		if !errors.Is(err, entity.ErrStaleIncarnation) {
 			t.Fatalf("DeliverReply of a#1's reply to a#2: %v, want ErrStaleIncarnation", err)
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 type seqMsg struct{ From, Seq int }
@@ -43,7 +44,7 @@ func TestOneMessageAtATimeAndPerSenderOrder(t *testing.T) {
 				if p.inFlight.Add(1) != 1 {
 					p.overlaps.Add(1)
 				}
-				runtime.Gosched()
+				goruntime.Gosched()
 				if prev, ok := last[m.From]; ok && m.Seq != prev+1 || !ok && m.Seq != 0 {
 					p.disorder.Add(1)
 				}
@@ -68,7 +69,7 @@ func TestOneMessageAtATimeAndPerSenderOrder(t *testing.T) {
 				}
 				if seq%50 == 0 {
 					for i, c := range cells {
-						c.Post(func() {
+						runtime.Post(c, func() {
 							if probes[i].inFlight.Add(1) != 1 {
 								probes[i].overlaps.Add(1)
 							}
@@ -264,10 +265,10 @@ func TestStoppedBehaviorAndTellAfterStop(t *testing.T) {
 	if !slices.Equal(handled.get(), []string{"a", "stop"}) {
 		t.Fatalf("handled %v", handled.get())
 	}
-	if c.Post(func() { t.Error("posted work ran on a stopped entity") }) {
+	if runtime.Post(c, func() { t.Error("posted work ran on a stopped entity") }) {
 		t.Fatal("Post on a stopped entity reported true")
 	}
-	if c.PostOrdered(func() { t.Error("ordered work ran on a stopped entity") }) {
+	if runtime.PostOrdered(c, func() { t.Error("ordered work ran on a stopped entity") }) {
 		t.Fatal("PostOrdered on a stopped entity reported true")
 	}
 }
@@ -375,7 +376,7 @@ func (l *lifecycle) Receive(ctx entity.Context[string], m string) entity.Behavio
 	case "stop":
 		return entity.Stopped[string]()
 	case "fail":
-		ctx.(*entity.Cell[string]).Fail(errFailed)
+		runtime.Fail(ctx.(*entity.Cell[string]), errFailed)
 		return entity.Same[string]()
 	case "next":
 		// A new behavior value: PostStop goes to the behavior installed last.
@@ -649,11 +650,11 @@ func TestSetupBehavior(t *testing.T) {
 	mustTell(t, c, "a")
 	mustTell(t, c, "upgrade")
 	done := make(chan struct{})
-	c.PostOrdered(func() { close(done) })
+	runtime.PostOrdered(c, func() { close(done) })
 	recv(t, done)
 	mustTell(t, c, "b")
 	done2 := make(chan struct{})
-	c.PostOrdered(func() { close(done2) })
+	runtime.PostOrdered(c, func() { close(done2) })
 	recv(t, done2)
 	want := []string{"create s1", "setup s1", "v1:a", "v1:upgrade", "setup v2", "v2:b"}
 	if got := events.get(); !slices.Equal(got, want) {
@@ -687,11 +688,11 @@ func TestPostOrderedRunsInMailboxOrder(t *testing.T) {
 	mustTell(t, c, "block")
 	recv(t, entered)
 	mustTell(t, c, "a")
-	c.PostOrdered(func() { events.add("ordered") })
-	c.Post(func() { events.add("post") })
+	runtime.PostOrdered(c, func() { events.add("ordered") })
+	runtime.Post(c, func() { events.add("post") })
 	mustTell(t, c, "b")
 	done := make(chan struct{})
-	c.PostOrdered(func() { close(done) })
+	runtime.PostOrdered(c, func() { close(done) })
 	close(gate)
 	recv(t, done)
 	if got, want := events.get(), []string{"block", "post", "a", "ordered", "b"}; !slices.Equal(got, want) {
@@ -718,7 +719,7 @@ func TestPipeToSelfDeliversResult(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("piped result never arrived")
 		}
-		runtime.Gosched()
+		goruntime.Gosched()
 	}
 }
 

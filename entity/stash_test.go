@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/stash"
 )
 
@@ -39,7 +40,7 @@ func (s *stasher) spawn(sys *entity.System, capacity int) *entity.Cell[string] {
 			return entity.Same[string]()
 		case "open-suspended": // open and unstash, but hold the mailbox first
 			open = true
-			ctx.(*entity.Cell[string]).Suspend()
+			runtime.Suspend(ctx.(*entity.Cell[string]))
 			ctx.Stash().UnstashAll()
 			return entity.Same[string]()
 		case "unstash-closed": // hand everything back while still closed
@@ -181,7 +182,7 @@ func TestUnstashedMessagesWaitWhileSuspended(t *testing.T) {
 		tellAll(t, c, "close", "1", "2", "open-suspended", "3")
 		synctest.Wait()
 		ran := false
-		c.Post(func() { ran = true })
+		runtime.Post(c, func() { ran = true })
 		synctest.Wait()
 		if !ran {
 			t.Fatal("posted work did not run while suspended")
@@ -189,7 +190,7 @@ func TestUnstashedMessagesWaitWhileSuspended(t *testing.T) {
 		if got := s.handled.get(); len(got) != 0 {
 			t.Fatalf("handled %v while suspended", got)
 		}
-		c.Post(c.Resume)
+		runtime.Post(c, func() { runtime.Resume(c) })
 		synctest.Wait()
 		if got, want := s.handled.get(), strings.Fields("1 2 3"); !slices.Equal(got, want) {
 			t.Fatalf("handled %v after Resume, want %v", got, want)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // at records a message and the bubble time since start.
@@ -144,7 +145,7 @@ func TestEntityQueuedTickOfReplacedOrCancelledTimerDiscarded(t *testing.T) {
 				time.Sleep(ms(20))           // tick is in the mailbox now; the entity still sleeps
 				if tc.action != "" {
 					action := tc.action
-					c.Post(func() {
+					runtime.Post(c, func() {
 						op, msg, d := parseOp(t, action)
 						switch op {
 						case "single":
@@ -180,12 +181,12 @@ func TestEntityTickQueuedWhileSuspendedThenReplaced(t *testing.T) {
 		c := timerEntity(t, sys, "t", start, &got, nil)
 		mustTell(t, c, "delay old 10ms")
 		synctest.Wait()
-		c.Post(c.Suspend)
+		runtime.Post(c, func() { runtime.Suspend(c) })
 		time.Sleep(ms(35)) // the old timer fired at 10ms; its tick waits in the held mailbox
 		mustTell(t, c, "queued-command")
-		c.Post(func() {
+		runtime.Post(c, func() {
 			c.Timers().StartSingleTimer("k", "new", ms(5))
-			c.Resume()
+			runtime.Resume(c)
 		})
 		time.Sleep(time.Second)
 		want := []at{{"queued-command", ms(35)}, {"new", ms(40)}}

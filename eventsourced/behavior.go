@@ -13,20 +13,12 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/eventsourced/internal/observe"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
-
-// cell is what the behavior needs from the runtime beyond entity.Context:
-// holding the mailbox while it waits for IO, and running IO completions on
-// the entity's goroutine. *entity.Cell provides it.
-type cell interface {
-	Suspend()
-	Resume()
-	Post(fn func()) bool
-	Fail(err error)
-	Done() <-chan struct{}
-}
 
 // New returns the behavior described by cfg. Recovery starts when the
 // entity starts; commands wait until it has completed.
@@ -65,7 +57,7 @@ type diagnostics struct {
 	// missing holds the first EnforcedReplies violations until a testkit
 	// takes them.
 	missing  []error
-	observer Observer
+	observer observe.Observer
 }
 
 func (b *behavior[C, E, S]) diagnostics() *diagnostics {
@@ -75,20 +67,9 @@ func (b *behavior[C, E, S]) diagnostics() *diagnostics {
 	return b.diag
 }
 
-// Observer sees what an event-sourced behavior does, on the entity's
-// goroutine, so that a testkit can attribute every write to the message
-// that caused it (a timer message, a piped result, an unstashed command).
-type Observer interface {
-	// Handling is called before the command handler runs for msg.
-	Handling(msg any)
-	// Persisting is called when the effect of the message being handled
-	// writes the events numbered first to last. The write may still fail.
-	Persisting(first, last uint64)
-}
-
 // Observe installs o; nil removes it. For a testkit: call it on the
 // entity's goroutine.
-func (b *behavior[C, E, S]) Observe(o Observer) { b.diagnostics().observer = o }
+func (b *behavior[C, E, S]) Observe(o observe.Observer) { b.diagnostics().observer = o }
 
 // esContext is the behavior seen as the Context its handlers get: the
 // same memory, so handing it out allocates nothing.
@@ -101,8 +82,10 @@ func (c *esContext[C, E, S]) Recovering() bool             { return c.recovering
 // ctx is the Context passed to the handlers.
 func (b *behavior[C, E, S]) ctx() *esContext[C, E, S] { return (*esContext[C, E, S])(b) }
 
-// cell is the runtime side of the context (see the cell interface).
-func (b *behavior[C, E, S]) cell() cell { return b.Context.(cell) }
+// cell is the runtime side of the context: the hooks that hold the
+// mailbox while the behavior waits for IO and run IO completions on the
+// entity's goroutine are functions of the runtime on it.
+func (b *behavior[C, E, S]) cell() *runtime.Cell[C] { return b.Context.(*runtime.Cell[C]) }
 
 // pid is the persistence id as stored.
 func (b *behavior[C, E, S]) pid() string { return b.cfg.PersistenceID.value }
@@ -114,7 +97,7 @@ func (b *behavior[C, E, S]) State() S { return b.state }
 func (b *behavior[C, E, S]) LastSeqNr() uint64 { return b.seqNr }
 
 func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
-	cl, ok := ec.(cell)
+	cl, ok := ec.(*runtime.Cell[C])
 	if !ok {
 		panic(fmt.Sprintf("eventsourced: context %T does not come from the entity runtime", ec))
 	}
@@ -146,12 +129,12 @@ func (b *behavior[C, E, S]) start(ec entity.Context[C]) {
 	if b.recoverImmediately() {
 		return
 	}
-	cl.Suspend()
+	runtime.Suspend(cl)
 	// Cancelled by PostStop, so a recovery whose entity stopped ends
 	// without a goroutine of its own watching for it.
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancelRecovery = cancel
-	sys.StartRecovery(b.pid(), func() { b.recover(ctx) })
+	runtime.StartRecovery(sys, b.pid(), func() { b.recover(ctx) })
 }
 
 // OnSignal implements entity.SignalHandler: a stop ends a running recovery.
@@ -186,7 +169,7 @@ func newWriterID() string {
 // false if the entity stopped first (PostStop cancels ctx).
 func (b *behavior[C, E, S]) onEntity(ctx context.Context, fn func()) bool {
 	done := make(chan struct{})
-	if !b.cell().Post(func() { fn(); close(done) }) {
+	if !runtime.Post(b.cell(), func() { fn(); close(done) }) {
 		return false
 	}
 	select {
@@ -411,13 +394,13 @@ func (b *behavior[C, E, S]) completeRecovery(highest uint64) {
 		b.cancelRecovery = nil
 	}
 	b.signal(RecoveryCompleted{SeqNr: b.seqNr})
-	b.cell().Resume()
+	runtime.Resume(b.cell())
 }
 
 func (b *behavior[C, E, S]) failRecovery(err error) {
 	b.Log().Error("recovery failed; stopping", "persistence_id", b.pid(), "err", err)
 	b.signal(RecoveryFailed{Err: err})
-	b.cell().Fail(err)
+	runtime.Fail(b.cell(), err)
 }
 
 func (b *behavior[C, E, S]) signal(sig Signal) {
@@ -440,18 +423,27 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
 	}
+	batch, err := b.reminderBatch(cmd, eff)
+	if err != nil {
+		b.rejectPersist(cmd, b.seqNr+1, err)
+		return entity.Same[C]()
+	}
 	switch eff.kind {
 	case EffectPersist:
-		b.persist(cmd, eff)
+		b.persist(cmd, eff, batch)
 		return entity.Same[C]()
 	case EffectStash:
 		if err := b.Context.Stash().Stash(cmd); err != nil {
 			b.Log().Error("stash full; stopping", "err", err)
-			b.cell().Fail(fmt.Errorf("eventsourced: %s: %w", b.pid(), err))
+			runtime.Fail(b.cell(), fmt.Errorf("eventsourced: %s: %w", b.pid(), err))
 			return entity.Same[C]()
 		}
 	}
-	b.runSideEffects(eff.then)
+	if batch.Empty() {
+		b.runSideEffects(eff.then)
+	} else {
+		b.applyReminders(cmd, batch, func() { b.runSideEffects(eff.then) })
+	}
 	if eff.kind == EffectUnhandled {
 		return entity.Unhandled[C]()
 	}
@@ -463,8 +455,8 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 func (b *behavior[C, E, S]) dropEffect(cmd C, built builder, returned EffectKind) {
 	err := &DroppedEffectError{PersistenceID: b.pid(), Command: fmt.Sprintf("%T", cmd), Built: built.String(), Returned: returned}
 	b.Log().Error("command handler dropped an effect; stopping", "err", err)
-	b.System().FailAsks(cmd, err)
-	b.cell().Fail(err)
+	runtime.FailAsks(b.System(), cmd, err)
+	runtime.Fail(b.cell(), err)
 }
 
 // missingReply reports a command whose effect broke Config.EnforcedReplies.
@@ -494,7 +486,7 @@ func (b *behavior[C, E, S]) TakeMissingReplies() []error {
 
 // persist writes eff's events for cmd; cmd is kept until the outcome, so
 // that a failed write fails its asks at once.
-func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
+func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S], side reminder.Batch) {
 	first := b.seqNr + 1
 	now := b.Clock().Now()
 	if b.writerID == "" {
@@ -523,9 +515,19 @@ func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
 	if b.diag != nil && b.diag.observer != nil {
 		b.diag.observer.Persisting(first, first+uint64(len(batch))-1)
 	}
-	b.cell().Suspend()
+	if !side.Empty() {
+		sw, ok := b.cfg.Journal.(journal.SideWriter)
+		if !ok || sw.SideStore() != reminder.SideStoreName {
+			b.rejectPersist(cmd, first, ErrNoReminderStore)
+			return
+		}
+		runtime.Suspend(b.cell())
+		sw.WriteAsyncWithSide(batch, side, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
+		return
+	}
+	runtime.Suspend(b.cell())
 	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {
-		aw.WriteAsync(batch, func(err error) { b.cell().Post(func() { b.persisted(cmd, eff, first, err) }) })
+		aw.WriteAsync(batch, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
 		return
 	}
 	j, timeout := b.cfg.Journal, b.cfg.WriteTimeout
@@ -533,7 +535,7 @@ func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := j.Write(ctx, batch)
 		cancel()
-		b.cell().Post(func() { b.persisted(cmd, eff, first, err) })
+		runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) })
 	}()
 }
 
@@ -547,8 +549,8 @@ func (b *behavior[C, E, S]) rejectPersist(cmd C, first uint64, err error) {
 // failCommand stops the entity with err, and fails at once the asks that
 // cmd, whose events were not stored, carries: no answer will come for it.
 func (b *behavior[C, E, S]) failCommand(cmd C, err *PersistError) {
-	b.System().FailAsks(cmd, fmt.Errorf("eventsourced: command not handled: %w", err))
-	b.cell().Fail(err)
+	runtime.FailAsks(b.System(), cmd, fmt.Errorf("eventsourced: command not handled: %w", err))
+	runtime.Fail(b.cell(), err)
 }
 
 func (b *behavior[C, E, S]) persisted(cmd C, eff Effect[E, S], first uint64, err error) {
@@ -581,7 +583,7 @@ func (b *behavior[C, E, S]) persisted(cmd C, eff Effect[E, S], first uint64, err
 			snapshotDue = true
 		}
 	}
-	b.cell().Resume()
+	runtime.Resume(b.cell())
 	b.runSideEffects(eff.then)
 	if snapshotDue {
 		b.saveSnapshot()
@@ -627,28 +629,28 @@ func (b *behavior[C, E, S]) saveSnapshot() {
 	eventsUpTo := b.cfg.Retention.deleteEventsUpTo(seqNr)
 	store, j, timeout, pid := b.cfg.Snapshots, b.cfg.Journal, b.cfg.WriteTimeout, b.pid()
 	// In order per persistence id, across incarnations: see RunInOrder.
-	b.System().RunInOrder(pid, func() {
+	runtime.RunInOrder(b.System(), pid, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := store.Save(ctx, snap); err != nil {
-			b.cell().Post(func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
+			runtime.Post(b.cell(), func() { b.signal(SnapshotFailed{SeqNr: seqNr, Err: err}) })
 			return
 		}
-		b.cell().Post(func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
+		runtime.Post(b.cell(), func() { b.signal(SnapshotCompleted{SeqNr: seqNr}) })
 		if upTo > 0 {
 			if err := store.Delete(ctx, pid, snapshot.UpTo(upTo)); err != nil {
-				b.cell().Post(func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
+				runtime.Post(b.cell(), func() { b.signal(DeleteSnapshotsFailed{UpTo: upTo, Err: err}) })
 			} else {
-				b.cell().Post(func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
+				runtime.Post(b.cell(), func() { b.signal(DeleteSnapshotsCompleted{UpTo: upTo}) })
 			}
 		}
 		if eventsUpTo == 0 {
 			return
 		}
 		if err := j.DeleteTo(ctx, pid, eventsUpTo); err != nil {
-			b.cell().Post(func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
+			runtime.Post(b.cell(), func() { b.signal(DeleteEventsFailed{UpTo: eventsUpTo, Err: err}) })
 		} else {
-			b.cell().Post(func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
+			runtime.Post(b.cell(), func() { b.signal(DeleteEventsCompleted{UpTo: eventsUpTo}) })
 		}
 	})
 }

@@ -20,6 +20,8 @@ type Effect[E, S any] struct {
 	origin uint16 // which effect a CommandContext built this one from; 0 if none (see effectTracker)
 	events []E
 	then   []sideEffect[S]
+	// reminders are set or cancelled with the events (reminders.go).
+	reminders []ReminderChange
 }
 
 // EffectKind is what an effect does with its command.
@@ -216,58 +218,4 @@ func (eff Effect[E, S]) DecidesReply() bool {
 		}
 	}
 	return false
-}
-
-// The package-level constructors below predate Effects; they need explicit
-// type arguments. Handlers get an Effects in their CommandContext instead.
-
-// Persist is Effects[E, S].Persist.
-//
-// Deprecated: use ctx.Persist in a command handler.
-func Persist[E, S any](events ...E) Effect[E, S] { return Effects[E, S]{}.Persist(events...) }
-
-// None is Effects[E, S].None.
-//
-// Deprecated: use ctx.None in a command handler.
-func None[E, S any]() Effect[E, S] { return Effect[E, S]{} }
-
-// Unhandled is Effects[E, S].Unhandled.
-//
-// Deprecated: use ctx.Unhandled in a command handler.
-func Unhandled[E, S any]() Effect[E, S] { return Effects[E, S]{}.Unhandled() }
-
-// Stash is Effects[E, S].Stash.
-//
-// Deprecated: use ctx.Stash in a command handler.
-func Stash[E, S any]() Effect[E, S] { return Effects[E, S]{}.Stash() }
-
-// Stop is Effects[E, S].Stop.
-//
-// Deprecated: use ctx.Stop in a command handler.
-func Stop[E, S any]() Effect[E, S] { return Effects[E, S]{}.Stop() }
-
-// UnstashAll is Effects[E, S].UnstashAll.
-//
-// Deprecated: use ctx.UnstashAll in a command handler.
-func UnstashAll[E, S any]() Effect[E, S] { return Effects[E, S]{}.UnstashAll() }
-
-// Reply persists nothing and sends v to the asker behind to.
-//
-// Deprecated: use ctx.Reply(eventsourced.To(to, v)) in a command handler.
-func Reply[E, S, R any](to entity.ReplyTo[R], v R) Effect[E, S] {
-	return Effects[E, S]{}.Reply(To(to, v))
-}
-
-// NoReply is Effects[E, S].NoReply.
-//
-// Deprecated: use ctx.NoReply in a command handler.
-func NoReply[E, S any]() Effect[E, S] { return Effects[E, S]{}.NoReply() }
-
-// ThenReply sends f(new state) to the asker behind to once the events are
-// stored. All its type arguments are inferred.
-//
-// Deprecated: use eff.ThenReplyFrom(func(s S) eventsourced.Answer { return eventsourced.To(to, ...) }),
-// which chains left to right.
-func ThenReply[E, S, R any](eff Effect[E, S], to entity.ReplyTo[R], f func(state S) R) Effect[E, S] {
-	return eff.ThenReplyFrom(func(s S) Answer { return To(to, f(s)) })
 }

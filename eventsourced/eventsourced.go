@@ -33,8 +33,10 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // Separator joins the entity type and the entity id in a PersistenceID.
@@ -171,10 +173,15 @@ type Config[C, E, S any] struct {
 	// a long history is not replayed unnoticed.
 	SnapshotIsOptional bool
 
-	// Journal, Snapshots and Codec default to the System's.
+	// Journal, Snapshots, Codec and Reminders default to the System's.
+	// Reminder changes that go with events are written by the journal, in
+	// their transaction (it must be a journal.SideWriter for reminders);
+	// Reminders takes those of effects without events, and the
+	// acknowledgements of deliveries handled without events.
 	Journal   journal.Journal
 	Snapshots snapshot.Store
 	Codec     *codec.Registry
+	Reminders reminder.Store
 	// WriteTimeout bounds each journal write and snapshot save. Default 10s.
 	WriteTimeout time.Duration
 	// ReplayBatch is how many events recovery hands to the entity at once. Default 256.
@@ -309,13 +316,13 @@ var (
 	// ErrPersistFailed matches the stop reason of an entity whose write
 	// failed (the journal was unreachable, timed out, ...): restarting it
 	// after a back-off is the remedy. A write conflict does not match it.
-	// It is entity.ErrPersistFailed, so that an ask it fails on another
-	// node matches it too.
-	ErrPersistFailed = entity.ErrPersistFailed
+	// It is the runtime's, so that an ask it fails on another node matches
+	// it too.
+	ErrPersistFailed = runtime.ErrPersistFailed
 	// ErrPersistRejected matches the stop reason of an entity whose events
 	// could not be encoded or were refused by the journal.
-	// It is entity.ErrPersistRejected.
-	ErrPersistRejected = entity.ErrPersistRejected
+	// It is the runtime's, as ErrPersistFailed is.
+	ErrPersistRejected = runtime.ErrPersistRejected
 	// ErrWriteConflict matches the stop reason of an entity that found
 	// another incarnation's events at its next sequence number: two
 	// incarnations are alive, and restarting this one would not help until
@@ -353,8 +360,8 @@ func (e *PersistError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // RecoveryError is why an entity could not recover: which stored event (or
 // snapshot) could not be read or applied. It matches ErrRecoveryFailed,
-// entity.ErrUnavailable and the cause (codec.ErrUnknownManifest for an
-// event of an unknown type). It matches entity.ErrUnavailable so that the
+// runtime.ErrUnavailable and the cause (codec.ErrUnknownManifest for an
+// event of an unknown type). It matches runtime.ErrUnavailable so that the
 // asks left in the stopped entity's mailbox fail at once as unavailable
 // (a 503 to an HTTP caller, who may come back), not as a plain stop: while
 // the journal is unreachable no incarnation can answer (docs/DESIGN.md,
@@ -373,8 +380,8 @@ func (e *RecoveryError) Error() string {
 	return fmt.Sprintf("eventsourced: recovery of %s failed at seq %d: %v", e.PersistenceID, e.SeqNr, e.Err)
 }
 
-// Unwrap gives ErrRecoveryFailed, entity.ErrUnavailable and the cause, so
+// Unwrap gives ErrRecoveryFailed, runtime.ErrUnavailable and the cause, so
 // the error matches all three.
 func (e *RecoveryError) Unwrap() []error {
-	return []error{ErrRecoveryFailed, entity.ErrUnavailable, e.Err}
+	return []error{ErrRecoveryFailed, runtime.ErrUnavailable, e.Err}
 }

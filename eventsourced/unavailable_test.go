@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 )
@@ -35,7 +36,7 @@ func (unreachableJournal) HighestSeqNr(context.Context, string) (uint64, error) 
 }
 
 // An ask that waits in the mailbox of an entity whose recovery fails (its
-// journal unreachable) fails at once with entity.ErrUnavailable, and the
+// journal unreachable) fails at once with runtime.ErrUnavailable, and the
 // cause: no answer can come from the stopped incarnation, and its caller
 // must not wait for its deadline.
 func TestAskOfAnEntityWhoseRecoveryFailsIsUnavailable(t *testing.T) {
@@ -79,7 +80,7 @@ func askItemsOf(cell *entity.Cell[cmd]) error {
 
 func wantUnavailable(t *testing.T, err error) {
 	t.Helper()
-	if !errors.Is(err, entity.ErrUnavailable) || !errors.Is(err, eventsourced.ErrRecoveryFailed) || !errors.Is(err, errUnreachable) {
+	if !errors.Is(err, runtime.ErrUnavailable) || !errors.Is(err, eventsourced.ErrRecoveryFailed) || !errors.Is(err, errUnreachable) {
 		t.Fatalf("ask: %v, want ErrUnavailable caused by the failed recovery", err)
 	}
 }

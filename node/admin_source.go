@@ -12,7 +12,6 @@ import (
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/node/admin"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // requestedLeaveTimeout bounds a graceful leave another node or the admin
@@ -61,11 +60,11 @@ func (s adminSource) Shards(ctx context.Context, typeName string) (admin.Shards,
 
 // shardsView is a type's sharding in the admin API's terms.
 func shardsView(st sharding.TypeState) admin.Shards {
-	out := admin.Shards{Type: st.Type, Nodes: st.Regions, Shards: make([]admin.Shard, 0, len(st.Shards))}
-	if out.Nodes == nil {
-		out.Nodes = []string{}
+	out := admin.Shards{Type: st.Type, Nodes: make([]string, 0, len(st.Regions)), Shards: make([]admin.Shard, 0, len(st.Shards))}
+	for _, r := range st.Regions {
+		out.Nodes = append(out.Nodes, r.String())
 	}
-	if coord, err := remote.ParseNodeName(st.Coordinator); err == nil {
+	if coord := st.Coordinator; !coord.IsZero() {
 		out.Coordinator = admin.Coordinator{Node: coord.Node, Incarnation: coord.Incarnation, Epoch: st.Epoch}
 	}
 	for _, sh := range st.Shards {
@@ -73,10 +72,14 @@ func shardsView(st sharding.TypeState) admin.Shards {
 		switch {
 		case sh.HandingOff:
 			state = admin.StateHandingOff
-		case sh.Home == "":
+		case sh.Home.IsZero():
 			state = admin.StateUnallocated
 		}
-		out.Shards = append(out.Shards, admin.Shard{ID: sh.ID, Node: sh.Home, State: state, Entities: sh.Entities})
+		var home string
+		if !sh.Home.IsZero() {
+			home = sh.Home.String()
+		}
+		out.Shards = append(out.Shards, admin.Shard{ID: sh.ID, Node: home, State: state, Entities: sh.Entities})
 	}
 	return out
 }
@@ -116,7 +119,7 @@ func (s adminSource) Leave(_ context.Context, node string) error {
 	if !ok {
 		return fmt.Errorf("%w: no member %q in the view of %s", admin.ErrUnknownNode, node, n.self)
 	}
-	if err := n.sharding.RequestLeave(remote.NodeName(target.Address)); err != nil {
+	if err := n.sharding.RequestLeave(target.Address); err != nil {
 		return adminError(fmt.Errorf("node: ask %s to leave: %w", target.Address, err))
 	}
 	return nil

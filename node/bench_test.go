@@ -21,7 +21,6 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // Ping is answered at once by an echo entity, which persists nothing.
@@ -96,11 +95,11 @@ func ping(ctx context.Context, r *sharding.Region[Command], id string) error {
 
 // entitiesByHome pings "echo-0" … "echo-<count-1>" through via and
 // returns their ids by the node that hosts their shard, as via knows it.
-func entitiesByHome(b *testing.B, via *sharding.Region[Command], count int) map[string][]string {
+func entitiesByHome(b *testing.B, via *sharding.Region[Command], count int) map[cluster.UniqueAddress][]string {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out := map[string][]string{}
+	out := map[cluster.UniqueAddress][]string{}
 	for i := range count {
 		id := fmt.Sprintf("echo-%d", i)
 		if err := ping(ctx, via, id); err != nil {
@@ -136,7 +135,7 @@ func BenchmarkAsk(b *testing.B) {
 	ids := map[string]string{}
 	for home, es := range byHome {
 		where := "remote"
-		if home == remote.NodeName(c.nodes[0].Self()) {
+		if home == c.nodes[0].Self() {
 			where = "local"
 		}
 		ids[where] = es[0]
@@ -176,7 +175,7 @@ func BenchmarkTell(b *testing.B) {
 	const tellWindow = 10_000
 	c := startEchoCluster(b, 2, sharding.Settings{NumberOfShards: 10})
 	byHome := entitiesByHome(b, c.regions[0], 200)
-	local := remote.NodeName(c.nodes[0].Self())
+	local := c.nodes[0].Self()
 	ids := map[string][]string{}
 	for home, es := range byHome {
 		where := "remote"
@@ -324,7 +323,7 @@ func killFailover(b *testing.B, victim int, leases lease.Settings, settings shar
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 		})
 	survivor := c.regions[(victim+1)%3]
-	gone := remote.NodeName(c.nodes[victim].Self())
+	gone := c.nodes[victim].Self()
 	byHome := entitiesByHome(b, survivor, 300)
 	// One entity per shard of the victim; the others' entities.
 	var victims, others []string

@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
-	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // leaseView is the membership sharding sees: the gossip view (inner), in
@@ -29,67 +28,121 @@ import (
 // (docs/DESIGN.md, Cluster and leases). By then the coordinator has long
 // moved its shards.
 type leaseView struct {
-	inner     sharding.Membership
-	self      string
+	inner     cluster.Membership
+	self      cluster.UniqueAddress
 	expired   expiredFunc
 	dropAfter time.Duration
 	now       func() time.Time
+	cancel    func() // stops following inner
+
+	// publish serializes the views published with their notifications, so
+	// that subscribers see changes in order and Subscribe a consistent start.
+	publish sync.Mutex
 
 	mu      sync.Mutex
-	gone    map[string]time.Time // members whose lease expired (final) → when first seen so
-	dropped map[string]bool      // those of gone left out of Members
-	subs    map[int]func()
+	gossip  cluster.View                        // inner's latest view
+	told    bool                                // inner has told a change
+	view    cluster.View                        // the latest view published: gossip filtered
+	gone    map[cluster.UniqueAddress]time.Time // members whose lease expired (final) → when first seen so
+	dropped map[cluster.UniqueAddress]bool      // those of gone left out of the view
+	subs    map[int]func(cluster.Change)
 	next    int
 }
 
-var _ sharding.Membership = (*leaseView)(nil)
+var _ cluster.Membership = (*leaseView)(nil)
 
 // expiredFunc reports which of nodes hold a node lease that has expired
 // in the store, and the time left on the first of the others' leases to
 // end (0 when none is live, or unknown).
 type expiredFunc func(ctx context.Context, nodes []cluster.UniqueAddress) (expired []cluster.UniqueAddress, next time.Duration, err error)
 
-func newLeaseView(inner sharding.Membership, expired expiredFunc, dropAfter time.Duration, now func() time.Time) *leaseView {
-	return &leaseView{inner: inner, self: inner.Self().Node, expired: expired, dropAfter: dropAfter, now: now,
-		gone: map[string]time.Time{}, dropped: map[string]bool{}, subs: map[int]func(){}}
+func newLeaseView(inner cluster.Membership, expired expiredFunc, dropAfter time.Duration, now func() time.Time) *leaseView {
+	v := &leaseView{inner: inner, self: inner.Self(), expired: expired, dropAfter: dropAfter, now: now,
+		gone: map[cluster.UniqueAddress]time.Time{}, dropped: map[cluster.UniqueAddress]bool{}, subs: map[int]func(cluster.Change){}}
+	gossip, cancel := inner.Subscribe(func(c cluster.Change) { v.update(&c.To) })
+	v.cancel = cancel
+	v.mu.Lock()
+	if !v.told { // else a change came first, newer than gossip
+		v.gossip = gossip
+		v.view = v.filterLocked(gossip)
+	}
+	v.mu.Unlock()
+	return v
 }
 
-// Self implements sharding.Membership.
-func (v *leaseView) Self() sharding.Member { return v.inner.Self() }
+// Close stops following the gossip view.
+func (v *leaseView) Close() { v.cancel() }
 
-// Members implements sharding.Membership.
-func (v *leaseView) Members() []sharding.Member {
-	members := v.inner.Members()
+// Self implements cluster.Membership.
+func (v *leaseView) Self() cluster.UniqueAddress { return v.self }
+
+// View implements cluster.Membership.
+func (v *leaseView) View() cluster.View {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make([]sharding.Member, 0, len(members))
-	for _, m := range members {
-		if v.dropped[m.Node] {
+	return v.view
+}
+
+// Subscribe implements cluster.Membership: fn is called after every
+// change of the gossip view and whenever a member's lease is newly seen
+// expired or the member is dropped.
+func (v *leaseView) Subscribe(fn func(cluster.Change)) (cluster.View, func()) {
+	v.publish.Lock()
+	defer v.publish.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	id := v.next
+	v.next++
+	v.subs[id] = fn
+	return v.view, func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		delete(v.subs, id)
+	}
+}
+
+// filterLocked is gossip as sharding sees it: members seen expired are
+// unreachable, those dropped are left out. v.mu is held.
+func (v *leaseView) filterLocked(gossip cluster.View) cluster.View {
+	out := gossip
+	for _, m := range gossip.Members() {
+		if v.dropped[m.Address] {
+			out = out.Without(m.Address)
 			continue
 		}
-		if _, gone := v.gone[m.Node]; gone {
-			m.Reachable = false
+		if _, gone := v.gone[m.Address]; gone && !m.Unreachable {
+			m.Unreachable = true
+			if next, err := out.With(m); err == nil {
+				out = next
+			}
 		}
-		out = append(out, m)
 	}
 	return out
 }
 
-// Subscribe implements sharding.Membership: fn is called after every
-// change of the gossip view and whenever a member's lease is newly seen
-// expired or the member is dropped.
-func (v *leaseView) Subscribe(fn func()) func() {
-	cancelInner := v.inner.Subscribe(fn)
+// update publishes the view filtered from gossip (inner's newest when nil)
+// and tells the subscribers what changed, if anything did.
+func (v *leaseView) update(gossip *cluster.View) {
+	v.publish.Lock()
+	defer v.publish.Unlock()
 	v.mu.Lock()
-	id := v.next
-	v.next++
-	v.subs[id] = fn
+	if gossip != nil {
+		v.gossip, v.told = *gossip, true
+	}
+	old := v.view
+	v.view = v.filterLocked(v.gossip)
+	cur := v.view
+	subs := make([]func(cluster.Change), 0, len(v.subs))
+	for _, id := range slices.Sorted(maps.Keys(v.subs)) {
+		subs = append(subs, v.subs[id])
+	}
 	v.mu.Unlock()
-	return func() {
-		cancelInner()
-		v.mu.Lock()
-		delete(v.subs, id)
-		v.mu.Unlock()
+	events := cluster.Diff(old, cur)
+	if len(events) == 0 {
+		return
+	}
+	for _, fn := range subs {
+		fn(cluster.Change{From: old, To: cur, Events: events})
 	}
 }
 
@@ -99,21 +152,19 @@ func (v *leaseView) Subscribe(fn func()) func() {
 // forgotten. next is the store's time left on the first live lease to end
 // (0 when none, or unknown).
 func (v *leaseView) refresh(ctx context.Context) (next time.Duration, err error) {
-	members := v.inner.Members()
-	var ask []cluster.UniqueAddress
-	inView := make(map[string]bool, len(members))
 	v.mu.Lock()
+	members := v.gossip.Members()
+	var ask []cluster.UniqueAddress
+	inView := make(map[cluster.UniqueAddress]bool, len(members))
 	for _, m := range members {
-		inView[m.Node] = true
-		if _, gone := v.gone[m.Node]; m.Node == v.self || gone {
+		inView[m.Address] = true
+		if _, gone := v.gone[m.Address]; m.Address == v.self || gone {
 			continue
 		}
-		if a, err := remote.ParseNodeName(m.Node); err == nil {
-			ask = append(ask, a)
-		}
+		ask = append(ask, m.Address)
 	}
-	maps.DeleteFunc(v.gone, func(name string, _ time.Time) bool { return !inView[name] })
-	maps.DeleteFunc(v.dropped, func(name string, _ bool) bool { return !inView[name] })
+	maps.DeleteFunc(v.gone, func(a cluster.UniqueAddress, _ time.Time) bool { return !inView[a] })
+	maps.DeleteFunc(v.dropped, func(a cluster.UniqueAddress, _ bool) bool { return !inView[a] })
 	v.mu.Unlock()
 	var expired []cluster.UniqueAddress
 	if len(ask) > 0 {
@@ -123,24 +174,18 @@ func (v *leaseView) refresh(ctx context.Context) (next time.Duration, err error)
 	v.mu.Lock()
 	changed := false
 	for _, a := range expired {
-		v.gone[remote.NodeName(a)] = now
+		v.gone[a] = now
 		changed = true
 	}
-	for name, since := range v.gone {
-		if !v.dropped[name] && now.Sub(since) >= v.dropAfter {
-			v.dropped[name] = true
+	for a, since := range v.gone {
+		if !v.dropped[a] && now.Sub(since) >= v.dropAfter {
+			v.dropped[a] = true
 			changed = true
 		}
 	}
-	var subs []func()
-	if changed {
-		for _, fn := range v.subs {
-			subs = append(subs, fn)
-		}
-	}
 	v.mu.Unlock()
-	for _, fn := range subs {
-		fn()
+	if changed {
+		v.update(nil)
 	}
 	return next, err
 }

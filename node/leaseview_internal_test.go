@@ -10,22 +10,20 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
-	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/allocation"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
-// staticView is a gossip view that never changes.
-type staticView struct{ members []sharding.Member }
-
-func (s staticView) Self() sharding.Member { return s.members[0] }
-func (s staticView) Members() []sharding.Member {
-	return slices.Clone(s.members)
+// staticView is a gossip view that never changes: self first.
+func staticView(t *testing.T, members ...cluster.Member) *cluster.LocalMembership {
+	t.Helper()
+	v, err := cluster.NewView(members...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster.NewLocalMembership(members[0].Address, v)
 }
-func (s staticView) Subscribe(func()) func() { return func() {} }
 
-func member(a cluster.UniqueAddress, joined int64) sharding.Member {
-	return sharding.Member{Node: remote.NodeName(a), Status: allocation.Up, Reachable: true, JoinedAt: joined}
+func member(a cluster.UniqueAddress, joined uint64) cluster.Member {
+	return cluster.Member{Address: a, Status: cluster.Up, JoinOrder: joined}
 }
 
 // A member the gossip view still shows healthy but whose lease expired in
@@ -40,8 +38,8 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	other := cluster.UniqueAddress{Node: "c", Incarnation: 3}
 	cut := cluster.UniqueAddress{Node: "d", Incarnation: 4}
 	unreachable := member(cut, 4)
-	unreachable.Reachable = false
-	inner := staticView{members: []sharding.Member{member(self, 2), member(oldest, 1), member(other, 3), unreachable}}
+	unreachable.Unreachable = true
+	inner := staticView(t, member(self, 2), member(oldest, 1), member(other, 3), unreachable)
 	var asked [][]cluster.UniqueAddress
 	expired := map[cluster.UniqueAddress]bool{}
 	storeDown := false
@@ -59,11 +57,12 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		}
 		return out, 0, nil
 	}, time.Hour, func() time.Time { return now })
+	defer v.Close()
 	var told atomic.Int32
-	v.Subscribe(func() { told.Add(1) })
-	oldestNode := func() string {
-		m, _ := sharding.Oldest(v.Members(), "")
-		return m.Node
+	v.Subscribe(func(cluster.Change) { told.Add(1) })
+	oldestNode := func() cluster.UniqueAddress {
+		m, _ := v.View().Oldest("")
+		return m.Address
 	}
 
 	if _, err := v.refresh(context.Background()); err != nil {
@@ -72,7 +71,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	if want := []cluster.UniqueAddress{oldest, other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
 		t.Fatalf("asked %v, want %v: every member but self", asked, want)
 	}
-	if told.Load() != 0 || oldestNode() != remote.NodeName(oldest) {
+	if told.Load() != 0 || oldestNode() != oldest {
 		t.Fatalf("nothing expired: told %d times, oldest %s", told.Load(), oldestNode())
 	}
 	storeDown = true
@@ -87,8 +86,8 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	if told.Load() != 1 {
 		t.Fatalf("told %d times that the oldest's lease expired, want 1", told.Load())
 	}
-	if got := oldestNode(); got != remote.NodeName(self) {
-		t.Fatalf("the coordinator's place is %s after the oldest's lease expired, want %s", got, remote.NodeName(self))
+	if got := oldestNode(); got != self {
+		t.Fatalf("the coordinator's place is %s after the oldest's lease expired, want %s", got, self)
 	}
 	asked = nil
 	if _, err := v.refresh(context.Background()); err != nil {
@@ -102,14 +101,16 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 // A member whose lease the view has seen expired for dropAfter, reachable
 // or not in the gossip view (memberlist keeps a crashed member for
 // minutes), is left out of the view, and the subscribers are told; until
-// then it shows unreachable. One whose lease is live stays.
+// then it shows unreachable (which changes nothing, and tells nothing,
+// for one the gossip view holds unreachable already). One whose lease is
+// live stays.
 func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 	self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
 	crashed := cluster.UniqueAddress{Node: "b", Incarnation: 2}
 	live := cluster.UniqueAddress{Node: "c", Incarnation: 3}
 	unreachable := member(crashed, 2)
-	unreachable.Reachable = false
-	inner := staticView{members: []sharding.Member{member(self, 1), unreachable, member(live, 3)}}
+	unreachable.Unreachable = true
+	inner := staticView(t, member(self, 1), unreachable, member(live, 3))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 		var out []cluster.UniqueAddress
@@ -120,40 +121,71 @@ func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 		}
 		return out, 0, nil
 	}, 8*time.Second, func() time.Time { return now })
+	defer v.Close()
 	var told atomic.Int32
-	v.Subscribe(func() { told.Add(1) })
-	names := func() []string {
-		var out []string
-		for _, m := range v.Members() {
-			out = append(out, m.Node)
+	v.Subscribe(func(cluster.Change) { told.Add(1) })
+	members := func() []cluster.UniqueAddress {
+		var out []cluster.UniqueAddress
+		for _, m := range v.View().Members() {
+			out = append(out, m.Address)
 		}
 		return out
 	}
-	all := []string{remote.NodeName(self), remote.NodeName(crashed), remote.NodeName(live)}
+	all := []cluster.UniqueAddress{self, crashed, live}
 
 	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
-		t.Fatalf("just expired: members %v, told %d times; want %v, told once", got, told.Load(), all)
+	if got := members(); !slices.Equal(got, all) || told.Load() != 0 {
+		t.Fatalf("just expired: members %v, told %d times; want %v, not told", got, told.Load(), all)
 	}
 	now = now.Add(7 * time.Second)
 	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(); !slices.Equal(got, all) || told.Load() != 1 {
-		t.Fatalf("expired 7 s ago: members %v, told %d times; want %v, told once", got, told.Load(), all)
+	if got := members(); !slices.Equal(got, all) || told.Load() != 0 {
+		t.Fatalf("expired 7 s ago: members %v, told %d times; want %v, not told", got, told.Load(), all)
 	}
 	now = now.Add(time.Second)
 	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{remote.NodeName(self), remote.NodeName(live)}
-	if got := names(); !slices.Equal(got, want) || told.Load() != 2 {
-		t.Fatalf("expired 8 s ago: members %v, told %d times; want %v, told twice", got, told.Load(), want)
+	want := []cluster.UniqueAddress{self, live}
+	if got := members(); !slices.Equal(got, want) || told.Load() != 1 {
+		t.Fatalf("expired 8 s ago: members %v, told %d times; want %v, told once", got, told.Load(), want)
 	}
-	if _, err := v.refresh(context.Background()); err != nil || told.Load() != 2 {
-		t.Fatalf("a refresh that changes nothing: %v, told %d times; want 2", err, told.Load())
+	if _, err := v.refresh(context.Background()); err != nil || told.Load() != 1 {
+		t.Fatalf("a refresh that changes nothing: %v, told %d times; want 1", err, told.Load())
+	}
+}
+
+// A change of the gossip view reaches the subscribers with the lease's
+// verdicts applied.
+func TestLeaseViewFollowsTheGossipView(t *testing.T) {
+	self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+	expiredNode := cluster.UniqueAddress{Node: "b", Incarnation: 2}
+	joiner := cluster.UniqueAddress{Node: "c", Incarnation: 3}
+	inner := staticView(t, member(self, 1), member(expiredNode, 2))
+	v := newLeaseView(inner, func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
+		return []cluster.UniqueAddress{expiredNode}, 0, nil
+	}, time.Hour, time.Now)
+	defer v.Close()
+	if _, err := v.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var changes []cluster.Change
+	start, _ := v.Subscribe(func(c cluster.Change) { changes = append(changes, c) })
+	if m, _ := start.Member(expiredNode); !m.Unreachable {
+		t.Fatalf("subscribed at %v: want b unreachable", start.Members())
+	}
+	if err := inner.Update(member(joiner, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 1 || len(changes[0].Events) != 1 || changes[0].Events[0].Kind != cluster.MemberAdded {
+		t.Fatalf("changes %+v, want c added", changes)
+	}
+	if m, _ := changes[0].To.Member(expiredNode); !m.Unreachable {
+		t.Fatalf("view after c joined: %v, want b still unreachable", changes[0].To.Members())
 	}
 }
 
@@ -203,7 +235,7 @@ func TestLeaseViewRefreshesAsTheFirstLeaseEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
 		other := cluster.UniqueAddress{Node: "b", Incarnation: 2}
-		inner := staticView{members: []sharding.Member{member(self, 1), member(other, 2)}}
+		inner := staticView(t, member(self, 1), member(other, 2))
 		start := time.Now()
 		var at []time.Duration
 		// The store's answers, one per refresh: time left on b's lease.
@@ -216,6 +248,7 @@ func TestLeaseViewRefreshesAsTheFirstLeaseEnds(t *testing.T) {
 			}
 			return nil, left, nil
 		}, time.Hour, time.Now)
+		defer v.Close()
 		done := make(chan struct{})
 		go v.run(500*time.Millisecond, done)
 		time.Sleep(2 * time.Second)
@@ -229,11 +262,11 @@ func TestLeaseViewRefreshesAsTheFirstLeaseEnds(t *testing.T) {
 			1631 * time.Millisecond, // expired
 			2000 * time.Millisecond,
 		}
-		if !slices.Equal(at, want[:len(at)]) || len(at) < 5 {
+		if len(at) < 5 || !slices.Equal(at, want[:len(at)]) {
 			t.Fatalf("refreshed at %v, want %v", at, want)
 		}
-		if m := v.Members(); m[1].Reachable {
-			t.Fatalf("b's lease expired at 1.62 s, but the view shows %+v", m[1])
+		if m, _ := v.View().Member(other); !m.Unreachable {
+			t.Fatalf("b's lease expired at 1.62 s, but the view shows %+v", m)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
@@ -14,20 +15,20 @@ import (
 // messages to send, in order. The runner around it does the IO, writing
 // the changes before sending anything that depends on them.
 type coordinatorCore struct {
-	self       string // the coordinator's node
+	self       cluster.UniqueAddress // the coordinator's node
 	epoch      uint64
 	strategy   allocation.Strategy
 	minMembers int
 
-	members      map[string]Member
-	regions      map[string]bool     // registered hosting regions
-	proxies      map[string]bool     // registered routing-only regions
-	shards       map[string]string   // shard → region
-	byRegion     map[string][]string // region → shards, in allocation order
-	handoffs     map[string]*handoff // shards being moved
-	leaving      map[string]bool     // regions that asked for a graceful shutdown
-	waitingHomes map[string]bool     // shards asked for before enough regions registered
-	handOverFrom map[string]string   // shard → the region that holds mail for its next home
+	members      map[cluster.UniqueAddress]cluster.Member
+	regions      map[cluster.UniqueAddress]bool     // registered hosting regions
+	proxies      map[cluster.UniqueAddress]bool     // registered routing-only regions
+	shards       map[string]cluster.UniqueAddress   // shard → region
+	byRegion     map[cluster.UniqueAddress][]string // region → shards, in allocation order
+	handoffs     map[string]*handoff                // shards being moved
+	leaving      map[cluster.UniqueAddress]bool     // regions that asked for a graceful shutdown
+	waitingHomes map[string]bool                    // shards asked for before enough regions registered
+	handOverFrom map[string]cluster.UniqueAddress   // shard → the region that holds mail for its next home
 	// starting holds, until its home reports ShardStarted, the From of
 	// each HostShard sent: a home that asks for its own shard lost the
 	// HostShard, and gets it again rather than a ShardHome, which would
@@ -36,20 +37,20 @@ type coordinatorCore struct {
 	// re-sent to the home that had died, would reach the next one after newer
 	// mail). A From is stored with the allocation until then (see
 	// Allocation).
-	starting map[string]string
+	starting map[string]cluster.UniqueAddress
 	// announcedTo are the members this coordinator made itself known to
 	// (ShardHomes) without their registering first.
-	announcedTo map[string]bool
+	announcedTo map[cluster.UniqueAddress]bool
 	// down are the members the view holds Down, sorted, as last told to
 	// every region (MembersDown).
-	down []string
+	down []cluster.UniqueAddress
 	// Hand-offs wait until every member's region has registered (see
 	// allRegistered): later are the shards to hand off meanwhile, to stop
 	// (true: StopShards) or to move; gone the regions that reported
 	// RegionStopped while still in the view; waitRounds the rebalance
 	// rounds waited so far.
 	later      map[string]bool
-	gone       map[string]bool
+	gone       map[cluster.UniqueAddress]bool
 	waitRounds int
 	// rebalanced counts the hand-offs the last rebalance round, or the last
 	// operator's RebalanceShards, began (a metric: leaves and stop
@@ -65,16 +66,17 @@ const registrationWaitRounds = 3
 
 type handoff struct {
 	stop    bool // StopShards: deallocate, do not move
-	from    string
-	pending map[string]bool // regions whose BeginHandOffAck is outstanding
-	fences  []string        // regions that fenced their forwards to from
-	handing bool            // HandOff sent to from
+	from    cluster.UniqueAddress
+	pending map[cluster.UniqueAddress]bool // regions whose BeginHandOffAck is outstanding
+	fences  []cluster.UniqueAddress        // regions that fenced their forwards to from
+	handing bool                           // HandOff sent to from
 }
 
 // change is a store write the runner makes before sending step's output.
 type change struct {
-	shard, region string // region "" deallocates
-	heldBy        string // with region "": the region holding the shard's mail
+	shard  string
+	region cluster.UniqueAddress // zero deallocates
+	heldBy cluster.UniqueAddress // with region zero: the region holding the shard's mail
 }
 
 // stored is c as the store takes it.
@@ -84,29 +86,29 @@ func (c change) stored() AllocationChange {
 
 // outbound is one message to send.
 type outbound struct {
-	to  string // a region's node; its address is (to, type, region)
+	to  cluster.UniqueAddress // a region's node; its address is (to, type, region)
 	msg Message
 }
 
 // newCoordinatorCore starts from what the store holds of each shard: its
 // home, or the region holding its mail.
-func newCoordinatorCore(self string, epoch uint64, shards map[string]Allocation, strategy allocation.Strategy, minMembers int) *coordinatorCore {
+func newCoordinatorCore(self cluster.UniqueAddress, epoch uint64, shards map[string]Allocation, strategy allocation.Strategy, minMembers int) *coordinatorCore {
 	c := &coordinatorCore{
 		self: self, epoch: epoch, strategy: strategy, minMembers: max(minMembers, 1),
-		members: make(map[string]Member), regions: make(map[string]bool), proxies: make(map[string]bool),
-		shards: make(map[string]string), byRegion: make(map[string][]string),
-		handoffs: make(map[string]*handoff), leaving: make(map[string]bool), waitingHomes: make(map[string]bool),
-		handOverFrom: make(map[string]string), later: make(map[string]bool), gone: make(map[string]bool),
-		starting: make(map[string]string), announcedTo: make(map[string]bool),
+		members: make(map[cluster.UniqueAddress]cluster.Member), regions: make(map[cluster.UniqueAddress]bool), proxies: make(map[cluster.UniqueAddress]bool),
+		shards: make(map[string]cluster.UniqueAddress), byRegion: make(map[cluster.UniqueAddress][]string),
+		handoffs: make(map[string]*handoff), leaving: make(map[cluster.UniqueAddress]bool), waitingHomes: make(map[string]bool),
+		handOverFrom: make(map[string]cluster.UniqueAddress), later: make(map[string]bool), gone: make(map[cluster.UniqueAddress]bool),
+		starting: make(map[string]cluster.UniqueAddress), announcedTo: make(map[cluster.UniqueAddress]bool),
 	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		switch a := shards[shard]; {
-		case a.Region != "":
+		case !a.Region.IsZero():
 			c.place(shard, a.Region)
-			if a.MailHeldBy != "" {
+			if !a.MailHeldBy.IsZero() {
 				c.starting[shard] = a.MailHeldBy
 			}
-		case a.MailHeldBy != "":
+		case !a.MailHeldBy.IsZero():
 			c.handOverFrom[shard] = a.MailHeldBy
 		}
 	}
@@ -114,7 +116,7 @@ func newCoordinatorCore(self string, epoch uint64, shards map[string]Allocation,
 }
 
 // leaveAck lets a leaving region stop once nothing is allocated to it.
-func (c *coordinatorCore) leaveAck(region string) []outbound {
+func (c *coordinatorCore) leaveAck(region cluster.UniqueAddress) []outbound {
 	if !c.leaving[region] || len(c.byRegion[region]) > 0 {
 		return nil
 	}
@@ -131,7 +133,7 @@ func (c *coordinatorCore) startShards(shards []string) {
 	}
 }
 
-func (c *coordinatorCore) place(shard, region string) {
+func (c *coordinatorCore) place(shard string, region cluster.UniqueAddress) {
 	c.shards[shard] = region
 	c.byRegion[region] = append(c.byRegion[region], shard)
 }
@@ -155,7 +157,7 @@ func (c *coordinatorCore) unplace(shard string) {
 // (one that never registered with this coordinator still routes what it
 // buffered, and may hold mail for a shard's next home), sorted for
 // determinism.
-func (c *coordinatorCore) everyone() []string {
+func (c *coordinatorCore) everyone() []cluster.UniqueAddress {
 	all := slices.Collect(maps.Keys(c.regions))
 	for p := range c.proxies {
 		all = append(all, p)
@@ -165,14 +167,14 @@ func (c *coordinatorCore) everyone() []string {
 			all = append(all, r)
 		}
 	}
-	slices.Sort(all)
+	slices.SortFunc(all, cluster.UniqueAddress.Compare)
 	return all
 }
 
 // knownRegions is every region the coordinator knows of, sorted: everyone,
 // and the regions only named by what is stored, as homes or as holders of
 // mail.
-func (c *coordinatorCore) knownRegions() []string {
+func (c *coordinatorCore) knownRegions() []cluster.UniqueAddress {
 	known := c.everyone()
 	for r := range c.byRegion {
 		known = append(known, r)
@@ -180,7 +182,7 @@ func (c *coordinatorCore) knownRegions() []string {
 	for _, r := range c.handOverFrom {
 		known = append(known, r)
 	}
-	slices.Sort(known)
+	slices.SortFunc(known, cluster.UniqueAddress.Compare)
 	return slices.Compact(known)
 }
 
@@ -195,15 +197,15 @@ func (c *coordinatorCore) broadcast(msg Message) []outbound {
 // allocationState is what strategies see: registered hosting regions with
 // their member information; leaving regions are marked Leaving.
 func (c *coordinatorCore) allocationState() allocation.State {
-	st := allocation.State{Shards: make(map[string][]string)}
-	for _, r := range slices.Sorted(maps.Keys(c.regions)) {
+	st := allocation.State{Shards: make(map[cluster.UniqueAddress][]string)}
+	for _, r := range slices.SortedFunc(maps.Keys(c.regions), cluster.UniqueAddress.Compare) {
 		m, known := c.members[r]
-		reg := allocation.Region{ID: r, JoinedAt: m.JoinedAt, AppVersion: m.AppVersion, Status: m.Status, Reachable: m.Reachable}
+		reg := allocation.Region{ID: r, JoinOrder: m.JoinOrder, AppVersion: m.AppVersion, Status: m.Status, Reachable: !m.Unreachable}
 		if !known {
-			reg.Status, reg.Reachable = allocation.Up, true
+			reg.Status, reg.Reachable = cluster.Up, true
 		}
 		if c.leaving[r] {
-			reg.Status = allocation.Leaving
+			reg.Status = cluster.Leaving
 		}
 		st.Regions = append(st.Regions, reg)
 		st.Shards[r] = slices.Clone(c.byRegion[r])
@@ -253,7 +255,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			return nil, nil
 		}
 		delete(c.starting, m.Shard)
-		if from != "" { // its mail is in: forget who held it
+		if !from.IsZero() { // its mail is in: forget who held it
 			return []change{{shard: m.Shard, region: m.Region}}, nil
 		}
 		return nil, nil
@@ -294,7 +296,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		if _, held := c.handOverFrom[m.Shard]; h.stop && !held {
 			return changes, append(c.broadcast(protocol.ShardHome{Shard: m.Shard, Epoch: c.epoch}), c.leaveAck(m.Region)...)
 		}
-		ch, o := c.allocate("", m.Shard)
+		ch, o := c.allocate(cluster.UniqueAddress{}, m.Shard)
 		return append(changes, ch...), append(o, c.leaveAck(m.Region)...)
 	case protocol.GracefulShutdownReq:
 		if !c.regions[m.Region] && !c.proxies[m.Region] && len(c.byRegion[m.Region]) == 0 {
@@ -356,14 +358,14 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		return nil, out
 	case membersChanged:
 		previous := c.members
-		c.members = make(map[string]Member, len(m.members))
+		c.members = make(map[cluster.UniqueAddress]cluster.Member, len(m.members))
 		for _, mem := range m.members {
-			c.members[mem.Node] = mem
+			c.members[mem.Address] = mem
 		}
 		// Regions that are gone, registered or only named by what is
 		// stored (a predecessor's regions that never re-registered).
 		for _, r := range c.knownRegions() {
-			if mem, ok := c.members[r]; !ok || mem.Status == allocation.Down {
+			if mem, ok := c.members[r]; !ok || mem.Status == cluster.Down {
 				ch, o := c.removeRegion(r)
 				changes, out = append(changes, ch...), append(out, o...)
 			}
@@ -386,7 +388,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			// to a crashed home until it left, holding the shard's
 			// mail).
 			for _, r := range c.everyone() {
-				if was, ok := previous[r]; ok && !was.Reachable && c.members[r].Reachable {
+				if was, ok := previous[r]; ok && was.Unreachable && !c.members[r].Unreachable {
 					out = append(out, outbound{to: r, msg: protocol.MembersDown{Nodes: down}})
 				}
 			}
@@ -408,11 +410,11 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		// view still shows it unreachable, announces to it and hands off a
 		// leaving region's shard). It registers once it sees this node oldest,
 		// and learns the homes then.
-		maps.DeleteFunc(c.announcedTo, func(node string, _ bool) bool { return !c.members[node].Reachable })
-		var homes map[string][]string
-		for _, node := range slices.Sorted(maps.Keys(c.members)) {
+		maps.DeleteFunc(c.announcedTo, func(node cluster.UniqueAddress, _ bool) bool { return c.members[node].Unreachable })
+		var homes map[cluster.UniqueAddress][]string
+		for _, node := range slices.SortedFunc(maps.Keys(c.members), cluster.UniqueAddress.Compare) {
 			m := c.members[node]
-			if !m.Reachable || m.Status == allocation.Down || c.announcedTo[node] || c.regions[node] || c.proxies[node] {
+			if m.Unreachable || m.Status == cluster.Down || c.announcedTo[node] || c.regions[node] || c.proxies[node] {
 				continue
 			}
 			if homes == nil {
@@ -429,7 +431,7 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 
 // welcome is what a region gets on registration: the ack, every known
 // home, and the members Down.
-func (c *coordinatorCore) welcome(region string) []outbound {
+func (c *coordinatorCore) welcome(region cluster.UniqueAddress) []outbound {
 	out := []outbound{{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}}}
 	out = append(out, c.hostAgain(region)...)
 	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}})
@@ -444,10 +446,10 @@ func (c *coordinatorCore) welcome(region string) []outbound {
 // for a previous home's mail: told only by the ShardHomes (its HostShard
 // lost with a broken link), it would start the shard at once, and that
 // mail would come after newer mail.
-func (c *coordinatorCore) hostAgain(region string) []outbound {
+func (c *coordinatorCore) hostAgain(region cluster.UniqueAddress) []outbound {
 	var out []outbound
 	for _, shard := range c.byRegion[region] {
-		if from := c.starting[shard]; from != "" && c.handoffs[shard] == nil {
+		if from := c.starting[shard]; !from.IsZero() && c.handoffs[shard] == nil {
 			out = append(out, outbound{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}})
 		}
 	}
@@ -455,10 +457,10 @@ func (c *coordinatorCore) hostAgain(region string) []outbound {
 }
 
 // downMembers lists, sorted, the members the view holds Down.
-func (c *coordinatorCore) downMembers() []string {
-	var down []string
-	for _, name := range slices.Sorted(maps.Keys(c.members)) {
-		if c.members[name].Status == allocation.Down {
+func (c *coordinatorCore) downMembers() []cluster.UniqueAddress {
+	var down []cluster.UniqueAddress
+	for _, name := range slices.SortedFunc(maps.Keys(c.members), cluster.UniqueAddress.Compare) {
+		if c.members[name].Status == cluster.Down {
 			down = append(down, name)
 		}
 	}
@@ -469,8 +471,8 @@ func (c *coordinatorCore) downMembers() []string {
 // off: a region that registers meanwhile was not fenced, and forwarding to
 // the old home it could overtake its own later messages, which reach the
 // new home straight. It asks, and hears of the new home with everyone.
-func (c *coordinatorCore) homes() map[string][]string {
-	homes := make(map[string][]string, len(c.byRegion))
+func (c *coordinatorCore) homes() map[cluster.UniqueAddress][]string {
+	homes := make(map[cluster.UniqueAddress][]string, len(c.byRegion))
 	for r, shards := range c.byRegion {
 		shards = slices.DeleteFunc(slices.Clone(shards), func(s string) bool { return c.handoffs[s] != nil })
 		if len(shards) > 0 {
@@ -491,14 +493,14 @@ func (c *coordinatorCore) allocateWaiting() ([]change, []outbound) {
 		if _, ok := c.shards[shard]; ok {
 			continue
 		}
-		ch, o := c.allocate("", shard)
+		ch, o := c.allocate(cluster.UniqueAddress{}, shard)
 		changes, out = append(changes, ch...), append(out, o...)
 	}
 	return changes, out
 }
 
 // allocate picks a home for shard and tells every region about it.
-func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outbound) {
+func (c *coordinatorCore) allocate(requester cluster.UniqueAddress, shard string) ([]change, []outbound) {
 	region, err := c.strategy.Allocate(requester, shard, c.allocationState())
 	// A leaving region, offered when it is the last one, would only refuse.
 	if err != nil || !c.regions[region] || c.leaving[region] {
@@ -514,7 +516,7 @@ func (c *coordinatorCore) allocate(requester, shard string) ([]change, []outboun
 	c.starting[shard] = from
 	home := protocol.ShardHome{Shard: shard, Region: region, From: from, Epoch: c.epoch}
 	out = append(out, c.broadcast(home)...)
-	if everyone := c.everyone(); from != "" && !slices.Contains(everyone, from) {
+	if everyone := c.everyone(); !from.IsZero() && !slices.Contains(everyone, from) {
 		// The region holding the mail hands it over when it learns the
 		// new home: it must learn it even when it is not registered here.
 		out = append(out, outbound{to: from, msg: home})
@@ -527,7 +529,7 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	if !ok || c.handoffs[shard] != nil {
 		return nil
 	}
-	h := &handoff{from: from, pending: make(map[string]bool)}
+	h := &handoff{from: from, pending: make(map[cluster.UniqueAddress]bool)}
 	for _, r := range c.everyone() {
 		h.pending[r] = true
 	}
@@ -549,9 +551,9 @@ func (c *coordinatorCore) allRegistered() bool {
 // everyRegionRegistered reports whether every reachable member's region
 // has registered here, or is leaving, or stopped.
 func (c *coordinatorCore) everyRegionRegistered() bool {
-	for _, name := range slices.Sorted(maps.Keys(c.members)) {
+	for _, name := range slices.SortedFunc(maps.Keys(c.members), cluster.UniqueAddress.Compare) {
 		m := c.members[name]
-		if m.Status == allocation.Down {
+		if m.Status == cluster.Down {
 			continue
 		}
 		if !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
@@ -571,7 +573,7 @@ func (c *coordinatorCore) everyRegionRegistered() bool {
 // member and stop before that member's forward came).
 func (c *coordinatorCore) unregisteredUnreachable() bool {
 	for name, m := range c.members {
-		if !m.Reachable && m.Status != allocation.Down && !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
+		if m.Unreachable && m.Status != cluster.Down && !c.regions[name] && !c.proxies[name] && !c.leaving[name] && !c.gone[name] {
 			return true
 		}
 	}
@@ -589,7 +591,7 @@ func (c *coordinatorCore) unregisteredUnreachable() bool {
 // happen (a leaving region's, RebalanceShards) do not wait.
 func (c *coordinatorCore) anyUnreachable() bool {
 	for _, m := range c.members {
-		if !m.Reachable && m.Status != allocation.Down {
+		if m.Unreachable && m.Status != cluster.Down {
 			return true
 		}
 	}
@@ -603,7 +605,7 @@ func (c *coordinatorCore) startDeferred() []outbound {
 		return nil
 	}
 	var out []outbound
-	for _, r := range slices.Sorted(maps.Keys(c.leaving)) {
+	for _, r := range slices.SortedFunc(maps.Keys(c.leaving), cluster.UniqueAddress.Compare) {
 		for _, shard := range slices.Clone(c.byRegion[r]) {
 			out = append(out, c.beginHandOff(shard)...)
 		}
@@ -633,7 +635,7 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
 			continue
 		}
-		for _, r := range slices.Sorted(maps.Keys(h.pending)) {
+		for _, r := range slices.SortedFunc(maps.Keys(h.pending), cluster.UniqueAddress.Compare) {
 			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}})
 		}
 	}
@@ -646,13 +648,13 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 		return nil
 	}
 	h.handing = true
-	slices.Sort(h.fences)
+	slices.SortFunc(h.fences, cluster.UniqueAddress.Compare)
 	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still
 // held are allocated anew, and hand-offs stop waiting for its ack.
-func (c *coordinatorCore) removeRegion(region string) (changes []change, out []outbound) {
+func (c *coordinatorCore) removeRegion(region cluster.UniqueAddress) (changes []change, out []outbound) {
 	delete(c.regions, region)
 	delete(c.proxies, region)
 	delete(c.leaving, region)
@@ -670,19 +672,19 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 		}
 		delete(h.pending, region)
 		if !h.handing {
-			h.fences = slices.DeleteFunc(h.fences, func(r string) bool { return r == region })
+			h.fences = slices.DeleteFunc(h.fences, func(r cluster.UniqueAddress) bool { return r == region })
 		}
 		out = append(out, c.maybeHandOff(shard)...)
 	}
 	for _, shard := range slices.Clone(c.byRegion[region]) {
 		from := c.starting[shard]
 		c.unplace(shard)
-		if m, ok := c.members[from]; ok && from != region && m.Status != allocation.Down {
+		if m, ok := c.members[from]; ok && from != region && m.Status != cluster.Down {
 			// It died before the mail came: the next home waits for it.
 			c.handOverFrom[shard] = from
 		}
 		changes = append(changes, change{shard: shard, heldBy: c.handOverFrom[shard]})
-		ch, o := c.allocate("", shard)
+		ch, o := c.allocate(cluster.UniqueAddress{}, shard)
 		if len(ch) == 0 {
 			// Placed later, when a region registers: meanwhile no region
 			// may keep forwarding to the one that is gone.
@@ -694,13 +696,13 @@ func (c *coordinatorCore) removeRegion(region string) (changes []change, out []o
 }
 
 // membersChanged carries a new membership view into the coordinator.
-type membersChanged struct{ members []Member }
+type membersChanged struct{ members []cluster.Member }
 
 func (membersChanged) ProtocolMessage() {}
 
 // sortedShards returns the allocation as region → sorted shards, for queries.
-func sortedShards(byRegion map[string][]string) map[string][]string {
-	out := make(map[string][]string, len(byRegion))
+func sortedShards(byRegion map[cluster.UniqueAddress][]string) map[cluster.UniqueAddress][]string {
+	out := make(map[cluster.UniqueAddress][]string, len(byRegion))
 	for r, s := range byRegion {
 		out[r] = slices.SortedFunc(slices.Values(s), cmp.Compare[string])
 	}

@@ -15,7 +15,7 @@ import (
 // towards maxHeldSteps.
 func TestPipelineHoldsNoEmptyStep(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []change{{shard: "s1", region: addr("a")}}, []outbound{home("b", "s1", "a")})
 	p.next()
 	for range 10 {
 		p.take(protocol.StopShards{Shards: []string{"s1"}}, nil, nil)
@@ -36,7 +36,7 @@ func TestCoordinatorTakesABurstBehindASlowCommit(t *testing.T) {
 		store.close()
 		const burst = maxHeldSteps + 100
 		for range burst {
-			b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // held behind s2's allocation
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // held behind s2's allocation
 		}
 		synctest.Wait()
 		if !coordinatorRunning(r) {
@@ -64,7 +64,7 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 		store := &gateStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), fails: 1 << 30}
 		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second})
 		defer s.Terminate()
-		b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // its write fails, and is retried
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // its write fails, and is retried
 		synctest.Wait()
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -72,7 +72,7 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 			t.Fatal("the coordinator stopped at the first failed write")
 		}
 		for range maxHeldSteps + 1 {
-			b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"})
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
 		}
 		synctest.Wait()
 		if coordinatorRunning(r) {
@@ -87,15 +87,50 @@ func TestCoordinatorStopsWhenTheStoreFailsTooLong(t *testing.T) {
 
 // coordinatorRunning reports whether r's coordinator runs.
 func coordinatorRunning(r *Region[string]) bool {
-	r.coordinated.Lock()
-	defer r.coordinated.Unlock()
-	if r.coord == nil {
+	hostOf(r).mu.Lock()
+	defer hostOf(r).mu.Unlock()
+	if hostOf(r).coord == nil {
 		return false
 	}
 	select {
-	case <-r.coord.Done():
+	case <-hostOf(r).coord.Done():
 		return false
 	default:
 		return true
 	}
+}
+
+// A coordinator that stopped by itself is started again by its host's
+// upkeep tick, once the back-off has passed, with no membership change to
+// prompt it; once the node's sharding is terminated, none is.
+func TestCoordinatorHostRestartsAStoppedCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gateStore{MemoryCoordinatorStore: NewMemoryCoordinatorStore(), fails: 1 << 30}
+		s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: time.Second})
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // its write fails, and is retried
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for range maxHeldSteps + 1 {
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
+		}
+		synctest.Wait()
+		if coordinatorRunning(r) {
+			t.Fatal("the coordinator runs on while its store fails")
+		}
+		store.mu.Lock()
+		store.fails = 0
+		store.mu.Unlock()
+		time.Sleep(time.Minute) // past any back-off
+		synctest.Wait()
+		if !coordinatorRunning(r) {
+			t.Fatal("the coordinator was not started again")
+		}
+		s.Terminate()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if hostOf(r).coord != nil {
+			t.Fatal("a coordinator runs after Terminate")
+		}
+	})
 }

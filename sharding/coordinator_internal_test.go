@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"io"
 	"log/slog"
 	"slices"
@@ -19,7 +20,7 @@ import (
 // it with protocol messages and look at what it would write and send.
 
 func newTestCore(minMembers int) *coordinatorCore {
-	return newCoordinatorCore("a", 7, nil, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), minMembers)
+	return newCoordinatorCore(addr("a"), 7, nil, allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), minMembers)
 }
 
 // sent lists (to, message type) pairs for compact comparisons.
@@ -31,7 +32,7 @@ func sent(out []outbound) []string {
 		case protocol.HostShard:
 			name = "HostShard " + m.Shard
 		case protocol.ShardHome:
-			name = "ShardHome " + m.Shard + "@" + m.Region
+			name = "ShardHome " + m.Shard + "@" + addrName(m.Region)
 		case protocol.BeginHandOff:
 			name = "BeginHandOff " + m.Shard
 		case protocol.HandOff:
@@ -43,22 +44,22 @@ func sent(out []outbound) []string {
 		case protocol.LeaveAck:
 			name = "LeaveAck"
 		case protocol.MembersDown:
-			name = "MembersDown " + strings.Join(m.Nodes, ",")
+			name = "MembersDown " + strings.Join(addrNames(m.Nodes), ",")
 		default:
 			name = "?"
 		}
-		s = append(s, o.to+": "+name)
+		s = append(s, addrName(o.to)+": "+name)
 	}
 	return s
 }
 
 func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.RegisterProxy{Region: "p"})
-	changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "b"})
-	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.RegisterProxy{Region: addr("p")})
+	changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("b")})
+	if !slices.Equal(changes, []change{{shard: "s1", region: addr("a")}}) {
 		t.Fatalf("changes %v", changes)
 	}
 	want := []string{"a: HostShard s1", "a: ShardHome s1@a", "b: ShardHome s1@a", "p: ShardHome s1@a"}
@@ -71,7 +72,7 @@ func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 		}
 	}
 	// A known home is answered to the asker only; nothing is written.
-	changes, out = c.step(protocol.GetShardHome{Shard: "s1", Region: "p"})
+	changes, out = c.step(protocol.GetShardHome{Shard: "s1", Region: addr("p")})
 	if len(changes) != 0 || !slices.Equal(sent(out), []string{"p: ShardHome s1@a"}) {
 		t.Fatalf("known home: changes %v, sent %v", changes, sent(out))
 	}
@@ -79,52 +80,52 @@ func TestCoordinatorPushesEveryAllocationToEveryRegion(t *testing.T) {
 
 func TestCoordinatorAllocatesNothingBeforeMinMembers(t *testing.T) {
 	c := newTestCore(2)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.RegisterProxy{Region: "p"}) // a proxy does not count
-	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); len(changes)+len(out) != 0 {
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.RegisterProxy{Region: addr("p")}) // a proxy does not count
+	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")}); len(changes)+len(out) != 0 {
 		t.Fatalf("allocated with one region: %v %v", changes, sent(out))
 	}
-	changes, out := c.step(protocol.Register{Region: "b"})
+	changes, out := c.step(protocol.Register{Region: addr("b")})
 	if len(changes) != 1 || changes[0].shard != "s1" {
 		t.Fatalf("waiting shard not allocated when the second region registered: %v", changes)
 	}
 	got := sent(out)
-	if !slices.Contains(got, "a: ShardHome s1@"+changes[0].region) || !slices.Contains(got, "p: ShardHome s1@"+changes[0].region) {
+	if !slices.Contains(got, "a: ShardHome s1@"+addrName(changes[0].region)) || !slices.Contains(got, "p: ShardHome s1@"+addrName(changes[0].region)) {
 		t.Fatalf("sent %v", got)
 	}
 }
 
 func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
-	c.step(protocol.Register{Region: "b"})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
 	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
 	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
 	// While the hand-off runs nobody learns the old home: a region that
 	// forwarded there would race the messages other regions buffer.
-	if _, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "b"}); len(out) != 0 {
+	if _, out := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("b")}); len(out) != 0 {
 		t.Fatalf("answered during the hand-off: %v", sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
 	// Stopped, not moved, but mail waits at a: it is allocated again at
 	// once, and the new home learns first that a holds its mail. The
 	// deallocation names a, should the allocation not land.
-	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: "a"}) {
+	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: addr("a")}) {
 		t.Fatalf("changes %v", changes)
 	}
 	if len(out) == 0 {
 		t.Fatal("nothing sent")
 	}
 	host, ok := out[0].msg.(protocol.HostShard)
-	if !ok || host.From != "a" {
+	if !ok || host.From != addr("a") {
 		t.Fatalf("first message %#v, want HostShard from a", out[0].msg)
 	}
 	if len(c.handOverFrom) != 0 {
@@ -137,25 +138,25 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 // which would have it start at once, ahead of the previous home's mail.
 func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GracefulShutdownReq{Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	_, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.GracefulShutdownReq{Region: addr("a")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	_, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
 	host, ok := out[0].msg.(protocol.HostShard)
-	if !ok || host.From != "a" || out[0].to != "b" {
+	if !ok || host.From != addr("a") || out[0].to != addr("b") {
 		t.Fatalf("first message %#v to %s, want HostShard from a to b", out[0].msg, out[0].to)
 	}
 	home := out[0].to
 	_, out = c.step(protocol.GetShardHome{Shard: "s1", Region: home})
-	if len(out) != 1 || out[0].msg != (protocol.HostShard{Shard: "s1", From: "a", Epoch: host.Epoch}) {
+	if len(out) != 1 || out[0].msg != (protocol.HostShard{Shard: "s1", From: addr("a"), Epoch: host.Epoch}) {
 		t.Fatalf("answered %v, want the HostShard again", sent(out))
 	}
 	c.step(protocol.ShardStarted{Shard: "s1", Region: home})
 	_, out = c.step(protocol.GetShardHome{Shard: "s1", Region: home})
-	if got := sent(out); !slices.Equal(got, []string{home + ": ShardHome s1@" + home}) {
+	if got := sent(out); !slices.Equal(got, []string{addrName(home) + ": ShardHome s1@" + addrName(home)}) {
 		t.Fatalf("answered %v after ShardStarted, want its home", got)
 	}
 }
@@ -168,30 +169,30 @@ func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 // after their later messages).
 func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	// A new coordinator rebuilt from the store: s1 on a, no hand-off known.
-	c := newCoordinatorCore("b", 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "b"}); len(changes)+len(out) != 0 {
+	c := newCoordinatorCore(addr("b"), 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("b")}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped from a region that does not own the shard acted upon: %v %v", changes, sent(out))
 	}
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
 	if len(changes) != 0 || !slices.Equal(sent(out), []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("predecessor's ShardStopped: changes %v, sent %v; want a hand-off of its own", changes, sent(out))
 	}
 	// Reported again before this coordinator's HandOff (the predecessor's
 	// HandOff came late): nothing yet, the fences are not all in.
-	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true}); len(changes)+len(out) != 0 {
+	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	if _, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	if _, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
 	}
-	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
-	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: "a"}) {
+	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: addr("a")}) {
 		t.Fatalf("changes %v", changes)
 	}
-	if host, ok := out[0].msg.(protocol.HostShard); !ok || host.From != "a" {
+	if host, ok := out[0].msg.(protocol.HostShard); !ok || host.From != addr("a") {
 		t.Fatalf("first message %#v", out[0].msg)
 	}
 }
@@ -200,7 +201,7 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 // a BeginHandOff (which takes the lock) while a message it already routed
 // to the old home is still on its way there.
 type lockCheckTransport struct {
-	*LocalTransport
+	*memoryTransport
 	mu        atomic.Pointer[regionLock]
 	forwards  atomic.Int32
 	unlocked  atomic.Int32
@@ -208,7 +209,7 @@ type lockCheckTransport struct {
 }
 
 func (t *lockCheckTransport) Send(to Address, msg Message) error {
-	if _, ok := msg.(protocol.Deliver); ok && to.Node == t.watchNode {
+	if _, ok := msg.(protocol.Deliver); ok && addrName(to.Node) == t.watchNode {
 		if mu := t.mu.Load(); mu != nil {
 			t.forwards.Add(1)
 			if mu.TryLock() {
@@ -217,13 +218,13 @@ func (t *lockCheckTransport) Send(to Address, msg Message) error {
 			}
 		}
 	}
-	return t.LocalTransport.Send(to, msg)
+	return t.memoryTransport.Send(to, msg)
 }
 
 func TestRegionForwardsUnderItsLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		cluster, lt := NewLocalCluster(), NewLocalTransport()
+		members, lt := newTestCluster(), newMemoryTransport()
 		key := entity.NewTypeKey[string]("Echo")
 		create := func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
@@ -233,7 +234,7 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := New(sys, Config{Transport: tr, Membership: cluster.Join(name, roles...)})
+			s, err := New(sys, Config{Transport: tr, Membership: members.Join(name, roles...)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +245,7 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 			return s, r
 		}
 		sb, _ := start("b", lt, "host")
-		tr := &lockCheckTransport{LocalTransport: lt, watchNode: "b"}
+		tr := &lockCheckTransport{memoryTransport: lt, watchNode: "b"}
 		sa, ra := start("a", tr) // a proxy: every message is forwarded to b
 		tr.mu.Store(&ra.mu)
 		for range 5 {
@@ -264,14 +265,14 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 // A new coordinator announces itself once, to every member, with what it
 // knows: regions that registered with a predecessor see its newer epoch.
 func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
-	c := newCoordinatorCore("a", 3, homed(map[string]string{"s1": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c := newCoordinatorCore(addr("a"), 3, homed(map[string]string{"s1": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
 	// d is unreachable: it is not announced to (see the next test).
-	members := []Member{up("a"), up("b"), up("c"), {Node: "d", Status: allocation.Up}}
+	members := []cluster.Member{up("a"), up("b"), up("c"), {Address: addr("d"), Status: cluster.Up, Unreachable: true}}
 	_, out := c.step(membersChanged{members: members})
 	if got, want := sent(out), []string{"a: ShardHomes", "b: ShardHomes", "c: ShardHomes"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
-	if h := out[0].msg.(protocol.ShardHomes); h.Epoch != 3 || !slices.Equal(h.Homes["b"], []string{"s1"}) {
+	if h := out[0].msg.(protocol.ShardHomes); h.Epoch != 3 || !slices.Equal(h.Homes[addr("b")], []string{"s1"}) {
 		t.Fatalf("announced %+v", h)
 	}
 	if _, out := c.step(membersChanged{members: members}); len(out) != 0 {
@@ -282,8 +283,8 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 	// announced to then; a registered one needs it no more (else e never
 	// learns of this coordinator, and a hand-off goes on around it
 	// without fencing it).
-	c.step(protocol.Register{Region: "b"})
-	members = []Member{up("a"), up("b"), up("c"), up("d"), up("e")}
+	c.step(protocol.Register{Region: addr("b")})
+	members = []cluster.Member{up("a"), up("b"), up("c"), up("d"), up("e")}
 	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"d: ShardHomes", "e: ShardHomes"}) {
 		t.Fatalf("sent %v, want d and e announced to", sent(out))
 	}
@@ -293,13 +294,13 @@ func TestNewCoordinatorAnnouncesItselfToEveryMember(t *testing.T) {
 // shard waits for the next region to register.
 func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.GracefulShutdownReq{Region: "a"})
-	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); len(changes) != 0 || len(out) != 0 {
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GracefulShutdownReq{Region: addr("a")})
+	if changes, out := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")}); len(changes) != 0 || len(out) != 0 {
 		t.Fatalf("allocated to the leaving region: changes %v, sent %v", changes, sent(out))
 	}
-	changes, out := c.step(protocol.Register{Region: "b"})
-	if !slices.Equal(changes, []change{{shard: "s1", region: "b"}}) {
+	changes, out := c.step(protocol.Register{Region: addr("b")})
+	if !slices.Equal(changes, []change{{shard: "s1", region: addr("b")}}) {
 		t.Fatalf("after b registered: changes %v, sent %v", changes, sent(out))
 	}
 }
@@ -308,22 +309,22 @@ func TestCoordinatorAllocatesNothingToALeavingRegion(t *testing.T) {
 // at once when it holds nothing, else after its last ShardStopped.
 func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.Register{Region: "idle"})
-	if _, out := c.step(protocol.GracefulShutdownReq{Region: "idle"}); !slices.Contains(sent(out), "idle: LeaveAck") {
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.Register{Region: addr("idle")})
+	if _, out := c.step(protocol.GracefulShutdownReq{Region: addr("idle")}); !slices.Contains(sent(out), "idle: LeaveAck") {
 		t.Fatalf("a region holding nothing: sent %v", sent(out))
 	}
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "b"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("b")})
 	home := c.shards["s1"]
 	_, out := c.step(protocol.GracefulShutdownReq{Region: home})
-	if slices.Contains(sent(out), home+": LeaveAck") {
+	if slices.Contains(sent(out), addrName(home)+": LeaveAck") {
 		t.Fatalf("acknowledged while %s still holds s1: %v", home, sent(out))
 	}
 	for _, r := range c.everyone() {
 		c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r})
 	}
-	if _, out := c.step(protocol.ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), home+": LeaveAck") {
+	if _, out := c.step(protocol.ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), addrName(home)+": LeaveAck") {
 		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }
@@ -333,13 +334,13 @@ func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 // mark: a region of that name registering later gets shards again.
 func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.RegionStopped{Region: "a"})
-	if _, out := c.step(protocol.GracefulShutdownReq{Region: "a"}); !slices.Equal(sent(out), []string{"a: LeaveAck"}) {
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.RegionStopped{Region: addr("a")})
+	if _, out := c.step(protocol.GracefulShutdownReq{Region: addr("a")}); !slices.Equal(sent(out), []string{"a: LeaveAck"}) {
 		t.Fatalf("late leave: sent %v", sent(out))
 	}
-	c.step(protocol.Register{Region: "a"})
-	if changes, _ := c.step(protocol.GetShardHome{Shard: "s1", Region: "a"}); !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) {
+	c.step(protocol.Register{Region: addr("a")})
+	if changes, _ := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")}); !slices.Equal(changes, []change{{shard: "s1", region: addr("a")}}) {
 		t.Fatalf("a rejoined region gets no shard: changes %v", changes)
 	}
 }
@@ -348,9 +349,9 @@ func TestCoordinatorForgetsALateLeaveOfAnUnknownRegion(t *testing.T) {
 // pushed as deallocated, so that no region keeps forwarding to the dead
 // one; it is placed when a region registers.
 func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
-	c := newCoordinatorCore("a", 7, homed(map[string]string{"s1": "z"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(protocol.RegisterProxy{Region: "p"}) // routes only: nothing can be placed
-	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "p", Status: allocation.Up, Reachable: true}}
+	c := newCoordinatorCore(addr("a"), 7, homed(map[string]string{"s1": "z"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.RegisterProxy{Region: addr("p")}) // routes only: nothing can be placed
+	members := []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("p"), Status: cluster.Up}}
 	changes, out := c.step(membersChanged{members: members})
 	if !slices.Equal(changes, []change{{shard: "s1"}}) {
 		t.Fatalf("changes %v, want s1 deallocated", changes)
@@ -358,8 +359,8 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 	if got := sent(out); !slices.Contains(got, "p: ShardHome s1@") {
 		t.Fatalf("sent %v, want the deallocation pushed to p", got)
 	}
-	changes, out = c.step(protocol.Register{Region: "a"})
-	if !slices.Equal(changes, []change{{shard: "s1", region: "a"}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
+	changes, out = c.step(protocol.Register{Region: addr("a")})
+	if !slices.Equal(changes, []change{{shard: "s1", region: addr("a")}}) || !slices.Contains(sent(out), "p: ShardHome s1@a") {
 		t.Fatalf("on registration: changes %v, sent %v", changes, sent(out))
 	}
 }
@@ -373,18 +374,18 @@ func TestCoordinatorPushesADeallocationItCannotPlace(t *testing.T) {
 func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 	c := newTestCore(1)
 	for _, r := range []string{"a", "b", "c"} {
-		c.step(protocol.Register{Region: r})
+		c.step(protocol.Register{Region: addr(r)})
 	}
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
 	// c's ack is lost.
 	_, out := c.step(rebalanceTick{})
 	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
 		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
 	}
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c", FencedAt: "a"})
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("c"), FencedAt: addr("a")})
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once c acked, want the HandOff", got)
 	}
@@ -400,14 +401,14 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 // straight.
 func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
-	c.step(protocol.GetShardHome{Shard: "s2", Region: "a"})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s2", Region: addr("a")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	_, out := c.step(protocol.Register{Region: "b"})
+	_, out := c.step(protocol.Register{Region: addr("b")})
 	for _, o := range out {
 		if m, ok := o.msg.(protocol.ShardHomes); ok {
-			if !slices.Equal(m.Homes["a"], []string{"s2"}) {
+			if !slices.Equal(m.Homes[addr("a")], []string{"s2"}) {
 				t.Fatalf("homes told to b: %v, want only s2 on a", m.Homes)
 			}
 			return
@@ -423,15 +424,15 @@ func TestCoordinatorHidesAShardInHandOffFromARegionThatRegisters(t *testing.T) {
 // is bounded by registrationWaitRounds.
 func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 	c := newTestCore(1)
-	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), up("c")}})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	home := c.shards["s1"]
 	if _, out := c.step(protocol.GracefulShutdownReq{Region: home}); slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") }) {
 		t.Fatalf("sent %v before c registered", sent(out))
 	}
-	_, out := c.step(protocol.Register{Region: "c"})
+	_, out := c.step(protocol.Register{Region: addr("c")})
 	var begun []string
 	for _, s := range sent(out) {
 		if strings.HasSuffix(s, "BeginHandOff s1") {
@@ -444,10 +445,10 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 
 	// A member that never registers holds hand-offs up for a few rounds only.
 	c = newTestCore(1)
-	c.step(membersChanged{members: []Member{up("a"), up("b"), up("x")}})
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), up("x")}})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
 	rounds := 1
 	for ; rounds <= registrationWaitRounds+1; rounds++ {
@@ -469,15 +470,15 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 // (else, after keep-majority's stand-down, what it forwards with old homes
 // arrives out of order or is lost).
 func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
-	cut := Member{Node: "c", Status: allocation.Up} // unreachable
+	cut := cluster.Member{Address: addr("c"), Status: cluster.Up, Unreachable: true} // unreachable
 	c := newTestCore(1)
-	_, out := c.step(membersChanged{members: []Member{up("a"), up("b"), cut}})
+	_, out := c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), cut}})
 	if got := sent(out); !slices.Equal(got, []string{"a: ShardHomes", "b: ShardHomes"}) {
 		t.Fatalf("announced %v, want a and b only", got)
 	}
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	home := c.shards["s1"]
 	begins := func(out []outbound) bool {
 		return slices.ContainsFunc(sent(out), func(s string) bool { return strings.Contains(s, "BeginHandOff") })
@@ -485,10 +486,10 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 	if _, out := c.step(protocol.GracefulShutdownReq{Region: home}); begins(out) {
 		t.Fatalf("sent %v while c is unreachable and unregistered", sent(out))
 	}
-	if _, out := c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}}); begins(out) {
+	if _, out := c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), up("c")}}); begins(out) {
 		t.Fatalf("sent %v once c is reachable, before it registered", sent(out))
 	}
-	if _, out := c.step(protocol.Register{Region: "c"}); !slices.Contains(sent(out), "c: BeginHandOff s1") {
+	if _, out := c.step(protocol.Register{Region: addr("c")}); !slices.Contains(sent(out), "c: BeginHandOff s1") {
 		t.Fatalf("once c registered: %v, want c fenced", sent(out))
 	}
 
@@ -497,36 +498,36 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 	// coordinator hands off around c and stops, and c's forward after
 	// the heal is lost).
 	c = newTestCore(1)
-	c.step(membersChanged{members: []Member{up("a"), up("b"), cut}})
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: "a"})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), cut}})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	c.step(protocol.GracefulShutdownReq{Region: c.shards["s1"]})
 	for range registrationWaitRounds + 2 {
 		if _, out := c.step(rebalanceTick{}); begins(out) {
 			t.Fatalf("sent %v while c is unreachable and unregistered", sent(out))
 		}
 	}
-	if _, out := c.step(membersChanged{members: []Member{up("a"), up("b"), {Node: "c", Status: allocation.Down}}}); !begins(out) {
+	if _, out := c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), {Address: addr("c"), Status: cluster.Down, Unreachable: true}}}); !begins(out) {
 		t.Fatalf("once c is Down: %v, want the hand-off begun", sent(out))
 	}
 
 	// Rebalancing waits while a member is unreachable, and resumes after.
 	c = newTestCore(1)
-	c.step(membersChanged{members: []Member{up("a"), up("b")}})
-	c.step(protocol.Register{Region: "a"})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b")}})
+	c.step(protocol.Register{Region: addr("a")})
 	for i := range 10 {
-		c.step(protocol.GetShardHome{Shard: fmt.Sprintf("s%d", i), Region: "a"})
+		c.step(protocol.GetShardHome{Shard: fmt.Sprintf("s%d", i), Region: addr("a")})
 	}
-	c.step(membersChanged{members: []Member{up("a"), up("b"), cut}})
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.Register{Region: "c"})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), cut}})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.Register{Region: addr("c")})
 	for range registrationWaitRounds + 1 {
 		if _, out := c.step(rebalanceTick{}); begins(out) {
 			t.Fatalf("rebalanced while c is unreachable: %v", sent(out))
 		}
 	}
-	c.step(membersChanged{members: []Member{up("a"), up("b"), up("c")}})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), up("c")}})
 	if _, out := c.step(rebalanceTick{}); !begins(out) {
 		t.Fatalf("no rebalance once every member is reachable: %v", sent(out))
 	}
@@ -536,17 +537,17 @@ func TestCoordinatorHandsOffAroundAnUnreachableMember(t *testing.T) {
 // and told where its shards went; the region holding a shard's mail is
 // told the new home even when it is not registered here.
 func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
-	c := newCoordinatorCore("b", 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	c.step(protocol.Register{Region: "b"})
-	c.step(protocol.Register{Region: "c"})
-	_, out := c.step(protocol.GracefulShutdownReq{Region: "a"}) // a registered with a predecessor only
+	c := newCoordinatorCore(addr("b"), 8, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.Register{Region: addr("c")})
+	_, out := c.step(protocol.GracefulShutdownReq{Region: addr("a")}) // a registered with a predecessor only
 	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
 		t.Fatalf("sent %v: the leaving region is not fenced", got)
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "c"})
-	_, out = c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("c")})
+	_, out = c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
 	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
 		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}
@@ -561,19 +562,19 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 // with it, and the store forgets it.
 func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	c := newCoordinatorCore("a", 1, homed(map[string]string{"s1": "a"}), strategy, 3)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
+	c := newCoordinatorCore(addr("a"), 1, homed(map[string]string{"s1": "a"}), strategy, 3)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "a"})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: "b", FencedAt: "a"})
-	stopped, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
-	if len(stopped) == 0 || stopped[0] != (change{shard: "s1", heldBy: "a"}) {
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
+	stopped, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	if len(stopped) == 0 || stopped[0] != (change{shard: "s1", heldBy: addr("a")}) {
 		t.Fatalf("changes %v; want s1 deallocated, held by a, first", stopped)
 	}
 	// Two regions of three minimum: s2 is placed nowhere yet.
-	asked, _ := c.step(protocol.GetShardHome{Shard: "s2", Region: "b", HandOver: true})
-	if !slices.Equal(asked, []change{{shard: "s2", heldBy: "b"}}) {
+	asked, _ := c.step(protocol.GetShardHome{Shard: "s2", Region: addr("b"), HandOver: true})
+	if !slices.Equal(asked, []change{{shard: "s2", heldBy: addr("b")}}) {
 		t.Fatalf("changes %v; want s2 held by b, the region that asked with its mail", asked)
 	}
 
@@ -583,17 +584,17 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	for _, ch := range append(stopped[:1], asked...) {
 		applyChange(stored, ch.stored())
 	}
-	next := newCoordinatorCore("c", 2, stored, strategy, 1)
-	next.step(membersChanged{members: []Member{{Node: "a", Status: allocation.Up, Reachable: false}, {Node: "b", Status: allocation.Up, Reachable: true}, {Node: "c", Status: allocation.Up, Reachable: true}}})
-	next.step(protocol.Register{Region: "c"})
-	changes, out := next.step(protocol.GetShardHome{Shard: "s1", Region: "c"})
+	next := newCoordinatorCore(addr("c"), 2, stored, strategy, 1)
+	next.step(membersChanged{members: []cluster.Member{{Address: addr("a"), Status: cluster.Up, Unreachable: true}, {Address: addr("b"), Status: cluster.Up}, {Address: addr("c"), Status: cluster.Up}}})
+	next.step(protocol.Register{Region: addr("c")})
+	changes, out := next.step(protocol.GetShardHome{Shard: "s1", Region: addr("c")})
 	if len(out) == 0 {
 		t.Fatalf("nothing sent for s1")
 	}
-	if host, ok := out[0].msg.(protocol.HostShard); !ok || out[0].to != "c" || host.From != "a" {
+	if host, ok := out[0].msg.(protocol.HostShard); !ok || out[0].to != addr("c") || host.From != addr("a") {
 		t.Fatalf("first message %s %#v; want c told to host s1 once a's mail is in", out[0].to, out[0].msg)
 	}
-	if !slices.Equal(changes, []change{{shard: "s1", region: "c", heldBy: "a"}}) {
+	if !slices.Equal(changes, []change{{shard: "s1", region: addr("c"), heldBy: addr("a")}}) {
 		t.Fatalf("changes %v; want s1 placed on c, still held by a", changes)
 	}
 	// a, which held s1's mail, is also told where it goes, though it
@@ -602,19 +603,19 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 		t.Fatalf("sent %v; want a told s1's new home", sent(out))
 	}
 	// Once s1 started on c, a's mail is in: the store forgets a.
-	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: "c"}); !slices.Equal(changes, []change{{shard: "s1", region: "c"}}) {
+	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: addr("c")}); !slices.Equal(changes, []change{{shard: "s1", region: addr("c")}}) {
 		t.Fatalf("changes %v on ShardStarted; want s1 on c, held by nobody", changes)
 	}
-	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: "c"}); len(changes) != 0 {
+	if changes, _ := next.step(protocol.ShardStarted{Shard: "s1", Region: addr("c")}); len(changes) != 0 {
 		t.Fatalf("changes %v on a second ShardStarted; want none", changes)
 	}
 
 	// b leaves the view: s2's mail is gone with it.
-	changes, _ = next.step(membersChanged{members: []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "c", Status: allocation.Up, Reachable: true}}})
+	changes, _ = next.step(membersChanged{members: []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("c"), Status: cluster.Up}}})
 	if !slices.Equal(changes, []change{{shard: "s2"}}) {
 		t.Fatalf("changes %v; want s2's holder forgotten", changes)
 	}
-	if _, out := next.step(protocol.GetShardHome{Shard: "s2", Region: "c"}); len(out) == 0 || out[0].msg.(protocol.HostShard).From != "" {
+	if _, out := next.step(protocol.GetShardHome{Shard: "s2", Region: addr("c")}); len(out) == 0 || !out[0].msg.(protocol.HostShard).From.IsZero() {
 		t.Fatalf("sent %v; want s2 hosted without waiting", out)
 	}
 }
@@ -626,32 +627,32 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 // ever, and a leaving one would leave with the shard's buffer.
 func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 	c := newTestCore(1)
-	c.step(protocol.Register{Region: "a"})
-	c.step(protocol.Register{Region: "b"})
-	view := func(statusOfC allocation.Status) []Member {
-		return []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "b", Status: allocation.Up, Reachable: true}, {Node: "c", Status: statusOfC}}
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	view := func(statusOfC cluster.Status) []cluster.Member {
+		return []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("b"), Status: cluster.Up}, {Address: addr("c"), Status: statusOfC, Unreachable: true}}
 	}
-	if _, out := c.step(membersChanged{members: view(allocation.Up)}); slices.ContainsFunc(out, func(o outbound) bool { _, ok := o.msg.(protocol.MembersDown); return ok }) {
+	if _, out := c.step(membersChanged{members: view(cluster.Up)}); slices.ContainsFunc(out, func(o outbound) bool { _, ok := o.msg.(protocol.MembersDown); return ok }) {
 		t.Fatalf("sent %v with nobody Down", sent(out))
 	}
-	_, out := c.step(membersChanged{members: view(allocation.Down)})
+	_, out := c.step(membersChanged{members: view(cluster.Down)})
 	if got, want := sent(out), []string{"a: MembersDown c", "b: MembersDown c"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
-	if _, out := c.step(membersChanged{members: view(allocation.Down)}); len(out) != 0 {
+	if _, out := c.step(membersChanged{members: view(cluster.Down)}); len(out) != 0 {
 		t.Fatalf("sent %v for a view that changed nothing", sent(out))
 	}
-	if _, out := c.step(protocol.Register{Region: "d"}); !slices.Contains(sent(out), "d: MembersDown c") {
+	if _, out := c.step(protocol.Register{Region: addr("d")}); !slices.Contains(sent(out), "d: MembersDown c") {
 		t.Fatalf("sent %v on registration, want the members Down", sent(out))
 	}
 	// b is cut off, then reachable again: told again (the word sent
 	// while it was cut off was lost).
-	cut := view(allocation.Down)
-	cut[1].Reachable = false
+	cut := view(cluster.Down)
+	cut[1].Unreachable = true
 	if _, out := c.step(membersChanged{members: cut}); len(out) != 0 {
 		t.Fatalf("sent %v when b became unreachable", sent(out))
 	}
-	if _, out := c.step(membersChanged{members: view(allocation.Down)}); !slices.Equal(sent(out), []string{"b: MembersDown c"}) {
+	if _, out := c.step(membersChanged{members: view(cluster.Down)}); !slices.Equal(sent(out), []string{"b: MembersDown c"}) {
 		t.Fatalf("sent %v when b became reachable again, want the members Down to b", sent(out))
 	}
 }
@@ -664,25 +665,25 @@ func TestCoordinatorTellsRegionsTheMembersDown(t *testing.T) {
 func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	view := func(nodes ...string) membersChanged {
-		var ms []Member
+		var ms []cluster.Member
 		for _, n := range nodes {
-			ms = append(ms, Member{Node: n, Status: allocation.Up, Reachable: true})
+			ms = append(ms, cluster.Member{Address: addr(n), Status: cluster.Up})
 		}
 		return membersChanged{members: ms}
 	}
 	for _, successor := range []bool{false, true} {
 		t.Run(fmt.Sprintf("successor=%v", successor), func(t *testing.T) {
-			c := newCoordinatorCore("x", 1, homed(map[string]string{"s1": "a"}), strategy, 1)
+			c := newCoordinatorCore(addr("x"), 1, homed(map[string]string{"s1": "a"}), strategy, 1)
 			c.step(view("a", "b", "c"))
 			for _, r := range []string{"a", "b", "c"} {
-				c.step(protocol.Register{Region: r})
+				c.step(protocol.Register{Region: addr(r)})
 			}
-			c.step(protocol.GracefulShutdownReq{Region: "a"})
+			c.step(protocol.GracefulShutdownReq{Region: addr("a")})
 			for _, r := range []string{"a", "b", "c"} {
-				c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r, FencedAt: "a"})
+				c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr(r), FencedAt: addr("a")})
 			}
-			changes, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: "a", Held: true})
-			if len(changes) != 2 || changes[1].heldBy != "a" {
+			changes, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+			if len(changes) != 2 || changes[1].heldBy != addr("a") {
 				t.Fatalf("changes %v; want s1 placed, held by a", changes)
 			}
 			home := changes[1].region
@@ -691,15 +692,15 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 				for _, ch := range changes {
 					applyChange(stored, ch.stored())
 				}
-				c = newCoordinatorCore("x", 2, stored, strategy, 1)
+				c = newCoordinatorCore(addr("x"), 2, stored, strategy, 1)
 				c.step(view("a", "b", "c"))
 				for _, r := range []string{"a", "b", "c"} {
-					c.step(protocol.Register{Region: r})
+					c.step(protocol.Register{Region: addr(r)})
 				}
 			}
 			var rest []string
 			for _, r := range []string{"a", "b", "c"} {
-				if r != home {
+				if addr(r) != home {
 					rest = append(rest, r)
 				}
 			}
@@ -708,17 +709,17 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 				t.Fatalf("nothing sent when %s left", home)
 			}
 			host, ok := out[0].msg.(protocol.HostShard)
-			if !ok || host.From != "a" {
+			if !ok || host.From != addr("a") {
 				t.Fatalf("first message %#v; want a HostShard from a", out[0].msg)
 			}
-			if want := (change{shard: "s1", region: out[0].to, heldBy: "a"}); len(changes) != 2 || changes[1] != want {
+			if want := (change{shard: "s1", region: out[0].to, heldBy: addr("a")}); len(changes) != 2 || changes[1] != want {
 				t.Fatalf("changes %v; want s1 deallocated, then %v", changes, want)
 			}
 			// a learns that the new home waits for it: it hands over even
 			// with nothing left to hand (its mail went to the dead home).
 			if !slices.ContainsFunc(out, func(o outbound) bool {
 				h, ok := o.msg.(protocol.ShardHome)
-				return o.to == "a" && ok && h.Region == out[0].to && h.From == "a"
+				return o.to == addr("a") && ok && h.Region == out[0].to && h.From == addr("a")
 			}) {
 				t.Fatalf("sent %#v; want a told the new home, naming a as the holder", out)
 			}
@@ -734,20 +735,20 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 // it announces itself.
 func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	c := newCoordinatorCore("x", 3, map[string]Allocation{"s1": {Region: "b", MailHeldBy: "a"}, "s2": {Region: "b"}}, strategy, 1)
-	members := []Member{{Node: "a", Status: allocation.Up, Reachable: true}, {Node: "b", Status: allocation.Up, Reachable: true}}
+	c := newCoordinatorCore(addr("x"), 3, map[string]Allocation{"s1": {Region: addr("b"), MailHeldBy: addr("a")}, "s2": {Region: addr("b")}}, strategy, 1)
+	members := []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("b"), Status: cluster.Up}}
 	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "b: HostShard s1", "b: ShardHomes"}) {
 		t.Fatalf("announced %v; want b told to host s1 (from a) ahead of the homes", sent(out))
 	}
-	_, out := c.step(protocol.Register{Region: "b"})
+	_, out := c.step(protocol.Register{Region: addr("b")})
 	if !slices.Equal(sent(out), []string{"b: RegisterAck", "b: HostShard s1", "b: ShardHomes"}) {
 		t.Fatalf("welcomed with %v; want the HostShard of s1 ahead of the homes", sent(out))
 	}
-	if host := out[1].msg.(protocol.HostShard); host.From != "a" {
+	if host := out[1].msg.(protocol.HostShard); host.From != addr("a") {
 		t.Fatalf("HostShard %+v, want From a", host)
 	}
-	c.step(protocol.ShardStarted{Shard: "s1", Region: "b"})
-	if _, out := c.step(protocol.Register{Region: "b"}); !slices.Equal(sent(out), []string{"b: RegisterAck", "b: ShardHomes"}) {
+	c.step(protocol.ShardStarted{Shard: "s1", Region: addr("b")})
+	if _, out := c.step(protocol.Register{Region: addr("b")}); !slices.Equal(sent(out), []string{"b: RegisterAck", "b: ShardHomes"}) {
 		t.Fatalf("welcomed with %v once s1 started; want no HostShard", sent(out))
 	}
 }
@@ -756,7 +757,7 @@ func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing
 func homed(homes map[string]string) map[string]Allocation {
 	shards := make(map[string]Allocation, len(homes))
 	for shard, region := range homes {
-		shards[shard] = Allocation{Region: region}
+		shards[shard] = Allocation{Region: addr(region)}
 	}
 	return shards
 }

@@ -18,7 +18,7 @@ import (
 // ---- the pipeline as a pure machine ----
 
 func home(to, shard, region string) outbound {
-	return outbound{to: to, msg: protocol.ShardHome{Shard: shard, Region: region, Epoch: 1}}
+	return outbound{to: addr(to), msg: protocol.ShardHome{Shard: shard, Region: addr(region), Epoch: 1}}
 }
 
 // A step's messages wait until every change of that step and of every
@@ -29,18 +29,18 @@ func TestPipelineHoldsMessagesUntilTheirBatchCommitted(t *testing.T) {
 	if now := p.take(protocol.ShardStarted{}, nil, []outbound{home("b", "s0", "a")}); len(now) != 1 {
 		t.Fatalf("nothing held, no change: sent %v, want it at once", sent(now))
 	}
-	if now := p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")}); now != nil {
+	if now := p.take(protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []change{{shard: "s1", region: addr("a")}}, []outbound{home("b", "s1", "a")}); now != nil {
 		t.Fatalf("a step with a change sent %v at once", sent(now))
 	}
 	b1 := p.next()
-	if b1 == nil || !slices.Equal(b1.changes, []AllocationChange{{Shard: "s1", Region: "a"}}) {
+	if b1 == nil || !slices.Equal(b1.changes, []AllocationChange{{Shard: "s1", Region: addr("a")}}) {
 		t.Fatalf("first batch %+v", b1)
 	}
-	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{shard: "s2", region: "a"}}, []outbound{home("b", "s2", "a")})
-	if now := p.take(protocol.RegisterProxy{Region: "c"}, nil, []outbound{{to: "c", msg: protocol.RegisterAck{}}}); now != nil {
+	p.take(protocol.GetShardHome{Shard: "s2", Region: addr("b")}, []change{{shard: "s2", region: addr("a")}}, []outbound{home("b", "s2", "a")})
+	if now := p.take(protocol.RegisterProxy{Region: addr("c")}, nil, []outbound{{to: addr("c"), msg: protocol.RegisterAck{}}}); now != nil {
 		t.Fatalf("a step behind held ones sent %v at once", sent(now))
 	}
-	p.take(protocol.GetShardHome{Shard: "s3", Region: "b"}, []change{{shard: "s3", region: "a"}}, []outbound{home("b", "s3", "a")})
+	p.take(protocol.GetShardHome{Shard: "s3", Region: addr("b")}, []change{{shard: "s3", region: addr("a")}}, []outbound{home("b", "s3", "a")})
 	if p.next() != nil {
 		t.Fatal("a second batch went in flight beside the first")
 	}
@@ -48,7 +48,7 @@ func TestPipelineHoldsMessagesUntilTheirBatchCommitted(t *testing.T) {
 		t.Fatalf("first commit released %v", got)
 	}
 	b2 := p.next()
-	want := []AllocationChange{{Shard: "s2", Region: "a"}, {Shard: "s3", Region: "a"}}
+	want := []AllocationChange{{Shard: "s2", Region: addr("a")}, {Shard: "s3", Region: addr("a")}}
 	if b2 == nil || !slices.Equal(b2.changes, want) {
 		t.Fatalf("second batch %+v, want %v", b2, want)
 	}
@@ -64,17 +64,17 @@ func TestPipelineHoldsMessagesUntilTheirBatchCommitted(t *testing.T) {
 // behind it wait in order, and nothing is lost.
 func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []change{{shard: "s1", region: addr("a")}}, []outbound{home("b", "s1", "a")})
 	b1 := p.next()
 	if !p.failed(b1.seq) || !p.retrying() {
 		t.Fatal("failure of the batch in flight not taken")
 	}
-	p.take(protocol.GetShardHome{Shard: "s2", Region: "b"}, []change{{shard: "s2", region: "a"}}, []outbound{home("b", "s2", "a")})
+	p.take(protocol.GetShardHome{Shard: "s2", Region: addr("b")}, []change{{shard: "s2", region: addr("a")}}, []outbound{home("b", "s2", "a")})
 	if p.next() != nil {
 		t.Fatal("a batch went in flight past a failed one")
 	}
 	again := p.retry()
-	if again == nil || again.seq != b1.seq || !slices.Equal(again.changes, []AllocationChange{{Shard: "s1", Region: "a"}}) {
+	if again == nil || again.seq != b1.seq || !slices.Equal(again.changes, []AllocationChange{{Shard: "s1", Region: addr("a")}}) {
 		t.Fatalf("retried %+v", again)
 	}
 	if p.retry() != nil {
@@ -84,7 +84,7 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 		t.Fatalf("released %v", got)
 	}
 	b2 := p.next()
-	if b2 == nil || !slices.Equal(b2.changes, []AllocationChange{{Shard: "s2", Region: "a"}}) || p.retrying() {
+	if b2 == nil || !slices.Equal(b2.changes, []AllocationChange{{Shard: "s2", Region: addr("a")}}) || p.retrying() {
 		t.Fatalf("after the retry: batch %+v, retrying %v", b2, p.retrying())
 	}
 	if got := sent(p.committed(b2.seq)); !slices.Equal(got, []string{"b: ShardHome s2@a"}) {
@@ -96,29 +96,29 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 // a committed home and nothing held for the asker names its shard.
 func TestPipelineAnswersCommittedHomesAtOnce(t *testing.T) {
 	var p coordinatorPipeline
-	p.take(protocol.GetShardHome{Shard: "s1", Region: "b"}, []change{{shard: "s1", region: "a"}}, []outbound{home("b", "s1", "a")})
+	p.take(protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []change{{shard: "s1", region: addr("a")}}, []outbound{home("b", "s1", "a")})
 	p.next()
-	p.take(protocol.BeginHandOff{}, nil, []outbound{{to: "c", msg: protocol.BeginHandOff{Shard: "s9", Epoch: 1}}})
+	p.take(protocol.BeginHandOff{}, nil, []outbound{{to: addr("c"), msg: protocol.BeginHandOff{Shard: "s9", Epoch: 1}}})
 	cases := []struct {
 		name string
 		in   Message
 		out  []outbound
 		now  bool
 	}{
-		{"committed home", protocol.GetShardHome{Shard: "s0", Region: "b"}, []outbound{home("b", "s0", "a")}, true},
-		{"home in flight", protocol.GetShardHome{Shard: "s1", Region: "b"}, []outbound{home("b", "s1", "a")}, false},
-		{"held message names the shard", protocol.GetShardHome{Shard: "s9", Region: "c"}, []outbound{home("c", "s9", "a")}, false},
-		{"held message names another shard", protocol.GetShardHome{Shard: "s0", Region: "c"}, []outbound{home("c", "s0", "a")}, true},
-		{"not a GetShardHome", protocol.ShardStarted{Shard: "s0", Region: "b"}, []outbound{home("b", "s0", "a")}, false},
-		{"not to the asker", protocol.GetShardHome{Shard: "s0", Region: "b"}, []outbound{home("c", "s0", "a")}, false},
+		{"committed home", protocol.GetShardHome{Shard: "s0", Region: addr("b")}, []outbound{home("b", "s0", "a")}, true},
+		{"home in flight", protocol.GetShardHome{Shard: "s1", Region: addr("b")}, []outbound{home("b", "s1", "a")}, false},
+		{"held message names the shard", protocol.GetShardHome{Shard: "s9", Region: addr("c")}, []outbound{home("c", "s9", "a")}, false},
+		{"held message names another shard", protocol.GetShardHome{Shard: "s0", Region: addr("c")}, []outbound{home("c", "s0", "a")}, true},
+		{"not a GetShardHome", protocol.ShardStarted{Shard: "s0", Region: addr("b")}, []outbound{home("b", "s0", "a")}, false},
+		{"not to the asker", protocol.GetShardHome{Shard: "s0", Region: addr("b")}, []outbound{home("c", "s0", "a")}, false},
 	}
 	for _, tc := range cases {
 		if got := p.mayAnswerNow(tc.in, tc.out); got != tc.now {
 			t.Errorf("%s: may answer now %v, want %v", tc.name, got, tc.now)
 		}
 	}
-	p.take(protocol.RegisterProxy{Region: "b"}, nil, []outbound{{to: "b", msg: protocol.ShardHomes{Epoch: 1}}})
-	if p.mayAnswerNow(protocol.GetShardHome{Shard: "s0", Region: "b"}, []outbound{home("b", "s0", "a")}) {
+	p.take(protocol.RegisterProxy{Region: addr("b")}, nil, []outbound{{to: addr("b"), msg: protocol.ShardHomes{Epoch: 1}}})
+	if p.mayAnswerNow(protocol.GetShardHome{Shard: "s0", Region: addr("b")}, []outbound{home("b", "s0", "a")}) {
 		t.Error("answered past a held ShardHomes to the asker")
 	}
 }
@@ -192,11 +192,11 @@ type fakeRegion struct {
 	got  []outbound
 }
 
-func newFakeRegion(t *testing.T, tr *LocalTransport, name string, co Address) *fakeRegion {
+func newFakeRegion(t *testing.T, tr *memoryTransport, name string, co Address) *fakeRegion {
 	f := &fakeRegion{name: name, tr: tr, co: co}
-	if _, err := tr.Listen(Address{Node: name, Type: co.Type}, func(m Message) error {
+	if _, err := tr.Listen(Address{Node: addr(name), Type: co.Type}, func(m Message) error {
 		f.mu.Lock()
-		f.got = append(f.got, outbound{to: name, msg: m})
+		f.got = append(f.got, outbound{to: addr(name), msg: m})
 		f.mu.Unlock()
 		return nil
 	}); err != nil {
@@ -243,12 +243,12 @@ func pipelineNode(t *testing.T, store CoordinatorStore, settings Settings) (s *S
 func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding, r *Region[string], b, c *fakeRegion, seen chan string) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cluster, lt := NewLocalCluster(), NewLocalTransport()
+	members, lt := newTestCluster(), newMemoryTransport()
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Transport, cfg.Membership = lt, cluster.Join("a")
+	cfg.Transport, cfg.Membership = lt, members.Join("a")
 	s, err = New(sys, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -265,12 +265,12 @@ func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding,
 	if err != nil {
 		t.Fatal(err)
 	}
-	co := Address{Node: "a", Type: "Pipe", Coordinator: true}
+	co := Address{Node: addr("a"), Type: "Pipe", Coordinator: true}
 	b, c = newFakeRegion(t, lt, "b", co), newFakeRegion(t, lt, "c", co)
-	cluster.Join("b")
-	cluster.Join("c")
+	members.Join("b")
+	members.Join("c")
 	synctest.Wait()
-	b.send(t, protocol.RegisterProxy{Region: "b"})
+	b.send(t, protocol.RegisterProxy{Region: addr("b")})
 	synctest.Wait()
 	return s, r, b, c, seen
 }
@@ -309,14 +309,14 @@ func TestCoordinatorKeepsWorkingWhileACommitHangs(t *testing.T) {
 
 		before := len(c.received()) // the new coordinator's announcement
 		store.close()
-		b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // allocates: the commit hangs
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // allocates: the commit hangs
 		synctest.Wait()
 		if err := r.EntityRefFor("s1").Tell("2"); err != nil {
 			t.Fatal(err)
 		}
-		b.send(t, protocol.GetShardHome{Shard: "s1", Region: "b"}) // committed: answered now
-		c.send(t, protocol.RegisterProxy{Region: "c"})             // its welcome names s2: held
-		b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"}) // in flight: held
+		b.send(t, protocol.GetShardHome{Shard: "s1", Region: addr("b")}) // committed: answered now
+		c.send(t, protocol.RegisterProxy{Region: addr("c")})             // its welcome names s2: held
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")}) // in flight: held
 		synctest.Wait()
 		if got := drain(seen); !slices.Equal(got, []string{"2"}) {
 			t.Fatalf("while the commit hangs the entity got %v, want [2]", got)
@@ -337,7 +337,7 @@ func TestCoordinatorKeepsWorkingWhileACommitHangs(t *testing.T) {
 			t.Fatalf("after the commit c got %v, want its welcome", got)
 		}
 		_, committed := store.batches()
-		if want := [][]AllocationChange{{{Shard: "s1", Region: "a"}}, {{Shard: "s2", Region: "a"}}}; !slices.EqualFunc(committed, want, slices.Equal) {
+		if want := [][]AllocationChange{{{Shard: "s1", Region: addr("a")}}, {{Shard: "s2", Region: addr("a")}}}; !slices.EqualFunc(committed, want, slices.Equal) {
 			t.Fatalf("committed %v, want %v", committed, want)
 		}
 	})
@@ -353,7 +353,7 @@ func TestCoordinatorCommitsInStepOrder(t *testing.T) {
 		defer s.Terminate()
 		store.close()
 		for _, shard := range []string{"s3", "s1", "s4", "s2"} {
-			b.send(t, protocol.GetShardHome{Shard: shard, Region: "b"})
+			b.send(t, protocol.GetShardHome{Shard: shard, Region: addr("b")})
 		}
 		synctest.Wait()
 		if got := b.homes(); len(got) != 0 {
@@ -362,7 +362,7 @@ func TestCoordinatorCommitsInStepOrder(t *testing.T) {
 		store.open()
 		synctest.Wait()
 		_, committed := store.batches()
-		want := [][]AllocationChange{{{Shard: "s3", Region: "a"}}, {{Shard: "s1", Region: "a"}, {Shard: "s4", Region: "a"}, {Shard: "s2", Region: "a"}}}
+		want := [][]AllocationChange{{{Shard: "s3", Region: addr("a")}}, {{Shard: "s1", Region: addr("a")}, {Shard: "s4", Region: addr("a")}, {Shard: "s2", Region: addr("a")}}}
 		if !slices.EqualFunc(committed, want, slices.Equal) {
 			t.Fatalf("committed %v, want %v", committed, want)
 		}
@@ -383,10 +383,10 @@ func TestCoordinatorRetriesAFailedBatchLosingNothing(t *testing.T) {
 		store.mu.Lock()
 		store.fails = 2
 		store.mu.Unlock()
-		b.send(t, protocol.GetShardHome{Shard: "s1", Region: "b"})
+		b.send(t, protocol.GetShardHome{Shard: "s1", Region: addr("b")})
 		synctest.Wait()
-		b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"})
-		b.send(t, protocol.GetShardHome{Shard: "s3", Region: "b"})
+		b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
+		b.send(t, protocol.GetShardHome{Shard: "s3", Region: addr("b")})
 		synctest.Wait()
 		if got := b.homes(); len(got) != 0 {
 			t.Fatalf("after a failed commit b got %v", got)
@@ -394,8 +394,8 @@ func TestCoordinatorRetriesAFailedBatchLosingNothing(t *testing.T) {
 		time.Sleep(time.Minute) // the back-offs
 		synctest.Wait()
 		attempts, committed := store.batches()
-		s1 := []AllocationChange{{Shard: "s1", Region: "a"}}
-		rest := []AllocationChange{{Shard: "s2", Region: "a"}, {Shard: "s3", Region: "a"}}
+		s1 := []AllocationChange{{Shard: "s1", Region: addr("a")}}
+		rest := []AllocationChange{{Shard: "s2", Region: addr("a")}, {Shard: "s3", Region: addr("a")}}
 		if want := [][]AllocationChange{s1, s1, s1, rest}; !slices.EqualFunc(attempts, want, slices.Equal) {
 			t.Fatalf("attempts %v, want %v", attempts, want)
 		}
@@ -418,11 +418,11 @@ func TestCoordinatorStopWaitsForTheBatchInFlightWithinItsTimeout(t *testing.T) {
 			s, r, b, _, _ := pipelineNode(t, store, Settings{StoreTimeout: 10 * time.Second})
 			defer s.Terminate()
 			store.close()
-			b.send(t, protocol.GetShardHome{Shard: "s2", Region: "b"})
+			b.send(t, protocol.GetShardHome{Shard: "s2", Region: addr("b")})
 			synctest.Wait()
 			start := time.Now()
 			stopped := make(chan struct{})
-			go func() { r.stopCoordinator(); close(stopped) }()
+			go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 			time.Sleep(time.Second)
 			synctest.Wait()
 			select {
@@ -445,7 +445,7 @@ func TestCoordinatorStopWaitsForTheBatchInFlightWithinItsTimeout(t *testing.T) {
 			if took != time.Second || len(committed) != 1 || !slices.Contains(b.homes(), "b: ShardHome s2@a") {
 				t.Fatalf("stopped after %v, committed %v, b got %v; want 1s, s2 committed and pushed", took, committed, b.homes())
 			}
-			if _, _, err := store.Acquire(context.Background(), "Pipe", "z", time.Minute); err != nil {
+			if _, _, err := store.Acquire(context.Background(), "Pipe", addr("z"), time.Minute); err != nil {
 				t.Fatalf("the lease was not released: %v", err)
 			}
 		})

@@ -10,8 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -92,7 +93,7 @@ func (s *slowStores) openAll() {
 	s.shards.open()
 }
 
-func (s *slowStores) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]Allocation, error) {
+func (s *slowStores) Acquire(ctx context.Context, typeName string, owner cluster.UniqueAddress, ttl time.Duration) (uint64, map[string]Allocation, error) {
 	s.acquires.Add(1)
 	if err := s.acquire.wait(ctx); err != nil {
 		return 0, nil, err
@@ -148,7 +149,7 @@ func answers(t *testing.T, cell *entity.Cell[string], got chan string) bool {
 // leaseFree reports whether another node could take the coordinator lease.
 func leaseFree(t *testing.T, store *MemoryCoordinatorStore) bool {
 	t.Helper()
-	_, _, err := store.Acquire(context.Background(), "Pipe", "z", time.Minute)
+	_, _, err := store.Acquire(context.Background(), "Pipe", addr("z"), time.Minute)
 	return err == nil
 }
 
@@ -194,7 +195,7 @@ func TestCoordinatorStoppedWhileAcquiringDoesNotAct(t *testing.T) {
 			store.acquire.close()
 			_, r, b, c, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
 			stopped := make(chan struct{})
-			go func() { r.stopCoordinator(); close(stopped) }()
+			go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 			synctest.Wait()
 			select {
 			case <-stopped:
@@ -258,7 +259,7 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 	t.Run("held", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := newSlowStores()
-			epoch, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", "z", time.Hour)
+			epoch, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", addr("z"), time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +294,7 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 func TestCoordinatorAcquiresAsTheHeldLeaseEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newSlowStores()
-		if _, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", "z", 300*time.Millisecond); err != nil {
+		if _, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", addr("z"), 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		slowNode(t, store, Settings{RetryInterval: time.Second})
@@ -308,7 +309,7 @@ func TestCoordinatorAcquiresAsTheHeldLeaseEnds(t *testing.T) {
 		if n := store.acquires.Load(); n != 2 {
 			t.Fatalf("%d Acquires 50 ms after z's lease ended, want 2", n)
 		}
-		_, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", "y", time.Second)
+		_, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", addr("y"), time.Second)
 		if !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("another's Acquire 50 ms after z's lease ended: %v, want ErrLeaseHeld: the coordinator took it", err)
 		}
@@ -325,19 +326,19 @@ func TestCoordinatorReleasesItsLeaseOffTheWorker(t *testing.T) {
 		s, r, b, _, _ := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second})
 		cell, got := echo(s.System())
 		store.release.close()
-		r.coordinated.Lock()
-		co := r.coord
-		r.coordinated.Unlock()
+		hostOf(r).mu.Lock()
+		co := hostOf(r).coord
+		hostOf(r).mu.Unlock()
 		start := time.Now()
 		stopped := make(chan struct{})
-		go func() { r.stopCoordinator(); close(stopped) }()
+		go func() { hostOf(r).stopCoordinator(); close(stopped) }()
 		synctest.Wait()
 		if !answers(t, cell, got) {
 			t.Fatal("an entity did not run while the coordinator's Release hung")
 		}
 		before := len(b.received())
 		// Unlistened, as before: only its own node could still tell it.
-		if err := co.Tell(protocol.GetShardHome{Shard: "s1", Region: "b"}); err != nil {
+		if err := co.Tell(protocol.GetShardHome{Shard: "s1", Region: addr("b")}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
@@ -368,7 +369,7 @@ func TestCoordinatorReadsRememberedShardsOffTheWorker(t *testing.T) {
 				t.Fatal("an entity did not run while the read of remembered shards hung")
 			}
 			if stop {
-				r.stopCoordinator()
+				hostOf(r).stopCoordinator()
 				if store.releases.Load() != 1 || !leaseFree(t, store.MemoryCoordinatorStore) {
 					t.Fatalf("stopped during the read: %d Releases, lease not free", store.releases.Load())
 				}
@@ -392,13 +393,25 @@ func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newSlowStores()
 		_, r, _, _, seen := slowNode(t, store, Settings{StoreTimeout: 10 * time.Second, RetryInterval: time.Second})
-		cluster := r.s.cfg.Membership.(localView).c
-		r.coordinated.Lock()
-		old := r.coord
-		r.coordinated.Unlock()
+		// This node's own opinion of a's status, against the rules of a
+		// real membership (a status moving back).
+		local := r.s.cfg.Membership.(inproc.Membership).LocalMembership
+		setStatus := func(st cluster.Status) {
+			v := local.View()
+			m, _ := v.Member(addr("a"))
+			m.Status = st
+			next, err := v.Without(m.Address).With(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local.Set(next)
+		}
+		hostOf(r).mu.Lock()
+		old := hostOf(r).coord
+		hostOf(r).mu.Unlock()
 		store.release.close()
 		start := time.Now()
-		cluster.SetStatus("a", allocation.Leaving) // a is no longer the oldest
+		setStatus(cluster.Leaving) // a is no longer the oldest
 		if took := time.Since(start); took != 0 {
 			t.Fatalf("the membership callback waited %v for the coordinator to stop", took)
 		}
@@ -406,7 +419,7 @@ func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
 		if store.releases.Load() != 1 {
 			t.Fatalf("%d Releases, want the stopping coordinator's", store.releases.Load())
 		}
-		cluster.SetStatus("a", allocation.Up) // the oldest again: the old one is still stopping
+		setStatus(cluster.Up) // the oldest again: the old one is still stopping
 		synctest.Wait()
 		if n := store.acquires.Load(); n != 1 {
 			t.Fatalf("%d Acquires while the old coordinator stops, want 1", n)

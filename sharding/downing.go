@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/cluster"
 )
 
 // NodeLeases is the coordinator's side of the node leases (docs/DESIGN.md,
@@ -20,11 +20,11 @@ type NodeLeases interface {
 	// DownNode marks node down in the store, so that its next lease
 	// renewal fails and it fences itself (stops every entity at once).
 	// Downing twice, or a node that released its lease, is harmless.
-	DownNode(ctx context.Context, node string) error
+	DownNode(ctx context.Context, node cluster.UniqueAddress) error
 	// NodeLeaseExpired reports whether node's lease has expired in the
 	// store's time; only then may its shards start elsewhere. A node the
 	// store never heard of never hosted anything: expired.
-	NodeLeaseExpired(ctx context.Context, node string) (bool, error)
+	NodeLeaseExpired(ctx context.Context, node cluster.UniqueAddress) (bool, error)
 }
 
 // downing is the coordinator's bookkeeping of failed nodes as a pure
@@ -100,28 +100,28 @@ type NodeLeases interface {
 // holder of the coordinator lease downs, and only expired leases move
 // shards.
 type downing struct {
-	self        string
+	self        cluster.UniqueAddress
 	role        string
 	stableAfter time.Duration
-	nodes       map[string]*failedNode
-	counted     map[string]Member // who counts towards the majority (see downing), as last seen
-	view        map[string]Member // the latest view, by node
-	theirsSig   string            // the other side, sorted, joined
-	stableSince time.Time         // when theirsSig last changed; zero before the first view
-	side        uint64            // counts the changes of theirsSig
-	offUntil    time.Time         // after a stand-down: do not take the lease before
+	nodes       map[cluster.UniqueAddress]*failedNode
+	counted     map[cluster.UniqueAddress]cluster.Member // who counts towards the majority (see downing), as last seen
+	view        map[cluster.UniqueAddress]cluster.Member // the latest view, by node
+	theirsSig   string                                   // the other side, sorted, joined
+	stableSince time.Time                                // when theirsSig last changed; zero before the first view
+	side        uint64                                   // counts the changes of theirsSig
+	offUntil    time.Time                                // after a stand-down: do not take the lease before
 	// polling names the counted members, healthy in the view, whose lease
 	// expiry a call under way asks of the store (see due).
-	polling map[string]bool
+	polling map[cluster.UniqueAddress]bool
 }
 
 type failedNode struct {
-	last    Member // as last seen in a view; zero while never seen
-	down    bool   // the store must down it (membership said it failed)
-	downed  bool   // the store confirmed the down
-	expired bool   // the store confirmed its lease expired: final
-	checked bool   // the store said its lease is live since the other side last changed
-	askedOn uint64 // the side (downing.side) the call under way was asked on
+	last    cluster.Member // as last seen in a view; zero while never seen
+	down    bool           // the store must down it (membership said it failed)
+	downed  bool           // the store confirmed the down
+	expired bool           // the store confirmed its lease expired: final
+	checked bool           // the store said its lease is live since the other side last changed
+	askedOn uint64         // the side (downing.side) the call under way was asked on
 	// downSent: a DownNode call went out; the node is doomed even if it
 	// turns up healthy.
 	downSent bool
@@ -130,7 +130,7 @@ type failedNode struct {
 
 // downCall is a store call the runner makes for the machine.
 type downCall struct {
-	node string
+	node cluster.UniqueAddress
 	down bool // DownNode; else NodeLeaseExpired
 	// poll: the node is no failed node but a counted member the view
 	// shows healthy; only an expired lease makes it one.
@@ -153,10 +153,10 @@ func (downingTick) ProtocolMessage() {}
 
 // newDowning returns the machine of the coordinator on node self for the
 // type's role; it decides on a view stable for stableAfter.
-func newDowning(self, role string, stableAfter time.Duration) *downing {
+func newDowning(self cluster.UniqueAddress, role string, stableAfter time.Duration) *downing {
 	return &downing{self: self, role: role, stableAfter: stableAfter,
-		nodes: make(map[string]*failedNode), counted: make(map[string]Member), view: make(map[string]Member),
-		polling: make(map[string]bool)}
+		nodes: make(map[cluster.UniqueAddress]*failedNode), counted: make(map[cluster.UniqueAddress]cluster.Member), view: make(map[cluster.UniqueAddress]cluster.Member),
+		polling: make(map[cluster.UniqueAddress]bool)}
 }
 
 // resume readies the machine for a new coordinator runner on its node:
@@ -175,25 +175,25 @@ func (d *downing) resume() *downing {
 
 // observe takes a membership view, the regions the core knows of, and
 // the coordinator's clock.
-func (d *downing) observe(members []Member, known []string, now time.Time) {
+func (d *downing) observe(members []cluster.Member, known []cluster.UniqueAddress, now time.Time) {
 	clear(d.view)
 	first := len(d.counted) == 0
 	for _, m := range members {
-		d.view[m.Node] = m
-		if _, counts := d.counted[m.Node]; d.countable(m) && (counts || first || m.Node == d.self) {
-			d.counted[m.Node] = m
+		d.view[m.Address] = m
+		if _, counts := d.counted[m.Address]; d.countable(m) && (counts || first || m.Address == d.self) {
+			d.counted[m.Address] = m
 		}
-		n := d.nodes[m.Node]
-		failed := m.Node != d.self && (!m.Reachable || m.Status == allocation.Down)
+		n := d.nodes[m.Address]
+		failed := m.Address != d.self && (m.Unreachable || m.Status == cluster.Down)
 		switch {
 		case failed && n == nil:
-			d.nodes[m.Node] = &failedNode{last: m, down: true}
+			d.nodes[m.Address] = &failedNode{last: m, down: true}
 		case failed:
 			n.last, n.down = m, true
 		case n != nil && !n.downSent && !n.expired:
 			// Absent before, or failed but never downed (the view was
 			// not stable yet), healthy now: nothing to do.
-			delete(d.nodes, m.Node)
+			delete(d.nodes, m.Address)
 		case n != nil:
 			n.last = m
 		}
@@ -225,11 +225,11 @@ func (d *downing) observe(members []Member, known []string, now time.Time) {
 
 // countable reports whether m may count towards the majority: it has the
 // role (or is this node), is past Joining, and its lease has not ended.
-func (d *downing) countable(m Member) bool {
-	if m.Node != d.self && !m.HasRole(d.role) || m.Status == allocation.Joining {
+func (d *downing) countable(m cluster.Member) bool {
+	if m.Address != d.self && !m.HasRole(d.role) || m.Status == cluster.Joining {
 		return false
 	}
-	n := d.nodes[m.Node]
+	n := d.nodes[m.Address]
 	return n == nil || !n.expired
 }
 
@@ -254,7 +254,7 @@ func (d *downing) admit() {
 // forgets what the store said of live leases on the old one.
 func (d *downing) settle(now time.Time) {
 	_, theirs := d.sides()
-	if sig := strings.Join(theirs, ","); sig != d.theirsSig || d.stableSince.IsZero() {
+	if sig := joinAddresses(theirs); sig != d.theirsSig || d.stableSince.IsZero() {
 		d.theirsSig, d.stableSince = sig, now
 		d.side++
 		for _, n := range d.nodes {
@@ -275,7 +275,7 @@ func (d *downing) settle(now time.Time) {
 func (d *downing) due(now time.Time) []downCall {
 	var calls []downCall
 	mayDown := d.mayDown(now)
-	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
+	for _, name := range slices.SortedFunc(maps.Keys(d.nodes), cluster.UniqueAddress.Compare) {
 		n := d.nodes[name]
 		if n.busy || n.expired {
 			continue
@@ -285,7 +285,7 @@ func (d *downing) due(now time.Time) []downCall {
 		n.downSent = n.downSent || down
 		calls = append(calls, downCall{node: name, down: down})
 	}
-	for _, name := range slices.Sorted(maps.Keys(d.counted)) {
+	for _, name := range slices.SortedFunc(maps.Keys(d.counted), cluster.UniqueAddress.Compare) {
 		if name == d.self || d.nodes[name] != nil || d.polling[name] {
 			continue
 		}
@@ -337,10 +337,10 @@ func (d *downing) offLease(now time.Time) bool {
 
 // sides reports whether this node's side is the majority of the counted
 // members (see downing), and names the members on the other side, sorted.
-func (d *downing) sides() (majority bool, theirs []string) {
+func (d *downing) sides() (majority bool, theirs []cluster.UniqueAddress) {
 	self, ok := d.counted[d.self]
 	if !ok {
-		self = Member{Node: d.self, JoinedAt: math.MaxInt64} // not seen Up yet: never the oldest
+		self = cluster.Member{Address: d.self, JoinOrder: math.MaxUint64} // not seen Up yet: never the oldest
 	}
 	mine, oldest := 1, self
 	for name, m := range d.counted {
@@ -349,21 +349,21 @@ func (d *downing) sides() (majority bool, theirs []string) {
 		}
 		v, inView := d.view[name]
 		n := d.nodes[name]
-		if inView && v.Reachable && v.Status != allocation.Down && (n == nil || !n.downSent) {
+		if inView && !v.Unreachable && v.Status != cluster.Down && (n == nil || !n.downSent) {
 			mine++
 		} else {
 			theirs = append(theirs, name)
 		}
-		if older(m, oldest) {
+		if m.Older(oldest) {
 			oldest = m
 		}
 	}
-	slices.Sort(theirs)
+	slices.SortFunc(theirs, cluster.UniqueAddress.Compare)
 	switch {
 	case mine != len(theirs):
 		return mine > len(theirs), theirs
 	default:
-		return !slices.Contains(theirs, oldest.Node), theirs
+		return !slices.Contains(theirs, oldest.Address), theirs
 	}
 }
 
@@ -425,30 +425,30 @@ func (d *downing) result(r downResult, now time.Time) bool {
 // known are the regions the core knows of now: one the view does not hold
 // is held back as observe does, even when it registered after the last
 // view (the view lags), so that the core never takes it for gone.
-func (d *downing) filter(members []Member, known []string) []Member {
-	inView := make(map[string]bool, len(members))
+func (d *downing) filter(members []cluster.Member, known []cluster.UniqueAddress) []cluster.Member {
+	inView := make(map[cluster.UniqueAddress]bool, len(members))
 	for _, m := range members {
-		inView[m.Node] = true
+		inView[m.Address] = true
 	}
 	for _, r := range known {
 		if !inView[r] && d.nodes[r] == nil {
 			d.nodes[r] = &failedNode{}
 		}
 	}
-	out := make([]Member, 0, len(members)+len(d.nodes))
+	out := make([]cluster.Member, 0, len(members)+len(d.nodes))
 	for _, m := range members {
-		if d.nodes[m.Node] == nil {
+		if d.nodes[m.Address] == nil {
 			out = append(out, m)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
+	for _, name := range slices.SortedFunc(maps.Keys(d.nodes), cluster.UniqueAddress.Compare) {
 		n := d.nodes[name]
 		m := n.last
-		m.Node = name
-		m.Reachable = false
-		m.Status = allocation.Leaving
+		m.Address = name
+		m.Unreachable = true
+		m.Status = cluster.Leaving
 		if n.expired {
-			m.Status = allocation.Down
+			m.Status = cluster.Down
 		}
 		out = append(out, m)
 	}
@@ -472,4 +472,16 @@ func (s *Sharding) downingSettings(typ string, st Settings) Settings {
 			"entity_type", typ, "downing_stable_after", set, "spread", s.cfg.DowningSpread)
 	}
 	return st
+}
+
+// joinAddresses renders addrs, joined by commas: a signature of a side.
+func joinAddresses(addrs []cluster.UniqueAddress) string {
+	var b strings.Builder
+	for i, a := range addrs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
 }

@@ -3,37 +3,36 @@ package sharding
 import (
 	"bytes"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func up(node string) Member { return Member{Node: node, Status: allocation.Up, Reachable: true} }
+func up(n string) cluster.Member { return cluster.Member{Address: addr(n), Status: cluster.Up} }
 
-func statusOf(members []Member, node string) (allocation.Status, bool, bool) {
+func statusOf(members []cluster.Member, node string) (cluster.Status, bool, bool) {
 	for _, m := range members {
-		if m.Node == node {
-			return m.Status, m.Reachable, true
+		if m.Address == addr(node) {
+			return m.Status, !m.Unreachable, true
 		}
 	}
 	return 0, false, false
 }
 
 func TestDowningMachine(t *testing.T) {
-	d := newDowning("a", "", 0)
+	d := newDowning(addr("a"), "", 0)
 	b := up("b")
-	b.Reachable = false
-	view := []Member{up("a"), b}
+	b.Unreachable = true
+	view := []cluster.Member{up("a"), b}
 	// c is named by a stored allocation but absent from the view.
-	d.observe(view, []string{"a", "b", "c"}, t0)
+	d.observe(view, addrs("a", "b", "c"), t0)
 	calls := d.due(t0)
-	if want := []downCall{{node: "b", down: true}, {node: "c"}}; !slices.Equal(calls, want) {
+	if want := []downCall{{node: addr("b"), down: true}, {node: addr("c")}}; !slices.Equal(calls, want) {
 		t.Fatalf("calls %v, want %v: down the failed member, only check the absent one", calls, want)
 	}
 	if again := d.due(t0); len(again) != 0 {
@@ -42,54 +41,54 @@ func TestDowningMachine(t *testing.T) {
 	core := d.filter(view, nil)
 	for _, n := range []string{"b", "c"} {
 		st, reachable, ok := statusOf(core, n)
-		if !ok || st == allocation.Down || reachable {
+		if !ok || st == cluster.Down || reachable {
 			t.Fatalf("%s seen by the core as (%v, reachable %v, present %v) before its lease expired", n, st, reachable, ok)
 		}
 	}
-	if st, reachable, _ := statusOf(core, "a"); st != allocation.Up || !reachable {
+	if st, reachable, _ := statusOf(core, "a"); st != cluster.Up || !reachable {
 		t.Fatal("a healthy member changed")
 	}
 
 	// A failed DownNode is retried; a confirmed one is followed by expiry checks.
-	if d.result(downResult{call: downCall{node: "b", down: true}, err: errors.New("db down")}, t0) {
+	if d.result(downResult{call: downCall{node: addr("b"), down: true}, err: errors.New("db down")}, t0) {
 		t.Fatal("a failed down reported an expiry")
 	}
-	if calls := d.due(t0); !slices.Contains(calls, downCall{node: "b", down: true}) {
+	if calls := d.due(t0); !slices.Contains(calls, downCall{node: addr("b"), down: true}) {
 		t.Fatalf("calls %v: the failed down is not retried", calls)
 	}
-	d.result(downResult{call: downCall{node: "b", down: true}}, t0)
-	d.result(downResult{call: downCall{node: "c"}, expired: false}, t0)
-	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b"}, {node: "c"}}) {
+	d.result(downResult{call: downCall{node: addr("b"), down: true}}, t0)
+	d.result(downResult{call: downCall{node: addr("c")}, expired: false}, t0)
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: addr("b")}, {node: addr("c")}}) {
 		t.Fatalf("calls %v, want expiry checks of b and c", calls)
 	}
-	if d.result(downResult{call: downCall{node: "b"}, expired: false}, t0) {
+	if d.result(downResult{call: downCall{node: addr("b")}, expired: false}, t0) {
 		t.Fatal("an unexpired lease reported as expired")
 	}
 	// c turns up in the view, healthy: the view had lagged. It is left alone.
 	view = append(view, up("c"))
-	d.observe(view, []string{"a", "b", "c"}, t0)
-	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Up || !reachable {
+	d.observe(view, addrs("a", "b", "c"), t0)
+	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != cluster.Up || !reachable {
 		t.Fatal("a member that turned up healthy is still held back")
 	}
 	// b refutes its failure after it was downed: it is doomed all the same.
-	view[1].Reachable = true
-	d.observe(view, []string{"a", "b", "c"}, t0)
-	if st, _, _ := statusOf(d.filter(view, nil), "b"); st == allocation.Up {
+	view[1].Unreachable = false
+	d.observe(view, addrs("a", "b", "c"), t0)
+	if st, _, _ := statusOf(d.filter(view, nil), "b"); st == cluster.Up {
 		t.Fatal("a downed member came back Up")
 	}
 	d.due(t0)
-	if !d.result(downResult{call: downCall{node: "b"}, expired: true}, t0) {
+	if !d.result(downResult{call: downCall{node: addr("b")}, expired: true}, t0) {
 		t.Fatal("the expiry was not reported")
 	}
-	if st, _, _ := statusOf(d.filter(view, nil), "b"); st != allocation.Down {
+	if st, _, _ := statusOf(d.filter(view, nil), "b"); st != cluster.Down {
 		t.Fatalf("b is %v once its lease expired, want Down", st)
 	}
-	if calls := d.due(t0); slices.ContainsFunc(calls, func(c downCall) bool { return c.node == "b" }) {
+	if calls := d.due(t0); slices.ContainsFunc(calls, func(c downCall) bool { return c.node == addr("b") }) {
 		t.Fatalf("calls %v: an expired node is asked about again", calls)
 	}
 	// Once neither the view nor the core names b, it is forgotten.
-	view = []Member{up("a"), up("c")}
-	d.observe(view, []string{"a", "c"}, t0)
+	view = []cluster.Member{up("a"), up("c")}
+	d.observe(view, addrs("a", "c"), t0)
 	if _, _, ok := statusOf(d.filter(view, nil), "b"); ok {
 		t.Fatal("a removed node is still shown to the core")
 	}
@@ -100,52 +99,52 @@ func TestDowningMachine(t *testing.T) {
 // lease expiry makes the coordinator show its core the view again: the
 // core would move the shards just allocated to it while it runs them.
 func TestDowningHoldsARegionTheViewHasNotCaughtUpWith(t *testing.T) {
-	d := newDowning("a", "", 0)
+	d := newDowning(addr("a"), "", 0)
 	b := up("b")
-	b.Reachable = false
-	view := []Member{up("a"), b}
-	d.observe(view, []string{"a", "b"}, t0)
+	b.Unreachable = true
+	view := []cluster.Member{up("a"), b}
+	d.observe(view, addrs("a", "b"), t0)
 	d.due(t0)
-	d.result(downResult{call: downCall{node: "b", down: true}}, t0)
+	d.result(downResult{call: downCall{node: addr("b"), down: true}}, t0)
 	d.due(t0)
-	if !d.result(downResult{call: downCall{node: "b"}, expired: true}, t0) {
+	if !d.result(downResult{call: downCall{node: addr("b")}, expired: true}, t0) {
 		t.Fatal("the expiry was not reported")
 	}
 	// c registered meanwhile; the view does not hold it yet.
-	core := d.filter(view, []string{"a", "b", "c"})
-	if st, reachable, ok := statusOf(core, "c"); !ok || st == allocation.Down || reachable {
+	core := d.filter(view, addrs("a", "b", "c"))
+	if st, reachable, ok := statusOf(core, "c"); !ok || st == cluster.Down || reachable {
 		t.Fatalf("c seen by the core as (%v, reachable %v, present %v): it would lose its shards while it runs them", st, reachable, ok)
 	}
-	if calls := d.due(t0); !slices.Contains(calls, downCall{node: "c"}) {
+	if calls := d.due(t0); !slices.Contains(calls, downCall{node: addr("c")}) {
 		t.Fatalf("calls %v: c's lease is never checked", calls)
 	}
 	// The view catches up: c is a healthy member again.
 	view = append(view, up("c"))
-	d.observe(view, []string{"a", "b", "c"}, t0)
-	if st, reachable, _ := statusOf(d.filter(view, []string{"a", "b", "c"}), "c"); st != allocation.Up || !reachable {
+	d.observe(view, addrs("a", "b", "c"), t0)
+	if st, reachable, _ := statusOf(d.filter(view, addrs("a", "b", "c")), "c"); st != cluster.Up || !reachable {
 		t.Fatal("c is still held back once the view holds it")
 	}
 }
 
-func upAt(node string, joined int64, reachable bool) Member {
-	return Member{Node: node, JoinedAt: joined, Status: allocation.Up, Reachable: reachable}
+func upAt(n string, joined uint64, reachable bool) cluster.Member {
+	return cluster.Member{Address: addr(n), JoinOrder: joined, Status: cluster.Up, Unreachable: !reachable}
 }
 
 // members builds a view: "a1" is node a, joined first, reachable; "b2-"
 // is b, joined second, unreachable; "c3d" is c, Down (memberlist's own
 // verdict: it left, or failed past its reconnect timeout); "d4l" is d,
 // Leaving.
-func members(specs ...string) []Member {
-	var out []Member
+func members(specs ...string) []cluster.Member {
+	var out []cluster.Member
 	for _, s := range specs {
-		m := upAt(s[:1], int64(s[1]-'0'), true)
+		m := upAt(s[:1], uint64(s[1]-'0'), true)
 		switch s[2:] {
 		case "-":
-			m.Reachable = false
+			m.Unreachable = true
 		case "d":
-			m.Status, m.Reachable = allocation.Down, false
+			m.Status, m.Unreachable = cluster.Down, true
 		case "l":
-			m.Status = allocation.Leaving
+			m.Status = cluster.Leaving
 		}
 		out = append(out, m)
 	}
@@ -156,7 +155,7 @@ func members(specs ...string) []Member {
 // view, and leases that end in the store from then on.
 type downingStep struct {
 	at      time.Duration
-	view    []Member
+	view    []cluster.Member
 	expired []string
 }
 
@@ -181,10 +180,10 @@ func runDowning(d *downing, steps []downingStep) (downs []string, stoodDown time
 			}
 		}
 		for _, c := range d.due(now) {
-			if c.down && !slices.Contains(downs, c.node) {
-				downs = append(downs, c.node)
+			if c.down && !slices.Contains(downs, addrName(c.node)) {
+				downs = append(downs, addrName(c.node))
 			}
-			d.result(downResult{call: c, expired: !c.down && ended[c.node]}, now)
+			d.result(downResult{call: c, expired: !c.down && ended[addrName(c.node)]}, now)
 		}
 		if d.standDown(now, 5*time.Second) {
 			if stoodDown < 0 {
@@ -298,12 +297,12 @@ func TestDowningKeepsTheMajority(t *testing.T) {
 			}, downs: []string{"c"}, standDown: true},
 		{name: "a member joining does not count until Up", self: "a",
 			steps: []downingStep{
-				{at: 0, view: []Member{upAt("a", 1, true), upAt("b", 2, true), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
-				{at: 1 * s, view: []Member{upAt("a", 1, true), upAt("b", 2, false), {Node: "c", Status: allocation.Joining, Reachable: true}, {Node: "d", Status: allocation.Joining, Reachable: true}}},
+				{at: 0, view: []cluster.Member{upAt("a", 1, true), upAt("b", 2, true), {Address: addr("c"), Status: cluster.Joining}, {Address: addr("d"), Status: cluster.Joining}}},
+				{at: 1 * s, view: []cluster.Member{upAt("a", 1, true), upAt("b", 2, false), {Address: addr("c"), Status: cluster.Joining}, {Address: addr("d"), Status: cluster.Joining}}},
 			}, downs: []string{"b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := newDowning(tc.self, "", 2*time.Second)
+			d := newDowning(addr(tc.self), "", 2*time.Second)
 			downs, stood := runDowning(d, tc.steps)
 			if !slices.Equal(downs, tc.downs) {
 				t.Errorf("downed %v, want %v", downs, tc.downs)
@@ -319,7 +318,7 @@ func TestDowningKeepsTheMajority(t *testing.T) {
 // minority only until the crashed node's lease expires: then it is all
 // that counts, and may down again.
 func TestDowningSurvivorRegainsTheMajority(t *testing.T) {
-	d := newDowning("b", "", 2*time.Second)
+	d := newDowning(addr("b"), "", 2*time.Second)
 	_, stood := runDowning(d, []downingStep{
 		{at: 0, view: members("a1", "b2")},
 		{at: 1 * time.Second, view: members("a1-", "b2")},
@@ -340,7 +339,7 @@ func TestDowningSurvivorRegainsTheMajority(t *testing.T) {
 // runner: resume) still counts the members memberlist dropped, keeps off
 // the lease for the hold, and does not down them once it holds it again.
 func TestDowningRestartedMinorityCoordinator(t *testing.T) {
-	d := newDowning("a", "", 2*time.Second)
+	d := newDowning(addr("a"), "", 2*time.Second)
 	_, stood := runDowning(d, []downingStep{
 		{at: 0, view: members("a1", "b2", "c3")},
 		{at: 1 * time.Second, view: members("a1", "b2-", "c3-")},
@@ -375,7 +374,7 @@ func TestDowningRestartedMinorityCoordinator(t *testing.T) {
 	if again < 0 {
 		t.Fatal("the restarted minority coordinator never stands down")
 	}
-	if mine, theirs := d.sides(); mine || !slices.Equal(theirs, []string{"b", "c"}) {
+	if mine, theirs := d.sides(); mine || !slices.Equal(theirs, addrs("b", "c")) {
 		t.Fatalf("majority %v, other side %v; want the minority against b and c", mine, theirs)
 	}
 }
@@ -385,15 +384,15 @@ func TestDowningRestartedMinorityCoordinator(t *testing.T) {
 // stability clock, so it never downs the first before it sees the second
 // and learns it is the minority.
 func TestDowningWaitsForAStableView(t *testing.T) {
-	d := newDowning("a", "", 10*time.Second)
-	d.observe([]Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, true)}, nil, t0)
+	d := newDowning(addr("a"), "", 10*time.Second)
+	d.observe([]cluster.Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, true)}, nil, t0)
 	d.due(t0)
-	d.result(downResult{call: downCall{node: "b"}}, t0)
-	if calls := d.due(t0.Add(9 * time.Second)); slices.Contains(calls, downCall{node: "b", down: true}) {
+	d.result(downResult{call: downCall{node: addr("b")}}, t0)
+	if calls := d.due(t0.Add(9 * time.Second)); slices.Contains(calls, downCall{node: addr("b"), down: true}) {
 		t.Fatalf("calls %v: b downed before the view was stable", calls)
 	}
-	d.result(downResult{call: downCall{node: "b"}}, t0)
-	d.observe([]Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, false)}, nil, t0.Add(9*time.Second))
+	d.result(downResult{call: downCall{node: addr("b")}}, t0)
+	d.observe([]cluster.Member{upAt("a", 1, true), upAt("b", 2, false), upAt("c", 3, false)}, nil, t0.Add(9*time.Second))
 	calls := d.due(t0.Add(15 * time.Second))
 	if slices.ContainsFunc(calls, func(c downCall) bool { return c.down }) {
 		t.Fatalf("calls %v: the minority downs", calls)
@@ -453,19 +452,19 @@ func TestDowningSettingsTakeTheNodesDefaultAndWarnOfAShortOne(t *testing.T) {
 func TestDowningWaitsForTheWholeCut(t *testing.T) {
 	seen := map[string]time.Duration{"b": 25 * time.Second, "c": 42 * time.Second, "d": 42 * time.Second, "e": 50 * time.Second}
 	run := func(stableAfter time.Duration) (downed []string, stoodDown bool) {
-		d := newDowning("a", "", stableAfter)
+		d := newDowning(addr("a"), "", stableAfter)
 		for step := time.Duration(0); step <= 3*time.Minute; step += time.Second {
 			now := t0.Add(step)
-			view := []Member{up("a")}
+			view := []cluster.Member{up("a")}
 			for _, n := range []string{"b", "c", "d", "e"} {
 				m := up(n)
-				m.Reachable = step < seen[n]
+				m.Unreachable = !(step < seen[n])
 				view = append(view, m)
 			}
 			d.observe(view, nil, now)
 			for _, c := range d.due(now) {
 				if c.down {
-					downed = append(downed, c.node)
+					downed = append(downed, addrName(c.node))
 				}
 				d.result(downResult{call: c}, now) // downed; every lease live
 			}
@@ -488,7 +487,7 @@ func TestDowningWaitsForTheWholeCut(t *testing.T) {
 // must not let the coordinator stand down (here the fresh checks fail,
 // the store being in trouble, so only the stale answers could).
 func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T) {
-	d := newDowning("d", "", 2*time.Second)
+	d := newDowning(addr("d"), "", 2*time.Second)
 	d.observe(members("a1", "b2", "c3", "d4"), nil, t0)
 	d.observe(members("a1-", "b2-", "c3", "d4"), nil, t0.Add(time.Second))
 	stale := d.due(t0.Add(time.Second)) // checks of a and b, under way
@@ -501,7 +500,7 @@ func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T
 	for now := at; now.Before(t0.Add(10 * time.Second)); now = now.Add(250 * time.Millisecond) {
 		for _, c := range d.due(now) {
 			err := error(nil)
-			if c.node != "c" {
+			if c.node != addr("c") {
 				err = errors.New("store timeout")
 			}
 			d.result(downResult{call: c, err: err}, now)
@@ -517,40 +516,40 @@ func TestDowningStandsDownOnlyOnChecksAskedSinceTheOtherSideChanged(t *testing.T
 // yet, a paused node), it is Down to the core and no longer counts,
 // without waiting for the membership.
 func TestDowningPollsTheLeasesOfHealthyMembers(t *testing.T) {
-	d := newDowning("a", "", 0)
-	view := []Member{up("a"), up("b"), up("c")}
-	d.observe(view, []string{"a", "b", "c"}, t0)
+	d := newDowning(addr("a"), "", 0)
+	view := []cluster.Member{up("a"), up("b"), up("c")}
+	d.observe(view, addrs("a", "b", "c"), t0)
 	calls := d.due(t0)
-	if want := []downCall{{node: "b", poll: true}, {node: "c", poll: true}}; !slices.Equal(calls, want) {
+	if want := []downCall{{node: addr("b"), poll: true}, {node: addr("c"), poll: true}}; !slices.Equal(calls, want) {
 		t.Fatalf("calls %v, want %v: poll every other counted member", calls, want)
 	}
 	if again := d.due(t0); len(again) != 0 {
 		t.Fatalf("calls %v while the polls are under way", again)
 	}
-	if d.result(downResult{call: downCall{node: "b", poll: true}, expired: false}, t0) {
+	if d.result(downResult{call: downCall{node: addr("b"), poll: true}, expired: false}, t0) {
 		t.Fatal("a live lease reported as expired")
 	}
-	if d.result(downResult{call: downCall{node: "c", poll: true}, err: errors.New("db down")}, t0) {
+	if d.result(downResult{call: downCall{node: addr("c"), poll: true}, err: errors.New("db down")}, t0) {
 		t.Fatal("a failed poll reported as expired")
 	}
-	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b", poll: true}, {node: "c", poll: true}}) {
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: addr("b"), poll: true}, {node: addr("c"), poll: true}}) {
 		t.Fatalf("calls %v: the polls do not repeat", calls)
 	}
-	if !d.result(downResult{call: downCall{node: "c", poll: true}, expired: true}, t0) {
+	if !d.result(downResult{call: downCall{node: addr("c"), poll: true}, expired: true}, t0) {
 		t.Fatal("an expired lease of a healthy member was not reported")
 	}
-	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Down || reachable {
+	if st, reachable, _ := statusOf(d.filter(view, nil), "c"); st != cluster.Down || reachable {
 		t.Fatalf("c seen by the core as (%v, reachable %v) after its lease expired, want Down", st, reachable)
 	}
-	if _, counts := d.counted["c"]; counts {
+	if _, counts := d.counted[addr("c")]; counts {
 		t.Fatal("c still counts towards the majority after its lease expired")
 	}
-	d.result(downResult{call: downCall{node: "b", poll: true}}, t0)
-	d.observe(view, []string{"a", "b", "c"}, t0) // the view still shows c healthy
-	if st, _, _ := statusOf(d.filter(view, nil), "c"); st != allocation.Down {
+	d.result(downResult{call: downCall{node: addr("b"), poll: true}}, t0)
+	d.observe(view, addrs("a", "b", "c"), t0) // the view still shows c healthy
+	if st, _, _ := statusOf(d.filter(view, nil), "c"); st != cluster.Down {
 		t.Fatal("an expired member came back Up with the next view")
 	}
-	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: "b", poll: true}}) {
+	if calls := d.due(t0); !slices.Equal(calls, []downCall{{node: addr("b"), poll: true}}) {
 		t.Fatalf("calls %v, want only b's poll: c's expiry is final", calls)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
 // fakeLeases are node leases the test expires by hand.
@@ -32,7 +32,8 @@ func (f *fakeLeases) setFailing(failing bool) {
 	f.failing = failing
 }
 
-func (f *fakeLeases) DownNode(_ context.Context, node string) error {
+func (f *fakeLeases) DownNode(_ context.Context, a cluster.UniqueAddress) error {
+	node := a.String()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing {
@@ -42,7 +43,8 @@ func (f *fakeLeases) DownNode(_ context.Context, node string) error {
 	return nil
 }
 
-func (f *fakeLeases) NodeLeaseExpired(_ context.Context, node string) (bool, error) {
+func (f *fakeLeases) NodeLeaseExpired(_ context.Context, a cluster.UniqueAddress) (bool, error) {
+	node := a.String()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing {
@@ -89,7 +91,7 @@ func TestFailedNodeShardsMoveOnlyAfterItsLeaseExpired(t *testing.T) {
 			t.Fatal("no entity landed on b")
 		}
 		b.sh.Terminate()
-		s.cluster.SetStatus("b", allocation.Down)
+		s.cluster.SetStatus("b", cluster.Down)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if !slices.Contains(leases.downed(), "b") {
@@ -132,7 +134,7 @@ func TestDowningStoreOutageWarnsOnce(t *testing.T) {
 		synctest.Wait()
 		leases.setFailing(true)
 		b.sh.Terminate()
-		s.cluster.SetStatus("b", allocation.Down)
+		s.cluster.SetStatus("b", cluster.Down)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if n := strings.Count(logs.String(), "downing store call failed"); n != 1 {

@@ -52,7 +52,7 @@ func TestMessageToAStoppedNodeIsATypedError(t *testing.T) {
 		synctest.Wait()
 		a.tell(t, "y1", note{Text: "1"}) // shard y: b (fewer shards)
 		synctest.Wait()
-		if a.region.Homes()["y"] != "b" {
+		if a.region.Homes()["y"] != addr("b") {
 			t.Fatalf("homes %v", a.region.Homes())
 		}
 		b.sh.Terminate()

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // The fast path: a message for an entity that runs, in a shard this region
@@ -48,7 +49,7 @@ func (r *Region[C]) tellFast(entityID string, h uint64, msg C) (bool, error) {
 	if c == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
-	return c.TellUnsealed(msg, r.fast.tick.Load())
+	return runtime.TellUnsealed(c, msg, r.fast.tick.Load())
 }
 
 // routed stamps sh routable at the current write epoch: the region's
@@ -74,7 +75,7 @@ func (sh *shard[C]) unpublish(c *entity.Cell[C]) {
 func (sh *shard[C]) foldFastTicks() {
 	for id, e := range sh.core.entities {
 		if e.handle != nil {
-			if tick := e.handle.Mark(); tick > 0 {
+			if tick := runtime.Mark(e.handle); tick > 0 {
 				sh.core.told(id, tick)
 			}
 		}

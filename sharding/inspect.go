@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"slices"
 	"strconv"
 
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -21,12 +21,65 @@ import (
 // home in this node's view: there is nothing to move.
 var ErrUnknownShard = errors.New("sharding: unknown shard")
 
+// ErrWrongMessageType is returned by TellUntyped for a message that is not
+// of its entity type's command type.
+var ErrWrongMessageType = errors.New("sharding: message of the wrong type")
+
+// HostedShards lists, sorted, the shards of typeName this node hosts now.
+func (s *Sharding) HostedShards(typeName string) ([]string, error) {
+	r, err := s.region(typeName)
+	if err != nil {
+		return nil, err
+	}
+	return r.HostedShards(), nil
+}
+
+// ShardHomes reports every shard home of typeName this node knows:
+// shard → node.
+func (s *Sharding) ShardHomes(typeName string) (map[string]cluster.UniqueAddress, error) {
+	r, err := s.region(typeName)
+	if err != nil {
+		return nil, err
+	}
+	return r.Homes(), nil
+}
+
+// StartEntityOf is Region.StartEntity for code that knows the type by
+// name: it starts entity id of typeName wherever its shard lives, which
+// places the shard if it has no home.
+func (s *Sharding) StartEntityOf(typeName, id string) error {
+	r, err := s.region(typeName)
+	if err != nil {
+		return err
+	}
+	return r.StartEntity(id)
+}
+
+// TellUntyped is EntityRef.Tell for code that holds the message as a
+// value of unknown type, such as a decoded reminder command: msg must be
+// of typeName's command type.
+func (s *Sharding) TellUntyped(typeName, entityID string, msg any) error {
+	r, err := s.region(typeName)
+	if err != nil {
+		return err
+	}
+	return r.tellUntyped(entityID, msg)
+}
+
+func (r *Region[C]) tellUntyped(entityID string, msg any) error {
+	c, ok := msg.(C)
+	if !ok {
+		return fmt.Errorf("%w: %T is not a command of %s", ErrWrongMessageType, msg, r.typ)
+	}
+	return r.EntityRefFor(entityID).Tell(c)
+}
+
 // ShardState is one shard as a node sees it.
 type ShardState struct {
 	ID string
-	// Home is the node of the region hosting the shard; "" while it has
-	// none (stopped, or messages wait for the coordinator to place it).
-	Home string
+	// Home is the node of the region hosting the shard; zero while it
+	// has none (stopped, or messages wait for the coordinator to place it).
+	Home cluster.UniqueAddress
 	// HandingOff is set while the shard moves: its messages are buffered.
 	HandingOff bool
 	// Entities is how many entities run in the shard, as its home
@@ -38,16 +91,16 @@ type ShardState struct {
 type TypeState struct {
 	Type string
 	// Coordinator is the node hosting the type's coordinator, as this
-	// node's region last learned it ("" while there is none), and Epoch
-	// the newest coordinator epoch it has seen.
-	Coordinator string
+	// node's region last learned it (zero while there is none), and
+	// Epoch the newest coordinator epoch it has seen.
+	Coordinator cluster.UniqueAddress
 	Epoch       uint64
 	// Regions lists, sorted, the nodes that may host the type's shards.
-	Regions []string
+	Regions []cluster.UniqueAddress
 	// Shards are sorted by id, in numeric order where both ids are numbers.
 	Shards []ShardState
 	// Unanswered lists the regions that did not report their entities.
-	Unanswered []string
+	Unanswered []cluster.UniqueAddress
 }
 
 // Types lists the entity types started on this node, sorted.
@@ -90,11 +143,11 @@ func (s *Sharding) RebalanceShard(typeName, shard string) error {
 	return r.rebalance(shard)
 }
 
-// RequestLeave asks node (a node name in the membership) to leave the
+// RequestLeave asks node (an incarnation in the membership) to leave the
 // cluster gracefully: its Config.OnLeaveRequest runs. It returns once the
 // request is sent; an error matching ErrUnreachable when nothing listens
 // for it there.
-func (s *Sharding) RequestLeave(node string) error {
+func (s *Sharding) RequestLeave(node cluster.UniqueAddress) error {
 	return s.cfg.Transport.Send(Address{Node: node}, protocol.LeaveRequest{})
 }
 
@@ -116,19 +169,19 @@ func (r *Region[C]) typeState(ctx context.Context) TypeState {
 	r.mu.RLock()
 	st := TypeState{Type: r.typ, Coordinator: r.core.coordinator, Epoch: r.core.epoch, Shards: r.core.shardStates()}
 	r.mu.RUnlock()
-	for _, m := range r.s.cfg.Membership.Members() {
-		if m.HasRole(r.ent.Role) && m.Status != allocation.Down {
-			st.Regions = append(st.Regions, m.Node)
+	for _, m := range r.s.members() {
+		if m.HasRole(r.ent.Role) && m.Status != cluster.Down {
+			st.Regions = append(st.Regions, m.Address)
 		}
 	}
-	slices.Sort(st.Regions)
+	slices.SortFunc(st.Regions, cluster.UniqueAddress.Compare)
 	stats := r.ClusterStats(ctx)
 	st.Unanswered = stats.Failed
 	known := make(map[string]int, len(st.Shards))
 	for i, sh := range st.Shards {
 		known[sh.ID] = i
 	}
-	for _, region := range slices.Sorted(maps.Keys(stats.Regions)) {
+	for _, region := range slices.SortedFunc(maps.Keys(stats.Regions), cluster.UniqueAddress.Compare) {
 		for shard, n := range stats.Regions[region] {
 			i, ok := known[shard]
 			if !ok {
@@ -149,7 +202,7 @@ func (r *Region[C]) typeState(ctx context.Context) TypeState {
 func (r *Region[C]) rebalance(shardID string) error {
 	var err error
 	r.step(func(c *regionCore[C, *shard[C]]) {
-		if e := c.shards[shardID]; e == nil || e.home == "" {
+		if e := c.shards[shardID]; e == nil || e.home.IsZero() {
 			err = fmt.Errorf("%w: %s shard %q has no home", ErrUnknownShard, r.typ, shardID)
 			return
 		}
@@ -160,12 +213,12 @@ func (r *Region[C]) rebalance(shardID string) error {
 
 // sortShardStates sorts by id, numbers in numeric order before other ids.
 func sortShardStates(shards []ShardState) {
-	slices.SortFunc(shards, func(a, b ShardState) int { return CompareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(shards, func(a, b ShardState) int { return compareShardIDs(a.ID, b.ID) })
 }
 
-// CompareShardIDs orders shard ids: numbers in numeric order, before any
+// compareShardIDs orders shard ids: numbers in numeric order, before any
 // other id; other ids in byte order.
-func CompareShardIDs(a, b string) int {
+func compareShardIDs(a, b string) int {
 	na, errA := strconv.ParseUint(a, 10, 64)
 	nb, errB := strconv.ParseUint(b, 10, 64)
 	switch {

@@ -34,12 +34,12 @@ func TestTypeStateReportsHomesCountsAndCoordinatorAndRebalanceMovesTheShard(t *t
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Coordinator != "a" || st.Epoch == 0 || !slices.Equal(st.Regions, []string{"a", "b"}) || len(st.Unanswered) != 0 {
+		if st.Coordinator != addr("a") || st.Epoch == 0 || !slices.Equal(st.Regions, addrs("a", "b")) || len(st.Unanswered) != 0 {
 			t.Fatalf("state %+v", st)
 		}
 		total := 0
 		for _, sh := range st.Shards {
-			if sh.Home != "a" || sh.HandingOff {
+			if sh.Home != addr("a") || sh.HandingOff {
 				t.Fatalf("shard %+v, want every shard active on a", sh)
 			}
 			total += sh.Entities
@@ -61,7 +61,7 @@ func TestTypeStateReportsHomesCountsAndCoordinatorAndRebalanceMovesTheShard(t *t
 			t.Fatal(err)
 		}
 		i := slices.IndexFunc(st.Shards, func(sh sharding.ShardState) bool { return sh.ID == moved })
-		if i < 0 || st.Shards[i].Home != "b" || st.Shards[i].HandingOff {
+		if i < 0 || st.Shards[i].Home != addr("b") || st.Shards[i].HandingOff {
 			t.Fatalf("shard %s after the rebalance: %+v", moved, st.Shards)
 		}
 		b.sh.Terminate()
@@ -89,15 +89,15 @@ func TestInspectRefusesUnknownTypesAndShards(t *testing.T) {
 
 func TestRequestLeaveRunsTheTargetsOnLeaveRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		transport := sharding.NewLocalTransport()
-		cluster := sharding.NewLocalCluster()
+		transport := sharding.NewMemoryTransport()
+		members := newTestCluster()
 		var asked atomic.Int32
 		start := func(name string, onLeave func()) *sharding.Sharding {
 			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			sh, err := sharding.New(sys, sharding.Config{Transport: transport, Membership: cluster.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
+			sh, err := sharding.New(sys, sharding.Config{Transport: transport, Membership: members.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,18 +105,18 @@ func TestRequestLeaveRunsTheTargetsOnLeaveRequest(t *testing.T) {
 		}
 		a := start("a", nil)
 		b := start("b", func() { asked.Add(1) })
-		if err := a.RequestLeave("b"); err != nil {
+		if err := a.RequestLeave(addr("b")); err != nil {
 			t.Fatal(err)
 		}
 		if asked.Load() != 1 {
 			t.Fatalf("OnLeaveRequest ran %d times", asked.Load())
 		}
 		// a does not listen for leave requests.
-		if err := b.RequestLeave("a"); !errors.Is(err, sharding.ErrUnreachable) {
+		if err := b.RequestLeave(addr("a")); !errors.Is(err, sharding.ErrUnreachable) {
 			t.Fatalf("RequestLeave to a node without OnLeaveRequest: %v", err)
 		}
 		b.Terminate()
-		if err := a.RequestLeave("b"); !errors.Is(err, sharding.ErrUnreachable) {
+		if err := a.RequestLeave(addr("b")); !errors.Is(err, sharding.ErrUnreachable) {
 			t.Fatalf("RequestLeave to a terminated node: %v", err)
 		}
 		a.Terminate()

@@ -32,7 +32,7 @@ func gate(t *testing.T) (ch chan struct{}, open func()) {
 func regionStopped(l *sentLog, node string) bool {
 	return slices.ContainsFunc(l.all(), func(m sentMsg) bool {
 		rs, ok := m.msg.(protocol.RegionStopped)
-		return ok && rs.Region == node
+		return ok && rs.Region == addr(node)
 	})
 }
 
@@ -192,7 +192,7 @@ func TestUnreachableHomeIsUnlearned(t *testing.T) {
 		synctest.Wait()
 		a.tell(t, "y1", note{Text: "0"})
 		synctest.Wait()
-		if a.region.Homes()["y"] != "b" {
+		if a.region.Homes()["y"] != addr("b") {
 			t.Fatalf("homes %v", a.region.Homes())
 		}
 		b.sh.Terminate()

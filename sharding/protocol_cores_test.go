@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"testing"
 
@@ -37,7 +38,7 @@ type netMsg struct {
 func newCoreNet(t *testing.T, nodes ...string) *coreNet {
 	n := &coreNet{t: t, regions: map[string]*regionCore[string, string]{}, got: map[string][]string{}, stored: map[string]Allocation{}}
 	for _, node := range nodes {
-		n.regions[node] = newRegionCore[string, string](regionCoreConfig{self: node, bufferSize: 100, tickInterval: 1})
+		n.regions[node] = newRegionCore[string, string](regionCoreConfig{self: addr(node), bufferSize: 100, tickInterval: 1})
 	}
 	return n
 }
@@ -57,7 +58,7 @@ func (n *coreNet) run() {
 				applyChange(n.stored, c.stored())
 			}
 			for _, o := range out {
-				n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+				n.queue = append(n.queue, netMsg{"coordinator", addrName(o.to), o.msg})
 			}
 			continue
 		}
@@ -90,11 +91,11 @@ func (n *coreNet) effects(node string) {
 			case regSend:
 				to := ef.node
 				if ef.coordinator {
-					to = "coordinator"
+					to = addr("coordinator")
 				}
-				n.queue = append(n.queue, netMsg{node, to, ef.msg})
+				n.queue = append(n.queue, netMsg{node, addrName(to), ef.msg})
 			case regForward:
-				n.queue = append(n.queue, netMsg{node, ef.node, ef.p.deliver(ef.shard)})
+				n.queue = append(n.queue, netMsg{node, addrName(ef.node), ef.p.deliver(ef.shard)})
 			case regHost:
 				r.attach(ef.shard, ef.shard)
 			case regDeliver:
@@ -121,7 +122,7 @@ func (n *coreNet) tell(node, shard, entity, msg string) {
 		case routeLocal:
 			n.delivered(node, p)
 		case routeRemote:
-			n.queue = append(n.queue, netMsg{node, e.home, p.deliver(shard)})
+			n.queue = append(n.queue, netMsg{node, addrName(e.home), p.deliver(shard)})
 		case routeHeld:
 		default:
 			n.t.Fatalf("tell %s via %s refused: %d", msg, node, v)
@@ -137,7 +138,7 @@ func (n *coreNet) input(node string, fn func(r *regionCore[string, string])) {
 
 func (n *coreNet) members(oldest string, nodes ...string) {
 	for _, node := range nodes {
-		n.input(node, func(r *regionCore[string, string]) { r.membership(oldest, nodes) })
+		n.input(node, func(r *regionCore[string, string]) { r.membership(addr(oldest), addrs(nodes...)) })
 	}
 }
 
@@ -149,7 +150,7 @@ func (n *coreNet) members(oldest string, nodes ...string) {
 func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	n := newCoreNet(t, "b", "c")
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	n.coord = newCoordinatorCore("a", 1, homed(map[string]string{"s": "b"}), strategy, 1)
+	n.coord = newCoordinatorCore(addr("a"), 1, homed(map[string]string{"s": "b"}), strategy, 1)
 	n.members("a", "b", "c")
 	if !n.regions["b"].registered || !n.regions["c"].registered {
 		t.Fatal("regions did not register")
@@ -162,19 +163,19 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 	// b leaves: its shard is handed off while entity e passivates, holding 1 and 2.
 	n.leftover = map[string][]pending[string]{"s": {{entityID: "e", msg: "1"}, {entityID: "e", msg: "2"}}}
 	n.hold = func(m netMsg) bool { _, ok := m.msg.(protocol.HostShard); return ok && m.to == "c" }
-	n.input("b", func(r *regionCore[string, string]) { r.leave("a") })
-	if n.stored["s"].Region != "c" || len(n.held) != 1 {
+	n.input("b", func(r *regionCore[string, string]) { r.leave(addr("a")) })
+	if n.stored["s"].Region != addr("c") || len(n.held) != 1 {
 		t.Fatalf("stored %v, held %v: want s allocated to c and its HostShard held", n.stored, n.held)
 	}
 	// The coordinator is replaced; its successor rebuilds from the store
 	// and announces every home under a newer epoch.
-	n.coord = newCoordinatorCore("a", 2, n.stored, strategy, 1)
-	changes, out := n.coord.step(membersChanged{members: []Member{{Node: "b", Status: allocation.Leaving, Reachable: true}, {Node: "c", Status: allocation.Up, Reachable: true}}})
+	n.coord = newCoordinatorCore(addr("a"), 2, n.stored, strategy, 1)
+	changes, out := n.coord.step(membersChanged{members: []cluster.Member{{Address: addr("b"), Status: cluster.Leaving}, {Address: addr("c"), Status: cluster.Up}}})
 	if len(changes) > 0 {
 		t.Fatalf("changes %v", changes)
 	}
 	for _, o := range out {
-		n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+		n.queue = append(n.queue, netMsg{"coordinator", addrName(o.to), o.msg})
 	}
 	n.run()
 	n.release() // the late HostShard, epoch 1
@@ -194,12 +195,12 @@ func TestLateHostShardFromAReplacedCoordinatorLosesNothing(t *testing.T) {
 func TestForwardOvertakenByAHandOffOnAnotherLink(t *testing.T) {
 	n := newCoreNet(t, "o", "x", "y")
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
-	n.coord = newCoordinatorCore("a", 1, homed(map[string]string{"s": "o", "t": "y"}), strategy, 1)
+	n.coord = newCoordinatorCore(addr("a"), 1, homed(map[string]string{"s": "o", "t": "y"}), strategy, 1)
 	n.members("a", "o", "x", "y")
 	n.tell("x", "s", "e", "0")
 	n.hold = func(m netMsg) bool { return m.from == "x" && m.to == "o" } // a slow link
 	n.tell("x", "s", "e", "1")
-	n.input("o", func(r *regionCore[string, string]) { r.leave("a") }) // s moves to x, the region with fewest shards
+	n.input("o", func(r *regionCore[string, string]) { r.leave(addr("a")) }) // s moves to x, the region with fewest shards
 	n.tell("x", "s", "e", "2")
 	n.release()
 	want := []string{"o:e 0", "x:e 1", "x:e 2"}
@@ -219,27 +220,27 @@ func TestStaleHomeIsUnlearned(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	for _, node := range []string{"x", "y"} {
 		n.input(node, func(r *regionCore[string, string]) {
-			r.step(protocol.ShardHomes{Homes: map[string][]string{"z": {"s"}}, Epoch: 1})
+			r.step(protocol.ShardHomes{Homes: map[cluster.UniqueAddress][]string{addr("z"): {"s"}}, Epoch: 1})
 		})
 	}
-	alive := []Member{{Node: "l", Status: allocation.Leaving, Reachable: true},
-		{Node: "x", Status: allocation.Up, Reachable: true}, {Node: "y", Status: allocation.Up, Reachable: true}}
-	n.coord = newCoordinatorCore("l", 2, homed(map[string]string{"s": "z"}), strategy, 1)
+	alive := []cluster.Member{{Address: addr("l"), Status: cluster.Leaving},
+		{Address: addr("x"), Status: cluster.Up}, {Address: addr("y"), Status: cluster.Up}}
+	n.coord = newCoordinatorCore(addr("l"), 2, homed(map[string]string{"s": "z"}), strategy, 1)
 	n.hold = func(m netMsg) bool { return m.to == "coordinator" } // l goes before it hears from anyone
 	changes, out := n.coord.step(membersChanged{members: alive})
 	if !slices.Equal(changes, []change{{shard: "s"}}) {
 		t.Fatalf("changes %v, want s deallocated", changes)
 	}
 	for _, o := range out {
-		n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+		n.queue = append(n.queue, netMsg{"coordinator", addrName(o.to), o.msg})
 	}
 	n.run()
 	n.hold, n.held = nil, nil
 	n.stored = map[string]Allocation{}
-	n.coord = newCoordinatorCore("x", 3, n.stored, strategy, 1)
+	n.coord = newCoordinatorCore(addr("x"), 3, n.stored, strategy, 1)
 	_, out = n.coord.step(membersChanged{members: alive[1:]})
 	for _, o := range out {
-		n.queue = append(n.queue, netMsg{"coordinator", o.to, o.msg})
+		n.queue = append(n.queue, netMsg{"coordinator", addrName(o.to), o.msg})
 	}
 	n.members("x", "x", "y")
 	n.tell("y", "s", "e", "1")

@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"context"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"slices"
 	"testing"
@@ -26,7 +27,7 @@ func TestRegionStateAndStats(t *testing.T) {
 		if got, want := n.region.Stats(), map[string]int{"x": 2, "y": 1}; !maps.Equal(got, want) {
 			t.Fatalf("Stats %v, want %v", got, want)
 		}
-		if got, want := n.region.Homes(), map[string]string{"x": "a", "y": "a"}; !maps.Equal(got, want) {
+		if got, want := n.region.Homes(), map[string]cluster.UniqueAddress{"x": addr("a"), "y": addr("a")}; !maps.Equal(got, want) {
 			t.Fatalf("Homes %v, want %v", got, want)
 		}
 		_ = n.sh.Shutdown(context.Background())
@@ -54,10 +55,10 @@ func TestClusterStatsCountsEntitiesPerShardPerRegion(t *testing.T) {
 		}
 		total := 0
 		for _, n := range []*node{a, b, c} {
-			if got := st.Regions[n.name]; !maps.Equal(got, n.region.Stats()) {
+			if got := st.Regions[addr(n.name)]; !maps.Equal(got, n.region.Stats()) {
 				t.Fatalf("%s: cluster stats %v, region stats %v", n.name, got, n.region.Stats())
 			}
-			for _, count := range st.Regions[n.name] {
+			for _, count := range st.Regions[addr(n.name)] {
 				total += count
 			}
 		}
@@ -67,7 +68,7 @@ func TestClusterStatsCountsEntitiesPerShardPerRegion(t *testing.T) {
 		// A crashed member the membership still lists is reported, not waited for.
 		c.sh.Terminate()
 		st = a.region.ClusterStats(ctx)
-		if !slices.Equal(st.Failed, []string{"c"}) || len(st.Regions) != 2 {
+		if !slices.Equal(st.Failed, addrs("c")) || len(st.Regions) != 2 {
 			t.Fatalf("after c crashed: %+v", st)
 		}
 		proxy.sh.Terminate()

@@ -43,7 +43,7 @@ func newLedger(ec entity.Context[ledgerCmd]) entity.Behavior[ledgerCmd] {
 	return eventsourced.New(eventsourced.Config[ledgerCmd, ledgerEvent, int]{
 		PersistenceID: eventsourced.PersistenceIDOf(ledgerKey, ec.EntityID()),
 		OnCommand: func(ctx eventsourced.CommandContext[ledgerCmd, ledgerEvent, int], n int, c ledgerCmd) eventsourced.Effect[ledgerEvent, int] {
-			return eventsourced.Reply[ledgerEvent, int](c.(ledgerGet).ReplyTo, n)
+			return ctx.Reply(eventsourced.To(c.(ledgerGet).ReplyTo, n))
 		},
 		OnEvent: func(_ eventsourced.Context[ledgerCmd], n int, _ ledgerEvent) int { return n + 1 },
 	})

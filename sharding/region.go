@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
-	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/timers"
 )
@@ -48,21 +46,8 @@ type Region[C any] struct {
 	// registerTick is the armed early re-registration (regArmRegister).
 	registerTick timers.Timer
 
-	ctl         *entity.Cell[Message]
-	coord       *entity.Cell[Message] // the coordinator, while this node hosts it
-	unlisten    func()
-	unlistenCo  func()
-	coordinated sync.Mutex // serializes coordinator start/stop; guards what follows
-	// A coordinator that stopped by itself (its store failed) is started
-	// again after a back-off, not before coordNext.
-	coordRestarts *backoff.ExponentialBackOff
-	coordStarted  time.Time
-	coordNext     time.Time
-	coordStopping bool // coord was told to stop; it is forgotten once done
-	// downing is the coordinator's downing machine, kept across its
-	// runners; created by startCoordinator, then used only by the one
-	// runner that runs (newCoordinatorRunner).
-	downing *downing
+	ctl      *entity.Cell[Message]
+	unlisten func()
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -70,7 +55,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	r := &Region[C]{
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
 		self:  Address{Node: s.self, Type: e.Key.Name()},
-		proxy: !s.cfg.Membership.Self().HasRole(e.Role),
+		proxy: !s.selfMember().HasRole(e.Role),
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
@@ -114,7 +99,9 @@ func (r *Region[C]) EntityRefFor(id string) EntityRef[C] {
 // ShardID is the shard entity id belongs to.
 func (r *Region[C]) ShardID(entityID string) string { return r.settings.ShardID(entityID) }
 
-func (r *Region[C]) start() error {
+// listen starts the region's control entity and listens at its address;
+// run then starts routing.
+func (r *Region[C]) listen() error {
 	r.ctl = entity.Spawn(r.s.sys, &entity.Props[Message]{
 		LocalOnly: true,
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
@@ -126,6 +113,12 @@ func (r *Region[C]) start() error {
 		return err
 	}
 	r.unlisten = stop
+	return nil
+}
+
+// run makes the region register with the coordinator and starts its
+// retry tick.
+func (r *Region[C]) run() error {
 	r.membershipChanged()
 	return r.ctl.Tell(retryTick{})
 }
@@ -155,22 +148,13 @@ type shardHandedOff[C any] struct {
 
 func (shardHandedOff[C]) ProtocolMessage() {}
 
-func (r *Region[C]) membershipChanged() {
-	r.hostCoordinatorIfOldest()
-	_ = r.ctl.Tell(coordinatorMoved{})
-	r.coordinated.Lock() // the retry tick may restart the coordinator meanwhile
-	if r.coord != nil {
-		_ = r.coord.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
-	}
-	r.coordinated.Unlock()
-}
+func (r *Region[C]) membershipChanged() { _ = r.ctl.Tell(coordinatorMoved{}) }
 
-func (r *Region[C]) coordinatorNode() string {
-	m, ok := Oldest(r.s.cfg.Membership.Members(), r.ent.Role)
-	if !ok {
-		return ""
-	}
-	return m.Node
+// coordinatorNode is where the type's coordinator runs: the oldest Up,
+// reachable member with the type's role; zero when there is none.
+func (r *Region[C]) coordinatorNode() cluster.UniqueAddress {
+	m, _ := r.s.view.Load().Oldest(r.ent.Role)
+	return m.Address
 }
 
 func (r *Region[C]) tickInterval() time.Duration {
@@ -248,7 +232,7 @@ func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], sha
 	return nil // held
 }
 
-func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
+func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pending[C]) error {
 	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, p.deliver(shardID))
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
@@ -260,16 +244,15 @@ func (r *Region[C]) forward(home, shardID string, p pending[C]) error {
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
 	case retryTick:
-		r.restartFailedCoordinator()
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case registerRetry:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.retryRegister(m.gen) })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
-		var live []string
-		for _, m := range r.s.cfg.Membership.Members() {
-			if m.Status != allocation.Down {
-				live = append(live, m.Node)
+		var live []cluster.UniqueAddress
+		for _, m := range r.s.members() {
+			if m.Status != cluster.Down {
+				live = append(live, m.Address)
 			}
 		}
 		r.step(func(c *regionCore[C, *shard[C]]) { c.membership(oldest, live) })
@@ -375,7 +358,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 // was buffered here, or forwarded by another region) and that could not be
 // delivered: counted and logged, and the local asks it carries fail now.
 func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
-	r.s.sys.EntityDeadLetter(err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
+	runtime.EntityDeadLetter(r.s.sys, err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
 }
 
 // runUnlocked carries out what applyLocked left for after the lock.
@@ -429,7 +412,6 @@ func (r *Region[C]) shutdown(ctx context.Context) error {
 	}
 	r.step(func(c *regionCore[C, *shard[C]]) { c.stop() })
 	r.unlisten()
-	r.stopCoordinator()
 	r.stopControl()
 	return err
 }
@@ -493,24 +475,24 @@ func (r *Region[C]) Stats() map[string]int {
 type ShardingStats struct {
 	// Regions maps each hosting region (its node) that answered to the
 	// number of entities in each of its shards.
-	Regions map[string]map[string]int
+	Regions map[cluster.UniqueAddress]map[string]int
 	// Failed lists, sorted, the regions that did not answer before the
 	// context ended or could not be reached.
-	Failed []string
+	Failed []cluster.UniqueAddress
 }
 
 // ClusterStats asks every member that may host this entity type for its
 // entities per shard (Akka's GetClusterShardingStats). It returns when all
 // have answered or ctx ends; give ctx a deadline.
 func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
-	var nodes []string
-	for _, m := range r.s.cfg.Membership.Members() {
+	var nodes []cluster.UniqueAddress
+	for _, m := range r.s.members() {
 		if m.HasRole(r.ent.Role) {
-			nodes = append(nodes, m.Node)
+			nodes = append(nodes, m.Address)
 		}
 	}
 	type answer struct {
-		node  string
+		node  cluster.UniqueAddress
 		stats map[string]int
 		err   error
 	}
@@ -524,7 +506,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 			answers <- answer{node, st, err}
 		}()
 	}
-	out := ShardingStats{Regions: make(map[string]map[string]int, len(nodes))}
+	out := ShardingStats{Regions: make(map[cluster.UniqueAddress]map[string]int, len(nodes))}
 	for range nodes {
 		a := <-answers
 		if a.err != nil {
@@ -533,7 +515,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 		}
 		out.Regions[a.node] = a.stats
 	}
-	slices.Sort(out.Failed)
+	slices.SortFunc(out.Failed, cluster.UniqueAddress.Compare)
 	return out
 }
 
@@ -548,10 +530,18 @@ func (t transportRef) Tell(m Message) error   { return t.t.Send(t.to, m) }
 func (t transportRef) System() *entity.System { return t.sys }
 
 // Homes reports every shard home this region knows: shard → node.
-func (r *Region[C]) Homes() map[string]string {
+func (r *Region[C]) Homes() map[string]cluster.UniqueAddress {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.core.homes()
+}
+
+// HostedShards lists the shards this region hosts now, sorted: the node
+// fires the reminders of these (docs/DESIGN.md, "Durable reminders").
+func (r *Region[C]) HostedShards() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.core.hostedShards()
 }
 
 // hostedShards lists local shards, sorted; for tests.

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"maps"
 	"slices"
@@ -29,16 +30,16 @@ type regionCore[C any, S comparable] struct {
 	// oldest is the coordinator's node in the membership, as the runner
 	// last told; coordinator the one this region registered with ("" for
 	// oldest).
-	oldest, coordinator string
-	live                map[string]bool // nodes in the membership view, but those down; nil: not told yet
+	oldest, coordinator cluster.UniqueAddress
+	live                map[cluster.UniqueAddress]bool // nodes in the membership view, but those down; nil: not told yet
 	// down are the nodes in the view that the coordinator holds Down
 	// (MembersDown): they count as gone from it.
-	down map[string]bool
+	down map[cluster.UniqueAddress]bool
 	// departed are the nodes a view held and a later one did not: gone
 	// for good (a node incarnation never comes back), so kept for the
 	// region's life, one name per node that left. A node no view has
 	// held yet is not gone, but newer than this region's view.
-	departed     map[string]bool
+	departed     map[cluster.UniqueAddress]bool
 	registered   bool
 	stopped      bool
 	leaving      bool
@@ -68,9 +69,9 @@ type regionCore[C any, S comparable] struct {
 
 // regionCoreConfig is what a region's decisions depend on.
 type regionCoreConfig struct {
-	self         string // this region's node
-	proxy        bool   // routes only: never hosts a shard
-	bufferSize   int    // messages held while homes are unknown or hand-offs run
+	self         cluster.UniqueAddress // this region's node
+	proxy        bool                  // routes only: never hosts a shard
+	bufferSize   int                   // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	// registerRetry is the first wait before a Register that no
 	// RegisterAck answered is sent again, doubling up to tickInterval
@@ -85,8 +86,8 @@ type regionCoreConfig struct {
 
 // regionShard is what a region knows of one shard.
 type regionShard[C any, S comparable] struct {
-	home       string // node of the hosting region; "" while unknown
-	hosted     bool   // hosted here: local is its handle once attached
+	home       cluster.UniqueAddress // node of the hosting region; zero while unknown
+	hosted     bool                  // hosted here: local is its handle once attached
 	local      S
 	buffer     []pending[C]
 	handingOff bool
@@ -97,8 +98,8 @@ type regionShard[C any, S comparable] struct {
 	// awaiting is the previous home whose HandOver this region waits for
 	// before it starts the shard allocated to it; handedIn, the regions
 	// whose HandOver came before the HostShard.
-	awaiting string
-	handedIn map[string]bool
+	awaiting cluster.UniqueAddress
+	handedIn map[cluster.UniqueAddress]bool
 	// guessed: the wait for awaiting is this region's guess, without a
 	// HostShard naming it (see pushedHome). The coordinator may have
 	// placed the shard here because that home is dead to it (its lease
@@ -108,19 +109,19 @@ type regionShard[C any, S comparable] struct {
 	// then is the home awaited once awaiting has handed over, when the
 	// shard came back here meanwhile; its mail goes behind the first
 	// thenAt messages of buffer.
-	then   string
+	then   cluster.UniqueAddress
 	thenAt int
 	// hostFrom is the From of the last HostShard, until the shard is
 	// handed off from here: the coordinator sends it again to a home that
 	// asks (its HostShard may have been lost), and one that came after
 	// From's mail is no reason to wait for it again (that wait would never end).
-	hostFrom string
+	hostFrom cluster.UniqueAddress
 	// relays tell awaiting of HandOvers from homes before it that came
 	// here instead (see handedOver), re-sent each tick until it hands over.
 	relays []protocol.HandOver
 	// handedSeq is, per sender, the Seq of the last HandOver taken for
 	// the shard: a re-sent one is acknowledged again and dropped.
-	handedSeq map[string]uint64
+	handedSeq map[cluster.UniqueAddress]uint64
 	// handedFront counts the messages at the front of buffer that came in
 	// HandOvers, in the order they came: the next one goes behind them,
 	// ahead of the region's own.
@@ -135,7 +136,7 @@ type regionShard[C any, S comparable] struct {
 	// that node acknowledges it (ShardStarted): a leaving region stays
 	// until then, so that it never leaves the view ahead of its mail.
 	// sent is that HandOver, re-sent each tick until then.
-	handOverTo string
+	handOverTo cluster.UniqueAddress
 	sent       protocol.HandOver
 	// sentCopies counts the copies of sent given to the transport, and
 	// sentRefused those it refused at once (nothing listened at
@@ -149,8 +150,8 @@ type regionShard[C any, S comparable] struct {
 	// fences are the regions whose Fence for the shard arrived here;
 	// stopWaits, while stopping, the regions whose fence the HandOff
 	// awaits before the shard stops.
-	fences    map[string]bool
-	stopWaits []string
+	fences    map[cluster.UniqueAddress]bool
+	stopWaits []cluster.UniqueAddress
 	stopping  bool // HandOff received, waiting for fences
 	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
 	// handOffTold that its HandOff came: a hand-off begun by a coordinator
@@ -165,7 +166,7 @@ type regionShard[C any, S comparable] struct {
 	waited               uint64 // ticks spent waiting for a hand-over or fences
 	// placed is the last home the coordinator pushed for the shard; an
 	// unreachable home is forgotten (home ""), not this.
-	placed string
+	placed cluster.UniqueAddress
 }
 
 type pending[C any] struct {
@@ -219,7 +220,7 @@ const (
 // depends on kind.
 type regionEffect[C any, S comparable] struct {
 	kind        regionEffectKind
-	node        string
+	node        cluster.UniqueAddress
 	coordinator bool
 	msg         Message
 	shard       string
@@ -278,7 +279,7 @@ func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
 // home: the home is known, and no hand-off, awaited hand-over, hand-over
 // to that home still unacknowledged, or buffered message must go first.
 func (e *regionShard[C, S]) direct() bool {
-	return e.home != "" && !e.handingOff && e.awaiting == "" && e.handOverTo != e.home && !e.hostAfter && len(e.buffer) == 0
+	return !e.home.IsZero() && !e.handingOff && e.awaiting.IsZero() && e.handOverTo != e.home && !e.hostAfter && len(e.buffer) == 0
 }
 
 // attach records the handle of a shard a regHost started.
@@ -328,7 +329,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 	c.buffered++
 	// Asked once registered, as in Akka: a coordinator that has not seen
 	// this region yet would place the shard without it.
-	if e.home == "" && !e.handingOff && !e.requested && c.mayAsk() {
+	if e.home.IsZero() && !e.handingOff && !e.requested && c.mayAsk() {
 		e.requested = true
 		c.askHome(shardID, e)
 	}
@@ -354,25 +355,25 @@ func (c *regionCore[C, S]) askHome(shardID string, e *regionShard[C, S]) {
 // meanwhile. The shard's messages wait from now on, and the retry tick,
 // not each of them, asks the coordinator again: it may well answer the
 // same home until the membership drops it.
-func (c *regionCore[C, S]) unreachable(shardID, home string) {
+func (c *regionCore[C, S]) unreachable(shardID string, home cluster.UniqueAddress) {
 	if e := c.shards[shardID]; e != nil && e.home == home && !e.hosted && !c.stopped {
 		c.notef(slog.LevelInfo, "sharding: shard home unreachable; asking again", "shard_id", shardID, "home", home)
-		e.home, e.requested = "", true
+		e.home, e.requested = cluster.UniqueAddress{}, true
 	}
 }
 
 // toCoordinator sends m to the coordinator; without one in view, the retry
 // tick sends again.
 func (c *regionCore[C, S]) toCoordinator(m Message) {
-	if node := c.coordinatorNode(); node != "" {
+	if node := c.coordinatorNode(); !node.IsZero() {
 		c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
 	}
 }
 
 // coordinatorNode is where this region's coordinator is: the one it
 // registered with, else the oldest in its view ("" for none).
-func (c *regionCore[C, S]) coordinatorNode() string {
-	if c.coordinator != "" {
+func (c *regionCore[C, S]) coordinatorNode() cluster.UniqueAddress {
+	if !c.coordinator.IsZero() {
 		return c.coordinator
 	}
 	return c.oldest
@@ -382,7 +383,7 @@ func (c *regionCore[C, S]) coordinatorNode() string {
 func (c *regionCore[C, S]) step(msg Message) {
 	switch m := msg.(type) {
 	case protocol.RegisterAck:
-		if to := c.coordinatorNode(); to != "" && m.Coordinator != to {
+		if to := c.coordinatorNode(); !to.IsZero() && m.Coordinator != to {
 			// From a coordinator the view has moved past since our
 			// Register (it stood down, the oldest came back): taken, it
 			// would point every Register and GetShardHome at a node with
@@ -398,7 +399,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		}
 		c.coordinator, c.registered = m.Coordinator, true
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-			if e := c.shards[id]; len(e.buffer) > 0 && e.home == "" && !e.handingOff && !e.requested {
+			if e := c.shards[id]; len(e.buffer) > 0 && e.home.IsZero() && !e.handingOff && !e.requested {
 				e.requested = true
 				c.askHome(id, e)
 			}
@@ -408,7 +409,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		listed := make(map[string]bool)
-		for _, region := range slices.Sorted(maps.Keys(m.Homes)) {
+		for _, region := range slices.SortedFunc(maps.Keys(m.Homes), cluster.UniqueAddress.Compare) {
 			for _, s := range m.Homes[region] {
 				listed[s] = true
 				c.pushedHome(s, region)
@@ -418,8 +419,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// deallocated, perhaps by a coordinator this region never heard
 		// from. Forgotten, it is asked for again when a message needs it.
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-			if e := c.shards[id]; !listed[id] && e.home != "" && !e.hosted && e.awaiting == "" {
-				c.setHome(id, "")
+			if e := c.shards[id]; !listed[id] && !e.home.IsZero() && !e.hosted && e.awaiting.IsZero() {
+				c.setHome(id, cluster.UniqueAddress{})
 			}
 		}
 		// A new coordinator announces itself with ShardHomes. Not on a
@@ -435,7 +436,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			// mail (else it places them from the remembered shards, with
 			// no previous home, and they start ahead of the mail).
 			for _, id := range slices.Sorted(maps.Keys(c.shards)) {
-				if e := c.shards[id]; !listed[id] && e.handOver && e.home == "" && !e.hosted {
+				if e := c.shards[id]; !listed[id] && e.handOver && e.home.IsZero() && !e.hosted {
 					c.askHome(id, e)
 				}
 			}
@@ -444,7 +445,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		if e := c.entry(m.Shard); m.From == c.cfg.self && m.Region != c.cfg.self && !e.hosted && !e.handOver && e.handOverTo == "" && e.awaiting == "" {
+		if e := c.entry(m.Shard); m.From == c.cfg.self && m.Region != c.cfg.self && !e.hosted && !e.handOver && e.handOverTo.IsZero() && e.awaiting.IsZero() {
 			// The new home waits for our mail, and we hold none (any
 			// more): the coordinator kept our name because the shard
 			// never reported starting where it went (its ShardStarted
@@ -460,11 +461,11 @@ func (c *regionCore[C, S]) step(msg Message) {
 			return
 		}
 		e := c.entry(m.Shard)
-		repeat := m.From != "" && m.From == e.hostFrom
+		repeat := !m.From.IsZero() && m.From == e.hostFrom
 		e.hostFrom = m.From
 		switch {
-		case m.From == "" || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
-		case e.awaiting != "" && !e.guessed && e.awaiting != m.From:
+		case m.From.IsZero() || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
+		case !e.awaiting.IsZero() && !e.guessed && e.awaiting != m.From:
 			// The shard comes back while this region still waits for the
 			// mail of a home before it, and From, which had it since,
 			// waits for ours (else each would wait for the other). That
@@ -477,7 +478,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		e.doneEpoch = 0 // a new allocation: a HandOff from here on is a new hand-off
 		wasHosted := e.hosted
 		c.setHome(m.Shard, c.cfg.self)
-		if e.awaiting == "" && !e.hostAfter && (wasHosted || !e.hosted) {
+		if e.awaiting.IsZero() && !e.hostAfter && (wasHosted || !e.hosted) {
 			// Hosted already, or not hosted here (a leaving region, a
 			// proxy): answered at once. A shard that starts here now was
 			// reported by setHome.
@@ -503,8 +504,8 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
 		e.handingOff, e.handOffEpoch = true, m.Epoch
-		fencedAt := ""
-		if e.home != "" && e.home != c.cfg.self && !e.hosted {
+		var fencedAt cluster.UniqueAddress
+		if !e.home.IsZero() && e.home != c.cfg.self && !e.hosted {
 			fencedAt = e.home
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: protocol.Fence{Shard: m.Shard, From: c.cfg.self}})
 		}
@@ -512,7 +513,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 	case protocol.Fence:
 		e := c.entry(m.Shard)
 		if e.fences == nil {
-			e.fences = make(map[string]bool)
+			e.fences = make(map[cluster.UniqueAddress]bool)
 		}
 		e.fences[m.From] = true
 		c.maybeStop(m.Shard, e)
@@ -531,7 +532,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.stopping && e.stopEpoch == m.Epoch {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
-		if e.awaiting == "" {
+		if e.awaiting.IsZero() {
 			// A wait for a previous home's hand-over keeps its start: the
 			// next home's wait for ours begins after it, so ours must end
 			// first (restarted here, the next home's bounded wait could
@@ -585,7 +586,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver, e.doneEpoch, e.hostFrom = "", len(e.buffer) > 0 || e.awaiting != "", e.stopEpoch, ""
+	e.home, e.handOver, e.doneEpoch, e.hostFrom = cluster.UniqueAddress{}, len(e.buffer) > 0 || !e.awaiting.IsZero(), e.stopEpoch, cluster.UniqueAddress{}
 	e.owesHandOver, e.hostAfter = true, false
 	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
 }
@@ -639,25 +640,25 @@ func (c *regionCore[C, S]) fresh(epoch uint64) bool {
 // membership takes a new membership view: the coordinator's node ("" when
 // no member can host it) and every node in the view. A shard that waits
 // for the hand-over of a node no longer in the view starts without it.
-func (c *regionCore[C, S]) membership(oldest string, live []string) {
+func (c *regionCore[C, S]) membership(oldest cluster.UniqueAddress, live []cluster.UniqueAddress) {
 	c.oldest = oldest
 	previous := c.live
-	c.live = make(map[string]bool, len(live))
+	c.live = make(map[cluster.UniqueAddress]bool, len(live))
 	for _, n := range live {
 		c.live[n] = true
 	}
-	for _, held := range []map[string]bool{previous, c.down} { // the last view held both
+	for _, held := range []map[cluster.UniqueAddress]bool{previous, c.down} { // the last view held both
 		for n := range held {
 			if !c.live[n] {
 				if c.departed == nil {
-					c.departed = make(map[string]bool)
+					c.departed = make(map[cluster.UniqueAddress]bool)
 				}
 				c.departed[n] = true
 			}
 		}
 	}
 	// A node gone from the view needs no word of its own any more.
-	maps.DeleteFunc(c.down, func(n string, _ bool) bool { return !c.live[n] })
+	maps.DeleteFunc(c.down, func(n cluster.UniqueAddress, _ bool) bool { return !c.live[n] })
 	for n := range c.down {
 		delete(c.live, n)
 	}
@@ -710,13 +711,13 @@ func (c *regionCore[C, S]) retryRegister(gen uint64) {
 
 // membersDown takes the coordinator's word that nodes are Down (see
 // protocol.MembersDown): they count as gone from the view.
-func (c *regionCore[C, S]) membersDown(nodes []string) {
+func (c *regionCore[C, S]) membersDown(nodes []cluster.UniqueAddress) {
 	for _, n := range nodes {
 		if n == c.cfg.self {
 			continue // it fences itself, by its own clock
 		}
 		if c.down == nil {
-			c.down = make(map[string]bool)
+			c.down = make(map[cluster.UniqueAddress]bool)
 		}
 		c.down[n] = true
 		if c.live != nil {
@@ -734,22 +735,22 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if to := e.handOverTo; to != "" && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
+		if to := e.handOverTo; !to.IsZero() && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
 			// Gone, and the transport refused every copy of our mail:
 			// none reached it, so the mail is ours still. It goes to the
 			// shard's home, ahead of what came since: this region's own
 			// shard when it is the home (which waited for this), a live
 			// other home at once, else the home the tick asks for.
 			c.reclaimHandOver(e)
-			if e.home != "" && e.home != c.cfg.self && !c.isLive(e.home) {
-				e.home, e.requested = "", false // never sent to a node gone
+			if !e.home.IsZero() && e.home != c.cfg.self && !c.isLive(e.home) {
+				e.home, e.requested = cluster.UniqueAddress{}, false // never sent to a node gone
 			}
 			e.hostAfter = false
-			if e.home != "" {
+			if !e.home.IsZero() {
 				c.setHome(id, e.home)
 			}
 			c.checkLeft()
-		} else if to != "" && !c.isLive(to) {
+		} else if !to.IsZero() && !c.isLive(to) {
 			// Gone before it acknowledged our mail. The shard's next home
 			// waits for a HandOver from us all the same (the coordinator
 			// names us: the shard never started there), and gets an
@@ -760,15 +761,15 @@ func (c *regionCore[C, S]) forgetGone() {
 			if e.home != c.cfg.self {
 				e.owesHandOver = true
 			}
-			if e.home != "" && e.home != to && e.home != c.cfg.self && c.isLive(e.home) {
+			if !e.home.IsZero() && e.home != to && e.home != c.cfg.self && c.isLive(e.home) {
 				e.owesHandOver = false
 				c.handOver(id, e, e.home, nil)
 			}
 		}
-		if e.awaiting != "" && !c.isLive(e.awaiting) {
+		if !e.awaiting.IsZero() && !c.isLive(e.awaiting) {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard_id", id, "from", e.awaiting)
-			e.awaiting = ""
+			e.awaiting = cluster.UniqueAddress{}
 			c.setHome(id, e.home)
 		}
 	}
@@ -798,7 +799,7 @@ func (c *regionCore[C, S]) tick() {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && e.awaiting == "" && len(e.buffer) > 0 && (e.home == "" || e.handingOff) {
+			if e := c.shards[id]; !e.hosted && e.awaiting.IsZero() && len(e.buffer) > 0 && (e.home.IsZero() || e.handingOff) {
 				c.askHome(id, e)
 			}
 		}
@@ -831,15 +832,15 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if !e.stopping && (e.awaiting == "" || !e.guessed) {
+		if !e.stopping && (e.awaiting.IsZero() || !e.guessed) {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
 		}
-		if e.awaiting != "" && e.guessed {
+		if !e.awaiting.IsZero() && e.guessed {
 			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
-			e.awaiting = ""
+			e.awaiting = cluster.UniqueAddress{}
 			c.setHome(id, e.home)
 		}
 		if e.stopping {
@@ -855,11 +856,11 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 func (c *regionCore[C, S]) resendHandOvers() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if e.handOverTo != "" {
+		if !e.handOverTo.IsZero() {
 			e.sentCopies++
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.handOverTo, msg: e.sent, handOver: true})
 		}
-		if e.awaiting != "" {
+		if !e.awaiting.IsZero() {
 			for _, r := range e.relays {
 				c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
 			}
@@ -894,7 +895,7 @@ func (c *regionCore[C, S]) hostedShards() []string {
 // view, or is given up after waitTicks; started at once, it would deliver
 // what it buffered during the hand-off ahead of the older mail the
 // previous home holds.
-func (c *regionCore[C, S]) pushedHome(shardID, home string) {
+func (c *regionCore[C, S]) pushedHome(shardID string, home cluster.UniqueAddress) {
 	e := c.entry(shardID)
 	// The previous home is the one this region routes to or, when a push
 	// that left the shard out (its hand-off was running) made the region
@@ -902,10 +903,10 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 	// HostShard lost, a new coordinator's ShardHomes would start the
 	// shard at once, ahead of the mail that home held).
 	prev := e.home
-	if prev == "" {
+	if prev.IsZero() {
 		prev = e.placed
 	}
-	if home != "" {
+	if !home.IsZero() {
 		e.doneEpoch = 0
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
 			// The shard moved on (its last home crashed and its lease
@@ -917,7 +918,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 		}
 		e.placed = home
 	}
-	if home == c.cfg.self && !e.hosted && e.awaiting == "" && !e.handedIn[prev] && prev != "" && prev != c.cfg.self &&
+	if home == c.cfg.self && !e.hosted && e.awaiting.IsZero() && !e.handedIn[prev] && !prev.IsZero() && prev != c.cfg.self &&
 		c.isLive(prev) && !c.cfg.proxy && !c.leaving && !c.stopped {
 		e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
 	}
@@ -926,7 +927,7 @@ func (c *regionCore[C, S]) pushedHome(shardID, home string) {
 
 // setHome records a shard's home, hosts the shard when the home is this
 // region, and releases the shard's buffered messages.
-func (c *regionCore[C, S]) setHome(shardID, home string) {
+func (c *regionCore[C, S]) setHome(shardID string, home cluster.UniqueAddress) {
 	e := c.entry(shardID)
 	if e.handingOff && e.hosted {
 		if e.handOffTold || c.epoch <= e.handOffEpoch || home != c.cfg.self {
@@ -940,22 +941,22 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard_id", shardID)
 		e.handingOff, e.fences = false, nil
 	}
-	if home != "" && e.handOverTo != "" && e.handOverTo != home && !c.isLive(e.handOverTo) {
+	if !home.IsZero() && !e.handOverTo.IsZero() && e.handOverTo != home && !c.isLive(e.handOverTo) {
 		c.reclaimHandOver(e)
 	}
 	if home != c.cfg.self {
 		e.hostAfter = false
-		if e.handOver && e.awaiting != "" && home != "" {
+		if e.handOver && !e.awaiting.IsZero() && !home.IsZero() {
 			// This region's mail for the shard follows the mail it
 			// awaits, which is older: both go on once that is in.
 			e.home, e.requested, e.handingOff = home, false, false
 			return
 		}
 		// Moved on before the hand-over came: it follows the shard.
-		e.awaiting, e.handedIn, e.then = "", nil, ""
+		e.awaiting, e.handedIn, e.then = cluster.UniqueAddress{}, nil, cluster.UniqueAddress{}
 	}
 	e.home, e.requested, e.handingOff = home, false, false
-	if home == "" { // stopped shard: ask again if anything waits for it
+	if home.IsZero() { // stopped shard: ask again if anything waits for it
 		if len(e.buffer) > 0 {
 			e.requested = true
 			c.askHome(shardID, e)
@@ -983,21 +984,21 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 		e.owesHandOver = false
 		c.handOver(shardID, e, home, nil)
 	}
-	if home == c.cfg.self && e.awaiting == "" && e.then != "" && !e.hosted {
+	if home == c.cfg.self && e.awaiting.IsZero() && !e.then.IsZero() && !e.hosted {
 		// The home before is in; the one after waits for ours, which is
 		// now this region's own.
-		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, "", false, 0, nil
+		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, cluster.UniqueAddress{}, false, 0, nil
 		e.handedFront = min(e.thenAt, len(e.buffer))
 		if c.isLive(e.awaiting) {
 			c.handOver(shardID, e, e.awaiting, nil)
 		} else {
-			e.awaiting = ""
+			e.awaiting = cluster.UniqueAddress{}
 		}
 	}
-	if home == c.cfg.self && e.awaiting != "" {
+	if home == c.cfg.self && !e.awaiting.IsZero() {
 		return // started once the previous home's mail is here
 	}
-	if home == c.cfg.self && !e.hosted && e.handOverTo != "" && e.handOverTo != c.cfg.self && len(e.sent.Msgs) > 0 &&
+	if home == c.cfg.self && !e.hosted && !e.handOverTo.IsZero() && e.handOverTo != c.cfg.self && len(e.sent.Msgs) > 0 &&
 		!c.cfg.proxy && !c.leaving && !c.stopped {
 		// Our mail for the shard went to another node, which has not
 		// acknowledged it: the shard starts here once it does (that node
@@ -1017,7 +1018,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 			// allocation crossed our GracefulShutdownReq. Mail held for
 			// the next home stays so: it goes there as a hand-over.
 			c.notef(slog.LevelDebug, "sharding: not hosting a shard allocated to a proxy or a leaving region", "shard_id", shardID)
-			e.home, e.requested = "", true // the retry tick asks again
+			e.home, e.requested = cluster.UniqueAddress{}, true // the retry tick asks again
 			if c.leaving && !c.stopped {
 				// The coordinator may not know that we leave: our
 				// GracefulShutdownReq may have been lost with a broken link
@@ -1073,7 +1074,7 @@ func (c *regionCore[C, S]) setHome(shardID, home string) {
 // A wait this region guesses (pushedHome: told it is the home without a
 // HostShard) stays bounded by waitTicks: the coordinator may have placed
 // the shard here because the guessed home is dead to it.
-func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home string, msgs []protocol.Deliver) {
+func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home cluster.UniqueAddress, msgs []protocol.Deliver) {
 	c.handOverSeq++
 	e.handOverTo, e.sent = home, protocol.HandOver{Shard: shardID, From: c.cfg.self, Seq: c.handOverSeq, Msgs: msgs}
 	e.sentCopies, e.sentRefused = 1, 0
@@ -1086,7 +1087,7 @@ func (c *regionCore[C, S]) handOver(shardID string, e *regionShard[C, S], home s
 // to a home that had crashed, while the new home starts without it).
 func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
 	front := c.fromDelivers(e.sent.Msgs)
-	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = "", protocol.HandOver{}, 0, 0
+	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = cluster.UniqueAddress{}, protocol.HandOver{}, 0, 0
 	c.prepend(e, front)
 	e.handOver, e.owesHandOver = true, true
 }
@@ -1094,7 +1095,7 @@ func (c *regionCore[C, S]) reclaimHandOver(e *regionShard[C, S]) {
 // handOverRefused reports that the transport refused a copy of the
 // HandOver numbered seq to node at once: nothing listened there, so that
 // copy reached nobody (see forgetGone).
-func (c *regionCore[C, S]) handOverRefused(shardID, node string, seq uint64) {
+func (c *regionCore[C, S]) handOverRefused(shardID string, node cluster.UniqueAddress, seq uint64) {
 	if e := c.shards[shardID]; e != nil && e.handOverTo == node && e.sent.Seq == seq && e.sentRefused < e.sentCopies {
 		e.sentRefused++
 	}
@@ -1103,12 +1104,12 @@ func (c *regionCore[C, S]) handOverRefused(shardID, node string, seq uint64) {
 // handedOverTo ends the wait for the acknowledgement of a hand-over: what
 // this region buffered meanwhile may go on.
 func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
-	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = "", protocol.HandOver{}, 0, 0
+	e.handOverTo, e.sent, e.sentCopies, e.sentRefused = cluster.UniqueAddress{}, protocol.HandOver{}, 0, 0
 	if e.hostAfter {
 		// The shard allocated here waited for this: it starts now.
 		e.hostAfter = false
 		c.setHome(shardID, e.home)
-	} else if e.home != "" && !e.handingOff && e.awaiting == "" {
+	} else if !e.home.IsZero() && !e.handingOff && e.awaiting.IsZero() {
 		c.drain(shardID, e)
 	}
 	c.checkLeft()
@@ -1122,7 +1123,7 @@ func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
 // that home is dead to the coordinator (held back there too, they would
 // wait for ever for a crashed home the view still lists).
 func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
-	if e.handOverTo != "" && e.handOverTo == e.home && !e.hosted {
+	if !e.handOverTo.IsZero() && e.handOverTo == e.home && !e.hosted {
 		return
 	}
 	buf := e.buffer
@@ -1145,7 +1146,7 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, "", false, e.stopEpoch, ""
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, cluster.UniqueAddress{}, false, e.stopEpoch, cluster.UniqueAddress{}
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
@@ -1201,13 +1202,13 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 			return // a copy re-sent before our acknowledgement reached it
 		}
 		if e.handedSeq == nil {
-			e.handedSeq = make(map[string]uint64)
+			e.handedSeq = make(map[cluster.UniqueAddress]uint64)
 		}
 		e.handedSeq[m.From] = m.Seq
 	}
 	front := c.fromDelivers(m.Msgs)
 	if len(front) > 0 {
-		if e.then != "" && e.handedFront <= e.thenAt {
+		if !e.then.IsZero() && e.handedFront <= e.thenAt {
 			e.thenAt += len(front)
 		}
 		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
@@ -1216,9 +1217,9 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	}
 	switch {
 	case e.awaiting == m.From:
-		e.awaiting, e.relays = "", nil
+		e.awaiting, e.relays = cluster.UniqueAddress{}, nil
 		c.setHome(m.Shard, e.home)
-	case e.awaiting != "":
+	case !e.awaiting.IsZero():
 		// Another region's (an empty one, or mail older than the awaited
 		// mail): it waits in the buffer, ahead of the awaited mail. The
 		// awaited region, handed off before the mail it awaits came, may
@@ -1230,12 +1231,12 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		c.emit(regionEffect[C, S]{kind: regSend, node: e.awaiting, msg: r})
 	case len(front) == 0 && e.hosted:
 		// An empty hand-over after the shard started here: nothing to do.
-	case e.hosted || e.home != "" && !e.handingOff:
+	case e.hosted || !e.home.IsZero() && !e.handingOff:
 		c.drain(m.Shard, e)
 	default:
 		// Ahead of its HostShard: nothing to wait for then.
 		if e.handedIn == nil {
-			e.handedIn = make(map[string]bool)
+			e.handedIn = make(map[cluster.UniqueAddress]bool)
 		}
 		e.handedIn[m.From] = true
 	}
@@ -1245,7 +1246,7 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 // hosted here, and regLeft follows once none is left and none can be
 // allocated here any more. oldest is the coordinator's node in the
 // current membership.
-func (c *regionCore[C, S]) leave(oldest string) {
+func (c *regionCore[C, S]) leave(oldest cluster.UniqueAddress) {
 	c.oldest = oldest
 	c.leaving, c.awaitingLeft = true, true
 	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
@@ -1262,7 +1263,7 @@ func (c *regionCore[C, S]) checkLeft() {
 	}
 	// Without a coordinator in our view (the last node with the role is
 	// leaving) no allocation can be on its way, nor can an ack come.
-	if !c.leaveAcked && c.oldest != "" {
+	if !c.leaveAcked && !c.oldest.IsZero() {
 		return
 	}
 	// Nor while it buffers messages it accepted (for a shard being handed
@@ -1272,7 +1273,7 @@ func (c *regionCore[C, S]) checkLeft() {
 	}
 	for _, e := range c.shards {
 		// Nor before it handed over the mail it holds, and that arrived.
-		if e.hosted || e.handOver || e.handOverTo != "" {
+		if e.hosted || e.handOver || !e.handOverTo.IsZero() {
 			return
 		}
 	}
@@ -1322,7 +1323,7 @@ func (c *regionCore[C, S]) stop() {
 func (c *regionCore[C, S]) shardTerminated(shardID string) {
 	if e := c.shards[shardID]; e != nil && e.hosted {
 		var none S
-		e.local, e.hosted, e.home = none, false, ""
+		e.local, e.hosted, e.home = none, false, cluster.UniqueAddress{}
 	}
 	c.checkGone()
 }
@@ -1365,20 +1366,20 @@ func (c *regionCore[C, S]) alone() bool {
 // just joined would let that node's forward come after the shard moved,
 // behind its later messages). The wait for it is bounded
 // by waitTicks, as for a fence lost with a broken link.
-func (c *regionCore[C, S]) gone(node string) bool {
+func (c *regionCore[C, S]) gone(node cluster.UniqueAddress) bool {
 	return c.down[node] || c.departed[node]
 }
 
 // isLive reports whether node is in the membership view and not Down.
-func (c *regionCore[C, S]) isLive(node string) bool {
+func (c *regionCore[C, S]) isLive(node cluster.UniqueAddress) bool {
 	return !c.down[node] && (c.live == nil || c.live[node])
 }
 
 // homes is every shard home this region knows: shard → node.
-func (c *regionCore[C, S]) homes() map[string]string {
-	out := make(map[string]string)
+func (c *regionCore[C, S]) homes() map[string]cluster.UniqueAddress {
+	out := make(map[string]cluster.UniqueAddress)
 	for id, e := range c.shards {
-		if e.home != "" {
+		if !e.home.IsZero() {
 			out[id] = e.home
 		}
 	}
@@ -1390,7 +1391,7 @@ func (c *regionCore[C, S]) homes() map[string]string {
 func (c *regionCore[C, S]) shardStates() []ShardState {
 	var out []ShardState
 	for id, e := range c.shards {
-		if e.home == "" && !e.handingOff && len(e.buffer) == 0 {
+		if e.home.IsZero() && !e.handingOff && len(e.buffer) == 0 {
 			continue
 		}
 		out = append(out, ShardState{ID: id, Home: e.home, HandingOff: e.handingOff, Entities: -1})

@@ -3,6 +3,7 @@ package sharding
 import (
 	"flag"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"slices"
 	"strconv"
@@ -79,12 +80,12 @@ type regionHarness struct {
 }
 
 func (h *regionHarness) configure(kv map[string]string) {
-	cfg := regionCoreConfig{self: "a", bufferSize: 100_000, tickInterval: 2 * time.Second}
+	cfg := regionCoreConfig{self: addr("a"), bufferSize: 100_000, tickInterval: 2 * time.Second}
 	for k, v := range kv {
 		var err error
 		switch k {
 		case "self":
-			cfg.self = v
+			cfg.self = addr(v)
 		case "proxy":
 			cfg.proxy, err = strconv.ParseBool(v)
 		case "buffer-size":
@@ -117,14 +118,14 @@ func (h *regionHarness) run(line string) string {
 		h.configure(kv)
 	case "members":
 		need(1)
-		live := []string{h.core.cfg.self}
-		if o := node(pos[0]); o != "" {
-			live = append(live, o)
+		live := []string{addrName(h.core.cfg.self)}
+		if o := addr(pos[0]); !o.IsZero() {
+			live = append(live, addrName(o))
 		}
 		if l, ok := kv["live"]; ok {
 			live = strings.Split(l, ",")
 		}
-		h.core.membership(node(pos[0]), live)
+		h.core.membership(addr(pos[0]), addrs(live...))
 	case "tell", "start":
 		var p pending[string]
 		if cmd == "tell" {
@@ -143,7 +144,7 @@ func (h *regionHarness) run(line string) string {
 		h.core.handedOff(pos[0], h.pendings(pos[0], kv["leftover"]))
 	case "unreachable":
 		need(2)
-		h.core.unreachable(pos[0], pos[1])
+		h.core.unreachable(pos[0], addr(pos[1]))
 	case "terminated":
 		need(1)
 		h.core.shardTerminated(pos[0])
@@ -161,7 +162,7 @@ func (h *regionHarness) run(line string) string {
 		h.core.retryRegister(gen)
 	case "leave":
 		need(1)
-		h.core.leave(node(pos[0]))
+		h.core.leave(addr(pos[0]))
 	case "stop":
 		h.core.stop()
 	case "terminate":
@@ -173,13 +174,6 @@ func (h *regionHarness) run(line string) string {
 	}
 	h.apply()
 	return strings.Join(h.out, "\n")
-}
-
-func node(arg string) string {
-	if arg == "-" {
-		return ""
-	}
-	return arg
 }
 
 // tell routes p as the runner does: the fast path when routable, else
@@ -235,28 +229,28 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 	switch name {
 	case "register-ack":
 		need(1)
-		return protocol.RegisterAck{Coordinator: pos[0], Epoch: h.epoch(kv)}
+		return protocol.RegisterAck{Coordinator: addr(pos[0]), Epoch: h.epoch(kv)}
 	case "homes":
-		homes := map[string][]string{}
+		homes := map[cluster.UniqueAddress][]string{}
 		for k, v := range kv {
 			if k != "epoch" {
-				homes[k] = strings.Split(v, ",")
+				homes[addr(k)] = strings.Split(v, ",")
 			}
 		}
 		return protocol.ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
 	case "home":
 		need(2)
-		return protocol.ShardHome{Shard: pos[0], Region: node(pos[1]), From: kv["from"], Epoch: h.epoch(kv)}
+		return protocol.ShardHome{Shard: pos[0], Region: addr(pos[1]), From: addr(kv["from"]), Epoch: h.epoch(kv)}
 	case "host":
 		need(1)
-		return protocol.HostShard{Shard: pos[0], From: kv["from"], Epoch: h.epoch(kv)}
+		return protocol.HostShard{Shard: pos[0], From: addr(kv["from"]), Epoch: h.epoch(kv)}
 	case "hand-over":
 		need(1)
 		var ds []protocol.Deliver
 		for _, p := range h.pendings(pos[0], kv["msgs"]) {
 			ds = append(ds, p.deliver(pos[0]))
 		}
-		return protocol.HandOver{Shard: pos[0], From: kv["from"], Seq: h.uint(kv["seq"]), Relayed: kv["relayed"] == "true", Msgs: ds}
+		return protocol.HandOver{Shard: pos[0], From: addr(kv["from"]), Seq: h.uint(kv["seq"]), Relayed: kv["relayed"] == "true", Msgs: ds}
 	case "begin-hand-off":
 		need(1)
 		return protocol.BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
@@ -266,20 +260,20 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		if f := kv["fences"]; f != "" {
 			fences = strings.Split(f, ",")
 		}
-		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: fences}
+		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: addrs(fences...)}
 	case "fence":
 		need(1)
-		return protocol.Fence{Shard: pos[0], From: kv["from"]}
+		return protocol.Fence{Shard: pos[0], From: addr(kv["from"])}
 	case "leave-ack":
 		return protocol.LeaveAck{Epoch: h.epoch(kv)}
 	case "started":
 		need(2)
-		return protocol.ShardStarted{Shard: pos[0], Region: pos[1], Seq: h.uint(kv["seq"])}
+		return protocol.ShardStarted{Shard: pos[0], Region: addr(pos[1]), Seq: h.uint(kv["seq"])}
 	case "deliver":
 		need(3)
 		return protocol.Deliver{Shard: pos[0], EntityID: pos[1], Msg: pos[2]}
 	case "members-down":
-		return protocol.MembersDown{Nodes: strings.Split(kv["nodes"], ",")}
+		return protocol.MembersDown{Nodes: addrs(strings.Split(kv["nodes"], ",")...)}
 	}
 	h.fatalf("unknown message %q", name)
 	return nil
@@ -327,9 +321,9 @@ func fmtDelivers(ds []protocol.Deliver) string {
 func fmtMessage(m Message) string {
 	switch m := m.(type) {
 	case protocol.Register:
-		return "Register " + m.Region
+		return "Register " + addrName(m.Region)
 	case protocol.RegisterProxy:
-		return "RegisterProxy " + m.Region
+		return "RegisterProxy " + addrName(m.Region)
 	case protocol.GetShardHome:
 		if m.HandOver {
 			return "GetShardHome " + m.Shard + " (holding its mail)"
@@ -341,12 +335,12 @@ func fmtMessage(m Message) string {
 		}
 		return "ShardStarted " + m.Shard
 	case protocol.BeginHandOffAck:
-		if m.FencedAt != "" {
-			return "BeginHandOffAck " + m.Shard + " (fenced at " + m.FencedAt + ")"
+		if !m.FencedAt.IsZero() {
+			return "BeginHandOffAck " + m.Shard + " (fenced at " + addrName(m.FencedAt) + ")"
 		}
 		return "BeginHandOffAck " + m.Shard
 	case protocol.Fence:
-		return "Fence " + m.Shard + " from " + m.From
+		return "Fence " + m.Shard + " from " + addrName(m.From)
 	case protocol.ShardStopped:
 		if m.Held {
 			return "ShardStopped " + m.Shard + ", holding its mail"
@@ -358,9 +352,9 @@ func fmtMessage(m Message) string {
 		}
 		return fmt.Sprintf("HandOver %s #%d: %s", m.Shard, m.Seq, fmtDelivers(m.Msgs))
 	case protocol.GracefulShutdownReq:
-		return "GracefulShutdownReq " + m.Region
+		return "GracefulShutdownReq " + addrName(m.Region)
 	case protocol.RegionStopped:
-		return "RegionStopped " + m.Region
+		return "RegionStopped " + addrName(m.Region)
 	case protocol.StopShards:
 		return "StopShards " + strings.Join(m.Shards, ",")
 	}
@@ -375,18 +369,18 @@ func (h *regionHarness) apply() {
 		for _, ef := range out {
 			switch ef.kind {
 			case regSend:
-				to := ef.node
+				to := addrName(ef.node)
 				if ef.coordinator {
 					to += "/coordinator"
 				}
-				if m, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && h.down[ef.node] {
+				if m, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && h.down[addrName(ef.node)] {
 					h.core.handOverRefused(m.Shard, ef.node, m.Seq)
 					h.printf("send %s refused: %s", to, fmtMessage(ef.msg))
 					break
 				}
 				h.printf("send %s: %s", to, fmtMessage(ef.msg))
 			case regForward:
-				if !h.down[ef.node] {
+				if !h.down[addrName(ef.node)] {
 					h.printf("forward to %s: %s %s", ef.node, ef.shard, fmtPending(ef.p))
 					break
 				}
@@ -442,8 +436,8 @@ func (h *regionHarness) apply() {
 func (h *regionHarness) printState() {
 	c := h.core
 	flags := []string{fmt.Sprintf("epoch=%d", c.epoch), fmt.Sprintf("buffered=%d", c.buffered)}
-	if c.coordinator != "" {
-		flags = append(flags, "coordinator="+c.coordinator)
+	if !c.coordinator.IsZero() {
+		flags = append(flags, "coordinator="+addrName(c.coordinator))
 	}
 	for _, f := range []struct {
 		on   bool
@@ -457,8 +451,8 @@ func (h *regionHarness) printState() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		line := "shard " + id
-		if e.home != "" {
-			line += " home=" + e.home
+		if !e.home.IsZero() {
+			line += " home=" + addrName(e.home)
 		}
 		if e.hosted {
 			line += " local=" + e.local
@@ -472,11 +466,11 @@ func (h *regionHarness) printState() {
 		if e.handOver {
 			line += " hand-over"
 		}
-		if e.awaiting != "" {
-			line += " awaiting=" + e.awaiting
+		if !e.awaiting.IsZero() {
+			line += " awaiting=" + addrName(e.awaiting)
 		}
 		if e.stopping {
-			line += " stopping, awaiting fences from " + strings.Join(e.stopWaits, ",")
+			line += " stopping, awaiting fences from " + strings.Join(addrNames(e.stopWaits), ",")
 		}
 		if len(e.buffer) > 0 {
 			parts := make([]string, len(e.buffer))

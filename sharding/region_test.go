@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"context"
+	"github.com/shoal-dev/shoal/cluster"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -22,7 +23,7 @@ func TestRegionAsksForHomesOnlyOnceRegistered(t *testing.T) {
 		b := s.join("b", "host")
 		b.tell(t, "y1", note{Text: "1"}) // at once: b's registration is still on its way
 		synctest.Wait()
-		if home := b.region.Homes()["y"]; home != "b" {
+		if home := b.region.Homes()["y"]; home != addr("b") {
 			t.Fatalf("shard y placed on %q, want b (the region with fewer shards)", home)
 		}
 		_ = b.sh.Shutdown(context.Background())
@@ -37,7 +38,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 		s := newSim(t, sharding.Settings{})
 		// A predecessor held epoch 1 and released it; the coordinator a
 		// starts gets epoch 2.
-		if _, _, err := s.store.Acquire(context.Background(), "Test", "old", time.Minute); err != nil {
+		if _, _, err := s.store.Acquire(context.Background(), "Test", addr("old"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.store.Release(context.Background(), "Test", 1); err != nil {
@@ -47,11 +48,11 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 		a.tell(t, "e", note{Text: "1"})
 		synctest.Wait()
 		shard := a.region.ShardID("e")
-		to := sharding.Address{Node: "a", Type: "Test"}
+		to := sharding.Address{Node: addr("a"), Type: "Test"}
 		for _, m := range []sharding.Message{
-			protocol.ShardHome{Shard: shard, Region: "elsewhere", Epoch: 1},
-			protocol.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 1},
-			protocol.ShardHomes{Homes: map[string][]string{"elsewhere": {"y"}}, Epoch: 1},
+			protocol.ShardHome{Shard: shard, Region: addr("elsewhere"), Epoch: 1},
+			protocol.ShardHome{Shard: "x", Region: addr("elsewhere"), Epoch: 1},
+			protocol.ShardHomes{Homes: map[cluster.UniqueAddress][]string{addr("elsewhere"): {"y"}}, Epoch: 1},
 			protocol.HostShard{Shard: "z", Epoch: 1},
 			protocol.BeginHandOff{Shard: shard, Epoch: 1},
 		} {
@@ -60,7 +61,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if got := a.region.Homes(); len(got) != 1 || got[shard] != "a" {
+		if got := a.region.Homes(); len(got) != 1 || got[shard] != addr("a") {
 			t.Fatalf("homes %v after stale messages, want only %s on a", got, shard)
 		}
 		a.tell(t, "e", note{Text: "2"}) // still routed: no hand-off began
@@ -68,11 +69,11 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			t.Fatalf("e got %v", got)
 		}
 		// The current epoch is obeyed.
-		if err := s.transport.Send(to, protocol.ShardHome{Shard: "x", Region: "elsewhere", Epoch: 2}); err != nil {
+		if err := s.transport.Send(to, protocol.ShardHome{Shard: "x", Region: addr("elsewhere"), Epoch: 2}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if a.region.Homes()["x"] != "elsewhere" {
+		if a.region.Homes()["x"] != addr("elsewhere") {
 			t.Fatalf("homes %v: current epoch ignored", a.region.Homes())
 		}
 		a.sh.Terminate()

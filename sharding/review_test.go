@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -39,7 +39,7 @@ func TestLastHostingNodeLeavingWithoutCoordinatorReturns(t *testing.T) {
 		s := newSim(t, sharding.Settings{})
 		a := s.join("a", "host")
 		synctest.Wait()
-		s.cluster.SetStatus("a", allocation.Leaving) // no Up member has the role now
+		s.cluster.SetStatus("a", cluster.Leaving) // no Up member has the role now
 		synctest.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -52,15 +52,15 @@ func TestLastHostingNodeLeavingWithoutCoordinatorReturns(t *testing.T) {
 // delayedView is a membership whose subscribers hear of a change some time
 // after the view shows it, as with a gossiped membership.
 type delayedView struct {
-	sharding.Membership
+	cluster.Membership
 	delay time.Duration
 }
 
-func (v delayedView) Subscribe(fn func()) func() {
-	return v.Membership.Subscribe(func() {
+func (v delayedView) Subscribe(fn func(cluster.Change)) (cluster.View, func()) {
+	return v.Membership.Subscribe(func(c cluster.Change) {
 		go func() {
 			time.Sleep(v.delay)
-			fn()
+			fn(c)
 		}()
 	})
 }
@@ -68,7 +68,7 @@ func (v delayedView) Subscribe(fn func()) func() {
 // registerCounter counts Register messages and, past a limit, refuses
 // them, so that a message loop ends.
 type registerCounter struct {
-	*sharding.LocalTransport
+	*sharding.MemoryTransport
 	n atomic.Int64
 }
 
@@ -76,21 +76,21 @@ func (c *registerCounter) Send(to sharding.Address, m sharding.Message) error {
 	if _, ok := m.(protocol.Register); ok && c.n.Add(1) > 1000 {
 		return errors.New("too many Register messages")
 	}
-	return c.LocalTransport.Send(to, m)
+	return c.MemoryTransport.Send(to, m)
 }
 
 // coordinatorMove starts a (whose membership hears of changes late, and
 // which runs on workers workers) and b, then makes b the oldest Up member.
-func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, cluster *sharding.LocalCluster) {
-	cluster = sharding.NewLocalCluster()
-	tr = &registerCounter{LocalTransport: sharding.NewLocalTransport()}
+func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, members testCluster) {
+	members = newTestCluster()
+	tr = &registerCounter{MemoryTransport: sharding.NewMemoryTransport()}
 	store := sharding.NewMemoryCoordinatorStore()
 	start := func(name string, workers int, delay time.Duration) *node {
 		sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet(), Workers: workers})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m sharding.Membership = cluster.Join(name, "host")
+		var m cluster.Membership = members.Join(name, "host")
 		if delay > 0 {
 			m = delayedView{m, delay}
 		}
@@ -109,8 +109,8 @@ func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter
 	b = start("b", 0, 0)
 	time.Sleep(time.Minute)
 	synctest.Wait()
-	cluster.SetStatus("a", allocation.Leaving) // b is the oldest Up member now
-	return a, b, tr, cluster
+	members.SetStatus("a", cluster.Leaving) // b is the oldest Up member now
+	return a, b, tr, members
 }
 
 // A region that has seen the new coordinator's epoch but still addresses
@@ -158,7 +158,7 @@ type failingCoordinatorStore struct {
 	*sharding.MemoryCoordinatorStore
 }
 
-func (failingCoordinatorStore) Acquire(context.Context, string, string, time.Duration) (uint64, map[string]sharding.Allocation, error) {
+func (failingCoordinatorStore) Acquire(context.Context, string, cluster.UniqueAddress, time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	return 0, nil, errors.New("store unavailable")
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
 )
@@ -68,6 +69,10 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 	return sh
 }
 
+// ShardID is the shard's id. Its entities' reminders belong to it
+// (eventsourced.ShardOf; docs/DESIGN.md, "Durable reminders").
+func (sh *shard[C]) ShardID() string { return sh.id }
+
 // entityBufferLimit bounds what a shard holds for one entity while it stops
 // or backs off: what the next incarnation's empty mailbox is sure to take,
 // held (recovering, as an event-sourced entity is when it starts) or not.
@@ -121,7 +126,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 				// Its sender was told it was taken: a dead letter, not a
 				// log line (a full mailbox, say the region drained more
 				// mail for one entity than a recovering one holds).
-				sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
+				runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
 				return nil
 			}
 			return err // the message itself is refused: a full mailbox, no codec
@@ -163,7 +168,7 @@ func (sh *shard[C]) apply() {
 				case errors.Is(err, entity.ErrStopped):
 					sh.core.undelivered(ef.entityID, m, true, false)
 				case err != nil:
-					sh.r.s.sys.EntityDeadLetter(err, sh.r.typ, ef.entityID,
+					runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, ef.entityID,
 						"buffered message refused by the new incarnation: "+err.Error(), m)
 				}
 			}
@@ -172,7 +177,7 @@ func (sh *shard[C]) apply() {
 			if ef.why != stopForHandOff {
 				sh.r.m.Passivated()
 			}
-			ef.handle.Seal() // later mail takes sh.mu, and waits for the next incarnation
+			runtime.Seal(ef.handle) // later mail takes sh.mu, and waits for the next incarnation
 			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
 				// A full mailbox: the stop (or hand-off) timeout stops it by force.
 				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
@@ -188,7 +193,7 @@ func (sh *shard[C]) apply() {
 			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
 				sh.r.m.Passivated() // passivation without a stop message
 			}
-			ef.handle.Seal()
+			runtime.Seal(ef.handle)
 			ef.handle.StopNow()
 		case effArmTimer:
 			kind, id, gen := ef.timer, ef.entityID, ef.gen
@@ -210,7 +215,7 @@ func (sh *shard[C]) apply() {
 			sh.remember(ef.entityID, ef.add)
 		case effRefuseAsks:
 			for _, m := range ef.msgs {
-				sh.r.s.sys.FailAsks(m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
+				runtime.FailAsks(sh.r.s.sys, m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
 			}
 		case effHandedOff:
 			if done := sh.handedOff; done != nil {
@@ -365,7 +370,7 @@ func (sh *shard[C]) restartRemembered() {
 	sh.apply()
 }
 
-// Passivate implements entity.Owner: buffer the entity's new messages and
+// Passivate implements runtime.Owner: buffer the entity's new messages and
 // send it the stop message.
 func (sh *shard[C]) Passivate(c *entity.Cell[C]) {
 	sh.mu.Lock()
@@ -386,7 +391,7 @@ func isNil[C any](v C) bool {
 	return false
 }
 
-// Stopped implements entity.Owner.
+// Stopped implements runtime.Owner.
 func (sh *shard[C]) Stopped(c *entity.Cell[C], err error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

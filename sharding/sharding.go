@@ -27,12 +27,15 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 )
 
@@ -41,25 +44,31 @@ var (
 	// messages awaiting a shard home (or a hand-off) is full, or the
 	// shard's buffer for an entity that is stopping or backing off is
 	// (see Settings.HeldCapacity).
-	// It is entity.ErrBufferFull, so that an ask it fails on another node
+	// It is runtime.ErrBufferFull, so that an ask it fails on another node
 	// matches it too.
-	ErrBufferFull = entity.ErrBufferFull
+	ErrBufferFull = runtime.ErrBufferFull
 	// ErrUnknownEntityType is returned when no region was started for an entity type.
 	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
 	// ErrRegionStopped is returned by Tell after the region shut down.
-	// It is entity.ErrRegionStopped.
-	ErrRegionStopped = entity.ErrRegionStopped
+	// It is runtime.ErrRegionStopped.
+	ErrRegionStopped = runtime.ErrRegionStopped
 	// ErrInvalidEntityID is returned for an empty entity id.
 	ErrInvalidEntityID = errors.New("sharding: invalid entity id")
 )
 
 // Config configures sharding on one node. The zero value runs a single node.
 type Config struct {
-	// Transport carries protocol messages. Default: a private LocalTransport.
+	// Transport carries protocol messages. Default: an in-memory
+	// transport of this node alone.
 	Transport Transport
 	// Membership is this node's view of the cluster. Default: a
-	// single-member LocalCluster named after the System's node id.
-	Membership Membership
+	// cluster.LocalMembership that holds this node alone, Up, as the
+	// incarnation of the System (its NodeID and Incarnation).
+	Membership cluster.Membership
+	// Roles are this node's roles while the membership's view does not
+	// hold it yet (a node registers its entity types before it joins);
+	// once it does, the view's.
+	Roles []string
 	// CoordinatorStore keeps allocations. Default: in memory.
 	CoordinatorStore CoordinatorStore
 	// RememberStore records remembered entities. Default: in memory.
@@ -102,16 +111,27 @@ type Config struct {
 type Sharding struct {
 	sys  *entity.System
 	cfg  Config
-	self string
+	self cluster.UniqueAddress
 	log  *slog.Logger
-	m    *metrics.Sharding // nil when Config.Metrics is
+	// view is the membership's latest view; follow hands its changes to
+	// the regions.
+	view     atomic.Pointer[cluster.View]
+	follower struct {
+		mu                      sync.Mutex
+		idle                    *sync.Cond // running became false
+		running, again, stopped bool
+	}
+	m *metrics.Sharding // nil when Config.Metrics is
 	// leaseM counts the renewals of the coordinator leases this node holds.
 	leaseM *metrics.Lease
 
 	mu      sync.Mutex
 	regions map[string]regionRuntime
+	// hosts host each type's coordinator while this node is the oldest
+	// with its role, beside its region (see coordinatorHost).
+	hosts   map[string]*coordinatorHost
 	stopped bool
-	unsub   func()
+	unsub   func() // stops following the membership
 	unleave func() // stops listening for LeaveRequest
 }
 
@@ -125,15 +145,24 @@ type regionRuntime interface {
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
 	terminate()
+	HostedShards() []string
+	StartEntity(id string) error
+	Homes() map[string]cluster.UniqueAddress
+	tellUntyped(entityID string, msg any) error
 }
 
 // New starts the sharding layer of the node running sys.
 func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Transport == nil {
-		cfg.Transport = NewLocalTransport()
+		cfg.Transport = newMemoryTransport()
 	}
 	if cfg.Membership == nil {
-		cfg.Membership = NewLocalCluster().Join(sys.NodeID())
+		self := cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}
+		view, err := cluster.NewView(cluster.Member{Address: self, Roles: cfg.Roles, Status: cluster.Up, JoinOrder: 1})
+		if err != nil {
+			return nil, fmt.Errorf("sharding: %w", err)
+		}
+		cfg.Membership = cluster.NewLocalMembership(self, view)
 	}
 	if cfg.CoordinatorStore == nil {
 		cfg.CoordinatorStore = NewMemoryCoordinatorStore()
@@ -150,13 +179,13 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
-	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self().Node, regions: make(map[string]regionRuntime)}
-	if s.self == "" {
+	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self(), regions: make(map[string]regionRuntime), hosts: make(map[string]*coordinatorHost)}
+	if s.self.Node == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}
 	s.log = cfg.Logger
 	if cfg.Logger != sys.Logger() { // the System's names the node already
-		s.log = cfg.Logger.With("node", s.self)
+		s.log = cfg.Logger.With("node", s.self.String())
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
@@ -167,12 +196,85 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	if s.unleave, err = s.listenForLeave(); err != nil {
 		return nil, err
 	}
-	s.unsub = cfg.Membership.Subscribe(s.membershipChanged)
+	s.unsub = s.follow()
 	return s, nil
 }
 
-// Node is this node's name in the membership.
-func (s *Sharding) Node() string { return s.self }
+// follow keeps s.view the membership's latest view, and tells the
+// regions of each change on a goroutine of its own, started for the
+// change and gone once the regions are up to date: a membership's
+// subscribers must not block, and the regions take locks that a region's
+// shutdown may hold. Regions may see several changes as one; they read
+// the latest view. The returned function stops following; no region is
+// told of a change after it returns.
+func (s *Sharding) follow() (stop func()) {
+	f := &s.follower
+	f.idle = sync.NewCond(&f.mu)
+	drain := func() {
+		for {
+			s.membershipChanged()
+			f.mu.Lock()
+			if f.again && !f.stopped {
+				f.again = false
+				f.mu.Unlock()
+				continue
+			}
+			f.running = false
+			f.idle.Broadcast()
+			f.mu.Unlock()
+			return
+		}
+	}
+	current, cancel := s.cfg.Membership.Subscribe(func(c cluster.Change) {
+		v := c.To
+		s.view.Store(&v)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case f.stopped:
+		case f.running:
+			f.again = true // the running drain reads this view
+		default:
+			f.running = true
+			go drain()
+		}
+	})
+	s.view.Store(&current)
+	return func() {
+		cancel()
+		f.mu.Lock()
+		f.stopped = true
+		f.mu.Unlock()
+		s.settle()
+	}
+}
+
+// settle waits until the regions have been told of every membership
+// change so far. The in-process cluster waits so on every node when one
+// joins, as if the membership told all of them at once.
+func (s *Sharding) settle() {
+	f := &s.follower
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.running {
+		f.idle.Wait()
+	}
+}
+
+// members is the latest view's members, Down ones included.
+func (s *Sharding) members() []cluster.Member { return s.view.Load().Members() }
+
+// selfMember is this node as the latest view holds it; before the view
+// holds it, a Joining member with Config.Roles.
+func (s *Sharding) selfMember() cluster.Member {
+	if m, ok := s.view.Load().Member(s.self); ok {
+		return m
+	}
+	return cluster.Member{Address: s.self, Roles: slices.Clone(s.cfg.Roles), Status: cluster.Joining}
+}
+
+// Node is this node's incarnation in the membership.
+func (s *Sharding) Node() cluster.UniqueAddress { return s.self }
 
 // System is the entity runtime of this node.
 func (s *Sharding) System() *entity.System { return s.sys }
@@ -192,11 +294,15 @@ func (s *Sharding) metricsReport() []metrics.RegionReport {
 func (s *Sharding) membershipChanged() {
 	s.mu.Lock()
 	regions := make([]regionRuntime, 0, len(s.regions))
-	for _, r := range s.regions {
-		regions = append(regions, r)
+	hosts := make([]*coordinatorHost, 0, len(s.regions))
+	for typ, r := range s.regions {
+		regions, hosts = append(regions, r), append(hosts, s.hosts[typ])
 	}
 	s.mu.Unlock()
-	for _, r := range regions {
+	for i, r := range regions {
+		if h := hosts[i]; h != nil {
+			h.membershipChanged() // the coordinator first: the region registers with it
+		}
 		r.membershipChanged()
 	}
 }
@@ -371,11 +477,20 @@ func Init[C any](s *Sharding, e Entity[C]) (*Region[C], error) {
 		return nil, fmt.Errorf("sharding: entity type %q already started", e.Key.Name())
 	}
 	r := newRegion(s, e)
-	if err := r.start(); err != nil {
+	h := newCoordinatorHost(s, r.typ, e.Role, r.settings, r.tickInterval())
+	// The region listens before the coordinator may start, and registers
+	// once it may have.
+	if err := r.listen(); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	s.regions[e.Key.Name()] = r
+	h.run()
+	if err := r.run(); err != nil {
+		s.mu.Unlock()
+		h.terminate()
+		return nil, err
+	}
+	s.regions[r.typ], s.hosts[r.typ] = r, h
 	s.mu.Unlock()
 	return r, nil
 }
@@ -409,7 +524,7 @@ func EntityRefFor[C any](s *Sharding, key entity.TypeKey[C], id string) (EntityR
 // only once they have stopped, which for an entity stuck in its handler is
 // after Shutdown returns: until then no other node starts their shards.
 func (s *Sharding) Shutdown(ctx context.Context) error {
-	regions, ok := s.stop()
+	regions, hosts, ok := s.stop()
 	if !ok {
 		return nil
 	}
@@ -418,6 +533,7 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 		if err := r.shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("sharding: shut down %s: %w", r.typeName(), err))
 		}
+		hosts[r.typeName()].stop() // the type's coordinator goes last
 	}
 	s.unsub()
 	s.unleave()
@@ -437,16 +553,16 @@ func (s *Sharding) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// stop marks the node stopped and returns its regions; ok is false when it
-// was stopped already.
-func (s *Sharding) stop() (regions []regionRuntime, ok bool) {
+// stop marks the node stopped and returns its regions and coordinator
+// hosts; ok is false when it was stopped already.
+func (s *Sharding) stop() (regions []regionRuntime, hosts map[string]*coordinatorHost, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return nil, false
+		return nil, nil, false
 	}
 	s.stopped = true
-	return slices.Collect(maps.Values(s.regions)), true
+	return slices.Collect(maps.Values(s.regions)), maps.Clone(s.hosts), true
 }
 
 // EntityRef addresses one sharded entity. It is a small value: make one
@@ -472,7 +588,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	return r.region.tell(r.id, r.hash, msg, false, false)
 }
 
-// TellAsk implements entity.AskRef, so that entity.Ask and entity.AskFrom
+// TellAsk implements the runtime's AskRef, so that entity.Ask and entity.AskFrom
 // fail fast: when the entity is backing off after a failure on this node,
 // the ask is refused at once with an error matching ErrEntityUnavailable
 // (an *UnavailableError, with the time left before the restart) and the

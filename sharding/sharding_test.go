@@ -135,8 +135,8 @@ type node struct {
 
 type sim struct {
 	t         testing.TB
-	cluster   *sharding.LocalCluster
-	transport *sharding.LocalTransport
+	cluster   testCluster
+	transport *sharding.MemoryTransport
 	store     *sharding.MemoryCoordinatorStore
 	remember  *sharding.MemoryRememberStore
 	// rememberStore and coordinatorStore, when set, replace remember and
@@ -171,7 +171,7 @@ func (l *sentLog) all() []sentMsg {
 
 // tapped is the sim's transport with every Send recorded.
 type tapped struct {
-	*sharding.LocalTransport
+	*sharding.MemoryTransport
 	log *sentLog
 }
 
@@ -179,11 +179,11 @@ func (t tapped) Send(to sharding.Address, m sharding.Message) error {
 	t.log.mu.Lock()
 	t.log.msgs = append(t.log.msgs, sentMsg{to, m})
 	t.log.mu.Unlock()
-	return t.LocalTransport.Send(to, m)
+	return t.MemoryTransport.Send(to, m)
 }
 
 func newSim(t testing.TB, settings sharding.Settings) *sim {
-	return &sim{t: t, cluster: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
+	return &sim{t: t, cluster: newTestCluster(), transport: sharding.NewMemoryTransport(),
 		store: sharding.NewMemoryCoordinatorStore(), remember: sharding.NewMemoryRememberStore(),
 		log: newJournal(), settings: settings, nodes: map[string]*node{}}
 }
@@ -227,6 +227,9 @@ func (s *sim) join(name string, roles ...string) *node {
 	}
 	n := &node{name: name, sys: sys, sh: sh, region: r}
 	s.nodes[name] = n
+	for _, other := range s.nodes { // as if the membership told all at once
+		sharding.Settle(other.sh)
+	}
 	return n
 }
 

@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster/lease"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
-// with runners that do what region.go, shard.go and region_coordinator.go
-// do, on the simulator's clock and network instead of goroutines, timers
-// and a transport. Every asynchronous hop of the real runners (a control
+// with runners that do what region.go, shard.go, coordinator_host.go and
+// coordinator_runner.go do, on the simulator's clock and network instead
+// of goroutines, timers and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
-// As in production (node.go, lease.Holder, region_coordinator.go), each
+// As in production (node.go, lease.Holder, coordinator_runner.go), each
 // node holds a node lease, renewed on its own drifting clock, and fences
 // itself (stops everything at once, as a crash) when it cannot renew in
 // time or the store refuses it; the coordinator acts only while it holds
@@ -44,7 +44,7 @@ type simNode struct {
 	state    simNodeState
 	crashed  bool
 	rate     float64 // clock drift: a local duration d takes d×rate of virtual time
-	view     []Member
+	view     []cluster.Member
 	viewLast time.Duration // per-node FIFO of membership views
 	region   *regionCore[simCmd, *simShard]
 	stopped  bool // the region stopped and no longer listens
@@ -63,7 +63,7 @@ type simNode struct {
 	coordSerial  int
 	coordNext    time.Duration // a failed coordinator restarts no earlier
 	coordRestart int           // back-offs since the last reset
-	downing      *downing      // the coordinator's downing machine, kept across coordinators (Region.downing)
+	downing      *downing      // the coordinator's downing machine, kept across coordinators (coordinatorHost.downing)
 	coordStarted time.Duration
 
 	// frozenUntil: the node is paused (faultPauses) until then; what
@@ -138,11 +138,12 @@ func (n *simNode) at(t time.Time, fn func()) {
 func (n *simNode) local(fn func()) { n.after(n.w.localDelay(), fn) }
 
 func (n *simNode) oldest() string {
-	m, ok := Oldest(n.view, "")
-	if !ok {
-		return ""
+	v, err := cluster.NewView(n.view...)
+	if err != nil {
+		panic(err)
 	}
-	return m.Node
+	m, _ := v.Oldest("")
+	return addrName(m.Address)
 }
 
 // ---- the region runner (region.go) ----
@@ -161,17 +162,17 @@ func (n *simNode) applyRegion() {
 		for _, ef := range out {
 			switch ef.kind {
 			case regSend:
-				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && !n.w.reachable(ef.node) {
+				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && !n.w.reachable(addrName(ef.node)) {
 					// As the transport: a node that left or died refuses
 					// the connection, and the runner reports it.
 					n.w.tracef("%s -> %s refused (node gone): %s", n.name, ef.node, simShow(ef.msg))
 					n.region.handOverRefused(h.Shard, ef.node, h.Seq)
 					break
 				}
-				n.w.net.send(n.name, ef.node, ef.coordinator, ef.msg)
+				n.w.net.send(n.name, addrName(ef.node), ef.coordinator, ef.msg)
 			case regForward:
-				if n.w.reachable(ef.node) {
-					n.w.net.send(n.name, ef.node, false, ef.p.deliver(ef.shard))
+				if n.w.reachable(addrName(ef.node)) {
+					n.w.net.send(n.name, addrName(ef.node), false, ef.p.deliver(ef.shard))
 					break
 				}
 				// Accepted before: it waits again for the home the tick asks for.
@@ -257,11 +258,11 @@ func (n *simNode) sendRouted(v routeVerdict, e *regionShard[simCmd, *simShard], 
 	case routeLocal:
 		return e.local.deliver(p, false, accepted)
 	case routeRemote:
-		if !n.w.reachable(e.home) {
+		if !n.w.reachable(addrName(e.home)) {
 			n.region.unreachable(shardID, e.home)
 			return ErrUnreachable
 		}
-		n.w.net.send(n.name, e.home, false, p.deliver(shardID))
+		n.w.net.send(n.name, addrName(e.home), false, p.deliver(shardID))
 	case routeStopped:
 		return ErrRegionStopped
 	case routeFull:
@@ -279,19 +280,19 @@ func (n *simNode) tick() {
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.tick() })
 }
 
-// applyView takes a new membership view (Region.membershipChanged).
-func (n *simNode) applyView(view []Member) {
+// applyView takes a new membership view (Sharding.membershipChanged).
+func (n *simNode) applyView(view []cluster.Member) {
 	n.view = view
 	n.w.tracef("%s view %s", n.name, simShowView(view))
 	n.hostCoordinatorIfOldest()
 	oldest := n.oldest()
 	var live []string
 	for _, m := range view {
-		if m.Status != allocation.Down {
-			live = append(live, m.Node)
+		if m.Status != cluster.Down {
+			live = append(live, addrName(m.Address))
 		}
 	}
-	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(oldest, live) })
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(addr(oldest), addrs(live...)) })
 	if c := n.coord; c.usable() {
 		c.arrive(membersChanged{members: slices.Clone(view)})
 	} else if c != nil && c.keeper == nil && !c.failed {
@@ -316,7 +317,7 @@ func (n *simNode) leave() {
 	n.state = nodeLeaving
 	n.w.tracef("%s leaves (oldest=%v)", n.name, n.oldest() == n.name)
 	oldest := n.oldest()
-	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.leave(oldest) })
+	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.leave(addr(oldest)) })
 	n.after(n.w.leaveDeadline, func() {
 		if n.state == nodeLeaving && !n.stopped {
 			n.finishLeave(true)
@@ -506,7 +507,7 @@ func (n *simNode) releaseLease() {
 	}
 }
 
-// ---- the coordinator runner (region_coordinator.go) ----
+// ---- the coordinator runner (coordinator_runner.go) ----
 
 type simCoord struct {
 	n      *simNode
@@ -518,9 +519,9 @@ type simCoord struct {
 	keeper   *lease.Keeper
 	renewing bool
 	down     *downing
-	view     []Member // the latest membership view, unfiltered
-	failed   bool     // stopped by itself: a store call failed, or the lease is lost
-	stopping bool     // unlistened; stops after what its own node sent it
+	view     []cluster.Member // the latest membership view, unfiltered
+	failed   bool             // stopped by itself: a store call failed, or the lease is lost
+	stopping bool             // unlistened; stops after what its own node sent it
 
 	// The runner's pipeline: the core keeps stepping while one batch is
 	// in flight (a store call with its latency); each step's messages
@@ -534,7 +535,7 @@ type simCoord struct {
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
-// it (stopCoordinator in region_coordinator.go).
+// it (coordinatorHost.stopCoordinator).
 type simStopCoord struct{ Serial int }
 
 func (simStopCoord) ProtocolMessage() {}
@@ -587,11 +588,11 @@ func (n *simNode) stopCoordinator() {
 func (n *simNode) startCoordinator() {
 	n.coordSerial++
 	if n.downing == nil {
-		n.downing = newDowning(n.name, "", n.w.settings.DowningStableAfter)
+		n.downing = newDowning(addr(n.name), "", n.w.settings.DowningStableAfter)
 	}
 	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
 	n.coord, n.coordStarted = c, n.w.clock.now
-	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view Region.startCoordinator sends
+	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view coordinatorHost.startLocked sends
 	c.tryAcquire()
 }
 
@@ -613,7 +614,7 @@ func (c *simCoord) tryAcquire() {
 	var epoch uint64
 	var shards map[string]Allocation
 	if err == nil {
-		epoch, shards, err = w.coordStore.Acquire(context.Background(), simType, n.name, w.leaseTiming.Coordinator.Length)
+		epoch, shards, err = w.coordStore.Acquire(context.Background(), simType, addr(n.name), w.leaseTiming.Coordinator.Length)
 	}
 	if errors.Is(err, ErrLeaseHeld) {
 		w.tracef("%s coordinator waits for the lease: %v", n.name, err)
@@ -629,7 +630,7 @@ func (c *simCoord) tryAcquire() {
 	if !c.granted(start) {
 		return
 	}
-	c.core = newCoordinatorCore(n.name, epoch, shards, w.settings.Strategy, w.settings.MinMembers)
+	c.core = newCoordinatorCore(addr(n.name), epoch, shards, w.settings.Strategy, w.settings.MinMembers)
 	if w.settings.RememberEntities {
 		err := w.storeErr(n.name)
 		var remembered []string
@@ -803,9 +804,9 @@ func (c *simCoord) arrive(msg Message) {
 	switch m := msg.(type) {
 	case membersChanged:
 		c.view = m.members
-		c.down.observe(c.view, c.knownRegions(), n.now())
+		c.down.observe(c.view, addrs(c.knownRegions()...), n.now())
 		c.startDowning()
-		c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
+		c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
 	case downingTick:
 		if c.down.standDown(n.now(), w.leaseTiming.Coordinator.Length) {
 			w.tracef("%s coordinator (epoch %d) on the minority side: stands down", n.name, c.epoch)
@@ -820,7 +821,7 @@ func (c *simCoord) arrive(msg Message) {
 		}
 		if c.down.result(m, n.now()) {
 			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
-			c.step(membersChanged{members: c.down.filter(c.view, c.knownRegions())})
+			c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
 		}
 	default:
 		c.step(msg)
@@ -835,7 +836,7 @@ func (c *simCoord) knownRegions() []string {
 			known = append(known, r)
 		}
 	}
-	return known
+	return addrNames(known)
 }
 
 // startDowning makes the store calls the downing machine asks for.
@@ -847,9 +848,9 @@ func (c *simCoord) startDowning() {
 		w.storeCall(n, func() error {
 			var err error
 			if call.down {
-				err = w.nodeLeases.DownNode(context.Background(), call.node)
+				err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
 			} else {
-				res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), call.node)
+				res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
 			}
 			return err
 		}, func(err error) {
@@ -893,7 +894,7 @@ func (c *simCoord) step(msg Message) {
 
 func (c *simCoord) send(out []outbound) {
 	for _, o := range out {
-		c.n.w.net.send(c.n.name, o.to, false, o.msg)
+		c.n.w.net.send(c.n.name, addrName(o.to), false, o.msg)
 	}
 }
 
@@ -1192,17 +1193,17 @@ func (sh *simShard) readRemembered(attempt int) {
 	})
 }
 
-func simShowView(view []Member) string {
+func simShowView(view []cluster.Member) string {
 	s := "["
 	for i, m := range view {
 		if i > 0 {
 			s += " "
 		}
-		s += fmt.Sprintf("%s@%d", m.Node, m.JoinedAt)
+		s += fmt.Sprintf("%s@%d", m.Address, m.JoinOrder)
 		switch {
-		case m.Status == allocation.Down:
+		case m.Status == cluster.Down:
 			s += "(down)"
-		case !m.Reachable:
+		case m.Unreachable:
 			s += "(unreachable)"
 		}
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
-	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -128,9 +127,9 @@ type simWorld struct {
 
 	nodes    map[string]*simNode
 	order    []string // node names, in join order
-	truth    map[string]Member
+	truth    map[string]cluster.Member
 	hidden   map[string]map[string]bool // observer → members missing from its view
-	joins    int64
+	joins    uint64
 	entities []string
 
 	live    map[string]*simInc // entity → its active incarnation
@@ -154,7 +153,7 @@ const (
 func newSimWorld(cfg simConfig) *simWorld {
 	w := &simWorld{
 		cfg: cfg, rng: simRand{rand.New(rand.NewPCG(cfg.seed, 0x5eed))},
-		nodes: map[string]*simNode{}, truth: map[string]Member{}, hidden: map[string]map[string]bool{}, storeCut: map[string]bool{},
+		nodes: map[string]*simNode{}, truth: map[string]cluster.Member{}, hidden: map[string]map[string]bool{}, storeCut: map[string]bool{},
 		live: map[string]*simInc{}, sends: map[simCmd]*simSend{}, last: map[[2]string]int{},
 	}
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
@@ -363,7 +362,7 @@ func (w *simWorld) join() {
 	}
 	w.nodes[name] = n
 	w.order = append(w.order, name)
-	w.truth[name] = Member{Node: name, JoinedAt: w.joins, Status: allocation.Up, Reachable: true}
+	w.truth[name] = cluster.Member{Address: addr(name), JoinOrder: w.joins, Status: cluster.Up}
 	w.tracef("%s joins", name)
 	n.view = w.viewOf(name)
 	n.viewLast = w.clock.now
@@ -378,7 +377,7 @@ func (w *simWorld) join() {
 
 // regionConfig is what newRegion derives from the settings.
 func (w *simWorld) regionConfig(self string) regionCoreConfig {
-	cfg := regionCoreConfig{self: self, bufferSize: w.settings.BufferSize, tickInterval: w.settings.RetryInterval}
+	cfg := regionCoreConfig{self: addr(self), bufferSize: w.settings.BufferSize, tickInterval: w.settings.RetryInterval}
 	if idle := w.settings.PassivateIdleAfter; idle > 0 {
 		cfg.tickInterval = min(cfg.tickInterval, idle/2)
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
@@ -461,18 +460,18 @@ func (w *simWorld) pauseOne() {
 	w.tracef("%s pauses for %v", n.name, d)
 	w.clock.after(w.rng.between(time.Second, 5*time.Second), func() {
 		// The failure detector notices, if it is still frozen.
-		if m, ok := w.truth[n.name]; ok && m.Reachable && n.frozen() {
+		if m, ok := w.truth[n.name]; ok && !m.Unreachable && n.frozen() {
 			w.tracef("%s unreachable in the membership", n.name)
-			m.Reachable = false
+			m.Unreachable = true
 			w.truth[n.name] = m
 			w.publishViews("")
 		}
 	})
 	w.clock.after(d, func() {
 		w.tracef("%s resumes", n.name)
-		if m, ok := w.truth[n.name]; ok && !m.Reachable && n.state != nodeGone {
+		if m, ok := w.truth[n.name]; ok && m.Unreachable && n.state != nodeGone {
 			// It answers probes again and refutes its failure.
-			m.Reachable = true
+			m.Unreachable = false
 			w.truth[n.name] = m
 			w.publishViews("")
 		}
@@ -614,7 +613,7 @@ func (w *simWorld) heal() {
 	w.tracef("heal")
 	for _, name := range w.order { // crashes are detected by now: Down for good
 		if m, ok := w.truth[name]; ok && w.nodes[name].crashed {
-			m.Status, m.Reachable = allocation.Down, false
+			m.Status, m.Unreachable = cluster.Down, true
 			w.truth[name] = m
 		}
 	}
@@ -639,12 +638,12 @@ func (w *simWorld) unhide(observer, member string) { delete(w.hidden[observer], 
 // viewOf is observer's view of the cluster now, sorted by name: every
 // member, those it cannot reach marked unreachable (memberlist keeps a
 // failed member Unreachable until it comes back or is declared Down).
-func (w *simWorld) viewOf(observer string) []Member {
-	var view []Member
+func (w *simWorld) viewOf(observer string) []cluster.Member {
+	var view []cluster.Member
 	for _, name := range slices.Sorted(maps.Keys(w.truth)) {
 		m := w.truth[name]
 		if name != observer && w.hidden[observer][name] {
-			m.Reachable = false
+			m.Unreachable = true
 		}
 		view = append(view, m)
 	}
@@ -692,11 +691,11 @@ func (w *simWorld) removeMember(name string, delay time.Duration) {
 func (w *simWorld) failMember(name string, delay time.Duration) {
 	w.clock.after(delay, func() {
 		m, ok := w.truth[name]
-		if !ok || !m.Reachable {
+		if !ok || m.Unreachable {
 			return
 		}
 		w.tracef("%s unreachable in the membership", name)
-		m.Reachable = false
+		m.Unreachable = true
 		w.truth[name] = m
 		w.publishViews("")
 	})

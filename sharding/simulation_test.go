@@ -170,17 +170,17 @@ func TestGracefulLeaveOfTheCoordinatorsRegion(t *testing.T) {
 		// Shards first: a's coordinator (epoch 1) re-homed every shard of a
 		// on b or c and told both, before anyone spoke to the next
 		// coordinator (on b); a's regions reported to a's coordinator only.
-		oldCo := sharding.Address{Node: "a", Type: "Test", Coordinator: true}
-		newCo := sharding.Address{Node: "b", Type: "Test", Coordinator: true}
+		oldCo := sharding.Address{Node: addr("a"), Type: "Test", Coordinator: true}
+		newCo := sharding.Address{Node: addr("b"), Type: "Test", Coordinator: true}
 		firstToNew, pushed := -1, map[[2]string]int{}
 		for i, m := range s.sent.all() {
 			if m.to == newCo && firstToNew < 0 {
 				firstToNew = i
 			}
-			if h, ok := m.msg.(protocol.ShardHome); ok && h.Epoch == 1 && h.Region != "a" && h.Region != "" {
-				pushed[[2]string{h.Shard, m.to.Node}] = i
+			if h, ok := m.msg.(protocol.ShardHome); ok && h.Epoch == 1 && h.Region != addr("a") && !h.Region.IsZero() {
+				pushed[[2]string{h.Shard, addrName(m.to.Node)}] = i
 			}
-			if st, ok := m.msg.(protocol.ShardStopped); ok && st.Region == "a" && m.to != oldCo {
+			if st, ok := m.msg.(protocol.ShardStopped); ok && st.Region == addr("a") && m.to != oldCo {
 				t.Fatalf("a reported shard %s stopped to %v, not to its own coordinator", st.Shard, m.to)
 			}
 		}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"slices"
 	"sync"
@@ -44,7 +45,7 @@ type CoordinatorStore interface {
 	// ErrLeaseHeld while another owner holds an unexpired lease; the same
 	// owner may acquire again at once (its new epoch fences its earlier
 	// self).
-	Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (epoch uint64, shards map[string]Allocation, err error)
+	Acquire(ctx context.Context, typeName string, owner cluster.UniqueAddress, ttl time.Duration) (epoch uint64, shards map[string]Allocation, err error)
 	// Renew extends the lease held under epoch until the store's time +
 	// ttl: ErrStaleEpoch when a newer epoch exists, ErrLeaseExpired once
 	// it expired.
@@ -54,7 +55,7 @@ type CoordinatorStore interface {
 	Release(ctx context.Context, typeName string, epoch uint64) error
 	// Allocate records shard → region, with no region holding its mail:
 	// ErrStaleEpoch unless epoch is the newest.
-	Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error
+	Allocate(ctx context.Context, typeName string, epoch uint64, shard string, region cluster.UniqueAddress) error
 	// Deallocate forgets shard's home, and who held its mail:
 	// ErrStaleEpoch unless epoch is the newest.
 	Deallocate(ctx context.Context, typeName string, epoch uint64, shard string) error
@@ -69,8 +70,8 @@ type CoordinatorStore interface {
 // the region that holds mail for it, which the home must take before any
 // other (docs/DESIGN.md, "Hand-over, not carry").
 type Allocation struct {
-	// Region is the shard's home; "" while it has none.
-	Region string
+	// Region is the shard's home; zero while it has none.
+	Region cluster.UniqueAddress
 	// MailHeldBy names the region that stopped the shard holding mail for
 	// its next home: while the shard has no home, or until its home
 	// reports that the shard started there. It is stored, not only known
@@ -79,16 +80,16 @@ type Allocation struct {
 	// place it with no previous home, so that the held mail, handed over
 	// after a partition heals or to a home that died meanwhile, arrives
 	// behind newer mail.
-	MailHeldBy string
+	MailHeldBy cluster.UniqueAddress
 }
 
 // AllocationChange is one write of a CoordinatorStore.Update: shard's home
-// becomes Region, or is forgotten when Region is empty, and MailHeldBy
-// becomes the region holding its mail ("" for none).
+// becomes Region, or is forgotten when Region is zero, and MailHeldBy
+// becomes the region holding its mail (zero for none).
 type AllocationChange struct {
 	Shard      string
-	Region     string // "" deallocates
-	MailHeldBy string
+	Region     cluster.UniqueAddress // zero deallocates
+	MailHeldBy cluster.UniqueAddress
 }
 
 // RememberStore records which entities each shard runs, so that a shard
@@ -141,12 +142,12 @@ func NewMemoryCoordinatorStoreAt(now func() time.Time) *MemoryCoordinatorStore {
 }
 
 // Acquire implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]Allocation, error) {
+func (s *MemoryCoordinatorStore) Acquire(ctx context.Context, typeName string, owner cluster.UniqueAddress, ttl time.Duration) (uint64, map[string]Allocation, error) {
 	// Under s.mu, so that no write of the old epoch lands after the new
 	// one is handed out.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner, ttl)
+	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner.String(), ttl)
 	if err != nil {
 		return 0, nil, fmt.Errorf("sharding: acquire %s for %s: %w", typeName, owner, err)
 	}
@@ -187,7 +188,7 @@ func (s *MemoryCoordinatorStore) write(ctx context.Context, typeName string, epo
 }
 
 // Allocate implements CoordinatorStore.
-func (s *MemoryCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
+func (s *MemoryCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard string, region cluster.UniqueAddress) error {
 	return s.write(ctx, typeName, epoch, func(t *storedType) { applyChange(t.shards, AllocationChange{Shard: shard, Region: region}) })
 }
 

@@ -3,6 +3,7 @@ package sharding_test
 import (
 	"context"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"sync"
 	"testing"
@@ -25,7 +26,7 @@ type faultyCoordinatorStore struct {
 	acquires                       int
 }
 
-func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
+func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName string, owner cluster.UniqueAddress, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	f.mu.Lock()
 	f.acquires++
 	hang := f.acquires <= f.hangAcquires
@@ -34,7 +35,7 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName, owner st
 		<-ctx.Done()
 		return 0, nil, ctx.Err()
 	}
-	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, addr(addrName(owner)), ttl)
 }
 
 // fail fails the call while *left is positive, counting it down.
@@ -51,8 +52,8 @@ func (f *faultyCoordinatorStore) fail(left *int) error {
 func (f *faultyCoordinatorStore) Update(ctx context.Context, typeName string, epoch uint64, changes []sharding.AllocationChange) error {
 	var allocates, deallocates bool
 	for _, c := range changes {
-		allocates = allocates || c.Region != ""
-		deallocates = deallocates || c.Region == ""
+		allocates = allocates || !c.Region.IsZero()
+		deallocates = deallocates || c.Region.IsZero()
 	}
 	if deallocates {
 		if err := f.fail(&f.failDeallocates); err != nil {
@@ -74,7 +75,7 @@ func (f *faultyCoordinatorStore) Deallocate(ctx context.Context, typeName string
 	return f.MemoryCoordinatorStore.Deallocate(ctx, typeName, epoch, shard)
 }
 
-func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
+func (f *faultyCoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard string, region cluster.UniqueAddress) error {
 	if err := f.fail(&f.failAllocates); err != nil {
 		return err
 	}

@@ -15,13 +15,14 @@ import (
 // tests use Terminate to show what recovery makes of a crash. Use Shutdown
 // to leave gracefully.
 func (s *Sharding) Terminate() {
-	regions, ok := s.stop()
+	regions, hosts, ok := s.stop()
 	if !ok {
 		return
 	}
 	s.unsub()
 	s.unleave()
 	for _, r := range regions {
+		hosts[r.typeName()].terminate()
 		r.terminate()
 	}
 }
@@ -32,14 +33,6 @@ func (r *Region[C]) terminate() {
 	r.mu.Unlock()
 	shards := r.localShards()
 	r.unlisten()
-	r.coordinated.Lock()
-	if r.coord != nil {
-		r.unlistenCo()
-		r.coord.StopNow()
-		<-r.coord.Done()
-		r.coord = nil
-	}
-	r.coordinated.Unlock()
 	var cells []*entity.Cell[C]
 	for _, sh := range shards {
 		cells = append(cells, sh.forceStopAll()...)

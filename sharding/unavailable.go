@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // ErrEntityUnavailable matches the error of entity.Ask (and AskFrom) through
@@ -12,9 +12,9 @@ import (
 // shard is backing off before restarting it: an answer cannot come before
 // the restart, so the caller learns it at once instead of at its deadline.
 // The error is an *UnavailableError. ErrEntityUnavailable is
-// entity.ErrUnavailable, so that an ask failed by it on another node
+// runtime.ErrUnavailable, so that an ask failed by it on another node
 // matches it too.
-var ErrEntityUnavailable = entity.ErrUnavailable
+var ErrEntityUnavailable = runtime.ErrUnavailable
 
 // UnavailableError is ErrEntityUnavailable with its details: the failure
 // that stopped the entity and when its shard restarts it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestRemoveInternalData(t *testing.T) {
 	}
 	// A write of the coordinator whose lease ran out, still on its way, is
 	// fenced: it would bring back what was just deleted.
-	if err := shardingpg.NewCoordinatorStore(pool).Allocate(ctx, "payment", epoch, "9", "late#1"); !errors.Is(err, sharding.ErrStaleEpoch) {
+	if err := shardingpg.NewCoordinatorStore(pool).Allocate(ctx, "payment", epoch, "9", cluster.UniqueAddress{Node: "late", Incarnation: 1}); !errors.Is(err, sharding.ErrStaleEpoch) {
 		t.Fatalf("a write under the removed epoch: %v, want ErrStaleEpoch", err)
 	}
 	// The lease row stays: the next coordinator's epoch is still newer.

@@ -58,11 +58,14 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/eventsourced/internal/observe"
 	"github.com/shoal-dev/shoal/internal/deepequal"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
 	"github.com/shoal-dev/shoal/timers"
+	remindermemory "github.com/shoal-dev/shoal/timers/reminder/memory"
 )
 
 // Options configures a Kit. Codec is required.
@@ -106,20 +109,21 @@ type T interface {
 
 // Kit drives one entity of command type C, event type E and state S.
 type Kit[C, E, S any] struct {
-	t       T
-	opts    Options
-	key     entity.TypeKey[C]
-	create  func(entity.Context[C]) entity.Behavior[C]
-	sys     *entity.System
-	journal *Journal
-	snaps   *SnapshotStore
-	props   *entity.Props[C]
-	cell    *entity.Cell[C]
-	behav   stateful[S]
-	seen    int // how many of journal.Written are in history
-	obs     *observer
-	history []Persisted[E]
-	byKit   []bool // history[i] was written by a command the kit sent
+	t         T
+	opts      Options
+	key       entity.TypeKey[C]
+	create    func(entity.Context[C]) entity.Behavior[C]
+	sys       *entity.System
+	journal   *Journal
+	snaps     *SnapshotStore
+	reminders *remindermemory.Store
+	props     *entity.Props[C]
+	cell      *entity.Cell[C]
+	behav     stateful[S]
+	seen      int // how many of journal.Written are in history
+	obs       *observer
+	history   []Persisted[E]
+	byKit     []bool // history[i] was written by a command the kit sent
 	// reported is how much of history a Result has reported.
 	reported int
 
@@ -190,8 +194,10 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 	if opts.Clock == nil {
 		opts.Clock = timers.Real{}
 	}
-	k := &Kit[C, E, S]{t: t, opts: opts, key: key, create: create,
-		journal: NewJournal(memory.New()), snaps: NewSnapshotStore(snapmemory.New()), obs: &observer{}}
+	reminders := remindermemory.New(remindermemory.WithClock(opts.Clock.Now))
+	k := &Kit[C, E, S]{t: t, opts: opts, key: key, create: create, reminders: reminders,
+		journal: NewJournal(memory.New(memory.WithSideStore(reminders))),
+		snaps:   NewSnapshotStore(snapmemory.New()), obs: &observer{}}
 	k.journal.clock = opts.Clock
 	sys, err := entity.NewSystem(entity.Config{
 		Logger:             opts.Logger,
@@ -199,6 +205,7 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 		Codec:              opts.Codec,
 		Journal:            k.journal,
 		Snapshots:          k.snaps,
+		Reminders:          reminders,
 		ForceSerialization: !opts.SkipSerializationChecks,
 	})
 	if err != nil {
@@ -267,10 +274,10 @@ func (k *Kit[C, E, S]) start() {
 	k.behav = nil
 	cell := k.cell
 	k.await(func() {
-		if b, ok := cell.Behavior().(stateful[S]); ok {
+		if b, ok := runtime.BehaviorOf(cell).(stateful[S]); ok {
 			k.behav = b
 		}
-		if o, ok := cell.Behavior().(interface{ Observe(eventsourced.Observer) }); ok {
+		if o, ok := runtime.BehaviorOf(cell).(interface{ Observe(observe.Observer) }); ok {
 			o.Observe(k.obs)
 		}
 	})
@@ -288,7 +295,7 @@ func (k *Kit[C, E, S]) start() {
 func (k *Kit[C, E, S]) await(fn func()) bool {
 	k.t.Helper()
 	done := make(chan struct{})
-	if !k.cell.PostOrdered(func() { fn(); close(done) }) {
+	if !runtime.PostOrdered(k.cell, func() { fn(); close(done) }) {
 		<-k.cell.Done()
 		k.judgeStop(k.cell.Err(), k.t.Fatalf)
 		return false
@@ -305,11 +312,48 @@ func (k *Kit[C, E, S]) await(fn func()) bool {
 	}
 }
 
+// Inspect runs fn on the entity's goroutine, with its context, once every
+// message queued so far has been handled, and waits for it: a test looks
+// at what only the entity may touch, such as its timers. It reports false,
+// and fn does not run, when the incarnation has stopped first.
+func (k *Kit[C, E, S]) Inspect(fn func(ctx entity.Context[C])) bool {
+	k.t.Helper()
+	cell := k.cell
+	done := make(chan struct{})
+	if !runtime.PostOrdered(cell, func() { fn(cell); close(done) }) {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-cell.Done():
+		select {
+		case <-done: // ran, then the entity stopped
+			return true
+		default:
+			return false
+		}
+	case <-time.After(k.opts.Timeout):
+		k.t.Fatalf("eventsourcedtest: %s/%s did not run Inspect within %v", k.key, k.opts.EntityID, k.opts.Timeout)
+		return false
+	}
+}
+
 // System is the runtime the entity runs on.
 func (k *Kit[C, E, S]) System() *entity.System { return k.sys }
 
 // Journal is the entity's journal, for fault injection and inspection.
 func (k *Kit[C, E, S]) Journal() *Journal { return k.journal }
+
+// Reminders is the entity's durable reminder store, in memory on the
+// kit's clock, for inspection: the reminders its effects set, and those
+// its handled deliveries acknowledged (docs/DESIGN.md, "Durable
+// reminders"). The entity runs in shard KitShard. Deliver a reminder by
+// sending its command with the reminder.Delivery filled in.
+func (k *Kit[C, E, S]) Reminders() *remindermemory.Store { return k.reminders }
+
+// KitShard is the shard a kit's entity runs in, for its reminders.
+const KitShard = "kit-shard"
 
 // Snapshots is the entity's snapshot store, for fault injection and inspection.
 func (k *Kit[C, E, S]) Snapshots() *SnapshotStore { return k.snaps }
@@ -356,7 +400,7 @@ func RunCommandWithReply[C, E, S, R any](k *Kit[C, E, S], build func(entity.Repl
 // tell sends the kit's own command, marked so that the observer knows
 // which handled message it is (the first one after the mark equal to it).
 func (k *Kit[C, E, S]) tell(ref entity.Ref[C], cmd C) error {
-	k.cell.PostOrdered(func() { k.obs.expect(cmd) })
+	runtime.PostOrdered(k.cell, func() { k.obs.expect(cmd) })
 	return ref.Tell(cmd)
 }
 
@@ -649,6 +693,9 @@ type kitOwner[C any] struct {
 	hasStop bool
 }
 
+// ShardID implements eventsourced.ShardOf: reminders need a shard.
+func (o kitOwner[C]) ShardID() string { return KitShard }
+
 func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 	o.book.mu.Lock()
 	again := *o.book.passivated
@@ -663,7 +710,7 @@ func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 			// A full mailbox or a stop message the codec refuses: stop now,
 			// rather than leave a passivating entity running forever.
 			c.Log().Error("eventsourcedtest: stop message refused; stopping", "err", err)
-			c.Fail(fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
+			runtime.Fail(c, fmt.Errorf("eventsourcedtest: stop message refused: %w", err))
 		}
 	}
 }
@@ -703,7 +750,7 @@ func (o *observer) unmatched() bool {
 	return u
 }
 
-// Handling implements eventsourced.Observer.
+// Handling implements observe.Observer.
 func (o *observer) Handling(msg any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -713,7 +760,7 @@ func (o *observer) Handling(msg any) {
 	}
 }
 
-// Persisting implements eventsourced.Observer.
+// Persisting implements observe.Observer.
 func (o *observer) Persisting(first, last uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -123,6 +123,29 @@ func TestKitCatchesUnregisteredCommand(t *testing.T) {
 	}
 }
 
+func TestKitInspectRunsOnTheEntityAfterQueuedMessages(t *testing.T) {
+	kit := eventsourcedtest.New[command, event, state](t, key, create, eventsourcedtest.Options{Codec: registry()})
+	if err := kit.Ref().Tell(set{V: "queued"}); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	var stored int
+	if !kit.Inspect(func(ctx entity.Context[command]) {
+		// The command queued before was handled, and its event stored:
+		// its write holds the mailbox until it completes.
+		id, stored = ctx.EntityID(), len(kit.Journal().Written())
+	}) {
+		t.Fatal("Inspect reported a stopped entity")
+	}
+	if id != "test-entity" || stored != 1 {
+		t.Fatalf("Inspect saw entity %q after %d events, want test-entity after 1", id, stored)
+	}
+	kit.Stop()
+	if kit.Inspect(func(entity.Context[command]) { t.Error("Inspect ran on a stopped entity") }) {
+		t.Fatal("Inspect on a stopped entity reported true")
+	}
+}
+
 func TestKitChecksCanBeSkipped(t *testing.T) {
 	kit := eventsourcedtest.New[command, event, state](t, key, create, eventsourcedtest.Options{Codec: registry(), SkipSerializationChecks: true})
 	if res := kit.RunCommand(setLossy{V: "x"}); res.State.V != "x" {

@@ -82,17 +82,16 @@ func InitCounters(sh *sharding.Sharding, activations *ActivationLog, minMembers 
 	})
 }
 
-func counterCommand(_ eventsourced.CommandContext[CounterCommand, CounterAdded, int64], s int64, c CounterCommand) eventsourced.Effect[CounterAdded, int64] {
+func counterCommand(ctx eventsourced.CommandContext[CounterCommand, CounterAdded, int64], s int64, c CounterCommand) eventsourced.Effect[CounterAdded, int64] {
 	switch c := c.(type) {
 	case CounterAdd:
-		return eventsourced.ThenReply(eventsourced.Persist[CounterAdded, int64](CounterAdded{By: c.By}), c.ReplyTo,
-			func(s int64) int64 { return s })
+		return ctx.Persist(CounterAdded{By: c.By}).ThenReplyFrom(func(s int64) eventsourced.Answer { return eventsourced.To(c.ReplyTo, s) })
 	case CounterRead:
-		return eventsourced.Reply[CounterAdded, int64](c.ReplyTo, s)
+		return ctx.Reply(eventsourced.To(c.ReplyTo, s))
 	case CounterStop:
-		return eventsourced.Stop[CounterAdded, int64]()
+		return ctx.Stop()
 	}
-	return eventsourced.Unhandled[CounterAdded, int64]()
+	return ctx.Unhandled()
 }
 
 // counterAPI serves the counter endpoints.

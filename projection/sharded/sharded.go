@@ -93,7 +93,7 @@ func Start(s *sharding.Sharding, cfg Config) (*Projection, error) {
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	p := &Projection{cfg: cfg, holder: s.Node() + "#" + hex.EncodeToString(id[:]), running: map[int]*projection.Projection{}}
+	p := &Projection{cfg: cfg, holder: s.Node().String() + "#" + hex.EncodeToString(id[:]), running: map[int]*projection.Projection{}}
 	for _, r := range ranges {
 		inst := projection.Instance{Name: cfg.Name, Slices: r}
 		if err := inst.Validate(); err != nil {

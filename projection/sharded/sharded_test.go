@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"io"
 	"log/slog"
 	"maps"
@@ -30,15 +31,13 @@ const instances = 4
 // read model: per persistence id, the N of each seq nr handled — keyed by
 // seq nr, so an at-least-once redelivery changes nothing.
 type world struct {
-	t         *testing.T
-	members   *sharding.LocalCluster
-	transport *sharding.LocalTransport
-	coord     *sharding.MemoryCoordinatorStore
-	reg       *codec.Registry
-	src       *projectiontest.Source
-	store     *projection.MemoryStore
-	nodes     map[string]*sharding.Sharding
-	projs     map[string]*sharded.Projection
+	t       *testing.T
+	members *sharding.InProcessCluster
+	reg     *codec.Registry
+	src     *projectiontest.Source
+	store   *projection.MemoryStore
+	nodes   map[string]*sharding.Sharding
+	projs   map[string]*sharded.Projection
 
 	seqs map[string]uint64
 	mu   sync.Mutex
@@ -50,8 +49,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	reg := codec.NewRegistry()
 	codec.MustRegister[Added](reg, "added")
-	return &world{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
-		coord: sharding.NewMemoryCoordinatorStore(), reg: reg, src: projectiontest.NewSource(), store: projection.NewMemoryStore(),
+	return &world{t: t, members: sharding.NewInProcessCluster(), reg: reg, src: projectiontest.NewSource(), store: projection.NewMemoryStore(),
 		nodes: map[string]*sharding.Sharding{}, projs: map[string]*sharded.Projection{},
 		seqs: map[string]uint64{}, model: map[string]map[uint64]int{}}
 }
@@ -89,7 +87,7 @@ func (w *world) join(name string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	s, err := sharding.New(sys, sharding.Config{Transport: w.transport, Membership: w.members.Join(name), CoordinatorStore: w.coord})
+	s, err := w.members.Join(sys)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -107,7 +105,6 @@ func (w *world) leave(name string) {
 	if err := w.nodes[name].Shutdown(context.Background()); err != nil {
 		w.t.Fatalf("%s left with %v", name, err)
 	}
-	w.members.Remove(name)
 	delete(w.nodes, name)
 	delete(w.projs, name)
 }
@@ -115,7 +112,7 @@ func (w *world) leave(name string) {
 func (w *world) crash(name string) {
 	w.projs[name].Stop()
 	w.nodes[name].Terminate()
-	w.members.Remove(name)
+	w.members.Remove(w.nodes[name].Node())
 	delete(w.nodes, name)
 	delete(w.projs, name)
 }
@@ -227,7 +224,7 @@ func (w *world) wantPlaced(within time.Duration) map[projection.Instance]string 
 		}
 		for _, st := range states {
 			node, on := placed[st.Instance]
-			if !on || !st.Held || st.Holder != w.projs[node].Holder() || sharded.HolderNode(st.Holder) != node {
+			if !on || !st.Held || st.Holder != w.projs[node].Holder() || holderNode(st.Holder) != node {
 				ok = false
 			}
 		}
@@ -418,7 +415,7 @@ func TestOperationsFromAnyNodeApplyWhereTheInstanceRuns(t *testing.T) {
 		st := w.status("a", inst, "reported and caught up", func(st projection.InstanceState) bool {
 			return !st.ReportedAt.IsZero() && st.Report.LagEvents == 0 && st.Report.Offset == local().Offset
 		})
-		if sharded.HolderNode(st.Holder) != runsOn || st.Epoch < 1 || st.Paused || st.Report.LastEventTime.IsZero() {
+		if holderNode(st.Holder) != runsOn || st.Epoch < 1 || st.Paused || st.Report.LastEventTime.IsZero() {
 			t.Errorf("status seen from a: %+v; want held by %s, not paused, with a last event", st, runsOn)
 		}
 
@@ -545,4 +542,14 @@ func TestAPauseBeforeTheStartHolds(t *testing.T) {
 			t.Errorf("the paused instance handled events of %s: %d, then %d", pid, before, after)
 		}
 	})
+}
+
+// holderNode is the node id of a holder: HolderNode names the node
+// incarnation, node#incarnation.
+func holderNode(holder string) string {
+	a, err := cluster.ParseUniqueAddress(sharded.HolderNode(holder))
+	if err != nil {
+		return holder
+	}
+	return a.Node
 }

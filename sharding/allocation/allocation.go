@@ -34,6 +34,7 @@ package allocation
 import (
 	"cmp"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,74 +42,38 @@ import (
 
 // ErrNoRegion is returned by Strategy.Allocate when no region can take the
 // shard: no region is registered, or every registered region is on its way
-// out of the cluster (Leaving, Exiting, Down) or unreachable, or, for the
+// out of the cluster (Leaving, Down) or unreachable, or, for the
 // coordinator-avoidance strategy, none is left after the exclusions. The
 // coordinator should keep the request pending and ask again when the
 // membership changes. Test with errors.Is.
 var ErrNoRegion = errors.New("allocation: no region can host the shard")
 
-// Status is the cluster membership status of the node a region runs on.
-//
-// The zero value is Up, so that a Region literal without a Status describes
-// an ordinary member.
-type Status int
-
-const (
-	// Up: a full member. Shards may be allocated to it.
-	Up Status = iota
-	// Joining: the member is joining (Akka's Joining or WeaklyUp) and not yet
-	// Up. Shards may be allocated to it, but no rebalance runs while any
-	// region is joining: the join should complete first.
-	Joining
-	// Leaving: the member is leaving gracefully and will hand off its shards.
-	// No shard is allocated to it.
-	Leaving
-	// Exiting: the member has handed off and is about to be removed. No shard
-	// is allocated to it.
-	Exiting
-	// Down: the member was marked down (crashed or partitioned away). No shard
-	// is allocated to it.
-	Down
-)
-
-// String returns the lower-case status name ("up", "joining", …).
-func (s Status) String() string {
-	switch s {
-	case Up:
-		return "up"
-	case Joining:
-		return "joining"
-	case Leaving:
-		return "leaving"
-	case Exiting:
-		return "exiting"
-	case Down:
-		return "down"
-	}
-	return "status(" + strconv.Itoa(int(s)) + ")"
-}
-
-// leaving reports whether the member is on its way out of the cluster (Akka's
-// LeavingClusterStatuses). An unknown status counts as leaving.
-func (s Status) leaving() bool { return s != Up && s != Joining }
+// leaving reports whether a member with status s is on its way out of the
+// cluster (Akka's LeavingClusterStatuses): Leaving or Down. An unknown
+// status counts as leaving.
+func leaving(s cluster.Status) bool { return s != cluster.Up && s != cluster.Joining }
 
 // Region is one shard region (one per node per entity type) with the
 // information about its cluster member that strategies use.
 type Region struct {
-	// ID identifies the region; it is its address. IDs are unique within a
-	// State and the final tie-breaker of every ordering.
-	ID string
-	// JoinedAt is the member's age: smaller is older (Akka's upNumber).
-	// Equal ages are ordered by ID. The oldest member hosts the coordinator.
-	JoinedAt int64
+	// ID identifies the region: the node incarnation it runs on. IDs are
+	// unique within a State and the final tie-breaker of every ordering.
+	ID cluster.UniqueAddress
+	// JoinOrder is the member's age: smaller is older (Akka's upNumber,
+	// cluster.Member.JoinOrder). Equal ages are ordered by ID. The oldest
+	// member hosts the coordinator.
+	JoinOrder uint64
 	// AppVersion is the application version of the member (Akka's
 	// akka.cluster.app-version), compared as a dotted numeric version:
 	// "1.10.0" > "1.9.2", "1.2" == "1.2.0", a pre-release qualifier sorts
 	// before the release ("1.0.0-RC1" < "1.0.0"), and "" is the lowest of all.
 	// See [CompareVersions].
 	AppVersion string
-	// Status is the member's membership status.
-	Status Status
+	// Status is the member's membership status: Joining, Up, Leaving or
+	// Down. Shards may be allocated to a Joining or Up member, but no
+	// rebalance runs while any region is Joining: the join should
+	// complete first.
+	Status cluster.Status
 	// Reachable is false while the failure detector considers the member
 	// unreachable. No shard is allocated to an unreachable region and no
 	// rebalance runs while any region is unreachable.
@@ -128,7 +93,7 @@ type State struct {
 	// Shards maps a region ID to the shards it hosts, in allocation order
 	// (oldest allocation first). Rebalance moves shards from the head of a
 	// region's list, as Akka does.
-	Shards map[string][]string
+	Shards map[cluster.UniqueAddress][]string
 }
 
 // Strategy decides shard placement. Implementations in this package are
@@ -139,7 +104,7 @@ type Strategy interface {
 	// prefer it (Akka's do not either) but it is part of the contract for
 	// strategies that want to. The error wraps ErrNoRegion when no region can
 	// take the shard.
-	Allocate(requester, shard string, st State) (region string, err error)
+	Allocate(requester cluster.UniqueAddress, shard string, st State) (region cluster.UniqueAddress, err error)
 	// Rebalance picks shards to move now, sorted ascending; nil when none.
 	// inProgress holds shards already being handed off; the strategies here
 	// return nothing while it is non-empty (one rebalance round at a time).
@@ -156,7 +121,7 @@ type entry struct {
 // st.Regions (duplicates dropped).
 func entriesOf(st State) []entry {
 	out := make([]entry, 0, len(st.Regions))
-	seen := make(map[string]bool, len(st.Regions))
+	seen := make(map[cluster.UniqueAddress]bool, len(st.Regions))
 	for _, r := range st.Regions {
 		if seen[r.ID] {
 			continue
@@ -169,15 +134,15 @@ func entriesOf(st State) []entry {
 
 // compareAge orders regions oldest first, ties by ID.
 func compareAge(a, b Region) int {
-	if c := cmp.Compare(a.JoinedAt, b.JoinedAt); c != 0 {
+	if c := cmp.Compare(a.JoinOrder, b.JoinOrder); c != 0 {
 		return c
 	}
-	return strings.Compare(a.ID, b.ID)
+	return a.ID.Compare(b.ID)
 }
 
 // compareLeaving orders regions that are not leaving before those that are.
 func compareLeaving(a, b Region) int {
-	al, bl := a.Status.leaving(), b.Status.leaving()
+	al, bl := leaving(a.Status), leaving(b.Status)
 	switch {
 	case al == bl:
 		return 0
@@ -189,7 +154,7 @@ func compareLeaving(a, b Region) int {
 }
 
 // allocatable reports whether a shard may be allocated to the region.
-func allocatable(r Region) bool { return !r.Status.leaving() && r.Reachable }
+func allocatable(r Region) bool { return !leaving(r.Status) && r.Reachable }
 
 // rebalanceLimit is Akka's limit per rebalance round:
 // max(1, min(floor(relative*total), absolute)), where absolute <= 0 means no

@@ -3,6 +3,7 @@ package allocation
 import (
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"testing"
 )
 
@@ -35,22 +36,9 @@ func TestCompareVersions(t *testing.T) {
 	}
 }
 
-func TestStatusString(t *testing.T) {
-	want := map[Status]string{Up: "up", Joining: "joining", Leaving: "leaving", Exiting: "exiting", Down: "down", Status(9): "status(9)"}
-	for s, w := range want {
-		if s.String() != w {
-			t.Errorf("%d.String() = %q, want %q", int(s), s.String(), w)
-		}
-	}
-	var r Region
-	if r.Status != Up {
-		t.Errorf("zero Status = %v, want up", r.Status)
-	}
-}
-
 func TestErrNoRegionIsWrapped(t *testing.T) {
 	for _, s := range []Strategy{NewLeastShard(DefaultLeastShardConfig()), NewCoordinatorAvoidance(DefaultCoordinatorAvoidanceConfig())} {
-		_, err := s.Allocate("r1", "shard-7", State{Regions: []Region{{ID: "r1", Status: Down}}})
+		_, err := s.Allocate(node("r1"), "shard-7", State{Regions: []Region{{ID: node("r1"), Status: cluster.Down}}})
 		if !errors.Is(err, ErrNoRegion) {
 			t.Fatalf("%v: Allocate error %v, want ErrNoRegion", s, err)
 		}
@@ -62,13 +50,13 @@ func TestErrNoRegionIsWrapped(t *testing.T) {
 func TestStrategiesDoNotModifyState(t *testing.T) {
 	mk := func() State {
 		return State{
-			Regions: []Region{{ID: "b", JoinedAt: 2, Reachable: true}, {ID: "a", JoinedAt: 1, Reachable: true}, {ID: "c", JoinedAt: 3, Reachable: true}},
-			Shards:  map[string][]string{"a": shardRange(1, 9), "b": shardRange(10, 11)},
+			Regions: []Region{{ID: node("b"), JoinOrder: 2, Status: cluster.Up, Reachable: true}, {ID: node("a"), JoinOrder: 1, Status: cluster.Up, Reachable: true}, {ID: node("c"), JoinOrder: 3, Status: cluster.Up, Reachable: true}},
+			Shards:  map[cluster.UniqueAddress][]string{node("a"): shardRange(1, 9), node("b"): shardRange(10, 11)},
 		}
 	}
 	for _, s := range []Strategy{NewLeastShard(noLimits), NewCoordinatorAvoidance(CoordinatorAvoidanceConfig{OldestExcluded: 1, RelativeLimit: 1})} {
 		st := mk()
-		if _, err := s.Allocate("a", "x", st); err != nil {
+		if _, err := s.Allocate(node("a"), "x", st); err != nil {
 			t.Fatal(err)
 		}
 		s.Rebalance(st, nil)

@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 )
 
@@ -91,10 +92,10 @@ func (s coordinatorAvoidance) String() string {
 // coordinator-avoidance strategy with these settings allocates shards to,
 // youngest last (sorted by age, oldest first). It is the first half of the
 // strategy, exported for the coordinator's logs and for tests.
-func AllocationTargets(cfg CoordinatorAvoidanceConfig, st State) []string {
+func AllocationTargets(cfg CoordinatorAvoidanceConfig, st State) []cluster.UniqueAddress {
 	cfg.OldestExcluded = max(0, cfg.OldestExcluded)
 	cfg.MinAllocationNodes = max(1, cfg.MinAllocationNodes)
-	var ids []string
+	var ids []cluster.UniqueAddress
 	for _, e := range targets(cfg, entriesOf(st)) {
 		ids = append(ids, e.ID)
 	}
@@ -122,11 +123,11 @@ func compareLoad(a, b entry) int {
 	return compareAge(a.Region, b.Region)
 }
 
-func (s coordinatorAvoidance) Allocate(requester, shard string, st State) (string, error) {
+func (s coordinatorAvoidance) Allocate(requester cluster.UniqueAddress, shard string, st State) (cluster.UniqueAddress, error) {
 	es := entriesOf(st)
 	ts := targets(s.cfg, es)
 	if len(ts) == 0 {
-		return "", fmt.Errorf("%w: shard %q: %d registered regions, none up and reachable", ErrNoRegion, shard, len(es))
+		return cluster.UniqueAddress{}, fmt.Errorf("%w: shard %q: %d registered regions, none up and reachable", ErrNoRegion, shard, len(es))
 	}
 	return slices.MinFunc(ts, compareLoad).ID, nil
 }
@@ -137,7 +138,7 @@ func (s coordinatorAvoidance) Rebalance(st State, inProgress map[string]bool) []
 	}
 	es := entriesOf(st)
 	for _, e := range es {
-		if !e.Reachable || e.Status != Up {
+		if !e.Reachable || e.Status != cluster.Up {
 			return nil // wait for joins, leaves and reachability to settle
 		}
 	}
@@ -149,7 +150,7 @@ func (s coordinatorAvoidance) Rebalance(st State, inProgress map[string]bool) []
 	if len(ts) == 0 || total == 0 {
 		return nil
 	}
-	isTarget := make(map[string]bool, len(ts))
+	isTarget := make(map[cluster.UniqueAddress]bool, len(ts))
 	for _, t := range ts {
 		isTarget[t.ID] = true
 	}

@@ -3,6 +3,7 @@ package allocation
 import (
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"os"
 	"slices"
 	"strconv"
@@ -53,7 +54,7 @@ func readNodesTable(t *testing.T) []nodesRow {
 func nodes(n int) []Region {
 	var rs []Region
 	for i := 1; i <= n; i++ {
-		rs = append(rs, Region{ID: fmt.Sprintf("n%d", i), JoinedAt: int64(i), AppVersion: "1.0.0", Status: Up, Reachable: true})
+		rs = append(rs, Region{ID: node(fmt.Sprintf("n%d", i)), JoinOrder: uint64(i), AppVersion: "1.0.0", Status: cluster.Up, Reachable: true})
 	}
 	return rs
 }
@@ -76,10 +77,10 @@ func TestCoordinatorAvoidanceNodesTable(t *testing.T) {
 			rs := nodes(row.nodes)
 			var youngest []string
 			for _, r := range rs[row.nodes-row.usedBy:] {
-				youngest = append(youngest, r.ID)
+				youngest = append(youngest, r.ID.Node)
 			}
 
-			got := AllocationTargets(cfg, State{Regions: rs})
+			got := names(AllocationTargets(cfg, State{Regions: rs}))
 			if !slices.Equal(got, youngest) {
 				t.Fatalf("testdata line %d: targets %v, want the %d youngest %v", row.line, got, row.usedBy, youngest)
 			}
@@ -114,11 +115,11 @@ func assertUsedBy(t *testing.T, row nodesRow, sm *sim, youngest []string) {
 	var used []string
 	lo, hi := -1, -1
 	for _, r := range sm.regions {
-		n := len(sm.shards[r.ID])
+		n := len(sm.shards[r.ID.Node])
 		if n == 0 {
 			continue
 		}
-		used = append(used, r.ID)
+		used = append(used, r.ID.Node)
 		if lo < 0 || n < lo {
 			lo = n
 		}
@@ -137,34 +138,34 @@ func TestCoordinatorAvoidanceTargetsSkipUnavailable(t *testing.T) {
 	rs := nodes(4)
 	// The oldest is leaving: the next oldest, which takes over the
 	// coordinator, is excluded in its place.
-	rs[0].Status = Leaving
-	if got := AllocationTargets(cfg, State{Regions: rs}); !slices.Equal(got, []string{"n3", "n4"}) {
+	rs[0].Status = cluster.Leaving
+	if got := names(AllocationTargets(cfg, State{Regions: rs})); !slices.Equal(got, []string{"n3", "n4"}) {
 		t.Fatalf("targets = %v, want [n3 n4]", got)
 	}
 	// An unreachable or down region is no target either.
 	rs[3].Reachable = false
-	rs[2].Status = Down
-	if got := AllocationTargets(cfg, State{Regions: rs}); !slices.Equal(got, []string{"n2"}) {
+	rs[2].Status = cluster.Down
+	if got := names(AllocationTargets(cfg, State{Regions: rs})); !slices.Equal(got, []string{"n2"}) {
 		t.Fatalf("targets = %v, want [n2] (min-cap keeps one)", got)
 	}
 	s := NewCoordinatorAvoidance(cfg)
-	if got, err := s.Allocate("n1", "x", State{Regions: rs}); err != nil || got != "n2" {
+	if got, err := s.Allocate(node("n1"), "x", State{Regions: rs}); err != nil || got != node("n2") {
 		t.Fatalf("Allocate = %q, %v; want n2", got, err)
 	}
-	rs[1].Status = Exiting
-	if _, err := s.Allocate("n1", "x", State{Regions: rs}); !errors.Is(err, ErrNoRegion) {
+	rs[1].Status = cluster.Leaving
+	if _, err := s.Allocate(node("n1"), "x", State{Regions: rs}); !errors.Is(err, ErrNoRegion) {
 		t.Fatalf("Allocate: %v, want ErrNoRegion", err)
 	}
 	// Joining regions are targets; they are the youngest.
-	rs = append(nodes(2), Region{ID: "n3", JoinedAt: 3, Status: Joining, Reachable: true})
-	if got := AllocationTargets(cfg, State{Regions: rs}); !slices.Equal(got, []string{"n2", "n3"}) {
+	rs = append(nodes(2), Region{ID: node("n3"), JoinOrder: 3, Status: cluster.Joining, Reachable: true})
+	if got := names(AllocationTargets(cfg, State{Regions: rs})); !slices.Equal(got, []string{"n2", "n3"}) {
 		t.Fatalf("targets = %v, want [n2 n3]", got)
 	}
 	// Settings below their minimum act as the minimum.
-	if got := AllocationTargets(CoordinatorAvoidanceConfig{OldestExcluded: -3, MinAllocationNodes: 0}, State{Regions: nodes(2)}); !slices.Equal(got, []string{"n1", "n2"}) {
+	if got := names(AllocationTargets(CoordinatorAvoidanceConfig{OldestExcluded: -3, MinAllocationNodes: 0}, State{Regions: nodes(2)})); !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Fatalf("targets = %v, want [n1 n2]", got)
 	}
-	if got := AllocationTargets(CoordinatorAvoidanceConfig{OldestExcluded: 5, MinAllocationNodes: 0}, State{Regions: nodes(2)}); !slices.Equal(got, []string{"n2"}) {
+	if got := names(AllocationTargets(CoordinatorAvoidanceConfig{OldestExcluded: 5, MinAllocationNodes: 0}, State{Regions: nodes(2)})); !slices.Equal(got, []string{"n2"}) {
 		t.Fatalf("targets = %v, want [n2]", got)
 	}
 }
@@ -173,7 +174,7 @@ func TestCoordinatorAvoidanceRebalanceWaits(t *testing.T) {
 	cfg := CoordinatorAvoidanceConfig{OldestExcluded: 1, MinAllocationNodes: 1, RelativeLimit: 1}
 	s := NewCoordinatorAvoidance(cfg)
 	base := func() State {
-		return State{Regions: nodes(3), Shards: map[string][]string{"n1": shardRange(1, 10)}}
+		return State{Regions: nodes(3), Shards: map[cluster.UniqueAddress][]string{node("n1"): shardRange(1, 10)}}
 	}
 	if got := s.Rebalance(base(), nil); !slices.Equal(got, shardRange(1, 10)) {
 		t.Fatalf("Rebalance = %v, want all shards of the excluded oldest", got)
@@ -182,10 +183,10 @@ func TestCoordinatorAvoidanceRebalanceWaits(t *testing.T) {
 		t.Fatalf("Rebalance while in progress = %v", got)
 	}
 	for _, change := range []func(*Region){
-		func(r *Region) { r.Status = Joining },
-		func(r *Region) { r.Status = Leaving },
-		func(r *Region) { r.Status = Exiting },
-		func(r *Region) { r.Status = Down },
+		func(r *Region) { r.Status = cluster.Joining },
+		func(r *Region) { r.Status = cluster.Leaving },
+		func(r *Region) { r.Status = cluster.Leaving },
+		func(r *Region) { r.Status = cluster.Down },
 		func(r *Region) { r.Reachable = false },
 	} {
 		st := base()

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shoal-dev/shoal/cluster"
+
 	"github.com/shoal-dev/shoal/internal/scenario"
 )
 
@@ -20,7 +22,8 @@ import (
 //
 //	strategy least abs=N rel=F
 //	strategy avoidance excluded=N min-cap=N abs=N rel=F
-//	region ID [age=N] [version=V] [status=up|joining|leaving|exiting|down] [reachable=true|false]
+//	region ID [age=N] [version=V] [status=up|joining|leaving|exiting|down]
+//	                   (exiting, Akka's, is leaving here) [reachable=true|false]
 //	                   add a region (Up and reachable unless told), or change
 //	                   the given fields of a known one
 //	columns ID...      the regions `counts` prints, in this order
@@ -35,6 +38,10 @@ import (
 //	counts LABEL...    print "| LABEL | n | n | … |" over the columns; "-" for
 //	                   a region that is not registered
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
+
+// statuses reads the status names of the scenarios.
+var statuses = map[string]cluster.Status{"up": cluster.Up, "joining": cluster.Joining, "leaving": cluster.Leaving,
+	"exiting": cluster.Leaving, "down": cluster.Down}
 
 func TestDataDriven(t *testing.T) {
 	scenario.RunDir(t, "testdata/*.txt", *rewrite, func(t *testing.T) scenario.RunFunc {
@@ -107,21 +114,17 @@ func (sc *scenarioRun) run(where, line string) string {
 		if len(pos) != 1 {
 			t.Fatalf("%s: region ID [key=value…]", where)
 		}
-		r := Region{ID: pos[0], Status: Up, Reachable: true}
+		r := Region{ID: node(pos[0]), Status: cluster.Up, Reachable: true}
 		if p := sc.sim.region(pos[0]); p != nil {
 			r = *p
 		}
-		r.JoinedAt = int64(atoi("age", int(r.JoinedAt)))
+		r.JoinOrder = uint64(atoi("age", int(r.JoinOrder)))
 		if v, ok := kv["version"]; ok {
 			r.AppVersion = v
 		}
 		if v, ok := kv["status"]; ok {
-			found := false
-			for s := Up; s <= Down; s++ {
-				if s.String() == v {
-					r.Status, found = s, true
-				}
-			}
+			s, found := statuses[v]
+			r.Status = s
 			if !found {
 				t.Fatalf("%s: unknown status %q", where, v)
 			}
@@ -171,7 +174,7 @@ func (sc *scenarioRun) run(where, line string) string {
 		cols := sc.columns
 		if cols == nil {
 			for _, r := range sc.sim.regions {
-				cols = append(cols, r.ID)
+				cols = append(cols, r.ID.Node)
 			}
 		}
 		var b strings.Builder

@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 )
 
@@ -90,7 +91,7 @@ func compareSuitability(a, b entry) int {
 	return compareAge(a.Region, b.Region)
 }
 
-func (s leastShard) Allocate(requester, shard string, st State) (string, error) {
+func (s leastShard) Allocate(requester cluster.UniqueAddress, shard string, st State) (cluster.UniqueAddress, error) {
 	var best *entry
 	es := entriesOf(st)
 	for i := range es {
@@ -102,7 +103,7 @@ func (s leastShard) Allocate(requester, shard string, st State) (string, error) 
 		}
 	}
 	if best == nil {
-		return "", fmt.Errorf("%w: shard %q: %d registered regions, none up and reachable", ErrNoRegion, shard, len(es))
+		return cluster.UniqueAddress{}, fmt.Errorf("%w: shard %q: %d registered regions, none up and reachable", ErrNoRegion, shard, len(es))
 	}
 	return best.ID, nil
 }
@@ -161,7 +162,7 @@ func goodTimeForLeastShard(es []entry) bool {
 		return false
 	}
 	for _, e := range es {
-		if CompareVersions(e.AppVersion, es[0].AppVersion) != 0 || !e.Reachable || e.Status == Joining {
+		if CompareVersions(e.AppVersion, es[0].AppVersion) != 0 || !e.Reachable || e.Status == cluster.Joining {
 			return false
 		}
 	}

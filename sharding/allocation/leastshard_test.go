@@ -3,6 +3,7 @@ package allocation
 import (
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"testing"
 )
@@ -20,7 +21,7 @@ func shardRange(from, to int) []string { // from..to inclusive, 3 digits
 }
 
 func upRegion(id string) Region {
-	return Region{ID: id, AppVersion: "1.0.0", Status: Up, Reachable: true}
+	return Region{ID: node(id), AppVersion: "1.0.0", Status: cluster.Up, Reachable: true}
 }
 
 // abcSim is Akka's createAllocations(aCount, bCount, cCount).
@@ -100,8 +101,8 @@ func TestLeastShardAkkaVectors(t *testing.T) {
 func TestLeastShardAllocateToLeastShards(t *testing.T) {
 	// Akka: "allocate to region with least number of shards".
 	sm := abcSim(t, NewLeastShard(noLimits), nil, 1, 1, 0)
-	got, err := NewLeastShard(noLimits).Allocate("A", "003", sm.state())
-	if err != nil || got != "C" {
+	got, err := NewLeastShard(noLimits).Allocate(node("A"), "003", sm.state())
+	if err != nil || got != node("C") {
 		t.Fatalf("Allocate = %q, %v; want C", got, err)
 	}
 }
@@ -125,7 +126,7 @@ func TestLeastShardNotAGoodTimeToRebalance(t *testing.T) {
 	}{
 		{"rolling update in progress", func(r *Region) { r.AppVersion = "1.0.1" }},
 		{"region unreachable", func(r *Region) { r.Reachable = false }},
-		{"region joining", func(r *Region) { r.Status = Joining }},
+		{"region joining", func(r *Region) { r.Status = cluster.Joining }},
 	}
 	s := NewLeastShard(noLimits)
 	for _, tt := range tests {
@@ -159,16 +160,16 @@ func TestLeastShardNotAGoodTimeToRebalance(t *testing.T) {
 // nodes". Allocating repeatedly while removing the winner yields the order.
 func TestLeastShardSuitabilityOrder(t *testing.T) {
 	es := []entry{
-		{Region{ID: "fewest", AppVersion: "1.0.1", Status: Up, Reachable: true}, nil},
-		{Region{ID: "leaving", AppVersion: "1.0.0", Status: Leaving, Reachable: true}, nil},
-		{Region{ID: "most", AppVersion: "1.0.1", Status: Up, Reachable: true}, []string{"ShardId2", "ShardId3"}},
-		{Region{ID: "oldapp", AppVersion: "1.0.0", Status: Up, Reachable: true}, nil},
-		{Region{ID: "oneshard", AppVersion: "1.0.1", Status: Up, Reachable: true}, []string{"ShardId1"}},
+		{Region{ID: node("fewest"), AppVersion: "1.0.1", Status: cluster.Up, Reachable: true}, nil},
+		{Region{ID: node("leaving"), AppVersion: "1.0.0", Status: cluster.Leaving, Reachable: true}, nil},
+		{Region{ID: node("most"), AppVersion: "1.0.1", Status: cluster.Up, Reachable: true}, []string{"ShardId2", "ShardId3"}},
+		{Region{ID: node("oldapp"), AppVersion: "1.0.0", Status: cluster.Up, Reachable: true}, nil},
+		{Region{ID: node("oneshard"), AppVersion: "1.0.1", Status: cluster.Up, Reachable: true}, []string{"ShardId1"}},
 	}
 	slices.SortFunc(es, compareSuitability)
 	var order []string
 	for _, e := range es {
-		order = append(order, e.ID)
+		order = append(order, e.ID.Node)
 	}
 	want := []string{"fewest", "oneshard", "most", "oldapp", "leaving"}
 	if !slices.Equal(order, want) {
@@ -176,7 +177,7 @@ func TestLeastShardSuitabilityOrder(t *testing.T) {
 	}
 
 	// Through Allocate: the winner is removed each time; leaving never wins.
-	st := State{Shards: map[string][]string{}}
+	st := State{Shards: map[cluster.UniqueAddress][]string{}}
 	for _, e := range es {
 		st.Regions = append(st.Regions, e.Region)
 		st.Shards[e.ID] = e.shards
@@ -184,14 +185,14 @@ func TestLeastShardSuitabilityOrder(t *testing.T) {
 	s := NewLeastShard(DefaultLeastShardConfig())
 	var got []string
 	for {
-		r, err := s.Allocate("oldapp", "x", st)
+		r, err := s.Allocate(node("oldapp"), "x", st)
 		if err != nil {
 			if !errors.Is(err, ErrNoRegion) {
 				t.Fatalf("Allocate: %v", err)
 			}
 			break
 		}
-		got = append(got, r)
+		got = append(got, r.Node)
 		st.Regions = slices.DeleteFunc(st.Regions, func(x Region) bool { return x.ID == r })
 	}
 	if !slices.Equal(got, want[:4]) {
@@ -203,28 +204,28 @@ func TestLeastShardAllocateSkipsUnavailable(t *testing.T) {
 	s := NewLeastShard(DefaultLeastShardConfig())
 	st := State{
 		Regions: []Region{
-			{ID: "leaving", Status: Leaving, Reachable: true, AppVersion: "9"},
-			{ID: "exiting", Status: Exiting, Reachable: true, AppVersion: "9"},
-			{ID: "down", Status: Down, Reachable: false, AppVersion: "9"},
-			{ID: "unreachable", Status: Up, Reachable: false, AppVersion: "9"},
-			{ID: "busy", Status: Up, Reachable: true, AppVersion: "1"},
-			{ID: "joining", Status: Joining, Reachable: true, AppVersion: "1"},
+			{ID: node("leaving"), Status: cluster.Leaving, Reachable: true, AppVersion: "9"},
+			{ID: node("exiting"), Status: cluster.Leaving, Reachable: true, AppVersion: "9"},
+			{ID: node("down"), Status: cluster.Down, Reachable: false, AppVersion: "9"},
+			{ID: node("unreachable"), Status: cluster.Up, Reachable: false, AppVersion: "9"},
+			{ID: node("busy"), Status: cluster.Up, Reachable: true, AppVersion: "1"},
+			{ID: node("joining"), Status: cluster.Joining, Reachable: true, AppVersion: "1"},
 		},
-		Shards: map[string][]string{"busy": {"1", "2"}},
+		Shards: map[cluster.UniqueAddress][]string{node("busy"): {"1", "2"}},
 	}
-	if got, err := s.Allocate("busy", "3", st); err != nil || got != "joining" {
+	if got, err := s.Allocate(node("busy"), "3", st); err != nil || got != node("joining") {
 		t.Fatalf("Allocate = %q, %v; want joining", got, err)
 	}
 	st.Regions = st.Regions[:4]
-	if got, err := s.Allocate("leaving", "3", st); !errors.Is(err, ErrNoRegion) {
+	if got, err := s.Allocate(node("leaving"), "3", st); !errors.Is(err, ErrNoRegion) {
 		t.Fatalf("Allocate = %q, %v; want ErrNoRegion", got, err)
 	}
-	if _, err := s.Allocate("x", "3", State{}); !errors.Is(err, ErrNoRegion) {
+	if _, err := s.Allocate(node("x"), "3", State{}); !errors.Is(err, ErrNoRegion) {
 		t.Fatalf("Allocate without regions: %v, want ErrNoRegion", err)
 	}
 	// Shards of a region that is not registered are ignored.
-	st = State{Regions: []Region{upRegion("A"), upRegion("B")}, Shards: map[string][]string{"ghost": {"1", "2", "3"}, "A": {"4"}}}
-	if got, _ := s.Allocate("A", "5", st); got != "B" {
+	st = State{Regions: []Region{upRegion("A"), upRegion("B")}, Shards: map[cluster.UniqueAddress][]string{node("ghost"): {"1", "2", "3"}, node("A"): {"4"}}}
+	if got, _ := s.Allocate(node("A"), "5", st); got != node("B") {
 		t.Fatalf("Allocate = %q, want B", got)
 	}
 }
@@ -233,12 +234,12 @@ func TestLeastShardPrefersNewestVersion(t *testing.T) {
 	s := NewLeastShard(DefaultLeastShardConfig())
 	st := State{
 		Regions: []Region{
-			{ID: "old", AppVersion: "1.9.2", Status: Up, Reachable: true},
-			{ID: "new", AppVersion: "1.10.0", Status: Up, Reachable: true},
+			{ID: node("old"), AppVersion: "1.9.2", Status: cluster.Up, Reachable: true},
+			{ID: node("new"), AppVersion: "1.10.0", Status: cluster.Up, Reachable: true},
 		},
-		Shards: map[string][]string{"new": shardRange(1, 100)},
+		Shards: map[cluster.UniqueAddress][]string{node("new"): shardRange(1, 100)},
 	}
-	if got, _ := s.Allocate("old", "x", st); got != "new" {
+	if got, _ := s.Allocate(node("old"), "x", st); got != node("new") {
 		t.Fatalf("Allocate = %q, want new (highest version wins over fewest shards)", got)
 	}
 }
@@ -246,11 +247,11 @@ func TestLeastShardPrefersNewestVersion(t *testing.T) {
 func TestLeastShardTieBreakIsAgeThenID(t *testing.T) {
 	s := NewLeastShard(DefaultLeastShardConfig())
 	st := State{Regions: []Region{
-		{ID: "a", JoinedAt: 3, Reachable: true},
-		{ID: "c", JoinedAt: 1, Reachable: true},
-		{ID: "b", JoinedAt: 1, Reachable: true},
+		{ID: node("a"), JoinOrder: 3, Status: cluster.Up, Reachable: true},
+		{ID: node("c"), JoinOrder: 1, Status: cluster.Up, Reachable: true},
+		{ID: node("b"), JoinOrder: 1, Status: cluster.Up, Reachable: true},
 	}}
-	if got, _ := s.Allocate("a", "x", st); got != "b" {
+	if got, _ := s.Allocate(node("a"), "x", st); got != node("b") {
 		t.Fatalf("Allocate = %q, want b (oldest, then lowest ID)", got)
 	}
 }

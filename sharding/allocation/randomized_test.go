@@ -3,6 +3,7 @@ package allocation
 import (
 	"flag"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -25,7 +26,7 @@ func randomSim(t *testing.T, rnd *rand.Rand, s Strategy, limit func(int) int, n,
 	sm := newSim(t, s, limit)
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("R%d", i)
-		sm.upsert(Region{ID: id, JoinedAt: int64(rnd.IntN(n)), AppVersion: "1.0.0", Status: Up, Reachable: true})
+		sm.upsert(Region{ID: node(id), JoinOrder: uint64(rnd.IntN(n)), AppVersion: "1.0.0", Status: cluster.Up, Reachable: true})
 		for j := 1; j <= rnd.IntN(maxShards); j++ {
 			sm.assign(id, fmt.Sprintf("%s-%03d", id, j))
 		}
@@ -37,13 +38,13 @@ func randomSim(t *testing.T, rnd *rand.Rand, s Strategy, limit func(int) int, n,
 // not change what the strategy decides.
 func assertOrderIndependent(t *testing.T, rnd *rand.Rand, s Strategy, st State) {
 	t.Helper()
-	a1, e1 := s.Allocate("", "new-shard", st)
+	a1, e1 := s.Allocate(node(""), "new-shard", st)
 	r1 := s.Rebalance(st, nil)
 	shuffled := State{Regions: slices.Clone(st.Regions), Shards: st.Shards}
 	rnd.Shuffle(len(shuffled.Regions), func(i, j int) {
 		shuffled.Regions[i], shuffled.Regions[j] = shuffled.Regions[j], shuffled.Regions[i]
 	})
-	a2, e2 := s.Allocate("", "new-shard", shuffled)
+	a2, e2 := s.Allocate(node(""), "new-shard", shuffled)
 	r2 := s.Rebalance(shuffled, nil)
 	if a1 != a2 || (e1 == nil) != (e2 == nil) || !slices.Equal(r1, r2) {
 		t.Fatalf("decision depends on region order: allocate %q/%q, rebalance %v / %v", a1, a2, r1, r2)
@@ -91,7 +92,7 @@ func TestLeastShardRandomized(t *testing.T) {
 				assertOrderIndependent(t, rnd, s, sm.state())
 				var ids []string
 				for _, r := range sm.regions {
-					ids = append(ids, r.ID)
+					ids = append(ids, r.ID.Node)
 				}
 				start := fmt.Sprint(sm.counts())
 				for round := 1; spread(sm, ids) > 1; round++ {
@@ -122,15 +123,15 @@ func TestCoordinatorAvoidanceRandomized(t *testing.T) {
 		sm := randomSim(t, rnd, s, limit, rnd.IntN(12)+1, 1+rnd.IntN(60))
 		sm.newShards(rnd.IntN(30)) // some shards without a home
 		assertOrderIndependent(t, rnd, s, sm.state())
-		targets := AllocationTargets(cfg, sm.state())
+		targets := names(AllocationTargets(cfg, sm.state()))
 		sm.settle(10000)
 		isTarget := map[string]bool{}
 		for _, id := range targets {
 			isTarget[id] = true
 		}
 		for _, r := range sm.regions {
-			if !isTarget[r.ID] && len(sm.shards[r.ID]) > 0 {
-				t.Fatalf("%v: excluded region %s keeps %d shards: %s", cfg, r.ID, len(sm.shards[r.ID]), sm.countsString())
+			if !isTarget[r.ID.Node] && len(sm.shards[r.ID.Node]) > 0 {
+				t.Fatalf("%v: excluded region %s keeps %d shards: %s", cfg, r.ID, len(sm.shards[r.ID.Node]), sm.countsString())
 			}
 		}
 		if spread(sm, targets) > 1 {

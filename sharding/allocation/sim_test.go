@@ -2,6 +2,8 @@ package allocation
 
 import (
 	"fmt"
+
+	"github.com/shoal-dev/shoal/cluster"
 	"slices"
 	"strings"
 	"testing"
@@ -30,16 +32,16 @@ func newSim(t testing.TB, s Strategy, limit func(int) int) *sim {
 // containers, and clipped shard slices, so that a strategy appending to its
 // input could not corrupt the simulation.
 func (s *sim) state() State {
-	st := State{Regions: slices.Clone(s.regions), Shards: make(map[string][]string, len(s.shards))}
+	st := State{Regions: slices.Clone(s.regions), Shards: make(map[cluster.UniqueAddress][]string, len(s.shards))}
 	for id, sh := range s.shards {
-		st.Shards[id] = slices.Clip(sh)
+		st.Shards[node(id)] = slices.Clip(sh)
 	}
 	return st
 }
 
 func (s *sim) region(id string) *Region {
 	for i := range s.regions {
-		if s.regions[i].ID == id {
+		if s.regions[i].ID.Node == id {
 			return &s.regions[i]
 		}
 	}
@@ -48,7 +50,7 @@ func (s *sim) region(id string) *Region {
 
 // upsert adds a region (Up, reachable, unless r says otherwise) or replaces it.
 func (s *sim) upsert(r Region) {
-	if p := s.region(r.ID); p != nil {
+	if p := s.region(r.ID.Node); p != nil {
 		*p = r
 		return
 	}
@@ -57,7 +59,7 @@ func (s *sim) upsert(r Region) {
 
 // remove unregisters a region; the shards it still hosts lose their home.
 func (s *sim) remove(id string) int {
-	i := slices.IndexFunc(s.regions, func(r Region) bool { return r.ID == id })
+	i := slices.IndexFunc(s.regions, func(r Region) bool { return r.ID.Node == id })
 	if i < 0 {
 		s.t.Fatalf("remove: unknown region %q", id)
 	}
@@ -93,11 +95,12 @@ func (s *sim) newShards(n int) []string {
 func (s *sim) allocate(shard string) string {
 	s.t.Helper()
 	st := s.state()
-	var requester string
+	var requester cluster.UniqueAddress
 	if len(st.Regions) > 0 {
 		requester = st.Regions[0].ID
 	}
-	r, err := s.strategy.Allocate(requester, shard, st)
+	a, err := s.strategy.Allocate(requester, shard, st)
+	r := a.Node
 	if err != nil {
 		s.t.Fatalf("allocate %s: %v", shard, err)
 	}
@@ -123,7 +126,7 @@ func (s *sim) allocateUnallocated() int {
 func (s *sim) total() int {
 	n := 0
 	for _, r := range s.regions {
-		n += len(s.shards[r.ID])
+		n += len(s.shards[r.ID.Node])
 	}
 	return n
 }
@@ -187,7 +190,7 @@ func (s *sim) settle(maxRounds int) (allocated, rounds, moved, maxPerRound int) 
 func (s *sim) counts() []int {
 	out := make([]int, len(s.regions))
 	for i, r := range s.regions {
-		out[i] = len(s.shards[r.ID])
+		out[i] = len(s.shards[r.ID.Node])
 	}
 	return out
 }
@@ -198,7 +201,20 @@ func (s *sim) countsString() string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%s=%d", r.ID, len(s.shards[r.ID]))
+		fmt.Fprintf(&b, "%s=%d", r.ID.Node, len(s.shards[r.ID.Node]))
 	}
 	return b.String()
+}
+
+// node is the address of the region the tests name name: its node id, no
+// incarnation.
+func node(name string) cluster.UniqueAddress { return cluster.UniqueAddress{Node: name} }
+
+// nodes names the regions of ids.
+func names(ids []cluster.UniqueAddress) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.Node
+	}
+	return out
 }

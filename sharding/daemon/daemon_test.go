@@ -82,18 +82,15 @@ func (r *runs) snapshot() (active map[int]string, started map[int]int) {
 }
 
 type cluster struct {
-	t         *testing.T
-	members   *sharding.LocalCluster
-	transport *sharding.LocalTransport
-	store     *sharding.MemoryCoordinatorStore
-	runs      *runs
-	nodes     map[string]*sharding.Sharding
-	daemons   map[string]*daemon.Daemon
+	t       *testing.T
+	members *sharding.InProcessCluster
+	runs    *runs
+	nodes   map[string]*sharding.Sharding
+	daemons map[string]*daemon.Daemon
 }
 
 func newCluster(t *testing.T) *cluster {
-	return &cluster{t: t, members: sharding.NewLocalCluster(), transport: sharding.NewLocalTransport(),
-		store: sharding.NewMemoryCoordinatorStore(), runs: newRuns(t),
+	return &cluster{t: t, members: sharding.NewInProcessCluster(), runs: newRuns(t),
 		nodes: map[string]*sharding.Sharding{}, daemons: map[string]*daemon.Daemon{}}
 }
 
@@ -105,7 +102,7 @@ func (c *cluster) join(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s, err := sharding.New(sys, sharding.Config{Transport: c.transport, Membership: c.members.Join(name), CoordinatorStore: c.store})
+	s, err := c.members.Join(sys)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -122,7 +119,6 @@ func (c *cluster) leave(name string) {
 	if err := c.nodes[name].Shutdown(context.Background()); err != nil {
 		c.t.Fatalf("%s left with %v", name, err)
 	}
-	c.members.Remove(name)
 	delete(c.nodes, name)
 }
 
@@ -279,7 +275,7 @@ func TestWorkersOfACrashedNodeRunElsewhere(t *testing.T) {
 		}
 		c.daemons[crashed].Stop()
 		c.nodes[crashed].Terminate() // its runs are cancelled without a hand-off, as in a crash
-		c.members.Remove(crashed)
+		c.members.Remove(c.nodes[crashed].Node())
 		delete(c.nodes, crashed)
 		time.Sleep(time.Second) // the crashed node's runs see their contexts end
 		for w, n := range c.wantAllRunning(60 * time.Second) {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"math"
 	"time"
 
@@ -61,20 +62,27 @@ func NewCoordinatorStore(pool *pgxpool.Pool, opts ...Option) *CoordinatorStore {
 }
 
 // Acquire implements sharding.CoordinatorStore.
-func (s *CoordinatorStore) Acquire(ctx context.Context, typeName, owner string, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
+func (s *CoordinatorStore) Acquire(ctx context.Context, typeName string, owner cluster.UniqueAddress, ttl time.Duration) (uint64, map[string]sharding.Allocation, error) {
 	// The acquisition waited for fenced writes in flight (they share-lock
 	// the lease row it updated) and has committed: a statement started
 	// now sees every write of the old epoch that will ever land.
-	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner, ttl)
+	epoch, err := s.leases.AcquireCoordinator(ctx, typeName, owner.String(), ttl)
 	if err != nil {
 		return 0, nil, fmt.Errorf("sharding/postgres: %w", err)
 	}
 	shards := make(map[string]sharding.Allocation)
 	rows, err := s.pool.Query(ctx, acquiredSQL, typeName)
 	if err == nil {
-		var shard string
-		var a sharding.Allocation
-		_, err = pgx.ForEachRow(rows, []any{&shard, &a.Region, &a.MailHeldBy}, func() error {
+		var shard, region, heldBy string
+		_, err = pgx.ForEachRow(rows, []any{&shard, &region, &heldBy}, func() error {
+			var a sharding.Allocation
+			var err error
+			if a.Region, err = cluster.ParseUniqueAddress(region); err != nil {
+				return err
+			}
+			if a.MailHeldBy, err = cluster.ParseUniqueAddress(heldBy); err != nil {
+				return err
+			}
 			shards[shard] = a
 			return nil
 		})
@@ -144,8 +152,8 @@ const (
 )
 
 // Allocate implements sharding.CoordinatorStore.
-func (s *CoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard, region string) error {
-	if err := s.fenced(ctx, writeSQL, typeName, epoch, shard, region, ""); err != nil {
+func (s *CoordinatorStore) Allocate(ctx context.Context, typeName string, epoch uint64, shard string, region cluster.UniqueAddress) error {
+	if err := s.fenced(ctx, writeSQL, typeName, epoch, shard, addressText(region), ""); err != nil {
 		return fmt.Errorf("sharding/postgres: allocate %s shard %s to %s: %w", typeName, shard, region, err)
 	}
 	return nil
@@ -175,7 +183,7 @@ func (s *CoordinatorStore) Update(ctx context.Context, typeName string, epoch ui
 		batch.Queue(leaseEpochSQL, typeName, int64(epoch))
 	}
 	for _, c := range changes {
-		batch.Queue(writeSQL, typeName, int64(epoch), c.Shard, c.Region, c.MailHeldBy)
+		batch.Queue(writeSQL, typeName, int64(epoch), c.Shard, addressText(c.Region), addressText(c.MailHeldBy))
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		results := tx.SendBatch(ctx, &batch)
@@ -293,4 +301,13 @@ func (s *RememberStore) Remove(ctx context.Context, typeName, shard, entityID st
 		return fmt.Errorf("sharding/postgres: forget %s shard %s entity %s: %w", typeName, shard, entityID, err)
 	}
 	return nil
+}
+
+// addressText is how a region is stored: node#incarnation, and the empty
+// string for none (cluster.ParseUniqueAddress reads both back).
+func addressText(a cluster.UniqueAddress) string {
+	if a.IsZero() {
+		return ""
+	}
+	return a.String()
 }

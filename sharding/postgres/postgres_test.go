@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"net"
 	"os"
 	"testing"
@@ -56,21 +57,21 @@ func TestAllocationRecordsEpoch(t *testing.T) {
 	pool := pg.Pool(t)
 	ctx := context.Background()
 	s := postgres.NewCoordinatorStore(pool)
-	e1, _, err := s.Acquire(ctx, "T", "a", time.Minute)
+	e1, _, err := s.Acquire(ctx, "T", cluster.UniqueAddress{Node: "a", Incarnation: 1}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Allocate(ctx, "T", e1, "s1", "r1"); err != nil {
+	if err := s.Allocate(ctx, "T", e1, "s1", cluster.UniqueAddress{Node: "r1", Incarnation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, "T", e1); err != nil {
 		t.Fatal(err)
 	}
-	e2, _, err := s.Acquire(ctx, "T", "b", time.Minute)
+	e2, _, err := s.Acquire(ctx, "T", cluster.UniqueAddress{Node: "b", Incarnation: 1}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Allocate(ctx, "T", e2, "s1", "r2"); err != nil {
+	if err := s.Allocate(ctx, "T", e2, "s1", cluster.UniqueAddress{Node: "r2", Incarnation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var epoch int64
@@ -106,13 +107,13 @@ func TestDatabaseUnreachable(t *testing.T) {
 
 	cs := postgres.NewCoordinatorStore(pool)
 	rs := postgres.NewRememberStore(pool)
-	_, _, acqErr := cs.Acquire(ctx, "T", "a", time.Second)
+	_, _, acqErr := cs.Acquire(ctx, "T", cluster.UniqueAddress{Node: "a", Incarnation: 1}, time.Second)
 	_, entErr := rs.Entities(ctx, "T", "s1")
 	for name, err := range map[string]error{
 		"Acquire":    acqErr,
 		"Renew":      cs.Renew(ctx, "T", 1, time.Second),
 		"Release":    cs.Release(ctx, "T", 1),
-		"Allocate":   cs.Allocate(ctx, "T", 1, "s1", "r1"),
+		"Allocate":   cs.Allocate(ctx, "T", 1, "s1", cluster.UniqueAddress{Node: "r1", Incarnation: 1}),
 		"Deallocate": cs.Deallocate(ctx, "T", 1, "s1"),
 		"Entities":   entErr,
 		"Add":        rs.Add(ctx, "T", "s1", "e1"),

@@ -10,6 +10,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
@@ -183,7 +184,7 @@ func TestRemoteAskUnhandledFailsAtOnce(t *testing.T) {
 				id := onNode(t, c, a, b)
 				err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Ignore{ReplyTo: to} })
 				f := wantFailed(t, err, entity.ErrUnhandled)
-				if f.Code != entity.FailureUnhandled || errors.Is(err, entity.ErrStopped) {
+				if f.Code != runtime.FailureUnhandled || errors.Is(err, entity.ErrStopped) {
 					t.Fatalf("ask: %v (code %d), want FailureUnhandled alone", err, f.Code)
 				}
 				if st := a.tr.Stats(); st.Replies == 0 || st.ReplyRefused != 0 {
@@ -201,7 +202,7 @@ func TestRemoteAskCrashFailsAtOnce(t *testing.T) {
 		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Boom{ReplyTo: to} })
 		f := wantFailed(t, err, entity.ErrStopped)
 		var pe *entity.PanicError
-		if f.Code != entity.FailureCrashed || !errors.As(err, &pe) {
+		if f.Code != runtime.FailureCrashed || !errors.As(err, &pe) {
 			t.Fatalf("ask: %v (code %d), want FailureCrashed with a *PanicError", err, f.Code)
 		}
 	})
@@ -227,7 +228,7 @@ func TestRemoteAskStoppedFailsAtOnce(t *testing.T) {
 		}
 		err := <-res
 		f := wantFailed(t, err, entity.ErrStopped)
-		if f.Code != entity.FailureStopped {
+		if f.Code != runtime.FailureStopped {
 			t.Fatalf("ask: %v (code %d), want FailureStopped", err, f.Code)
 		}
 	})
@@ -239,7 +240,7 @@ func TestRemoteAskPersistFailedFailsAtOnce(t *testing.T) {
 		defer c.stop()
 		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} })
 		f := wantFailed(t, err, eventsourced.ErrPersistFailed)
-		if f.Code != entity.FailurePersistFailed || errors.Is(err, eventsourced.ErrWriteConflict) {
+		if f.Code != runtime.FailurePersistFailed || errors.Is(err, eventsourced.ErrWriteConflict) {
 			t.Fatalf("ask: %v (code %d), want FailurePersistFailed", err, f.Code)
 		}
 	})
@@ -257,7 +258,7 @@ func TestRemoteAskOfBackingOffEntityFailsAtOnce(t *testing.T) {
 		synctest.Wait() // the entity has stopped; its shard backs off
 		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
 		f := wantFailed(t, err, sharding.ErrEntityUnavailable, eventsourced.ErrPersistFailed)
-		if f.Code != entity.FailureUnavailable {
+		if f.Code != runtime.FailureUnavailable {
 			t.Fatalf("ask: %v (code %d), want FailureUnavailable", err, f.Code)
 		}
 		// On b itself the same ask fails the same way.
@@ -293,7 +294,7 @@ func TestRemoteAskRefusedByFullMailboxFailsAtOnce(t *testing.T) {
 		settle()
 		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
 		f := wantFailed(t, err, entity.ErrMailboxFull)
-		if f.Code != entity.FailureMailboxFull {
+		if f.Code != runtime.FailureMailboxFull {
 			t.Fatalf("ask: %v (code %d), want FailureMailboxFull", err, f.Code)
 		}
 	})

@@ -5,23 +5,20 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
-// NodeLeases is sharding's view of the node leases in store: nodes named
-// as NodeName names them (node#incarnation), so that the coordinator downs
-// exactly the incarnation membership reported failed.
+// NodeLeases is sharding's view of the node leases in store, by node
+// incarnation, so that the coordinator downs exactly the incarnation
+// membership reported failed.
 func NodeLeases(store lease.Store) sharding.NodeLeases { return nodeLeases{store} }
 
 type nodeLeases struct{ store lease.Store }
 
 // DownNode implements sharding.NodeLeases.
-func (l nodeLeases) DownNode(ctx context.Context, node string) error {
-	a, err := ParseNodeName(node)
-	if err != nil {
-		return err
-	}
+func (l nodeLeases) DownNode(ctx context.Context, a cluster.UniqueAddress) error {
 	if err := l.store.DownNode(ctx, a); err != nil {
 		return fmt.Errorf("remote: down %s: %w", a, err)
 	}
@@ -31,11 +28,7 @@ func (l nodeLeases) DownNode(ctx context.Context, node string) error {
 // NodeLeaseExpired implements sharding.NodeLeases. An incarnation the
 // store never heard of never hosted anything (a node holds its lease
 // before it joins): expired.
-func (l nodeLeases) NodeLeaseExpired(ctx context.Context, node string) (bool, error) {
-	a, err := ParseNodeName(node)
-	if err != nil {
-		return false, err
-	}
+func (l nodeLeases) NodeLeaseExpired(ctx context.Context, a cluster.UniqueAddress) (bool, error) {
 	expired, err := l.store.NodeLeaseExpired(ctx, a)
 	switch {
 	case errors.Is(err, lease.ErrNoLease):

@@ -97,7 +97,7 @@ func TestMixedWireVersions(t *testing.T) {
 
 	// The new node sends to the old one: the old one refuses its hello
 	// (not its cluster name), which the new one reads as version 1.
-	to := sharding.Address{Node: remote.NodeName(oldSelf), Type: "counter"}
+	to := sharding.Address{Node: oldSelf, Type: "counter"}
 	if err := rt.Send(to, protocol.Deliver{Shard: "3", EntityID: "c-1", Msg: Add{N: 5}}); err != nil {
 		t.Fatal(err)
 	}

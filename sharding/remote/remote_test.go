@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -90,7 +90,7 @@ type testNode struct {
 	self     cluster.UniqueAddress
 	sys      *entity.System
 	tr       *remote.Transport
-	members  *remote.Membership
+	members  cluster.Membership
 	sh       *sharding.Sharding
 	counters *sharding.Region[cmd]
 	others   *sharding.Region[cmd]
@@ -177,7 +177,7 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
-		var replies entity.RemoteReplies = tn.tr.SendReply
+		var replies runtime.RemoteReplies = tn.tr.SendReply
 		if o.viaRouter {
 			replies = nil
 		}
@@ -187,7 +187,7 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		tn.members = remote.NewMembership(lm)
+		tn.members = lm
 		if tn.sh, err = sharding.New(tn.sys, sharding.Config{Transport: tn.tr, Membership: tn.members, Logger: log}); err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,6 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 	c.stop = func() {
 		for _, tn := range c.nodes {
 			tn.sh.Terminate()
-			tn.members.Close()
 		}
 		cancel()
 		<-done
@@ -302,7 +301,7 @@ func TestOversizedAndUnregisteredRefusedOnSend(t *testing.T) {
 		c := newCluster(t, 2, quiet())
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
-		to := sharding.Address{Node: remote.NodeName(b.self), Type: counters.Name()}
+		to := sharding.Address{Node: b.self, Type: counters.Name()}
 		err := a.tr.Send(to, protocol.Deliver{Shard: "1", EntityID: "x", Msg: Big{Blob: strings.Repeat("x", 32<<10)}})
 		if !errors.Is(err, cluster.ErrFrameTooLarge) {
 			t.Fatalf("oversized: %v, want ErrFrameTooLarge", err)
@@ -416,7 +415,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
 			{"corrupt payload", deliver("test.Add", `{"N":`),
 				a.self, []error{remote.ErrUndecodable}},
-			{"unknown target", wire.Envelope{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: remote.NodeName(a.self)}},
+			{"unknown target", wire.Envelope{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: a.self}},
 				a.self, []error{remote.ErrUnknownTarget}},
 			{"stale sender", deliver("test.Add", `{"N":100}`),
 				cluster.UniqueAddress{Node: a.self.Node, Incarnation: a.self.Incarnation - 1}, []error{cluster.ErrStaleIncarnation}},
@@ -451,7 +450,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		}
 		// A hand-over keeps the messages that decode and reports the others.
 		err := b.tr.Receive(a.self, wire.Envelope{To: wire.Target{Type: counters.Name(), Coordinator: true},
-			Msg: protocol.HandOver{Shard: shard, From: "x", Msgs: []protocol.Deliver{
+			Msg: protocol.HandOver{Shard: shard, From: cluster.UniqueAddress{Node: "x", Incarnation: 1}, Msgs: []protocol.Deliver{
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Nope"}},
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}}}})
 		if !errors.Is(err, remote.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
@@ -472,68 +471,6 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		}
 		if err := <-result; !errors.Is(err, entity.ErrReplyUndecodable) {
 			t.Fatalf("the ask: %v, want entity.ErrReplyUndecodable", err)
-		}
-	})
-}
-
-// Names round-trip, and names that are not node#incarnation are refused.
-func TestNodeNames(t *testing.T) {
-	a := cluster.UniqueAddress{Node: "node#1", Incarnation: 42}
-	got, err := remote.ParseNodeName(remote.NodeName(a))
-	if err != nil || got != a {
-		t.Fatalf("round trip: %v, %v", got, err)
-	}
-	for _, bad := range []string{"", "node", "#3", "node#x", "node#-1"} {
-		if _, err := remote.ParseNodeName(bad); !errors.Is(err, remote.ErrInvalidNodeName) {
-			t.Errorf("%q: %v, want ErrInvalidNodeName", bad, err)
-		}
-	}
-}
-
-// The membership bridge maps statuses, roles, join order and
-// reachability, and a subscriber that blocks holds up neither the cluster
-// membership nor later updates of Members.
-func TestMembershipBridge(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
-		other := cluster.UniqueAddress{Node: "b", Incarnation: 2}
-		lm := cluster.NewLocalMembership(self, cluster.View{})
-		m := remote.NewMembership(lm, "host")
-		defer m.Close()
-		if s := m.Self(); s.Node != "a#1" || !s.HasRole("host") {
-			t.Fatalf("self before the view holds it: %+v", s)
-		}
-		release := make(chan struct{})
-		calls := make(chan struct{}, 10)
-		m.Subscribe(func() {
-			calls <- struct{}{}
-			<-release
-		})
-		if err := lm.Update(cluster.Member{Address: self, Roles: []string{"host"}, Status: cluster.Up, JoinOrder: 1, AppVersion: "1"}); err != nil {
-			t.Fatal(err)
-		}
-		<-calls // the subscriber now blocks
-		// The cluster membership is not held up: these return.
-		if err := lm.Update(cluster.Member{Address: other, Status: cluster.Leaving, JoinOrder: 2, Unreachable: true}); err != nil {
-			t.Fatal(err)
-		}
-		settle()
-		got := m.Members()
-		slices.SortFunc(got, func(x, y sharding.Member) int { return strings.Compare(x.Node, y.Node) })
-		if len(got) != 2 || got[0].Node != "a#1" || got[0].JoinedAt != 1 || got[0].AppVersion != "1" || !got[0].Reachable ||
-			got[1].Node != "b#2" || got[1].Reachable || got[1].Status.String() != "leaving" {
-			t.Fatalf("members %+v", got)
-		}
-		if o, ok := sharding.Oldest(got, "host"); !ok || o.Node != "a#1" {
-			t.Fatalf("oldest %+v %v", o, ok)
-		}
-		close(release)
-		<-calls // the later change, coalesced
-		settle()
-		select {
-		case <-calls:
-			t.Fatal("one wake-up per pending change set, not per change")
-		default:
 		}
 	})
 }

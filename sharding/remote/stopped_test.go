@@ -25,12 +25,12 @@ func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := tr.Listen(sharding.Address{Node: remote.NodeName(self), Type: "Ops"}, func(sharding.Message) error { return nil })
+	stop, err := tr.Listen(sharding.Address{Node: self, Type: "Ops"}, func(sharding.Message) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	register := func(typ string) error {
-		return tr.Receive(from, wire.Envelope{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: remote.NodeName(from)}})
+		return tr.Receive(from, wire.Envelope{To: wire.Target{Type: typ}, Msg: protocol.Register{Region: from}})
 	}
 	if err := register("Ops"); err != nil {
 		t.Fatalf("delivered to the listener: %v", err)

@@ -1,13 +1,12 @@
 // Package remote runs sharding over the cluster seams: Transport is a
-// sharding.Transport (and ReplyCarrier) over a cluster.Transport, and
-// Membership a sharding.Membership fed by a cluster.Membership.
+// sharding.Transport (and ReplyCarrier) over a cluster.Transport.
 //
-// Sharding names a region by a string; over a cluster that name is the
-// node incarnation, NodeName(addr) = "node#incarnation", so that a
-// restarted node is a new region and a message for the old one is refused
-// by the transport instead of reaching its successor. The entity runtime
-// of the node must run under the same node id and incarnation, so that
-// reply addresses name the incarnation the transport knows.
+// Sharding names a region by its node incarnation (cluster.UniqueAddress),
+// so that a restarted node is a new region and a message for the old one
+// is refused by the transport instead of reaching its successor. The
+// entity runtime of the node must run under the same node id and
+// incarnation, so that reply addresses name the incarnation the transport
+// knows.
 //
 // Messages to the node itself are handed over as values, as the local
 // transport does; messages to other nodes are sealed in their wire
@@ -35,14 +34,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -60,8 +58,6 @@ var (
 	ErrUndecodable = errors.New("remote: user message does not decode")
 	// ErrNotBound: Send before Bind.
 	ErrNotBound = errors.New("remote: no cluster transport bound")
-	// ErrInvalidNodeName: a region name that is not node#incarnation.
-	ErrInvalidNodeName = errors.New("remote: invalid node name")
 	// ErrRefusedByPeer: the node a command was sent to refused it (see
 	// RefusedError).
 	ErrRefusedByPeer = errors.New("remote: refused by the receiving node")
@@ -106,22 +102,6 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns ErrUndecodable and the codec's error.
 func (e *DecodeError) Unwrap() []error { return []error{ErrUndecodable, e.Err} }
-
-// NodeName is the sharding name of a node incarnation: node#incarnation.
-func NodeName(a cluster.UniqueAddress) string { return a.String() }
-
-// ParseNodeName reverses NodeName.
-func ParseNodeName(name string) (cluster.UniqueAddress, error) {
-	i := strings.LastIndexByte(name, '#')
-	if i <= 0 {
-		return cluster.UniqueAddress{}, fmt.Errorf("%w: %q", ErrInvalidNodeName, name)
-	}
-	inc, err := strconv.ParseUint(name[i+1:], 10, 64)
-	if err != nil {
-		return cluster.UniqueAddress{}, fmt.Errorf("%w: %q: %w", ErrInvalidNodeName, name, err)
-	}
-	return cluster.UniqueAddress{Node: name[:i], Incarnation: inc}, nil
-}
 
 // Config configures a Transport. Codec is required.
 type Config struct {
@@ -168,7 +148,6 @@ type Transport struct {
 	cfg  Config
 	log  *slog.Logger
 	self cluster.UniqueAddress
-	name string
 	stat counters
 
 	ct  atomic.Pointer[cluster.Transport]
@@ -186,7 +165,7 @@ type Transport struct {
 
 var (
 	_ sharding.ReplyCarrier = (*Transport)(nil)
-	_ entity.ReplyRouter    = (*Transport)(nil)
+	_ runtime.ReplyRouter   = (*Transport)(nil)
 )
 
 // New returns the transport of incarnation self; Bind gives it the
@@ -202,7 +181,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Transport{
-		cfg: cfg, log: cfg.Logger, self: self, name: NodeName(self),
+		cfg: cfg, log: cfg.Logger, self: self,
 		handlers: make(map[wire.Target]func(sharding.Message) error),
 		stopped:  make(map[wire.Target]bool),
 	}, nil
@@ -218,8 +197,8 @@ func (t *Transport) Bind(ct cluster.Transport) error {
 	return nil
 }
 
-// Node is this incarnation's sharding name (NodeName).
-func (t *Transport) Node() string { return t.name }
+// Node is this incarnation.
+func (t *Transport) Node() cluster.UniqueAddress { return t.self }
 
 // Stats returns the counters so far.
 func (t *Transport) Stats() Stats {
@@ -234,8 +213,8 @@ func (t *Transport) Stats() Stats {
 
 // Listen implements sharding.Transport for addresses of this node.
 func (t *Transport) Listen(addr sharding.Address, handle func(sharding.Message) error) (func(), error) {
-	if addr.Node != t.name {
-		return nil, fmt.Errorf("remote: %s cannot listen at %s, an address of another node", t.name, addr)
+	if addr.Node != t.self {
+		return nil, fmt.Errorf("remote: %s cannot listen at %s, an address of another node", t.self, addr)
 	}
 	target := wire.Target{Type: addr.Type, Coordinator: addr.Coordinator}
 	t.mu.Lock()
@@ -269,17 +248,13 @@ func (t *Transport) handler(target wire.Target) (h func(sharding.Message) error,
 // codec's error, a frame over the limit cluster.ErrFrameTooLarge.
 func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
-	if to.Node == t.name {
+	if to.Node == t.self {
 		h, _ := t.handler(target)
 		if h == nil {
 			return fmt.Errorf("%w: %s: %w", sharding.ErrUnreachable, to, ErrUnknownTarget)
 		}
 		t.stat.local.Add(1)
 		return h(msg)
-	}
-	dest, err := ParseNodeName(to.Node)
-	if err != nil {
-		return fmt.Errorf("%w: %w", sharding.ErrUnreachable, err)
 	}
 	w, err := wire.Seal(t.cfg.Codec, target, msg)
 	if errors.Is(err, wire.ErrUnknownType) {
@@ -288,7 +263,7 @@ func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 	if err != nil {
 		return fmt.Errorf("remote: %w", err)
 	}
-	return t.send(dest, w)
+	return t.send(to.Node, w)
 }
 
 func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
@@ -311,12 +286,12 @@ func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 // and replies arriving for sys's asks are handed to it.
 func (t *Transport) Attach(_ string, sys *entity.System) {
 	t.sys.Store(sys)
-	sys.SetReplyRouter(t)
+	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements entity.ReplyRouter: it encodes v and sends it.
+// RouteReply implements runtime.ReplyRouter: it encodes v and sends it.
 func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
-	manifest, payload, err := entity.EncodeReply(t.cfg.Codec, v)
+	manifest, payload, err := runtime.EncodeReply(t.cfg.Codec, v)
 	if err != nil {
 		return fmt.Errorf("remote: reply to %s: %w", to, err)
 	}
@@ -324,7 +299,7 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 }
 
 // SendReply sends an encoded reply to the asking incarnation: it is an
-// entity.RemoteReplies, for the System's Config.
+// runtime.RemoteReplies, for the System's Config.
 func (t *Transport) SendReply(to entity.ReplyAddress, manifest string, payload []byte) error {
 	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
 		wire.Envelope{Msg: wire.Reply{To: to, Manifest: manifest, Payload: payload}})
@@ -368,7 +343,7 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	}
 	h, stopped := t.handler(target)
 	if h == nil {
-		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.name, from)
+		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.self, from)
 		t.failAsks(wire.Asks(env), wire.RefusedUnknownTarget, err)
 		// A region that shut down here, or a coordinator this node does not
 		// run (yet, or any more: it runs only while it holds its lease, and
@@ -432,7 +407,7 @@ func (t *Transport) askFailed(from cluster.UniqueAddress, f wire.AskFailed) erro
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: ask failure for %s: %w", f.To, entity.ErrNoRemoteReplies))
 	}
-	err := sys.FailAsk(f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
+	err := runtime.FailAsk(sys, f.To, &RefusedError{Peer: from, Kind: f.Kind, Reason: f.Reason})
 	if err != nil && !errors.Is(err, entity.ErrAskEnded) {
 		return t.refuse(&t.stat.replyRefused, from, err)
 	}
@@ -444,7 +419,7 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 	if sys == nil {
 		return t.refuse(&t.stat.replyRefused, from, fmt.Errorf("remote: reply to %s: %w", r.To, entity.ErrNoRemoteReplies))
 	}
-	if err := sys.DeliverReply(context.Background(), r.To, r.Manifest, r.Payload); err != nil {
+	if err := runtime.DeliverReply(context.Background(), sys, r.To, r.Manifest, r.Payload); err != nil {
 		t.stat.replyRefused.Add(1)
 		if errors.Is(err, entity.ErrAskEnded) {
 			return err // a race with the ask's deadline: the runtime counted a dead letter
@@ -494,7 +469,7 @@ func (t *Transport) logOnce(from cluster.UniqueAddress, err error) {
 
 func kindOf(err error) string {
 	for _, k := range []error{ErrUndecodable, ErrUnknownTarget, ErrNotProtocol, cluster.ErrStaleIncarnation,
-		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, entity.ErrNotThisNode} {
+		entity.ErrReplyUndecodable, entity.ErrStaleIncarnation, runtime.ErrNotThisNode} {
 		if errors.Is(err, k) {
 			return k.Error()
 		}

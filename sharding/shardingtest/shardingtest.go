@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"maps"
 	"math"
 	"slices"
@@ -103,7 +104,7 @@ func RunCoordinatorStore(t *testing.T, newStore func(t *testing.T, clock *leaset
 // each shard as described does.
 func acquire(t *testing.T, s coordStore, typ, owner string) (uint64, map[string]string) {
 	t.Helper()
-	epoch, shards, err := s.Acquire(ctxFor(t), typ, owner, ttl)
+	epoch, shards, err := s.Acquire(ctxFor(t), typ, node(owner), ttl)
 	if err != nil {
 		t.Fatalf("Acquire(%q, %q): %v", typ, owner, err)
 	}
@@ -117,12 +118,12 @@ func described(shards map[string]sharding.Allocation) map[string]string {
 	out := make(map[string]string, len(shards))
 	for shard, a := range shards {
 		switch {
-		case a.MailHeldBy == "":
-			out[shard] = a.Region
-		case a.Region == "":
-			out[shard] = "mail@" + a.MailHeldBy
+		case a.MailHeldBy.IsZero():
+			out[shard] = name(a.Region)
+		case a.Region.IsZero():
+			out[shard] = "mail@" + name(a.MailHeldBy)
 		default:
-			out[shard] = a.Region + " mail@" + a.MailHeldBy
+			out[shard] = name(a.Region) + " mail@" + name(a.MailHeldBy)
 		}
 	}
 	return out
@@ -130,7 +131,7 @@ func described(shards map[string]sharding.Allocation) map[string]string {
 
 func allocate(t *testing.T, s coordStore, typ string, epoch uint64, shard, region string) {
 	t.Helper()
-	if err := s.Allocate(ctxFor(t), typ, epoch, shard, region); err != nil {
+	if err := s.Allocate(ctxFor(t), typ, epoch, shard, node(region)); err != nil {
 		t.Fatalf("Allocate(%q, %d, %q, %q): %v", typ, epoch, shard, region, err)
 	}
 }
@@ -163,10 +164,10 @@ func testLeaseHeld(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	e1, _ := acquire(t, s, typ("T"), "a#1")
 	allocate(t, s, typ("T"), e1, "s1", "a")
-	_, _, err := s.Acquire(ctx, typ("T"), "b#1", ttl)
+	_, _, err := s.Acquire(ctx, typ("T"), node("b#1"), ttl)
 	wantErr(t, "Acquire while held", err, sharding.ErrLeaseHeld)
 	s.clock.Advance(ttl - time.Microsecond)
-	_, _, err = s.Acquire(ctx, typ("T"), "b#1", ttl)
+	_, _, err = s.Acquire(ctx, typ("T"), node("b#1"), ttl)
 	wantErr(t, "Acquire 1µs before expiry", err, sharding.ErrLeaseHeld)
 	// The refused acquisitions changed nothing: the holder still writes.
 	allocate(t, s, typ("T"), e1, "s2", "a")
@@ -178,9 +179,9 @@ func testLeaseHeld(t *testing.T, s coordStore, typ names) {
 	wantShards(t, "taken over", shards, map[string]string{"s1": "a", "s2": "a"})
 	wantStale(t, "Renew by the old holder", s.Renew(ctx, typ("T"), e1, ttl))
 	wantStale(t, "Release by the old holder", s.Release(ctx, typ("T"), e1))
-	wantStale(t, "Allocate by the old holder", s.Allocate(ctx, typ("T"), e1, "s3", "a"))
+	wantStale(t, "Allocate by the old holder", s.Allocate(ctx, typ("T"), e1, "s3", node("a")))
 	wantStale(t, "Deallocate by the old holder", s.Deallocate(ctx, typ("T"), e1, "s1"))
-	_, _, err = s.Acquire(ctx, typ("T"), "a#1", ttl)
+	_, _, err = s.Acquire(ctx, typ("T"), node("a#1"), ttl)
 	wantErr(t, "Acquire by the old holder", err, sharding.ErrLeaseHeld)
 	allocate(t, s, typ("T"), e2, "s3", "b")
 }
@@ -195,7 +196,7 @@ func testLeaseRenewal(t *testing.T, s coordStore, typ names) {
 		t.Fatalf("Renew: %v", err)
 	}
 	s.clock.Advance(ttl - time.Microsecond)
-	_, _, err := s.Acquire(ctx, typ("T"), "b#1", ttl)
+	_, _, err := s.Acquire(ctx, typ("T"), node("b#1"), ttl)
 	wantErr(t, "Acquire within the renewed lease", err, sharding.ErrLeaseHeld)
 	s.clock.Advance(time.Microsecond)
 	wantErr(t, "Renew after expiry", s.Renew(ctx, typ("T"), e, ttl), sharding.ErrLeaseExpired)
@@ -208,7 +209,7 @@ func testLeaseRenewal(t *testing.T, s coordStore, typ names) {
 		t.Fatalf("epochs %d, %d, %d do not increase", e, e2, e3)
 	}
 	wantStale(t, "Renew under the superseded epoch", s.Renew(ctx, typ("T"), e2, ttl))
-	wantStale(t, "Allocate under the superseded epoch", s.Allocate(ctx, typ("T"), e2, "s1", "a"))
+	wantStale(t, "Allocate under the superseded epoch", s.Allocate(ctx, typ("T"), e2, "s1", node("a")))
 	if err := s.Renew(ctx, typ("T"), e3, ttl); err != nil {
 		t.Fatalf("Renew under the newest epoch: %v", err)
 	}
@@ -244,7 +245,7 @@ func testTwoWouldBeCoordinators(t *testing.T, s coordStore, typ names) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, o := range owners {
-		wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), o, ttl) })
+		wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), node(o), ttl) })
 	}
 	wg.Wait()
 	winner, loser := 0, 1
@@ -256,7 +257,7 @@ func testTwoWouldBeCoordinators(t *testing.T, s coordStore, typ names) {
 	}
 	wantErr(t, owners[loser]+"'s Acquire", errs[loser], sharding.ErrLeaseHeld)
 	allocate(t, s, typ("T"), epochs[winner], "s1", owners[winner])
-	wantStale(t, "a write under b's expired epoch", s.Allocate(ctx, typ("T"), stale, "s1", "b#1"))
+	wantStale(t, "a write under b's expired epoch", s.Allocate(ctx, typ("T"), stale, "s1", node("b#1")))
 	wantStale(t, "a renewal of b's expired epoch", s.Renew(ctx, typ("T"), stale, ttl))
 }
 
@@ -353,13 +354,13 @@ func testStaleEpoch(t *testing.T, s coordStore, typ names) {
 	allocate(t, s, typ("T"), old, "s2", "region-a")
 	cur, _ := takeOver(t, s, typ("T"), "node-b")
 
-	wantStale(t, "Allocate new shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s3", "region-a"))
-	wantStale(t, "Allocate moving a shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s1", "region-x"))
+	wantStale(t, "Allocate new shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s3", node("region-a")))
+	wantStale(t, "Allocate moving a shard with the old epoch", s.Allocate(ctx, typ("T"), old, "s1", node("region-x")))
 	wantStale(t, "Deallocate with the old epoch", s.Deallocate(ctx, typ("T"), old, "s2"))
 
 	// The current coordinator still writes; the deposed one still cannot.
 	allocate(t, s, typ("T"), cur, "s4", "region-b")
-	wantStale(t, "Allocate with the old epoch after the new one wrote", s.Allocate(ctx, typ("T"), old, "s4", "region-a"))
+	wantStale(t, "Allocate with the old epoch after the new one wrote", s.Allocate(ctx, typ("T"), old, "s4", node("region-a")))
 
 	_, shards := takeOver(t, s, typ("T"), "node-c")
 	wantShards(t, "after stale writes", shards, map[string]string{"s1": "region-a", "s2": "region-a", "s4": "region-b"})
@@ -381,11 +382,11 @@ func testUpdateInOrder(t *testing.T, s coordStore, typ names) {
 	allocate(t, s, typ("T"), e, "s2", "region-a")
 	update(t, s, typ("T"), e,
 		sharding.AllocationChange{Shard: "s1"},
-		sharding.AllocationChange{Shard: "s1", Region: "region-b"},
-		sharding.AllocationChange{Shard: "s2", Region: "region-b"},
+		sharding.AllocationChange{Shard: "s1", Region: node("region-b")},
+		sharding.AllocationChange{Shard: "s2", Region: node("region-b")},
 		sharding.AllocationChange{Shard: "s2"},
-		sharding.AllocationChange{Shard: "s3", Region: "region-a"},
-		sharding.AllocationChange{Shard: "s3", Region: "region-c"},
+		sharding.AllocationChange{Shard: "s3", Region: node("region-a")},
+		sharding.AllocationChange{Shard: "s3", Region: node("region-c")},
 	)
 	update(t, s, typ("T"), e) // an empty batch is no error
 	_, shards := takeOver(t, s, typ("T"), "node-b")
@@ -403,15 +404,15 @@ func testMailHolder(t *testing.T, s coordStore, typ names) {
 		allocate(t, s, typ("T"), e, shard, "region-a")
 	}
 	update(t, s, typ("T"), e,
-		sharding.AllocationChange{Shard: "s1", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s2", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s2", Region: "region-b", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s3", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s4", Region: "region-b", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s5", MailHeldBy: "region-a"},
-		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-c"}, // never placed
-		sharding.AllocationChange{Shard: "s6", MailHeldBy: "region-d"},
-		sharding.AllocationChange{Shard: "s7", Region: "region-c", MailHeldBy: "region-d"},
+		sharding.AllocationChange{Shard: "s1", MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s2", MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s2", Region: node("region-b"), MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s3", MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s4", Region: node("region-b"), MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s5", MailHeldBy: node("region-a")},
+		sharding.AllocationChange{Shard: "s6", MailHeldBy: node("region-c")}, // never placed
+		sharding.AllocationChange{Shard: "s6", MailHeldBy: node("region-d")},
+		sharding.AllocationChange{Shard: "s7", Region: node("region-c"), MailHeldBy: node("region-d")},
 	)
 	_, shards := acquire(t, s, typ("T"), "node-a")
 	wantShards(t, "after changes naming who holds the mail", shards, map[string]string{
@@ -420,12 +421,12 @@ func testMailHolder(t *testing.T, s coordStore, typ names) {
 	})
 	e, _ = acquire(t, s, typ("T"), "node-a")
 	update(t, s, typ("T"), e,
-		sharding.AllocationChange{Shard: "s2", Region: "region-b"}, // started: the mail is in
+		sharding.AllocationChange{Shard: "s2", Region: node("region-b")}, // started: the mail is in
 		sharding.AllocationChange{Shard: "s3"},
-		sharding.AllocationChange{Shard: "s4", MailHeldBy: "region-a"}, // its home died first
-		sharding.AllocationChange{Shard: "s5", Region: "region-c", MailHeldBy: "region-a"},
+		sharding.AllocationChange{Shard: "s4", MailHeldBy: node("region-a")}, // its home died first
+		sharding.AllocationChange{Shard: "s5", Region: node("region-c"), MailHeldBy: node("region-a")},
 	)
-	if err := s.Allocate(ctx, typ("T"), e, "s5", "region-c"); err != nil {
+	if err := s.Allocate(ctx, typ("T"), e, "s5", node("region-c")); err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
 	if err := s.Deallocate(ctx, typ("T"), e, "s6"); err != nil {
@@ -444,11 +445,11 @@ func testMailHolder(t *testing.T, s coordStore, typ names) {
 func testMailHolderStale(t *testing.T, s coordStore, typ names) {
 	old, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), old, "s1", "region-a")
-	update(t, s, typ("T"), old, sharding.AllocationChange{Shard: "s2", MailHeldBy: "region-a"})
+	update(t, s, typ("T"), old, sharding.AllocationChange{Shard: "s2", MailHeldBy: node("region-a")})
 	cur, _ := takeOver(t, s, typ("T"), "node-b")
 	wantStale(t, "a deallocation naming a holder, with the old epoch",
-		s.Update(ctxFor(t), typ("T"), old, []sharding.AllocationChange{{Shard: "s1", MailHeldBy: "region-a"}, {Shard: "s2", MailHeldBy: "region-x"}}))
-	update(t, s, typ("T"), cur, sharding.AllocationChange{Shard: "s3", MailHeldBy: "region-b"})
+		s.Update(ctxFor(t), typ("T"), old, []sharding.AllocationChange{{Shard: "s1", MailHeldBy: node("region-a")}, {Shard: "s2", MailHeldBy: node("region-x")}}))
+	update(t, s, typ("T"), cur, sharding.AllocationChange{Shard: "s3", MailHeldBy: node("region-b")})
 	_, shards := takeOver(t, s, typ("T"), "node-c")
 	wantShards(t, "after the stale batch", shards, map[string]string{"s1": "region-a", "s2": "mail@region-a", "s3": "mail@region-b"})
 }
@@ -459,7 +460,7 @@ func testUpdateStale(t *testing.T, s coordStore, typ names) {
 	old, _ := acquire(t, s, typ("T"), "node-a")
 	allocate(t, s, typ("T"), old, "s1", "region-a")
 	cur, _ := takeOver(t, s, typ("T"), "node-b")
-	batch := []sharding.AllocationChange{{Shard: "s2", Region: "region-x"}, {Shard: "s1"}, {Shard: "s3", Region: "region-x"}}
+	batch := []sharding.AllocationChange{{Shard: "s2", Region: node("region-x")}, {Shard: "s1"}, {Shard: "s3", Region: node("region-x")}}
 	wantStale(t, "Update with the old epoch", s.Update(ctx, typ("T"), old, batch))
 	wantStale(t, "empty Update with the old epoch", s.Update(ctx, typ("T"), old, nil))
 	for _, bad := range []uint64{cur + 1, math.MaxInt64, math.MaxUint64} {
@@ -473,7 +474,7 @@ func testUpdateWithoutLease(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	for _, epoch := range []uint64{0, 1} {
 		wantStale(t, fmt.Sprintf("Update with epoch %d before any Acquire", epoch),
-			s.Update(ctx, typ("T"), epoch, []sharding.AllocationChange{{Shard: "s1", Region: "region-x"}}))
+			s.Update(ctx, typ("T"), epoch, []sharding.AllocationChange{{Shard: "s1", Region: node("region-x")}}))
 	}
 	_, shards := acquire(t, s, typ("T"), "node-a")
 	wantShards(t, "after a batch without a lease", shards, nil)
@@ -485,7 +486,7 @@ func testUnknownEpoch(t *testing.T, s coordStore, typ names) {
 	allocate(t, s, typ("T"), e, "s1", "region-a")
 	// An epoch no Acquire handed out is not the current one either.
 	for _, bad := range []uint64{e + 1, e + 1000, math.MaxInt64, math.MaxUint64} {
-		wantStale(t, fmt.Sprintf("Allocate with epoch %d", bad), s.Allocate(ctx, typ("T"), bad, "s2", "region-x"))
+		wantStale(t, fmt.Sprintf("Allocate with epoch %d", bad), s.Allocate(ctx, typ("T"), bad, "s2", node("region-x")))
 		wantStale(t, fmt.Sprintf("Deallocate with epoch %d", bad), s.Deallocate(ctx, typ("T"), bad, "s1"))
 	}
 	_, shards := acquire(t, s, typ("T"), "node-a")
@@ -497,7 +498,7 @@ func testUnknownEpoch(t *testing.T, s coordStore, typ names) {
 func testWriteWithoutLease(t *testing.T, s coordStore, typ names) {
 	ctx := ctxFor(t)
 	for _, epoch := range []uint64{0, 1} {
-		wantStale(t, fmt.Sprintf("Allocate with epoch %d before any Acquire", epoch), s.Allocate(ctx, typ("T"), epoch, "s1", "region-x"))
+		wantStale(t, fmt.Sprintf("Allocate with epoch %d before any Acquire", epoch), s.Allocate(ctx, typ("T"), epoch, "s1", node("region-x")))
 		wantStale(t, fmt.Sprintf("Deallocate with epoch %d before any Acquire", epoch), s.Deallocate(ctx, typ("T"), epoch, "s1"))
 	}
 	_, shards := acquire(t, s, typ("T"), "node-a")
@@ -515,7 +516,7 @@ func testCoordinatorIsolation(t *testing.T, s coordStore, typ names) {
 	// too, but nobody took it over: its epoch is still the newest).
 	eb2, _ := takeOver(t, s, typ("B"), "node-c")
 	allocate(t, s, typ("A"), ea, "s3", "region-a")
-	wantStale(t, "B's old epoch", s.Allocate(ctxFor(t), typ("B"), eb, "s3", "region-b"))
+	wantStale(t, "B's old epoch", s.Allocate(ctxFor(t), typ("B"), eb, "s3", node("region-b")))
 	deallocate(t, s, typ("B"), eb2, "s1")
 
 	_, a := acquire(t, s, typ("A"), "node-a")
@@ -538,7 +539,9 @@ func testConcurrentAcquire(t *testing.T, s coordStore, typ names) {
 		errs := make([]error, owners)
 		var wg sync.WaitGroup
 		for i := range owners {
-			wg.Go(func() { epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), fmt.Sprintf("r%d-node-%d", round, i), ttl) })
+			wg.Go(func() {
+				epochs[i], _, errs[i] = s.Acquire(ctx, typ("T"), node(fmt.Sprintf("r%d-node-%d", round, i)), ttl)
+			})
 		}
 		wg.Wait()
 		winner = -1
@@ -567,9 +570,9 @@ func testConcurrentAcquire(t *testing.T, s coordStore, typ names) {
 	// same shard at once: exactly the newest lands.
 	var errFirst, errNewest, errNone error
 	var wg sync.WaitGroup
-	wg.Go(func() { errFirst = s.Allocate(ctx, typ("T"), first, "s1", "first") })
-	wg.Go(func() { errNewest = s.Allocate(ctx, typ("T"), newest, "s1", "newest") })
-	wg.Go(func() { errNone = s.Allocate(ctx, typ("T"), 0, "s1", "none") })
+	wg.Go(func() { errFirst = s.Allocate(ctx, typ("T"), first, "s1", node("first")) })
+	wg.Go(func() { errNewest = s.Allocate(ctx, typ("T"), newest, "s1", node("newest")) })
+	wg.Go(func() { errNone = s.Allocate(ctx, typ("T"), 0, "s1", node("none")) })
 	wg.Wait()
 	if errNewest != nil {
 		t.Fatalf("the holder's write: %v", errNewest)
@@ -604,7 +607,7 @@ func testTakeoverDuringWrites(t *testing.T, s coordStore, typ names) {
 			wg.Go(func() {
 				for i := 0; !stop.Load(); i++ {
 					shard := fmt.Sprintf("w%d-s%d", w, i)
-					err := s.Allocate(ctx, tn, old, shard, "old")
+					err := s.Allocate(ctx, tn, old, shard, node("old"))
 					if i == 0 {
 						started <- struct{}{}
 					}
@@ -624,7 +627,7 @@ func testTakeoverDuringWrites(t *testing.T, s coordStore, typ names) {
 			<-started
 		}
 		s.expire()
-		_, took, err := s.Acquire(ctx, tn, "new", ttl)
+		_, took, err := s.Acquire(ctx, tn, node("new"), ttl)
 		if err != nil {
 			stop.Store(true)
 		}
@@ -641,7 +644,7 @@ func testTakeoverDuringWrites(t *testing.T, s coordStore, typ names) {
 func testCoordinatorCancelled(t *testing.T, s coordStore, typ names) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := s.Acquire(ctx, typ("T"), "node-a", ttl); err == nil {
+	if _, _, err := s.Acquire(ctx, typ("T"), node("node-a"), ttl); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
 	// A cancelled Acquire leaves the type usable and its allocations empty.
@@ -651,7 +654,7 @@ func testCoordinatorCancelled(t *testing.T, s coordStore, typ names) {
 	}
 	wantShards(t, "after a cancelled Acquire", shards, nil)
 	// Cancelled writes fail and change nothing.
-	if err := s.Allocate(ctx, typ("T"), e, "s1", "region-a"); err == nil {
+	if err := s.Allocate(ctx, typ("T"), e, "s1", node("region-a")); err == nil {
 		t.Fatal("Allocate with a cancelled context succeeded")
 	}
 	allocate(t, s, typ("T"), e, "s2", "region-a")
@@ -864,4 +867,20 @@ func testRememberCancelled(t *testing.T, s sharding.RememberStore, typ names) {
 	if err != nil || !slices.Equal(got, []string{"e1"}) {
 		t.Fatalf("after cancelled writes: %v, %v; want [e1]", got, err)
 	}
+}
+
+// node reads the suites' notation for a node incarnation: "a#1", or "a"
+// alone for incarnation 0; name writes it.
+func node(s string) cluster.UniqueAddress {
+	if a, err := cluster.ParseUniqueAddress(s); err == nil {
+		return a
+	}
+	return cluster.UniqueAddress{Node: s}
+}
+
+func name(a cluster.UniqueAddress) string {
+	if a.Incarnation == 0 {
+		return a.Node
+	}
+	return a.String()
 }

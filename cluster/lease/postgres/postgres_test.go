@@ -99,7 +99,7 @@ func TestCoordinatorLeaseFencesAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := allocations.Allocate(ctx, "T", e1, "s1", "a"); err != nil {
+	if err := allocations.Allocate(ctx, "T", e1, "s1", cluster.UniqueAddress{Node: "a", Incarnation: 1}); err != nil {
 		t.Fatalf("holder's write: %v", err)
 	}
 	clock.Advance(10 * time.Second)
@@ -107,13 +107,13 @@ func TestCoordinatorLeaseFencesAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := allocations.Allocate(ctx, "T", e1, "s1", "a"); !errors.Is(err, sharding.ErrStaleEpoch) {
+	if err := allocations.Allocate(ctx, "T", e1, "s1", cluster.UniqueAddress{Node: "a", Incarnation: 1}); !errors.Is(err, sharding.ErrStaleEpoch) {
 		t.Fatalf("old holder's write after takeover: %v, want sharding.ErrStaleEpoch", err)
 	}
-	if err := allocations.Allocate(ctx, "T", e2, "s1", "b"); err != nil {
+	if err := allocations.Allocate(ctx, "T", e2, "s1", cluster.UniqueAddress{Node: "b", Incarnation: 1}); err != nil {
 		t.Fatalf("new holder's write: %v", err)
 	}
-	if _, _, err := allocations.Acquire(ctx, "T", "c#1", time.Second); !errors.Is(err, lease.ErrLeaseHeld) {
+	if _, _, err := allocations.Acquire(ctx, "T", cluster.UniqueAddress{Node: "c", Incarnation: 1}, time.Second); !errors.Is(err, lease.ErrLeaseHeld) {
 		t.Fatalf("sharding/postgres Acquire of a held lease: %v, want ErrLeaseHeld", err)
 	}
 }

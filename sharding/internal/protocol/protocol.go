@@ -7,7 +7,10 @@
 // sharding.Message.
 package protocol
 
-import "github.com/shoal-dev/shoal/entity"
+import (
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity"
+)
 
 // Message is every message a region or coordinator receives, named as in
 // Akka's ShardCoordinator protocol. Messages the coordinator sends carry
@@ -21,33 +24,35 @@ type Message interface {
 type (
 	// Register announces a region that hosts shards. The coordinator
 	// answers RegisterAck followed by ShardHomes.
-	Register struct{ Region string }
+	Register struct{ Region cluster.UniqueAddress }
 	// RegisterProxy announces a region that only routes (its node lacks the role).
-	RegisterProxy struct{ Region string }
+	RegisterProxy struct{ Region cluster.UniqueAddress }
 	// RegisterAck confirms registration.
 	RegisterAck struct {
-		Coordinator string
+		Coordinator cluster.UniqueAddress
 		Epoch       uint64
 	}
 	// GetShardHome asks where a shard lives. HandOver: the asking region
 	// holds mail for the shard from its hand-off (see HandOver).
 	GetShardHome struct {
-		Shard, Region string
-		HandOver      bool
+		Shard    string
+		Region   cluster.UniqueAddress
+		HandOver bool
 	}
 	// ShardHome tells where a shard lives. The coordinator sends it to
-	// every region on each allocation; an empty Region means the shard was
+	// every region on each allocation; a zero Region means the shard was
 	// stopped and has no home until it is asked for again. From, on an
 	// allocation, is the HostShard's: the region From hands over to the
 	// new home even when it holds nothing (any more) for the shard, so
 	// that the home's wait ends.
 	ShardHome struct {
-		Shard, Region, From string
-		Epoch               uint64
+		Shard        string
+		Region, From cluster.UniqueAddress
+		Epoch        uint64
 	}
 	// ShardHomes tells every known shard home: region → shards.
 	ShardHomes struct {
-		Homes map[string][]string
+		Homes map[cluster.UniqueAddress][]string
 		Epoch uint64
 	}
 	// HostShard tells a region to start a shard allocated to it. From,
@@ -57,15 +62,17 @@ type (
 	// never ride in the coordinator's messages (docs/DESIGN.md,
 	// "Hand-over, not carry").
 	HostShard struct {
-		Shard, From string
-		Epoch       uint64
+		Shard string
+		From  cluster.UniqueAddress
+		Epoch uint64
 	}
 	// ShardStarted confirms HostShard to the coordinator, and a HandOver
 	// to its sender: Seq is then the HandOver's, which its sender re-sends
 	// until this comes.
 	ShardStarted struct {
-		Shard, Region string
-		Seq           uint64
+		Shard  string
+		Region cluster.UniqueAddress
+		Seq    uint64
 	}
 	// BeginHandOff tells every region to stop routing to a shard and
 	// buffer its messages.
@@ -74,20 +81,26 @@ type (
 		Epoch uint64
 	}
 	// BeginHandOffAck confirms BeginHandOff. FencedAt is the region the
-	// acknowledging region sent its Fence to ("" for none): the home it
+	// acknowledging region sent its Fence to (zero for none): the home it
 	// forwarded the shard's messages to.
-	BeginHandOffAck struct{ Shard, Region, FencedAt string }
+	BeginHandOffAck struct {
+		Shard            string
+		Region, FencedAt cluster.UniqueAddress
+	}
 	// Fence follows, on the data link, the last message a region forwarded
 	// for a shard before it began buffering them for a hand-off: once the
 	// home holds it, nothing that region forwarded is still on its way.
-	Fence struct{ Shard, From string }
+	Fence struct {
+		Shard string
+		From  cluster.UniqueAddress
+	}
 	// HandOff tells the owning region to stop the shard's entities, once it
 	// holds a Fence from each region in Fences that is still in its view,
 	// so that everything forwarded to it before the hand-off is in first.
 	HandOff struct {
 		Shard  string
 		Epoch  uint64
-		Fences []string
+		Fences []cluster.UniqueAddress
 	}
 	// ShardStopped confirms HandOff: every entity of the shard has stopped.
 	// Held: the region holds mail for the shard (for entities that were
@@ -96,8 +109,9 @@ type (
 	// the shard even when told to stop it, and names the region as From in
 	// its HostShard.
 	ShardStopped struct {
-		Shard, Region string
-		Held          bool
+		Shard  string
+		Region cluster.UniqueAddress
+		Held   bool
 	}
 	// HandOver is the mail a shard's previous home held for it, in arrival
 	// order, sent straight to the new home over the link its forwards take
@@ -107,15 +121,16 @@ type (
 	// mail but news that it reached a later home, sent to the home that
 	// home waits for (an empty HandOver from From to it, unacknowledged).
 	HandOver struct {
-		Shard, From string
-		Seq         uint64
-		Relayed     bool
-		Msgs        []Deliver
+		Shard   string
+		From    cluster.UniqueAddress
+		Seq     uint64
+		Relayed bool
+		Msgs    []Deliver
 	}
 	// GracefulShutdownReq asks the coordinator to hand off all of a
 	// region's shards before the region leaves. The coordinator answers
 	// LeaveAck once it holds no shard for the region.
-	GracefulShutdownReq struct{ Region string }
+	GracefulShutdownReq struct{ Region cluster.UniqueAddress }
 	// LeaveAck tells a leaving region that the coordinator allocates
 	// nothing to it any more: once it hosts no shard itself, it may stop.
 	// Without it a region that held nothing when it began to leave could
@@ -133,7 +148,7 @@ type (
 	// sharding.Config.OnLeaveRequest is set.
 	LeaveRequest struct{}
 	// RegionStopped tells the coordinator a region is gone.
-	RegionStopped struct{ Region string }
+	RegionStopped struct{ Region cluster.UniqueAddress }
 	// MembersDown tells every region the nodes the coordinator holds Down:
 	// their leases expired in the store (they crashed or fenced
 	// themselves), or membership said so. None of them will hand over the
@@ -141,7 +156,7 @@ type (
 	// shard without it, even while its own view still shows the node only
 	// unreachable. Node incarnations never come back, so it carries no
 	// epoch: a deposed coordinator's word is as true.
-	MembersDown struct{ Nodes []string }
+	MembersDown struct{ Nodes []cluster.UniqueAddress }
 	// GetRegionStats asks a region for its entities per hosted shard.
 	GetRegionStats struct {
 		ReplyTo entity.ReplyTo[map[string]int]

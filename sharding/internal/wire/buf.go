@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/shoal-dev/shoal/cluster"
 )
 
 // Errors of a decoder, each wrapped with what was being read.
@@ -219,4 +221,39 @@ func (r *reader) byte(field string) byte {
 	c := r.b[0]
 	r.b = r.b[1:]
 	return c
+}
+
+// A node incarnation (a region's name) is written as its node id and its
+// incarnation, a string and a uvarint; none is an empty id and 0.
+
+func appendAddress(dst []byte, a cluster.UniqueAddress) []byte {
+	dst = appendString(dst, a.Node)
+	return binary.AppendUvarint(dst, a.Incarnation)
+}
+
+func appendAddresses(dst []byte, as []cluster.UniqueAddress) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(as)))
+	for _, a := range as {
+		dst = appendAddress(dst, a)
+	}
+	return dst
+}
+
+func (r *reader) address(field string) cluster.UniqueAddress {
+	return cluster.UniqueAddress{Node: r.string(field), Incarnation: r.uvarint(field)}
+}
+
+func (r *reader) addresses(field string) []cluster.UniqueAddress {
+	n := r.count(field, 2)
+	if n == 0 {
+		return nil
+	}
+	out := make([]cluster.UniqueAddress, n)
+	for i := range out {
+		out[i] = r.address(field)
+	}
+	if r.err != nil {
+		return nil
+	}
+	return out
 }

@@ -1,10 +1,14 @@
 package wire
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+
+	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -27,55 +31,55 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 			id = IDDeliver
 			b, err = appendDeliver(b, m)
 		case protocol.Register:
-			id, b = IDRegister, appendString(b, m.Region)
+			id, b = IDRegister, appendAddress(b, m.Region)
 		case protocol.RegisterProxy:
-			id, b = IDRegisterProxy, appendString(b, m.Region)
+			id, b = IDRegisterProxy, appendAddress(b, m.Region)
 		case protocol.RegisterAck:
-			id, b = IDRegisterAck, appendString(b, m.Coordinator)
+			id, b = IDRegisterAck, appendAddress(b, m.Coordinator)
 			b = binary.AppendUvarint(b, m.Epoch)
 		case protocol.GetShardHome:
 			id, b = IDGetShardHome, appendString(b, m.Shard)
-			b = appendString(b, m.Region)
+			b = appendAddress(b, m.Region)
 			b = appendBool(b, m.HandOver)
 		case protocol.ShardHome:
 			id, b = IDShardHome, appendString(b, m.Shard)
-			b = appendString(b, m.Region)
-			b = appendString(b, m.From)
+			b = appendAddress(b, m.Region)
+			b = appendAddress(b, m.From)
 			b = binary.AppendUvarint(b, m.Epoch)
 		case protocol.ShardHomes:
 			id, b = IDShardHomes, appendHomes(b, m.Homes)
 			b = binary.AppendUvarint(b, m.Epoch)
 		case protocol.HostShard:
 			id, b = IDHostShard, appendString(b, m.Shard)
-			b = appendString(b, m.From)
+			b = appendAddress(b, m.From)
 			b = binary.AppendUvarint(b, m.Epoch)
 		case protocol.ShardStarted:
 			id, b = IDShardStarted, appendString(b, m.Shard)
-			b = appendString(b, m.Region)
+			b = appendAddress(b, m.Region)
 			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.BeginHandOff:
 			id, b = IDBeginHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
 		case protocol.BeginHandOffAck:
 			id, b = IDBeginHandOffAck, appendString(b, m.Shard)
-			b = appendString(b, m.Region)
-			b = appendString(b, m.FencedAt)
+			b = appendAddress(b, m.Region)
+			b = appendAddress(b, m.FencedAt)
 		case protocol.HandOff:
 			id, b = IDHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
-			b = appendStrings(b, m.Fences)
+			b = appendAddresses(b, m.Fences)
 		case protocol.ShardStopped:
 			id, b = IDShardStopped, appendString(b, m.Shard)
-			b = appendString(b, m.Region)
+			b = appendAddress(b, m.Region)
 			b = appendBool(b, m.Held)
 		case protocol.Fence:
 			id, b = IDFence, appendString(b, m.Shard)
-			b = appendString(b, m.From)
+			b = appendAddress(b, m.From)
 		case protocol.HandOver:
 			id = IDHandOver
 			b, err = appendHandOver(b, m)
 		case protocol.GracefulShutdownReq:
-			id, b = IDGracefulShutdownReq, appendString(b, m.Region)
+			id, b = IDGracefulShutdownReq, appendAddress(b, m.Region)
 		case protocol.LeaveAck:
 			id, b = IDLeaveAck, binary.AppendUvarint(b, m.Epoch)
 		case protocol.StopShards:
@@ -85,9 +89,9 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 		case protocol.LeaveRequest:
 			id = IDLeaveRequest
 		case protocol.RegionStopped:
-			id, b = IDRegionStopped, appendString(b, m.Region)
+			id, b = IDRegionStopped, appendAddress(b, m.Region)
 		case protocol.MembersDown:
-			id, b = IDMembersDown, appendStrings(b, m.Nodes)
+			id, b = IDMembersDown, appendAddresses(b, m.Nodes)
 		case protocol.GetRegionStats:
 			id, b = IDGetRegionStats, appendReplyAddress(b, m.ReplyTo.Address())
 		case Reply:
@@ -135,7 +139,7 @@ func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
 // Delivers, each a length-prefixed body of its own.
 func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 	b = appendString(b, m.Shard)
-	b = appendString(b, m.From)
+	b = appendAddress(b, m.From)
 	b = binary.AppendUvarint(b, m.Seq)
 	b = appendBool(b, m.Relayed)
 	b = binary.AppendUvarint(b, uint64(len(m.Msgs)))
@@ -156,15 +160,17 @@ func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 // appendHomes writes region → shards as a count of regions, then each
 // region and its shards, regions in sorted order so that the bytes of a
 // message are always the same.
-func appendHomes(b []byte, homes map[string][]string) []byte {
-	regions := make([]string, 0, len(homes))
+func appendHomes(b []byte, homes map[cluster.UniqueAddress][]string) []byte {
+	regions := make([]cluster.UniqueAddress, 0, len(homes))
 	for r := range homes {
 		regions = append(regions, r)
 	}
-	slices.Sort(regions)
+	slices.SortFunc(regions, func(x, y cluster.UniqueAddress) int {
+		return cmp.Or(strings.Compare(x.Node, y.Node), cmp.Compare(x.Incarnation, y.Incarnation))
+	})
 	b = binary.AppendUvarint(b, uint64(len(regions)))
 	for _, r := range regions {
-		b = appendString(b, r)
+		b = appendAddress(b, r)
 		b = appendStrings(b, homes[r])
 	}
 	return b
@@ -178,28 +184,28 @@ func appendReplyAddress(b []byte, a entity.ReplyAddress) []byte {
 
 // The decoders, one per type id, read a body written above.
 
-func readRegister(r *reader) any { return protocol.Register{Region: r.string("Region")} }
+func readRegister(r *reader) any { return protocol.Register{Region: r.address("Region")} }
 
-func readRegisterProxy(r *reader) any { return protocol.RegisterProxy{Region: r.string("Region")} }
+func readRegisterProxy(r *reader) any { return protocol.RegisterProxy{Region: r.address("Region")} }
 
 func readRegisterAck(r *reader) any {
-	return protocol.RegisterAck{Coordinator: r.string("Coordinator"), Epoch: r.uvarint("Epoch")}
+	return protocol.RegisterAck{Coordinator: r.address("Coordinator"), Epoch: r.uvarint("Epoch")}
 }
 
 func readGetShardHome(r *reader) any {
-	return protocol.GetShardHome{Shard: r.string("Shard"), Region: r.string("Region"), HandOver: r.bool("HandOver")}
+	return protocol.GetShardHome{Shard: r.string("Shard"), Region: r.address("Region"), HandOver: r.bool("HandOver")}
 }
 
 func readShardHome(r *reader) any {
-	return protocol.ShardHome{Shard: r.string("Shard"), Region: r.string("Region"), From: r.string("From"), Epoch: r.uvarint("Epoch")}
+	return protocol.ShardHome{Shard: r.string("Shard"), Region: r.address("Region"), From: r.address("From"), Epoch: r.uvarint("Epoch")}
 }
 
 func readShardHomes(r *reader) any {
 	var m protocol.ShardHomes
-	if n := r.count("Homes", 2); n > 0 {
-		m.Homes = make(map[string][]string, n)
+	if n := r.count("Homes", 3); n > 0 {
+		m.Homes = make(map[cluster.UniqueAddress][]string, n)
 		for range n {
-			region := r.string("Homes")
+			region := r.address("Homes")
 			m.Homes[region] = r.strings("Homes")
 		}
 	}
@@ -208,11 +214,11 @@ func readShardHomes(r *reader) any {
 }
 
 func readHostShard(r *reader) any {
-	return protocol.HostShard{Shard: r.string("Shard"), From: r.string("From"), Epoch: r.uvarint("Epoch")}
+	return protocol.HostShard{Shard: r.string("Shard"), From: r.address("From"), Epoch: r.uvarint("Epoch")}
 }
 
 func readShardStarted(r *reader) any {
-	return protocol.ShardStarted{Shard: r.string("Shard"), Region: r.string("Region"), Seq: r.uvarint("Seq")}
+	return protocol.ShardStarted{Shard: r.string("Shard"), Region: r.address("Region"), Seq: r.uvarint("Seq")}
 }
 
 func readBeginHandOff(r *reader) any {
@@ -220,23 +226,23 @@ func readBeginHandOff(r *reader) any {
 }
 
 func readBeginHandOffAck(r *reader) any {
-	return protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.string("Region"), FencedAt: r.string("FencedAt")}
+	return protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.address("Region"), FencedAt: r.address("FencedAt")}
 }
 
 func readHandOff(r *reader) any {
-	return protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.strings("Fences")}
+	return protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
 }
 
 func readShardStopped(r *reader) any {
-	return protocol.ShardStopped{Shard: r.string("Shard"), Region: r.string("Region"), Held: r.bool("Held")}
+	return protocol.ShardStopped{Shard: r.string("Shard"), Region: r.address("Region"), Held: r.bool("Held")}
 }
 
 func readFence(r *reader) any {
-	return protocol.Fence{Shard: r.string("Shard"), From: r.string("From")}
+	return protocol.Fence{Shard: r.string("Shard"), From: r.address("From")}
 }
 
 func readHandOver(r *reader) any {
-	m := protocol.HandOver{Shard: r.string("Shard"), From: r.string("From"), Seq: r.uvarint("Seq"), Relayed: r.bool("Relayed")}
+	m := protocol.HandOver{Shard: r.string("Shard"), From: r.address("From"), Seq: r.uvarint("Seq"), Relayed: r.bool("Relayed")}
 	if n := r.count("Msgs", 1); n > 0 {
 		m.Msgs = make([]protocol.Deliver, n)
 		for i := range m.Msgs {
@@ -249,7 +255,7 @@ func readHandOver(r *reader) any {
 }
 
 func readGracefulShutdownReq(r *reader) any {
-	return protocol.GracefulShutdownReq{Region: r.string("Region")}
+	return protocol.GracefulShutdownReq{Region: r.address("Region")}
 }
 
 func readLeaveAck(r *reader) any { return protocol.LeaveAck{Epoch: r.uvarint("Epoch")} }
@@ -262,9 +268,9 @@ func readRebalanceShards(r *reader) any {
 
 func readLeaveRequest(*reader) any { return protocol.LeaveRequest{} }
 
-func readRegionStopped(r *reader) any { return protocol.RegionStopped{Region: r.string("Region")} }
+func readRegionStopped(r *reader) any { return protocol.RegionStopped{Region: r.address("Region")} }
 
-func readMembersDown(r *reader) any { return protocol.MembersDown{Nodes: r.strings("Nodes")} }
+func readMembersDown(r *reader) any { return protocol.MembersDown{Nodes: r.addresses("Nodes")} }
 
 func readGetRegionStats(r *reader) any {
 	a := readReplyAddress(r, "ReplyTo")

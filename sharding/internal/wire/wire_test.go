@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"github.com/shoal-dev/shoal/cluster"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -265,7 +266,7 @@ func TestOpenReportsUndecodable(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"node":"n2","incarnation":4,"id":11}`), &rt); err != nil {
 		t.Fatal(err)
 	}
-	ho := protocol.HandOver{Shard: "s", From: "a#1", Msgs: []protocol.Deliver{
+	ho := protocol.HandOver{Shard: "s", From: cluster.UniqueAddress{Node: "a", Incarnation: 1}, Msgs: []protocol.Deliver{
 		{Shard: "s", EntityID: "1", Msg: note{Text: "kept"}},
 		{Shard: "s", EntityID: "2", Msg: note{Text: "lost", ReplyTo: rt}},
 		{Shard: "s", EntityID: "3", Start: true},
@@ -352,7 +353,7 @@ func TestBadInputIsTyped(t *testing.T) {
 		t.Fatalf("type id 99: %v, want an *UnknownTypeError", err)
 	}
 	for name, b := range map[string][]byte{
-		"bool 2":            {byte(wire.IDShardStopped), 0, 0, 3, 0, 0, 2},
+		"bool 2":            {byte(wire.IDShardStopped), 0, 0, 4, 0, 0, 0, 2},
 		"target flags":      {byte(wire.IDLeaveRequest), 0, 0x80, 0},
 		"count too large":   {byte(wire.IDStopShards), 0, 0, 2, 100, 0},
 		"varint overflow":   {byte(wire.IDLeaveAck), 0, 0, 11, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
@@ -368,7 +369,7 @@ func TestBadInputIsTyped(t *testing.T) {
 // release of this wire version: they are skipped, and the fields before
 // them read as written.
 func TestUnknownTrailingFieldsSkipped(t *testing.T) {
-	m := protocol.ShardHome{Shard: "7", Region: "b#2", From: "a#1", Epoch: 5}
+	m := protocol.ShardHome{Shard: "7", Region: mustAddr("b#2"), From: mustAddr("a#1"), Epoch: 5}
 	b, err := wire.AppendEnvelope(nil, wire.Envelope{To: wire.Target{Type: "t"}, Msg: m})
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +398,7 @@ func TestLargeBodiesRoundTrip(t *testing.T) {
 		for range 3 {
 			msgs = append(msgs, d)
 		}
-		for _, m := range []any{d, protocol.HandOver{Shard: "1", From: "a#1", Msgs: msgs}} {
+		for _, m := range []any{d, protocol.HandOver{Shard: "1", From: mustAddr("a#1"), Msgs: msgs}} {
 			env := wire.Envelope{To: wire.Target{Type: "t"}, Msg: m}
 			b, err := wire.AppendEnvelope([]byte("prefix"), env)
 			if err != nil {
@@ -412,4 +413,13 @@ func TestLargeBodiesRoundTrip(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mustAddr reads a node incarnation in its text form.
+func mustAddr(s string) cluster.UniqueAddress {
+	a, err := cluster.ParseUniqueAddress(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
 }

@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"context"
@@ -182,7 +182,7 @@ func (c *Cell[C]) Tell(msg C) error {
 }
 
 // Owner is the props' Owner, nil if none.
-func (c *Cell[C]) Owner() Owner[C] { return c.props.Owner }
+func OwnerOf[C any](c *Cell[C]) Owner[C] { return c.props.Owner }
 
 // Seal closes this incarnation to TellUnsealed; Tell still reaches it. An
 // owner with a lock-free fast path to its entities (a shard) seals an
@@ -190,7 +190,7 @@ func (c *Cell[C]) Owner() Owner[C] { return c.props.Owner }
 // it by force: a fast sender then either queued its message ahead of the
 // stop, or learns it must take the owner's locked path, which holds the
 // message for the next incarnation. Safe from any goroutine.
-func (c *Cell[C]) Seal() {
+func Seal[C any](c *Cell[C]) {
 	c.mu.Lock()
 	c.status |= sealed
 	c.mu.Unlock()
@@ -203,11 +203,13 @@ func (c *Cell[C]) Seal() {
 // it is greater than the marks of earlier calls: an owner's own clock
 // (a shard's idle tick), read back with Mark, for which the cell's lock,
 // taken anyway, is cheaper than a record of the owner's own.
-func (c *Cell[C]) TellUnsealed(msg C, mark uint64) (bool, error) { return c.tell(msg, true, mark) }
+func TellUnsealed[C any](c *Cell[C], msg C, mark uint64) (bool, error) {
+	return c.tell(msg, true, mark)
+}
 
 // Mark is the greatest mark TellUnsealed queued a message with, 0 if none.
 // Safe from any goroutine.
-func (c *Cell[C]) Mark() uint64 {
+func Mark[C any](c *Cell[C]) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.mark
@@ -587,7 +589,7 @@ func (c *Cell[C]) Stop() { c.stopping = true }
 // Fail stops the entity after the current message with err as the reason
 // its owner sees, so a supervisor can tell a crash from a normal stop. Call
 // it from the entity's goroutine.
-func (c *Cell[C]) Fail(err error) {
+func Fail[C any](c *Cell[C], err error) {
 	c.stopping = true
 	if x := c.extras(); x.stopErr == nil {
 		x.stopErr = err
@@ -596,7 +598,7 @@ func (c *Cell[C]) Fail(err error) {
 
 // Behavior is the behavior that will handle the next message. Call it from
 // the entity's goroutine (PostOrdered), or after Done.
-func (c *Cell[C]) Behavior() Behavior[C] { return c.behavior }
+func BehaviorOf[C any](c *Cell[C]) Behavior[C] { return c.behavior }
 
 // Passivate implements Context.
 func (c *Cell[C]) Passivate() {
@@ -749,14 +751,14 @@ func (c *Cell[C]) receiveTimeoutFired(gen uint64) {
 // Suspend holds the mailbox: until Resume, only runtime work posted with
 // Post runs. Event-sourced behaviors suspend while they recover or persist,
 // so commands wait in order in the mailbox. Call it from the entity's goroutine.
-func (c *Cell[C]) Suspend() {
+func Suspend[C any](c *Cell[C]) {
 	c.mu.Lock()
 	c.status |= suspended
 	c.mu.Unlock()
 }
 
 // Resume releases the mailbox held by Suspend. Call it from the entity's goroutine.
-func (c *Cell[C]) Resume() {
+func Resume[C any](c *Cell[C]) {
 	c.mu.Lock()
 	c.status &^= suspended
 	c.mu.Unlock()
@@ -765,11 +767,11 @@ func (c *Cell[C]) Resume() {
 // Post runs fn on the entity's goroutine, ahead of its mailbox and even while
 // it is suspended. It reports false, and fn never runs, when the entity has
 // stopped. Safe from any goroutine.
-func (c *Cell[C]) Post(fn func()) bool { return c.post(fn) }
+func Post[C any](c *Cell[C], fn func()) bool { return c.post(fn) }
 
 // PostOrdered runs fn on the entity's goroutine in mailbox order: after every
 // message already queued, and not while the mailbox is suspended. It reports
 // false when the entity has stopped. Safe from any goroutine.
-func (c *Cell[C]) PostOrdered(fn func()) bool {
+func PostOrdered[C any](c *Cell[C], fn func()) bool {
 	return c.enqueueControl(&control{kind: orderedFunc, fn: fn})
 }

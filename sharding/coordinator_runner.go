@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"time"
 
@@ -14,144 +15,6 @@ import (
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
-// The region's runner also hosts the type's coordinator while this node is
-// the oldest with the role: it starts it, stops it when the node no longer
-// is, and restarts one that stopped by itself after a back-off.
-
-// hostCoordinatorIfOldest starts this node's coordinator when the node is
-// the oldest with the role, and tells it to stop when it no longer is. It
-// runs in membership callbacks, so it never waits: a coordinator stops
-// after its writes in flight and its lease's Release, store calls that
-// may take up to StoreTimeout each. One that is still stopping when the
-// node is the oldest again is replaced on a retry tick once it is done.
-func (r *Region[C]) hostCoordinatorIfOldest() {
-	r.coordinated.Lock()
-	defer r.coordinated.Unlock()
-	stopping := r.isStopped()
-	oldest := r.coordinatorNode() == r.s.self && !stopping
-	r.reapCoordinatorLocked()
-	switch {
-	case oldest && r.coord == nil && !r.clock.Now().Before(r.coordNext):
-		r.startCoordinator()
-	case !oldest && r.coord != nil:
-		r.tellCoordinatorToStopLocked()
-	}
-}
-
-// restartFailedCoordinator, on the retry tick, starts again a coordinator
-// that stopped by itself, once its back-off has passed, or that stopped
-// when told while the node became the oldest again. It never waits: the
-// tick runs on one of the node's workers, which the coordinator may need
-// in order to stop (with one worker, waiting would deadlock). So it skips
-// its turn while a start or stop is under way, and leaves stopping a
-// coordinator to membership changes and shutdown.
-func (r *Region[C]) restartFailedCoordinator() {
-	if !r.coordinated.TryLock() {
-		return
-	}
-	defer r.coordinated.Unlock()
-	stopping := r.isStopped()
-	r.reapCoordinatorLocked()
-	if r.coord == nil && !stopping && r.coordinatorNode() == r.s.self && !r.clock.Now().Before(r.coordNext) {
-		r.startCoordinator()
-	}
-}
-
-// reapCoordinatorLocked forgets a coordinator that stopped: one told to
-// stop, and one that stopped by itself (it could not acquire or write its
-// store), whose restart it schedules: without one, no shard would be
-// allocated again.
-func (r *Region[C]) reapCoordinatorLocked() {
-	if r.coord == nil {
-		return
-	}
-	select {
-	case <-r.coord.Done():
-	default:
-		return
-	}
-	told := r.coordStopping
-	r.forgetCoordinatorLocked()
-	if told {
-		return
-	}
-	now := r.clock.Now()
-	if r.coordRestarts == nil {
-		r.coordRestarts = storeBackOff(r.settings)
-	} else if now.Sub(r.coordStarted) > 30*time.Second {
-		r.coordRestarts.Reset() // it ran a while: a new failure, not a loop
-	}
-	wait := r.coordRestarts.NextBackOff()
-	r.coordNext = now.Add(wait)
-	r.s.log.Warn("sharding: coordinator stopped; restarting it after a back-off", "entity_type", r.typ, "after", wait)
-}
-
-// forgetCoordinatorLocked forgets the coordinator, which is done.
-func (r *Region[C]) forgetCoordinatorLocked() {
-	r.unlistenCo()
-	r.coord, r.coordStopping = nil, false
-}
-
-// stopCoordinator stops the coordinator and waits until it is done,
-// without holding r.coordinated meanwhile, so that membership callbacks
-// never wait for it.
-func (r *Region[C]) stopCoordinator() {
-	r.coordinated.Lock()
-	co := r.coord
-	if co != nil {
-		r.tellCoordinatorToStopLocked()
-	}
-	r.coordinated.Unlock()
-	if co == nil {
-		return
-	}
-	<-co.Done()
-	r.coordinated.Lock()
-	if r.coord == co {
-		r.forgetCoordinatorLocked()
-	}
-	r.coordinated.Unlock()
-}
-
-// tellCoordinatorToStopLocked unlistens the coordinator and tells it to
-// stop, once; it is forgotten when done (reapCoordinatorLocked).
-func (r *Region[C]) tellCoordinatorToStopLocked() {
-	if r.coordStopping {
-		return
-	}
-	r.coordStopping = true
-	r.unlistenCo()
-	r.unlistenCo = func() {} // unlistened once: the address may be another's next
-	// In mailbox order, so that what regions already sent it (the last
-	// ShardStopped of a graceful leave) is recorded before it goes.
-	if err := r.coord.Tell(stopCoordinator{}); err != nil {
-		r.coord.StopNow()
-	}
-}
-
-func (r *Region[C]) startCoordinator() {
-	if r.s.cfg.NodeLeases != nil && r.downing == nil {
-		r.downing = newDowning(r.s.self, r.ent.Role, r.settings.DowningStableAfter)
-	}
-	addr := Address{Node: r.s.self, Type: r.typ, Coordinator: true}
-	props := &entity.Props[Message]{
-		LocalOnly: true,
-		Key:       entity.NewTypeKey[Message]("sharding-coordinator-" + r.typ),
-		Create: func(ctx entity.Context[Message]) entity.Behavior[Message] {
-			return newCoordinatorRunner(ctx, r)
-		},
-	}
-	cell := entity.Spawn(r.s.sys, props, addr.String())
-	stop, err := r.s.cfg.Transport.Listen(addr, func(m Message) error { return cell.Tell(m) })
-	if err != nil {
-		r.s.log.Error("sharding: cannot listen as coordinator", "entity_type", r.typ, "err", err)
-		cell.StopNow()
-		return
-	}
-	r.coord, r.unlistenCo, r.coordStarted, r.coordStopping = cell, stop, r.clock.Now(), false
-	_ = cell.Tell(membersChanged{members: r.s.cfg.Membership.Members()})
-}
-
 // stopCoordinator stops a coordinator after the messages queued before it.
 type stopCoordinator struct{}
 
@@ -159,12 +22,12 @@ func (stopCoordinator) ProtocolMessage() {}
 
 // newCoordinatorRunner returns the behavior that holds the coordinator
 // lease, steps the core and does its IO.
-func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) entity.Behavior[Message] {
-	cr := &coordinatorRunner[C]{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
+func newCoordinatorRunner(ctx entity.Context[Message], r *coordinatorHost) entity.Behavior[Message] {
+	cr := &coordinatorRunner{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
 	if r.s.cfg.NodeLeases != nil {
-		// The region's machine (startCoordinator), so that who counts
-		// towards the majority survives a restart; only this runner
-		// touches it: the last one is done before a new one starts.
+		// The host's machine (start), so that who counts towards the
+		// majority survives a restart; only this runner touches it: the
+		// last one is done before a new one starts.
 		cr.down = r.downing.resume()
 	}
 	return cr.tryAcquire(ctx)
@@ -183,8 +46,8 @@ func newCoordinatorRunner[C any](ctx entity.Context[Message], r *Region[C]) enti
 // checks. Its store calls (acquire, read, renew, write, release) run off
 // the entity worker, through PipeToSelf: the worker is shared by every
 // entity of the node, and a slow store must hold up none of them.
-type coordinatorRunner[C any] struct {
-	r      *Region[C]
+type coordinatorRunner struct {
+	r      *coordinatorHost
 	store  CoordinatorStore
 	timing lease.Timing
 
@@ -193,8 +56,8 @@ type coordinatorRunner[C any] struct {
 	renewing bool          // a renewal is under way
 	due      time.Time     // when the renewal under way was due, for its lag
 	core     *coordinatorCore
-	down     *downing // nil without Config.NodeLeases
-	view     []Member // the latest membership view, unfiltered
+	down     *downing         // nil without Config.NodeLeases
+	view     []cluster.Member // the latest membership view, unfiltered
 	// downFailing: the last downing store call failed. Only the first
 	// failure of a run is a warning: the calls repeat every
 	// pollEvery per member while the node-lease store is down.
@@ -260,7 +123,7 @@ func (released) ProtocolMessage()       {}
 // keeps this side off it. Like every store call of the coordinator, the
 // Acquire runs off the entity worker (a slow store would hold up every
 // entity queued behind it); its answer comes back as acquired.
-func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
+func (cr *coordinatorRunner) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
 	r := cr.r
 	if cr.down != nil && cr.down.offLease(ctx.Clock().Now()) {
 		// It stood down on the minority side: the majority's oldest
@@ -283,7 +146,7 @@ func (cr *coordinatorRunner[C]) tryAcquire(ctx entity.Context[Message]) entity.B
 // whileAcquiring takes m while the acquisition is in flight: its answers,
 // and a stop, which ends it once the answer came without acting; the
 // rest waits in the stash (dropped once full: regions retry).
-func (cr *coordinatorRunner[C]) whileAcquiring(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+func (cr *coordinatorRunner) whileAcquiring(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r := cr.r
 	switch m := m.(type) {
 	case acquired:
@@ -312,7 +175,7 @@ func (cr *coordinatorRunner[C]) whileAcquiring(ctx entity.Context[Message], m Me
 // while another node holds the lease; any other failure stops the
 // coordinator, which the region restarts after a back-off. Told to stop
 // meanwhile, it gives a granted lease back and stops, acting on nothing.
-func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired) entity.Behavior[Message] {
+func (cr *coordinatorRunner) acquired(ctx entity.Context[Message], m acquired) entity.Behavior[Message] {
 	r := cr.r
 	cr.acquiring = false
 	if errors.Is(m.err, ErrLeaseHeld) {
@@ -356,7 +219,7 @@ func (cr *coordinatorRunner[C]) acquired(ctx entity.Context[Message], m acquired
 
 // rememberedRead takes the shards of remembered entities, read once the
 // lease was acquired, and starts acting.
-func (cr *coordinatorRunner[C]) rememberedRead(ctx entity.Context[Message], m rememberedRead) entity.Behavior[Message] {
+func (cr *coordinatorRunner) rememberedRead(ctx entity.Context[Message], m rememberedRead) entity.Behavior[Message] {
 	r := cr.r
 	cr.acquiring = false
 	if m.err != nil {
@@ -370,14 +233,14 @@ func (cr *coordinatorRunner[C]) rememberedRead(ctx entity.Context[Message], m re
 // begin starts acting once the lease is held: it arms the rebalance and
 // downing timers, steps the core with the current view, then takes what
 // waited for the acquisition, in order.
-func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavior[Message] {
+func (cr *coordinatorRunner) begin(ctx entity.Context[Message]) entity.Behavior[Message] {
 	r := cr.r
 	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
 	if cr.down != nil {
 		every := cr.pollEvery()
 		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
 	}
-	if next := cr.act(ctx, membersChanged{members: r.s.cfg.Membership.Members()}); next != entity.Same[Message]() {
+	if next := cr.act(ctx, membersChanged{members: r.s.members()}); next != entity.Same[Message]() {
 		return next
 	}
 	ctx.Stash().UnstashAll()
@@ -388,7 +251,7 @@ func (cr *coordinatorRunner[C]) begin(ctx entity.Context[Message]) entity.Behavi
 // quarter of RetryInterval or of the lease length, whichever is shorter,
 // so that an expired node lease is seen a fraction of a lease after it
 // expired (see downing.due).
-func (cr *coordinatorRunner[C]) pollEvery() time.Duration {
+func (cr *coordinatorRunner) pollEvery() time.Duration {
 	return max(min(cr.r.settings.RetryInterval, cr.timing.Length)/4, time.Millisecond)
 }
 
@@ -396,7 +259,7 @@ func (cr *coordinatorRunner[C]) pollEvery() time.Duration {
 // lease held elsewhere: every RetryInterval, but at least four times per
 // lease length, so that a crashed holder's lease is taken over soon after
 // it expired.
-func (cr *coordinatorRunner[C]) acquireEvery() time.Duration {
+func (cr *coordinatorRunner) acquireEvery() time.Duration {
 	return max(min(cr.r.settings.RetryInterval, cr.timing.Length/4), time.Millisecond)
 }
 
@@ -406,7 +269,7 @@ func (cr *coordinatorRunner[C]) acquireEvery() time.Duration {
 // node lease does, which is when this node's view made it the oldest: a
 // retry an acquireEvery later would add up to that much to the failover
 // (docs/DESIGN.md, "Leases and self-fencing").
-func (cr *coordinatorRunner[C]) acquireAfter(held error) time.Duration {
+func (cr *coordinatorRunner) acquireAfter(held error) time.Duration {
 	every := cr.acquireEvery()
 	if left, ok := lease.HeldFor(held); ok {
 		return min(every, left+time.Millisecond)
@@ -417,7 +280,7 @@ func (cr *coordinatorRunner[C]) acquireAfter(held error) time.Duration {
 // granted records a successful acquisition or renewal that started at
 // start and arms the renewal and fence timers; false once the lease is
 // no longer held.
-func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.Time) bool {
+func (cr *coordinatorRunner) granted(ctx entity.Context[Message], start time.Time) bool {
 	now := ctx.Clock().Now()
 	if !cr.keeper.Granted(start, now) {
 		return false
@@ -429,13 +292,13 @@ func (cr *coordinatorRunner[C]) granted(ctx entity.Context[Message], start time.
 }
 
 // holds reports whether the coordinator may act now.
-func (cr *coordinatorRunner[C]) holds(ctx entity.Context[Message]) bool {
+func (cr *coordinatorRunner) holds(ctx entity.Context[Message]) bool {
 	return cr.keeper.Holds(ctx.Clock().Now())
 }
 
 // renew starts a renewal, bounded by the fence time: past it, its answer
 // would be of no use.
-func (cr *coordinatorRunner[C]) renew(ctx entity.Context[Message]) {
+func (cr *coordinatorRunner) renew(ctx entity.Context[Message]) {
 	if cr.renewing {
 		return
 	}
@@ -451,7 +314,7 @@ func (cr *coordinatorRunner[C]) renew(ctx entity.Context[Message]) {
 }
 
 // Receive implements entity.Behavior.
-func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+func (cr *coordinatorRunner) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r := cr.r
 	if cr.releasing {
 		if m, ok := m.(released); ok {
@@ -529,7 +392,7 @@ func (cr *coordinatorRunner[C]) Receive(ctx entity.Context[Message], m Message) 
 }
 
 // lost stops a coordinator that no longer holds its lease.
-func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
+func (cr *coordinatorRunner) lost(err error) entity.Behavior[Message] {
 	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "entity_type", cr.r.typ, "epoch", cr.epoch, "err", err)
 	return entity.Stopped[Message]()
 }
@@ -539,7 +402,7 @@ func (cr *coordinatorRunner[C]) lost(err error) entity.Behavior[Message] {
 // Release runs off the entity worker; the coordinator stops when it
 // answered, or at StoreTimeout should the store not heed its context,
 // and takes nothing meanwhile.
-func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) entity.Behavior[Message] {
+func (cr *coordinatorRunner) release(ctx entity.Context[Message]) entity.Behavior[Message] {
 	if cr.keeper == nil || !cr.holds(ctx) {
 		return entity.Stopped[Message]()
 	}
@@ -557,7 +420,7 @@ func (cr *coordinatorRunner[C]) release(ctx entity.Context[Message]) entity.Beha
 // act steps the core with one message while the lease is held; its
 // changes are written under the lease's epoch, through the pipeline,
 // and its output sent once they committed.
-func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+func (cr *coordinatorRunner) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r := cr.r
 	if cr.down != nil {
 		switch m := m.(type) {
@@ -600,7 +463,7 @@ func (cr *coordinatorRunner[C]) act(ctx entity.Context[Message], m Message) enti
 	return cr.step(ctx, m)
 }
 
-func (cr *coordinatorRunner[C]) step(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+func (cr *coordinatorRunner) step(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
 	r, p := cr.r, &cr.pipe
 	switch m := m.(type) {
 	case batchWritten:
@@ -646,7 +509,7 @@ const maxHeldSteps = 4096
 // entity queued behind it), bounded by StoreTimeout and by the runner's
 // life: a coordinator that stops (lease lost, deposed, terminated)
 // cancels it. Its outcome comes back as a batchWritten.
-func (cr *coordinatorRunner[C]) write(ctx entity.Context[Message], b *writeBatch) {
+func (cr *coordinatorRunner) write(ctx entity.Context[Message], b *writeBatch) {
 	store, typ, epoch, timeout := cr.store, cr.r.typ, cr.epoch, cr.r.settings.StoreTimeout
 	seq, changes := b.seq, b.changes
 	ctx.PipeToSelf(func(c context.Context) Message {
@@ -659,7 +522,7 @@ func (cr *coordinatorRunner[C]) write(ctx entity.Context[Message], b *writeBatch
 // written takes the outcome of a batch: on success, sends what it
 // released and writes the next batch; a stale epoch stops the
 // coordinator; any other failure is retried after a back-off.
-func (cr *coordinatorRunner[C]) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
+func (cr *coordinatorRunner) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
 	r, p := cr.r, &cr.pipe
 	switch {
 	case m.err == nil:
@@ -701,7 +564,7 @@ func (cr *coordinatorRunner[C]) written(ctx entity.Context[Message], m batchWrit
 }
 
 // sendAll sends a coordinator's messages, in order.
-func (cr *coordinatorRunner[C]) sendAll(out []outbound) {
+func (cr *coordinatorRunner) sendAll(out []outbound) {
 	r := cr.r
 	for _, o := range out {
 		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
@@ -712,7 +575,7 @@ func (cr *coordinatorRunner[C]) sendAll(out []outbound) {
 
 // startDowning starts the store calls the downing machine asks for; each
 // answers with a downResult.
-func (cr *coordinatorRunner[C]) startDowning(ctx entity.Context[Message]) {
+func (cr *coordinatorRunner) startDowning(ctx entity.Context[Message]) {
 	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
 	for _, call := range cr.down.due(ctx.Clock().Now()) {
 		ctx.PipeToSelf(func(c context.Context) Message {

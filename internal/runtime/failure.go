@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"encoding/json"
@@ -126,7 +126,7 @@ func (e *AskFailedError) Unwrap() []error {
 
 // AskFailureManifest is the manifest under which a failure travels on the
 // reply route in place of a reply (Config.RemoteReplies, ReplyRouter,
-// System.DeliverReply). No codec type may be registered under it.
+// DeliverReply). No codec type may be registered under it.
 const AskFailureManifest = "shoal.reply.failed"
 
 // failureReply is what a node sends, on the reply route, to an ask of

@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"context"
@@ -127,7 +127,7 @@ const JSONReplyManifest = "shoal.reply.json"
 // asking incarnation and its ask, manifest and payload are the encoded
 // reply. It must not block (cluster.Transport.Send never does); its error
 // is returned by Reply. The receiving node hands the three to
-// System.DeliverReply. It carries, the same way, the failure this node
+// DeliverReply. It carries, the same way, the failure this node
 // sends in place of a reply that will never come (under
 // AskFailureManifest; see AskFailedError).
 type RemoteReplies func(to ReplyAddress, manifest string, payload []byte) error
@@ -300,7 +300,7 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 // sentinels (ErrUnhandled, ErrStopped, ...). A reply that does not
 // serialize under ForceSerialization fails the Ask with ErrNotSerializable;
 // one from another node that does not decode into R fails it at once with
-// ErrReplyUndecodable (see System.DeliverReply).
+// ErrReplyUndecodable (see DeliverReply).
 // An entity that handles the command normally and stops without replying
 // may have handed the ReplyTo on, so that Ask waits for its deadline.
 //
@@ -452,7 +452,7 @@ type ReplyRouter interface {
 
 // SetReplyRouter installs the router for replies to other nodes' asks
 // that Config.RemoteReplies does not carry.
-func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
+func SetReplyRouter(s *System, r ReplyRouter) { s.router.Store(&r) }
 
 // DeliverLocalReply hands v to this System's ask to, for a ReplyRouter
 // that carried it here as a value; v may be a failure the other node sent
@@ -460,7 +460,7 @@ func (s *System) SetReplyRouter(r ReplyRouter) { s.router.Store(&r) }
 // refuses a reply for another node (ErrNotThisNode) or incarnation
 // (ErrStaleIncarnation), and counts one for an ask that has ended as a
 // dead letter (ErrAskEnded).
-func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
+func DeliverLocalReply(s *System, to ReplyAddress, v any) error {
 	if err := s.checkReplyAddress(to, v); err != nil {
 		return err
 	}
@@ -486,7 +486,7 @@ func (s *System) DeliverLocalReply(to ReplyAddress, v any) error {
 // instead of a reply: the ask fails at once with an *AskFailedError (and
 // ErrReplyUndecodable, also returned, when they do not decode). When
 // ctx has already ended it delivers nothing and returns ctx's error.
-func (s *System) DeliverReply(ctx context.Context, to ReplyAddress, manifest string, payload []byte) error {
+func DeliverReply(ctx context.Context, s *System, to ReplyAddress, manifest string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("entity: deliver reply to %s: %w", to, err)
 	}
@@ -666,7 +666,7 @@ func (t *replyTable) take(id uint64) (waiter, bool) {
 // stored, say). Asks that have ended are not touched. The asks of other
 // nodes are sent a failure on the reply route (see AskFailedError), those
 // of other incarnations of this node are left alone.
-func (s *System) FailAsks(msg any, err error) { s.failAsks(msg, err) }
+func FailAsks(s *System, msg any, err error) { s.failAsks(msg, err) }
 
 // failAsks fails, with err, the asks whose reply addresses msg carries:
 // msg will never be handled. It looks for ReplyTo values by reflection,

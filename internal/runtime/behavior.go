@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // JSONReplyManifest when its type is not registered; a failure a
 // ReplyRouter was given in place of a reply, under AskFailureManifest. A
 // ReplyRouter that carries replies between processes uses it, and the
-// receiving node hands the result to System.DeliverReply.
+// receiving node hands the result to DeliverReply.
 func EncodeReply(reg *codec.Registry, v any) (manifest string, payload []byte, err error) {
 	return encodeReply(reg, v)
 }
@@ -38,7 +38,7 @@ func ReplyAddresses(msg any) []ReplyAddress {
 // deadline. It refuses an address of another node (ErrNotThisNode) or
 // incarnation (ErrStaleIncarnation), and returns ErrAskEnded for an ask
 // that has already returned.
-func (s *System) FailAsk(to ReplyAddress, err error) error {
+func FailAsk(s *System, to ReplyAddress, err error) error {
 	if cerr := s.checkReplyAddress(to, err); cerr != nil {
 		return cerr
 	}

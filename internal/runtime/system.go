@@ -1,4 +1,4 @@
-package entity
+package runtime
 
 import (
 	"crypto/rand"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
 	"github.com/shoal-dev/shoal/timers"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // Config configures a System. The zero value of every field means its default.
@@ -35,7 +36,7 @@ type Config struct {
 	// RemoteReplies sends replies to asks of other nodes, encoded, and
 	// the failures of those asks this node knows will never be answered;
 	// the node's transport provides it, and the receiving node passes
-	// what it carried to System.DeliverReply. Default nil: such replies
+	// what it carried to DeliverReply. Default nil: such replies
 	// go to the ReplyRouter if one is set, and are refused with
 	// ErrNoRemoteReplies otherwise.
 	RemoteReplies RemoteReplies
@@ -51,6 +52,10 @@ type Config struct {
 	// their own configuration names others.
 	Journal   journal.Journal
 	Snapshots snapshot.Store
+	// Reminders is the node's durable reminder store (docs/DESIGN.md,
+	// "Durable reminders"); its journal writes an effect's reminder
+	// changes with the effect's events.
+	Reminders reminder.Store
 	// Workers is how many goroutines run entities at once. Handlers must not
 	// block: a blocked handler holds a worker. Default: GOMAXPROCS.
 	Workers int
@@ -72,7 +77,7 @@ type Config struct {
 	// Default 10; negative: none is logged.
 	DeadLetterLogLimit int
 	// MaxConcurrentRecoveries bounds how many recoveries run at once (see
-	// System.StartRecovery); the others wait their turn, so that starting a
+	// StartRecovery); the others wait their turn, so that starting a
 	// million event-sourced entities does not start a million readers, each
 	// with a goroutine the runtime keeps for reuse. Default 50, Akka's
 	// max-concurrent-recoveries.
@@ -123,7 +128,7 @@ func NewSystem(cfg Config) (*System, error) {
 		cfg.Clock = timers.Real{}
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+		cfg.Workers = goruntime.GOMAXPROCS(0)
 	}
 	if cfg.Throughput <= 0 {
 		cfg.Throughput = 64
@@ -167,6 +172,9 @@ func (s *System) Journal() journal.Journal { return s.cfg.Journal }
 // Snapshots is the node's default snapshot store; nil if none was configured.
 func (s *System) Snapshots() snapshot.Store { return s.cfg.Snapshots }
 
+// Reminders is the node's reminder store; nil if none was configured.
+func (s *System) Reminders() reminder.Store { return s.cfg.Reminders }
+
 // ForcesSerialization reports whether every local message takes a codec round trip.
 func (s *System) ForcesSerialization() bool { return s.cfg.ForceSerialization }
 
@@ -205,13 +213,13 @@ func (s *System) Stats() Stats {
 // logged within Config.DeadLetterLogLimit, and the asks it carries fail at
 // once with cause (when not nil) instead of waiting for their deadline:
 // this node's at once, other nodes' by a failure sent on the reply route.
-func (s *System) DeadLetter(cause error, to, reason string, msg any) {
+func DeadLetter(s *System, cause error, to, reason string, msg any) {
 	s.deadLetter(s.untyped, cause, "", "", to, reason, msg)
 }
 
 // EntityDeadLetter is DeadLetter for a message to entity entityID of type
 // entityType, counted in that type's metrics.
-func (s *System) EntityDeadLetter(cause error, entityType, entityID, reason string, msg any) {
+func EntityDeadLetter(s *System, cause error, entityType, entityID, reason string, msg any) {
 	s.deadLetter(s.metrics.Type(entityType), cause, entityType, entityID, entityType+"/"+entityID, reason, msg)
 }
 
@@ -294,7 +302,7 @@ func (l *logLimiter) skip() {
 // incarnation never reads the store while its predecessor's writes to it
 // are still running. recover may block on IO but must end. Safe from any
 // goroutine.
-func (s *System) StartRecovery(key string, recover func()) {
+func StartRecovery(s *System, key string, recover func()) {
 	s.inOrder.runOrCall(key, func() { s.recoveries.start(recover) })
 }
 
@@ -304,7 +312,7 @@ func (s *System) StartRecovery(key string, recover func()) {
 // retention). Two such jobs finishing out of order could delete what the
 // later one must keep; a recovery under key (StartRecovery) waits for them.
 // job may block on IO but must end. Safe from any goroutine.
-func (s *System) RunInOrder(key string, job func()) { s.inOrder.enqueue(key, job) }
+func RunInOrder(s *System, key string, job func()) { s.inOrder.enqueue(key, job) }
 
 // keyedQueues runs jobs one at a time per key. A key is in the map only
 // while a goroutine is running its jobs, so an idle System keeps nothing.
@@ -447,7 +455,7 @@ func (d *dispatcher) next() (runnable, bool) {
 	d.spinning++
 	d.mu.Unlock()
 	for range spins {
-		runtime.Gosched()
+		goruntime.Gosched()
 		d.mu.Lock()
 		if r, ok := d.queue.Pop(); ok {
 			d.spinning--
