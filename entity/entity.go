@@ -220,6 +220,33 @@ func AskFrom[C, T, R any](ctx Context[C], target Ref[T], timeout time.Duration, 
 	runtime.AskFrom(ctx, target, timeout, build, adapt)
 }
 
+// TracerName is the instrumentation name of Shoal's spans.
+const TracerName = runtime.TracerName
+
+// The span attributes Shoal sets (docs/DESIGN.md, "Tracing").
+const (
+	AttrEntityType = runtime.AttrEntityType
+	AttrEntityID   = runtime.AttrEntityID
+)
+
+// ContextRef is a Ref that carries the trace context of a context with
+// the message it sends: the entity's handler then runs in a span that is
+// a child of the caller's (docs/DESIGN.md, "Tracing"). Cell and
+// sharding's EntityRef implement it.
+type ContextRef[C any] = runtime.ContextRef[C]
+
+// TellContext sends msg to ref with the trace context of ctx, when ref
+// carries one (a ContextRef); otherwise it is ref.Tell(msg).
+func TellContext[C any](ctx context.Context, ref Ref[C], msg C) error {
+	return runtime.TellContext(ctx, ref, msg)
+}
+
+// TraceContext is a context carrying the span of the message the entity
+// is handling (its "shoal.entity.handle" span), for a handler that starts
+// spans of its own or calls traced code; without one, a context with no
+// span. Call it from the entity's handlers.
+func TraceContext[C any](ctx Context[C]) context.Context { return runtime.TraceContext(ctx) }
+
 // Reply sends v to the Ask waiting behind to, and returns why it could not.
 // To an ask of this System it is delivered at once; to another node's it
 // is encoded (with the codec when v's type is registered, as JSON

@@ -15,7 +15,7 @@ func TestUserTypesCarryNoRuntimeHooks(t *testing.T) {
 	hooks := []string{
 		"Seal", "TellUnsealed", "Mark", "Post", "PostOrdered", "Suspend", "Resume", "Fail", "Owner", "Behavior",
 		"StartRecovery", "RunInOrder", "DeliverReply", "DeliverLocalReply", "FailAsk", "FailAsks",
-		"SetReplyRouter", "DeadLetter", "EntityDeadLetter",
+		"SetReplyRouter", "DeadLetter", "EntityDeadLetter", "TellTraced",
 	}
 	for _, typ := range []reflect.Type{
 		reflect.TypeFor[*entity.Cell[string]](),

@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
 	"github.com/shoal-dev/shoal/timers/reminder"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // New returns the behavior described by cfg. Recovery starts when the
@@ -78,6 +79,15 @@ type esContext[C, E, S any] behavior[C, E, S]
 func (c *esContext[C, E, S]) PersistenceID() PersistenceID { return c.cfg.PersistenceID }
 func (c *esContext[C, E, S]) LastSeqNr() uint64            { return c.seqNr }
 func (c *esContext[C, E, S]) Recovering() bool             { return c.recovering }
+
+// SpanContext is the cell's (see entity.TraceContext), so that a command
+// handler can continue its command's trace.
+func (c *esContext[C, E, S]) SpanContext() trace.SpanContext {
+	if t, ok := c.Context.(interface{ SpanContext() trace.SpanContext }); ok {
+		return t.SpanContext()
+	}
+	return trace.SpanContext{}
+}
 
 // ctx is the Context passed to the handlers.
 func (b *behavior[C, E, S]) ctx() *esContext[C, E, S] { return (*esContext[C, E, S])(b) }
@@ -515,6 +525,9 @@ func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S], side reminder.Batch
 	if b.diag != nil && b.diag.observer != nil {
 		b.diag.observer.Persisting(first, first+uint64(len(batch))-1)
 	}
+	// The write continues the trace of the command being handled, as a
+	// child of its "shoal.entity.handle" span (docs/DESIGN.md, "Tracing").
+	traced := entity.TraceContext(b.Context)
 	if !side.Empty() {
 		sw, ok := b.cfg.Journal.(journal.SideWriter)
 		if !ok || sw.SideStore() != reminder.SideStoreName {
@@ -522,17 +535,17 @@ func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S], side reminder.Batch
 			return
 		}
 		runtime.Suspend(b.cell())
-		sw.WriteAsyncWithSide(batch, side, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
+		sw.WriteAsyncWithSide(traced, batch, side, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
 		return
 	}
 	runtime.Suspend(b.cell())
 	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {
-		aw.WriteAsync(batch, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
+		aw.WriteAsync(traced, batch, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
 		return
 	}
 	j, timeout := b.cfg.Journal, b.cfg.WriteTimeout
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(traced, timeout)
 		err := j.Write(ctx, batch)
 		cancel()
 		runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) })

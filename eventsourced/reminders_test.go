@@ -212,7 +212,7 @@ func TestDeliveryIsAcknowledgedWithTheHandlersEvents(t *testing.T) {
 // failingJournal fails every write, as a database that went away would.
 type failingJournal struct{ *memory.Journal }
 
-func (failingJournal) WriteAsyncWithSide(_ []journal.Event, _ journal.Side, done func(error)) {
+func (failingJournal) WriteAsyncWithSide(_ context.Context, _ []journal.Event, _ journal.Side, done func(error)) {
 	done(errors.New("database gone"))
 }
 

@@ -57,9 +57,11 @@ type Journal interface {
 // caller's goroutine, such as the memory journal, which completes inline.
 // done is called exactly once, possibly before WriteAsync returns, with the
 // error Write would have returned. Implementations bound the write's
-// duration themselves.
+// duration themselves: ctx carries the caller's values (its trace context,
+// docs/DESIGN.md "Tracing"), and its end fails the write only while
+// WriteAsync waits for room to queue it.
 type AsyncWriter interface {
-	WriteAsync(events []Event, done func(error))
+	WriteAsync(ctx context.Context, events []Event, done func(error))
 }
 
 // ImmediateReader is an optional extension of Journal for implementations
@@ -89,7 +91,7 @@ type Side interface {
 type SideWriter interface {
 	WriteWithSide(ctx context.Context, events []Event, side Side) error
 	// WriteAsyncWithSide is AsyncWriter's WriteAsync with a side.
-	WriteAsyncWithSide(events []Event, side Side, done func(error))
+	WriteAsyncWithSide(ctx context.Context, events []Event, side Side, done func(error))
 	// SideStore names the side store; "" when the journal has none.
 	SideStore() string
 }

@@ -44,12 +44,14 @@
 // 5.5 s to declare a crash with its LAN timing): every coordinator polls
 // the leases of the members it counts every quarter lease and takes an
 // expired one as Down, and sharding's view shows a member whose lease
-// expired unreachable, so the coordinator's place moves off a crashed
-// oldest node too. BenchmarkKillFailover measured every shard of a
-// killed node serving again from a survivor 2.0 s after the kill (3.0 s
-// when it was the oldest and hosted the coordinator), against 15.2 s
-// (16.2 s) with the former 15 s lease (medians of 3, 2-core host at load
-// 13). The price: a node that cannot
+// expired unreachable, asking the store again just after the first live
+// lease ends (leaseView), so the coordinator's place moves off a crashed
+// oldest node as its lease ends. BenchmarkKillFailover measured every
+// shard of a killed node serving again through both survivors 2.03 s after
+// the kill (2.08 s when it was the oldest and hosted the coordinator;
+// 3.06 s before the view asked at the lease's end), against 15.2 s
+// (16.2 s) with the former 15 s lease (medians of 5, 2-core host at load
+// 24; see docs/DESIGN.md, "Leases and self-fencing"). The price: a node that cannot
 // complete a renewal for 1.5 s fences itself and restarts as a new
 // incarnation. Renewals ride a database connection and a goroutine of
 // their own, so journal traffic does not delay them; what remains is a
@@ -85,6 +87,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -273,6 +276,12 @@ type Config struct {
 	// (entity runtime, sharding, journal, node lease, transport), each
 	// labelled node=NodeID. Default nil: no metrics.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the node's spans: asks, remote sends and
+	// receives, entity handlers and journal writes (docs/DESIGN.md,
+	// "Tracing"); it is the default of Entity.TracerProvider and
+	// Journal.TracerProvider. Default: otel's no-op provider. Shoal never
+	// sets otel's global provider; pass otel.GetTracerProvider() to use it.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns a Config for nodeID with every default spelled
@@ -336,9 +345,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.TransportAddr = d.TransportAddr
 	}
 	tuning := c.Journal
-	tuning.Metrics = nil // == on an interface panics for an uncomparable value
+	tuning.Metrics, tuning.TracerProvider = nil, nil // == on an interface panics for an uncomparable value
 	if tuning == (journalpg.Config{}) {
-		d.Journal.Metrics = c.Journal.Metrics
+		d.Journal.Metrics, d.Journal.TracerProvider = c.Journal.Metrics, c.Journal.TracerProvider
 		c.Journal = d.Journal
 	}
 	if c.Leases == (lease.Settings{}) {
@@ -458,6 +467,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.Logger = cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
+	}
+	if ec.TracerProvider == nil {
+		ec.TracerProvider = cfg.TracerProvider
 	}
 	if n.sys, err = entity.NewSystem(ec); err != nil {
 		return nil, err
@@ -631,9 +643,9 @@ const pruneNodeLeasesEvery = time.Minute
 // expiredNodes reports which of nodes hold a node lease that has expired
 // in the store: the coordinator takes them as Down without waiting for the
 // membership (see leaseView).
-func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 	if s, ok := n.controlLeases.(interface {
-		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error)
 	}); ok {
 		return s.ExpiredNodes(ctx, nodes) // one query for all
 	}
@@ -641,13 +653,13 @@ func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) 
 	for _, a := range nodes {
 		expired, err := n.controlLeases.NodeLeaseExpired(ctx, a)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if expired {
 			out = append(out, a)
 		}
 	}
-	return out, nil
+	return out, 0, nil
 }
 
 // Connections of the side pools: the node lease's renewals are one at a
@@ -684,6 +696,9 @@ func (n *Node) openJournal() {
 	if jc.Metrics == nil {
 		jc.Metrics = n.metrics()
 	}
+	if jc.TracerProvider == nil {
+		jc.TracerProvider = n.cfg.TracerProvider
+	}
 	n.journal = journalpg.New(n.pool, jc, journalpg.WithFence(journalpg.Fence{
 		NodeID: n.self.Node, Incarnation: n.self.Incarnation, Holds: n.holder.Holds,
 	}), journalpg.WithSideStore(n.reminderStore.(journalpg.SideStore)))
@@ -701,10 +716,24 @@ func (n *Node) startCluster(ctx context.Context) error {
 	if endpoint == "" {
 		endpoint = ln.Addr().String()
 	}
+	// A member gossip reports enters the views only once this node's
+	// transport has probed it: gossip authenticates nobody, so a process
+	// the transport would refuse (another cluster, another wire, no
+	// certificate naming its node) is never listed (docs/DESIGN.md,
+	// "Members and views"). The transport starts after the membership it
+	// follows, hence the pointer.
+	var transport atomic.Pointer[tcp.Transport]
+	admit := func(ctx context.Context, m cluster.Member) error {
+		t := transport.Load()
+		if t == nil {
+			return errors.New("node: transport not started yet")
+		}
+		return t.Probe(ctx, m.Address, m.Endpoint)
+	}
 	mc := memberlist.Config{
 		NodeID: cfg.NodeID, Incarnation: cfg.Incarnation, Endpoint: endpoint,
 		Roles: cfg.Roles, AppVersion: cfg.AppVersion, ClusterName: cfg.ClusterName,
-		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(),
+		SecretKey: cfg.SecretKey, Timing: cfg.Timing, Logger: n.layerLog(), Admit: admit,
 	}
 	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.GossipAddr); err != nil {
 		ln.Close()
@@ -730,6 +759,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
+	transport.Store(n.net)
 	return n.remote.Bind(leasedTransport{Transport: n.net, holds: n.holder.Holds})
 }
 

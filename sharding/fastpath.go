@@ -5,6 +5,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/runtime"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The fast path: a message for an entity that runs, in a shard this region
@@ -43,13 +44,13 @@ type fastPath[C any] struct {
 // locked path would. The cell keeps the region's idle tick as its mark,
 // which its shard hands its core before it looks for idle entities
 // (foldFastTicks).
-func (r *Region[C]) tellFast(entityID string, h uint64, msg C) (bool, error) {
+func (r *Region[C]) tellFast(entityID string, h uint64, msg C, parent *trace.SpanContext) (bool, error) {
 	epoch := r.mu.epoch.Load()
 	c, sh := r.fast.entities.load(entityID, h)
 	if c == nil || sh.routedAt.Load() != epoch {
 		return false, nil
 	}
-	return runtime.TellUnsealed(c, msg, r.fast.tick.Load())
+	return runtime.TellUnsealed(c, msg, r.fast.tick.Load(), parent)
 }
 
 // routed stamps sh routable at the current write epoch: the region's

@@ -30,7 +30,7 @@ func TestTellFastRefusesEveryStateButTheSteadyOne(t *testing.T) {
 		})
 		fast := func(what string, want bool) {
 			t.Helper()
-			if ok, err := r.tellFast("e", r.fast.entities.hash("e"), "m"); ok != want || err != nil {
+			if ok, err := r.tellFast("e", r.fast.entities.hash("e"), "m", nil); ok != want || err != nil {
 				t.Fatalf("%s: tellFast = %v, %v; want %v", what, ok, err, want)
 			}
 		}
@@ -92,7 +92,7 @@ func TestFastPathTellsKeepAnEntityFromIdlePassivation(t *testing.T) {
 			time.Sleep(time.Second)
 			synctest.Wait()
 			_ = r.EntityRefFor("a").Tell("m")
-			if ok, err := r.tellFast("b", r.fast.entities.hash("b"), "m"); !ok || err != nil {
+			if ok, err := r.tellFast("b", r.fast.entities.hash("b"), "m", nil); !ok || err != nil {
 				t.Fatalf("after %ds: tellFast(b) = %v, %v: b was passivated as idle", i+1, ok, err)
 			}
 			synctest.Wait()

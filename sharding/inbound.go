@@ -52,8 +52,9 @@ func (r *Region[C]) deliverInbound(d protocol.Deliver) bool {
 	if !ok && !d.Start {
 		return false // the core notes it
 	}
+	parent := traceOf(d)
 	if !d.Start {
-		if ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg); ok {
+		if ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, parent); ok {
 			if err != nil {
 				r.deadLetter(err, pending[C]{entityID: d.EntityID, msg: msg, ask: d.Ask}, "forwarded or buffered message refused")
 			}
@@ -70,7 +71,7 @@ func (r *Region[C]) deliverInbound(d protocol.Deliver) bool {
 		return false
 	}
 	e.local.routed(r.mu.epoch.Load())
-	err := e.local.deliver(d.EntityID, msg, d.Start, d.Ask, false)
+	err := e.local.deliver(d.EntityID, msg, d.Start, d.Ask, false, parent)
 	stripe.RUnlock()
 	if err != nil {
 		r.deadLetter(err, pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask}, "forwarded or buffered message refused")

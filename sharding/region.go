@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Region routes the messages of one entity type on one node and hosts the
@@ -44,6 +45,8 @@ type Region[C any] struct {
 	leftAll chan struct{} // closed on regLeft
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
+	// registerTick is the armed early re-registration (regArmRegister).
+	registerTick timers.Timer
 
 	ctl      *entity.Cell[Message]
 	unlisten func()
@@ -62,6 +65,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
+	cfg.registerRetry = max(100*time.Millisecond, settings.RetryInterval/8)
 	if idle := settings.PassivateIdleAfter; idle > 0 {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
@@ -109,7 +113,14 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, r.inbound)
+	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error {
+		m, span := r.traceInbound(m)
+		err := r.inbound(m)
+		if span != nil {
+			endSpan(span, err)
+		}
+		return err
+	})
 	if err != nil {
 		r.ctl.StopNow()
 		return err
@@ -129,6 +140,12 @@ func (r *Region[C]) run() error {
 type retryTick struct{}
 
 func (retryTick) ProtocolMessage() {}
+
+// registerRetry re-sends a Register no RegisterAck answered yet (see
+// regionCore.registerSoon).
+type registerRetry struct{ gen uint64 }
+
+func (registerRetry) ProtocolMessage() {}
 
 // coordinatorMoved makes the region register with the current coordinator.
 type coordinatorMoved struct{}
@@ -165,12 +182,13 @@ func (r *Region[C]) tickInterval() time.Duration {
 // fast path (r.fast.entities.hash); with start, msg and h are ignored and
 // the entity is only started. With failFast, a local entity that is backing
 // off after a failure refuses msg (UnavailableError) instead of holding it.
-func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool) error {
+// parent, nil for none, is the trace context msg carries to its handler.
+func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool, parent *trace.SpanContext) error {
 	if entityID == "" {
 		return ErrInvalidEntityID
 	}
 	if !start {
-		if ok, err := r.tellFast(entityID, h, msg); ok {
+		if ok, err := r.tellFast(entityID, h, msg, parent); ok {
 			return err
 		}
 	}
@@ -179,7 +197,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 	if e := r.core.routable(shardID); e != nil {
 		if e.hosted {
 			e.local.routed(r.mu.epoch.Load())
-			err := e.local.deliver(entityID, msg, start, failFast, false)
+			err := e.local.deliver(entityID, msg, start, failFast, false, parent)
 			stripe.RUnlock()
 			return err
 		}
@@ -187,7 +205,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 		// before this region acknowledges it, so nothing this region
 		// forwards can reach the old home after its hand-off began.
 		home := e.home
-		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast})
+		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast, parent})
 		stripe.RUnlock()
 		if errors.Is(err, ErrUnreachable) {
 			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
@@ -197,7 +215,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 	stripe.RUnlock()
 
 	r.mu.Lock()
-	p := pending[C]{entityID, msg, start, failFast}
+	p := pending[C]{entityID, msg, start, failFast, parent}
 	v, e := r.core.route(shardID, p)
 	err := r.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
@@ -213,7 +231,7 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool)
 func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
 	switch v {
 	case routeLocal:
-		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted)
+		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted, p.trace)
 	case routeRemote:
 		err := r.forward(e.home, shardID, p)
 		if errors.Is(err, ErrUnreachable) {
@@ -228,8 +246,19 @@ func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], sha
 	return nil // held
 }
 
+// forward sends p to the region on home. A traced p goes in a
+// "shoal.remote.send" span, whose context the Deliver carries.
 func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pending[C]) error {
-	err := r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, p.deliver(shardID))
+	d := p.deliver(shardID)
+	var err error
+	if p.trace != nil && r.s.sys.Tracing() {
+		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
+		setTrace(&d, span.SpanContext())
+		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		endSpan(span, err)
+	} else {
+		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
 	}
@@ -244,6 +273,8 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.queued.Add(-1)
 	case retryTick:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
+	case registerRetry:
+		r.step(func(c *regionCore[C, *shard[C]]) { c.retryRegister(m.gen) })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
 		var live []cluster.UniqueAddress
@@ -318,13 +349,19 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 			// Not failFast, but for the command of an ask forwarded here:
 			// the sender of a buffered or forwarded message is not waiting
 			// for this answer, an asker is (its asks fail at once).
-			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted); err != nil {
+			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted, ef.p.trace); err != nil {
 				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
 			}
 		case regHandOff, regPassivateIdle, regTerminate:
 			later = append(later, *ef)
 		case regArmTick:
 			r.tick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(retryTick{}) })
+		case regArmRegister:
+			if r.registerTick != nil {
+				r.registerTick.Stop()
+			}
+			gen := ef.tick
+			r.registerTick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(registerRetry{gen: gen}) })
 		case regLeft:
 			if r.leftAll != nil {
 				close(r.leftAll)
@@ -417,6 +454,9 @@ func (r *Region[C]) stopControl() {
 	r.mu.Lock()
 	if r.tick != nil {
 		r.tick.Stop()
+	}
+	if r.registerTick != nil {
+		r.registerTick.Stop()
 	}
 	r.mu.Unlock()
 }

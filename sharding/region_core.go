@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // errHandOverTooLate refuses the mail of a HandOver that came from a home
@@ -70,6 +71,11 @@ type regionCore[C any, S comparable] struct {
 	leaveWaited uint64
 	// handOverSeq numbers the HandOvers this region sends (see handOver).
 	handOverSeq uint64
+	// registerWait is the wait before the next early re-registration (see
+	// registerSoon), 0 while none is armed; registerGen tells the armed
+	// one from those it replaced.
+	registerWait time.Duration
+	registerGen  uint64
 
 	out []regionEffect[C, S]
 }
@@ -80,7 +86,11 @@ type regionCoreConfig struct {
 	proxy        bool                  // routes only: never hosts a shard
 	bufferSize   int                   // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
-	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+	// registerRetry is the first wait before a Register that no
+	// RegisterAck answered is sent again, doubling up to tickInterval
+	// (see registerSoon); 0 leaves it to the tick.
+	registerRetry time.Duration
+	idleTicks     uint64 // ticks after which an entity is idle; 0 for no idle passivation
 	// waitTicks bounds, in ticks, a wait for a hand-over this region only
 	// guesses (see pushedHome), and a leaving region's wait for its buffer
 	// to go on while it is alone; 0 for no bound. Fences and a hand-over a
@@ -197,6 +207,9 @@ type pending[C any] struct {
 	msg      C
 	start    bool // StartEntity: no message, just make sure it runs
 	ask      bool // the command of an ask: its home fails it fast (Deliver.Ask)
+	// trace is the trace context msg carries to its handler, nil for none
+	// (Deliver.Trace; docs/DESIGN.md, "Tracing").
+	trace *trace.SpanContext
 }
 
 // regionEffectKind names what the runner is to do.
@@ -220,6 +233,9 @@ const (
 	regPassivateIdle
 	// regArmTick: call tick after after.
 	regArmTick
+	// regArmRegister: call retryRegister(tick) after after, replacing the
+	// one armed before.
+	regArmRegister
 	// regLeft: a leaving region hosts nothing and will be allocated
 	// nothing: it may stop.
 	regLeft
@@ -695,7 +711,7 @@ func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
 		return pending[C]{}, false
 	}
-	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask}, true
+	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask, trace: traceOf(d)}, true
 }
 
 // fromDelivers is the entity messages a HandOver carries, in order,
@@ -760,6 +776,45 @@ func (c *regionCore[C, S]) membership(oldest cluster.UniqueAddress, live []clust
 	}
 	c.checkLeft() // a leaving region may have lost its last coordinator
 	c.register()
+	if !c.registered {
+		c.registerSoon()
+	}
+}
+
+// registerSoon arms early re-registrations after a Register to a new
+// coordinator: registerRetry, then twice as long each time, until a
+// RegisterAck comes or the wait reaches the tick, which re-registers from
+// then on (Akka's region does the same, from 250 ms). A coordinator that
+// took over from a crashed one starts once its own node's view made it
+// the oldest; this region's view may have done so first, and its Register
+// is then dropped: waiting a whole tick to send it again would add that
+// much to the failover (docs/DESIGN.md, "Leases and self-fencing").
+func (c *regionCore[C, S]) registerSoon() {
+	if c.cfg.registerRetry <= 0 || c.cfg.registerRetry >= c.cfg.tickInterval || c.stopped {
+		return
+	}
+	c.registerWait = c.cfg.registerRetry
+	c.registerGen++
+	c.emit(regionEffect[C, S]{kind: regArmRegister, after: c.registerWait, tick: c.registerGen})
+}
+
+// retryRegister is the early re-registration armed as gen (see
+// registerSoon).
+func (c *regionCore[C, S]) retryRegister(gen uint64) {
+	if gen != c.registerGen || c.registerWait == 0 {
+		return // replaced, or ended
+	}
+	if c.registered || c.stopped {
+		c.registerWait = 0
+		return
+	}
+	c.register()
+	if c.registerWait *= 2; c.registerWait >= c.cfg.tickInterval {
+		c.registerWait = 0
+		return
+	}
+	c.registerGen++
+	c.emit(regionEffect[C, S]{kind: regArmRegister, after: c.registerWait, tick: c.registerGen})
 }
 
 // membersDown takes the coordinator's word that nodes are Down (see
@@ -1265,6 +1320,9 @@ func (p pending[C]) deliver(shardID string) protocol.Deliver {
 	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start, Ask: p.ask}
 	if !p.start {
 		d.Msg = p.msg
+	}
+	if p.trace != nil {
+		setTrace(&d, *p.trace)
 	}
 	return d
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // shard runs the entities of one shard on this node: it is the runner of
@@ -94,8 +95,10 @@ func entityBufferLimit(st Settings) int {
 // refuses msg at once with an UnavailableError (see Ask); otherwise msg
 // waits for the next incarnation, unless the entity's buffer is full
 // (ErrBufferFull). With accepted (a message the region accepted earlier)
-// the buffer's limit does not apply.
-func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool) error {
+// the buffer's limit does not apply. parent, nil for none, is the trace
+// context msg carries to its handler; a message the shard holds for the
+// entity's next incarnation leaves it behind (docs/DESIGN.md, "Tracing").
+func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool, parent *trace.SpanContext) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if start {
@@ -120,7 +123,7 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 	case deliverTellNew:
 		cell = sh.core.handle(entityID)
 	}
-	if err := cell.Tell(msg); err != nil {
+	if err := runtime.TellTraced(cell, msg, parent); err != nil {
 		if !errors.Is(err, entity.ErrStopped) {
 			if accepted {
 				// Its sender was told it was taken: a dead letter, not a

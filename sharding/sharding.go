@@ -587,7 +587,7 @@ func (r EntityRef[C]) Tell(msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, r.hash, msg, false, false)
+	return r.region.tell(r.id, r.hash, msg, false, false, nil)
 }
 
 // TellAsk implements the runtime's AskRef, so that entity.Ask and entity.AskFrom
@@ -598,12 +598,13 @@ func (r EntityRef[C]) Tell(msg C) error {
 // Where the entity's shard lives on another node, the message goes there
 // marked as an ask, and that node refuses it likewise: the ask fails at
 // once with an *entity.AskFailedError that matches ErrEntityUnavailable
-// (and the failure's cause, eventsourced.ErrPersistFailed say).
-func (r EntityRef[C]) TellAsk(msg C) error {
+// (and the failure's cause, eventsourced.ErrPersistFailed say). The trace
+// context of ctx travels with msg, as with TellContext.
+func (r EntityRef[C]) TellAsk(ctx context.Context, msg C) error {
 	if r.region == nil {
 		return fmt.Errorf("%w: zero EntityRef", ErrUnknownEntityType)
 	}
-	return r.region.tell(r.id, r.hash, msg, false, true)
+	return r.region.tell(r.id, r.hash, msg, false, true, runtime.SpanOf(ctx))
 }
 
 // EntityType is the name of the addressed entity's type.
@@ -621,12 +622,12 @@ type Envelope[C any] struct {
 
 // Tell routes env.Message to entity env.EntityID.
 func (r *Region[C]) Tell(env Envelope[C]) error {
-	return r.tell(env.EntityID, r.fast.entities.hash(env.EntityID), env.Message, false, false)
+	return r.tell(env.EntityID, r.fast.entities.hash(env.EntityID), env.Message, false, false, nil)
 }
 
 // StartEntity starts entity id, in its shard wherever that lives, without
 // a message; an entity that runs already is left alone.
 func (r *Region[C]) StartEntity(id string) error {
 	var none C
-	return r.tell(id, 0, none, true, false)
+	return r.tell(id, 0, none, true, false, nil)
 }

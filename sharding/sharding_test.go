@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The test entity appends every message it handles to a shared log, so
@@ -150,6 +151,7 @@ type sim struct {
 	sent             *sentLog              // when set, records every protocol message nodes joining later send
 	nodeLeases       sharding.NodeLeases   // when set, given to nodes that join later
 	metrics          prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
+	tracer           trace.TracerProvider  // when set, the runtime of nodes that join later records spans with it
 }
 
 // sentLog records protocol messages in send order.
@@ -198,7 +200,7 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.metrics != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": name}, s.metrics)
 	}
-	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger, Metrics: reg})
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger, Metrics: reg, TracerProvider: s.tracer})
 	if err != nil {
 		s.t.Fatal(err)
 	}

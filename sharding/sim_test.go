@@ -409,6 +409,7 @@ func (w *simWorld) regionConfig(self string) regionCoreConfig {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
 	cfg.waitTicks = uint64((w.settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
+	cfg.registerRetry = max(100*time.Millisecond, w.settings.RetryInterval/8)
 	return cfg
 }
 

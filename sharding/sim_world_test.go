@@ -75,8 +75,9 @@ func (c *simClock) runUntil(end time.Duration, stop func() bool) {
 var simBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // simClone deep-copies a protocol message, so that sender and receiver
-// share no memory (as if it had crossed a wire), and panics on what no
-// wire could carry: an unexported field, a pointer, a function, a channel.
+// share no memory (as if it had crossed a wire: a pointer arrives as a
+// copy of what it points to), and panics on what no wire could carry: an
+// unexported field, a function, a channel.
 func simClone(m Message) Message {
 	v := reflect.ValueOf(m)
 	out := cloneValue(v).Interface().(Message)
@@ -126,6 +127,13 @@ func cloneValue(v reflect.Value) reflect.Value {
 		}
 		out := reflect.New(v.Type()).Elem()
 		out.Set(cloneValue(v.Elem()))
+		return out
+	case reflect.Pointer:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		out := reflect.New(v.Type().Elem())
+		out.Elem().Set(cloneValue(v.Elem()))
 		return out
 	}
 	panic(fmt.Sprintf("sim: a %s (%s) cannot cross a wire", v.Kind(), v.Type()))

@@ -1,6 +1,7 @@
 package memberlist
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"log/slog"
@@ -56,6 +57,18 @@ type Config struct {
 	// primary key encrypts, all keys decrypt. SecretKey, if also set, is
 	// added and made primary.
 	Keyring *ml.Keyring
+
+	// Admit, when set, decides whether a member that gossip reports may
+	// enter this node's views: until it returns nil for the member, the
+	// member is in no view (not Joining, not Up), and it is asked again,
+	// with back-off up to Timing.ReconnectInterval, for as long as the
+	// member is alive. Gossip authenticates nobody (the cluster name is a
+	// label, the key optional), so package node passes its transport's
+	// check: a handshake with the member's endpoint, which fails for a
+	// process the transport would refuse (docs/DESIGN.md, "Members and
+	// views"). Each refusal is logged once per member. It runs on a
+	// goroutine of its own, with a context that ends at Shutdown.
+	Admit func(ctx context.Context, m cluster.Member) error
 
 	// Timing holds failure detection and gossip settings. Left zero it is
 	// DefaultTiming(); otherwise every field must be set, so start from

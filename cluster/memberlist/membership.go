@@ -79,7 +79,12 @@ type Membership struct {
 
 	inbox   inbox
 	barrier chan chan uint64 // Join asks the loop for the highest join order
-	failed  chan []string    // loop → reconnector: who to rejoin
+	// admitted carries the names Config.Admit let in, to the loop, which
+	// alone owns admitting (the admissions in flight, by member name).
+	admitted  chan string
+	admitting map[string]context.CancelFunc
+	refusals  atomic.Uint64
+	failed    chan []string // loop → reconnector: who to rejoin
 
 	// duplicate is the address of another node seen gossiping under this
 	// node's name, set by the conflict delegate.
@@ -111,13 +116,15 @@ func New(cfg Config) (*Membership, error) {
 		gossipAddrs: make(map[string]string),
 		failed:      make(chan []string, 1),
 		stop:        make(chan struct{}),
+		admitted:    make(chan string),
+		admitting:   make(map[string]context.CancelFunc),
 	}
 	m.inbox.wake = make(chan struct{}, 1)
 	if m.encoded, err = m.meta.Encode(); err != nil {
 		return nil, err
 	}
 	name := nodeName(cfg.self())
-	tr := newTracker(name, m.meta, cfg.Timing)
+	tr := newTracker(name, m.meta, cfg.Timing, cfg.Admit == nil)
 	m.local = cluster.NewLocalMembership(cfg.self(), tr.view())
 
 	m.logs = newLogWriter(cfg.Logger)
@@ -343,6 +350,9 @@ func (m *Membership) run(tr *tracker) {
 		case reply := <-m.barrier:
 			drain()
 			reply <- tr.maxJoinOrder
+		case name := <-m.admitted:
+			delete(m.admitting, name)
+			tr.admit(name)
 		case <-ticker.C:
 			tr.expire(time.Now())
 			select {
@@ -353,11 +363,88 @@ func (m *Membership) run(tr *tracker) {
 		case <-m.stop:
 			drain() // the leave of this node itself
 			m.local.Set(tr.view())
+			for _, cancel := range m.admitting {
+				cancel()
+			}
 			return
 		}
+		m.admit(tr)
 		m.local.Set(tr.view())
 	}
 }
+
+// admit starts Config.Admit for each member that awaits admission and has
+// none in flight, and stops those whose member went Down or away. It runs
+// on the loop's goroutine.
+func (m *Membership) admit(tr *tracker) {
+	if m.cfg.Admit == nil {
+		return
+	}
+	awaiting := tr.awaiting()
+	for name, cancel := range m.admitting {
+		if _, ok := awaiting[name]; !ok {
+			cancel()
+			delete(m.admitting, name)
+		}
+	}
+	for name, member := range awaiting {
+		if _, ok := m.admitting[name]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		m.admitting[name] = cancel
+		m.done.Add(1)
+		go func() {
+			defer m.done.Done()
+			m.tryAdmit(ctx, name, member)
+		}()
+	}
+}
+
+// tryAdmit asks Config.Admit about member until it admits it or ctx ends,
+// waiting between refusals from 100 ms doubling up to ReconnectInterval,
+// and hands an admission to the loop.
+func (m *Membership) tryAdmit(ctx context.Context, name string, member cluster.Member) {
+	wait := 100 * time.Millisecond
+	logged := false
+	for {
+		actx, cancel := context.WithTimeout(ctx, m.cfg.Timing.TCPTimeout)
+		err := m.cfg.Admit(actx, member)
+		cancel()
+		if err == nil {
+			select {
+			case m.admitted <- name:
+			case <-ctx.Done():
+			case <-m.stop:
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.refusals.Add(1)
+		if !logged {
+			logged = true
+			m.cfg.Logger.Warn("memberlist: member refused: it is left out of the views until the transport accepts it",
+				"member", name, "endpoint", member.Endpoint, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-m.stop:
+			t.Stop()
+			return
+		}
+		wait = min(2*wait, m.cfg.Timing.ReconnectInterval)
+	}
+}
+
+// Refusals counts how often Config.Admit refused a member, retries
+// included: for operators and tests.
+func (m *Membership) Refusals() uint64 { return m.refusals.Load() }
 
 // reconnect tries to rejoin failed members: a partition longer than
 // GossipToTheDeadTime heals only this way.

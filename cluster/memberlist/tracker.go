@@ -40,8 +40,11 @@ type nodeEvent struct {
 //   - A Down member is removed from the view RemoveDownAfter later and
 //     never comes back: a restarted process is a new incarnation with a new
 //     name.
+//   - With admission on, a member is left out of the view until it has
+//     been admitted (see Config.Admit); this node is admitted from the start.
 type tracker struct {
 	self             string
+	admitAll         bool // no admission: every member is admitted as it comes
 	reconnectTimeout time.Duration
 	removeDownAfter  time.Duration
 	entries          map[string]*entry
@@ -50,14 +53,15 @@ type tracker struct {
 
 type entry struct {
 	member      cluster.Member
+	admitted    bool
 	addr        string
 	failedSince time.Time // set while failed (Unreachable, not Down)
 	downSince   time.Time // set once Down
 }
 
-func newTracker(self string, selfMeta Meta, t Timing) *tracker {
-	tr := &tracker{self: self, reconnectTimeout: t.ReconnectTimeout, removeDownAfter: t.RemoveDownAfter, entries: map[string]*entry{}}
-	tr.entries[self] = &entry{member: selfMeta.Member()}
+func newTracker(self string, selfMeta Meta, t Timing, admitAll bool) *tracker {
+	tr := &tracker{self: self, admitAll: admitAll, reconnectTimeout: t.ReconnectTimeout, removeDownAfter: t.RemoveDownAfter, entries: map[string]*entry{}}
+	tr.entries[self] = &entry{member: selfMeta.Member(), admitted: true}
 	tr.maxJoinOrder = selfMeta.JoinOrder
 	return tr
 }
@@ -86,7 +90,7 @@ func (t *tracker) apply(ev nodeEvent, now time.Time) bool {
 			next.Status = cluster.Up
 		}
 	} else {
-		e = &entry{}
+		e = &entry{admitted: t.admitAll}
 		t.entries[ev.name] = e
 	}
 	e.addr = ev.addr
@@ -123,11 +127,33 @@ func (t *tracker) expire(now time.Time) {
 	}
 }
 
+// admit lets the member called name into the view; it reports false when
+// no such member is tracked any more.
+func (t *tracker) admit(name string) bool {
+	e, ok := t.entries[name]
+	if ok {
+		e.admitted = true
+	}
+	return ok
+}
+
+// awaiting returns, by name, the members that wait for admission: known,
+// not admitted, and not Down.
+func (t *tracker) awaiting() map[string]cluster.Member {
+	out := map[string]cluster.Member{}
+	for name, e := range t.entries {
+		if !e.admitted && e.member.Status != cluster.Down {
+			out[name] = e.member
+		}
+	}
+	return out
+}
+
 // failed returns the "name/addr" of every failed member, for memberlist's Join.
 func (t *tracker) failed() []string {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(t.entries)) {
-		if e := t.entries[name]; !e.failedSince.IsZero() && e.member.Status != cluster.Down && e.addr != "" {
+		if e := t.entries[name]; e.admitted && !e.failedSince.IsZero() && e.member.Status != cluster.Down && e.addr != "" {
 			out = append(out, name+"/"+e.addr)
 		}
 	}
@@ -138,7 +164,9 @@ func (t *tracker) failed() []string {
 func (t *tracker) view() cluster.View {
 	members := make([]cluster.Member, 0, len(t.entries))
 	for _, e := range t.entries {
-		members = append(members, e.member)
+		if e.admitted {
+			members = append(members, e.member)
+		}
 	}
 	v, err := cluster.NewView(members...)
 	if err != nil {

@@ -1,6 +1,7 @@
 package memberlist
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func event(t *testing.T, kind nodeEventKind, m Meta) nodeEvent {
 func testTracker() *tracker {
 	timing := FastTiming()
 	timing.ReconnectTimeout, timing.RemoveDownAfter = 10*time.Second, 5*time.Second
-	return newTracker("self#1", metaOf("self", 1, false), timing)
+	return newTracker("self#1", metaOf("self", 1, false), timing, true)
 }
 
 func memberOf(t *testing.T, tr *tracker, id string) cluster.Member {
@@ -138,5 +139,34 @@ func TestTrackerSelfLeavingIsDown(t *testing.T) {
 	tr.apply(event(t, nodeLeft, metaOf("self", 1, false)), t0)
 	if m := memberOf(t, tr, "self"); m.Status != cluster.Down {
 		t.Errorf("self is %s after its own leave, want Down", m.Status)
+	}
+}
+
+// With admission on, a member is in no view until it is admitted, and one
+// that went Down awaits nothing; this node is in the view from the start.
+func TestTrackerAdmission(t *testing.T) {
+	timing := FastTiming()
+	tr := newTracker("self#1", metaOf("self", 1, false), timing, false)
+	memberOf(t, tr, "self")
+	tr.apply(event(t, nodeJoined, metaOf("b", 2, false)), t0)
+	tr.apply(event(t, nodeJoined, metaOf("c", 3, true)), t0)
+	if n := tr.view().Len(); n != 1 {
+		t.Fatalf("view has %d members before any admission, want 1: %v", n, tr.view().Members())
+	}
+	if got := slices.Sorted(maps.Keys(tr.awaiting())); !slices.Equal(got, []string{"b#1", "c#1"}) {
+		t.Fatalf("awaiting %v", got)
+	}
+	if !tr.admit("b#1") {
+		t.Fatal("b not tracked")
+	}
+	if m := memberOf(t, tr, "b"); m.Status != cluster.Up {
+		t.Fatalf("b is %s, want Up", m.Status)
+	}
+	tr.apply(event(t, nodeLeft, metaOf("c", 3, true)), t0) // left while Leaving: Down
+	if got := tr.awaiting(); len(got) != 0 {
+		t.Fatalf("awaiting %v after c went Down", got)
+	}
+	if tr.admit("nobody#1") {
+		t.Fatal("admitted an unknown member")
 	}
 }

@@ -91,6 +91,9 @@ func (t *Transport) serveInbound(c *inConn) {
 		}
 	}()
 	br, err := t.acceptHandshake(c)
+	if errors.Is(err, errProbed) {
+		return
+	}
 	if err != nil {
 		t.stat.refused.Add(1)
 		if t.versionMismatch(err) {
@@ -164,7 +167,8 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading hello: %w", ErrRefused, err)
 	}
-	if hello.Manifest != helloManifest {
+	probe := hello.Manifest == probeManifest
+	if hello.Manifest != helloManifest && !probe {
 		return nil, fmt.Errorf("%w: first frame %q is not a hello", ErrRefused, hello.Manifest)
 	}
 	self := t.cfg.Self
@@ -195,6 +199,9 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	}
 	if err := t.checkCertNamesNode(conn, hello.From); err != nil {
 		return refuse(err.Error())
+	}
+	if probe { // a would-you-accept question: answered, nothing kept
+		return nil, t.answerProbe(conn, hello)
 	}
 	// The dialler's claim is its own word: only the resolver (membership)
 	// can confirm that it is a current member, and only a confirmed one

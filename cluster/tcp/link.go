@@ -359,13 +359,22 @@ func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 }
 
 func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
-	self := l.t.cfg.Self
-	if err := l.t.checkCertNamesNode(conn, l.to); err != nil {
+	return l.t.greet(conn, l.to, helloManifest)
+}
+
+// greet runs the dialler's side of the handshake on conn, whose TLS (if
+// on) is up: the peer's certificate must name to's node, then a hello of
+// manifest (helloManifest, or probeManifest for Probe) with this node's
+// wire version and cluster name, and the answer read: nil for a welcome
+// from to, an error wrapping ErrRefused otherwise.
+func (t *Transport) greet(conn net.Conn, to cluster.UniqueAddress, manifest string) (*bufio.Reader, error) {
+	self := t.cfg.Self
+	if err := t.checkCertNamesNode(conn, to); err != nil {
 		return nil, err
 	}
-	conn.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
-	version := l.t.cfg.wireVersion
-	hello := frame.Frame{From: self, To: l.to, Manifest: helloManifest, Payload: appendVersioned(nil, version, []byte(l.t.cfg.ClusterName))}
+	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	version := t.cfg.wireVersion
+	hello := frame.Frame{From: self, To: to, Manifest: manifest, Payload: appendVersioned(nil, version, []byte(t.cfg.ClusterName))}
 	if err := frame.WriteFrame(conn, hello, controlMaxSize); err != nil {
 		return nil, err
 	}
@@ -379,15 +388,15 @@ func (l *link) handshake(conn net.Conn) (*bufio.Reader, error) {
 	case err != nil:
 		return nil, fmt.Errorf("%w: answer %q: %w", ErrRefused, answer.Manifest, err)
 	case peerVersion != version && (answer.Manifest == welcomeManifest || answer.Manifest == refuseManifest):
-		return nil, fmt.Errorf("%w: %w", ErrRefused, &cluster.WireVersionError{Local: version, Peer: peerVersion, Addr: l.to})
+		return nil, fmt.Errorf("%w: %w", ErrRefused, &cluster.WireVersionError{Local: version, Peer: peerVersion, Addr: to})
 	}
 	switch answer.Manifest {
 	case welcomeManifest:
-		if answer.From != l.to || answer.To != self {
+		if answer.From != to || answer.To != self {
 			return nil, fmt.Errorf("%w: welcome from %s to %s", ErrRefused, answer.From, answer.To)
 		}
 	case refuseManifest:
-		if answer.From.Node == l.to.Node && answer.From.Incarnation > l.to.Incarnation {
+		if answer.From.Node == to.Node && answer.From.Incarnation > to.Incarnation {
 			return nil, fmt.Errorf("%w: %s now runs there: %w", ErrRefused, answer.From, cluster.ErrStaleIncarnation)
 		}
 		return nil, fmt.Errorf("%w by %s: %s", ErrRefused, answer.From, reason)

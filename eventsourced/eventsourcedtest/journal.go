@@ -158,7 +158,7 @@ func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, sid
 
 // WriteAsyncWithSide implements journal.SideWriter, on a goroutine of its
 // own as the entity's plain writes are.
-func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
+func (j *Journal) WriteAsyncWithSide(ctx context.Context, events []journal.Event, side journal.Side, done func(error)) {
 	go func() { done(j.WriteWithSide(context.Background(), events, side)) }()
 }
 

@@ -17,6 +17,9 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Principal is who a bearer token stands for.
@@ -67,6 +70,12 @@ type API struct {
 	Counters *sharding.Region[CounterCommand]
 	// ReadModel answers the shop endpoint (settlements.go); nil answers 503.
 	ReadModel ReadModel
+	// Tracer makes each payment request's server span, which continues the
+	// caller's trace (its traceparent header): the span's trace id is the
+	// request's trace_id in logs and events, and the ask carries the span
+	// to the entity, wherever it runs. Default: otel's no-op tracer, with
+	// which a request without traceparent gets a random trace_id.
+	Tracer trace.Tracer
 }
 
 // MaxHeaderBytes bounds a request's header fields (names and values); a
@@ -180,6 +189,8 @@ type request struct {
 }
 
 func (a *API) settle(w http.ResponseWriter, r *http.Request) {
+	r, span := a.startSpan(r, "PUT payment")
+	defer span.End()
 	req, ok := a.validate(w, r)
 	if !ok {
 		return
@@ -209,6 +220,8 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	r, span := a.startSpan(r, "PUT cancel")
+	defer span.End()
 	req, ok := a.validate(w, r)
 	if !ok {
 		return
@@ -245,7 +258,7 @@ func (a *API) validate(w http.ResponseWriter, r *http.Request) (request, bool) {
 	return request{
 		key:       OrderKey{Tenant: tenant, ClientID: principal.ClientID, WalletShopID: shop, OrderID: order},
 		principal: principal,
-		traceID:   newTraceID(),
+		traceID:   traceIDOf(r.Context()),
 	}, true
 }
 
@@ -400,8 +413,32 @@ func (jw *jsonWriter) release() {
 	jsonWriters.Put(jw)
 }
 
-func newTraceID() string {
-	var b [8]byte
+// w3c reads the caller's W3C trace context from the request's headers.
+var w3c propagation.TraceContext
+
+// startSpan starts the request's server span named name, a child of the
+// caller's trace context when the request carries one, and returns the
+// request with the span in its context.
+func (a *API) startSpan(r *http.Request, name string) (*http.Request, trace.Span) {
+	ctx := r.Context()
+	if r.Header.Get("traceparent") != "" {
+		ctx = w3c.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	tracer := a.Tracer
+	if tracer == nil {
+		tracer = noop.NewTracerProvider().Tracer("")
+	}
+	ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+	return r.WithContext(ctx), span
+}
+
+// traceIDOf is the trace id of ctx's span, the request's trace_id; a
+// random one when ctx has none (no traceparent, no tracer making ids).
+func traceIDOf(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

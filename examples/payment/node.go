@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
@@ -84,6 +86,13 @@ type Config struct {
 	// and the process's) on a registry of its own and serves it at
 	// /metrics on APIAddr, for Prometheus to scrape.
 	Metrics bool
+	// TracerProvider makes the API's request spans and Shoal's (asks,
+	// remote sends and receives, entity handlers, journal writes). Default:
+	// an OpenTelemetry SDK provider that samples nothing, for its ids: a
+	// request's trace_id is its trace's, continued from the caller's
+	// traceparent or new, and travels to the entity on any node. Pass a
+	// provider with an exporter to record the spans.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -155,6 +164,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = d.DrainTimeout
 	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
 	if cfg.Metrics {
 		n.metrics = prometheus.NewRegistry()
@@ -213,7 +225,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("payment API: %w", err)
 	}
-	api := &API{Payments: n.Payments, Counters: n.Counters, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger}
+	api := &API{Payments: n.Payments, Counters: n.Counters, Auth: cfg.Auth, AskTimeout: cfg.Settings.AskTimeout, Log: cfg.Logger,
+		Tracer: cfg.TracerProvider.Tracer("github.com/shoal-dev/shoal/examples/payment")}
 	if n.readModel != nil {
 		api.ReadModel = n.readModel.model
 	}
@@ -292,7 +305,7 @@ func (n *Node) initEntities(ctx context.Context, sh *sharding.Sharding, self clu
 func (n *Node) localSharding(reg *codec.Registry) (*sharding.Sharding, error) {
 	Register(reg)
 	registerCounter(reg)
-	ec := entity.Config{Codec: reg, Journal: n.Journal, Reminders: n.reminderStore, Clock: n.cfg.Clock, Logger: n.log}
+	ec := entity.Config{Codec: reg, Journal: n.Journal, Reminders: n.reminderStore, Clock: n.cfg.Clock, Logger: n.log, TracerProvider: n.cfg.TracerProvider}
 	var shardingCfg sharding.Config
 	if n.metrics != nil {
 		ec.Metrics, shardingCfg.Metrics = n.metrics, n.metrics
@@ -330,6 +343,9 @@ func (n *Node) joinCluster(ctx context.Context, reg *codec.Registry) error {
 	}
 	if nc.Metrics == nil && n.metrics != nil {
 		nc.Metrics = n.metrics
+	}
+	if nc.TracerProvider == nil {
+		nc.TracerProvider = n.cfg.TracerProvider
 	}
 	n.done = make(chan struct{})
 	if nc.OnLeaveRequest == nil {
@@ -420,7 +436,7 @@ func (n *Node) openJournal(ctx context.Context) error {
 	if len(applied) > 0 {
 		n.log.Info("applied migrations", "versions", applied)
 	}
-	var jc postgres.Config
+	jc := postgres.Config{TracerProvider: n.cfg.TracerProvider}
 	if n.metrics != nil {
 		jc.Metrics = n.metrics
 	}

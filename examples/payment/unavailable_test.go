@@ -37,7 +37,7 @@ func (j *downJournal) WriteWithSide(ctx context.Context, evs []journal.Event, si
 	return j.Journal.(journal.SideWriter).WriteWithSide(ctx, evs, side)
 }
 
-func (j *downJournal) WriteAsyncWithSide(evs []journal.Event, side journal.Side, done func(error)) {
+func (j *downJournal) WriteAsyncWithSide(_ context.Context, evs []journal.Event, side journal.Side, done func(error)) {
 	done(j.WriteWithSide(context.Background(), evs, side))
 }
 

@@ -15,6 +15,10 @@ import (
 	"github.com/shoal-dev/shoal/internal/deepequal"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ErrAskTimeout is returned by Ask when no reply arrives before its
@@ -254,15 +258,41 @@ func roundTripReply[R any](r *codec.Registry, v R) (R, error) {
 // backing off after a failure), where a Tell is kept for the restart.
 type AskRef[C any] interface {
 	Ref[C]
-	// TellAsk sends msg, which carries the reply address of an ask.
-	TellAsk(msg C) error
+	// TellAsk sends msg, which carries the reply address of an ask, with
+	// the trace context of ctx (see ContextRef); ctx bounds nothing.
+	TellAsk(ctx context.Context, msg C) error
 }
 
-func tellAsk[C any](ref Ref[C], msg C) error {
+func tellAsk[C any](ctx context.Context, ref Ref[C], msg C) error {
 	if ar, ok := ref.(AskRef[C]); ok {
-		return ar.TellAsk(msg)
+		return ar.TellAsk(ctx, msg)
 	}
-	return ref.Tell(msg)
+	return TellContext(ctx, ref, msg)
+}
+
+// startAsk starts an Ask's "shoal.ask" span when the runtime records
+// spans; otherwise it returns ctx and a span that does nothing.
+func (s *System) startAsk(ctx context.Context, ref any) (context.Context, trace.Span) {
+	if !s.trace.on {
+		return ctx, noSpan
+	}
+	attrs := []attribute.KeyValue{AttrEntityType.String(entityTypeOf(ref))}
+	if id, ok := ref.(interface{ EntityID() string }); ok {
+		attrs = append(attrs, AttrEntityID.String(id.EntityID()))
+	}
+	return s.trace.tracer.Start(ctx, "shoal.ask", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// noSpan is the span of an untraced Ask.
+var noSpan trace.Span = noop.Span{}
+
+// endAsk ends an Ask's span with its outcome.
+func endAsk(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // Ask sends the command built by build to ref and waits for the reply
@@ -289,12 +319,14 @@ func tellAsk[C any](ref Ref[C], msg C) error {
 //
 // Ask blocks its goroutine: an entity's handler must not call it (it would
 // hold one of the System's few workers); use AskFrom there.
-func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R, error) {
+func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (r R, err error) {
 	var zero R
 	if ctx.Err() != nil {
 		return zero, askContextErr(ctx)
 	}
 	sys := ref.System()
+	ctx, span := sys.startAsk(ctx, ref)
+	defer func() { endAsk(span, err) }()
 	if sys.metrics != nil {
 		m, start := sys.metrics.Type(entityTypeOf(ref)), sys.cfg.Clock.Now()
 		defer func() { m.Asked(sys.cfg.Clock.Now().Sub(start)) }()
@@ -302,7 +334,7 @@ func Ask[C, R any](ctx context.Context, ref Ref[C], build func(ReplyTo[R]) C) (R
 	_, hasDeadline := ctx.Deadline()
 	id, ch := sys.registerAsk(!hasDeadline, decoderFor[R]{})
 	defer sys.replies.unregister(id)
-	if err := tellAsk(ref, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
+	if err := tellAsk(ctx, ref, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
 		return zero, fmt.Errorf("entity: ask: %w", err)
 	}
 	select {
@@ -383,7 +415,7 @@ func AskFrom[C, T, R any](ctx Context[C], target Ref[T], timeout time.Duration, 
 	pending.start(sys.cfg.Clock.AfterFunc(timeout, func() {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("%w: no reply within %v: %w", ErrAskTimeout, timeout, context.DeadlineExceeded)})
 	}))
-	if err := tellAsk(target, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
+	if err := tellAsk(TraceContext(ctx), target, build(ReplyTo[R]{addr: sys.replyAddress(id)})); err != nil {
 		sys.replies.deliver(id, askFailure{fmt.Errorf("entity: ask: %w", err)})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/ring"
 	"github.com/shoal-dev/shoal/stash"
 	"github.com/shoal-dev/shoal/timers"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Props describes how to run entities of one type. One Props is shared by
@@ -105,11 +106,15 @@ type termination struct {
 }
 
 // envelope is a mailbox entry: a command, or a runtime message (timer tick,
-// receive timeout, ordered function) that takes its place in the queue.
+// receive timeout, ordered function) that takes its place in the queue. A
+// command that carries a trace context has a control record too.
 type envelope[C any] struct {
 	msg C
 	ctl *control
 }
+
+// command reports whether e is a command, traced or not.
+func (e envelope[C]) command() bool { return e.ctl == nil || e.ctl.kind == tracedCommand }
 
 type controlKind uint8
 
@@ -117,13 +122,15 @@ const (
 	timerTick controlKind = iota
 	receiveTimeoutTick
 	orderedFunc
+	tracedCommand // msg carries parent, its sender's trace context
 )
 
 type control struct {
-	kind controlKind
-	tick timers.Tick
-	gen  uint64
-	fn   func()
+	kind   controlKind
+	tick   timers.Tick
+	gen    uint64
+	fn     func()
+	parent *trace.SpanContext
 }
 
 // extras holds what few entities use, so an idle entity does not pay for it.
@@ -137,6 +144,8 @@ type extras[C any] struct {
 	cancel     context.CancelFunc
 	log        *slog.Logger
 	stopErr    error // the reason, when stopping because of a failure
+	// span is the trace context of the command being handled (SpanContext).
+	span trace.SpanContext
 }
 
 type receiveTimeout[C any] struct {
@@ -177,7 +186,7 @@ func (c *Cell[C]) Clock() timers.Clock { return c.sys.cfg.Clock }
 
 // Tell implements Ref.
 func (c *Cell[C]) Tell(msg C) error {
-	_, err := c.tell(msg, false, 0)
+	_, err := c.tell(msg, false, 0, nil)
 	return err
 }
 
@@ -202,9 +211,10 @@ func Seal[C any](c *Cell[C]) {
 // reports true and Tell's error, and, once msg is queued, keeps mark if
 // it is greater than the marks of earlier calls: an owner's own clock
 // (a shard's idle tick), read back with Mark, for which the cell's lock,
-// taken anyway, is cheaper than a record of the owner's own.
-func TellUnsealed[C any](c *Cell[C], msg C, mark uint64) (bool, error) {
-	return c.tell(msg, true, mark)
+// taken anyway, is cheaper than a record of the owner's own. parent is
+// the trace context msg carries, nil for none (see TellTraced).
+func TellUnsealed[C any](c *Cell[C], msg C, mark uint64, parent *trace.SpanContext) (bool, error) {
+	return c.tell(msg, true, mark, parent)
 }
 
 // Mark is the greatest mark TellUnsealed queued a message with, 0 if none.
@@ -216,8 +226,9 @@ func Mark[C any](c *Cell[C]) uint64 {
 }
 
 // tell queues msg; with unsealed it refuses, reporting false, a sealed or
-// stopped incarnation, and keeps mark.
-func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64) (bool, error) {
+// stopped incarnation, and keeps mark. A msg with a parent trace context
+// takes a control record to carry it, so an untraced one costs nothing.
+func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64, parent *trace.SpanContext) (bool, error) {
 	if c.sys.cfg.ForceSerialization && !c.props.LocalOnly {
 		copied, err := roundTripExact(c.sys.cfg.Codec, msg)
 		if err != nil {
@@ -251,7 +262,11 @@ func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64) (bool, error) {
 		c.mu.Unlock()
 		return true, fmt.Errorf("%w: %s/%s is recovering or persisting and holds %d messages", ErrMailboxFull, c.props.Key.name, c.id, c.props.heldCapacity())
 	}
-	c.mailbox.Push(envelope[C]{msg: msg})
+	e := envelope[C]{msg: msg}
+	if parent != nil {
+		e.ctl = &control{kind: tracedCommand, parent: parent}
+	}
+	c.mailbox.Push(e)
 	if mark > c.mark {
 		c.mark = mark
 	}
@@ -340,7 +355,7 @@ func (c *Cell[C]) run() {
 			c.deliver(msg)
 		} else if e, ok := c.popMailbox(); ok {
 			c.mu.Unlock()
-			current, handling = e.msg, e.ctl == nil
+			current, handling = e.msg, e.command()
 			c.handle(e)
 		} else {
 			c.status &^= scheduled
@@ -415,6 +430,8 @@ func (c *Cell[C]) handle(e envelope[C]) {
 		c.receiveTimeoutFired(e.ctl.gen)
 	case orderedFunc:
 		e.ctl.fn()
+	case tracedCommand:
+		c.deliverTraced(e.msg, *e.ctl.parent)
 	}
 }
 
@@ -533,7 +550,7 @@ func (c *Cell[C]) terminate(err error) {
 		}
 	}
 	left.Drain(func(e envelope[C]) {
-		if e.ctl == nil {
+		if e.command() {
 			deadLetter("left in mailbox of stopped entity", e.msg)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/shoal-dev/shoal/snapshot"
 	"github.com/shoal-dev/shoal/timers"
 	"github.com/shoal-dev/shoal/timers/reminder"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a System. The zero value of every field means its default.
@@ -79,6 +80,12 @@ type Config struct {
 	// messages delivered and dead-lettered, mailbox depth and ask latency,
 	// per entity type. Default nil: no metrics, at the cost of a nil check.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the runtime's spans: an Ask's ("shoal.ask") and
+	// the handling of each command that carries a trace context
+	// ("shoal.entity.handle"; docs/DESIGN.md, "Tracing"). Default: otel's
+	// no-op provider, which records nothing; trace context still travels
+	// with messages. Pass otel.GetTracerProvider() to use the global one.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultDeadLetterLogLimit is Config.DeadLetterLogLimit's default.
@@ -99,6 +106,7 @@ type System struct {
 	inOrder     keyedQueues
 	metrics     *metrics.Entity     // nil when Config.Metrics is
 	untyped     *metrics.EntityType // dead letters of no entity type
+	trace       tracing
 }
 
 // NewSystem returns a runtime configured by cfg.
@@ -138,6 +146,7 @@ func NewSystem(cfg Config) (*System, error) {
 	// Every line of the runtime names its node.
 	s := &System{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), metrics: metrics.NewEntity(cfg.Metrics)}
 	s.untyped = s.metrics.Type(metrics.NoEntityType)
+	s.trace = newTracing(cfg.TracerProvider)
 	s.recoveries.max = cfg.MaxConcurrentRecoveries
 	s.dispatch.max = cfg.Workers
 	s.replies.pending = make(map[uint64]waiter)

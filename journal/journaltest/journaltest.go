@@ -679,7 +679,7 @@ func testAsyncWriter(t *testing.T, j journal.Journal, pid func(string) string) {
 	}
 	out := make(chan outcome, 2*len(batches))
 	for i, b := range batches {
-		aw.WriteAsync(b, func(err error) { out <- outcome{i, err} })
+		aw.WriteAsync(context.Background(), b, func(err error) { out <- outcome{i, err} })
 	}
 	got := make([]int, len(batches))
 	deadline := time.After(time.Minute)

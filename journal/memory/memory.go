@@ -122,8 +122,8 @@ func (j *Journal) SideStore() string {
 
 // WriteAsyncWithSide implements journal.SideWriter; it completes before
 // returning.
-func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
-	done(j.WriteWithSide(context.Background(), events, side))
+func (j *Journal) WriteAsyncWithSide(ctx context.Context, events []journal.Event, side journal.Side, done func(error)) {
+	done(j.WriteWithSide(ctx, events, side))
 }
 
 // WriteWithSide implements journal.SideWriter: side is applied under the
@@ -179,8 +179,8 @@ func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, sid
 }
 
 // WriteAsync implements journal.AsyncWriter; it completes before returning.
-func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
-	done(j.Write(context.Background(), events))
+func (j *Journal) WriteAsync(ctx context.Context, events []journal.Event, done func(error)) {
+	done(j.Write(ctx, events))
 }
 
 // Replay implements journal.Journal. It copies one page at a time so fn may

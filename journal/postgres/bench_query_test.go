@@ -146,7 +146,7 @@ func BenchmarkLiveLag(b *testing.B) {
 		due := int(time.Since(start).Seconds() * rate) // open loop: catch up, never burst ahead
 		for ; i < b.N && i <= due; i++ {
 			pid := fmt.Sprintf("%s|%d", typ, i)
-			j.WriteAsync([]journal.Event{{PersistenceID: pid, SeqNr: 1, Manifest: "bench.Event", Payload: payload, WriterID: "w", Timestamp: time.Now()}}, func(err error) {
+			j.WriteAsync(context.Background(), []journal.Event{{PersistenceID: pid, SeqNr: 1, Manifest: "bench.Event", Payload: payload, WriterID: "w", Timestamp: time.Now()}}, func(err error) {
 				if err != nil {
 					b.Error(err)
 				}

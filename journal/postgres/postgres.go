@@ -82,6 +82,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoal-dev/shoal/cluster/lease"
@@ -121,6 +125,12 @@ type Config struct {
 	// Metrics, when set, receives the journal's Prometheus collectors:
 	// persist and replay latency, events per batch. Default nil: none.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the spans of traced writes: a
+	// "shoal.journal.write" span for each write whose context carries a
+	// span, and a "shoal.journal.batch" span for each round trip that
+	// stores one (docs/DESIGN.md, "Tracing"). Default: otel's no-op
+	// provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -159,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueryPollInterval <= 0 {
 		c.QueryPollInterval = d.QueryPollInterval
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	return c
 }
@@ -199,6 +212,7 @@ type Journal struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
+	tracer    trace.Tracer
 
 	live  wakeups   // wakes the Live queries: see notify.go
 	fence *Fence    // nil without WithFence
@@ -284,6 +298,7 @@ func New(pool *pgxpool.Pool, cfg Config, opts ...Option) *Journal {
 		slots:  make(chan struct{}, cfg.Writers),
 		closed: make(chan struct{}),
 		m:      metrics.NewJournal(cfg.Metrics),
+		tracer: cfg.TracerProvider.Tracer("github.com/shoal-dev/shoal/journal/postgres"),
 	}
 	for _, o := range opts {
 		o(j)
@@ -340,14 +355,22 @@ type request struct {
 	done   chan error  // Write: buffered, so the writer never blocks on a caller
 	cb     func(error) // WriteAsync
 	m      *metrics.Journal
-	start  time.Time // when m is set
+	start  time.Time  // when m is set
+	span   trace.Span // "shoal.journal.write", when ctx carried a span
 }
 
-// newRequest is a request for events, timed when metrics are on.
-func (j *Journal) newRequest(events []journal.Event) *request {
+// newRequest is a request for events, timed when metrics are on, in a
+// span when ctx carries one.
+func (j *Journal) newRequest(ctx context.Context, events []journal.Event) *request {
 	r := &request{events: events, m: j.m}
 	if j.m != nil {
 		r.start = time.Now()
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		_, r.span = j.tracer.Start(ctx, "shoal.journal.write",
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(dbSystem, attrPersistenceID.String(events[0].PersistenceID),
+				attrSeqNr.Int64(int64(events[0].SeqNr)), attrEvents.Int(len(events))))
 	}
 	return r
 }
@@ -357,11 +380,28 @@ func (r *request) reply(err error) {
 	if r.m != nil {
 		r.m.Persisted(time.Since(r.start))
 	}
+	if r.span != nil {
+		if err != nil {
+			r.span.RecordError(err)
+			r.span.SetStatus(codes.Error, err.Error())
+		}
+		r.span.End()
+	}
 	if r.cb != nil {
 		r.cb(err)
 		return
 	}
 	r.done <- err
+}
+
+// withdrawn ends the span of a write that no writer took, and returns err.
+func (r *request) withdrawn(err error) error {
+	if r.span != nil {
+		r.span.RecordError(err)
+		r.span.SetStatus(codes.Error, err.Error())
+		r.span.End()
+	}
+	return err
 }
 
 // take claims r for a batch; false if its caller gave up first.
@@ -424,7 +464,7 @@ func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, sid
 	if err := j.checkSide(side); err != nil {
 		return err
 	}
-	r := j.newRequest(events)
+	r := j.newRequest(ctx, events)
 	r.side = side
 	r.done = make(chan error, 1)
 	if j.cfg.MaxBatchWait == 0 && len(j.queue) == 0 {
@@ -434,7 +474,7 @@ func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, sid
 			select {
 			case <-j.closed:
 				<-j.slots
-				return ErrClosed
+				return r.withdrawn(ErrClosed)
 			default:
 			}
 			r.state.Store(taken)
@@ -447,20 +487,20 @@ func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, sid
 	select {
 	case j.queue <- r:
 	case <-ctx.Done():
-		return ctx.Err()
+		return r.withdrawn(ctx.Err())
 	case <-j.closed:
-		return ErrClosed
+		return r.withdrawn(ErrClosed)
 	}
 	select {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
 		if r.abandon() {
-			return ctx.Err()
+			return r.withdrawn(ctx.Err())
 		}
 	case <-j.closed:
 		if r.abandon() {
-			return ErrClosed
+			return r.withdrawn(ErrClosed)
 		}
 	}
 	// A writer holds it: its outcome is the truth, wait for it.
@@ -475,14 +515,15 @@ var _ journal.AsyncWriter = (*Journal)(nil)
 // goroutine waits for it. done must return quickly and must not wait for
 // another write of this journal. events must not change until done is
 // called. WriteAsync blocks only while the queue is full (4 ×
-// Config.MaxBatchEvents writes).
-func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
-	j.WriteAsyncWithSide(events, nil, done)
+// Config.MaxBatchEvents writes); if ctx ends meanwhile, the write fails
+// with ctx's error.
+func (j *Journal) WriteAsync(ctx context.Context, events []journal.Event, done func(error)) {
+	j.WriteAsyncWithSide(ctx, events, nil, done)
 }
 
 // WriteAsyncWithSide implements journal.SideWriter: WriteAsync, with side
 // written in the same transaction.
-func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
+func (j *Journal) WriteAsyncWithSide(ctx context.Context, events []journal.Event, side journal.Side, done func(error)) {
 	if err := check(events); err != nil {
 		done(err)
 		return
@@ -491,20 +532,23 @@ func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, 
 		done(err)
 		return
 	}
-	r := j.newRequest(events)
+	r := j.newRequest(ctx, events)
 	r.side = side
 	r.cb = done
 	select {
 	case j.queue <- r:
+	case <-ctx.Done():
+		done(r.withdrawn(ctx.Err()))
+		return
 	case <-j.closed:
-		done(ErrClosed)
+		done(r.withdrawn(ErrClosed))
 		return
 	}
 	// Close may have drained the queue before r went in.
 	select {
 	case <-j.closed:
 		if r.abandon() {
-			done(ErrClosed)
+			done(r.withdrawn(ErrClosed))
 		}
 	default:
 	}
@@ -745,6 +789,9 @@ func tagsLiteral(tags []string) string {
 func (j *Journal) flush(batch []*request, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), j.cfg.WriteTimeout)
 	defer cancel()
+	if span := j.startBatch(batch, n); span != nil {
+		defer span.End()
+	}
 	args := buildArgs(batch, n)
 	results := make([]error, len(batch))
 	var tag pgconn.CommandTag
@@ -1189,4 +1236,42 @@ func (j *Journal) DeleteTo(ctx context.Context, pid string, to uint64) error {
 		return fmt.Errorf("journal/postgres: delete %s to %d: %w", pid, to, err)
 	}
 	return nil
+}
+
+// Span attributes of the journal's spans.
+var (
+	dbSystem          = attribute.String("db.system.name", "postgresql")
+	attrPersistenceID = attribute.Key("shoal.persistence_id")
+	attrSeqNr         = attribute.Key("shoal.seq_nr")
+	attrEvents        = attribute.Key("shoal.journal.events")
+	attrWrites        = attribute.Key("shoal.journal.writes")
+)
+
+// startBatch starts the "shoal.journal.batch" span of a round trip that
+// stores a traced write, nil when none is traced. One round trip stores
+// the writes of many traces, so the span is a child of the first traced
+// write's span (a lone write, the common case at rest, reads as one tree:
+// handle, write, batch) and links to every other traced write's span, so
+// that each of their traces leads to the statement that stored it
+// (docs/DESIGN.md, "Tracing").
+func (j *Journal) startBatch(batch []*request, n int) trace.Span {
+	var parent trace.SpanContext
+	var links []trace.Link
+	for _, r := range batch {
+		if r.span == nil {
+			continue
+		}
+		if sc := r.span.SpanContext(); !parent.IsValid() {
+			parent = sc
+		} else {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	if !parent.IsValid() {
+		return nil
+	}
+	_, span := j.tracer.Start(trace.ContextWithSpanContext(context.Background(), parent), "shoal.journal.batch",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...),
+		trace.WithAttributes(dbSystem, attrWrites.Int(len(batch)), attrEvents.Int(n)))
+	return span
 }

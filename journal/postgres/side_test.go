@@ -118,7 +118,7 @@ func TestSideRefused(t *testing.T) {
 	bad := sideSet("a")
 	bad.Changes[0].Generation = 0
 	done := make(chan error, 1)
-	j.WriteAsyncWithSide([]journal.Event{event("T|a", 1)}, bad, func(err error) { done <- err })
+	j.WriteAsyncWithSide(context.Background(), []journal.Event{event("T|a", 1)}, bad, func(err error) { done <- err })
 	if err := <-done; !errors.Is(err, journal.ErrRejected) || !errors.Is(err, reminder.ErrInvalid) {
 		t.Fatalf("ill-formed side: %v, want ErrRejected and reminder.ErrInvalid", err)
 	}

@@ -179,12 +179,21 @@ type (
 	// marks the command of an ask (EntityRef.TellAsk): the home refuses
 	// it at once when its entity is backing off, as the asker's own node
 	// would, where another message waits for the restart.
+	//
+	// Trace, nil for an untraced message, is the W3C trace context of the
+	// sender's span, so that the entity's handler continues the sender's
+	// trace (docs/DESIGN.md, "Tracing"). A pointer, so that an untraced
+	// Deliver is no larger than before it existed.
 	Deliver struct {
 		Shard, EntityID string
 		Msg             any
 		Start           bool
 		Ask             bool
+		Trace           *TraceContext
 	}
+	// TraceContext is W3C trace context: the values of the traceparent and
+	// tracestate headers.
+	TraceContext struct{ Parent, State string }
 )
 
 func (Register) ProtocolMessage()            {}

@@ -121,8 +121,11 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 
 // appendDeliver writes a Deliver's fields: shard, entity id, start, ask,
 // then its user message as the codec encoded it (manifest, payload) and
-// the reply addresses inside it. A Deliver that only starts its entity
-// has an empty manifest.
+// the reply addresses inside it; then, appended and only when the message
+// is traced, its W3C trace context (Trace: parent, state): an untraced
+// Deliver has the bytes it had before they existed. A field appended after
+// them must write them, empty, first. A Deliver that only starts its
+// entity has an empty manifest.
 func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
 	var e Encoded
 	if d.Msg != nil {
@@ -140,6 +143,10 @@ func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(e.ReplyTo)))
 	for _, a := range e.ReplyTo {
 		b = appendReplyAddress(b, a)
+	}
+	if t := d.Trace; t != nil {
+		b = appendString(b, t.Parent)
+		b = appendString(b, t.State)
 	}
 	return b, nil
 }
@@ -335,6 +342,9 @@ func readDeliver(r *reader) protocol.Deliver {
 		for i := range e.ReplyTo {
 			e.ReplyTo[i] = readReplyAddress(r, "ReplyTo")
 		}
+	}
+	if r.more() { // traced; absent in an untraced Deliver and before the fields existed
+		d.Trace = &protocol.TraceContext{Parent: r.string("Trace.Parent"), State: r.string("Trace.State")}
 	}
 	if e.Manifest != "" {
 		d.Msg = e

@@ -218,6 +218,10 @@ func fill(t testing.TB, typ reflect.Type) reflect.Value {
 			t.Fatal(err)
 		}
 		v.Set(reflect.ValueOf(note{Text: "hello", ReplyTo: rt}))
+	case reflect.Pointer:
+		p := reflect.New(typ.Elem())
+		p.Elem().Set(fill(t, typ.Elem()))
+		v.Set(p)
 	case reflect.Struct:
 		for i := range typ.NumField() {
 			v.Field(i).Set(fill(t, typ.Field(i).Type))
