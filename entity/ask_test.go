@@ -270,9 +270,9 @@ func TestReplyToUnknownNodeIsDeadLetter(t *testing.T) {
 	}
 }
 
-// A reply for another node goes, encoded, to Config.RemoteReplies; its
+// A reply for another node goes to the ReplyRouter, which encodes it; its
 // refusal is Reply's error, wrapped, and a dead letter.
-func TestReplyToOtherNodeUsesRemoteReplies(t *testing.T) {
+func TestReplyToOtherNodeUsesTheReplyRouter(t *testing.T) {
 	type sent struct {
 		to       entity.ReplyAddress
 		manifest string
@@ -283,13 +283,11 @@ func TestReplyToOtherNodeUsesRemoteReplies(t *testing.T) {
 	var answer error
 	reg := codec.NewRegistry()
 	codec.MustRegister[balance](reg, "balance")
-	sys := newSystem(t, func(c *entity.Config) {
-		c.NodeID, c.Codec = "here", reg
-		c.RemoteReplies = func(to entity.ReplyAddress, manifest string, payload []byte) error {
-			got = append(got, sent{to, manifest, string(payload)})
-			return answer
-		}
-	})
+	sys := newSystem(t, func(c *entity.Config) { c.NodeID, c.Codec = "here", reg })
+	runtime.SetReplyRouter(sys, encodingRouter{reg, func(to entity.ReplyAddress, manifest string, payload []byte) error {
+		got = append(got, sent{to, manifest, string(payload)})
+		return answer
+	}})
 	var to entity.ReplyTo[balance]
 	if err := json.Unmarshal([]byte(`{"node":"there","incarnation":3,"id":9}`), &to); err != nil {
 		t.Fatal(err)
@@ -303,14 +301,14 @@ func TestReplyToOtherNodeUsesRemoteReplies(t *testing.T) {
 	}
 	answer = refuse
 	if err := entity.Reply(sys, plain, 5); !errors.Is(err, refuse) {
-		t.Fatalf("Reply through a refusing seam: %v", err)
+		t.Fatalf("Reply through a refusing router: %v", err)
 	}
 	want := []sent{
 		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 9}, "balance", `{"Owner":"o","Cents":2,"Tags":null}`},
 		{entity.ReplyAddress{Node: "there", Incarnation: 3, AskID: 10}, runtime.JSONReplyManifest, `5`},
 	}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("seam got %+v, want %+v", got, want)
+		t.Fatalf("router sent %+v, want %+v", got, want)
 	}
 	if sys.DeadLetters() != 1 {
 		t.Fatalf("dead letters %d, want 1 (the refused reply)", sys.DeadLetters())

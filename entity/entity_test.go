@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 type cmd interface{ isCmd() }
@@ -59,6 +60,22 @@ func newSystem(t testing.TB, mutate ...func(*entity.Config)) *entity.System {
 		t.Fatal(err)
 	}
 	return sys
+}
+
+// encodingRouter is a ReplyRouter between processes, as a node's
+// transport is: it encodes every reply (EncodeReply) with the codec and
+// hands the bytes to send.
+type encodingRouter struct {
+	codec *codec.Registry
+	send  func(to entity.ReplyAddress, manifest string, payload []byte) error
+}
+
+func (r encodingRouter) RouteReply(to entity.ReplyAddress, v any) error {
+	manifest, payload, err := runtime.EncodeReply(r.codec, v)
+	if err != nil {
+		return err
+	}
+	return r.send(to, manifest, payload)
 }
 
 func askGet(t *testing.T, ref entity.Ref[cmd]) int {

@@ -38,13 +38,11 @@ type sentReply struct {
 // for byte. A change here breaks asks between nodes of two versions.
 func TestAskFailureWireForm(t *testing.T) {
 	var sent recorder[sentReply]
-	sys := newSystem(t, func(c *entity.Config) {
-		c.NodeID, c.Incarnation = "a", 1
-		c.RemoteReplies = func(to entity.ReplyAddress, manifest string, payload []byte) error {
-			sent.add(sentReply{to, manifest, string(payload)})
-			return nil
-		}
-	})
+	sys := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "a", 1 })
+	runtime.SetReplyRouter(sys, encodingRouter{nil, func(to entity.ReplyAddress, manifest string, payload []byte) error {
+		sent.add(sentReply{to, manifest, string(payload)})
+		return nil
+	}})
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -191,8 +189,8 @@ func (r pairRouter) RouteReply(to entity.ReplyAddress, v any) error {
 	return runtime.DeliverLocalReply(r.systems[to.Node], to, v)
 }
 
-// Without Config.RemoteReplies the failure takes the ReplyRouter, the
-// route replies take, and fails the ask on the other System.
+// A router that carries values, in process, carries the failure as it
+// is, and it fails the ask on the other System.
 func TestAskFailureThroughReplyRouter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newSystem(t, func(c *entity.Config) { c.NodeID, c.Incarnation = "a", 1 })

@@ -64,9 +64,9 @@ func wireCodec() *codec.Registry {
 }
 
 // remoteNode is one System joined to the network, with the glue a transport
-// runner provides: replies for other nodes leave through RemoteReplies,
-// arriving reply frames go to DeliverReply, arriving commands to the
-// node's quoter.
+// runner provides: replies for other nodes leave encoded through its
+// ReplyRouter, arriving reply frames go to DeliverReply, arriving commands
+// to the node's quoter.
 type remoteNode struct {
 	sys          *entity.System
 	tr           *inproc.Transport
@@ -80,11 +80,11 @@ func startNode(t *testing.T, net *inproc.Network, addr cluster.UniqueAddress, re
 	n := &remoteNode{}
 	n.sys = newSystem(t, func(c *entity.Config) {
 		c.NodeID, c.Incarnation, c.Codec = addr.Node, addr.Incarnation, replyCodec
-		c.RemoteReplies = func(to entity.ReplyAddress, manifest string, payload []byte) error {
-			return n.tr.Send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
-				replyFrame{To: to, Manifest: manifest, Payload: payload})
-		}
 	})
+	runtime.SetReplyRouter(n.sys, encodingRouter{replyCodec, func(to entity.ReplyAddress, manifest string, payload []byte) error {
+		return n.tr.Send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
+			replyFrame{To: to, Manifest: manifest, Payload: payload})
+	}})
 	n.quoter = entity.Spawn(n.sys, &entity.Props[quoteCmd]{Key: quoteKey, Create: n.quoterBehavior}, "q")
 	tr, err := net.Join(addr, func(_ cluster.UniqueAddress, msg any) {
 		switch m := msg.(type) {
@@ -194,7 +194,7 @@ func quoteCodec(manifest string) *codec.Registry {
 }
 
 // A asks the quoter on B: the command crosses as bytes, B's Reply hands the
-// encoded reply to its RemoteReplies seam, the network carries it, and A's
+// encoded reply to its ReplyRouter, the network carries it, and A's
 // pending ask decodes it into its own R, whether the reply type is
 // registered or travels as JSON.
 func TestAskAcrossNodes(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // New returns the behavior described by cfg. Recovery starts when the
@@ -422,9 +423,14 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 	if b.cfg.EnforcedReplies && !eff.DecidesReply() && carriesReplyTo(cmd) {
 		b.missingReply(cmd, eff)
 	}
+	batch, err := b.reminderBatch(cmd, eff)
+	if err != nil {
+		b.rejectPersist(cmd, b.seqNr+1, err)
+		return entity.Same[C]()
+	}
 	switch eff.kind {
 	case EffectPersist:
-		b.persist(cmd, eff)
+		b.persist(cmd, eff, batch)
 		return entity.Same[C]()
 	case EffectStash:
 		if err := b.Context.Stash().Stash(cmd); err != nil {
@@ -433,7 +439,11 @@ func (b *behavior[C, E, S]) Receive(_ entity.Context[C], cmd C) entity.Behavior[
 			return entity.Same[C]()
 		}
 	}
-	b.runSideEffects(eff.then)
+	if batch.Empty() {
+		b.runSideEffects(eff.then)
+	} else {
+		b.applyReminders(cmd, batch, func() { b.runSideEffects(eff.then) })
+	}
 	if eff.kind == EffectUnhandled {
 		return entity.Unhandled[C]()
 	}
@@ -476,7 +486,7 @@ func (b *behavior[C, E, S]) TakeMissingReplies() []error {
 
 // persist writes eff's events for cmd; cmd is kept until the outcome, so
 // that a failed write fails its asks at once.
-func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
+func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S], side reminder.Batch) {
 	first := b.seqNr + 1
 	now := b.Clock().Now()
 	if b.writerID == "" {
@@ -504,6 +514,16 @@ func (b *behavior[C, E, S]) persist(cmd C, eff Effect[E, S]) {
 	}
 	if b.diag != nil && b.diag.observer != nil {
 		b.diag.observer.Persisting(first, first+uint64(len(batch))-1)
+	}
+	if !side.Empty() {
+		sw, ok := b.cfg.Journal.(journal.SideWriter)
+		if !ok || sw.SideStore() != reminder.SideStoreName {
+			b.rejectPersist(cmd, first, ErrNoReminderStore)
+			return
+		}
+		runtime.Suspend(b.cell())
+		sw.WriteAsyncWithSide(batch, side, func(err error) { runtime.Post(b.cell(), func() { b.persisted(cmd, eff, first, err) }) })
+		return
 	}
 	runtime.Suspend(b.cell())
 	if aw, ok := b.cfg.Journal.(journal.AsyncWriter); ok {

@@ -20,6 +20,8 @@ type Effect[E, S any] struct {
 	origin uint16 // which effect a CommandContext built this one from; 0 if none (see effectTracker)
 	events []E
 	then   []sideEffect[S]
+	// reminders are set or cancelled with the events (reminders.go).
+	reminders []ReminderChange
 }
 
 // EffectKind is what an effect does with its command.

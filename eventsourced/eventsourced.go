@@ -36,6 +36,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // Separator joins the entity type and the entity id in a PersistenceID.
@@ -172,10 +173,15 @@ type Config[C, E, S any] struct {
 	// a long history is not replayed unnoticed.
 	SnapshotIsOptional bool
 
-	// Journal, Snapshots and Codec default to the System's.
+	// Journal, Snapshots, Codec and Reminders default to the System's.
+	// Reminder changes that go with events are written by the journal, in
+	// their transaction (it must be a journal.SideWriter for reminders);
+	// Reminders takes those of effects without events, and the
+	// acknowledgements of deliveries handled without events.
 	Journal   journal.Journal
 	Snapshots snapshot.Store
 	Codec     *codec.Registry
+	Reminders reminder.Store
 	// WriteTimeout bounds each journal write and snapshot save. Default 10s.
 	WriteTimeout time.Duration
 	// ReplayBatch is how many events recovery hands to the entity at once. Default 256.

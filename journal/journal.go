@@ -72,6 +72,28 @@ type ImmediateReader interface {
 	ReadsImmediately()
 }
 
+// Side is a change to another store that a write carries, committed with
+// the write's events or not at all: an effect's reminder changes
+// (docs/DESIGN.md, "Durable reminders"). The journal does not interpret it;
+// it hands it to the side store it was built with, which SideStore names.
+type Side interface {
+	SideStore() string
+}
+
+// SideWriter is an optional extension of Journal for implementations built
+// with a side store (journal/memory.WithSideStore,
+// journal/postgres.WithSideStore): WriteWithSide is Write whose events and
+// side go in in one transaction, all or nothing. A side for another store
+// than SideStore's, or a journal without one, fails with an error matching
+// ErrRejected, and nothing is stored.
+type SideWriter interface {
+	WriteWithSide(ctx context.Context, events []Event, side Side) error
+	// WriteAsyncWithSide is AsyncWriter's WriteAsync with a side.
+	WriteAsyncWithSide(events []Event, side Side, done func(error))
+	// SideStore names the side store; "" when the journal has none.
+	SideStore() string
+}
+
 // ErrWriteConflict means another writer already stored an event at one of the
 // sequence numbers: two incarnations of one entity are alive.
 var ErrWriteConflict = errors.New("journal: write conflict")

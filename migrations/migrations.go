@@ -29,6 +29,10 @@
 //     events a projection set aside (package projection/postgres);
 //     projection_requests: operations queued for an instance's holder,
 //     and beside each instance's lease the holder's last report.
+//   - reminders: durable reminders, one row per (entity type, entity id,
+//     name), with the shard, the due time on the database's clock, the
+//     period, the command and the generation (the delivery id), indexed by
+//     (entity type, shard, due time) (timers/reminder/postgres).
 package migrations
 
 import (

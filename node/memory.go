@@ -7,6 +7,7 @@ import (
 	journalmemory "github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
 	snapshotmemory "github.com/shoal-dev/shoal/snapshot/memory"
+	remindermemory "github.com/shoal-dev/shoal/timers/reminder/memory"
 )
 
 // MemoryStores are the stores of a node in memory mode (Config.Memory):
@@ -31,13 +32,18 @@ type MemoryStores struct {
 	Coordinators *sharding.MemoryCoordinatorStore
 	Remember     *sharding.MemoryRememberStore
 	Leases       *lease.MemoryStore
+	// Reminders is the journal's side store (journalmemory.WithSideStore),
+	// so that an effect's reminders go in with its events.
+	Reminders *remindermemory.Store
 }
 
 // NewMemoryStores returns empty stores, for one node or for every node of
 // a cluster in one process.
 func NewMemoryStores() *MemoryStores {
+	reminders := remindermemory.New()
 	return &MemoryStores{
-		Journal:      journalmemory.New(),
+		Reminders:    reminders,
+		Journal:      journalmemory.New(journalmemory.WithSideStore(reminders)),
 		Snapshots:    snapshotmemory.New(),
 		Coordinators: sharding.NewMemoryCoordinatorStore(),
 		Remember:     sharding.NewMemoryRememberStore(),

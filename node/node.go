@@ -99,9 +99,12 @@ import (
 	"github.com/shoal-dev/shoal/migrations"
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
+	"github.com/shoal-dev/shoal/sharding/reminders"
 	"github.com/shoal-dev/shoal/sharding/remote"
 	"github.com/shoal-dev/shoal/snapshot"
 	snapshotpg "github.com/shoal-dev/shoal/snapshot/postgres"
+	"github.com/shoal-dev/shoal/timers/reminder"
+	reminderpg "github.com/shoal-dev/shoal/timers/reminder/postgres"
 )
 
 var (
@@ -221,6 +224,12 @@ type Config struct {
 	// Leases are the node and coordinator lease timings; every node of a
 	// cluster must use the same. Default lease.DefaultSettings().
 	Leases lease.Settings
+	// Reminders tunes the firing of durable reminders (docs/DESIGN.md,
+	// "Durable reminders"): the node fires those of the shards it hosts,
+	// of every entity type, under its lease. Store, Holds, Clock and
+	// Logger are set by Start; zero fields take reminders.Config's
+	// defaults.
+	Reminders reminders.Config
 
 	// RegisterEntities, when set, registers the node's entity types
 	// (sharding.Init on n.Sharding()) before the node joins, so that the
@@ -236,8 +245,8 @@ type Config struct {
 	// types; Start adds sharding's wire types. Default: an empty registry.
 	Codec *codec.Registry
 	// Entity configures the entity runtime (workers, ask timeout, clock,
-	// ...). NodeID, Incarnation, Codec, Journal, Snapshots, RemoteReplies
-	// and Logger are set by Start.
+	// ...). NodeID, Incarnation, Codec, Journal, Snapshots and Logger are
+	// set by Start.
 	Entity entity.Config
 	// AdminAddr is where the admin HTTP API (package node/admin) listens,
 	// e.g. "127.0.0.1:0" (read the port back with Node.AdminAddr). Empty:
@@ -373,6 +382,8 @@ type Node struct {
 	renewPool, controlPool *pgxpool.Pool
 	journal                journal.Journal
 	snaps                  snapshot.Store
+	reminderStore          reminder.Store
+	firing                 *reminders.Service // nil until sharding started
 	coords                 sharding.CoordinatorStore
 	remember               sharding.RememberStore
 	leases                 lease.Store
@@ -439,10 +450,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	ec := cfg.Entity
 	ec.NodeID, ec.Incarnation, ec.Codec = n.self.Node, n.self.Incarnation, cfg.Codec
-	ec.Journal, ec.Snapshots = n.journal, n.snaps
+	ec.Journal, ec.Snapshots, ec.Reminders = n.journal, n.snaps, n.reminderStore
 	// The runtime adds "node" (the name) itself; "incarnation" completes
 	// what every layer's lines carry.
-	ec.RemoteReplies, ec.Logger = n.remote.SendReply, cfg.Logger.With("incarnation", n.self.Incarnation)
+	// Replies to other nodes' asks take the remote transport, which
+	// sharding.New attaches as the runtime's ReplyRouter.
+	ec.Logger = cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
 	}
@@ -469,6 +482,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if n.reminderStore != nil {
+		rc := cfg.Reminders
+		rc.Store, rc.Holds, rc.Clock, rc.Logger = n.reminderStore, n.holder.Holds, n.sys.Clock(), n.sys.Logger()
+		if rc.Metrics == nil {
+			rc.Metrics = n.metrics()
+		}
+		if n.firing, err = reminders.StartAll(n.sharding, rc); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.RegisterEntities != nil {
 		if err := cfg.RegisterEntities(n); err != nil {
@@ -529,6 +552,9 @@ func (n *Node) openStores(ctx context.Context) error {
 	if m := n.cfg.Memory; m != nil {
 		n.journal, n.snaps, n.coords, n.remember, n.leases = m.Journal, m.Snapshots, m.Coordinators, m.Remember, m.Leases
 		n.renewLeases, n.controlLeases = m.Leases, m.Leases
+		if m.Reminders != nil {
+			n.reminderStore = m.Reminders
+		}
 		return nil
 	}
 	n.pool = n.cfg.Pool
@@ -566,6 +592,7 @@ func (n *Node) openStores(ctx context.Context) error {
 	}
 	n.renewLeases, n.controlLeases = leasepg.New(n.renewPool), leasepg.New(n.controlPool)
 	n.snaps = snapshotpg.New(n.pool)
+	n.reminderStore = reminderpg.New(n.pool)
 	n.coords, n.remember = shardingpg.NewCoordinatorStore(n.controlPool), shardingpg.NewRememberStore(n.pool)
 	return nil
 }
@@ -659,7 +686,7 @@ func (n *Node) openJournal() {
 	}
 	n.journal = journalpg.New(n.pool, jc, journalpg.WithFence(journalpg.Fence{
 		NodeID: n.self.Node, Incarnation: n.self.Incarnation, Holds: n.holder.Holds,
-	}))
+	}), journalpg.WithSideStore(n.reminderStore.(journalpg.SideStore)))
 }
 
 // startCluster listens for messages and gossip. The transport's listener
@@ -798,6 +825,19 @@ func (n *Node) GossipAddr() string { return n.members.Addr() }
 // TransportAddr is where the node's transport listens.
 func (n *Node) TransportAddr() string { return n.net.Addr().String() }
 
+// Reminders is the node's durable reminder store; nil in memory mode
+// without MemoryStores.Reminders.
+func (n *Node) Reminders() reminder.Store { return n.reminderStore }
+
+// ReminderFiring reports, per entity type, what this node's firing of
+// reminders holds and did; nil before sharding started or without a store.
+func (n *Node) ReminderFiring() map[string]reminders.Stats {
+	if n.firing == nil {
+		return nil
+	}
+	return n.firing.Stats()
+}
+
 // Pool is the node's database pool; nil in memory mode.
 func (n *Node) Pool() *pgxpool.Pool { return n.pool }
 
@@ -844,6 +884,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		n.stopping.Store(true)
 		var errs []error
+		if n.firing != nil {
+			n.firing.Stop() // the shards' next homes fire their reminders
+		}
 		if err := n.sharding.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -887,6 +930,9 @@ func (n *Node) Kill() {
 func (n *Node) kill() {
 	n.stopping.Store(true)
 	n.stopAdmin()
+	if n.firing != nil {
+		n.firing.Stop()
+	}
 	if n.sharding != nil {
 		n.sharding.Terminate()
 	}

@@ -52,6 +52,14 @@ type coordinatorCore struct {
 	later      map[string]bool
 	gone       map[cluster.UniqueAddress]bool
 	waitRounds int
+	// role is the type's role: a member with it runs the type's region
+	// (see registrationWaitRounds); "" for every member.
+	role string
+	// handOffSeq numbers this coordinator's hand-offs (protocol.BeginHandOff
+	// Seq): with the epoch it names each one, so that acknowledgements,
+	// fences and ShardStopped of another hand-off of the shard (an
+	// earlier one, or a predecessor's) count for nothing in this one.
+	handOffSeq uint64
 	// rebalanced counts the hand-offs the last rebalance round, or the last
 	// operator's RebalanceShards, began (a metric: leaves and stop
 	// requests are not rebalances).
@@ -59,13 +67,18 @@ type coordinatorCore struct {
 }
 
 // registrationWaitRounds bounds, in rebalance rounds, how long hand-offs
-// wait for every member's region to register: a node that never starts
-// the type's region must not hold them up for ever. Rounds while such a
-// member is unreachable do not count (see unregisteredUnreachable).
+// wait for the region of a member without the type's role to register:
+// such a node may never start a proxy for the type, and must not hold
+// them up for ever. Rounds while such a member is unreachable do not
+// count (see unregisteredUnreachable). A member with the role runs the
+// type's region (that is how it hosts shards), and is waited for without
+// a time bound: a slow link may hold its Register up for longer than any
+// bound, while it forwards with the homes it knows.
 const registrationWaitRounds = 3
 
 type handoff struct {
-	stop    bool // StopShards: deallocate, do not move
+	seq     uint64 // with the epoch, names the hand-off (handOffSeq)
+	stop    bool   // StopShards: deallocate, do not move
 	from    cluster.UniqueAddress
 	pending map[cluster.UniqueAddress]bool // regions whose BeginHandOffAck is outstanding
 	fences  []cluster.UniqueAddress        // regions that fenced their forwards to from
@@ -260,7 +273,10 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 		return nil, nil
 	case protocol.BeginHandOffAck:
-		if h := c.handoffs[m.Shard]; h != nil {
+		// Only an answer to this very hand-off counts: a region whose view
+		// moved on answers a deposed coordinator's BeginHandOff to this
+		// one, and the fence it sent then is not one the HandOff awaits.
+		if h := c.handoffs[m.Shard]; h != nil && m.Epoch == c.epoch && m.Seq == h.seq {
 			if h.pending[m.Region] && m.FencedAt == h.from && m.Region != h.from {
 				h.fences = append(h.fences, m.Region)
 			}
@@ -269,19 +285,22 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 		}
 	case protocol.ShardStopped:
 		h := c.handoffs[m.Shard]
-		if h == nil && c.shards[m.Shard] == m.Region {
+		if h == nil && c.shards[m.Shard] == m.Region && m.Epoch < c.epoch {
 			// A hand-off a predecessor began stopped the shard after
 			// fences that regions, told by this coordinator that the
 			// shard is still there, may have forwarded past since. A
 			// hand-off of this coordinator's own fences them again; the
 			// region, which hosts the shard no more, then reports it
-			// stopped at once, with what it holds.
+			// stopped at once, with what it holds. A late or repeated
+			// ShardStopped of this coordinator's own hand-off says nothing
+			// of the shard placed there since (handed off again for it, a
+			// shard placed back on the same region would move for ever).
 			if _, queued := c.later[m.Shard]; !queued {
 				c.later[m.Shard] = false
 			}
 			return nil, c.startDeferred()
 		}
-		if h == nil || h.from != m.Region || !h.handing {
+		if h == nil || h.from != m.Region || !h.handing || m.Epoch != c.epoch || m.Seq != h.seq {
 			// Not after this coordinator's HandOff (a predecessor's,
 			// whose fences may be stale): that HandOff comes once this
 			// hand-off's fences are in, and the region reports again.
@@ -422,7 +441,8 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 			c.announcedTo[node] = true
 			out = append(out, c.hostAgain(node)...)
-			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch}})
+			out = append(out, outbound{to: node, msg: protocol.ShardHomes{Homes: homes, Epoch: c.epoch, Coordinator: c.self}})
+			out = append(out, c.owedAgain(node)...)
 		}
 		return changes, out
 	}
@@ -434,7 +454,8 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 func (c *coordinatorCore) welcome(region cluster.UniqueAddress) []outbound {
 	out := []outbound{{to: region, msg: protocol.RegisterAck{Coordinator: c.self, Epoch: c.epoch}}}
 	out = append(out, c.hostAgain(region)...)
-	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch}})
+	out = append(out, outbound{to: region, msg: protocol.ShardHomes{Homes: c.homes(), Epoch: c.epoch, Coordinator: c.self}})
+	out = append(out, c.owedAgain(region)...)
 	if len(c.down) > 0 {
 		out = append(out, outbound{to: region, msg: protocol.MembersDown{Nodes: c.down}})
 	}
@@ -451,6 +472,22 @@ func (c *coordinatorCore) hostAgain(region cluster.UniqueAddress) []outbound {
 	for _, shard := range c.byRegion[region] {
 		if from := c.starting[shard]; !from.IsZero() && c.handoffs[shard] == nil {
 			out = append(out, outbound{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}})
+		}
+	}
+	return out
+}
+
+// owedAgain sends region, behind a ShardHomes (which names no previous
+// home), the ShardHome of each shard whose next home waits for region's
+// HandOver and has not started: region owes it one, an empty one when it
+// holds nothing, and the ShardHome that told it so may have been lost
+// (a partition), else the next home waits for ever.
+func (c *coordinatorCore) owedAgain(region cluster.UniqueAddress) []outbound {
+	var out []outbound
+	for _, shard := range slices.Sorted(maps.Keys(c.starting)) {
+		home, placed := c.shards[shard]
+		if from := c.starting[shard]; from == region && placed && home != region && c.handoffs[shard] == nil {
+			out = append(out, outbound{to: region, msg: protocol.ShardHome{Shard: shard, Region: home, From: from, Epoch: c.epoch}})
 		}
 	}
 	return out
@@ -529,23 +566,34 @@ func (c *coordinatorCore) beginHandOff(shard string) []outbound {
 	if !ok || c.handoffs[shard] != nil {
 		return nil
 	}
-	h := &handoff{from: from, pending: make(map[cluster.UniqueAddress]bool)}
+	c.handOffSeq++
+	h := &handoff{seq: c.handOffSeq, from: from, pending: make(map[cluster.UniqueAddress]bool)}
 	for _, r := range c.everyone() {
 		h.pending[r] = true
 	}
 	c.handoffs[shard] = h
-	return append(c.broadcast(protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}), c.maybeHandOff(shard)...)
+	return append(c.broadcast(protocol.BeginHandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq}), c.maybeHandOff(shard)...)
 }
 
 // allRegistered reports whether every reachable member's region has
-// registered here (or is leaving, or stopped), or the wait ran out. Until
-// then no hand-off begins (as in Akka's coordinator): a region that has
-// not registered yet, typically with a coordinator that just took over,
-// is not fenced, and what it forwards to the old home with the homes it
+// registered here (or is leaving, or stopped), or the wait ran out for
+// those without the type's role (see registrationWaitRounds). Until then
+// no hand-off begins (as in Akka's coordinator): a region that has not
+// registered yet, typically with a coordinator that just took over, is
+// not fenced, and what it forwards to the old home with the homes it
 // knows would arrive there after the shard moved on, perhaps after that
 // node left.
 func (c *coordinatorCore) allRegistered() bool {
-	return c.waitRounds >= registrationWaitRounds || c.everyRegionRegistered()
+	for _, name := range slices.SortedFunc(maps.Keys(c.members), cluster.UniqueAddress.Compare) {
+		m := c.members[name]
+		if m.Status == cluster.Down || c.regions[name] || c.proxies[name] || c.leaving[name] || c.gone[name] {
+			continue
+		}
+		if m.HasRole(c.role) || c.waitRounds < registrationWaitRounds {
+			return false
+		}
+	}
+	return true
 }
 
 // everyRegionRegistered reports whether every reachable member's region
@@ -632,11 +680,11 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
-			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}})
+			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}})
 			continue
 		}
 		for _, r := range slices.SortedFunc(maps.Keys(h.pending), cluster.UniqueAddress.Compare) {
-			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch}})
+			out = append(out, outbound{to: r, msg: protocol.BeginHandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq}})
 		}
 	}
 	return out
@@ -649,7 +697,7 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 	}
 	h.handing = true
 	slices.SortFunc(h.fences, cluster.UniqueAddress.Compare)
-	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Fences: h.fences}}}
+	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}}}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still

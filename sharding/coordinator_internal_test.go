@@ -109,12 +109,12 @@ func TestCoordinatorHandOffNamesTheRegionHoldingMailToTheNextHome(t *testing.T) 
 	if _, out := c.step(protocol.GetShardHome{Shard: "s1", Region: addr("b")}); len(out) != 0 {
 		t.Fatalf("answered during the hand-off: %v", sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+	_, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	changes, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 	// Stopped, not moved, but mail waits at a: it is allocated again at
 	// once, and the new home learns first that a holds its mail. The
 	// deallocation names a, should the allocation not land.
@@ -142,9 +142,9 @@ func TestCoordinatorSendsTheHostShardAgainToAHomeThatAsks(t *testing.T) {
 	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	c.step(protocol.Register{Region: addr("b")})
 	c.step(protocol.GracefulShutdownReq{Region: addr("a")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	_, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	_, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 	host, ok := out[0].msg.(protocol.HostShard)
 	if !ok || host.From != addr("a") || out[0].to != addr("b") {
 		t.Fatalf("first message %#v to %s, want HostShard from a to b", out[0].msg, out[0].to)
@@ -184,11 +184,11 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 	if changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}); len(changes)+len(out) != 0 {
 		t.Fatalf("ShardStopped before this coordinator's HandOff acted upon: %v %v", changes, sent(out))
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	if _, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")}); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	if _, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})); !slices.Equal(sent(out), []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once fenced, want the HandOff", sent(out))
 	}
-	changes, out = c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	changes, out = c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 	if len(changes) != 2 || changes[0] != (change{shard: "s1", heldBy: addr("a")}) {
 		t.Fatalf("changes %v", changes)
 	}
@@ -322,9 +322,9 @@ func TestCoordinatorAcknowledgesALeaveOnceNothingIsAllocated(t *testing.T) {
 		t.Fatalf("acknowledged while %s still holds s1: %v", home, sent(out))
 	}
 	for _, r := range c.everyone() {
-		c.step(protocol.BeginHandOffAck{Shard: "s1", Region: r})
+		c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: r}))
 	}
-	if _, out := c.step(protocol.ShardStopped{Shard: "s1", Region: home}); !slices.Contains(sent(out), addrName(home)+": LeaveAck") {
+	if _, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: home})); !slices.Contains(sent(out), addrName(home)+": LeaveAck") {
 		t.Fatalf("after the last ShardStopped: sent %v", sent(out))
 	}
 }
@@ -378,14 +378,14 @@ func TestCoordinatorAsksAgainForAMissingBeginHandOffAck(t *testing.T) {
 	}
 	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")}))
 	// c's ack is lost.
 	_, out := c.step(rebalanceTick{})
 	if got := sent(out); !slices.Equal(got, []string{"c: BeginHandOff s1"}) {
 		t.Fatalf("sent %v on the rebalance round, want BeginHandOff to c only", got)
 	}
-	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("c"), FencedAt: addr("a")})
+	_, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("c"), FencedAt: addr("a")}))
 	if got := sent(out); !slices.Equal(got, []string{"a: HandOff s1"}) {
 		t.Fatalf("sent %v once c acked, want the HandOff", got)
 	}
@@ -443,21 +443,33 @@ func TestCoordinatorHandsOffOnlyOnceEveryRegionRegistered(t *testing.T) {
 		t.Fatalf("once c registered: %v, want %v", begun, want)
 	}
 
-	// A member that never registers holds hand-offs up for a few rounds only.
-	c = newTestCore(1)
-	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), up("x")}})
-	c.step(protocol.Register{Region: addr("a")})
-	c.step(protocol.Register{Region: addr("b")})
-	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
-	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	rounds := 1
-	for ; rounds <= registrationWaitRounds+1; rounds++ {
-		if _, out := c.step(rebalanceTick{}); len(out) > 0 {
-			break
+	// A member without the type's role, which may never start a proxy,
+	// holds hand-offs up for a few rounds only; one with the role runs
+	// the type's region, and is waited for as long as it is reachable (a
+	// slow link may hold its Register up for longer than any bound, while
+	// it forwards with the homes it knows).
+	withRole := func(node string) cluster.Member { m := up(node); m.Roles = []string{"r"}; return m }
+	for _, tc := range []struct {
+		x      cluster.Member
+		rounds int
+	}{{up("x"), registrationWaitRounds}, {withRole("x"), 0}} {
+		c = newTestCore(1)
+		c.role = "r"
+		c.step(membersChanged{members: []cluster.Member{withRole("a"), withRole("b"), tc.x}})
+		c.step(protocol.Register{Region: addr("a")})
+		c.step(protocol.Register{Region: addr("b")})
+		c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+		c.step(protocol.StopShards{Shards: []string{"s1"}})
+		rounds := 0
+		for round := 1; round <= 10*registrationWaitRounds; round++ {
+			if _, out := c.step(rebalanceTick{}); len(out) > 0 {
+				rounds = round
+				break
+			}
 		}
-	}
-	if rounds != registrationWaitRounds {
-		t.Fatalf("the stop began after %d rounds, want %d", rounds, registrationWaitRounds)
+		if rounds != tc.rounds {
+			t.Fatalf("x with roles %v: the stop began after %d rounds (0: never), want %d", tc.x.Roles, rounds, tc.rounds)
+		}
 	}
 }
 
@@ -544,10 +556,10 @@ func TestCoordinatorTellsLeavingAndMailHoldingRegions(t *testing.T) {
 	if got := sent(out); !slices.Contains(got, "a: BeginHandOff s1") {
 		t.Fatalf("sent %v: the leaving region is not fenced", got)
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("c")})
-	_, out = c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("c")}))
+	_, out = c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 	if got := sent(out); !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "a: ShardHome s1@") }) {
 		t.Fatalf("sent %v: the region holding the mail is not told the new home", got)
 	}
@@ -566,9 +578,9 @@ func TestCoordinatorStoresTheRegionHoldingAShardsMail(t *testing.T) {
 	c.step(protocol.Register{Region: addr("a")})
 	c.step(protocol.Register{Region: addr("b")})
 	c.step(protocol.StopShards{Shards: []string{"s1"}})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
-	stopped, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")}))
+	stopped, _ := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 	if len(stopped) == 0 || stopped[0] != (change{shard: "s1", heldBy: addr("a")}) {
 		t.Fatalf("changes %v; want s1 deallocated, held by a, first", stopped)
 	}
@@ -680,9 +692,9 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 			}
 			c.step(protocol.GracefulShutdownReq{Region: addr("a")})
 			for _, r := range []string{"a", "b", "c"} {
-				c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr(r), FencedAt: addr("a")})
+				c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr(r), FencedAt: addr("a")}))
 			}
-			changes, _ := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+			changes, _ := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true}))
 			if len(changes) != 2 || changes[1].heldBy != addr("a") {
 				t.Fatalf("changes %v; want s1 placed, held by a", changes)
 			}
@@ -732,12 +744,15 @@ func TestCoordinatorPassesAWaitForMailOnFromAHomeThatDied(t *testing.T) {
 // that names it: with the ShardHomes alone, its HostShard lost, it would
 // start the shard at once, ahead of that mail. A
 // successor, which reads the holder from the store, does the same when
-// it announces itself.
+// it announces itself. The holder is told the home again behind its
+// ShardHomes (which names no previous home): it owes that home a
+// HandOver, an empty one if it holds nothing, and the ShardHome that
+// said so may have been lost (else the home waits for ever).
 func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing.T) {
 	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
 	c := newCoordinatorCore(addr("x"), 3, map[string]Allocation{"s1": {Region: addr("b"), MailHeldBy: addr("a")}, "s2": {Region: addr("b")}}, strategy, 1)
 	members := []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("b"), Status: cluster.Up}}
-	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "b: HostShard s1", "b: ShardHomes"}) {
+	if _, out := c.step(membersChanged{members: members}); !slices.Equal(sent(out), []string{"a: ShardHomes", "a: ShardHome s1@b", "b: HostShard s1", "b: ShardHomes"}) {
 		t.Fatalf("announced %v; want b told to host s1 (from a) ahead of the homes", sent(out))
 	}
 	_, out := c.step(protocol.Register{Region: addr("b")})
@@ -746,6 +761,13 @@ func TestCoordinatorHostsAgainAHomeThatRegistersBeforeItsShardStarted(t *testing
 	}
 	if host := out[1].msg.(protocol.HostShard); host.From != addr("a") {
 		t.Fatalf("HostShard %+v, want From a", host)
+	}
+	_, out = c.step(protocol.Register{Region: addr("a")})
+	if got := sent(out); !slices.Equal(got, []string{"a: RegisterAck", "a: ShardHomes", "a: ShardHome s1@b"}) {
+		t.Fatalf("welcomed the holder with %v; want the home it owes a HandOver after the homes", got)
+	}
+	if home := out[2].msg.(protocol.ShardHome); home.From != addr("a") {
+		t.Fatalf("ShardHome %+v, want From a", home)
 	}
 	c.step(protocol.ShardStarted{Shard: "s1", Region: addr("b")})
 	if _, out := c.step(protocol.Register{Region: addr("b")}); !slices.Equal(sent(out), []string{"b: RegisterAck", "b: ShardHomes"}) {
@@ -760,4 +782,86 @@ func homed(homes map[string]string) map[string]Allocation {
 		shards[shard] = Allocation{Region: addr(region)}
 	}
 	return shards
+}
+
+// ackOf is m as a region answers the coordinator's running hand-off of
+// m.Shard: with its epoch and number.
+func ackOf(c *coordinatorCore, m protocol.BeginHandOffAck) protocol.BeginHandOffAck {
+	if h := c.handoffs[m.Shard]; h != nil {
+		m.Epoch, m.Seq = c.epoch, h.seq
+	}
+	return m
+}
+
+// stoppedOf is m as the old home answers the coordinator's running
+// hand-off of m.Shard.
+func stoppedOf(c *coordinatorCore, m protocol.ShardStopped) protocol.ShardStopped {
+	if h := c.handoffs[m.Shard]; h != nil {
+		m.Epoch, m.Seq = c.epoch, h.seq
+	}
+	return m
+}
+
+// Only acknowledgements of this very hand-off count (docs/DESIGN.md,
+// "Passivation and hand-off"): a region whose view moved on answers a
+// deposed coordinator's BeginHandOff to its successor, and the fence it
+// sent then belongs to that hand-off. Counted, the successor's HandOff
+// would name the region, and the home would stop the shard on the stale
+// fence, ahead of what the region forwarded since.
+func TestCoordinatorCountsOnlyAcknowledgementsOfItsOwnHandOff(t *testing.T) {
+	c := newCoordinatorCore(addr("a"), 7, homed(map[string]string{"s1": "a"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
+	var begin protocol.BeginHandOff
+	for _, o := range out {
+		if m, ok := o.msg.(protocol.BeginHandOff); ok {
+			begin = m
+		}
+	}
+	if begin.Epoch != 7 || begin.Seq == 0 {
+		t.Fatalf("BeginHandOff %+v: want the hand-off named by epoch 7 and a number", begin)
+	}
+	for _, stale := range []protocol.BeginHandOffAck{
+		{Shard: "s1", Region: addr("b"), FencedAt: addr("a"), Epoch: 6, Seq: begin.Seq},               // a predecessor's
+		{Shard: "s1", Region: addr("b"), FencedAt: addr("a"), Epoch: 7, Seq: begin.Seq + 1},           // another hand-off's
+		{Shard: "s1", Region: addr("b"), FencedAt: addr("a"), Epoch: begin.Epoch, Seq: 0},             // none named
+		{Shard: "s1", Region: addr("b"), FencedAt: addr("a"), Epoch: begin.Epoch + 1, Seq: begin.Seq}, // a successor's
+	} {
+		c.step(stale)
+	}
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a"), Epoch: 7, Seq: begin.Seq})
+	if got := sent(out); len(got) != 0 {
+		t.Fatalf("sent %v after stale acknowledgements from b: want nothing until b answers this hand-off", got)
+	}
+	_, out = c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a"), Epoch: 7, Seq: begin.Seq})
+	if len(out) != 1 {
+		t.Fatalf("sent %v, want the HandOff", sent(out))
+	}
+	if h, ok := out[0].msg.(protocol.HandOff); !ok || h.Seq != begin.Seq || h.Epoch != 7 || !slices.Equal(h.Fences, addrs("b")) {
+		t.Fatalf("sent %#v, want HandOff of the hand-off 7.%d awaiting b's fence", out[0].msg, begin.Seq)
+	}
+}
+
+// A late or repeated ShardStopped of this coordinator's own hand-off,
+// after the shard was placed back on the same region, moves nothing:
+// taken for a predecessor's, it would start a needless hand-off, and with
+// duplicated control messages one after another for ever.
+func TestCoordinatorIgnoresALateShardStoppedOfItsOwnHandOff(t *testing.T) {
+	c := newCoordinatorCore(addr("a"), 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.RebalanceShards{Shards: []string{"s1"}})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")}))
+	stopped := stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a"), Held: true})
+	_, out := c.step(stopped)
+	if got := sent(out); len(got) == 0 || got[0] != "a: HostShard s1" {
+		t.Fatalf("sent %v, want s1 placed back on a", got)
+	}
+	for range 2 {
+		if changes, out := c.step(stopped); len(changes)+len(out) != 0 || len(c.handoffs) != 0 || len(c.later) != 0 {
+			t.Fatalf("the repeated ShardStopped acted: changes %v, sent %v, hand-offs %d, later %v", changes, sent(out), len(c.handoffs), c.later)
+		}
+	}
 }

@@ -200,6 +200,7 @@ func (cr *coordinatorRunner) acquired(ctx entity.Context[Message], m acquired) e
 		return cr.release(ctx)
 	}
 	cr.core = newCoordinatorCore(r.s.self, m.epoch, m.shards, r.settings.Strategy, r.settings.MinMembers)
+	cr.core.role = r.role
 	cr.retries = storeBackOff(r.settings)
 	if r.settings.RememberEntities {
 		// Shards with remembered entities start without waiting for a

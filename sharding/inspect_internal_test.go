@@ -40,9 +40,9 @@ func TestCoordinatorRebalanceShardsMovesAShardWhereTheStrategyPlacesIt(t *testin
 	if got := sent(out); !slices.Equal(got, []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}) {
 		t.Fatalf("sent %v", got)
 	}
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")})
-	c.step(protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")})
-	changes, out := c.step(protocol.ShardStopped{Shard: "s1", Region: addr("a")})
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+	changes, out := c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a")}))
 	// Not stopped like StopShards: placed again at once, on b, which has fewer shards.
 	if !slices.Equal(changes, []change{{shard: "s1"}, {shard: "s1", region: addr("b")}}) {
 		t.Fatalf("changes %v", changes)
@@ -65,8 +65,10 @@ func TestCompareShardIDsPutsNumbersInNumericOrderFirst(t *testing.T) {
 // operator's request counts once, when it is made.
 func TestCoordinatorCountsOnlyTheStrategysRebalances(t *testing.T) {
 	c := newCoordinatorCore(addr("a"), 7, homed(map[string]string{"s1": "a", "s2": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
-	// x never registers: hand-offs wait for it, then go ahead after a few rounds.
-	c.step(membersChanged{members: []cluster.Member{{Address: addr("a")}, {Address: addr("b")}, {Address: addr("x")}}})
+	// x, without the type's role, never registers: hand-offs wait for it,
+	// then go ahead after a few rounds.
+	c.role = "r"
+	c.step(membersChanged{members: []cluster.Member{{Address: addr("a"), Roles: []string{"r"}}, {Address: addr("b"), Roles: []string{"r"}}, {Address: addr("x")}}})
 	c.step(protocol.Register{Region: addr("a")})
 	c.step(protocol.Register{Region: addr("b")})
 	if _, out := c.step(protocol.RebalanceShards{Shards: []string{"s1"}}); len(out) != 0 {

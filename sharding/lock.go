@@ -36,6 +36,17 @@ func (l *regionLock) RLockShard(shardID string) *sync.RWMutex {
 	return m
 }
 
+// TryRLockShard read-locks the stripe of shardID and returns it for
+// RUnlock, or returns nil, having locked nothing, when a writer holds the
+// stripe or waits for it.
+func (l *regionLock) TryRLockShard(shardID string) *sync.RWMutex {
+	m := &l.stripes[stripeOf(shardID)].RWMutex
+	if !m.TryRLock() {
+		return nil
+	}
+	return m
+}
+
 func (l *regionLock) Lock() {
 	for i := range l.stripes {
 		l.stripes[i].Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -46,6 +47,10 @@ type Region[C any] struct {
 
 	ctl      *entity.Cell[Message]
 	unlisten func()
+	// queued counts the messages from the transport that inbound left in
+	// the control entity's mailbox and it has not finished yet: while any
+	// is, no message from the transport overtakes it (inbound.go).
+	queued atomic.Int64
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -104,7 +109,7 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error { return r.ctl.Tell(m) })
+	stop, err := r.s.cfg.Transport.Listen(r.self, r.inbound)
 	if err != nil {
 		r.ctl.StopNow()
 		return err
@@ -234,6 +239,9 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 // receive handles protocol messages on the region's control entity.
 func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavior[Message] {
 	switch m := m.(type) {
+	case queuedInbound:
+		r.receive(nil, m.msg)
+		r.queued.Add(-1)
 	case retryTick:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
 	case coordinatorMoved:
@@ -514,6 +522,14 @@ func (r *Region[C]) Homes() map[string]cluster.UniqueAddress {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.core.homes()
+}
+
+// HostedShards lists the shards this region hosts now, sorted: the node
+// fires the reminders of these (docs/DESIGN.md, "Durable reminders").
+func (r *Region[C]) HostedShards() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.core.hostedShards()
 }
 
 // hostedShards lists local shards, sorted; for tests.

@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"errors"
 	"fmt"
 	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
@@ -10,6 +11,10 @@ import (
 
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
+
+// errHandOverTooLate refuses the mail of a HandOver that came from a home
+// already gone, after the shard started here without it (see handedOver).
+var errHandOverTooLate = errors.New("sharding: hand-over from a home already gone came after the shard started without it")
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in
 // the style of coordinatorCore and shardCore: each input (a message for an
@@ -39,8 +44,15 @@ type regionCore[C any, S comparable] struct {
 	// for good (a node incarnation never comes back), so kept for the
 	// region's life, one name per node that left. A node no view has
 	// held yet is not gone, but newer than this region's view.
-	departed     map[cluster.UniqueAddress]bool
-	registered   bool
+	departed   map[cluster.UniqueAddress]bool
+	registered bool
+	// regEpoch is the epoch of the coordinator this region last
+	// registered with (see forwardsHeld).
+	regEpoch uint64
+	// announcer is a coordinator that made itself known (ShardHomes) from
+	// another node than the one this region registers with: the region
+	// registers with it too until it registers somewhere (see register).
+	announcer    cluster.UniqueAddress
 	stopped      bool
 	leaving      bool
 	leaveAcked   bool // the coordinator allocates nothing to us any more
@@ -69,9 +81,11 @@ type regionCoreConfig struct {
 	bufferSize   int                   // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
 	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
-	// waitTicks bounds, in ticks, how long a shard waits for fences that
-	// may have been lost with a broken link; 0 for no bound. A hand-over is
-	// not bounded: it is re-sent until acknowledged (see handOver).
+	// waitTicks bounds, in ticks, a wait for a hand-over this region only
+	// guesses (see pushedHome), and a leaving region's wait for its buffer
+	// to go on while it is alone; 0 for no bound. Fences and a hand-over a
+	// HostShard names are not bounded: they are re-sent (see resendFences,
+	// handOver).
 	waitTicks uint64
 }
 
@@ -138,26 +152,44 @@ type regionShard[C any, S comparable] struct {
 	// node, has not yet acknowledged the mail this region sent it; the
 	// shard starts here once it does, or is gone (see setHome).
 	hostAfter bool
-	// fences are the regions whose Fence for the shard arrived here;
-	// stopWaits, while stopping, the regions whose fence the HandOff
-	// awaits before the shard stops.
-	fences    map[cluster.UniqueAddress]bool
+	// fences are the Fences for the shard that arrived here, each of
+	// its region and hand-off; stopWaits, while stopping, the regions
+	// whose fence of the HandOff's hand-off the HandOff awaits before the
+	// shard stops. A fence of another hand-off counts for nothing.
+	fences    map[fenceKey]bool
 	stopWaits []cluster.UniqueAddress
 	stopping  bool // HandOff received, waiting for fences
-	// handOffEpoch is the epoch of the BeginHandOff of a hosted shard,
-	// handOffTold that its HandOff came: a hand-off begun by a coordinator
-	// that is gone before its HandOff is abandoned once a newer one homes
-	// the shard here (see setHome).
-	handOffEpoch uint64
-	handOffTold  bool
-	// stopEpoch is the epoch of the last HandOff, doneEpoch of the last
-	// one this region finished: asked again (its ShardStopped was lost),
-	// it reports again at once, without waiting for fences used up.
-	stopEpoch, doneEpoch uint64
-	waited               uint64 // ticks spent waiting for a hand-over or fences
+	// handOffEpoch and handOffSeq name the hand-off of the last
+	// BeginHandOff, handOffTold that the HandOff of a hosted shard came: a
+	// hand-off begun by a coordinator that is gone before its HandOff is
+	// abandoned once a newer one homes the shard here (see setHome).
+	handOffEpoch, handOffSeq uint64
+	handOffTold              bool
+	// fencedAt is the home this region fenced at for that hand-off: the
+	// Fence goes there again each tick while the hand-off runs (a broken
+	// link may have lost it, and the home waits for it without a bound).
+	fencedAt cluster.UniqueAddress
+	// fenceOwed is a home this region forwarded the shard's messages to
+	// and then forgot (a ShardHomes left the shard out while its hand-off
+	// ran, before this region heard of it): what it forwarded may still
+	// be on its way there, so the next BeginHandOff fences there.
+	fenceOwed cluster.UniqueAddress
+	// stopEpoch and stopSeq name the hand-off of the last HandOff,
+	// doneEpoch and doneSeq the last one this region finished: asked again
+	// (its ShardStopped was lost), it reports again at once, without
+	// waiting for fences used up.
+	stopEpoch, doneEpoch, stopSeq, doneSeq uint64
+	waited                                 uint64 // ticks spent waiting for a hand-over or fences
 	// placed is the last home the coordinator pushed for the shard; an
 	// unreachable home is forgotten (home ""), not this.
 	placed cluster.UniqueAddress
+}
+
+// fenceKey is one region's fence for one hand-off (coordinator epoch and
+// the coordinator's number for it).
+type fenceKey struct {
+	from       cluster.UniqueAddress
+	epoch, seq uint64
 }
 
 type pending[C any] struct {
@@ -257,10 +289,39 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped {
+	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped && (e.hosted || !c.forwardsHeld()) {
 		return e
 	}
 	return nil
+}
+
+// forwardsHeld reports whether the region holds what it would forward to
+// other nodes: a coordinator newer than the one it registered with (or
+// the first, for a region that never registered) made itself known, and
+// the region has not registered with it yet. That coordinator fences
+// only the regions registered with it, and may hand shards off around
+// this one once its wait for our registration runs out (a slow link can
+// outlast it): forwarded meanwhile with the homes it announced, a
+// message could reach an old home after the shard moved on. A region
+// whose coordinator is merely gone, with no newer one in sight, routes
+// on with the homes it knows; a leaving region, which never registers,
+// too (see docs/DESIGN.md, "Routing").
+func (c *regionCore[C, S]) forwardsHeld() bool {
+	return !c.registered && c.epoch > c.regEpoch && !c.leaving
+}
+
+// releaseHeld forwards what forwardsHeld kept back, once it no longer
+// does (the region registered, or began to leave).
+func (c *regionCore[C, S]) releaseHeld() {
+	if c.forwardsHeld() || c.stopped {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		e := c.shards[id]
+		if len(e.buffer) > 0 && !e.home.IsZero() && e.home != c.cfg.self && !e.hosted && !e.handingOff && e.awaiting.IsZero() && !e.hostAfter {
+			c.drain(id, e)
+		}
+	}
 }
 
 // direct reports whether a message for the shard goes straight to its
@@ -304,10 +365,10 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeStopped, nil
 	}
 	e := c.entry(shardID)
-	if e.direct() {
-		if e.hosted {
-			return routeLocal, e
-		}
+	if e.direct() && e.hosted {
+		return routeLocal, e
+	}
+	if e.direct() && !c.forwardsHeld() {
 		return routeRemote, e
 	}
 	if c.buffered >= c.cfg.bufferSize {
@@ -385,13 +446,14 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if !c.fresh(m.Epoch) {
 			return
 		}
-		c.coordinator, c.registered = m.Coordinator, true
+		c.coordinator, c.registered, c.announcer, c.regEpoch = m.Coordinator, true, cluster.UniqueAddress{}, m.Epoch
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			if e := c.shards[id]; len(e.buffer) > 0 && e.home.IsZero() && !e.handingOff && !e.requested {
 				e.requested = true
 				c.askHome(id, e)
 			}
 		}
+		c.releaseHeld()
 	case protocol.ShardHomes:
 		if !c.fresh(m.Epoch) {
 			return
@@ -416,6 +478,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// coordinator's node (our membership lags), and registering again
 		// at once would loop; the retry tick registers.
 		c.register()
+		if a := m.Coordinator; !a.IsZero() && a != c.coordinatorNode() && !c.registered && a != c.announcer && !c.gone(a) {
+			// A coordinator on a node this region's view does not take
+			// for the oldest (it holds the oldest unreachable, one way,
+			// while the oldest sees everyone): the region registers with
+			// it as well, once here and then each tick. Else that
+			// coordinator, its wait for our registration run out, hands
+			// shards off without fencing us, and what we forward to an
+			// old home with the homes we know is lost or comes late.
+			c.announcer = a
+			c.registerWith(a)
+		}
 		if c.leaving && !c.stopped {
 			// A leaving region is never acked: it names the shards whose
 			// mail it holds at once, behind its GracefulShutdownReq, so
@@ -452,7 +525,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 		repeat := !m.From.IsZero() && m.From == e.hostFrom
 		e.hostFrom = m.From
 		switch {
-		case m.From.IsZero() || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || !c.isLive(m.From) || repeat:
+		case m.From.IsZero() || m.From == c.cfg.self || e.hosted || e.handedIn[m.From] || c.gone(m.From) || repeat:
 		case !e.awaiting.IsZero() && !e.guessed && e.awaiting != m.From:
 			// The shard comes back while this region still waits for the
 			// mail of a home before it, and From, which had it since,
@@ -491,19 +564,36 @@ func (c *regionCore[C, S]) step(msg Message) {
 		// the old home after the coordinator hears every ack. The fence
 		// follows, on the same link, whatever this region forwarded there.
 		e := c.entry(m.Shard)
-		e.handingOff, e.handOffEpoch = true, m.Epoch
-		var fencedAt cluster.UniqueAddress
-		if !e.home.IsZero() && e.home != c.cfg.self && !e.hosted {
-			fencedAt = e.home
-			c.emit(regionEffect[C, S]{kind: regSend, node: e.home, msg: protocol.Fence{Shard: m.Shard, From: c.cfg.self}})
+		repeat := e.handOffEpoch == m.Epoch && e.handOffSeq == m.Seq && !e.fencedAt.IsZero()
+		e.handingOff, e.handOffEpoch, e.handOffSeq = true, m.Epoch, m.Seq
+		switch {
+		case repeat && !e.hosted:
+			// Asked again: the fence stays where this region forwarded,
+			// even if it forgot that home since (a ShardHomes during the
+			// hand-off leaves the shard out); named no more, the home
+			// would stop the shard ahead of forwards still on their way.
+		case !e.home.IsZero() && e.home != c.cfg.self && !e.hosted:
+			e.fencedAt = e.home
+		case e.home.IsZero() && !e.fencedAt.IsZero() && !e.hosted:
+			// A later hand-off (its coordinator replaced) of the shard
+			// this region fenced for and has no home for since: fenced
+			// again, under this hand-off.
+		case e.home.IsZero() && !e.fenceOwed.IsZero() && !e.hosted:
+			e.fencedAt = e.fenceOwed
+		default:
+			e.fencedAt = cluster.UniqueAddress{}
 		}
-		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: fencedAt})
+		if !e.fencedAt.IsZero() {
+			e.fenceOwed = cluster.UniqueAddress{}
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(m.Shard, c.cfg.self)})
+		}
+		c.toCoordinator(protocol.BeginHandOffAck{Shard: m.Shard, Region: c.cfg.self, FencedAt: e.fencedAt, Epoch: m.Epoch, Seq: m.Seq})
 	case protocol.Fence:
 		e := c.entry(m.Shard)
 		if e.fences == nil {
-			e.fences = make(map[cluster.UniqueAddress]bool)
+			e.fences = make(map[fenceKey]bool)
 		}
-		e.fences[m.From] = true
+		e.fences[fenceKey{m.From, m.Epoch, m.Seq}] = true
 		c.maybeStop(m.Shard, e)
 	case protocol.HandOff:
 		if !c.fresh(m.Epoch) {
@@ -513,11 +603,11 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.hosted && e.handOffTold && !e.stopping {
 			return // asked again: the shard's entities are stopping; ShardStopped follows
 		}
-		if !e.hosted && e.doneEpoch == m.Epoch {
-			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver})
+		if !e.hosted && e.doneEpoch == m.Epoch && e.doneSeq == m.Seq {
+			c.toCoordinator(protocol.ShardStopped{Shard: m.Shard, Region: c.cfg.self, Held: e.handOver, Epoch: m.Epoch, Seq: m.Seq})
 			return
 		}
-		if e.stopping && e.stopEpoch == m.Epoch {
+		if e.stopping && e.stopEpoch == m.Epoch && e.stopSeq == m.Seq {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
 		if e.awaiting.IsZero() {
@@ -528,7 +618,7 @@ func (c *regionCore[C, S]) step(msg Message) {
 			e.waited = 0
 		}
 		e.handingOff, e.stopping, e.stopWaits, e.handOffTold = true, true, m.Fences, true
-		e.stopEpoch = m.Epoch
+		e.stopEpoch, e.stopSeq = m.Epoch, m.Seq
 		c.maybeStop(m.Shard, e)
 	case protocol.LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
@@ -560,7 +650,7 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 		return
 	}
 	for _, r := range e.stopWaits {
-		if !e.fences[r] && !c.gone(r) {
+		if !e.fences[fenceKey{r, e.stopEpoch, e.stopSeq}] && !c.gone(r) {
 			return
 		}
 	}
@@ -574,9 +664,9 @@ func (c *regionCore[C, S]) maybeStop(shardID string, e *regionShard[C, S]) {
 	// a hand-over yet to come, go to the next home, the latter first: the
 	// next home waits for this region's mail, and this region sends it
 	// once the mail it awaits is in (see setHome).
-	e.home, e.handOver, e.doneEpoch, e.hostFrom = cluster.UniqueAddress{}, len(e.buffer) > 0 || !e.awaiting.IsZero(), e.stopEpoch, cluster.UniqueAddress{}
+	e.home, e.handOver, e.doneEpoch, e.doneSeq, e.hostFrom = cluster.UniqueAddress{}, len(e.buffer) > 0 || !e.awaiting.IsZero(), e.stopEpoch, e.stopSeq, cluster.UniqueAddress{}
 	e.owesHandOver, e.hostAfter = true, false
-	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver, Epoch: e.stopEpoch, Seq: e.stopSeq})
 }
 
 // verdictError names a refusal for notes; the runner wraps the sentinel.
@@ -651,6 +741,9 @@ func (c *regionCore[C, S]) membership(oldest cluster.UniqueAddress, live []clust
 		delete(c.live, n)
 	}
 	c.forgetGone()
+	if c.announcer == oldest || c.gone(c.announcer) {
+		c.announcer = cluster.UniqueAddress{}
+	}
 	if c.coordinator != oldest {
 		c.coordinator, c.registered = oldest, false
 	}
@@ -684,7 +777,7 @@ func (c *regionCore[C, S]) forgetGone() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
 		c.maybeStop(id, e) // a region it awaits a fence from may be gone
-		if to := e.handOverTo; !to.IsZero() && !c.isLive(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
+		if to := e.handOverTo; !to.IsZero() && c.gone(to) && len(e.sent.Msgs) > 0 && e.sentRefused == e.sentCopies {
 			// Gone, and the transport refused every copy of our mail:
 			// none reached it, so the mail is ours still. It goes to the
 			// shard's home, ahead of what came since: this region's own
@@ -699,7 +792,7 @@ func (c *regionCore[C, S]) forgetGone() {
 				c.setHome(id, e.home)
 			}
 			c.checkLeft()
-		} else if !to.IsZero() && !c.isLive(to) {
+		} else if !to.IsZero() && c.gone(to) {
 			// Gone before it acknowledged our mail. The shard's next home
 			// waits for a HandOver from us all the same (the coordinator
 			// names us: the shard never started there), and gets an
@@ -715,7 +808,7 @@ func (c *regionCore[C, S]) forgetGone() {
 				c.handOver(id, e, e.home, nil)
 			}
 		}
-		if !e.awaiting.IsZero() && !c.isLive(e.awaiting) {
+		if !e.awaiting.IsZero() && c.gone(e.awaiting) {
 			c.notef(slog.LevelWarn, "sharding: previous home gone before its hand-over; starting the shard without it",
 				"shard_id", id, "from", e.awaiting)
 			e.awaiting = cluster.UniqueAddress{}
@@ -725,35 +818,51 @@ func (c *regionCore[C, S]) forgetGone() {
 }
 
 func (c *regionCore[C, S]) register() {
+	if c.registered || c.stopped {
+		return
+	}
+	if node := c.coordinatorNode(); !node.IsZero() {
+		c.registerWith(node)
+	}
+}
+
+// registerWith sends the coordinator on node this region's registration.
+func (c *regionCore[C, S]) registerWith(node cluster.UniqueAddress) {
+	var m Message
 	switch {
-	case c.registered || c.stopped:
 	case c.leaving:
 		// A leaving region never registers: a Register that overtook its
 		// RegionStopped would have shards allocated to a region that is
 		// gone. A coordinator it has not told yet learns that it leaves.
-		c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
+		m = protocol.GracefulShutdownReq{Region: c.cfg.self}
 	case c.cfg.proxy:
-		c.toCoordinator(protocol.RegisterProxy{Region: c.cfg.self})
+		m = protocol.RegisterProxy{Region: c.cfg.self}
 	default:
-		c.toCoordinator(protocol.Register{Region: c.cfg.self})
+		m = protocol.Register{Region: c.cfg.self}
 	}
+	c.emit(regionEffect[C, S]{kind: regSend, node: node, coordinator: true, msg: m})
 }
 
 // tick re-registers, asks again for the homes of shards with waiting
 // messages, ages entities for idle passivation, and arms the next tick.
 func (c *regionCore[C, S]) tick() {
 	c.register()
+	if a := c.announcer; !a.IsZero() && !c.registered && !c.stopped && a != c.coordinatorNode() && !c.gone(a) {
+		c.registerWith(a)
+	}
 	if c.mayAsk() { // else asked when the RegisterAck comes
 		for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 			// Also shards whose hand-off this region heard of: the
 			// coordinator that began it may be gone, and its successor
 			// answers (one that runs the hand-off ignores the question).
-			if e := c.shards[id]; !e.hosted && e.awaiting.IsZero() && len(e.buffer) > 0 && (e.home.IsZero() || e.handingOff) {
+			if e := c.shards[id]; !e.hosted && e.awaiting.IsZero() && (len(e.buffer) > 0 || c.leaving && !e.fencedAt.IsZero()) && (e.home.IsZero() || e.handingOff) {
 				c.askHome(id, e)
 			}
 		}
 	}
 	c.giveUpWaiting()
+	c.releaseHeld()
+	c.resendFences()
 	c.resendHandOvers()
 	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
@@ -771,33 +880,45 @@ func (c *regionCore[C, S]) tick() {
 	c.emit(regionEffect[C, S]{kind: regArmTick, after: c.cfg.tickInterval})
 }
 
-// giveUpWaiting ages the waits for fences and guessed hand-overs, and ends
-// those past waitTicks: a link that broke may have lost the fences, and a
-// shard that waits for ever is lost too. A fence is not re-sent: what it
-// follows is lost with it.
+// giveUpWaiting ages the guessed waits for hand-overs, and ends those
+// past waitTicks (see pushedHome). The wait for fences is not bounded
+// (docs/DESIGN.md, "Fence on the data link"): a link may be slow for
+// longer than any bound and deliver what the fence follows late, behind
+// newer mail; a fence lost with a broken link comes again (resendFences).
 func (c *regionCore[C, S]) giveUpWaiting() {
 	if c.cfg.waitTicks == 0 {
 		return
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		e := c.shards[id]
-		if !e.stopping && (e.awaiting.IsZero() || !e.guessed) {
+		if e.awaiting.IsZero() || !e.guessed {
 			continue
 		}
 		if e.waited++; e.waited < c.cfg.waitTicks {
 			continue
 		}
-		if !e.awaiting.IsZero() && e.guessed {
-			c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
-			e.awaiting = cluster.UniqueAddress{}
-			c.setHome(id, e.home)
-		}
-		if e.stopping {
-			c.notef(slog.LevelWarn, "sharding: fences missing in time; handing the shard off without them", "shard_id", id, "from", e.stopWaits)
-			e.stopWaits = nil
-			c.maybeStop(id, e)
+		c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
+		e.awaiting = cluster.UniqueAddress{}
+		c.setHome(id, e.home)
+	}
+}
+
+// resendFences sends each Fence again while its hand-off runs here (this
+// region buffers the shard's messages, and forwards none): the home waits
+// for it as long as this region is in its view, and a broken link may
+// have lost it. Sent again on the same link, it still follows whatever
+// this region forwarded before the hand-off.
+func (c *regionCore[C, S]) resendFences() {
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		if e := c.shards[id]; !e.hosted && !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
+			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
 		}
 	}
+}
+
+// fence is the shard's Fence from self for its current hand-off.
+func (e *regionShard[C, S]) fence(shardID string, self cluster.UniqueAddress) protocol.Fence {
+	return protocol.Fence{Shard: shardID, From: self, Epoch: e.handOffEpoch, Seq: e.handOffSeq}
 }
 
 // resendHandOvers sends again each HandOver not yet acknowledged (see
@@ -855,6 +976,10 @@ func (c *regionCore[C, S]) pushedHome(shardID string, home cluster.UniqueAddress
 	if prev.IsZero() {
 		prev = e.placed
 	}
+	if home.IsZero() {
+		// Deallocated: the hand-off this region fenced for is over.
+		e.fencedAt, e.fenceOwed = cluster.UniqueAddress{}, cluster.UniqueAddress{}
+	}
 	if !home.IsZero() {
 		e.doneEpoch = 0
 		if home != e.placed && c.leaving && len(e.buffer) > 0 {
@@ -872,6 +997,7 @@ func (c *regionCore[C, S]) pushedHome(shardID string, home cluster.UniqueAddress
 		e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
 	}
 	c.setHome(shardID, home)
+	c.checkLeft() // a leaving region may have waited for this hand-off to end
 }
 
 // setHome records a shard's home, hosts the shard when the home is this
@@ -890,8 +1016,16 @@ func (c *regionCore[C, S]) setHome(shardID string, home cluster.UniqueAddress) {
 		c.notef(slog.LevelInfo, "sharding: hand-off abandoned by its coordinator; the shard stays", "shard_id", shardID)
 		e.handingOff, e.fences = false, nil
 	}
-	if !home.IsZero() && !e.handOverTo.IsZero() && e.handOverTo != home && !c.isLive(e.handOverTo) {
+	if !home.IsZero() && !e.handOverTo.IsZero() && e.handOverTo != home && c.gone(e.handOverTo) {
 		c.reclaimHandOver(e)
+	}
+	switch {
+	case !home.IsZero():
+		// The shard has its next home: the hand-off this region fenced
+		// for is over.
+		e.fencedAt, e.fenceOwed = cluster.UniqueAddress{}, cluster.UniqueAddress{}
+	case !e.home.IsZero() && e.home != c.cfg.self && !e.hosted && e.fencedAt.IsZero():
+		e.fenceOwed = e.home
 	}
 	if home != c.cfg.self {
 		e.hostAfter = false
@@ -938,7 +1072,7 @@ func (c *regionCore[C, S]) setHome(shardID string, home cluster.UniqueAddress) {
 		// now this region's own.
 		e.awaiting, e.then, e.guessed, e.waited, e.relays = e.then, cluster.UniqueAddress{}, false, 0, nil
 		e.handedFront = min(e.thenAt, len(e.buffer))
-		if c.isLive(e.awaiting) {
+		if !c.gone(e.awaiting) {
 			c.handOver(shardID, e, e.awaiting, nil)
 		} else {
 			e.awaiting = cluster.UniqueAddress{}
@@ -1075,6 +1209,9 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	if !e.handOverTo.IsZero() && e.handOverTo == e.home && !e.hosted {
 		return
 	}
+	if !e.hosted && c.forwardsHeld() {
+		return // until it registers with the coordinator that announced itself
+	}
 	buf := e.buffer
 	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
@@ -1095,14 +1232,14 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 	e := c.entry(shardID)
 	var none S
-	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.hostFrom = none, false, cluster.UniqueAddress{}, false, e.stopEpoch, cluster.UniqueAddress{}
+	e.local, e.hosted, e.home, e.handOffTold, e.doneEpoch, e.doneSeq, e.hostFrom = none, false, cluster.UniqueAddress{}, false, e.stopEpoch, e.stopSeq, cluster.UniqueAddress{}
 	// Messages the shard held for stopping entities arrived before
 	// anything the region buffered since BeginHandOff; both wait here for
 	// the next home, which waits for them (see HandOver).
 	c.prepend(e, leftover)
 	e.handedFront = 0 // mail handed in from now on is older than ours
 	e.handOver, e.owesHandOver = len(e.buffer) > 0, true
-	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver})
+	c.toCoordinator(protocol.ShardStopped{Shard: shardID, Region: c.cfg.self, Held: e.handOver, Epoch: e.stopEpoch, Seq: e.stopSeq})
 	// Only now may a leaving region report RegionStopped: sent first, it
 	// would make the coordinator drop the hand-off.
 	c.checkLeft()
@@ -1156,6 +1293,16 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		e.handedSeq[m.From] = m.Seq
 	}
 	front := c.fromDelivers(m.Msgs)
+	if !m.Relayed && m.From != c.cfg.self && e.hosted && len(front) > 0 && c.gone(m.From) {
+		// From left the view or is Down, and the shard started here
+		// without its mail, which a slow link brought only now (its
+		// sender crashed, or its leave ran out of time): delivered, it
+		// would come after newer mail. Refused, as a crash loses mail.
+		for _, p := range front {
+			c.emit(regionEffect[C, S]{kind: regDeadLetter, node: m.From, shard: m.Shard, p: p, err: errHandOverTooLate})
+		}
+		return
+	}
 	if len(front) > 0 {
 		if !e.then.IsZero() && e.handedFront <= e.thenAt {
 			e.thenAt += len(front)
@@ -1201,6 +1348,7 @@ func (c *regionCore[C, S]) leave(oldest cluster.UniqueAddress) {
 	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
 	// no coordinator may be there to send.
 	c.leaveAcked = c.leaveAcked || c.cfg.proxy
+	c.releaseHeld()
 	c.checkLeft()
 	c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
 }
@@ -1223,11 +1371,14 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	for _, e := range c.shards {
-		// Nor before it handed over the mail it holds, and that arrived.
-		// Mail it holds as the shard's last home is buffered too, and
-		// given up on with the rest: the last region of the type to
-		// leave has no next home to hand it to.
-		if e.hosted || e.handOver && !gaveUp || !e.handOverTo.IsZero() {
+		// Nor before it handed over the mail it holds, and that arrived
+		// (mail it holds as the shard's last home is buffered too, and
+		// given up on with the rest: the last region of the type to leave
+		// has no next home to hand it to); nor while a hand-off it fenced
+		// for runs: the home waits for its fence, which a slow link may
+		// still carry behind a forward, and would take it for gone once
+		// it left the view.
+		if e.hosted || e.handOver && !gaveUp || !e.handOverTo.IsZero() || !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			return
 		}
 	}
@@ -1313,13 +1464,15 @@ func (c *regionCore[C, S]) alone() bool {
 	return true
 }
 
-// gone reports whether node left the view, or is Down: its fence will
-// never come. A node this region's view has not held yet may be newer than
-// the view (it joined): its fence may come, and what it forwarded before
-// it with it (a hand-off going on without the fence of a node that had
-// just joined would let that node's forward come after the shard moved,
-// behind its later messages). The wait for it is bounded
-// by waitTicks, as for a fence lost with a broken link.
+// gone reports whether node left the view, or is Down: its fence, its
+// hand-over or its acknowledgement will never come. A node this region's
+// view has not held yet may be newer than the view (it joined): its fence
+// or hand-over may come, and what it forwarded or held with it (a
+// hand-off going on without the fence of a node that had just joined
+// would let that node's forward come after the shard moved, behind its
+// later messages; a shard started without the mail of a previous home
+// the view had not shown yet would deliver it after newer mail). Every
+// wait for a node's word ends on this, never on isLive.
 func (c *regionCore[C, S]) gone(node cluster.UniqueAddress) bool {
 	return c.down[node] || c.departed[node]
 }

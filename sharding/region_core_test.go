@@ -224,11 +224,15 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 	case "homes":
 		homes := map[cluster.UniqueAddress][]string{}
 		for k, v := range kv {
-			if k != "epoch" {
+			if k != "epoch" && k != "coordinator" {
 				homes[addr(k)] = strings.Split(v, ",")
 			}
 		}
-		return protocol.ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
+		m := protocol.ShardHomes{Homes: homes, Epoch: h.epoch(kv)}
+		if c := kv["coordinator"]; c != "" {
+			m.Coordinator = addr(c)
+		}
+		return m
 	case "home":
 		need(2)
 		return protocol.ShardHome{Shard: pos[0], Region: addr(pos[1]), From: addr(kv["from"]), Epoch: h.epoch(kv)}
@@ -244,17 +248,17 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return protocol.HandOver{Shard: pos[0], From: addr(kv["from"]), Seq: h.uint(kv["seq"]), Relayed: kv["relayed"] == "true", Msgs: ds}
 	case "begin-hand-off":
 		need(1)
-		return protocol.BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv)}
+		return protocol.BeginHandOff{Shard: pos[0], Epoch: h.epoch(kv), Seq: h.uint(kv["seq"])}
 	case "hand-off":
 		need(1)
 		var fences []string
 		if f := kv["fences"]; f != "" {
 			fences = strings.Split(f, ",")
 		}
-		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Fences: addrs(fences...)}
+		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Seq: h.uint(kv["seq"]), Fences: addrs(fences...)}
 	case "fence":
 		need(1)
-		return protocol.Fence{Shard: pos[0], From: addr(kv["from"])}
+		return protocol.Fence{Shard: pos[0], From: addr(kv["from"]), Epoch: h.uint(kv["epoch"]), Seq: h.uint(kv["seq"])}
 	case "leave-ack":
 		return protocol.LeaveAck{Epoch: h.epoch(kv)}
 	case "started":
@@ -327,16 +331,16 @@ func fmtMessage(m Message) string {
 		return "ShardStarted " + m.Shard
 	case protocol.BeginHandOffAck:
 		if !m.FencedAt.IsZero() {
-			return "BeginHandOffAck " + m.Shard + " (fenced at " + addrName(m.FencedAt) + ")"
+			return "BeginHandOffAck " + m.Shard + " (fenced at " + addrName(m.FencedAt) + ")" + handOffID(m.Epoch, m.Seq)
 		}
-		return "BeginHandOffAck " + m.Shard
+		return "BeginHandOffAck " + m.Shard + handOffID(m.Epoch, m.Seq)
 	case protocol.Fence:
-		return "Fence " + m.Shard + " from " + addrName(m.From)
+		return "Fence " + m.Shard + " from " + addrName(m.From) + handOffID(m.Epoch, m.Seq)
 	case protocol.ShardStopped:
 		if m.Held {
-			return "ShardStopped " + m.Shard + ", holding its mail"
+			return "ShardStopped " + m.Shard + ", holding its mail" + handOffID(m.Epoch, m.Seq)
 		}
-		return "ShardStopped " + m.Shard
+		return "ShardStopped " + m.Shard + handOffID(m.Epoch, m.Seq)
 	case protocol.HandOver:
 		if m.Relayed {
 			return fmt.Sprintf("HandOver %s of %s (%d) relayed", m.Shard, m.From, m.Seq)
@@ -350,6 +354,15 @@ func fmtMessage(m Message) string {
 		return "StopShards " + strings.Join(m.Shards, ",")
 	}
 	return fmt.Sprintf("%T %+v", m, m)
+}
+
+// handOffID prints the hand-off a message belongs to, when the scenario
+// numbered it (seq=).
+func handOffID(epoch, seq uint64) string {
+	if seq == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [hand-off %d.%d]", epoch, seq)
 }
 
 // apply carries out and prints the core's effects, as the runner would.

@@ -69,6 +69,10 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 	return sh
 }
 
+// ShardID is the shard's id. Its entities' reminders belong to it
+// (eventsourced.ShardOf; docs/DESIGN.md, "Durable reminders").
+func (sh *shard[C]) ShardID() string { return sh.id }
+
 // entityBufferLimit bounds what a shard holds for one entity while it stops
 // or backs off: what the next incarnation's empty mailbox is sure to take,
 // held (recovering, as an event-sourced entity is when it starts) or not.

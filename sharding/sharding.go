@@ -145,6 +145,10 @@ type regionRuntime interface {
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
 	terminate()
+	HostedShards() []string
+	StartEntity(id string) error
+	Homes() map[string]cluster.UniqueAddress
+	tellUntyped(entityID string, msg any) error
 }
 
 // New starts the sharding layer of the node running sys.
@@ -335,8 +339,10 @@ type Settings struct {
 	// StopTimeout bounds how long a passivating entity may take to stop
 	// before it is stopped by force. Default 30 s.
 	StopTimeout time.Duration
-	// HandOffTimeout bounds a shard's hand-off; entities still running
-	// then are stopped by force. Default 60 s.
+	// HandOffTimeout bounds how long a shard's entities take to stop in a
+	// hand-off; entities still running then are stopped by force. The wait
+	// for the regions' fences before it is not bounded (docs/DESIGN.md,
+	// "Fence on the data link"). Default 60 s.
 	HandOffTimeout time.Duration
 	// RebalanceInterval is how often the coordinator rebalances. Default 10 s.
 	RebalanceInterval time.Duration

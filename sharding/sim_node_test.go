@@ -46,8 +46,16 @@ type simNode struct {
 	rate     float64 // clock drift: a local duration d takes d×rate of virtual time
 	view     []cluster.Member
 	viewLast time.Duration // per-node FIFO of membership views
-	region   *regionCore[simCmd, *simShard]
-	stopped  bool // the region stopped and no longer listens
+	// viewSeq numbers the views published to the node, viewApplied is
+	// the last one it took: a view never replaces a newer one.
+	viewSeq, viewApplied uint64
+	region               *regionCore[simCmd, *simShard]
+	stopped              bool // the region stopped and no longer listens
+	// stoppedLate: its leave ran past the deadline (Shutdown's context)
+	// and stopped it: what is still on its way to it is lost, as to a
+	// node that crashed.
+	stoppedLate bool
+	leftAt      time.Duration // when its leave began
 	// regionGone: the region reported itself gone (regGone), once the
 	// entities of its terminated shards stopped.
 	regionGone bool
@@ -206,6 +214,12 @@ func (n *simNode) applyRegion() {
 				n.regionGone = true
 				n.maybeGone()
 			case regDeadLetter:
+				if from := n.w.nodes[addrName(ef.node)]; errors.Is(ef.err, errHandOverTooLate) && from != nil && (from.crashed || from.stoppedLate) {
+					// The mail of a node a fault took: lost with it.
+					n.w.tracef("%s refuses %+v from %s: %v", n.name, ef.p.msg, ef.node, ef.err)
+					n.w.lostToFault(ef.p.msg)
+					break
+				}
 				n.w.lost(ef.p, "%s: forwarded message refused: %v", n.name, ef.err)
 			case regNote:
 				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
@@ -298,6 +312,9 @@ func (n *simNode) applyView(view []cluster.Member) {
 func (n *simNode) arrive(from string, msg Message) {
 	if n.stopped {
 		n.w.tracef("%s -> %s dropped (region stopped): %s", from, n.name, simShow(msg))
+		if n.stoppedLate {
+			n.w.lostToFault(msg)
+		}
 		return
 	}
 	n.w.tracef("%s -> %s: %s", from, n.name, simShow(msg))
@@ -307,7 +324,7 @@ func (n *simNode) arrive(from string, msg Message) {
 // leave is Sharding.Shutdown: the region hands its shards off, then stops;
 // past the deadline its entities stop at once.
 func (n *simNode) leave() {
-	n.state = nodeLeaving
+	n.state, n.leftAt = nodeLeaving, n.w.clock.now
 	n.w.tracef("%s leaves (oldest=%v)", n.name, n.oldest() == n.name)
 	oldest := n.oldest()
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.leave(addr(oldest)) })
@@ -324,8 +341,18 @@ func (n *simNode) leave() {
 // and the node leaves the membership once both are done (Sharding.Shutdown).
 func (n *simNode) finishLeave(late bool) {
 	n.w.tracef("%s stops its region (deadline passed: %v)", n.name, late)
-	n.w.droppedAtStop(n)
-	n.stopped = true
+	if late && n.leftAt < n.w.net.slowUntil {
+		// A link slower than the deadline allows (a fault) made the
+		// leave outlast it: what it holds is lost to that fault.
+		n.w.tracef("%s: its leave overlapped a slow link", n.name)
+		for _, e := range n.region.shards {
+			n.w.lostToFault(e.buffer)
+			n.w.lostToFault(e.sent.Msgs)
+		}
+	} else {
+		n.w.droppedAtStop(n)
+	}
+	n.stopped, n.stoppedLate = true, late
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
 	if n.coord != nil && !n.coord.failed {
 		n.stopCoordinator()
@@ -357,6 +384,12 @@ func (n *simNode) maybeGone() {
 }
 
 func (n *simNode) gone() {
+	if n.stoppedLate {
+		// What was sent to it until now is lost, as at a fence (senders
+		// learn that it is gone only now): liveness is owed from here
+		// (sim_test.go finalChecks).
+		n.w.lastFence = max(n.w.lastFence, n.w.clock.now)
+	}
 	n.state = nodeGone
 	n.releaseLease()
 	n.w.removeMember(n.name, 0)

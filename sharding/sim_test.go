@@ -55,10 +55,17 @@ const (
 	faultStore      = "store"      // coordinator and remember store calls fail
 	faultDrift      = "drift"      // each node's clock runs up to 5% fast or slow
 	faultPauses     = "pauses"     // a node freezes, every timer and goroutine, past its lease, then resumes
+	// Found by a review that drove several real nodes over a scripted
+	// transport:
+	faultSlow     = "slow"     // a link slow for seconds, up to tens of them; a break delays what it carries instead of losing it
+	faultDups     = "dups"     // control messages arrive twice
+	faultOneWay   = "oneway"   // every other node suspects one, which sees them all, for up to 30 s
+	faultLostAcks = "lostacks" // a store call commits, then reports failure
 )
 
 // simAllFaults lists every fault class, in the order reports print them.
-var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift, faultPauses}
+var simAllFaults = []string{faultDelay, faultBreaks, faultPartitions, faultCrashes, faultViews, faultStore, faultDrift, faultPauses,
+	faultSlow, faultDups, faultOneWay, faultLostAcks}
 
 type simConfig struct {
 	seed   uint64
@@ -122,8 +129,9 @@ type simWorld struct {
 	coordStore    *MemoryCoordinatorStore // allocations and coordinator leases
 	remember      *MemoryRememberStore
 	storeFail     float64         // chance that a store call fails, now
+	storeLostAck  float64         // chance that a store call commits and then reports failure, now
 	storeCut      map[string]bool // nodes a partition cut off from the store
-	lastFence     time.Duration   // when a node last fenced itself
+	lastFence     time.Duration   // when a node last fenced itself, or stopped past its leave deadline
 
 	nodes    map[string]*simNode
 	order    []string // node names, in join order
@@ -158,13 +166,19 @@ func newSimWorld(cfg simConfig) *simWorld {
 	}
 	w.res.seed, w.res.strict = cfg.seed, cfg.strict
 	w.net = &simNet{w: w, last: map[simLink]time.Duration{}, gen: map[simLink]uint64{}, cut: map[simLink]bool{},
-		duplicate: cfg.duplicate}
+		hold: map[simLink]time.Duration{}, held: map[simLink][]func(){}, slow: map[simLink]simSlow{}, duplicate: cfg.duplicate}
 	switch {
 	case cfg.faults[faultDelay]:
 		w.net.maxDelay = 300 * time.Millisecond
 	case cfg.faults[faultBreaks]:
 		// Something must be in flight for a break to lose it.
 		w.net.fixedDelay = simMinDelay
+	}
+	if cfg.faults[faultSlow] && w.rng.chance(0.3) {
+		// The whole network slow until the heal: every message takes up
+		// to seconds, in order on its link.
+		w.net.slowAll = w.rng.between(time.Second, 15*time.Second)
+		w.net.slowUntil = simChaos + w.net.slowAll // the heal
 	}
 	idle := time.Duration(-1)
 	if w.rng.chance(0.5) {
@@ -279,6 +293,9 @@ func (w *simWorld) backoff(lo, hi time.Duration, attempt int) time.Duration {
 // ---- the workload ----
 
 func (w *simWorld) schedule() {
+	if w.net.slowAll > 0 {
+		w.tracef("every link slow (up to %v more) until the heal", w.net.slowAll)
+	}
 	for range 2 + w.rng.IntN(3) {
 		w.clock.after(w.rng.between(0, 100*time.Millisecond), w.join)
 	}
@@ -319,6 +336,15 @@ func (w *simWorld) chaosAction() {
 	}
 	if f[faultPauses] {
 		actions = append(actions, action{2, w.pauseOne})
+	}
+	if f[faultSlow] {
+		actions = append(actions, action{2, w.slowOne})
+	}
+	if f[faultOneWay] {
+		actions = append(actions, action{1, w.suspectOneWay})
+	}
+	if f[faultLostAcks] {
+		actions = append(actions, action{1, w.lostAcks})
 	}
 	total := 0
 	for _, a := range actions {
@@ -502,10 +528,83 @@ func (w *simWorld) breakOne() {
 		return
 	}
 	a, b := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
-	if a != b {
-		w.tracef("link %s-%s breaks", a.name, b.name)
-		w.net.breakLink(a.name, b.name)
+	if a == b {
+		return
 	}
+	if w.cfg.faults[faultSlow] && w.rng.chance(0.5) {
+		// As the TCP transport does: it keeps its queue across a broken
+		// connection and redials; what was on its way arrives late.
+		redial := w.rng.between(time.Second, 15*time.Second)
+		w.tracef("link %s-%s breaks, redialled in %v", a.name, b.name, redial)
+		w.net.holdLink(a.name, b.name, w.clock.now+redial)
+		return
+	}
+	w.tracef("link %s-%s breaks", a.name, b.name)
+	w.net.breakLink(a.name, b.name)
+}
+
+// slowOne makes a link slow, both ways, for a while: each message on it
+// takes up to tens of seconds (longer than HandOffTimeout), in order.
+// It ends by the heal; what it carries then still arrives late.
+func (w *simWorld) slowOne() {
+	up := w.up()
+	if len(up) < 2 {
+		return
+	}
+	a, b := up[w.rng.IntN(len(up))], up[w.rng.IntN(len(up))]
+	if a == b {
+		return
+	}
+	until := min(w.clock.now+w.rng.between(2*time.Second, 20*time.Second), w.healAt)
+	worst := w.rng.between(time.Second, 25*time.Second)
+	w.tracef("link %s-%s slow (up to %v) until %v", a.name, b.name, worst, until)
+	for _, l := range []simLink{{a.name, b.name}, {b.name, a.name}} {
+		w.net.slow[l] = simSlow{until: until, worst: worst}
+	}
+	w.net.slowUntil = max(w.net.slowUntil, until+worst)
+}
+
+// suspectOneWay makes every other node's view hold one node unreachable
+// while its own view holds them all reachable (a one-way failure of its
+// outgoing probes' answers, say), for up to 30 s: often the oldest, whose
+// coordinator keeps the lease and sees every region, while they take the
+// next node for the oldest.
+func (w *simWorld) suspectOneWay() {
+	up := w.up()
+	if len(up) < 3 {
+		return
+	}
+	x := up[w.rng.IntN(len(up))]
+	if w.rng.chance(0.6) {
+		x = up[0]
+	}
+	d := w.rng.between(5*time.Second, 30*time.Second)
+	w.tracef("every node suspects %s, one way, for %v", x.name, d)
+	var observers []string
+	for _, o := range up {
+		if o != x {
+			observers = append(observers, o.name)
+			w.hide(o.name, x.name)
+		}
+	}
+	w.publishViews(x.name)
+	w.clock.after(d, func() {
+		for _, o := range observers {
+			w.unhide(o, x.name)
+		}
+		w.publishViews(x.name)
+	})
+}
+
+// lostAcks makes store calls commit and then report failure for a while
+// (the answer lost with the connection, a timeout after the commit).
+func (w *simWorld) lostAcks() {
+	w.storeLostAck = 0.3
+	w.tracef("store answers start getting lost")
+	w.clock.after(w.rng.between(time.Second, 8*time.Second), func() {
+		w.storeLostAck = 0
+		w.tracef("store answers get through again")
+	})
 }
 
 // partition splits the live nodes in two for a while; after a detection
@@ -619,7 +718,7 @@ func (w *simWorld) heal() {
 	clear(w.net.cut)
 	clear(w.hidden)
 	clear(w.storeCut)
-	w.storeFail = 0
+	w.storeFail, w.storeLostAck = 0, 0
 	w.publishViews("")
 }
 
@@ -659,7 +758,11 @@ func (w *simWorld) publishViews(skip string) {
 }
 
 // publishView hands n its view after a lag: at once, or up to 3 s with
-// the views fault. Views reach a node in the order they were taken.
+// the views fault. Views reach a node in the order they were taken. The
+// heal ends the lag with every other fault: from then on a view reaches
+// its node at once, and the lagging ones taken before it are dropped (the
+// membership has converged), else a view from before the heal would
+// still drive decisions seconds after it.
 func (w *simWorld) publishView(n *simNode) {
 	view := w.viewOf(n.name)
 	lag := time.Duration(0)
@@ -667,9 +770,20 @@ func (w *simWorld) publishView(n *simNode) {
 		lag = w.rng.between(0, 3*time.Second)
 	}
 	at := max(w.clock.now+lag, n.viewLast)
-	n.viewLast = at
+	if w.clock.now >= w.healAt {
+		at = w.clock.now
+	}
+	n.viewLast = max(at, n.viewLast)
+	n.viewSeq++
+	seq := n.viewSeq
 	w.clock.after(at-w.clock.now, func() {
-		n.awake("views", func() { n.applyView(view) })
+		n.awake("views", func() {
+			if seq < n.viewApplied {
+				return // superseded by a view taken after the heal
+			}
+			n.viewApplied = seq
+			n.applyView(view)
+		})
 	})
 }
 
@@ -707,7 +821,15 @@ func (w *simWorld) arrive(from, to string, coordinator bool, msg Message) {
 	n := w.nodes[to]
 	if n == nil || n.state == nodeGone {
 		w.tracef("%s -> %s%s dropped (node gone): %s", from, to, coordSuffix(coordinator), simShow(msg))
-		if n != nil && n.crashed {
+		sender := w.nodes[from]
+		if n != nil && (n.crashed || n.stoppedLate) || sender != nil && (sender.crashed || sender.stoppedLate || sender.frozen() && w.leaseEnded(sender)) {
+			// Or its sender died (a pause past its lease is death to the
+			// protocol) or its leave ran out of time: a hand-off went on
+			// without its fence, and what it still had on its way found
+			// the old home gone.
+			// A leave that outlasted its deadline (only a fault, such as
+			// a link slower than the deadline allows, makes it) ends as
+			// a crash does for what is still on its way.
 			w.lostToFault(msg)
 		}
 		return
@@ -832,10 +954,21 @@ func (w *simWorld) droppedAtStop(n *simNode) {
 		return o != n && o.state == nodeUp
 	})
 	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
-		for _, p := range n.region.shards[id].buffer {
+		e := n.region.shards[id]
+		for _, p := range e.buffer {
 			if s := w.sends[p.msg]; s != nil && !p.start {
 				s.droppedAtStop, s.nowhere = true, nowhere
 				w.tracef("%s stops with %+v for %s in its buffer (no other node up: %v)", n.name, p.msg, p.entityID, nowhere)
+			}
+		}
+		// And the mail of a hand-over not yet acknowledged (a leave past
+		// its deadline): it is this region's to re-send, or to take back.
+		for _, d := range e.sent.Msgs {
+			if c, ok := d.Msg.(simCmd); ok {
+				if s := w.sends[c]; s != nil && !s.delivered {
+					s.droppedAtStop, s.nowhere = true, nowhere
+					w.tracef("%s stops with %+v for %s in an unacknowledged hand-over (no other node up: %v)", n.name, c, d.EntityID, nowhere)
+				}
 			}
 		}
 	}
@@ -894,6 +1027,8 @@ func deliveredWhen(s *simSend) string {
 var (
 	errSimStore    = errors.New("sim: store unavailable")
 	errSimStoreCut = errors.New("sim: node cut off from the store")
+	// errSimStoreLostAck: the call committed, its answer was lost.
+	errSimStoreLostAck = errors.New("sim: store answer lost")
 )
 
 // storeErr is what a store call from node meets now: nil, or the error
@@ -922,6 +1057,9 @@ func (w *simWorld) storeCall(n *simNode, call func() error, answer func(error)) 
 		err := w.storeErr(n.name)
 		if err == nil {
 			err = call()
+			if err == nil && w.storeLostAck > 0 && w.rng.chance(w.storeLostAck) {
+				err = errSimStoreLostAck // committed all the same
+			}
 		}
 		w.clock.after(w.storeLatency(), func() {
 			n.awake("store", func() { answer(err) })

@@ -171,6 +171,17 @@ type simNet struct {
 	last map[simLink]time.Duration // latest arrival scheduled on the link
 	gen  map[simLink]uint64        // bumped by a break: older messages are lost
 	cut  map[simLink]bool          // partitioned
+	// hold delays, until its redial, what a link carries (a break the
+	// transport's queue survives): nothing on it arrives before.
+	hold map[simLink]time.Duration
+	held map[simLink][]func() // reached their end while it was held, in order
+	slow map[simLink]simSlow  // slow for a while (faultSlow)
+	// slowAll: every link is slow until the heal, each message taking up
+	// to this much more (faultSlow).
+	slowAll time.Duration
+	// slowUntil is when the last slow link (or held one) of the run is
+	// over, as far as it is known yet.
+	slowUntil time.Duration
 	// maxDelay bounds a message's random flight time; with 0 every message
 	// takes fixedDelay, so messages arrive in the one global order they
 	// were sent in (the in-process transport's).
@@ -181,15 +192,35 @@ type simNet struct {
 
 const simMinDelay = time.Millisecond
 
+// simSlow is a link slow until a time, each message taking up to worst.
+type simSlow struct{ until, worst time.Duration }
+
 // delay is one message's flight time on link l.
 func (n *simNet) delay(l simLink) time.Duration {
 	if l.from == l.to {
 		return 0 // in-process: the node's own mailbox
 	}
-	if n.maxDelay <= 0 {
-		return n.fixedDelay
+	d := n.fixedDelay
+	if n.maxDelay > 0 {
+		d = simMinDelay + time.Duration(n.w.rng.Int64N(int64(n.maxDelay)))
 	}
-	return simMinDelay + time.Duration(n.w.rng.Int64N(int64(n.maxDelay)))
+	if n.slowAll > 0 && n.w.clock.now < n.w.healAt {
+		d += n.w.rng.between(0, n.slowAll)
+	}
+	if s, ok := n.slow[l]; ok && n.w.clock.now < s.until {
+		d += n.w.rng.between(0, s.worst)
+	}
+	return d
+}
+
+// holdLink delays what is on its way between a and b, both ways, until
+// at: it arrives then, in order, and what is sent meanwhile after it.
+func (n *simNet) holdLink(a, b string, at time.Duration) {
+	n.slowUntil = max(n.slowUntil, at)
+	for _, l := range []simLink{{a, b}, {b, a}} {
+		n.hold[l] = max(n.hold[l], at)
+		n.last[l] = max(n.last[l], n.hold[l]+simMinDelay)
+	}
 }
 
 // send puts msg on the link from → to, for to's region or coordinator.
@@ -208,16 +239,48 @@ func (n *simNet) send(from, to string, coordinator bool, msg Message) {
 	if _, ok := msg.(protocol.Deliver); ok && n.duplicate {
 		copies = 2
 	}
+	if _, ok := msg.(protocol.Deliver); !ok && l.from != l.to && n.w.cfg.faults[faultDups] && n.w.rng.chance(0.05) {
+		copies = 2 // right behind the first: per-link order holds
+	}
 	for range copies {
-		n.w.clock.after(at-n.w.clock.now, func() {
+		land := func() {
 			if n.gen[l] != gen {
 				n.w.tracef("%s -> %s%s lost (link broke): %s", from, to, coordSuffix(coordinator), simShow(msg))
 				n.w.lostToFault(msg)
 				return
 			}
 			n.w.arrive(from, to, coordinator, msg)
+		}
+		n.w.clock.after(at-n.w.clock.now, func() {
+			if n.w.clock.now < n.hold[l] || len(n.held[l]) > 0 {
+				n.wait(l, land) // the link is being redialled
+				return
+			}
+			land()
 		})
 	}
+}
+
+// wait queues what reached a held link's end, in order, until the redial
+// (the hold may grow meanwhile).
+func (n *simNet) wait(l simLink, land func()) {
+	n.held[l] = append(n.held[l], land)
+	if len(n.held[l]) > 1 {
+		return // a flush is due
+	}
+	var flush func()
+	flush = func() {
+		if hold := n.hold[l]; n.w.clock.now < hold {
+			n.w.clock.after(hold-n.w.clock.now, flush)
+			return
+		}
+		queued := n.held[l]
+		delete(n.held, l)
+		for _, f := range queued {
+			f()
+		}
+	}
+	n.w.clock.after(n.hold[l]-n.w.clock.now, flush)
 }
 
 // reachable is what the transport's Send finds out at once: a node that

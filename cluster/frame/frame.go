@@ -74,18 +74,30 @@ func appendString(dst []byte, s string) []byte {
 
 // Unmarshal parses a frame body. The frame's strings and payload are
 // copies: b may be reused afterwards.
-func Unmarshal(b []byte) (Frame, error) {
+func Unmarshal(b []byte) (Frame, error) { return unmarshal(b, nil, false) }
+
+// unmarshal parses a frame body. A string equal to the one of prev (the
+// frame read before it on the stream), when given, is prev's, not a copy;
+// with alias the payload is b's bytes, not a copy.
+func unmarshal(b []byte, prev *Frame, alias bool) (Frame, error) {
 	r := reader{b: b}
 	if v := r.byte(); v != version && r.err == nil {
 		return Frame{}, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
 	}
+	if prev == nil {
+		prev = &Frame{}
+	}
 	var f Frame
-	f.From.Node = r.string()
+	f.From.Node = r.stringLike(prev.From.Node)
 	f.From.Incarnation = r.uvarint()
-	f.To.Node = r.string()
+	f.To.Node = r.stringLike(prev.To.Node)
 	f.To.Incarnation = r.uvarint()
-	f.Manifest = r.string()
-	f.Payload = r.bytes()
+	f.Manifest = r.stringLike(prev.Manifest)
+	if alias {
+		f.Payload = r.field()
+	} else {
+		f.Payload = r.bytes()
+	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%w: %d bytes after the payload", ErrCorrupt, len(r.b))
 	}
@@ -128,7 +140,8 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
-func (r *reader) bytes() []byte {
+// field returns the next length-prefixed field, in place.
+func (r *reader) field() []byte {
 	n := r.uvarint()
 	if r.err != nil {
 		return nil
@@ -137,13 +150,29 @@ func (r *reader) bytes() []byte {
 		r.fail("field")
 		return nil
 	}
-	out := make([]byte, n)
-	copy(out, r.b[:n])
+	out := r.b[:n:n]
 	r.b = r.b[n:]
 	return out
 }
 
-func (r *reader) string() string { return string(r.bytes()) }
+// bytes returns a copy of the next field.
+func (r *reader) bytes() []byte {
+	b := r.field()
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// stringLike returns the next field as a string: prev itself when equal
+// (comparing allocates nothing), else a copy.
+func (r *reader) stringLike(prev string) string {
+	b := r.field()
+	if string(b) == prev {
+		return prev
+	}
+	return string(b)
+}
 
 // WriteFrame writes f to w with its length prefix. A frame over maxSize is
 // refused (ErrTooLarge) and nothing is written.
@@ -164,22 +193,59 @@ func WriteFrame(w io.Writer, f Frame, maxSize int) error {
 // the next frame, so the caller logs and reads on. io.EOF means the stream
 // ended between frames; io.ErrUnexpectedEOF that it ended inside one.
 func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
+	body, err := readBody(r, maxSize)
+	if err != nil {
+		return Frame{}, err
+	}
+	return unmarshal(body, nil, true) // body is this frame's alone
+}
+
+// Reader reads a stream of frames as ReadFrame does, for a connection
+// that carries many: a node name or manifest equal to the previous
+// frame's is shared with it rather than allocated again (a connection
+// carries one sender's frames to one receiver, in a few manifests), and
+// a frame's payload lies in the frame's own body, read for it alone.
+type Reader struct {
+	r       io.Reader
+	maxSize int
+	prev    Frame
+}
+
+// NewReader reads frames of at most maxSize bytes from r.
+func NewReader(r io.Reader, maxSize int) *Reader { return &Reader{r: r, maxSize: maxSize} }
+
+// Next reads the next frame; its errors are ReadFrame's.
+func (fr *Reader) Next() (Frame, error) {
+	body, err := readBody(fr.r, fr.maxSize)
+	if err != nil {
+		return Frame{}, err
+	}
+	f, err := unmarshal(body, &fr.prev, true)
+	if err == nil {
+		fr.prev = Frame{From: f.From, To: f.To, Manifest: f.Manifest}
+	}
+	return f, err
+}
+
+// readBody reads the next frame's body: its length prefix, then that many
+// bytes into a new slice.
+func readBody(r io.Reader, maxSize int) ([]byte, error) {
 	var prefix [4]byte
 	if _, err := io.ReadFull(r, prefix[:]); err != nil {
-		return Frame{}, err
+		return nil, err
 	}
 	n := int64(binary.BigEndian.Uint32(prefix[:]))
 	if n > int64(maxSize) {
 		if _, err := io.CopyN(io.Discard, r, n); err != nil {
-			return Frame{}, unexpected(err)
+			return nil, unexpected(err)
 		}
-		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxSize)
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxSize)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return Frame{}, unexpected(err)
+		return nil, unexpected(err)
 	}
-	return Unmarshal(body)
+	return body, nil
 }
 
 func unexpected(err error) error {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
@@ -85,7 +86,21 @@ func TestUnmarshalCorrupt(t *testing.T) {
 }
 
 // A stream survives bad frames: each is reported and the next one reads.
+// readers are the two ways to read a stream: ReadFrame, and a Reader.
+var readers = map[string]func(r io.Reader, maxSize int) func() (frame.Frame, error){
+	"ReadFrame": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
+		return func() (frame.Frame, error) { return frame.ReadFrame(r, maxSize) }
+	},
+	"Reader": func(r io.Reader, maxSize int) func() (frame.Frame, error) { return frame.NewReader(r, maxSize).Next },
+}
+
 func TestStreamSkipsBadFrames(t *testing.T) {
+	for name, read := range readers {
+		t.Run(name, func(t *testing.T) { testStreamSkipsBadFrames(t, read) })
+	}
+}
+
+func testStreamSkipsBadFrames(t *testing.T, reader func(io.Reader, int) func() (frame.Frame, error)) {
 	var stream bytes.Buffer
 	good := sample()
 	if err := frame.WriteFrame(&stream, good, 1024); err != nil {
@@ -110,8 +125,9 @@ func TestStreamSkipsBadFrames(t *testing.T) {
 		frame *frame.Frame
 		err   error
 	}{{&good, nil}, {nil, frame.ErrTooLarge}, {nil, frame.ErrCorrupt}, {&second, nil}, {nil, io.EOF}}
+	next := reader(&stream, 1024)
 	for i, w := range want {
-		f, err := frame.ReadFrame(&stream, 1024)
+		f, err := next()
 		if w.err != nil {
 			if !errors.Is(err, w.err) {
 				t.Fatalf("frame %d: %v, want %v", i, err, w.err)
@@ -196,9 +212,44 @@ func FuzzUnmarshal(f *testing.F) {
 	})
 }
 
+// A Reader hands out the node names and manifest of the frame before
+// when they are equal, not copies, and each payload as it was sent.
+func TestReaderSharesRepeatedStrings(t *testing.T) {
+	var stream bytes.Buffer
+	other := sample()
+	other.Manifest, other.Payload = "other", []byte("2")
+	sent := []frame.Frame{sample(), sample(), other}
+	for _, f := range sent {
+		if err := frame.WriteFrame(&stream, f, 1024); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := frame.NewReader(&stream, 1024)
+	var got []frame.Frame
+	for range sent {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	if !reflect.DeepEqual(got, sent) {
+		t.Fatalf("read %+v, want %+v", got, sent)
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	if !same(got[0].From.Node, got[1].From.Node) || !same(got[0].To.Node, got[2].To.Node) || !same(got[0].Manifest, got[1].Manifest) {
+		t.Fatal("repeated node names and manifests were copied again")
+	}
+	got[0].Payload[0] = 'X' // each payload is its frame's own
+	if string(got[1].Payload) != string(sample().Payload) {
+		t.Fatalf("payloads share memory: %q", got[1].Payload)
+	}
+}
+
 // FuzzReadFrame reads a stream of arbitrary bytes frame by frame: every
 // frame is a frame or a typed error (too large, corrupt, the stream cut),
-// never a panic or a read past the limit, and the stream always ends.
+// never a panic or a read past the limit, and the stream always ends. A
+// Reader reads the same frames and errors.
 func FuzzReadFrame(f *testing.F) {
 	var stream bytes.Buffer
 	frame.WriteFrame(&stream, sample(), 1024)
@@ -211,11 +262,15 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
+		stream := frame.NewReader(bytes.NewReader(b), 256)
 		for i := 0; ; i++ {
 			if i > len(b) {
 				t.Fatal("more frames than bytes")
 			}
 			fr, err := frame.ReadFrame(r, 256)
+			if fr2, err2 := stream.Next(); !reflect.DeepEqual(fr, fr2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
+				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader %+v, %v", i, fr, err, fr2, err2)
+			}
 			switch {
 			case err == nil:
 				if len(fr.Payload) > 256 {

@@ -102,8 +102,9 @@ func (t *Transport) serveInbound(c *inConn) {
 	self := t.cfg.Self
 	peer := t.m.Peer(c.from.Node)
 	c.read = br.Buffered() // read with the handshake, the start of the first frames
+	frames := frame.NewReader(br, t.cfg.MaxFrameSize)
 	for {
-		f, err := frame.ReadFrame(br, t.cfg.MaxFrameSize)
+		f, err := frames.Next()
 		if peer != nil {
 			peer.Received(0, c.read)
 			c.read = 0

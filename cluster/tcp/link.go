@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -24,10 +25,15 @@ var errLinkDead = errors.New("tcp: link dead")
 // before acknowledging it; Flush sends another.
 var errMarkerLost = errors.New("tcp: flush marker lost")
 
-// item is one queued frame body: a message, or a flush marker.
+// item is one queued frame body: a message, or a flush marker. A message
+// a sender began to write inline (see writeInline) carries the connection
+// it wrote the first bytes of its frame (length prefix included) on: the
+// rest goes on that connection, the whole frame again on another.
 type item struct {
-	body   []byte
-	marker *flushWaiter
+	body    []byte
+	marker  *flushWaiter
+	on      net.Conn
+	written int
 }
 
 type flushWaiter struct {
@@ -48,6 +54,10 @@ type link struct {
 	held      bool
 	dead      error
 	conn      net.Conn
+	raw       syscall.RawConn         // conn's, when plain TCP: a sender may write to it inline
+	writing   bool                    // a batch or an inline frame is being written on conn
+	inline    []byte                  // the inline writer's buffer, its own while it writes
+	lastWrite time.Time               // when the last write on conn began
 	inflight  map[uint64]*flushWaiter // markers written on conn, not yet acknowledged
 	nextFlush uint64
 	m         *metrics.Peer // nil when metrics are off
@@ -64,7 +74,7 @@ func (l *link) signal() {
 	}
 }
 
-// enqueue queues a message body; it never blocks.
+// enqueue queues a message body, or writes it inline; it never blocks.
 func (l *link) enqueue(body []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -74,10 +84,56 @@ func (l *link) enqueue(body []byte) error {
 	case l.queued >= l.t.cfg.QueueCapacity:
 		return fmt.Errorf("%w (%d queued)", cluster.ErrQueueFull, l.queued)
 	}
-	l.queue = append(l.queue, item{body: body})
+	if l.raw != nil && !l.writing && !l.held && len(l.queue) == 0 && time.Since(l.lastWrite) >= inlineAfter {
+		it, done := l.writeInline(body)
+		if done {
+			return nil
+		}
+		if l.dead != nil {
+			return l.dead
+		}
+		l.queue = append(l.queue, item{})
+		copy(l.queue[1:], l.queue) // ahead of what came while it was written
+		l.queue[0] = it
+	} else {
+		l.queue = append(l.queue, item{body: body})
+	}
 	l.queued++
 	l.signal()
 	return nil
+}
+
+// inlineAfter is how long a link must have been quiet for a sender to
+// write inline: a frame that comes soon after a write is queued, so that
+// a stream of frames goes out in batches, one write(2) for many, while a
+// frame that comes alone (an ask, its reply) goes out at once, without the
+// hand-off to the link's goroutine.
+const inlineAfter = 20 * time.Microsecond
+
+// writeInline writes body's frame on the connection from the sender's
+// goroutine: nothing is queued and no batch is being written, so it goes
+// in send order. It writes only what the socket takes at once (one
+// non-blocking write(2)), so the sender never blocks; done is false when
+// some or all of the frame is left, and it is then the item to queue
+// first. l.mu is held, and released during the write; l.writing keeps the
+// link's goroutine and other senders off conn meanwhile.
+func (l *link) writeInline(body []byte) (_ item, done bool) {
+	conn, raw := l.conn, l.raw
+	buf := append(binary.BigEndian.AppendUint32(l.inline[:0], uint32(len(body))), body...)
+	l.writing, l.lastWrite = true, time.Now()
+	l.mu.Unlock()
+	n := writeNow(raw, buf)
+	l.mu.Lock()
+	l.writing, l.inline = false, buf
+	if n == len(buf) {
+		l.t.stat.batches.Add(1)
+		l.m.Sent(1, n)
+		if len(l.queue) > 0 {
+			l.signal()
+		}
+		return item{}, true
+	}
+	return item{body: body, on: conn, written: n}, false
 }
 
 // kill ends the link for good: what is queued is lost, flushes return.
@@ -294,7 +350,10 @@ func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 		conn.Close()
 		return nil, nil, l.dead
 	}
-	l.conn = conn
+	l.conn, l.raw = conn, nil
+	if tc, ok := conn.(*net.TCPConn); ok {
+		l.raw, _ = tc.SyscallConn()
+	}
 	l.t.stat.dials.Add(1)
 	return conn, br, nil
 }
@@ -366,7 +425,7 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 			delete(l.inflight, id)
 		}
 		if l.conn == conn {
-			l.conn = nil
+			l.conn, l.raw = nil, nil
 		}
 		l.mu.Unlock()
 	}()
@@ -374,12 +433,19 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 	for {
 		var messages int
 		var ok bool
-		buf, messages, ok = l.take(buf[:0], connDone)
+		buf, messages, ok = l.take(buf[:0], conn, connDone)
 		if !ok {
 			return wrote
 		}
 		conn.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
-		if _, err := conn.Write(buf); err != nil {
+		_, err := conn.Write(buf)
+		l.mu.Lock()
+		l.writing = false
+		if len(l.queue) > 0 {
+			l.signal() // senders that found the batch being written queued
+		}
+		l.mu.Unlock()
+		if err != nil {
 			l.t.stat.lost.Add(uint64(messages))
 			if !l.isDead() && l.t.ctx.Err() == nil {
 				l.t.log.Info("tcp: link broke; redialling", "to", l.to, "lost", messages, "err", err)
@@ -393,21 +459,27 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 }
 
 // take waits for queued frames and appends as many as fit in a batch to
-// buf, each with its length prefix. ok is false when conn is done or the
-// link dead.
-func (l *link) take(buf []byte, connDone <-chan struct{}) (_ []byte, messages int, ok bool) {
+// buf, each with its length prefix (but for what a sender wrote inline of
+// it on conn already). ok is false when conn is done or the link dead;
+// otherwise l.writing is set, for the caller to clear once it wrote buf.
+func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []byte, messages int, ok bool) {
 	for {
 		l.mu.Lock()
 		if l.dead != nil {
 			l.mu.Unlock()
 			return buf, 0, false
 		}
-		if !l.held && len(l.queue) > 0 {
+		if !l.held && !l.writing && len(l.queue) > 0 {
 			n := 0
 			for n < len(l.queue) && (n == 0 || len(buf)+4+len(l.queue[n].body) <= l.t.cfg.MaxBatchBytes) {
 				it := l.queue[n]
+				start := len(buf)
 				buf = binary.BigEndian.AppendUint32(buf, uint32(len(it.body)))
 				buf = append(buf, it.body...)
+				if it.on == conn && it.written > 0 {
+					// Its first bytes went on this connection inline.
+					buf = append(buf[:start], buf[start+it.written:]...)
+				}
 				if it.marker != nil {
 					l.inflight[it.marker.id] = it.marker
 				} else {
@@ -416,12 +488,13 @@ func (l *link) take(buf []byte, connDone <-chan struct{}) (_ []byte, messages in
 				l.queue[n] = item{}
 				n++
 			}
-			if n == len(l.queue) {
-				l.queue = l.queue[:0] // reuse the array from its start
-			} else {
-				l.queue = l.queue[n:]
-			}
+			// What is left moves to the front: the array is reused, not
+			// outgrown by appends at its end.
+			left := copy(l.queue, l.queue[n:])
+			clear(l.queue[left:])
+			l.queue = l.queue[:left]
 			l.queued -= messages
+			l.writing, l.lastWrite = true, time.Now()
 			l.mu.Unlock()
 			return buf, messages, true
 		}

@@ -11,6 +11,8 @@
 //	shoal remove-internal-data TYPE --dsn DSN [--json]
 //	shoal projections [--admin URL] [--token T] [--json]
 //	shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset X] [--admin URL] --token T [--json]
+//	shoal reminders [--admin URL] [--token T] [--json]
+//	shoal reminder TYPE ID NAME [--admin URL] [--token T] [--json]
 //
 // migrate applies the embedded schema migrations (see package migrations);
 // it is safe to run from several processes at once. The DSN may also come
@@ -38,6 +40,13 @@
 // read model from the start, or reset the offset to --offset (a journal
 // offset's text, or "start"); the node running the instance applies it at
 // its next lease renewal.
+//
+// reminders lists the durable reminders per entity type and shard as the
+// store holds them (all, due now, late by more than 10 s: the same on
+// every node), with, per type, what the asked node's firing holds in
+// memory (due within its window) and the deliveries it sent. reminder
+// shows one reminder: its shard, due time, period, command and generation
+// (the delivery id).
 //
 // remove-internal-data deletes an entity type's sharding state from
 // Postgres directly (Akka's remove-internal-cluster-sharding-data): its
@@ -83,7 +92,9 @@ var (
   shoal down NODE INCARNATION [--admin URL] [--token TOKEN] [--json]
   shoal remove-internal-data TYPE [--dsn DSN] [--json]
   shoal projections [--admin URL] [--token TOKEN] [--json]
-  shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset OFFSET] [--admin URL] [--token TOKEN] [--json]`)
+  shoal projection pause|resume|rebuild|reset NAME INSTANCE [--offset OFFSET] [--admin URL] [--token TOKEN] [--json]
+  shoal reminders [--admin URL] [--token TOKEN] [--json]
+  shoal reminder TYPE ID NAME [--admin URL] [--token TOKEN] [--json]`)
 	// errRefused: the command would be unsafe now and did nothing.
 	errRefused = errors.New("refused")
 )
@@ -128,6 +139,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return projections(ctx, args[1:], stdout, stderr)
 	case "projection":
 		return projectionOp(ctx, args[1:], stdout, stderr)
+	case "reminders":
+		return reminders(ctx, args[1:], stdout, stderr)
+	case "reminder":
+		return reminderGet(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil

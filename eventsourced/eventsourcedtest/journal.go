@@ -121,6 +121,47 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	return nil
 }
 
+var _ journal.SideWriter = (*Journal)(nil)
+
+// SideStore implements journal.SideWriter.
+func (j *Journal) SideStore() string {
+	if sw, ok := j.Journal.(journal.SideWriter); ok {
+		return sw.SideStore()
+	}
+	return ""
+}
+
+// WriteWithSide implements journal.SideWriter: Write, with its delays and
+// faults, and side stored with the events (a fault stores neither).
+func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, side journal.Side) error {
+	if err := j.wait(ctx, &j.writeDelay); err != nil {
+		return err
+	}
+	if err := j.takeFault(&j.failWrite); err != nil {
+		return err
+	}
+	if err := j.takeFault(&j.rejectWrite); err != nil {
+		return fmt.Errorf("%w: %w", journal.ErrRejected, err)
+	}
+	sw, ok := j.Journal.(journal.SideWriter)
+	if !ok {
+		return fmt.Errorf("%w: the wrapped journal writes no sides", journal.ErrRejected)
+	}
+	if err := sw.WriteWithSide(ctx, events, side); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	j.written = append(j.written, events...)
+	j.mu.Unlock()
+	return nil
+}
+
+// WriteAsyncWithSide implements journal.SideWriter, on a goroutine of its
+// own as the entity's plain writes are.
+func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
+	go func() { done(j.WriteWithSide(context.Background(), events, side)) }()
+}
+
 // Replay implements journal.Journal.
 func (j *Journal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
 	if err := j.wait(ctx, &j.readDelay); err != nil {

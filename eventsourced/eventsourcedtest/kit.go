@@ -65,6 +65,7 @@ import (
 	"github.com/shoal-dev/shoal/journal/memory"
 	snapmemory "github.com/shoal-dev/shoal/snapshot/memory"
 	"github.com/shoal-dev/shoal/timers"
+	remindermemory "github.com/shoal-dev/shoal/timers/reminder/memory"
 )
 
 // Options configures a Kit. Codec is required.
@@ -108,20 +109,21 @@ type T interface {
 
 // Kit drives one entity of command type C, event type E and state S.
 type Kit[C, E, S any] struct {
-	t       T
-	opts    Options
-	key     entity.TypeKey[C]
-	create  func(entity.Context[C]) entity.Behavior[C]
-	sys     *entity.System
-	journal *Journal
-	snaps   *SnapshotStore
-	props   *entity.Props[C]
-	cell    *entity.Cell[C]
-	behav   stateful[S]
-	seen    int // how many of journal.Written are in history
-	obs     *observer
-	history []Persisted[E]
-	byKit   []bool // history[i] was written by a command the kit sent
+	t         T
+	opts      Options
+	key       entity.TypeKey[C]
+	create    func(entity.Context[C]) entity.Behavior[C]
+	sys       *entity.System
+	journal   *Journal
+	snaps     *SnapshotStore
+	reminders *remindermemory.Store
+	props     *entity.Props[C]
+	cell      *entity.Cell[C]
+	behav     stateful[S]
+	seen      int // how many of journal.Written are in history
+	obs       *observer
+	history   []Persisted[E]
+	byKit     []bool // history[i] was written by a command the kit sent
 	// reported is how much of history a Result has reported.
 	reported int
 
@@ -192,8 +194,10 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 	if opts.Clock == nil {
 		opts.Clock = timers.Real{}
 	}
-	k := &Kit[C, E, S]{t: t, opts: opts, key: key, create: create,
-		journal: NewJournal(memory.New()), snaps: NewSnapshotStore(snapmemory.New()), obs: &observer{}}
+	reminders := remindermemory.New(remindermemory.WithClock(opts.Clock.Now))
+	k := &Kit[C, E, S]{t: t, opts: opts, key: key, create: create, reminders: reminders,
+		journal: NewJournal(memory.New(memory.WithSideStore(reminders))),
+		snaps:   NewSnapshotStore(snapmemory.New()), obs: &observer{}}
 	k.journal.clock = opts.Clock
 	sys, err := entity.NewSystem(entity.Config{
 		Logger:             opts.Logger,
@@ -201,6 +205,7 @@ func New[C, E, S any](t T, key entity.TypeKey[C], create func(entity.Context[C])
 		Codec:              opts.Codec,
 		Journal:            k.journal,
 		Snapshots:          k.snaps,
+		Reminders:          reminders,
 		ForceSerialization: !opts.SkipSerializationChecks,
 	})
 	if err != nil {
@@ -339,6 +344,16 @@ func (k *Kit[C, E, S]) System() *entity.System { return k.sys }
 
 // Journal is the entity's journal, for fault injection and inspection.
 func (k *Kit[C, E, S]) Journal() *Journal { return k.journal }
+
+// Reminders is the entity's durable reminder store, in memory on the
+// kit's clock, for inspection: the reminders its effects set, and those
+// its handled deliveries acknowledged (docs/DESIGN.md, "Durable
+// reminders"). The entity runs in shard KitShard. Deliver a reminder by
+// sending its command with the reminder.Delivery filled in.
+func (k *Kit[C, E, S]) Reminders() *remindermemory.Store { return k.reminders }
+
+// KitShard is the shard a kit's entity runs in, for its reminders.
+const KitShard = "kit-shard"
 
 // Snapshots is the entity's snapshot store, for fault injection and inspection.
 func (k *Kit[C, E, S]) Snapshots() *SnapshotStore { return k.snaps }
@@ -677,6 +692,9 @@ type kitOwner[C any] struct {
 	stop    C
 	hasStop bool
 }
+
+// ShardID implements eventsourced.ShardOf: reminders need a shard.
+func (o kitOwner[C]) ShardID() string { return KitShard }
 
 func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {
 	o.book.mu.Lock()

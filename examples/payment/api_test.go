@@ -200,7 +200,7 @@ type bubbleAPI struct {
 
 func newBubbleAPI(t *testing.T, settings Settings, issuer func(*IssuerClientConfig)) *bubbleAPI {
 	t.Helper()
-	j := memory.New()
+	j, _ := remindingJournal()
 	return newBubbleAPIOn(t, settings, issuer, j, j)
 }
 

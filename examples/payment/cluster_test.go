@@ -78,6 +78,8 @@ func TestClusterFlagsRefused(t *testing.T) {
 		{"unknown gossip timing", append(cl, "-gossip-timing", "wan"), "gossip-timing", nil},
 		{"demo on a cluster", append(cl, "-demo"), "demo", nil},
 		{"issuer only on a cluster", append(cl, "-issuer-only"), "issuer-only", nil},
+		{"issuer hang amount without issuer only", []string{"-issuer-hang-amount", "777"}, "issuer-hang-amount", nil},
+		{"issuer hang amount negative", []string{"-issuer-only", "-issuer-hang-amount", "-1"}, "issuer-hang-amount", nil},
 		{"a stray argument", []string{"-postgres", "postgres://x", "cluster"}, "", nil},
 		{"postgres given no DSN", []string{"-postgres", "-node-id", "n2"}, "postgres", nil},
 	} {

@@ -18,7 +18,29 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/reminders"
+	"github.com/shoal-dev/shoal/timers/reminder"
+	remindermemory "github.com/shoal-dev/shoal/timers/reminder/memory"
 )
+
+// remindingJournal is a memory journal that writes effects' reminders in
+// their events' transaction, into the memory store it returns (as the node
+// wires them).
+func remindingJournal() (*memory.Journal, *remindermemory.Store) {
+	store := remindermemory.New()
+	return memory.New(memory.WithSideStore(store)), store
+}
+
+// fireReminders fires the reminders of sh's entities until the test ends.
+func fireReminders(t *testing.T, sh *sharding.Sharding, store reminder.Store) *reminders.Service {
+	t.Helper()
+	f, err := reminders.StartAll(sh, reminders.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
 
 // fakeIssuer answers in-process, so entity tests run inside a synctest
 // bubble: by default "00000" at once; Code and Err change the answer, and
@@ -339,32 +361,48 @@ func wantFailure(t *testing.T, r Response, code Code) {
 // localNode runs payment entities on single-node sharding, whose
 // passivation and hand-off send StopActor, inside a synctest bubble.
 type localNode struct {
-	t        *testing.T
-	issuer   *fakeIssuer
-	journal  *memory.Journal
-	sharding *sharding.Sharding
-	entities *sharding.Region[Command]
+	t         *testing.T
+	issuer    *fakeIssuer
+	journal   *memory.Journal
+	reminders *remindermemory.Store
+	firing    *reminders.Service
+	sharding  *sharding.Sharding
+	entities  *sharding.Region[Command]
 }
 
 func newLocalNode(t *testing.T, settings Settings) *localNode {
+	j, store := remindingJournal()
+	return newLocalNodeOn(t, settings, j, store)
+}
+
+// newLocalNodeOn runs the node on stores another node may share: a node
+// started after a killed one is the payments' next home.
+func newLocalNodeOn(t *testing.T, settings Settings, j *memory.Journal, store *remindermemory.Store) *localNode {
 	reg := testRegistry()
-	j := memory.New()
-	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: j, ForceSerialization: true, Logger: quietLogger()})
+	sys, err := entity.NewSystem(entity.Config{Codec: reg, Journal: j, Reminders: store, ForceSerialization: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tables := testTables()
-	n := &localNode{t: t, issuer: &fakeIssuer{}, journal: j}
+	n := &localNode{t: t, issuer: &fakeIssuer{}, journal: j, reminders: store}
 	if n.sharding, err = sharding.New(sys, sharding.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.sharding.Terminate)
+	n.firing = fireReminders(t, n.sharding, store)
 	t.Cleanup(n.issuer.releaseHeld)
 	p := &Payments{Settings: settings, Issuer: n.issuer, Credentials: tables, Sequences: tables}
 	if n.entities, err = InitPayments(n.sharding, p, 1); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// kill stops the node as a crash would: its entities and its firing stop
+// at once; the stores keep what was written.
+func (n *localNode) kill() {
+	n.firing.Stop()
+	n.sharding.Terminate()
 }
 
 // resident is how many payment entities run.

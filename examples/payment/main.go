@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/shoal-dev/shoal/timers"
 )
 
 func main() {
@@ -93,7 +95,7 @@ func run(signals <-chan os.Signal, args []string, stdout, stderr io.Writer) erro
 		go func() { _ = pprofServer.Serve(ln) }()
 	}
 	if opts.issuerOnly {
-		return serveIssuer(ctx, cfg.SimulatorAddr, stdout)
+		return serveIssuer(ctx, cfg.SimulatorAddr, opts.issuerHangAmount, stdout)
 	}
 	demo := opts.demo
 
@@ -164,6 +166,8 @@ func pprofMux() *http.ServeMux {
 type options struct {
 	cfg              Config
 	demo, issuerOnly bool
+	// issuerHangAmount: the -issuer-only simulator never answers requests of this amount.
+	issuerHangAmount int64
 	// activationLog: the activation log goes to stdout.
 	activationLog    bool
 	pprofAddr, probe string
@@ -185,6 +189,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.StringVar(&cfg.SimulatorAddr, "issuer-addr", cfg.SimulatorAddr, "listen address of the issuer simulator")
 	flags.StringVar(&cfg.IssuerURL, "issuer-url", "", "call this issuer instead of starting the simulator")
 	flags.BoolVar(&o.issuerOnly, "issuer-only", false, "serve only the issuer simulator, on -issuer-addr (one issuer for a cluster)")
+	flags.Int64Var(&o.issuerHangAmount, "issuer-hang-amount", 0, "with -issuer-only, never answer requests of this amount (payments that stay in processing until their timeout: a test's fault)")
 	flags.StringVar(&cfg.PostgresDSN, "postgres", "", "keep events in this PostgreSQL database (migrations are applied)")
 	flags.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060)")
 	flags.BoolVar(&cfg.Metrics, "metrics", false, "serve Prometheus metrics at /metrics on the API address")
@@ -192,6 +197,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	flags.BoolVar(&o.demo, "demo", false, "run a scripted demo against the simulator, then exit")
 	demoStretch := flags.Int("demo-stretch", 1, "with -demo, multiply the demo's timeouts (1.5s ask, 2s processing) by this, for slow or loaded machines")
 	verbose := flags.Bool("v", false, "log at debug level")
+	clockSkew := flags.Duration("clock-skew", 0, "offset this node's wall clock (its entities' and its reminder firing's) by this much: a test's clock skew between nodes")
 	flags.BoolVar(&cfg.Counters, "counter", false, "also serve counter entities (POST /counter/{id}/add?by=N, GET /counter/{id}): a workload for linearizability tests")
 	activationLog := flags.Bool("activation-log", false, "print a line to stdout, prefixed \"ACTIVATION \", when an entity starts, stops or meets another incarnation's write: for tests that check no entity is active on two nodes at once")
 	cf.register(flags)
@@ -213,6 +219,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	o.activationLog = *activationLog
+	if *clockSkew != 0 {
+		cfg.Clock = skewedClock{Clock: timers.Real{}, skew: *clockSkew}
+	}
 	var err error
 	if cfg.Cluster, err = cf.config(flags, cfg.PostgresDSN); err != nil {
 		return o, err
@@ -231,6 +240,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.issuerOnly && (o.demo || cfg.Cluster != nil || cfg.IssuerURL != "") {
 		return o, &FlagError{Flag: "issuer-only", Value: "true", Reason: "serves the simulator alone; it cannot be combined with -demo, -issuer-url or cluster flags"}
+	}
+	if o.issuerHangAmount != 0 && (!o.issuerOnly || o.issuerHangAmount < 0) {
+		return o, &FlagError{Flag: "issuer-hang-amount", Value: strconv.FormatInt(o.issuerHangAmount, 10), Reason: "needs -issuer-only and a positive amount"}
 	}
 	return o, nil
 }
@@ -256,12 +268,15 @@ func probeURL(ctx context.Context, url string) error {
 }
 
 // serveIssuer is -issuer-only: the simulator alone until ctx ends.
-func serveIssuer(ctx context.Context, addr string, stdout io.Writer) error {
+func serveIssuer(ctx context.Context, addr string, hangAmount int64, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("issuer simulator: %w", err)
 	}
 	sim := NewSimulator()
+	if hangAmount > 0 {
+		sim.SetRules(Rule{Amount: hangAmount, Reaction: Reaction{Hang: true}})
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/payment", sim)
 	srv := boundedServer(mux, simulatorWriteTimeout)
@@ -296,3 +311,13 @@ func boundedServer(h http.Handler, write time.Duration) *http.Server {
 		IdleTimeout:       time.Minute,
 	}
 }
+
+// skewedClock is a wall clock off by skew (-clock-skew): durations, and so
+// timers, are the real ones; only the time of day is wrong, as on a node
+// whose clock drifted.
+type skewedClock struct {
+	timers.Clock
+	skew time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return c.Clock.Now().Add(c.skew) }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The demo is the README's second command; it must keep working. Its
@@ -56,5 +57,21 @@ func TestHelpNamesFlagArgumentsByType(t *testing.T) {
 	}
 	if strings.Contains(help, "-admin-addr shoal") {
 		t.Fatalf("-h names -admin-addr's argument after a quoted word:\n%s", help)
+	}
+}
+
+// -clock-skew offsets the node's wall clock, not its durations.
+func TestClockSkewFlag(t *testing.T) {
+	o, err := parseArgs([]string{"-clock-skew", "-1h"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	now := o.cfg.Clock.Now()
+	if off := before.Sub(now); off < time.Hour-time.Minute || off > time.Hour {
+		t.Fatalf("skewed clock reads %v at %v; want an hour behind", now, before)
+	}
+	if o, _ := parseArgs(nil, io.Discard); o.cfg.Clock != nil {
+		t.Fatalf("clock %v without -clock-skew; want the default", o.cfg.Clock)
 	}
 }

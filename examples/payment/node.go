@@ -26,7 +26,11 @@ import (
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
+	"github.com/shoal-dev/shoal/sharding/reminders"
 	"github.com/shoal-dev/shoal/timers"
+	"github.com/shoal-dev/shoal/timers/reminder"
+	remindermemory "github.com/shoal-dev/shoal/timers/reminder/memory"
+	reminderpg "github.com/shoal-dev/shoal/timers/reminder/postgres"
 )
 
 // Config configures a Node. DefaultConfig gives the original's timeouts on
@@ -124,6 +128,10 @@ type Node struct {
 	serveErr  chan error
 	metrics   *prometheus.Registry // nil unless Config.Metrics
 	readModel *readModel           // nil when the journal answers no queries
+	// reminderStore and firing are a node of its own's durable reminders
+	// (a cluster node's are its Cluster's).
+	reminderStore reminder.Store
+	firing        *reminders.Service
 }
 
 // Start starts a node. Stop it with Shutdown (graceful) or Kill.
@@ -189,6 +197,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 		if err := n.initEntities(ctx, n.Sharding, cluster.UniqueAddress{Node: "local"}); err != nil {
+			return nil, err
+		}
+		// The processing timeouts' reminders (see timeout.go) fire here.
+		if n.firing, err = reminders.StartAll(n.Sharding, reminders.Config{Metrics: n.metricsOrNil()}); err != nil {
 			return nil, err
 		}
 	}
@@ -280,7 +292,7 @@ func (n *Node) initEntities(ctx context.Context, sh *sharding.Sharding, self clu
 func (n *Node) localSharding(reg *codec.Registry) (*sharding.Sharding, error) {
 	Register(reg)
 	registerCounter(reg)
-	ec := entity.Config{Codec: reg, Journal: n.Journal, Clock: n.cfg.Clock, Logger: n.log}
+	ec := entity.Config{Codec: reg, Journal: n.Journal, Reminders: n.reminderStore, Clock: n.cfg.Clock, Logger: n.log}
 	var shardingCfg sharding.Config
 	if n.metrics != nil {
 		ec.Metrics, shardingCfg.Metrics = n.metrics, n.metrics
@@ -389,8 +401,11 @@ func (n *Node) members() []string {
 const fenceCheck = time.Second
 
 func (n *Node) openJournal(ctx context.Context) error {
+	// The journal writes an effect's reminders in the transaction of its
+	// events (docs/DESIGN.md, "Durable reminders").
 	if n.cfg.PostgresDSN == "" {
-		n.Journal = memory.New()
+		store := remindermemory.New()
+		n.reminderStore, n.Journal = store, memory.New(memory.WithSideStore(store))
 		return nil
 	}
 	pool, err := pgxpool.New(ctx, n.cfg.PostgresDSN)
@@ -409,8 +424,9 @@ func (n *Node) openJournal(ctx context.Context) error {
 	if n.metrics != nil {
 		jc.Metrics = n.metrics
 	}
-	n.pgJ = postgres.New(pool, jc)
-	n.Journal = n.pgJ
+	store := reminderpg.New(pool)
+	n.pgJ = postgres.New(pool, jc, postgres.WithSideStore(store))
+	n.reminderStore, n.Journal = store, n.pgJ
 	return nil
 }
 
@@ -451,6 +467,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// Hands the shards off to the other nodes, then leaves.
 		errs = append(errs, n.Cluster.Shutdown(ctx))
 	case n.Sharding != nil:
+		n.stopFiring()
 		errs = append(errs, n.Sharding.Shutdown(ctx))
 	}
 	if n.payments != nil {
@@ -482,9 +499,25 @@ func (n *Node) Kill() {
 	case n.Cluster != nil:
 		n.Cluster.Kill()
 	case n.Sharding != nil:
+		n.stopFiring()
 		n.Sharding.Terminate()
 	}
 	n.closeRest()
+}
+
+func (n *Node) stopFiring() {
+	if n.firing != nil {
+		n.firing.Stop()
+	}
+}
+
+// metricsOrNil is the registry as a Registerer, nil (not a typed nil)
+// without metrics.
+func (n *Node) metricsOrNil() prometheus.Registerer {
+	if n.metrics == nil {
+		return nil
+	}
+	return n.metrics
 }
 
 func (n *Node) closeRest() {

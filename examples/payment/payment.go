@@ -122,6 +122,7 @@ func (h *handler) waiting(ctx Ctx, c Command) Effect {
 	case Settle:
 		now := ctx.Clock().Now()
 		return ctx.Persist(SettlementAccepted{TraceID: c.TraceID, Request: c.SettleRequest, AcceptedAt: now}).
+			WithReminders(h.Settings.remindProcessingTimeout(ctx, h.Settings.processingTimeout(now))).
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
 				h.authorize(ctx, c, now)
@@ -151,6 +152,7 @@ func (h *handler) settling(ctx Ctx, s Settling, c Command) Effect {
 		// asker has given up FailSafeMargin ago.
 		ctx.Log().Warn("settlement timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
 		return ctx.Persist(SettlementTimeoutDetected{TraceID: s.TraceID}).
+			WithReminders(forgetProcessingTimeout(ctx)).
 			ThenRun(func(State) { ctx.Passivate() }).
 			ThenNoReply().
 			ThenUnstashAll()
@@ -193,7 +195,8 @@ func (h *handler) settlementResult(ctx Ctx, s Settling, c SettlementResult) Effe
 		res = Rejected(f)
 	}
 	// First-time processing does not passivate: the entity stays until idle.
-	return ctx.Persist(ev).ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
+	return ctx.Persist(ev).WithReminders(forgetProcessingTimeout(ctx)).
+		ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
 }
 
 func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
@@ -205,6 +208,7 @@ func (h *handler) completed(ctx Ctx, s Completed, c Command) Effect {
 	case Cancel:
 		now := ctx.Clock().Now()
 		return ctx.Persist(CancelAccepted{TraceID: c.TraceID, Request: c.CancelRequest, AcceptedAt: now}).
+			WithReminders(h.Settings.remindProcessingTimeout(ctx, h.Settings.processingTimeout(now))).
 			ThenRun(func(State) {
 				accept(ctx, c.ConfirmTo)
 				h.reverse(ctx, s, c)
@@ -229,6 +233,7 @@ func (h *handler) canceling(ctx Ctx, s Canceling, c Command) Effect {
 		// timeout point 3: back to Completed, so the cancel can be retried.
 		ctx.Log().Warn("cancel timed out", "trace_id", s.TraceID, "deadline", s.Timeout.Deadline)
 		return ctx.Persist(CancelTimeoutDetected{TraceID: s.TraceID}).
+			WithReminders(forgetProcessingTimeout(ctx)).
 			ThenRun(func(State) { ctx.Passivate() }).
 			ThenNoReply().
 			ThenUnstashAll()
@@ -278,7 +283,8 @@ func (h *handler) cancelResult(ctx Ctx, s Canceling, c CancelResult) Effect {
 	default:
 		ev, res = failed(c.Response, IssuingServiceServerError(mtiName(MTIReversal), c.Response.ErrCode))
 	}
-	return ctx.Persist(ev).ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
+	return ctx.Persist(ev).WithReminders(forgetProcessingTimeout(ctx)).
+		ThenReply(eventsourced.To(c.ReplyTo, res)).ThenUnstashAll()
 }
 
 func (h *handler) canceled(ctx Ctx, s Canceled, c Command) Effect {

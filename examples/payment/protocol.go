@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // Command is what a payment entity accepts: a sealed set, switched on by type.
@@ -57,10 +58,16 @@ type StopActor struct{}
 // ReceiveTimeout is delivered after Settings.ReceiveTimeout without messages.
 type ReceiveTimeout struct{}
 
-// ProcessingTimeout is the timer message that ends a Settling or Canceling
-// phase whose issuer call did not answer in time. Deadline identifies the
-// phase: only the timeout equal to the one in the state counts (timeout point 2).
-type ProcessingTimeout struct{ Deadline time.Time }
+// ProcessingTimeout is the message that ends a Settling or Canceling phase
+// whose issuer call did not answer in time, sent by the entity's timer or by
+// its durable reminder (see timeout.go). Deadline identifies the phase: only
+// the timeout equal to the one in the state counts (timeout point 2). The
+// Delivery is filled in when the reminder sent it, so that handling it
+// acknowledges the reminder.
+type ProcessingTimeout struct {
+	Deadline time.Time
+	reminder.Delivery
+}
 
 // SettlementResult is the outcome of the settlement's issuer call, delivered
 // to the entity through PipeToSelf. Exactly one of Aborted, Failure and

@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -30,6 +31,22 @@ import (
 //     phase cancels the timer its first event re-armed (a stale timer is
 //     never even delivered).
 //     → cancelProcessingTimeout, called from onEvent.
+//
+// A timer lives in the entity's memory: it comes back only when something
+// recovers the entity. A payment whose node died while it waited for the
+// issuer would stay Settling (or Canceling) until the next request for it,
+// and the stash of that request would wait out the deadline first. So the
+// phase also sets a durable reminder (docs/DESIGN.md, "Durable reminders")
+// in the transaction of the event that enters it, and cancels it with
+// every event that leaves it: the reminder is stored with the events, and
+// the node that hosts the payment's shard (after a crash, the next home
+// once the dead node's lease expired) starts the entity and delivers the
+// same ProcessingTimeout, with no request. Whichever of timer and reminder
+// comes first ends the phase; the other finds the phase gone and is
+// unhandled (and, for the reminder, acknowledged).
+//     → remindProcessingTimeout, on the effects persisting SettlementAccepted
+//       and CancelAccepted; forgetProcessingTimeout, on the effects of
+//       points 3 and 4.
 
 // processingTimeout is the timeout of a phase accepted at acceptedAt: the
 // asker gives up after AskTimeout, and the entity FailSafeMargin later.
@@ -55,4 +72,21 @@ func scheduleProcessingTimeout(ctx EventCtx, t ProcessingTimeout) {
 // cancelProcessingTimeout is point 4: call it from the event handler.
 func cancelProcessingTimeout(ctx EventCtx, t ProcessingTimeout) {
 	ctx.Timers().Cancel(t.timerKey())
+}
+
+// processingReminder names the phase's durable reminder: one phase runs at
+// a time, so one name serves them all (setting it again replaces it).
+const processingReminder = "processing-timeout"
+
+// remindProcessingTimeout is the durable reminder of a phase that ends at
+// t: due after the same AskTimeout+FailSafeMargin, counted on the
+// database's clock from the write of the event that enters the phase.
+func (s Settings) remindProcessingTimeout(ctx Ctx, t ProcessingTimeout) eventsourced.ReminderChange {
+	return ctx.RemindAfter(processingReminder, s.AskTimeout+s.FailSafeMargin, t)
+}
+
+// forgetProcessingTimeout cancels the phase's durable reminder, with the
+// event that leaves the phase.
+func forgetProcessingTimeout(ctx Ctx) eventsourced.ReminderChange {
+	return ctx.CancelReminder(processingReminder)
 }

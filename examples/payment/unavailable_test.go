@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/journal"
-	"github.com/shoal-dev/shoal/journal/memory"
 )
 
 var errJournalDown = errors.New("journal down")
@@ -28,6 +27,21 @@ func (j *downJournal) Write(ctx context.Context, evs []journal.Event) error {
 	}
 	return j.Journal.Write(ctx, evs)
 }
+
+// The side writes carry the payment's processing-timeout reminder (see
+// timeout.go); they fail while down too.
+func (j *downJournal) WriteWithSide(ctx context.Context, evs []journal.Event, side journal.Side) error {
+	if j.down.Load() {
+		return errJournalDown
+	}
+	return j.Journal.(journal.SideWriter).WriteWithSide(ctx, evs, side)
+}
+
+func (j *downJournal) WriteAsyncWithSide(evs []journal.Event, side journal.Side, done func(error)) {
+	done(j.WriteWithSide(context.Background(), evs, side))
+}
+
+func (j *downJournal) SideStore() string { return j.Journal.(journal.SideWriter).SideStore() }
 
 func (j *downJournal) Replay(ctx context.Context, pid string, from, to uint64, fn func(journal.Event) error) error {
 	if j.down.Load() {
@@ -49,7 +63,7 @@ func (j *downJournal) HighestSeqNr(ctx context.Context, pid string) (uint64, err
 // back-off and the payment settles, exactly once.
 func TestAPIUnavailableWhileTheJournalIsDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := memory.New()
+		mem, _ := remindingJournal()
 		j := &downJournal{Journal: mem}
 		b := newBubbleAPIOn(t, DefaultSettings(), nil, j, mem)
 		j.down.Store(true)

@@ -102,6 +102,9 @@ func registeredSeries(t *testing.T) seriesCatalog {
 		l.Failed()
 		l.Refused()
 	}
+	metrics.NewReminders(reg, func() []metrics.ReminderReport {
+		return []metrics.ReminderReport{{Type: "t", Held: 1, Delivered: 1, Shards: map[string]metrics.ReminderShard{"1": {Due: 1, Late: 1}}}}
+	})
 	tr := metrics.NewTransport(reg, func() map[string]int { return map[string]int{"p": 1} })
 	tr.Peer("p").Sent(1, 10)
 	tr.Peer("p").Received(1, 10)

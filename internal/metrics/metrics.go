@@ -37,6 +37,8 @@
 //	projection_last_event_timestamp_seconds{projection,instance}
 //	projection_running{projection,instance}  projection_paused{projection,instance}
 //	projection_lag_events{projection,instance} (sources that count events)
+//	reminders_due{type,shard}                reminders_late{type,shard}
+//	reminders_held{type}                     reminders_delivered_total{type}
 //
 // Depths, delivered counts and entities per shard are read at scrape
 // time from counts the runtime keeps anyway or updates once per entity

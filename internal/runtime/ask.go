@@ -109,7 +109,7 @@ var ErrStaleIncarnation = errors.New("entity: reply to another incarnation of th
 var ErrNotThisNode = errors.New("entity: reply addressed to another node")
 
 // ErrNoRemoteReplies is returned by Reply for a reply to another node when
-// the System has no Config.RemoteReplies and no ReplyRouter to carry it.
+// the System has no ReplyRouter to carry it.
 var ErrNoRemoteReplies = errors.New("entity: no way to send replies to other nodes")
 
 // ErrReplyUndecodable fails an Ask whose reply arrived from another node
@@ -123,24 +123,15 @@ var ErrReplyUndecodable = errors.New("entity: reply does not decode")
 // the asker's R (reply types need no registration, as the asker knows R).
 const JSONReplyManifest = "shoal.reply.json"
 
-// RemoteReplies sends a reply to an ask of another node: to names the
-// asking incarnation and its ask, manifest and payload are the encoded
-// reply. It must not block (cluster.Transport.Send never does); its error
-// is returned by Reply. The receiving node hands the three to
-// DeliverReply. It carries, the same way, the failure this node
-// sends in place of a reply that will never come (under
-// AskFailureManifest; see AskFailedError).
-type RemoteReplies func(to ReplyAddress, manifest string, payload []byte) error
-
 // Reply sends v to the Ask waiting behind to, and returns why it could not.
 // To an ask of this System it is delivered at once; to another node's it
-// is encoded (with the codec when v's type is registered, as JSON under
-// JSONReplyManifest otherwise) and handed to Config.RemoteReplies, or,
-// without one, to the ReplyRouter. Every reply that reaches no ask is
+// goes to the ReplyRouter, the one route of replies between nodes, which
+// encodes it (EncodeReply) if it leaves the process. Every reply that
+// reaches no ask is
 // counted as a dead letter: to a zero ReplyTo (ErrNoReplyAddress), to an
 // ask that has ended (ErrAskEnded), to another incarnation of this node
 // (ErrStaleIncarnation), to another node with no way there
-// (ErrNoRemoteReplies), or refused by the seam (its error, wrapped).
+// (ErrNoRemoteReplies), or refused by the router (its error, wrapped).
 // A reply that reaches the other node may still find its ask ended there.
 func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 	sys := via.System()
@@ -176,21 +167,9 @@ func Reply[R any](via Replier, to ReplyTo[R], v R) error {
 
 // replyRemote sends v towards another node's ask.
 func (s *System) replyRemote(a ReplyAddress, v any) error {
-	if send := s.cfg.RemoteReplies; send != nil {
-		manifest, payload, err := encodeReply(s.cfg.Codec, v)
-		if err != nil {
-			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply does not serialize", v)
-			return fmt.Errorf("entity: reply to %s: %w: %w", a, ErrNotSerializable, err)
-		}
-		if err := send(a, manifest, payload); err != nil {
-			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply refused on its way to "+a.Node, v)
-			return fmt.Errorf("entity: reply to %s: %w", a, err)
-		}
-		return nil
-	}
 	if router := s.router.Load(); router != nil {
 		if err := (*router).RouteReply(a, v); err != nil {
-			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply to unreachable node "+a.Node, v)
+			s.deadLetter(s.untyped, nil, "", "", a.String(), "reply refused on its way to "+a.Node, v)
 			return fmt.Errorf("entity: reply to %s: %w", a, err)
 		}
 		return nil
@@ -208,12 +187,16 @@ func encodeReply(reg *codec.Registry, v any) (string, []byte, error) {
 	}
 	if reg != nil {
 		if _, ok := reg.Manifest(v); ok {
-			return reg.Encode(v)
+			manifest, payload, err := reg.Encode(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("%w: %w", ErrNotSerializable, err)
+			}
+			return manifest, payload, nil
 		}
 	}
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("%w: %w", ErrNotSerializable, err)
 	}
 	return JSONReplyManifest, payload, nil
 }
@@ -440,9 +423,11 @@ func (s *System) replyAddress(id uint64) ReplyAddress {
 	return ReplyAddress{Node: s.cfg.NodeID, Incarnation: s.cfg.Incarnation, AskID: id}
 }
 
-// ReplyRouter carries replies, as values, to asks of other Systems in the
-// same process (an in-process simulation of several nodes). A transport
-// between processes uses Config.RemoteReplies and DeliverReply instead.
+// ReplyRouter carries replies to asks of other nodes: the one route they
+// take, installed by the node's transport (SetReplyRouter). One between
+// processes encodes each with EncodeReply, and the receiving node hands
+// the bytes to DeliverReply; one in process may hand the value to
+// DeliverLocalReply. A router must not block.
 type ReplyRouter interface {
 	// RouteReply delivers v to the ask to, or says why it cannot. v may
 	// be a failure sent in place of a reply: a router carries it as it
@@ -450,8 +435,7 @@ type ReplyRouter interface {
 	RouteReply(to ReplyAddress, v any) error
 }
 
-// SetReplyRouter installs the router for replies to other nodes' asks
-// that Config.RemoteReplies does not carry.
+// SetReplyRouter installs the router for replies to other nodes' asks.
 func SetReplyRouter(s *System, r ReplyRouter) { s.router.Store(&r) }
 
 // DeliverLocalReply hands v to this System's ask to, for a ReplyRouter

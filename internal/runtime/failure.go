@@ -125,7 +125,7 @@ func (e *AskFailedError) Unwrap() []error {
 }
 
 // AskFailureManifest is the manifest under which a failure travels on the
-// reply route in place of a reply (Config.RemoteReplies, ReplyRouter,
+// reply route in place of a reply (ReplyRouter, EncodeReply,
 // DeliverReply). No codec type may be registered under it.
 const AskFailureManifest = "shoal.reply.failed"
 
@@ -188,14 +188,9 @@ func decodeFailure(payload []byte) (*AskFailedError, error) {
 // failed with f. Like the message that carried a, the failure may be lost
 // on the way: the ask then ends at its deadline.
 func (s *System) failRemote(a ReplyAddress, f failureReply) {
-	var err error
-	switch router := s.router.Load(); {
-	case s.cfg.RemoteReplies != nil:
-		err = s.cfg.RemoteReplies(a, AskFailureManifest, encodeFailure(f))
-	case router != nil:
+	err := ErrNoRemoteReplies
+	if router := s.router.Load(); router != nil {
 		err = (*router).RouteReply(a, f)
-	default:
-		err = ErrNoRemoteReplies
 	}
 	if err != nil {
 		s.log.Debug("ask failure not sent", "to", a.String(), "code", f.Code, "err", err)

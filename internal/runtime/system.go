@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/snapshot"
 	"github.com/shoal-dev/shoal/timers"
+	"github.com/shoal-dev/shoal/timers/reminder"
 )
 
 // Config configures a System. The zero value of every field means its default.
@@ -32,13 +33,6 @@ type Config struct {
 	// NewSystem in nanoseconds since 1970 (time.Now, not Clock: a test
 	// clock would give a restarted process its predecessor's number).
 	Incarnation uint64
-	// RemoteReplies sends replies to asks of other nodes, encoded, and
-	// the failures of those asks this node knows will never be answered;
-	// the node's transport provides it, and the receiving node passes
-	// what it carried to DeliverReply. Default nil: such replies
-	// go to the ReplyRouter if one is set, and are refused with
-	// ErrNoRemoteReplies otherwise.
-	RemoteReplies RemoteReplies
 	// Logger receives runtime logs, each with a node attribute (NodeID).
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -51,6 +45,10 @@ type Config struct {
 	// their own configuration names others.
 	Journal   journal.Journal
 	Snapshots snapshot.Store
+	// Reminders is the node's durable reminder store (docs/DESIGN.md,
+	// "Durable reminders"); its journal writes an effect's reminder
+	// changes with the effect's events.
+	Reminders reminder.Store
 	// Workers is how many goroutines run entities at once. Handlers must not
 	// block: a blocked handler holds a worker. Default: GOMAXPROCS.
 	Workers int
@@ -166,6 +164,9 @@ func (s *System) Journal() journal.Journal { return s.cfg.Journal }
 
 // Snapshots is the node's default snapshot store; nil if none was configured.
 func (s *System) Snapshots() snapshot.Store { return s.cfg.Snapshots }
+
+// Reminders is the node's reminder store; nil if none was configured.
+func (s *System) Reminders() reminder.Store { return s.cfg.Reminders }
 
 // ForcesSerialization reports whether every local message takes a codec round trip.
 func (s *System) ForcesSerialization() bool { return s.cfg.ForceSerialization }

@@ -5,6 +5,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 	"sync"
@@ -24,7 +25,24 @@ type Journal struct {
 	deleted    int // entries of byOrdering whose events were deleted
 	// written is closed, and replaced, by every write: live queries wait on it.
 	written chan struct{}
+	side    SideStore // nil without WithSideStore
 }
+
+// SideStore applies the sides of writes (journal.Side) in the same critical
+// section as their events: CheckSide runs before anything is stored, and
+// ApplySide, after the events passed their checks, must then not fail for a
+// side CheckSide accepted (timers/reminder/memory is one).
+type SideStore interface {
+	SideStore() string
+	CheckSide(side journal.Side) error
+	ApplySide(ctx context.Context, side journal.Side) error
+}
+
+// Option configures a Journal.
+type Option func(*Journal)
+
+// WithSideStore makes the journal a journal.SideWriter for s.
+func WithSideStore(s SideStore) Option { return func(j *Journal) { j.side = s } }
 
 // indexed is an event as the queries see it.
 type indexed struct {
@@ -73,6 +91,7 @@ var (
 	_ journal.Journal         = (*Journal)(nil)
 	_ journal.AsyncWriter     = (*Journal)(nil)
 	_ journal.ImmediateReader = (*Journal)(nil)
+	_ journal.SideWriter      = (*Journal)(nil)
 )
 
 // ReadsImmediately implements journal.ImmediateReader: reads take a lock,
@@ -80,15 +99,53 @@ var (
 func (*Journal) ReadsImmediately() {}
 
 // New returns an empty journal.
-func New() *Journal { return &Journal{logs: make(map[string]*log), written: make(chan struct{})} }
+func New(opts ...Option) *Journal {
+	j := &Journal{logs: make(map[string]*log), written: make(chan struct{})}
+	for _, o := range opts {
+		o(j)
+	}
+	return j
+}
 
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	return j.WriteWithSide(ctx, events, nil)
+}
+
+// SideStore implements journal.SideWriter.
+func (j *Journal) SideStore() string {
+	if j.side == nil {
+		return ""
+	}
+	return j.side.SideStore()
+}
+
+// WriteAsyncWithSide implements journal.SideWriter; it completes before
+// returning.
+func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
+	done(j.WriteWithSide(context.Background(), events, side))
+}
+
+// WriteWithSide implements journal.SideWriter: side is applied under the
+// journal's lock, after the events passed their checks and before they are
+// appended, so that readers never see the events without it.
+func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, side journal.Side) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := journal.Validate(events); err != nil {
 		return err
+	}
+	if side != nil {
+		switch {
+		case j.side == nil:
+			return fmt.Errorf("%w: a side for %q, and the journal has no side store", journal.ErrRejected, side.SideStore())
+		case side.SideStore() != j.side.SideStore():
+			return fmt.Errorf("%w: a side for %q, and the journal's side store is %q", journal.ErrRejected, side.SideStore(), j.side.SideStore())
+		}
+		if err := j.side.CheckSide(side); err != nil {
+			return fmt.Errorf("%w: %w", journal.ErrRejected, err)
+		}
 	}
 	pid := events[0].PersistenceID
 	j.mu.Lock()
@@ -100,6 +157,11 @@ func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
 	}
 	if first := events[0].SeqNr; first <= l.highest {
 		return &journal.WriteConflictError{PersistenceID: pid, SeqNr: first}
+	}
+	if side != nil {
+		if err := j.side.ApplySide(ctx, side); err != nil {
+			return err
+		}
 	}
 	typ, slice := journal.EntityTypeOf(pid), journal.SliceOf(pid)
 	for _, e := range events {

@@ -46,6 +46,19 @@
 // journal's writes, by other processes' through LISTEN/NOTIFY, and poll
 // as the fallback (notify.go).
 //
+// # Sides
+//
+// Built WithSideStore, the journal is a journal.SideWriter: a write may
+// carry a side (an effect's reminder changes), which the side store writes
+// in the transaction that stores the write's events. A batch with sides is
+// sent as one pipeline (the insert, then the sides' statements), which
+// Postgres runs as one implicit transaction: one round trip, like a batch
+// without. The insert fails unless it stored every row; then (or on a
+// conflict) nothing is stored, and the batch goes the transactional way of
+// the conflict path, which learns each write's outcome before it writes
+// the sides of the writes stored. If the side store fails, the whole batch
+// fails and nothing is stored.
+//
 // # Deleted events
 //
 // DeleteTo records the highest deleted seq nr in event_journal_deleted.
@@ -187,11 +200,15 @@ type Journal struct {
 	wg        sync.WaitGroup
 	m         *metrics.Journal // nil when Config.Metrics is
 
-	live  wakeups // wakes the Live queries: see notify.go
-	fence *Fence  // nil without WithFence
+	live  wakeups   // wakes the Live queries: see notify.go
+	fence *Fence    // nil without WithFence
+	side  SideStore // nil without WithSideStore
 	// insertSQL and insertOneSQL are the package's statements, fenced
 	// when fence is set.
 	insertSQL, insertOneSQL string
+	// checkedInsertSQL is insertSQL failing unless it stores every row
+	// (see flushSides).
+	checkedInsertSQL string
 	// beforeSend, for tests, runs as a batch is about to be sent: between
 	// the holder's check and the statement, where a pause of the process
 	// hurts most.
@@ -234,6 +251,26 @@ type Option func(*Journal)
 // WithFence makes every write check the node lease f names (see Fence).
 func WithFence(f Fence) Option { return func(j *Journal) { j.fence = &f } }
 
+// SideStore writes the sides of writes (journal.Side) in the transaction
+// that stores their events (timers/reminder/postgres is one).
+type SideStore interface {
+	SideStore() string
+	// CheckSide validates a side as WriteWithSide takes it, before the
+	// write is queued.
+	CheckSide(side journal.Side) error
+	// QueueSides queues the statements that write the sides of the writes
+	// of one batch that stored their events; the journal sends them in the
+	// batch's transaction, after its insert.
+	QueueSides(b *pgx.Batch, sides []journal.Side) error
+	// SidesCommitted is called after that transaction committed.
+	SidesCommitted(sides []journal.Side)
+}
+
+// WithSideStore makes the journal a journal.SideWriter for s: a batch that
+// carries sides goes in one transaction with them (see "Sides" in the
+// package doc).
+func WithSideStore(s SideStore) Option { return func(j *Journal) { j.side = s } }
+
 var _ journal.Journal = (*Journal)(nil)
 
 // New returns a journal on pool, whose search_path must reach the tables of
@@ -252,9 +289,11 @@ func New(pool *pgxpool.Pool, cfg Config, opts ...Option) *Journal {
 		o(j)
 	}
 	j.insertSQL, j.insertOneSQL = insertSQL, insertOneSQL
+	j.checkedInsertSQL = checked(insertSQL, 10)
 	if j.fence != nil {
 		j.insertSQL = fenced(insertSQL, 11)
 		j.insertOneSQL = fenced(insertOneSQL, 10)
+		j.checkedInsertSQL = checked(j.insertSQL, 12)
 	}
 	j.live.init(pool)
 	j.wg.Add(cfg.Writers)
@@ -296,6 +335,7 @@ const (
 
 type request struct {
 	events []journal.Event
+	side   journal.Side // nil for none
 	state  atomic.Int32
 	done   chan error  // Write: buffered, so the writer never blocks on a caller
 	cb     func(error) // WriteAsync
@@ -343,13 +383,49 @@ func check(events []journal.Event) error {
 
 // Write implements journal.Journal.
 func (j *Journal) Write(ctx context.Context, events []journal.Event) error {
+	return j.WriteWithSide(ctx, events, nil)
+}
+
+var _ journal.SideWriter = (*Journal)(nil)
+
+// SideStore implements journal.SideWriter.
+func (j *Journal) SideStore() string {
+	if j.side == nil {
+		return ""
+	}
+	return j.side.SideStore()
+}
+
+// checkSide refuses a side the journal cannot write.
+func (j *Journal) checkSide(side journal.Side) error {
+	switch {
+	case side == nil:
+		return nil
+	case j.side == nil:
+		return fmt.Errorf("%w: a side for %q, and the journal has no side store", journal.ErrRejected, side.SideStore())
+	case side.SideStore() != j.side.SideStore():
+		return fmt.Errorf("%w: a side for %q, and the journal's side store is %q", journal.ErrRejected, side.SideStore(), j.side.SideStore())
+	}
+	if err := j.side.CheckSide(side); err != nil {
+		return fmt.Errorf("%w: %w", journal.ErrRejected, err)
+	}
+	return nil
+}
+
+// WriteWithSide implements journal.SideWriter: Write, with side written
+// in the same transaction.
+func (j *Journal) WriteWithSide(ctx context.Context, events []journal.Event, side journal.Side) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := check(events); err != nil {
 		return err
 	}
+	if err := j.checkSide(side); err != nil {
+		return err
+	}
 	r := j.newRequest(events)
+	r.side = side
 	r.done = make(chan error, 1)
 	if j.cfg.MaxBatchWait == 0 && len(j.queue) == 0 {
 		select {
@@ -401,11 +477,22 @@ var _ journal.AsyncWriter = (*Journal)(nil)
 // called. WriteAsync blocks only while the queue is full (4 ×
 // Config.MaxBatchEvents writes).
 func (j *Journal) WriteAsync(events []journal.Event, done func(error)) {
+	j.WriteAsyncWithSide(events, nil, done)
+}
+
+// WriteAsyncWithSide implements journal.SideWriter: WriteAsync, with side
+// written in the same transaction.
+func (j *Journal) WriteAsyncWithSide(events []journal.Event, side journal.Side, done func(error)) {
 	if err := check(events); err != nil {
 		done(err)
 		return
 	}
+	if err := j.checkSide(side); err != nil {
+		done(err)
+		return
+	}
 	r := j.newRequest(events)
+	r.side = side
 	r.cb = done
 	select {
 	case j.queue <- r:
@@ -665,14 +752,18 @@ func (j *Journal) flush(batch []*request, n int) {
 		j.beforeSend()
 	}
 	err := j.holds()
+	sides := hasSides(batch)
 	switch {
 	case err != nil:
+	case sides:
+		err = j.flushSides(ctx, batch, args, results)
 	case n == 1: // a lone event: a plain one-row INSERT is cheaper to send and to plan
 		tag, err = j.pool.Exec(ctx, j.insertOneSQL, append([]any{args.pids[0], args.seqs[0], args.ts[0], args.manifests[0], args.payloads[0], args.tags[0], args.writers[0], args.types[0], args.slices[0]}, j.fenceArgs()...)...)
 	default:
 		tag, err = j.pool.Exec(ctx, j.insertSQL, append(args.values(), j.fenceArgs()...)...)
 	}
 	switch {
+	case sides:
 	case err == nil && tag.RowsAffected() == int64(n):
 		// The common case: everything stored.
 	case err == nil && tag.RowsAffected() == 0 && j.fence != nil:
@@ -850,10 +941,82 @@ func (j *Journal) flushConflicting(ctx context.Context, batch []*request, args *
 			round = args.only(pending)
 		}
 	}
+	var sides []journal.Side
+	for i, r := range batch {
+		if r.side != nil && results[i] == nil {
+			sides = append(sides, r.side)
+		}
+	}
+	if len(sides) > 0 {
+		b := &pgx.Batch{}
+		if err := j.side.QueueSides(b, sides); err != nil {
+			return fmt.Errorf("write sides: %w", err)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("write sides: %w", err)
+		}
+	}
 	if err := j.holds(); err != nil {
 		return err // rolled back
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if len(sides) > 0 {
+		j.side.SidesCommitted(sides)
+	}
+	return nil
+}
+
+// flushSides stores a batch whose writes carry sides in one round trip,
+// assuming every write goes in: the insert and the sides' statements go as
+// one pipeline, which Postgres runs as one implicit transaction, and the
+// insert fails (division by zero) unless it stored every row. Then, or on
+// a unique violation, nothing is stored and the batch goes the
+// transactional way of the conflict path, which tells each write's outcome
+// (a conflict, a deletion mark, the fence) and writes only the sides of the
+// writes stored.
+func (j *Journal) flushSides(ctx context.Context, batch []*request, args *insertArgs, results []error) error {
+	sides := make([]journal.Side, 0, len(batch))
+	for _, r := range batch {
+		if r.side != nil {
+			sides = append(sides, r.side)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(j.checkedInsertSQL, append(append(args.values(), j.fenceArgs()...), int64(len(args.pids)))...)
+	if err := j.side.QueueSides(b, sides); err != nil {
+		return fmt.Errorf("write sides: %w", err)
+	}
+	err := j.pool.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil:
+		j.side.SidesCommitted(sides)
+		return nil
+	case isCode(err, "23505") || isCode(err, "22012"): // a conflict, or not every row stored
+		if isCode(err, "23505") {
+			j.stats.conflictBatches.Add(1)
+		}
+		return j.flushConflicting(ctx, batch, args, results)
+	}
+	return err
+}
+
+// checked wraps an insert statement with params parameters so that it
+// fails, with a division by zero, unless it stores as many rows as its
+// next parameter says.
+func checked(insert string, params int) string {
+	return fmt.Sprintf("WITH ins AS (%s\nRETURNING 1)\nSELECT 1 / (CASE WHEN count(*) = $%d::bigint THEN 1 ELSE 0 END) FROM ins", insert, params+1)
+}
+
+// hasSides reports whether a write of batch carries a side.
+func hasSides(batch []*request) bool {
+	for _, r := range batch {
+		if r.side != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // fencedOrDeleted explains a fenced statement that stored nothing: the

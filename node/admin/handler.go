@@ -56,6 +56,7 @@ func newHandler(src Source, opts Options) *handler {
 	mux.Handle("POST /admin/v1/shards/{type}/{shard}/rebalance", h.action(h.rebalance))
 	mux.Handle("POST /admin/v1/down", h.action(h.down))
 	h.projectionRoutes(mux) // projections.go
+	h.reminderRoutes(mux)   // reminders.go
 	// The page is static and holds no data: open, so that a browser can
 	// load it and log in when reads need the token. Without its slash it
 	// redirects relatively, so it works behind a proxy's prefix too.

@@ -172,27 +172,21 @@ func twoNodes(t *testing.T, create func(string) func(entity.Context[cmd]) entity
 	return c, a, b, onNode(t, c, a, b)
 }
 
-// Also without Config.RemoteReplies: the failure takes the transport's
-// ReplyRouter, as replies do then.
+// The failure takes the route replies take: the transport, the runtime's
+// ReplyRouter.
 func TestRemoteAskUnhandledFailsAtOnce(t *testing.T) {
-	for name, viaRouter := range map[string]bool{"RemoteReplies": false, "ReplyRouter": true} {
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := startCluster(t, 2, clusterOpts{log: quiet(), create: troubled, viaRouter: viaRouter})
-				defer c.stop()
-				a, b := c.nodes[0], c.nodes[1]
-				id := onNode(t, c, a, b)
-				err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Ignore{ReplyTo: to} })
-				f := wantFailed(t, err, entity.ErrUnhandled)
-				if f.Code != runtime.FailureUnhandled || errors.Is(err, entity.ErrStopped) {
-					t.Fatalf("ask: %v (code %d), want FailureUnhandled alone", err, f.Code)
-				}
-				if st := a.tr.Stats(); st.Replies == 0 || st.ReplyRefused != 0 {
-					t.Fatalf("asker's transport stats %+v: want the failure counted as a reply", st)
-				}
-			})
-		})
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c, a, _, id := twoNodes(t, troubled, sharding.Settings{})
+		defer c.stop()
+		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Ignore{ReplyTo: to} })
+		f := wantFailed(t, err, entity.ErrUnhandled)
+		if f.Code != runtime.FailureUnhandled || errors.Is(err, entity.ErrStopped) {
+			t.Fatalf("ask: %v (code %d), want FailureUnhandled alone", err, f.Code)
+		}
+		if st := a.tr.Stats(); st.Replies == 0 || st.ReplyRefused != 0 {
+			t.Fatalf("asker's transport stats %+v: want the failure counted as a reply", st)
+		}
+	})
 }
 
 func TestRemoteAskCrashFailsAtOnce(t *testing.T) {

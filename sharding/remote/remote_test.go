@@ -16,7 +16,6 @@ import (
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -126,9 +125,6 @@ type clusterOpts struct {
 	create func(node string) func(entity.Context[cmd]) entity.Behavior[cmd]
 	// settings are those of both entity types; default 12 shards.
 	settings sharding.Settings
-	// viaRouter leaves Config.RemoteReplies unset: replies (and failures)
-	// take the transport's ReplyRouter.
-	viaRouter bool
 }
 
 func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
@@ -177,13 +173,9 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
-		var replies runtime.RemoteReplies = tn.tr.SendReply
-		if o.viaRouter {
-			replies = nil
-		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
 			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: nodeReg,
-			RemoteReplies: replies, Logger: log,
+			Logger: log,
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -505,6 +497,69 @@ func TestAskRefusedByPeerFailsAtOnce(t *testing.T) {
 		// The entity is unharmed and the older node keeps serving.
 		if got := ask(t, a.counters, id); got.N != 0 || got.Node != b.self.Node {
 			t.Fatalf("after the refusal: %+v", got)
+		}
+	})
+}
+
+// Tells from one node reach each entity on another in the order they
+// were told: the first while the shard is still being placed (they wait
+// in the regions), the later ones once it runs there (straight from the
+// transport to the entity), and none overtakes another on the way.
+func TestTellsAcrossNodesKeepTheirOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		seen := map[string][]int{}
+		record := func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+			return func(entity.Context[cmd]) entity.Behavior[cmd] {
+				return entity.Receive(func(ctx entity.Context[cmd], m cmd) entity.Behavior[cmd] {
+					switch m := m.(type) {
+					case Add:
+						mu.Lock()
+						seen[ctx.EntityID()] = append(seen[ctx.EntityID()], m.N)
+						mu.Unlock()
+					case Get:
+						_ = entity.Reply(ctx, m.ReplyTo, Count{Node: node})
+					}
+					return entity.Same[cmd]()
+				})
+			}
+		}
+		c := startCluster(t, 2, clusterOpts{log: quiet(), create: record})
+		defer c.stop()
+		a, b := c.nodes[0], c.nodes[1]
+		const rounds = 100
+		var ids []string
+		for i := range 12 {
+			ids = append(ids, fmt.Sprintf("o%02d", i))
+		}
+		for n := range rounds {
+			for _, id := range ids {
+				if err := a.counters.EntityRefFor(id).Tell(Add{N: n}); err != nil {
+					t.Fatalf("tell %s #%d: %v", id, n, err)
+				}
+			}
+			time.Sleep(time.Millisecond) // the bubble's clock: placement happens meanwhile
+		}
+		settle()
+		crossed := 0
+		for _, id := range ids {
+			if ask(t, a.counters, id).Node == b.self.Node {
+				crossed++
+			}
+			mu.Lock()
+			got := seen[id]
+			mu.Unlock()
+			if len(got) != rounds {
+				t.Fatalf("%s got %d of %d tells", id, len(got), rounds)
+			}
+			for n, v := range got {
+				if v != n {
+					t.Fatalf("%s got tell #%d in place %d: %v", id, v, n, got)
+				}
+			}
+		}
+		if crossed == 0 {
+			t.Fatal("no entity on the other node")
 		}
 	})
 }

@@ -281,26 +281,22 @@ func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 	return nil
 }
 
-// Attach implements sharding.ReplyCarrier: replies to asks of other nodes
-// that sys's Config.RemoteReplies does not carry go through RouteReply,
-// and replies arriving for sys's asks are handed to it.
+// Attach implements sharding.ReplyCarrier: replies to asks of other nodes,
+// and the failures sent in their place, leave sys through RouteReply, the
+// one route they take, and replies arriving for sys's asks are handed to
+// it.
 func (t *Transport) Attach(_ string, sys *entity.System) {
 	t.sys.Store(sys)
 	runtime.SetReplyRouter(sys, t)
 }
 
-// RouteReply implements runtime.ReplyRouter: it encodes v and sends it.
+// RouteReply implements runtime.ReplyRouter: it encodes v (a reply, or a
+// failure in its place) and sends it to the asking incarnation.
 func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 	manifest, payload, err := runtime.EncodeReply(t.cfg.Codec, v)
 	if err != nil {
 		return fmt.Errorf("remote: reply to %s: %w", to, err)
 	}
-	return t.SendReply(to, manifest, payload)
-}
-
-// SendReply sends an encoded reply to the asking incarnation: it is an
-// runtime.RemoteReplies, for the System's Config.
-func (t *Transport) SendReply(to entity.ReplyAddress, manifest string, payload []byte) error {
 	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
 		wire.Envelope{Msg: wire.Reply{To: to, Manifest: manifest, Payload: payload}})
 }

@@ -38,6 +38,8 @@ type Options struct {
 	// Initial is how many of the nodes Start starts; AddNode starts the
 	// others. Default Nodes.
 	Initial int
+	// ClockSkew offsets a node's wall clock (payment -clock-skew), by name.
+	ClockSkew map[string]time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -146,6 +148,10 @@ func (c *Cluster) AddNode(ctx context.Context) *Node {
 	return n
 }
 
+// hangAmount is the amount the issuer never answers: a payment of it stays
+// in processing until its processing timeout.
+const hangAmount = 777
+
 // dsn is the nodes' database address on the backend network.
 const dsn = "postgres://shoal:shoal@postgres:5432/payment?sslmode=disable"
 
@@ -180,7 +186,7 @@ func (c *Cluster) startPostgres(ctx context.Context, image string) {
 func (c *Cluster) startIssuer(ctx context.Context) {
 	req := testcontainers.ContainerRequest{
 		Image:          c.image,
-		Cmd:            []string{"-issuer-only", "-issuer-addr=0.0.0.0:8081"},
+		Cmd:            []string{"-issuer-only", "-issuer-addr=0.0.0.0:8081", "-issuer-hang-amount=" + strconv.Itoa(hangAmount)},
 		Networks:       []string{c.backend.Name},
 		NetworkAliases: map[string][]string{c.backend.Name: {"issuer"}},
 	}
@@ -221,6 +227,9 @@ func (c *Cluster) args(name string, bootstrap bool) []string {
 	}
 	if bootstrap {
 		args = append(args, "-bootstrap")
+	}
+	if skew := c.opts.ClockSkew[name]; skew != 0 {
+		args = append(args, "-clock-skew="+skew.String())
 	}
 	return args
 }

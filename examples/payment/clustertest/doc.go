@@ -17,6 +17,9 @@
 //     entity may overlap; the journal's write conflicts are counted too;
 //   - every entity answers again within a stated bound after healing;
 //   - a counter workload is linearizable (porcupine).
+//   - payments held in processing (the issuer never answers one amount)
+//     leave it exactly once after the fault, by their durable reminder
+//     when their node died, and no reminder is left stored.
 //
 // Tests skip only when no Docker daemon is reachable. The fast core set
 // runs by default; SHOAL_CLUSTER_TESTS=all runs every scenario (make

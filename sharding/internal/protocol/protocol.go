@@ -54,6 +54,10 @@ type (
 	ShardHomes struct {
 		Homes map[cluster.UniqueAddress][]string
 		Epoch uint64
+		// Coordinator is the sender's node: a region that cannot register
+		// with the coordinator its view shows registers with it as well
+		// (see docs/DESIGN.md, "Allocation and the coordinator").
+		Coordinator cluster.UniqueAddress
 	}
 	// HostShard tells a region to start a shard allocated to it. From,
 	// when set, is the shard's previous home, which holds mail for it: the
@@ -75,43 +79,52 @@ type (
 		Seq    uint64
 	}
 	// BeginHandOff tells every region to stop routing to a shard and
-	// buffer its messages.
+	// buffer its messages. Epoch and Seq name the hand-off: Seq numbers
+	// the hand-offs of the coordinator of Epoch. The acknowledgement, the
+	// fences, the HandOff and the ShardStopped of one hand-off carry the
+	// same pair, and count for no other hand-off.
 	BeginHandOff struct {
-		Shard string
-		Epoch uint64
+		Shard      string
+		Epoch, Seq uint64
 	}
-	// BeginHandOffAck confirms BeginHandOff. FencedAt is the region the
-	// acknowledging region sent its Fence to (zero for none): the home it
-	// forwarded the shard's messages to.
+	// BeginHandOffAck confirms BeginHandOff (Epoch, Seq: the hand-off's).
+	// FencedAt is the region the acknowledging region sent its Fence to
+	// (zero for none): the home it forwarded the shard's messages to.
 	BeginHandOffAck struct {
 		Shard            string
 		Region, FencedAt cluster.UniqueAddress
+		Epoch, Seq       uint64
 	}
 	// Fence follows, on the data link, the last message a region forwarded
-	// for a shard before it began buffering them for a hand-off: once the
-	// home holds it, nothing that region forwarded is still on its way.
+	// for a shard before it began buffering them for the hand-off Epoch,
+	// Seq: once the home holds it, nothing that region forwarded is still
+	// on its way. The region sends it again each tick while the hand-off
+	// runs, since a broken link may lose it.
 	Fence struct {
-		Shard string
-		From  cluster.UniqueAddress
+		Shard      string
+		From       cluster.UniqueAddress
+		Epoch, Seq uint64
 	}
 	// HandOff tells the owning region to stop the shard's entities, once it
-	// holds a Fence from each region in Fences that is still in its view,
-	// so that everything forwarded to it before the hand-off is in first.
+	// holds a Fence of this hand-off (Epoch, Seq) from each region in
+	// Fences that is not gone, so that everything forwarded to it before
+	// the hand-off is in first.
 	HandOff struct {
-		Shard  string
-		Epoch  uint64
-		Fences []cluster.UniqueAddress
+		Shard      string
+		Epoch, Seq uint64
+		Fences     []cluster.UniqueAddress
 	}
-	// ShardStopped confirms HandOff: every entity of the shard has stopped.
-	// Held: the region holds mail for the shard (for entities that were
-	// stopping, or buffered during the hand-off), which it hands over to
-	// the next home when it learns of it; the coordinator then allocates
-	// the shard even when told to stop it, and names the region as From in
-	// its HostShard.
+	// ShardStopped confirms the HandOff Epoch, Seq: every entity of the
+	// shard has stopped. Held: the region holds mail for the shard (for
+	// entities that were stopping, or buffered during the hand-off), which
+	// it hands over to the next home when it learns of it; the coordinator
+	// then allocates the shard even when told to stop it, and names the
+	// region as From in its HostShard.
 	ShardStopped struct {
-		Shard  string
-		Region cluster.UniqueAddress
-		Held   bool
+		Shard      string
+		Region     cluster.UniqueAddress
+		Held       bool
+		Epoch, Seq uint64
 	}
 	// HandOver is the mail a shard's previous home held for it, in arrival
 	// order, sent straight to the new home over the link its forwards take

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
 	"github.com/shoal-dev/shoal/cluster"
 )
 
@@ -222,12 +223,12 @@ func (r *reader) byte(field string) byte {
 	return c
 }
 
-// A node incarnation (a region's name) is written as its text,
-// node#incarnation, the empty string for none: the bytes region names
-// always had.
+// A node incarnation (a region's name) is written as its node id and its
+// incarnation, a string and a uvarint; none is an empty id and 0.
 
 func appendAddress(dst []byte, a cluster.UniqueAddress) []byte {
-	return appendString(dst, a.String())
+	dst = appendString(dst, a.Node)
+	return binary.AppendUvarint(dst, a.Incarnation)
 }
 
 func appendAddresses(dst []byte, as []cluster.UniqueAddress) []byte {
@@ -239,19 +240,11 @@ func appendAddresses(dst []byte, as []cluster.UniqueAddress) []byte {
 }
 
 func (r *reader) address(field string) cluster.UniqueAddress {
-	s := r.string(field)
-	if r.err != nil {
-		return cluster.UniqueAddress{}
-	}
-	a, err := cluster.ParseUniqueAddress(s)
-	if err != nil {
-		r.fail(ErrCorrupt, field, "%v", err)
-	}
-	return a
+	return cluster.UniqueAddress{Node: r.string(field), Incarnation: r.uvarint(field)}
 }
 
 func (r *reader) addresses(field string) []cluster.UniqueAddress {
-	n := r.count(field, 1)
+	n := r.count(field, 2)
 	if n == 0 {
 		return nil
 	}

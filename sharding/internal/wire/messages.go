@@ -1,11 +1,14 @@
 package wire
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
 	"slices"
+	"strings"
+
+	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -46,6 +49,7 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 		case protocol.ShardHomes:
 			id, b = IDShardHomes, appendHomes(b, m.Homes)
 			b = binary.AppendUvarint(b, m.Epoch)
+			b = appendAddress(b, m.Coordinator)
 		case protocol.HostShard:
 			id, b = IDHostShard, appendString(b, m.Shard)
 			b = appendAddress(b, m.From)
@@ -57,21 +61,29 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 		case protocol.BeginHandOff:
 			id, b = IDBeginHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.BeginHandOffAck:
 			id, b = IDBeginHandOffAck, appendString(b, m.Shard)
 			b = appendAddress(b, m.Region)
 			b = appendAddress(b, m.FencedAt)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.HandOff:
 			id, b = IDHandOff, appendString(b, m.Shard)
 			b = binary.AppendUvarint(b, m.Epoch)
 			b = appendAddresses(b, m.Fences)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.ShardStopped:
 			id, b = IDShardStopped, appendString(b, m.Shard)
 			b = appendAddress(b, m.Region)
 			b = appendBool(b, m.Held)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.Fence:
 			id, b = IDFence, appendString(b, m.Shard)
 			b = appendAddress(b, m.From)
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.HandOver:
 			id = IDHandOver
 			b, err = appendHandOver(b, m)
@@ -158,16 +170,15 @@ func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 // region and its shards, regions in sorted order so that the bytes of a
 // message are always the same.
 func appendHomes(b []byte, homes map[cluster.UniqueAddress][]string) []byte {
-	regions := make([]string, 0, len(homes))
-	byName := make(map[string]cluster.UniqueAddress, len(homes))
+	regions := make([]cluster.UniqueAddress, 0, len(homes))
 	for r := range homes {
-		regions = append(regions, r.String())
-		byName[r.String()] = r
+		regions = append(regions, r)
 	}
-	slices.Sort(regions) // by text, as the bytes always were
+	slices.SortFunc(regions, func(x, y cluster.UniqueAddress) int {
+		return cmp.Or(strings.Compare(x.Node, y.Node), cmp.Compare(x.Incarnation, y.Incarnation))
+	})
 	b = binary.AppendUvarint(b, uint64(len(regions)))
-	for _, name := range regions {
-		r := byName[name]
+	for _, r := range regions {
 		b = appendAddress(b, r)
 		b = appendStrings(b, homes[r])
 	}
@@ -200,7 +211,7 @@ func readShardHome(r *reader) any {
 
 func readShardHomes(r *reader) any {
 	var m protocol.ShardHomes
-	if n := r.count("Homes", 2); n > 0 {
+	if n := r.count("Homes", 3); n > 0 {
 		m.Homes = make(map[cluster.UniqueAddress][]string, n)
 		for range n {
 			region := r.address("Homes")
@@ -208,6 +219,9 @@ func readShardHomes(r *reader) any {
 		}
 	}
 	m.Epoch = r.uvarint("Epoch")
+	if r.more() { // added after the first layout
+		m.Coordinator = r.address("Coordinator")
+	}
 	return m
 }
 
@@ -219,24 +233,48 @@ func readShardStarted(r *reader) any {
 	return protocol.ShardStarted{Shard: r.string("Shard"), Region: r.address("Region"), Seq: r.uvarint("Seq")}
 }
 
+// The hand-off's number (Seq), and the hand-off named by the messages
+// that follow a BeginHandOff (Epoch, Seq), were added after the first
+// layout: read when present.
+
 func readBeginHandOff(r *reader) any {
-	return protocol.BeginHandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch")}
+	m := protocol.BeginHandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch")}
+	if r.more() {
+		m.Seq = r.uvarint("Seq")
+	}
+	return m
 }
 
 func readBeginHandOffAck(r *reader) any {
-	return protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.address("Region"), FencedAt: r.address("FencedAt")}
+	m := protocol.BeginHandOffAck{Shard: r.string("Shard"), Region: r.address("Region"), FencedAt: r.address("FencedAt")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readHandOff(r *reader) any {
-	return protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
+	m := protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
+	if r.more() {
+		m.Seq = r.uvarint("Seq")
+	}
+	return m
 }
 
 func readShardStopped(r *reader) any {
-	return protocol.ShardStopped{Shard: r.string("Shard"), Region: r.address("Region"), Held: r.bool("Held")}
+	m := protocol.ShardStopped{Shard: r.string("Shard"), Region: r.address("Region"), Held: r.bool("Held")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readFence(r *reader) any {
-	return protocol.Fence{Shard: r.string("Shard"), From: r.address("From")}
+	m := protocol.Fence{Shard: r.string("Shard"), From: r.address("From")}
+	if r.more() {
+		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
+	}
+	return m
 }
 
 func readHandOver(r *reader) any {

@@ -197,12 +197,6 @@ func fill(t testing.TB, typ reflect.Type) reflect.Value {
 		}
 		return v
 	}
-	if typ == reflect.TypeFor[cluster.UniqueAddress]() {
-		// A region's name, written as its text: "s-string", the name the
-		// golden files hold since regions were named by strings.
-		v.Set(reflect.ValueOf(cluster.UniqueAddress{Node: "s-string"}))
-		return v
-	}
 	switch typ.Kind() {
 	case reflect.String:
 		v.SetString("s-" + typ.Name())
@@ -359,7 +353,7 @@ func TestBadInputIsTyped(t *testing.T) {
 		t.Fatalf("type id 99: %v, want an *UnknownTypeError", err)
 	}
 	for name, b := range map[string][]byte{
-		"bool 2":            {byte(wire.IDShardStopped), 0, 0, 3, 0, 0, 2},
+		"bool 2":            {byte(wire.IDShardStopped), 0, 0, 4, 0, 0, 0, 2},
 		"target flags":      {byte(wire.IDLeaveRequest), 0, 0x80, 0},
 		"count too large":   {byte(wire.IDStopShards), 0, 0, 2, 100, 0},
 		"varint overflow":   {byte(wire.IDLeaveAck), 0, 0, 11, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
@@ -428,15 +422,4 @@ func mustAddr(s string) cluster.UniqueAddress {
 		panic(err)
 	}
 	return a
-}
-
-// A region's name that is not node#incarnation is refused as corrupt.
-func TestBadRegionNameIsCorrupt(t *testing.T) {
-	b, err := wire.AppendEnvelope(nil, wire.Envelope{To: wire.Target{Type: "t"}, Msg: protocol.Register{Region: cluster.UniqueAddress{Node: "a#x"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wire.DecodeEnvelope(b); !errors.Is(err, wire.ErrCorrupt) {
-		t.Fatalf("a region named a#x: %v, want ErrCorrupt", err)
-	}
 }
