@@ -1436,16 +1436,21 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	// Nor while it buffers messages it accepted (for a shard being handed
-	// off): they go on to the next home first.
-	if c.buffered > 0 && (c.cfg.waitTicks == 0 || c.leaveWaited < 2*c.cfg.waitTicks) {
+	// off): they go on to the next home first, unless none took them in
+	// time (see leaveWaited).
+	gaveUp := c.cfg.waitTicks > 0 && c.leaveWaited >= 2*c.cfg.waitTicks
+	if c.buffered > 0 && !gaveUp {
 		return
 	}
 	for _, e := range c.shards {
-		// Nor before it handed over the mail it holds, and that arrived;
-		// nor while a hand-off it fenced for runs: the home waits for its
-		// fence, which a slow link may still carry behind a forward, and
-		// would take it for gone once it left the view.
-		if e.hosted || e.handOver || !e.handOverTo.IsZero() || !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
+		// Nor before it handed over the mail it holds, and that arrived
+		// (mail it holds as the shard's last home is buffered too, and
+		// given up on with the rest: the last region of the type to leave
+		// has no next home to hand it to); nor while a hand-off it fenced
+		// for runs: the home waits for its fence, which a slow link may
+		// still carry behind a forward, and would take it for gone once
+		// it left the view.
+		if e.hosted || e.handOver && !gaveUp || !e.handOverTo.IsZero() || !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			return
 		}
 	}
