@@ -229,11 +229,23 @@ func (c *coordinatorCore) allocationState() allocation.State {
 func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 	switch m := msg.(type) {
 	case protocol.Register:
+		if c.heldDown(m.Region) {
+			// A Register that a slow link, or the region's own retry
+			// before it fenced itself, brought after the view held its
+			// node Down: the node never returns, and registered again it
+			// would be counted on in hand-offs (its BeginHandOffAck
+			// awaited for ever). See docs/DESIGN.md, 'Allocation and the
+			// coordinator'.
+			return nil, nil
+		}
 		c.regions[m.Region] = true
 		out = append(out, c.welcome(m.Region)...)
 		ch, o := c.allocateWaiting()
 		return append(changes, ch...), append(append(out, o...), c.startDeferred()...)
 	case protocol.RegisterProxy:
+		if c.heldDown(m.Region) { // as for a Register
+			return nil, nil
+		}
 		c.proxies[m.Region] = true
 		return nil, append(c.welcome(m.Region), c.startDeferred()...)
 	case protocol.GetShardHome:
@@ -491,6 +503,12 @@ func (c *coordinatorCore) owedAgain(region cluster.UniqueAddress) []outbound {
 		}
 	}
 	return out
+}
+
+// heldDown reports whether the view holds region's node Down.
+func (c *coordinatorCore) heldDown(region cluster.UniqueAddress) bool {
+	m, ok := c.members[region]
+	return ok && m.Status == cluster.Down
 }
 
 // downMembers lists, sorted, the members the view holds Down.

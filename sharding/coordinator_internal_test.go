@@ -865,3 +865,29 @@ func TestCoordinatorIgnoresALateShardStoppedOfItsOwnHandOff(t *testing.T) {
 		}
 	}
 }
+
+// A Register from a region whose node the view holds Down (a slow link, or
+// the region's retry from before it fenced itself, brought it late) does
+// not bring the region back: a hand-off would await its BeginHandOffAck
+// for ever, and the shard's mail with it.
+func TestCoordinatorIgnoresARegisterFromANodeHeldDown(t *testing.T) {
+	c := newCoordinatorCore(addr("a"), 7, homed(map[string]string{"s1": "b"}), allocation.NewLeastShard(allocation.DefaultLeastShardConfig()), 1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.Register{Region: addr("c")})
+	c.step(membersChanged{members: []cluster.Member{up("a"), up("b"), {Address: addr("c"), Status: cluster.Down, Unreachable: true}}})
+	for _, late := range []Message{protocol.Register{Region: addr("c")}, protocol.RegisterProxy{Region: addr("c")}} {
+		if _, out := c.step(late); len(out) != 0 {
+			t.Fatalf("sent %v for a %T of a node held Down, want nothing", sent(out), late)
+		}
+	}
+	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
+	if got, want := sent(out), []string{"a: BeginHandOff s1", "b: BeginHandOff s1"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v: no BeginHandOff to the node held Down", got, want)
+	}
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a"), FencedAt: addr("b")}))
+	_, out = c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+	if got := sent(out); !slices.Equal(got, []string{"b: HandOff s1"}) {
+		t.Fatalf("sent %v once every live region acked, want the HandOff", got)
+	}
+}
