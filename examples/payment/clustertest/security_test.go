@@ -31,7 +31,6 @@ import (
 // talk, the transport's handshake refuses it, and the members' admission
 // keeps it out of their views.
 func TestComposeSecurity(t *testing.T) {
-	extended(t)
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -79,20 +78,23 @@ func TestComposeSecurity(t *testing.T) {
 	// every member's admission probe is refused by the handshake.
 	foreign := foreignCertificate(t, "intruder2")
 	keyed := c.StartOutsider(ctx, "intruder2", &Security{Dir: foreign, GossipKey: sec.GossipKey})
-	c.waitRefusedByAll(ctx, "intruder2")
+	c.waitRefusedByAll(ctx, "intruder2", watch)
+	// Its gossip joined, so it serves its API: the payment reaches it.
+	keyed.waitAnswers(ctx)
 	c.checkCannotDeliver(ctx, keyed)
+
+	polls, seen := watch.stop()
+	if polls == 0 {
+		t.Fatal("the members were never read while the intruders ran")
+	}
+	if len(seen) > 0 {
+		t.Fatalf("an intruder was listed:\n%s", strings.Join(slices.Compact(slices.Sorted(slices.Values(seen))), "\n"))
+	}
+	t.Logf("the intruders were never listed in %d reads of the members of %d nodes", polls, len(c.Nodes))
 
 	// The cluster still serves, and still lists exactly its members.
 	c.mustSettle(ctx, c.Nodes[0], secOrder("after"))
 	c.waitAllUp(ctx, names)
-	polls, seen := watch.stop()
-	if polls == 0 {
-		t.Error("the members were never read while the intruders ran")
-	}
-	for _, s := range seen {
-		t.Errorf("an intruder was listed: %s", s)
-	}
-	t.Logf("the intruders were never listed in %d reads of the members of %d nodes", polls, len(c.Nodes))
 }
 
 // secOrder is an order id of this run (alphanumeric, at most 27
@@ -185,9 +187,27 @@ func (c *Cluster) checkCannotDeliver(ctx context.Context, outsider *Node) {
 	c.t.Logf("a payment through %s: status %d, %v; nothing in the journal", outsider.Name, status, err)
 }
 
+// waitAnswers waits until n's API answers /ready with any status.
+func (n *Node) waitAnswers(ctx context.Context) {
+	n.cl.t.Helper()
+	deadline := time.Now().Add(opBound)
+	for {
+		resp, err := httpClient.Get(n.URL + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.cl.t.Fatalf("clustertest: %s's API does not answer within %v: %v\n%s", n.Name, opBound, err, n.tail(20))
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+}
+
 // waitRefusedByAll waits until every node has logged its admission's
-// refusal of name.
-func (c *Cluster) waitRefusedByAll(ctx context.Context, name string) {
+// refusal of name, or until watch saw an intruder listed (the test then
+// reports it).
+func (c *Cluster) waitRefusedByAll(ctx context.Context, name string, watch *memberWatch) {
 	c.t.Helper()
 	deadline := time.Now().Add(opBound)
 	for {
@@ -204,7 +224,7 @@ func (c *Cluster) waitRefusedByAll(ctx context.Context, name string) {
 				pending = append(pending, n.Name)
 			}
 		}
-		if len(pending) == 0 {
+		if len(pending) == 0 || len(watch.listed()) > 0 {
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -220,8 +240,16 @@ type memberWatch struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
+	mu       sync.Mutex
 	polls    int
 	seen     []string
+}
+
+// listed is what the watch saw listed so far.
+func (w *memberWatch) listed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
 }
 
 func (c *Cluster) watchMembers(ctx context.Context, prefix string) *memberWatch {
@@ -235,12 +263,14 @@ func (c *Cluster) watchMembers(ctx context.Context, prefix string) *memberWatch 
 				if err != nil {
 					continue
 				}
+				w.mu.Lock()
 				w.polls++
 				for _, m := range v.Members {
 					if strings.HasPrefix(m.Node, prefix) {
 						w.seen = append(w.seen, fmt.Sprintf("%s listed by %s as %s", m.Node, n.Name, m.Status))
 					}
 				}
+				w.mu.Unlock()
 			}
 			pause(ctx, 50*time.Millisecond)
 		}
@@ -253,6 +283,8 @@ func (c *Cluster) watchMembers(ctx context.Context, prefix string) *memberWatch 
 func (w *memberWatch) stop() (int, []string) {
 	w.stopOnce.Do(w.cancel)
 	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return w.polls, w.seen
 }
 
