@@ -30,7 +30,7 @@ import (
 type leaseView struct {
 	inner     cluster.Membership
 	self      cluster.UniqueAddress
-	expired   func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+	expired   expiredFunc
 	dropAfter time.Duration
 	now       func() time.Time
 	cancel    func() // stops following inner
@@ -51,7 +51,12 @@ type leaseView struct {
 
 var _ cluster.Membership = (*leaseView)(nil)
 
-func newLeaseView(inner cluster.Membership, expired func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error), dropAfter time.Duration, now func() time.Time) *leaseView {
+// expiredFunc reports which of nodes hold a node lease that has expired
+// in the store, and the time left on the first of the others' leases to
+// end (0 when none is live, or unknown).
+type expiredFunc func(ctx context.Context, nodes []cluster.UniqueAddress) (expired []cluster.UniqueAddress, next time.Duration, err error)
+
+func newLeaseView(inner cluster.Membership, expired expiredFunc, dropAfter time.Duration, now func() time.Time) *leaseView {
 	v := &leaseView{inner: inner, self: inner.Self(), expired: expired, dropAfter: dropAfter, now: now,
 		gone: map[cluster.UniqueAddress]time.Time{}, dropped: map[cluster.UniqueAddress]bool{}, subs: map[int]func(cluster.Change){}}
 	gossip, cancel := inner.Subscribe(func(c cluster.Change) { v.update(&c.To) })
@@ -144,8 +149,9 @@ func (v *leaseView) update(gossip *cluster.View) {
 // refresh asks the store which of the other members have an expired
 // lease, drops those seen expired for dropAfter, and tells the subscribers
 // when either changes the view. Members that left the gossip view are
-// forgotten.
-func (v *leaseView) refresh(ctx context.Context) error {
+// forgotten. next is the store's time left on the first live lease to end
+// (0 when none, or unknown).
+func (v *leaseView) refresh(ctx context.Context) (next time.Duration, err error) {
 	v.mu.Lock()
 	members := v.gossip.Members()
 	var ask []cluster.UniqueAddress
@@ -161,9 +167,8 @@ func (v *leaseView) refresh(ctx context.Context) error {
 	maps.DeleteFunc(v.dropped, func(a cluster.UniqueAddress, _ bool) bool { return !inView[a] })
 	v.mu.Unlock()
 	var expired []cluster.UniqueAddress
-	var err error
 	if len(ask) > 0 {
-		expired, err = v.expired(ctx, ask)
+		expired, next, err = v.expired(ctx, ask)
 	}
 	now := v.now()
 	v.mu.Lock()
@@ -182,13 +187,17 @@ func (v *leaseView) refresh(ctx context.Context) error {
 	if changed {
 		v.update(nil)
 	}
-	return err
+	return next, err
 }
 
-// run refreshes every interval until done is closed; each refresh is
-// bounded by the interval, and a failed one is retried at the next.
+// run refreshes until done is closed: every interval, and sooner when the
+// first live lease ends sooner (a moment after its expiry), so that a
+// crashed member is seen expired as soon as the store says so, not up to
+// an interval later: that interval was a quarter of the failover's time
+// (docs/DESIGN.md, "Leases and self-fencing"). Each refresh is bounded by
+// the interval, and a failed one is retried at the next.
 func (v *leaseView) run(interval time.Duration, done <-chan struct{}) {
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -197,9 +206,21 @@ func (v *leaseView) run(interval time.Duration, done <-chan struct{}) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		_ = v.refresh(ctx) // the next tick retries; the lease itself is the guard
+		next, _ := v.refresh(ctx) // the next tick retries; the lease itself is the guard
 		cancel()
+		t.Reset(nextRefresh(interval, next))
 	}
+}
+
+// nextRefresh is when to refresh again: after interval, or just after
+// the first live lease's end when that comes sooner. The store's time
+// runs on while the answer travels, so a moment after is enough; the
+// floor keeps a lease about to end from making the view ask in a loop.
+func nextRefresh(interval, next time.Duration) time.Duration {
+	if next <= 0 {
+		return interval
+	}
+	return min(interval, max(next+time.Millisecond, interval/50))
 }
 
 // leasedTransport is the node's transport as sharding sees it: once the

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -43,10 +44,10 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 	expired := map[cluster.UniqueAddress]bool{}
 	storeDown := false
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 		asked = append(asked, nodes)
 		if storeDown {
-			return nil, errors.New("store down")
+			return nil, 0, errors.New("store down")
 		}
 		var out []cluster.UniqueAddress
 		for _, n := range nodes {
@@ -54,7 +55,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 				out = append(out, n)
 			}
 		}
-		return out, nil
+		return out, 0, nil
 	}, time.Hour, func() time.Time { return now })
 	defer v.Close()
 	var told atomic.Int32
@@ -64,7 +65,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		return m.Address
 	}
 
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if want := []cluster.UniqueAddress{oldest, other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
@@ -74,12 +75,12 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		t.Fatalf("nothing expired: told %d times, oldest %s", told.Load(), oldestNode())
 	}
 	storeDown = true
-	if err := v.refresh(context.Background()); err == nil || told.Load() != 0 {
+	if _, err := v.refresh(context.Background()); err == nil || told.Load() != 0 {
 		t.Fatalf("a failed refresh: err %v, told %d times", err, told.Load())
 	}
 	storeDown = false
 	expired[oldest] = true
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if told.Load() != 1 {
@@ -89,7 +90,7 @@ func TestLeaseViewShowsExpiredMembersUnreachable(t *testing.T) {
 		t.Fatalf("the coordinator's place is %s after the oldest's lease expired, want %s", got, self)
 	}
 	asked = nil
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if want := []cluster.UniqueAddress{other, cut}; len(asked) != 1 || !slices.Equal(asked[0], want) {
@@ -111,14 +112,14 @@ func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 	unreachable.Unreachable = true
 	inner := staticView(t, member(self, 1), unreachable, member(live, 3))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+	v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 		var out []cluster.UniqueAddress
 		for _, n := range nodes {
 			if n == crashed {
 				out = append(out, n)
 			}
 		}
-		return out, nil
+		return out, 0, nil
 	}, 8*time.Second, func() time.Time { return now })
 	defer v.Close()
 	var told atomic.Int32
@@ -132,28 +133,28 @@ func TestLeaseViewDropsLongExpiredMembers(t *testing.T) {
 	}
 	all := []cluster.UniqueAddress{self, crashed, live}
 
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := members(); !slices.Equal(got, all) || told.Load() != 0 {
 		t.Fatalf("just expired: members %v, told %d times; want %v, not told", got, told.Load(), all)
 	}
 	now = now.Add(7 * time.Second)
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := members(); !slices.Equal(got, all) || told.Load() != 0 {
 		t.Fatalf("expired 7 s ago: members %v, told %d times; want %v, not told", got, told.Load(), all)
 	}
 	now = now.Add(time.Second)
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := []cluster.UniqueAddress{self, live}
 	if got := members(); !slices.Equal(got, want) || told.Load() != 1 {
 		t.Fatalf("expired 8 s ago: members %v, told %d times; want %v, told once", got, told.Load(), want)
 	}
-	if err := v.refresh(context.Background()); err != nil || told.Load() != 1 {
+	if _, err := v.refresh(context.Background()); err != nil || told.Load() != 1 {
 		t.Fatalf("a refresh that changes nothing: %v, told %d times; want 1", err, told.Load())
 	}
 }
@@ -165,11 +166,11 @@ func TestLeaseViewFollowsTheGossipView(t *testing.T) {
 	expiredNode := cluster.UniqueAddress{Node: "b", Incarnation: 2}
 	joiner := cluster.UniqueAddress{Node: "c", Incarnation: 3}
 	inner := staticView(t, member(self, 1), member(expiredNode, 2))
-	v := newLeaseView(inner, func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
-		return []cluster.UniqueAddress{expiredNode}, nil
+	v := newLeaseView(inner, func(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
+		return []cluster.UniqueAddress{expiredNode}, 0, nil
 	}, time.Hour, time.Now)
 	defer v.Close()
-	if err := v.refresh(context.Background()); err != nil {
+	if _, err := v.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var changes []cluster.Change
@@ -222,4 +223,50 @@ func TestLeasedTransportStopsWithTheLease(t *testing.T) {
 	if !slices.Equal(inner.sent, []any{"held"}) || !slices.Equal(handled, []any{"held"}) {
 		t.Fatalf("sent %v, handled %v; want only the message sent and received while held", inner.sent, handled)
 	}
+}
+
+// The view asks the store again just after the first live lease ends,
+// when that comes before the next interval: a crashed member is seen
+// expired as the store's clock passes its lease, not up to an interval
+// later. With no live lease, or one that ends later, it asks every
+// interval; one about to end is asked about no more often than
+// interval/50.
+func TestLeaseViewRefreshesAsTheFirstLeaseEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		self := cluster.UniqueAddress{Node: "a", Incarnation: 1}
+		other := cluster.UniqueAddress{Node: "b", Incarnation: 2}
+		inner := staticView(t, member(self, 1), member(other, 2))
+		start := time.Now()
+		var at []time.Duration
+		// The store's answers, one per refresh: time left on b's lease.
+		answers := []time.Duration{0, 2 * time.Second, 120 * time.Millisecond, 100 * time.Microsecond, -1}
+		v := newLeaseView(inner, func(_ context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
+			at = append(at, time.Since(start))
+			left := answers[min(len(at), len(answers))-1]
+			if left < 0 {
+				return nodes, 0, nil
+			}
+			return nil, left, nil
+		}, time.Hour, time.Now)
+		defer v.Close()
+		done := make(chan struct{})
+		go v.run(500*time.Millisecond, done)
+		time.Sleep(2 * time.Second)
+		close(done)
+		synctest.Wait()
+		want := []time.Duration{
+			500 * time.Millisecond,  // the first interval; next unknown
+			1000 * time.Millisecond, // 2 s left: the interval comes first
+			1500 * time.Millisecond, // 120 ms left: just after it ends
+			1621 * time.Millisecond, // 0.1 ms left: not before interval/50
+			1631 * time.Millisecond, // expired
+			2000 * time.Millisecond,
+		}
+		if len(at) < 5 || !slices.Equal(at, want[:len(at)]) {
+			t.Fatalf("refreshed at %v, want %v", at, want)
+		}
+		if m, _ := v.View().Member(other); !m.Unreachable {
+			t.Fatalf("b's lease expired at 1.62 s, but the view shows %+v", m)
+		}
+	})
 }

@@ -44,12 +44,14 @@
 // 5.5 s to declare a crash with its LAN timing): every coordinator polls
 // the leases of the members it counts every quarter lease and takes an
 // expired one as Down, and sharding's view shows a member whose lease
-// expired unreachable, so the coordinator's place moves off a crashed
-// oldest node too. BenchmarkKillFailover measured every shard of a
-// killed node serving again from a survivor 2.0 s after the kill (3.0 s
-// when it was the oldest and hosted the coordinator), against 15.2 s
-// (16.2 s) with the former 15 s lease (medians of 3, 2-core host at load
-// 13). The price: a node that cannot
+// expired unreachable, asking the store again just after the first live
+// lease ends (leaseView), so the coordinator's place moves off a crashed
+// oldest node as its lease ends. BenchmarkKillFailover measured every
+// shard of a killed node serving again through both survivors 2.03 s after
+// the kill (2.08 s when it was the oldest and hosted the coordinator;
+// 3.06 s before the view asked at the lease's end), against 15.2 s
+// (16.2 s) with the former 15 s lease (medians of 5, 2-core host at load
+// 24; see docs/DESIGN.md, "Leases and self-fencing"). The price: a node that cannot
 // complete a renewal for 1.5 s fences itself and restarts as a new
 // incarnation. Renewals ride a database connection and a goroutine of
 // their own, so journal traffic does not delay them; what remains is a
@@ -641,9 +643,9 @@ const pruneNodeLeasesEvery = time.Minute
 // expiredNodes reports which of nodes hold a node lease that has expired
 // in the store: the coordinator takes them as Down without waiting for the
 // membership (see leaseView).
-func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error) {
 	if s, ok := n.controlLeases.(interface {
-		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, error)
+		ExpiredNodes(context.Context, []cluster.UniqueAddress) ([]cluster.UniqueAddress, time.Duration, error)
 	}); ok {
 		return s.ExpiredNodes(ctx, nodes) // one query for all
 	}
@@ -651,13 +653,13 @@ func (n *Node) expiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) 
 	for _, a := range nodes {
 		expired, err := n.controlLeases.NodeLeaseExpired(ctx, a)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if expired {
 			out = append(out, a)
 		}
 	}
-	return out, nil
+	return out, 0, nil
 }
 
 // Connections of the side pools: the node lease's renewals are one at a

@@ -183,7 +183,7 @@ func (cr *coordinatorRunner) acquired(ctx entity.Context[Message], m acquired) e
 			return entity.Stopped[Message]()
 		}
 		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", m.err)
-		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, cr.acquireEvery())
+		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, cr.acquireAfter(m.err))
 		ctx.Stash().UnstashAll() // taken as before the lease: dropped, views counted
 		return entity.Same[Message]()
 	}
@@ -262,6 +262,20 @@ func (cr *coordinatorRunner) pollEvery() time.Duration {
 // it expired.
 func (cr *coordinatorRunner) acquireEvery() time.Duration {
 	return max(min(cr.r.settings.RetryInterval, cr.timing.Length/4), time.Millisecond)
+}
+
+// acquireAfter is when to try again after held refused an acquisition:
+// acquireEvery, or just after the lease ends when the store said it ends
+// sooner. A crashed oldest node's coordinator lease ends about when its
+// node lease does, which is when this node's view made it the oldest: a
+// retry an acquireEvery later would add up to that much to the failover
+// (docs/DESIGN.md, "Leases and self-fencing").
+func (cr *coordinatorRunner) acquireAfter(held error) time.Duration {
+	every := cr.acquireEvery()
+	if left, ok := lease.HeldFor(held); ok {
+		return min(every, left+time.Millisecond)
+	}
+	return every
 }
 
 // granted records a successful acquisition or renewal that started at

@@ -2,7 +2,7 @@ package sharding
 
 import (
 	"context"
-	"github.com/shoal-dev/shoal/cluster"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -284,6 +285,34 @@ func TestCoordinatorAcquireFailsOrFindsTheLeaseHeld(t *testing.T) {
 				t.Fatalf("once z released the lease the entity got %v, want [1]", got)
 			}
 		})
+	})
+}
+
+// A coordinator that finds the lease held asks again just after the
+// store said it ends, when that is before its next retry: a crashed
+// holder's lease is taken over as it expires.
+func TestCoordinatorAcquiresAsTheHeldLeaseEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newSlowStores()
+		if _, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", addr("z"), 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		slowNode(t, store, Settings{RetryInterval: time.Second})
+		synctest.Wait()
+		time.Sleep(250 * time.Millisecond)
+		synctest.Wait()
+		if n := store.acquires.Load(); n != 1 {
+			t.Fatalf("%d Acquires in the first 250 ms, want 1: z's lease has 50 ms left", n)
+		}
+		time.Sleep(100 * time.Millisecond) // not the next retry (500 ms): the lease's end
+		synctest.Wait()
+		if n := store.acquires.Load(); n != 2 {
+			t.Fatalf("%d Acquires 50 ms after z's lease ended, want 2", n)
+		}
+		_, _, err := store.MemoryCoordinatorStore.Acquire(context.Background(), "Pipe", addr("y"), time.Second)
+		if !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("another's Acquire 50 ms after z's lease ended: %v, want ErrLeaseHeld: the coordinator took it", err)
+		}
 	})
 }
 

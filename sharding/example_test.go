@@ -12,8 +12,11 @@ import (
 // The entity: a greeter that remembers the last name it was told.
 type (
 	GreeterCommand interface{ isGreeterCommand() }
-	SetName        struct{ Name string }
-	Greet          struct{ ReplyTo entity.ReplyTo[string] }
+	SetName        struct {
+		Name    string
+		ReplyTo entity.ReplyTo[string] // answered once the name is set
+	}
+	Greet struct{ ReplyTo entity.ReplyTo[string] }
 )
 
 func (SetName) isGreeterCommand() {}
@@ -27,6 +30,7 @@ func NewGreeter(ec entity.Context[GreeterCommand]) entity.Behavior[GreeterComman
 		switch c := c.(type) {
 		case SetName:
 			name = c.Name
+			entity.Reply(ctx, c.ReplyTo, "set")
 		case Greet:
 			entity.Reply(ctx, c.ReplyTo, fmt.Sprintf("hello %s, from %s", name, ctx.EntityID()))
 		}
@@ -34,9 +38,11 @@ func NewGreeter(ec entity.Context[GreeterCommand]) entity.Behavior[GreeterComman
 	})
 }
 
-// Two nodes in one process: a message told through one node and an ask
-// through the other reach the same entity, wherever its shard lives
-// (sys.NodeID() in the entity would say where).
+// Two nodes in one process: a name set through one node and a greeting
+// asked through the other reach the same entity, wherever its shard lives
+// (sys.NodeID() in the entity would say where). Messages sent through
+// different nodes are not ordered with each other, so the name is asked
+// for, not told: the greeting goes once the name is known to be set.
 func ExampleInProcessCluster() {
 	cluster := sharding.NewInProcessCluster()
 	var nodes []*sharding.Sharding
@@ -59,7 +65,7 @@ func ExampleInProcessCluster() {
 	defer cancel()
 
 	onA, _ := sharding.EntityRefFor(nodes[0], GreeterKey, "greeter-1")
-	if err := onA.Tell(SetName{Name: "Ada"}); err != nil {
+	if _, err := entity.Ask(ctx, onA, func(r entity.ReplyTo[string]) GreeterCommand { return SetName{Name: "Ada", ReplyTo: r} }); err != nil {
 		panic(err)
 	}
 	onB, _ := sharding.EntityRefFor(nodes[1], GreeterKey, "greeter-1")

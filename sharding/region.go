@@ -45,6 +45,8 @@ type Region[C any] struct {
 	leftAll chan struct{} // closed on regLeft
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
+	// registerTick is the armed early re-registration (regArmRegister).
+	registerTick timers.Timer
 
 	ctl      *entity.Cell[Message]
 	unlisten func()
@@ -63,6 +65,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
+	cfg.registerRetry = max(100*time.Millisecond, settings.RetryInterval/8)
 	if idle := settings.PassivateIdleAfter; idle > 0 {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
@@ -137,6 +140,12 @@ func (r *Region[C]) run() error {
 type retryTick struct{}
 
 func (retryTick) ProtocolMessage() {}
+
+// registerRetry re-sends a Register no RegisterAck answered yet (see
+// regionCore.registerSoon).
+type registerRetry struct{ gen uint64 }
+
+func (registerRetry) ProtocolMessage() {}
 
 // coordinatorMoved makes the region register with the current coordinator.
 type coordinatorMoved struct{}
@@ -264,6 +273,8 @@ func (r *Region[C]) receive(_ entity.Context[Message], m Message) entity.Behavio
 		r.queued.Add(-1)
 	case retryTick:
 		r.step(func(c *regionCore[C, *shard[C]]) { c.tick() })
+	case registerRetry:
+		r.step(func(c *regionCore[C, *shard[C]]) { c.retryRegister(m.gen) })
 	case coordinatorMoved:
 		oldest := r.coordinatorNode()
 		var live []cluster.UniqueAddress
@@ -345,6 +356,12 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 			later = append(later, *ef)
 		case regArmTick:
 			r.tick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(retryTick{}) })
+		case regArmRegister:
+			if r.registerTick != nil {
+				r.registerTick.Stop()
+			}
+			gen := ef.tick
+			r.registerTick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(registerRetry{gen: gen}) })
 		case regLeft:
 			if r.leftAll != nil {
 				close(r.leftAll)
@@ -437,6 +454,9 @@ func (r *Region[C]) stopControl() {
 	r.mu.Lock()
 	if r.tick != nil {
 		r.tick.Stop()
+	}
+	if r.registerTick != nil {
+		r.registerTick.Stop()
 	}
 	r.mu.Unlock()
 }

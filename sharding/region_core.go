@@ -71,6 +71,11 @@ type regionCore[C any, S comparable] struct {
 	leaveWaited uint64
 	// handOverSeq numbers the HandOvers this region sends (see handOver).
 	handOverSeq uint64
+	// registerWait is the wait before the next early re-registration (see
+	// registerSoon), 0 while none is armed; registerGen tells the armed
+	// one from those it replaced.
+	registerWait time.Duration
+	registerGen  uint64
 
 	out []regionEffect[C, S]
 }
@@ -81,7 +86,11 @@ type regionCoreConfig struct {
 	proxy        bool                  // routes only: never hosts a shard
 	bufferSize   int                   // messages held while homes are unknown or hand-offs run
 	tickInterval time.Duration
-	idleTicks    uint64 // ticks after which an entity is idle; 0 for no idle passivation
+	// registerRetry is the first wait before a Register that no
+	// RegisterAck answered is sent again, doubling up to tickInterval
+	// (see registerSoon); 0 leaves it to the tick.
+	registerRetry time.Duration
+	idleTicks     uint64 // ticks after which an entity is idle; 0 for no idle passivation
 	// waitTicks bounds, in ticks, a wait for a hand-over this region only
 	// guesses (see pushedHome), and a leaving region's wait for its buffer
 	// to go on while it is alone; 0 for no bound. Fences and a hand-over a
@@ -224,6 +233,9 @@ const (
 	regPassivateIdle
 	// regArmTick: call tick after after.
 	regArmTick
+	// regArmRegister: call retryRegister(tick) after after, replacing the
+	// one armed before.
+	regArmRegister
 	// regLeft: a leaving region hosts nothing and will be allocated
 	// nothing: it may stop.
 	regLeft
@@ -614,6 +626,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.stopping && e.stopEpoch == m.Epoch && e.stopSeq == m.Seq {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
+		if prev := e.home; !e.hosted && e.awaiting.IsZero() && e.hostFrom.IsZero() && e.placed != c.cfg.self &&
+			!prev.IsZero() && prev != c.cfg.self && !e.handedIn[prev] && c.isLive(prev) && !c.cfg.proxy {
+			// This region learns that it is the shard's home only from
+			// the HandOff: its HostShard and the pushed home were lost.
+			// The home it knew before may hold mail for it, which the
+			// coordinator still counts as on its way here; the next home
+			// waits only for ours, so ours goes once that mail is in and
+			// ahead of it (see docs/DESIGN.md, "Hand-over, not carry").
+			// Guessed, as in pushedHome, so bounded by waitTicks.
+			e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
+		}
 		if e.awaiting.IsZero() {
 			// A wait for a previous home's hand-over keeps its start: the
 			// next home's wait for ours begins after it, so ours must end
@@ -753,6 +776,45 @@ func (c *regionCore[C, S]) membership(oldest cluster.UniqueAddress, live []clust
 	}
 	c.checkLeft() // a leaving region may have lost its last coordinator
 	c.register()
+	if !c.registered {
+		c.registerSoon()
+	}
+}
+
+// registerSoon arms early re-registrations after a Register to a new
+// coordinator: registerRetry, then twice as long each time, until a
+// RegisterAck comes or the wait reaches the tick, which re-registers from
+// then on (Akka's region does the same, from 250 ms). A coordinator that
+// took over from a crashed one starts once its own node's view made it
+// the oldest; this region's view may have done so first, and its Register
+// is then dropped: waiting a whole tick to send it again would add that
+// much to the failover (docs/DESIGN.md, "Leases and self-fencing").
+func (c *regionCore[C, S]) registerSoon() {
+	if c.cfg.registerRetry <= 0 || c.cfg.registerRetry >= c.cfg.tickInterval || c.stopped {
+		return
+	}
+	c.registerWait = c.cfg.registerRetry
+	c.registerGen++
+	c.emit(regionEffect[C, S]{kind: regArmRegister, after: c.registerWait, tick: c.registerGen})
+}
+
+// retryRegister is the early re-registration armed as gen (see
+// registerSoon).
+func (c *regionCore[C, S]) retryRegister(gen uint64) {
+	if gen != c.registerGen || c.registerWait == 0 {
+		return // replaced, or ended
+	}
+	if c.registered || c.stopped {
+		c.registerWait = 0
+		return
+	}
+	c.register()
+	if c.registerWait *= 2; c.registerWait >= c.cfg.tickInterval {
+		c.registerWait = 0
+		return
+	}
+	c.registerGen++
+	c.emit(regionEffect[C, S]{kind: regArmRegister, after: c.registerWait, tick: c.registerGen})
 }
 
 // membersDown takes the coordinator's word that nodes are Down (see
@@ -903,6 +965,9 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 		}
 		c.notef(slog.LevelWarn, "sharding: no hand-over in time; starting the shard without it", "shard_id", id, "from", e.awaiting)
 		e.awaiting = cluster.UniqueAddress{}
+		if e.stopping && e.home != c.cfg.self {
+			continue // the stop reports what this region holds (see maybeStop)
+		}
 		c.setHome(id, e.home)
 	}
 }
@@ -1371,16 +1436,21 @@ func (c *regionCore[C, S]) checkLeft() {
 		return
 	}
 	// Nor while it buffers messages it accepted (for a shard being handed
-	// off): they go on to the next home first.
-	if c.buffered > 0 && (c.cfg.waitTicks == 0 || c.leaveWaited < 2*c.cfg.waitTicks) {
+	// off): they go on to the next home first, unless none took them in
+	// time (see leaveWaited).
+	gaveUp := c.cfg.waitTicks > 0 && c.leaveWaited >= 2*c.cfg.waitTicks
+	if c.buffered > 0 && !gaveUp {
 		return
 	}
 	for _, e := range c.shards {
-		// Nor before it handed over the mail it holds, and that arrived;
-		// nor while a hand-off it fenced for runs: the home waits for its
-		// fence, which a slow link may still carry behind a forward, and
-		// would take it for gone once it left the view.
-		if e.hosted || e.handOver || !e.handOverTo.IsZero() || !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
+		// Nor before it handed over the mail it holds, and that arrived
+		// (mail it holds as the shard's last home is buffered too, and
+		// given up on with the rest: the last region of the type to leave
+		// has no next home to hand it to); nor while a hand-off it fenced
+		// for runs: the home waits for its fence, which a slow link may
+		// still carry behind a forward, and would take it for gone once
+		// it left the view.
+		if e.hosted || e.handOver && !gaveUp || !e.handOverTo.IsZero() || !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			return
 		}
 	}

@@ -92,6 +92,8 @@ func (h *regionHarness) configure(kv map[string]string) {
 			cfg.bufferSize, err = strconv.Atoi(v)
 		case "tick":
 			cfg.tickInterval, err = time.ParseDuration(v)
+		case "register-retry":
+			cfg.registerRetry, err = time.ParseDuration(v)
 		case "idle-ticks":
 			cfg.idleTicks, err = strconv.ParseUint(v, 10, 64)
 		case "wait-ticks":
@@ -151,6 +153,13 @@ func (h *regionHarness) run(line string) string {
 		h.down[pos[0]] = true
 	case "tick":
 		h.core.tick()
+	case "register-retry":
+		need(1)
+		gen, err := strconv.ParseUint(pos[0], 10, 64)
+		if err != nil {
+			h.fatalf("register-retry %q: %v", pos[0], err)
+		}
+		h.core.retryRegister(gen)
 	case "leave":
 		need(1)
 		h.core.leave(addr(pos[0]))
@@ -419,6 +428,8 @@ func (h *regionHarness) apply() {
 				h.printf("passivate idle %s: tick %d, idle after %d", local, ef.tick, ef.ticks)
 			case regArmTick:
 				h.printf("tick in %v", ef.after)
+			case regArmRegister:
+				h.printf("register again in %v (%d)", ef.after, ef.tick)
 			case regTerminate:
 				local, _ := h.core.local(ef.shard)
 				h.printf("terminate %s", local)

@@ -204,6 +204,13 @@ func (n *simNode) applyRegion() {
 				later = append(later, ef)
 			case regArmTick:
 				n.after(ef.after, n.tick)
+			case regArmRegister:
+				gen := ef.tick
+				n.after(ef.after, func() {
+					if !n.stopped {
+						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.retryRegister(gen) })
+					}
+				})
 			case regLeft:
 				n.local(func() {
 					if n.state == nodeLeaving && !n.stopped {

@@ -564,6 +564,17 @@ func TestSimulationPinned(t *testing.T) {
 		// hand-over was lost in a partition; ShardHomes name no previous
 		// home, and the home waited for ever (coordinator.go owedAgain).
 		{"owed-hand-over-told-again", "all", false, 310419},
+		// A home whose HostShard and pushed home were lost in a partition
+		// heard of the shard only from the HandOff of its leave, and handed
+		// its own mail on without the older mail of the home before it,
+		// which it then forwarded behind newer mail (region_core.go,
+		// HandOff; hand-off-before-host-shard.txt).
+		{"hand-off-before-host-shard", "all", false, 385737},
+		// Strict: a leaving region alone in its view gave its buffer up
+		// just after a node joined that its view did not show yet; the
+		// simulator counted it lost against that node (sim_test.go
+		// droppedAtStop now judges by the stopping region's view).
+		{"alone-in-view-when-a-node-joins", "all", true, 385195},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)

@@ -409,6 +409,7 @@ func (w *simWorld) regionConfig(self string) regionCoreConfig {
 		cfg.idleTicks = uint64((idle + cfg.tickInterval - 1) / cfg.tickInterval)
 	}
 	cfg.waitTicks = uint64((w.settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
+	cfg.registerRetry = max(100*time.Millisecond, w.settings.RetryInterval/8)
 	return cfg
 }
 
@@ -949,9 +950,13 @@ func (w *simWorld) lostToFault(v any) {
 
 // droppedAtStop marks the messages n's region still buffers as it stops.
 func (w *simWorld) droppedAtStop(n *simNode) {
+	// Judged by the stopping region's view, as the region judges it (see
+	// regionCore.alone): a node that joined after that view was taken
+	// (views lag) is out of its sight, and a leave that waited for every
+	// such node would never end.
 	nowhere := !slices.ContainsFunc(w.order, func(name string) bool {
 		o := w.nodes[name]
-		return o != n && o.state == nodeUp
+		return o != n && o.state == nodeUp && n.region.live[addr(name)]
 	})
 	for _, id := range slices.Sorted(maps.Keys(n.region.shards)) {
 		e := n.region.shards[id]

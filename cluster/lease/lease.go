@@ -73,6 +73,36 @@ var (
 	ErrInvalidConfig = cluster.ErrInvalidConfig
 )
 
+// HeldError is how both stores refuse AcquireCoordinator while another
+// owner holds the lease: it matches ErrLeaseHeld and says how long the
+// lease has left in the store's time, so that the one waiting for it asks
+// again as it expires rather than a polling interval later (a crashed
+// holder's lease ends about when its node lease does; see docs/DESIGN.md,
+// "Leases and self-fencing").
+type HeldError struct {
+	Name, Owner string
+	// Left is the lease's time left when the store refused; 0 when
+	// unknown, negative never.
+	Left time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Errorf("%w: %s by %s for %v more", ErrLeaseHeld, e.Name, e.Owner, e.Left).Error()
+}
+
+// Is makes errors.Is(err, ErrLeaseHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
+
+// HeldFor reports the time left on a lease held elsewhere that err
+// (a HeldError, wrapped or not) refused an acquisition for.
+func HeldFor(err error) (time.Duration, bool) {
+	var h *HeldError
+	if errors.As(err, &h) && h.Left > 0 {
+		return h.Left, true
+	}
+	return 0, false
+}
+
 // Store keeps leases. Every method takes its time from the store's clock.
 // Implementations: MemoryStore here, the Postgres store in
 // cluster/lease/postgres; both pass the suite in cluster/lease/leasetest.

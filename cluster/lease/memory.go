@@ -196,7 +196,7 @@ func (s *MemoryStore) AcquireCoordinator(ctx context.Context, name, owner string
 		l = &coordinatorLease{}
 		s.coords[name] = l
 	} else if l.owner != owner && now.Before(l.expires) {
-		return 0, fmt.Errorf("%w: %s by %s until %v", ErrLeaseHeld, name, l.owner, l.expires)
+		return 0, &HeldError{Name: name, Owner: l.owner, Left: l.expires.Sub(now)}
 	}
 	l.epoch++
 	l.owner = owner

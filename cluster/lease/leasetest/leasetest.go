@@ -387,9 +387,15 @@ func testCoordinatorHeld(su *suite) {
 	}
 	_, err := su.s.AcquireCoordinator(su.ctx, c, "b#1", ttl)
 	su.is("AcquireCoordinator while held", err, lease.ErrLeaseHeld)
+	if left, ok := lease.HeldFor(err); !ok || left != ttl {
+		su.t.Fatalf("AcquireCoordinator while held: %v left (%v), want %v", left, ok, ttl)
+	}
 	su.clock.Advance(ttl - time.Microsecond)
 	_, err = su.s.AcquireCoordinator(su.ctx, c, "b#1", ttl)
 	su.is("AcquireCoordinator 1µs before expiry", err, lease.ErrLeaseHeld)
+	if left, _ := lease.HeldFor(err); left != time.Microsecond {
+		su.t.Fatalf("AcquireCoordinator 1µs before expiry: %v left, want 1µs", left)
+	}
 	su.clock.Advance(time.Microsecond)
 	e2 := su.acquire(c, "b#1")
 	if e2 <= e1 {

@@ -259,33 +259,46 @@ func (s *Store) PruneNodes(ctx context.Context, olderThan time.Duration) (int, e
 
 // ExpiredNodes returns those of nodes whose lease has expired in the
 // store's time (downed and released ones included), in no order; an
-// incarnation the store does not know is not among them. It locks
-// nothing: a caller that moves shards on the answer asks NodeLeaseExpired.
-func (s *Store) ExpiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) ([]cluster.UniqueAddress, error) {
+// incarnation the store does not know is not among them. next is the time
+// left, in the store's time, on the first of the others' leases to end (0
+// when none is live): a poller that asks again then sees a crashed node's
+// lease expired as soon as the store does. It locks nothing: a caller that
+// moves shards on the answer asks NodeLeaseExpired.
+func (s *Store) ExpiredNodes(ctx context.Context, nodes []cluster.UniqueAddress) (expired []cluster.UniqueAddress, next time.Duration, err error) {
 	ids, incs := make([]string, 0, len(nodes)), make([]int64, 0, len(nodes))
 	for _, n := range nodes {
 		if err := lease.ValidateNode(n); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		ids, incs = append(ids, n.Node), append(incs, int64(n.Incarnation))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT l.node_id, l.incarnation FROM node_leases l
-		JOIN unnest($1::text[], $2::bigint[]) AS n(id, inc) ON l.node_id = n.id AND l.incarnation = n.inc
-		WHERE l.expires_at <= coalesce($3::timestamptz, clock_timestamp())`, ids, incs, s.timeParam())
+	rows, err := s.pool.Query(ctx, `SELECT l.node_id, l.incarnation,
+			extract(epoch FROM l.expires_at - t.now)::float8
+		FROM (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now) t
+		CROSS JOIN unnest($1::text[], $2::bigint[]) AS n(id, inc)
+		JOIN node_leases l ON l.node_id = n.id AND l.incarnation = n.inc`, ids, incs, s.timeParam())
 	if err != nil {
-		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+		return nil, 0, fmt.Errorf("lease/postgres: expired nodes: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cluster.UniqueAddress, error) {
-		var a cluster.UniqueAddress
-		var inc int64
-		err := row.Scan(&a.Node, &inc)
-		a.Incarnation = uint64(inc)
-		return a, err
+	var a cluster.UniqueAddress
+	var inc int64
+	var left float64
+	_, err = pgx.ForEachRow(rows, []any{&a.Node, &inc, &left}, func() error {
+		switch {
+		case left <= 0:
+			a.Incarnation = uint64(inc)
+			expired = append(expired, a)
+		case left < math.MaxInt64/float64(time.Second):
+			if d := time.Duration(math.Round(left * float64(time.Second))); next == 0 || d < next {
+				next = max(d, 1)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lease/postgres: expired nodes: %w", err)
+		return nil, 0, fmt.Errorf("lease/postgres: expired nodes: %w", err)
 	}
-	return out, nil
+	return expired, next, nil
 }
 
 // coordinatorRow is the coordinator lease row read under its lock, with
@@ -295,7 +308,8 @@ type coordinatorRow struct {
 	found bool
 	epoch int64
 	owner string
-	live  bool // expires_at > now; 'infinity' (sharding/postgres's Acquire) is always live
+	live  bool    // expires_at > now; 'infinity' (sharding/postgres's Acquire) is always live
+	left  float64 // seconds from now to expires_at (+Inf for 'infinity', and without a row)
 }
 
 func (s *Store) lockCoordinator(ctx context.Context, tx pgx.Tx, name string) (coordinatorRow, error) {
@@ -304,10 +318,11 @@ func (s *Store) lockCoordinator(ctx context.Context, tx pgx.Tx, name string) (co
 		return r, err
 	}
 	err := tx.QueryRow(ctx, `SELECT t.now, l.type_name IS NOT NULL, coalesce(l.epoch, 0), coalesce(l.owner, ''),
-			coalesce(l.expires_at > t.now, false)
+			coalesce(l.expires_at > t.now, false),
+			CASE WHEN l.expires_at < 'infinity' THEN extract(epoch FROM l.expires_at - t.now)::float8 ELSE 'Infinity' END
 		FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) t
 		LEFT JOIN coordinator_lease l ON l.type_name = $1`,
-		name, s.timeParam()).Scan(&r.now, &r.found, &r.epoch, &r.owner, &r.live)
+		name, s.timeParam()).Scan(&r.now, &r.found, &r.epoch, &r.owner, &r.live, &r.left)
 	return r, err
 }
 
@@ -338,7 +353,11 @@ func (s *Store) AcquireCoordinator(ctx context.Context, name, owner string, ttl 
 			}
 			return err
 		case r.live && r.owner != owner:
-			return fmt.Errorf("%w: by %s", lease.ErrLeaseHeld, r.owner)
+			held := &lease.HeldError{Name: name, Owner: r.owner}
+			if r.left > 0 && r.left < math.MaxInt64/float64(time.Second) {
+				held.Left = time.Duration(math.Round(r.left * float64(time.Second)))
+			}
+			return held
 		}
 		return tx.QueryRow(ctx, `UPDATE coordinator_lease SET epoch = epoch + 1, owner = $2, expires_at = $3
 			WHERE type_name = $1 RETURNING epoch`, name, owner, expires).Scan(&epoch)

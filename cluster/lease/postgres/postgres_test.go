@@ -224,7 +224,7 @@ func TestListLeases(t *testing.T) {
 
 // ExpiredNodes names the incarnations asked about whose lease expired in
 // the store's time, released and downed-and-expired ones included, and
-// none it does not know.
+// none it does not know; and the time left on the first live lease to end.
 func TestExpiredNodes(t *testing.T) {
 	ctx := context.Background()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -233,6 +233,7 @@ func TestExpiredNodes(t *testing.T) {
 	lapsed := cluster.UniqueAddress{Node: "lapsed", Incarnation: 1}
 	left := cluster.UniqueAddress{Node: "left", Incarnation: 1}
 	unknown := cluster.UniqueAddress{Node: "unknown", Incarnation: 1}
+	later := cluster.UniqueAddress{Node: "later", Incarnation: 1}
 	for _, n := range []cluster.UniqueAddress{lapsed, left} {
 		if err := s.AcquireNode(ctx, n, time.Second); err != nil {
 			t.Fatal(err)
@@ -242,18 +243,28 @@ func TestExpiredNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock = clock.Add(time.Second)
-	if err := s.AcquireNode(ctx, live, time.Second); err != nil {
+	if err := s.AcquireNode(ctx, live, 1500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{live, lapsed, left, unknown})
+	if err := s.AcquireNode(ctx, later, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(250 * time.Millisecond)
+	got, next, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{later, live, lapsed, left, unknown})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if next != 1250*time.Millisecond {
+		t.Fatalf("next %v, want 1.25s: the time left on live's lease", next)
 	}
 	slices.SortFunc(got, func(a, b cluster.UniqueAddress) int { return strings.Compare(a.Node, b.Node) })
 	if want := []cluster.UniqueAddress{lapsed, left}; !slices.Equal(got, want) {
 		t.Fatalf("expired %v, want %v", got, want)
 	}
-	if _, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{{}}); !errors.Is(err, lease.ErrInvalidConfig) {
+	if _, next, _ := s.ExpiredNodes(ctx, []cluster.UniqueAddress{lapsed}); next != 0 {
+		t.Fatalf("next %v with no live lease asked about, want 0", next)
+	}
+	if _, _, err := s.ExpiredNodes(ctx, []cluster.UniqueAddress{{}}); !errors.Is(err, lease.ErrInvalidConfig) {
 		t.Fatalf("an empty node id: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -591,6 +591,21 @@ func (c *Cluster) RestartPostgres(ctx context.Context, down time.Duration) {
 	}
 }
 
+// StallPostgres freezes the Postgres container for stall (docker pause):
+// connections stay open and nothing answers, as a database stalled by
+// its host would.
+func (c *Cluster) StallPostgres(ctx context.Context, stall time.Duration) {
+	c.t.Helper()
+	id := c.pg.GetContainerID()
+	if _, err := c.docker.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
+		c.t.Fatalf("clustertest: pause postgres: %v", err)
+	}
+	time.Sleep(stall) // the stall itself is the fault, not a wait for an outcome
+	if _, err := c.docker.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
+		c.t.Fatalf("clustertest: unpause postgres: %v", err)
+	}
+}
+
 // LeaseExpiries reads every node incarnation's lease expiry.
 func (c *Cluster) LeaseExpiries(ctx context.Context) map[Incarnation]time.Time {
 	c.t.Helper()

@@ -22,6 +22,7 @@ type CounterOp struct {
 	// Unknown: no answer came (a timeout, a cut connection, a 500): an add
 	// may or may not have taken effect. Return is then ignored.
 	Unknown      bool
+	Err          string // with Unknown: the failure's kind (see failureKind)
 	Call, Return int64
 }
 

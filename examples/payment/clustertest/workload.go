@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -23,10 +24,28 @@ const requestTimeout = 20 * time.Second
 // down refuses connections), so it does not spin; it decides nothing.
 const errorPause = 50 * time.Millisecond
 
+// maxErrorPause bounds a counter client's back-off: after each failed
+// request in a row it waits twice as long, from errorPause, as a client
+// of a service that is down should. Every add that fails without an
+// answer may land at any later time, and the linearizability search grows
+// exponentially with their number on a counter: clients that kept asking
+// every 50 ms through a whole outage (Postgres restarted, every node
+// fenced and restarted) left hundreds, and the search ran out of time.
+const maxErrorPause = time.Second
+
 var httpClient = &http.Client{Timeout: requestTimeout}
 
 // errUnknown marks an operation whose outcome the client could not learn.
 var errUnknown = errors.New("outcome unknown")
+
+// errNotDone marks a request the API refused with 503: the entity was
+// unavailable (its shard backing off after a failure, a recovery that
+// failed) and the command never reached it, so nothing was done. Such a
+// request is no operation; recorded as unknown instead, the adds refused
+// while Postgres is down (hundreds, at once each) would each be an add
+// that may land at any later time, and the linearizability search over
+// them outgrows any bound.
+var errNotDone = errors.New("refused: nothing done")
 
 // Payments drives settlements through the nodes round-robin, each on a
 // new order, and keeps the orders the API acknowledged (200).
@@ -228,23 +247,30 @@ func (c *Cluster) StartCounters(clients, counters int) *Counters {
 	for client := range clients {
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		w.done.Go(func() {
+			wait := errorPause
 			for ctx.Err() == nil {
 				op := CounterOp{Counter: w.names[rng.IntN(len(w.names))], Client: client, Add: rng.IntN(2) == 0, By: 1}
 				node := c.Nodes[rng.IntN(len(c.Nodes))]
 				op.Call = w.History.Now()
 				value, err := counterRequest(ctx, node.URL, op)
 				op.Return = w.History.Now()
-				if errors.Is(err, syscall.ECONNREFUSED) {
-					// Never sent (the node is down): no operation.
-					pause(ctx, errorPause)
+				if err == nil {
+					wait = errorPause
+				} else {
+					pause(ctx, wait)
+					wait = min(2*wait, maxErrorPause)
+				}
+				if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errNotDone) {
+					// Never sent (the node is down), or refused before
+					// the entity saw it: no operation.
 					continue
 				}
 				// Unanswered, or cut by Stop: an add may still land.
 				op.Value, op.Unknown = value, err != nil
-				w.History.Record(op)
 				if err != nil {
-					pause(ctx, errorPause)
+					op.Err = failureKind(err)
 				}
+				w.History.Record(op)
 			}
 		})
 	}
@@ -260,6 +286,20 @@ func (w *Counters) Stop() {
 // Names are the counters.
 func (w *Counters) Names() []string { return w.names }
 
+// failureKind names the kind of a failed request, for the log's tally.
+func failureKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errUnknown):
+		return strings.TrimPrefix(err.Error(), errUnknown.Error()+": ")
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection lost"
+	}
+	return "other"
+}
+
 func counterRequest(ctx context.Context, url string, op CounterOp) (int64, error) {
 	method, target := http.MethodGet, url+"/counter/"+op.Counter
 	if op.Add {
@@ -274,6 +314,10 @@ func counterRequest(ctx context.Context, url string, op CounterOp) (int64, error
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return 0, fmt.Errorf("%w: %s", errNotDone, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return 0, fmt.Errorf("%w: %s", errUnknown, resp.Status)
