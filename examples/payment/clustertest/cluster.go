@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,24 @@ type Options struct {
 	Initial int
 	// ClockSkew offsets a node's wall clock (payment -clock-skew), by name.
 	ClockSkew map[string]time.Duration
+	// NamePrefix names the nodes prefix1, prefix2, ... Default "node".
+	NamePrefix string
+	// Security, when set, runs the nodes as the compose cluster does:
+	// mutual TLS between nodes and encrypted gossip.
+	Security *Security
+	// Admin serves each node's admin API (payment -admin-addr), published
+	// on 127.0.0.1 as Node.AdminURL.
+	Admin bool
+}
+
+// Security is what a node needs for mutual TLS and encrypted gossip, laid
+// out as scripts/cluster-certs.sh makes it: Dir holds ca.pem and each
+// node's NAME.crt and NAME.key; GossipKey is base64, as in gossip.key.
+// The files are copied into each container's /tls, as the compose file
+// mounts them. An empty field leaves that part off (an intruder's setup).
+type Security struct {
+	Dir       string
+	GossipKey string
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Initial <= 0 || o.Initial > o.Nodes {
 		o.Initial = o.Nodes
+	}
+	if o.NamePrefix == "" {
+		o.NamePrefix = "node"
 	}
 	return o
 }
@@ -93,8 +115,11 @@ type Node struct {
 	Name string
 	// URL is the node's API from the test process.
 	URL string
-	c   *testcontainers.DockerContainer
-	cl  *Cluster
+	// AdminURL is the node's admin API from the test process, with
+	// Options.Admin.
+	AdminURL string
+	c        *testcontainers.DockerContainer
+	cl       *Cluster
 }
 
 // Start starts a cluster for t and stops it when t ends. It skips t when
@@ -143,9 +168,22 @@ func (c *Cluster) AddNode(ctx context.Context) *Node {
 	if i == c.opts.Nodes {
 		c.t.Fatalf("clustertest: all %d nodes started", i)
 	}
-	n := c.newNode(ctx, fmt.Sprintf("node%d", i+1), i == 0)
+	name := c.nodeName(i)
+	n := c.newNode(ctx, name, c.args(name, i == 0), c.opts.Security)
 	c.Nodes = append(c.Nodes, n)
 	return n
+}
+
+// nodeName is the name of the i-th node (from 0).
+func (c *Cluster) nodeName(i int) string { return fmt.Sprintf("%s%d", c.opts.NamePrefix, i+1) }
+
+// StartOutsider starts a node that is not one of the cluster's: it uses
+// the cluster's name and flags, seeds every node, and joins with sec (nil:
+// neither a certificate nor a gossip key) and extra flags. It is not in
+// c.Nodes; the test waits for what it expects of it.
+func (c *Cluster) StartOutsider(ctx context.Context, name string, sec *Security, extra ...string) *Node {
+	c.t.Helper()
+	return c.newNode(ctx, name, append(c.args(name, false), extra...), sec)
 }
 
 // hangAmount is the amount the issuer never answers: a payment of it stays
@@ -206,7 +244,7 @@ func (c *Cluster) startIssuer(ctx context.Context) {
 func (c *Cluster) args(name string, bootstrap bool) []string {
 	var seeds []string
 	for i := range c.opts.Nodes {
-		if other := fmt.Sprintf("node%d", i+1); other != name {
+		if other := c.nodeName(i); other != name {
 			seeds = append(seeds, other+":7946")
 		}
 	}
@@ -231,15 +269,38 @@ func (c *Cluster) args(name string, bootstrap bool) []string {
 	if skew := c.opts.ClockSkew[name]; skew != 0 {
 		args = append(args, "-clock-skew="+skew.String())
 	}
+	if c.opts.Admin {
+		args = append(args, "-admin-addr=0.0.0.0:9000")
+	}
 	return args
 }
 
-// newNode creates and starts a node's container without waiting for it.
-func (c *Cluster) newNode(ctx context.Context, name string, bootstrap bool) *Node {
-	port := freePort(c.t)
+// secure adds sec's flags, environment and files for node name to req, as
+// the compose file gives them (see examples/payment/deploy).
+func secure(req *testcontainers.ContainerRequest, name string, sec *Security) {
+	if sec == nil {
+		return
+	}
+	if sec.Dir != "" {
+		req.Cmd = append(req.Cmd, "-tls-ca=/tls/ca.pem", "-tls-cert=/tls/"+name+".crt", "-tls-key=/tls/"+name+".key")
+		for _, f := range []string{"ca.pem", name + ".crt", name + ".key"} {
+			req.Files = append(req.Files, testcontainers.ContainerFile{
+				HostFilePath: filepath.Join(sec.Dir, f), ContainerFilePath: "/tls/" + f, FileMode: 0o644,
+			})
+		}
+	}
+	if sec.GossipKey != "" {
+		req.Env = map[string]string{"SHOAL_GOSSIP_KEY": sec.GossipKey}
+	}
+}
+
+// newNode creates and starts a node's container running args, secured
+// by sec, without waiting for it.
+func (c *Cluster) newNode(ctx context.Context, name string, args []string, sec *Security) *Node {
+	port, adminPort := freePort(c.t), freePort(c.t)
 	req := testcontainers.ContainerRequest{
 		Image:        c.image,
-		Cmd:          c.args(name, bootstrap),
+		Cmd:          args,
 		ExposedPorts: []string{"8080/tcp"},
 		// The cluster network first: the node's name resolves there.
 		Networks:       []string{c.cluster.Name, c.backend.Name},
@@ -248,8 +309,15 @@ func (c *Cluster) newNode(ctx context.Context, name string, bootstrap bool) *Nod
 			hc.PortBindings = network.PortMap{
 				network.MustParsePort("8080/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: port}},
 			}
+			if c.opts.Admin {
+				hc.PortBindings[network.MustParsePort("9000/tcp")] = []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: adminPort}}
+			}
 		},
 	}
+	if c.opts.Admin {
+		req.ExposedPorts = append(req.ExposedPorts, "9000/tcp")
+	}
+	secure(&req, name, sec)
 	gc, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: req, Started: true, Logger: tclog.NewNoopLogger(),
 	})
@@ -265,7 +333,11 @@ func (c *Cluster) newNode(ctx context.Context, name string, bootstrap bool) *Nod
 	if err != nil {
 		c.t.Fatalf("clustertest: start %s: %v", name, err)
 	}
-	return &Node{Name: name, URL: "http://127.0.0.1:" + port, c: gc.(*testcontainers.DockerContainer), cl: c}
+	n := &Node{Name: name, URL: "http://127.0.0.1:" + port, c: gc.(*testcontainers.DockerContainer), cl: c}
+	if c.opts.Admin {
+		n.AdminURL = "http://127.0.0.1:" + adminPort
+	}
+	return n
 }
 
 // WaitAllReady waits until every node answers /ready.

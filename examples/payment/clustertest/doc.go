@@ -20,6 +20,11 @@
 //   - payments held in processing (the issuer never answers one amount)
 //     leave it exactly once after the fault, by their durable reminder
 //     when their node died, and no reminder is left stored.
+//   - with the compose cluster's keying (scripts/cluster-certs.sh: mutual
+//     TLS between nodes, encrypted gossip) the nodes serve, and an
+//     intruder with the cluster's name but without the gossip key, or
+//     with it but with a certificate of another CA, is never listed by
+//     any node and gets no payment through.
 //
 // Tests skip only when no Docker daemon is reachable. The fast core set
 // runs by default; SHOAL_CLUSTER_TESTS=all runs every scenario (make
