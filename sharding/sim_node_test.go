@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
+	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -50,7 +52,8 @@ type simNode struct {
 	// the last one it took: a view never replaces a newer one.
 	viewSeq, viewApplied uint64
 	region               *regionCore[simCmd, *simShard]
-	stopped              bool // the region stopped and no longer listens
+	fx                   regionEffects[simCmd, *simShard] // the runner's effect switch
+	stopped              bool                             // the region stopped and no longer listens
 	// stoppedLate: its leave ran past the deadline (Shutdown's context)
 	// and stopped it: what is still on its way to it is lost, as to a
 	// node that crashed.
@@ -162,127 +165,118 @@ func (n *simNode) regionInput(fn func(c *regionCore[simCmd, *simShard])) {
 	n.applyRegion()
 }
 
+// applyRegion carries out the core's effects with the runner's own
+// effect switch (regionEffects), on the simulated world (simRegionIO).
 func (n *simNode) applyRegion() {
 	for len(n.region.out) > 0 {
-		out := n.region.out
-		n.region.out = nil
-		var later []regionEffect[simCmd, *simShard]
-		for _, ef := range out {
-			switch ef.kind {
-			case regSend:
-				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && !n.w.reachable(addrName(ef.node)) {
-					// As the transport: a node that left or died refuses
-					// the connection, and the runner reports it.
-					n.w.tracef("%s -> %s refused (node gone): %s", n.name, ef.node, simShow(ef.msg))
-					n.region.handOverRefused(h.Shard, ef.node, h.Seq)
-					break
-				}
-				n.w.net.send(n.name, addrName(ef.node), ef.coordinator, ef.msg)
-			case regForward:
-				if n.w.reachable(addrName(ef.node)) {
-					n.w.net.send(n.name, addrName(ef.node), false, ef.p.deliver(ef.shard))
-					break
-				}
-				// Accepted before: it waits again for the home the tick asks for.
-				n.region.unreachable(ef.shard, ef.node)
-				v, e := n.region.route(ef.shard, ef.p)
-				if err := n.sendRouted(v, e, ef.shard, ef.p, true); err != nil {
-					n.w.lost(ef.p, "%s: buffered message not forwarded: %v", n.name, err)
-				}
-			case regHost:
-				n.region.attach(ef.shard, n.newShard(ef.shard))
-			case regDeliver:
-				sh, ok := n.region.local(ef.shard)
-				if !ok {
-					n.w.fail("runner", "%s: deliver to shard %s, which is not hosted", n.name, ef.shard)
-					return
-				}
-				if err := sh.deliver(ef.p, false, ef.accepted); err != nil {
-					n.w.lost(ef.p, "%s: accepted message refused by shard %s: %v", n.name, ef.shard, err)
-				}
-			case regHandOff, regPassivateIdle, regTerminate:
-				later = append(later, ef)
-			case regArmTick:
-				n.after(ef.after, n.tick)
-			case regArmRegister:
-				gen := ef.tick
-				n.after(ef.after, func() {
-					if !n.stopped {
-						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.retryRegister(gen) })
-					}
-				})
-			case regLeft:
-				n.local(func() {
-					if n.state == nodeLeaving && !n.stopped {
-						n.finishLeave(false)
-					}
-				})
-			case regGone:
-				n.regionGone = true
-				n.maybeGone()
-			case regDeadLetter:
-				if from := n.w.nodes[addrName(ef.node)]; errors.Is(ef.err, errHandOverTooLate) && from != nil && (from.crashed || from.stoppedLate) {
-					// The mail of a node a fault took: lost with it.
-					n.w.tracef("%s refuses %+v from %s: %v", n.name, ef.p.msg, ef.node, ef.err)
-					n.w.lostToFault(ef.p.msg)
-					break
-				}
-				n.w.lost(ef.p, "%s: forwarded message refused: %v", n.name, ef.err)
-			case regNote:
-				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
-			default:
-				n.w.fail("runner", "unknown region effect %d: teach the simulator", ef.kind)
-				return
-			}
-		}
-		for _, ef := range later {
-			sh, ok := n.region.local(ef.shard)
-			if !ok {
-				continue
-			}
-			switch ef.kind {
-			case regHandOff:
-				n.w.tracef("%s hands off shard %s", n.name, ef.shard)
-				sh.core.handOff()
-				sh.apply()
-			case regPassivateIdle:
-				sh.core.passivateIdle(ef.tick, ef.ticks)
-				sh.apply()
-			case regTerminate:
-				n.terminateShard(sh)
-			}
-		}
+		n.fx.runUnlocked(n.fx.applyLocked())
 	}
 }
 
-// tell is EntityRef.Tell on this node.
+// tell is EntityRef.Tell on this node, past its fast path.
 func (n *simNode) tell(entityID string, msg simCmd) error {
 	shardID := n.w.settings.ShardID(entityID)
 	p := pending[simCmd]{entityID: entityID, msg: msg}
 	v, e := n.region.route(shardID, p)
-	err := n.sendRouted(v, e, shardID, p, false)
+	err := n.fx.sendRouted(v, e, shardID, p, false, false)
 	n.applyRegion()
 	return err
 }
 
-// sendRouted is Region.sendRouted: a home the transport cannot reach (its
-// node left or died) is forgotten, and the sender learns of it.
-func (n *simNode) sendRouted(v routeVerdict, e *regionShard[simCmd, *simShard], shardID string, p pending[simCmd], accepted bool) error {
-	switch v {
-	case routeLocal:
-		return e.local.deliver(p, false, accepted)
-	case routeRemote:
-		if !n.w.reachable(addrName(e.home)) {
-			n.region.unreachable(shardID, e.home)
-			return ErrUnreachable
-		}
-		n.w.net.send(n.name, addrName(e.home), false, p.deliver(shardID))
-	case routeStopped:
-		return ErrRegionStopped
-	case routeFull:
-		return ErrBufferFull
+// simRegionIO is a simulated node's regionEnv: the simulator's network,
+// clock and shard runners, each asynchronous hop an event.
+type simRegionIO struct{ n *simNode }
+
+// send is the transport's Send: a node that left or died refuses a
+// region's own hand-over (the runner reports it); the rest goes on the
+// network, which loses it on its way to a node that is gone.
+func (io simRegionIO) send(to Address, msg Message) error {
+	n := io.n
+	if h, ok := msg.(protocol.HandOver); ok && !h.Relayed && !n.w.reachable(addrName(to.Node)) {
+		n.w.tracef("%s -> %s refused (node gone): %s", n.name, to.Node, simShow(msg))
+		return ErrUnreachable
 	}
+	n.w.net.send(n.name, addrName(to.Node), to.Coordinator, msg)
 	return nil
+}
+
+// forward is Region.forward: a home that left or died refuses it.
+func (io simRegionIO) forward(home cluster.UniqueAddress, shardID string, p pending[simCmd]) error {
+	n := io.n
+	if !n.w.reachable(addrName(home)) {
+		return ErrUnreachable
+	}
+	n.w.net.send(n.name, addrName(home), false, p.deliver(shardID))
+	return nil
+}
+
+func (io simRegionIO) newShard(shardID string) *simShard { return io.n.newShard(shardID) }
+
+func (io simRegionIO) hosted(shardID string) (*simShard, bool) { return io.n.region.local(shardID) }
+
+func (io simRegionIO) armTick(after time.Duration) { io.n.after(after, io.n.tick) }
+
+func (io simRegionIO) armRegister(after time.Duration, gen uint64) {
+	n := io.n
+	n.after(after, func() {
+		if !n.stopped {
+			n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.retryRegister(gen) })
+		}
+	})
+}
+
+func (io simRegionIO) left() {
+	n := io.n
+	n.local(func() {
+		if n.state == nodeLeaving && !n.stopped {
+			n.finishLeave(false)
+		}
+	})
+}
+
+func (io simRegionIO) gone() {
+	io.n.regionGone = true
+	io.n.maybeGone()
+}
+
+func (io simRegionIO) deadLetter(err error, p pending[simCmd], from cluster.UniqueAddress, reason string) {
+	n := io.n
+	if sender := n.w.nodes[addrName(from)]; !from.IsZero() && errors.Is(err, errHandOverTooLate) && sender != nil && (sender.crashed || sender.stoppedLate) {
+		// The mail of a node a fault took: lost with it.
+		n.w.tracef("%s refuses %+v from %s: %v", n.name, p.msg, from, err)
+		n.w.lostToFault(p.msg)
+		return
+	}
+	n.w.lost(p, "%s: %s: %v", n.name, reason, err)
+}
+
+func (io simRegionIO) note(_ slog.Level, note string, args []any) {
+	io.n.w.tracef("%s note: %s %v", io.n.name, note, args)
+}
+
+func (io simRegionIO) handOff(sh *simShard, shardID string) {
+	io.n.w.tracef("%s hands off shard %s", io.n.name, shardID)
+	sh.core.handOff()
+	sh.apply()
+}
+
+func (io simRegionIO) passivateIdle(sh *simShard, tick, ticks uint64) {
+	sh.core.passivateIdle(tick, ticks)
+	sh.apply()
+}
+
+// terminate: the shard's entities stop at once and its remember writes
+// die; the region hears of it after a mailbox hop.
+func (io simRegionIO) terminate(sh *simShard, _ string) {
+	n := io.n
+	sh.terminated, sh.writes = true, nil
+	sh.core.terminate()
+	sh.apply()
+	n.local(func() {
+		sh.core.forgetAll()
+		sh.gone = true
+		n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.shardTerminated(sh.id) })
+	})
 }
 
 // tick is the region's retry tick (retryTick in region.go).
@@ -367,19 +361,6 @@ func (n *simNode) finishLeave(late bool) {
 	}
 	n.coord = nil
 	n.maybeGone()
-}
-
-// terminateShard is regTerminate: the shard's entities stop at once and
-// its remember writes die; the region hears of it after a mailbox hop.
-func (n *simNode) terminateShard(sh *simShard) {
-	sh.terminated, sh.writes = true, nil
-	sh.core.terminate()
-	sh.apply()
-	n.local(func() {
-		sh.core.forgetAll()
-		sh.gone = true
-		n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.shardTerminated(sh.id) })
-	})
 }
 
 // maybeGone leaves the membership once the stopped region is gone and the
@@ -995,8 +976,9 @@ type simShard struct {
 	n      *simNode
 	id     string
 	core   *shardCore[simCmd, *simInc]
-	timers map[uint64]bool // armed generations
-	gone   bool            // handed off, terminated, or its node is gone
+	fx     shardEffects[simCmd, *simInc] // the runner's effect switch
+	timers map[uint64]bool               // armed generations
+	gone   bool                          // handed off, terminated, or its node is gone
 	// terminated by a late shutdown: its remember writes die with it
 	terminated bool
 
@@ -1020,6 +1002,7 @@ func (n *simNode) newShard(id string) *simShard {
 	w := n.w
 	sh := &simShard{n: n, id: id, timers: map[uint64]bool{}}
 	sh.core = newShardCore[simCmd, *simInc](w.shardCfg, w.rng.Float64)
+	sh.fx = shardEffects[simCmd, *simInc]{core: sh.core, env: simShardIO{sh}}
 	w.tracef("%s hosts shard %s", n.name, id)
 	if w.settings.RememberEntities {
 		sh.readRemembered(0)
@@ -1038,8 +1021,8 @@ func (sh *simShard) incs() []*simInc {
 	return out
 }
 
-// deliver is shard.deliver.
-func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
+// deliverPending is shard.deliverPending.
+func (sh *simShard) deliverPending(p pending[simCmd], failFast, accepted bool) error {
 	w := sh.n.w
 	if !sh.n.holdsLease() {
 		w.lostToFault(p.msg)
@@ -1075,71 +1058,90 @@ func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
 	return nil
 }
 
-// apply is shard.apply: the core's effects, in order.
-func (sh *simShard) apply() {
-	w, n := sh.n.w, sh.n
-	for len(sh.core.out) > 0 {
-		out := sh.core.out
-		sh.core.out = nil
-		for _, ef := range out {
-			switch ef.kind {
-			case effStart:
-				if !n.holdsLease() {
-					w.lostToFault(ef.msgs)
-					return
-				}
-				inc := w.start(sh, ef.entityID)
-				sh.core.attach(ef.entityID, inc)
-				for _, m := range ef.msgs {
-					w.received(inc, m)
-				}
-			case effSendStop:
-				if inc := ef.handle; inc != nil && !inc.dead && !inc.stopping {
-					inc.stopping = true
-					n.after(w.stopDuration(), func() { sh.die(inc, nil) })
-				}
-			case effForceStop:
-				if inc := ef.handle; inc != nil && !inc.dead {
-					w.tracef("%s force-stops %s#%d (%d)", n.name, inc.entityID, inc.serial, ef.force)
-					if ef.force == forceTerminate {
-						w.kill(inc) // the runner waits, then forgets all: no report
-					} else {
-						sh.die(inc, nil)
-					}
-				}
-			case effArmTimer:
-				kind, id, gen := ef.timer, ef.entityID, ef.gen
-				sh.timers[gen] = true
-				n.after(ef.after, func() {
-					if sh.gone || !sh.timers[gen] {
-						return
-					}
-					delete(sh.timers, gen)
-					sh.core.timerFired(kind, id, gen, n.now())
-					sh.apply()
-				})
-			case effCancelTimer:
-				delete(sh.timers, ef.gen)
-			case effRemember:
-				sh.remember(ef.entityID, ef.add)
-			case effRefuseAsks:
-				w.lostToFault(ef.msgs) // refused as unavailable: their callers retry
-			case effHandedOff:
-				leftover := ef.leftover
-				sh.leftover = leftover
-				sh.afterWrites(func() {
-					n.local(func() {
-						w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
-						sh.gone, sh.leftover = true, nil
-						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
-					})
-				})
-			default:
-				w.fail("runner", "unknown shard effect %d: teach the simulator", ef.kind)
-				return
-			}
+// apply is shard.apply: the runner's effect switch (shardEffects), on
+// the simulated world (simShardIO).
+func (sh *simShard) apply() { sh.fx.apply() }
+
+// simShardIO is a simulated shard's shardEnv: incarnations the world
+// records, the node's clock, and the simulated remember store.
+type simShardIO struct{ sh *simShard }
+
+// spawn starts an incarnation, unless the node no longer holds its lease:
+// then it fenced itself, and what the incarnation was to get is lost.
+func (io simShardIO) spawn(entityID string, _ bool, msgs []simCmd) (*simInc, bool) {
+	sh := io.sh
+	if !sh.n.holdsLease() {
+		sh.n.w.lostToFault(msgs)
+		return nil, false
+	}
+	return sh.n.w.start(sh, entityID), true
+}
+
+func (io simShardIO) tell(inc *simInc, msg simCmd) error {
+	io.sh.n.w.received(inc, msg)
+	return nil
+}
+
+func (io simShardIO) started(*simInc) {}
+
+func (io simShardIO) deadLetter(err error, entityID string, msg simCmd, reason string) {
+	io.sh.n.w.lost(pending[simCmd]{entityID: entityID, msg: msg}, "%s: %s (%v)", io.sh.n.name, reason, err)
+}
+
+// sendStop: the incarnation stops a while after its stop message.
+func (io simShardIO) sendStop(ef *shardEffect[simCmd, *simInc]) {
+	sh := io.sh
+	if inc := ef.handle; inc != nil && !inc.dead && !inc.stopping {
+		inc.stopping = true
+		sh.n.after(sh.n.w.stopDuration(), func() { sh.die(inc, nil) })
+	}
+}
+
+func (io simShardIO) forceStop(ef *shardEffect[simCmd, *simInc]) {
+	sh, w := io.sh, io.sh.n.w
+	if inc := ef.handle; inc != nil && !inc.dead {
+		w.tracef("%s force-stops %s#%d (%d)", sh.n.name, inc.entityID, inc.serial, ef.force)
+		if ef.force == forceTerminate {
+			w.kill(inc) // the runner waits, then forgets all: no report
+		} else {
+			sh.die(inc, nil)
 		}
 	}
+}
+
+func (io simShardIO) armTimer(ef *shardEffect[simCmd, *simInc]) {
+	sh, n := io.sh, io.sh.n
+	kind, id, gen := ef.timer, ef.entityID, ef.gen
+	sh.timers[gen] = true
+	n.after(ef.after, func() {
+		if sh.gone || !sh.timers[gen] {
+			return
+		}
+		delete(sh.timers, gen)
+		sh.core.timerFired(kind, id, gen, n.now())
+		sh.apply()
+	})
+}
+
+func (io simShardIO) cancelTimer(gen uint64) { delete(io.sh.timers, gen) }
+
+func (io simShardIO) remember(entityID string, add bool) { io.sh.remember(entityID, add) }
+
+// refuseAsks: refused as unavailable, their callers retry.
+func (io simShardIO) refuseAsks(ef *shardEffect[simCmd, *simInc]) { io.sh.n.w.lostToFault(ef.msgs) }
+
+// handedOff: the region hears of it once the remember writes are stored,
+// after a mailbox hop.
+func (io simShardIO) handedOff(leftover []pending[simCmd]) {
+	sh, n, w := io.sh, io.sh.n, io.sh.n.w
+	sh.leftover = leftover
+	sh.afterWrites(func() {
+		n.local(func() {
+			w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
+			sh.gone, sh.leftover = true, nil
+			n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
+		})
+	})
 }
 
 var errSimFailure = errors.New("sim: entity failed")
