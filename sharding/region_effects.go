@@ -23,7 +23,7 @@ type regionHandle[C any] interface {
 // (regionIO); the simulator on its discrete-event world. The effects'
 // order and the core's follow-up inputs (handOverRefused, unreachable,
 // route) are regionEffects' own, so that both run the same decisions
-// (docs/DESIGN.md, "The simulator").
+// (docs/DESIGN.md, "Cores and runners").
 type regionEnv[C any, S regionHandle[C]] interface {
 	// send sends msg to the region or coordinator at to; an error of
 	// ErrUnreachable says the transport refused it (the node is gone).

@@ -12,7 +12,7 @@ import (
 // implements it with real cells, clock and store (shardIO); the simulator
 // on its discrete-event world. The effects' order and the core's
 // follow-up inputs (attach, undelivered) are shardEffects' own, so that
-// both run the same decisions (docs/DESIGN.md, "The simulator").
+// both run the same decisions (docs/DESIGN.md, "Cores and runners").
 type shardEnv[C any, H comparable] interface {
 	// spawn starts an incarnation of entityID; afterBackOff says it
 	// follows a failure's back-off. false: the node may not host it any

@@ -526,26 +526,24 @@ func (n *simNode) releaseLease() {
 type simCoord struct {
 	n      *simNode
 	serial int
-	core   *coordinatorCore
 	epoch  uint64
 	// keeper holds the coordinator lease, on the node's clock; nil until
 	// acquired: meanwhile the coordinator drops what it is sent.
-	keeper   *lease.Keeper
-	renewing bool
-	down     *downing
-	view     []cluster.Member // the latest membership view, unfiltered
-	failed   bool             // stopped by itself: a store call failed, or the lease is lost
-	stopping bool             // unlistened; stops after what its own node sent it
+	keeper     *lease.Keeper
+	renewing   bool
+	failed     bool // stopped by itself: a store call failed, or the lease is lost
+	unlistened bool // stops after what its own node sent it
 
-	// The runner's pipeline: the core keeps stepping while one batch is
-	// in flight (a store call with its latency); each step's messages
-	// wait for the commit of its changes and of every earlier step's.
-	pipe     coordinatorPipeline
+	// The runner's acting (coordinatorEffects): the core, the downing
+	// machine and the pipeline, whose stopping is set when its stop
+	// message came while a batch was in flight (it stops once the writes
+	// committed or failed, taking nothing else). The core keeps stepping
+	// while one batch is in flight (a store call with its latency); each
+	// step's messages wait for the commit of its changes and of every
+	// earlier step's.
+	coordinatorEffects
 	attempts int  // failed writes in a row
 	retrying bool // a retryStoreWrites is scheduled
-	// draining: its stop message came while a batch was in flight; it
-	// stops once the writes committed (or failed), taking nothing else.
-	draining bool
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
@@ -554,7 +552,7 @@ type simStopCoord struct{ Serial int }
 
 func (simStopCoord) ProtocolMessage() {}
 
-func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.stopping }
+func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.unlistened }
 
 // current reports whether c is still its node's coordinator and running.
 func (c *simCoord) current() bool { return c.n.coord == c && !c.failed }
@@ -565,7 +563,7 @@ func (n *simNode) hostCoordinatorIfOldest() {
 	switch {
 	case oldest && n.coord == nil && n.w.clock.now >= n.coordNext:
 		n.startCoordinator()
-	case !oldest && n.coord != nil && !n.coord.stopping:
+	case !oldest && n.coord != nil && !n.coord.unlistened:
 		n.stopCoordinator()
 	}
 }
@@ -595,7 +593,7 @@ func (n *simNode) reapFailedCoordinator() {
 
 func (n *simNode) stopCoordinator() {
 	c := n.coord
-	c.stopping = true
+	c.unlistened = true
 	n.w.net.send(n.name, n.name, true, simStopCoord{Serial: c.serial})
 }
 
@@ -604,7 +602,8 @@ func (n *simNode) startCoordinator() {
 	if n.downing == nil {
 		n.downing = newDowning(addr(n.name), "", n.w.settings.DowningStableAfter)
 	}
-	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
+	c := &simCoord{n: n, serial: n.coordSerial}
+	c.down, c.leaseLength = n.downing.resume(), n.w.leaseTiming.Coordinator.Length
 	n.coord, n.coordStarted = c, n.w.clock.now
 	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view coordinatorHost.startLocked sends
 	c.tryAcquire()
@@ -739,7 +738,7 @@ func (c *simCoord) lose(why string) {
 func (c *simCoord) fail() {
 	c.failed = true
 	c.pipe.drop()
-	if c.draining {
+	if c.stopping {
 		c.finishStop()
 	}
 }
@@ -751,7 +750,7 @@ func (c *simCoord) finishStop() {
 	if !c.failed {
 		c.release()
 	}
-	c.draining = false
+	c.stopping = false
 	n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
 	if n.coord == c {
 		n.coord = nil
@@ -783,18 +782,18 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 				// As coordinatorRunner: what it decided before the stop
 				// is recorded and sent before it goes; no retries.
 				n.w.tracef("%s coordinator (epoch %d) stops once its writes committed", n.name, c.epoch)
-				c.draining = true
+				c.stopping = true
 				return
 			}
 			c.finishStop()
 		}
 		return
 	}
-	if c != nil && c.draining {
+	if c != nil && c.stopping {
 		n.w.tracef("%s -> %s/coordinator dropped (coordinator stopping): %s", from, n.name, simShow(msg))
 		return
 	}
-	if !c.usable() && !(c != nil && c.keeper != nil && c.stopping && !c.failed && from == n.name) {
+	if !c.usable() && !(c != nil && c.keeper != nil && c.unlistened && !c.failed && from == n.name) {
 		n.w.tracef("%s -> %s/coordinator dropped (no coordinator): %s", from, n.name, simShow(msg))
 		return
 	}
@@ -803,118 +802,68 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 }
 
 // arrive is coordinatorRunner.Receive once the lease is held: nothing is
-// done once the lease ran out by the node's clock; membership views and
-// downing go through the downing machine, which the core sees only
-// filtered.
+// done once the lease ran out by the node's clock; the rest is the
+// runner's acting (coordinatorEffects.act) on the simulated world.
 func (c *simCoord) arrive(msg Message) {
-	n, w := c.n, c.n.w
-	if c.draining {
+	n := c.n
+	if c.stopping {
 		return // its ticks: it takes nothing more
 	}
 	if !c.keeper.Holds(n.now()) {
 		c.lose("the lease ran out")
 		return
 	}
-	switch m := msg.(type) {
-	case membersChanged:
-		c.view = m.members
-		c.down.observe(c.view, addrs(c.knownRegions()...), n.now())
-		c.startDowning()
-		c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
-	case downingTick:
-		if c.down.standDown(n.now(), w.leaseTiming.Coordinator.Length) {
-			w.tracef("%s coordinator (epoch %d) on the minority side: stands down", n.name, c.epoch)
-			c.release()
-			c.fail()
+	if _, ok := msg.(retryStoreWrites); ok {
+		c.retrying = false
+	}
+	c.then(c.act(simCoordIO{c}, msg))
+}
+
+// written is coordinatorRunner.written, once the lease is checked as
+// its Receive checks it.
+func (c *simCoord) written(seq uint64, err error) {
+	if !c.keeper.Holds(c.n.now()) {
+		c.lose("the lease ran out while the writes ran")
+		return
+	}
+	c.then(c.coordinatorEffects.written(simCoordIO{c}, batchWritten{seq: seq, err: err}))
+}
+
+// then carries out a verdict of coordinatorEffects as coordinatorRunner
+// does: a release while stopping ends the stop; a stand-down releases
+// the lease and stops, to be restarted after a back-off.
+func (c *simCoord) then(v coordVerdict) {
+	switch v {
+	case coordStop:
+		c.fail()
+	case coordLost:
+		c.lose("the lease ran out")
+	case coordRelease:
+		if c.stopping {
+			c.finishStop()
 			return
 		}
-		c.startDowning()
-	case downResult:
-		if m.err != nil {
-			w.tracef("%s coordinator: downing call %+v failed: %v", n.name, m.call, m.err)
-		}
-		if c.down.result(m, n.now()) {
-			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
-			c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
-		}
-	default:
-		c.step(msg)
-	}
-}
-
-// knownRegions is every region the core knows of.
-func (c *simCoord) knownRegions() []string {
-	known := c.core.everyone()
-	for r := range c.core.byRegion {
-		if !slices.Contains(known, r) {
-			known = append(known, r)
-		}
-	}
-	return addrNames(known)
-}
-
-// startDowning makes the store calls the downing machine asks for.
-func (c *simCoord) startDowning() {
-	n, w := c.n, c.n.w
-	for _, call := range c.down.due(n.now()) {
-		res := downResult{call: call}
-		w.tracef("%s coordinator: downing call %+v", n.name, call)
-		w.storeCall(n, func() error {
-			var err error
-			if call.down {
-				err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
-			} else {
-				res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
-			}
-			return err
-		}, func(err error) {
-			res.err = err
-			if c.current() && !c.stopping {
-				c.arrive(res)
-			}
-		})
-	}
-}
-
-// step is coordinatorRunner.step: it steps the core, even while a batch
-// is in flight; the step's changes join the pending batch and its
-// messages wait for their commit (coordinatorPipeline), but for what may
-// go at once. A failed write is retried after a back-off, a stale epoch
-// stops the coordinator.
-func (c *simCoord) step(msg Message) {
-	switch msg.(type) {
-	case retryStoreWrites:
-		c.retrying = false
-		if b := c.pipe.retry(); b != nil {
-			c.write(b)
-		}
-		return
-	case rebalanceTick:
-		if c.pipe.retrying() {
-			return // the store is in trouble; the next tick comes
-		}
-	}
-	changes, out := c.core.step(msg)
-	c.send(c.pipe.take(msg, changes, out))
-	if c.pipe.retrying() && c.pipe.heldSteps() > maxHeldSteps {
-		c.n.w.tracef("%s coordinator (epoch %d): store down too long, stops", c.n.name, c.epoch)
+		c.release()
 		c.fail()
-		return
-	}
-	if b := c.pipe.next(); b != nil {
-		c.write(b)
 	}
 }
 
-func (c *simCoord) send(out []outbound) {
-	for _, o := range out {
-		c.n.w.net.send(c.n.name, addrName(o.to), false, o.msg)
-	}
+// simCoordIO is a simulated coordinator's coordinatorEnv: the node's
+// clock, the simulated network and stores, each store call an event.
+type simCoordIO struct{ c *simCoord }
+
+func (io simCoordIO) now() time.Time { return io.c.n.now() }
+
+func (io simCoordIO) holds() bool { return io.c.keeper.Holds(io.c.n.now()) }
+
+func (io simCoordIO) send(to cluster.UniqueAddress, msg Message) {
+	io.c.n.w.net.send(io.c.n.name, addrName(to), false, msg)
 }
 
-// write is coordinatorRunner.write: one batch, one store call with its
-// latency, answered to the coordinator unless it is gone by then.
-func (c *simCoord) write(b *writeBatch) {
+// write is one batch, one store call with its latency, answered to the
+// coordinator unless it is gone by then.
+func (io simCoordIO) write(b *writeBatch) {
+	c := io.c
 	n, w := c.n, c.n.w
 	seq, epoch, batch := b.seq, c.epoch, b.changes
 	w.tracef("%s coordinator (epoch %d) writes batch %d: %v", n.name, epoch, seq, batch)
@@ -927,47 +876,49 @@ func (c *simCoord) write(b *writeBatch) {
 	})
 }
 
-// written is coordinatorRunner.written.
-func (c *simCoord) written(seq uint64, err error) {
-	w, n := c.n.w, c.n
-	if !c.keeper.Holds(n.now()) {
-		c.lose("the lease ran out while the writes ran")
-		return
+func (io simCoordIO) retryWrites(err error) {
+	c := io.c
+	n, w := c.n, c.n.w
+	wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
+	c.attempts++
+	w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
+	if !c.retrying {
+		c.retrying = true
+		n.after(wait, func() {
+			if c.current() {
+				c.arrive(retryStoreWrites{})
+			}
+		})
 	}
-	switch {
-	case err == nil:
-		out := c.pipe.committed(seq)
-		c.attempts = 0
-		c.send(out)
-		if b := c.pipe.next(); b != nil {
-			c.write(b)
-		} else if c.draining && !c.pipe.held() {
-			c.finishStop()
+}
+
+func (io simCoordIO) writesCommitted() { io.c.attempts = 0 }
+
+func (io simCoordIO) downCall(call downCall) {
+	c := io.c
+	n, w := c.n, c.n.w
+	res := downResult{call: call}
+	w.tracef("%s coordinator: downing call %+v", n.name, call)
+	w.storeCall(n, func() error {
+		var err error
+		if call.down {
+			err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
+		} else {
+			res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
 		}
-	case errors.Is(err, ErrStaleEpoch):
-		w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
-		c.fail()
-	default:
-		if !c.pipe.failed(seq) {
-			return
+		return err
+	}, func(err error) {
+		res.err = err
+		if c.current() && !c.unlistened {
+			c.arrive(res)
 		}
-		if c.draining {
-			w.tracef("%s coordinator (epoch %d) stops with a failed write: %v", n.name, c.epoch, err)
-			c.finishStop()
-			return
-		}
-		wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
-		c.attempts++
-		w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
-		if !c.retrying {
-			c.retrying = true
-			n.after(wait, func() {
-				if c.current() {
-					c.arrive(retryStoreWrites{})
-				}
-			})
-		}
-	}
+	})
+}
+
+func (io simCoordIO) rebalanced(int) {}
+
+func (io simCoordIO) log(_ slog.Level, msg string, args ...any) {
+	io.c.n.w.tracef("%s coordinator (epoch %d): %s %v", io.c.n.name, io.c.epoch, msg, args)
 }
 
 // ---- the shard runner (shard.go) ----
