@@ -1370,12 +1370,12 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 	if !m.Relayed && m.From != c.cfg.self && (e.hosted || passedOn) && len(front) > 0 && c.gone(m.From) {
 		// From left the view or is Down, and the shard went on without
 		// its mail, which a slow link brought only now (its sender
-		// crashed, or its leave ran out of time): it started here, or
-		// this region's own mail went on to the next home, which started
-		// with it (along a chain From → here → next, the wait for From
-		// ended when it was gone). Delivered, or forwarded there behind
-		// that mail, it would come after newer mail. Refused, as a crash
-		// loses mail.
+		// crashed, or its leave ran out of time): it started here, or it
+		// lives at another home, which waits for From no more. Along a
+		// chain From → here → next, this region's own mail went on to
+		// next when its wait for From ended. Delivered, or forwarded
+		// there behind that mail, it would come after newer mail.
+		// Refused, as a crash loses mail.
 		for _, p := range front {
 			c.emit(regionEffect[C, S]{kind: regDeadLetter, node: m.From, shard: m.Shard, p: p, err: errHandOverTooLate})
 		}
