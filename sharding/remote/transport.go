@@ -174,7 +174,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Codec == nil || self.Node == "" {
 		return nil, fmt.Errorf("%w: remote needs a node id and a Codec", cluster.ErrInvalidConfig)
 	}
-	if err := wire.RegisterTypes(cfg.Codec); err != nil {
+	if err := wire.RegisterOpeningTypes(cfg.Codec); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sync"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity/codec"
 )
 
 // Errors of a decoder, each wrapped with what was being read.
@@ -91,6 +94,10 @@ type reader struct {
 	err error
 	// what is read, for the error ("Deliver.EntityID").
 	msg string
+	// names, when set, shares the strings read; open, when set, opens
+	// the user messages of Delivers (see decodeEnvelope).
+	names *interner
+	open  *codec.Registry
 }
 
 func (r *reader) fail(sentinel error, field, format string, args ...any) {
@@ -136,7 +143,44 @@ func (r *reader) raw(field string) []byte {
 	return out
 }
 
-func (r *reader) string(field string) string { return string(r.raw(field)) }
+func (r *reader) string(field string) string {
+	if r.names != nil {
+		return r.names.get(r.raw(field))
+	}
+	return string(r.raw(field))
+}
+
+// interner shares the strings a decoder reads again and again (entity
+// types, manifests, shard ids, the ids of busy entities) instead of
+// allocating each anew: a table, by hash, of the last string read per
+// slot. Short strings only, so it stays small however many it sees.
+type interner struct {
+	seed  maphash.Seed
+	mu    sync.Mutex
+	slots [internSlots]string
+}
+
+func newInterner() *interner { return &interner{seed: maphash.MakeSeed()} }
+
+const (
+	internSlots = 1024 // a power of two
+	internMax   = 64   // longer strings are not shared
+)
+
+func (in *interner) get(b []byte) string {
+	if len(b) == 0 || len(b) > internMax {
+		return string(b)
+	}
+	slot := &in.slots[maphash.Bytes(in.seed, b)&(internSlots-1)]
+	in.mu.Lock()
+	s := *slot
+	if s != string(b) {
+		s = string(b)
+		*slot = s
+	}
+	in.mu.Unlock()
+	return s
+}
 
 // bytes returns a bytes field, sharing the input's memory; nil when empty.
 func (r *reader) bytes(field string) []byte {
@@ -197,7 +241,7 @@ func (r *reader) strings(field string) []string {
 // body returns a reader of the next length-prefixed body, for message msg.
 func (r *reader) body(msg string) reader {
 	b := r.raw("body")
-	return reader{b: b, err: r.err, msg: msg}
+	return reader{b: b, err: r.err, msg: msg, names: r.names, open: r.open}
 }
 
 // done reports the error of a body reader back into its parent. A body's

@@ -347,6 +347,12 @@ func readDeliver(r *reader) protocol.Deliver {
 		d.Trace = &protocol.TraceContext{Parent: r.string("Trace.Parent"), State: r.string("Trace.State")}
 	}
 	if e.Manifest != "" {
+		if r.open != nil && len(e.ReplyTo) == 0 && r.err == nil {
+			if v, err := r.open.Decode(e.Manifest, e.Payload); err == nil {
+				d.Msg = v
+				return d
+			}
+		}
 		d.Msg = e
 	} else if len(e.Payload) > 0 || len(e.ReplyTo) > 0 {
 		r.fail(ErrCorrupt, "Manifest", "empty, with a payload or reply addresses")

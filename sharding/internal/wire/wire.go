@@ -146,8 +146,13 @@ func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
 // slices of the result (a user message's payload, a reply's) share src's
 // memory. Errors match ErrShort, ErrCorrupt or ErrUnknownTypeID (an
 // *UnknownTypeError).
-func DecodeEnvelope(src []byte) (Envelope, error) {
-	r := reader{b: src, msg: "Envelope"}
+func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, nil, nil) }
+
+// decodeEnvelope is DecodeEnvelope sharing the strings it reads through
+// names and, with open, decoding the user message of each Deliver that
+// carries no reply address as it reads it (see RegisterOpeningTypes).
+func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
+	r := reader{b: src, msg: "Envelope", names: names, open: open}
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
 		return Envelope{}, r.err
@@ -234,10 +239,16 @@ func idOf(m any) TypeID {
 	return 0
 }
 
-// serializer is Envelope's codec.Serializer.
-type serializer struct{}
+// serializer is Envelope's codec.Serializer; it appends (codec.Appender)
+// and builds the decoded Envelope itself (codec.ValueDecoder), and shares
+// the strings it decodes again and again. With open, its decoder opens the
+// user messages of Delivers as it reads them (see RegisterOpeningTypes).
+type serializer struct {
+	names *interner
+	open  *codec.Registry
+}
 
-func (serializer) Marshal(v any) ([]byte, error) {
+func (s *serializer) Marshal(v any) ([]byte, error) {
 	e, ok := v.(Envelope)
 	if !ok {
 		return nil, fmt.Errorf("wire: %T is no Envelope", v)
@@ -245,14 +256,30 @@ func (serializer) Marshal(v any) ([]byte, error) {
 	return AppendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e)
 }
 
-func (serializer) Unmarshal(data []byte, ptr any) error {
+func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
+	e, ok := v.(Envelope)
+	if !ok {
+		return dst, fmt.Errorf("wire: %T is no Envelope", v)
+	}
+	return AppendEnvelope(dst, e)
+}
+
+func (s *serializer) Unmarshal(data []byte, ptr any) error {
 	e, ok := ptr.(*Envelope)
 	if !ok {
 		return fmt.Errorf("wire: cannot decode into %T", ptr)
 	}
 	var err error
-	*e, err = DecodeEnvelope(data)
+	*e, err = decodeEnvelope(data, s.names, s.open)
 	return err
+}
+
+func (s *serializer) DecodeValue(data []byte) (any, error) {
+	e, err := decodeEnvelope(data, s.names, s.open)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // sealedSize is the size of the user payload m carries, to size the
@@ -272,8 +299,19 @@ func sealedSize(m any) int {
 // RegisterTypes registers Envelope in reg under EnvelopeManifest.
 // Registering twice is harmless; the manifest or type already bound
 // otherwise is an error.
-func RegisterTypes(reg *codec.Registry) error {
-	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(serializer{})); err != nil {
+func RegisterTypes(reg *codec.Registry) error { return register(reg, nil) }
+
+// RegisterOpeningTypes is RegisterTypes for a node's transport: the
+// decoder of reg also opens, with reg, the user message of each Deliver
+// that carries no reply address as it reads the envelope, so that the
+// message is built once (Open then has nothing left to do for it). A user
+// message that does not decode, or that carries reply addresses (whose
+// asks a refusal must fail, see Asks), stays encoded for Open.
+func RegisterOpeningTypes(reg *codec.Registry) error { return register(reg, reg) }
+
+func register(reg, open *codec.Registry) error {
+	s := &serializer{names: newInterner(), open: open}
+	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(s)); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
 	return nil
@@ -332,6 +370,11 @@ func (u Undecodable) Encoded() Encoded {
 func Open(reg *codec.Registry, e Envelope) (msg protocol.Message, failed []Undecodable, err error) {
 	switch m := e.Msg.(type) {
 	case protocol.Deliver:
+		if _, sealed := m.Msg.(Encoded); !sealed {
+			// Opened as it was decoded (or nothing to open): the message
+			// as it is, not a copy in a new interface value.
+			return e.Msg.(protocol.Message), nil, nil
+		}
 		o, err := openDeliver(reg, m)
 		if err != nil {
 			return nil, []Undecodable{{Deliver: m, Err: err}}, nil
