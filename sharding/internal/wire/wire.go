@@ -171,7 +171,15 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 		e.To.Coordinator = flags&targetCoordinator != 0
 	}
 	body := r.body(k.name)
-	e.Msg = k.read(&body)
+	if id == IDDeliver {
+		// Read directly: body handed to k.read, a function value, would
+		// be moved to the heap for every message.
+		e.Msg = readDeliver(&body)
+	} else {
+		other := body
+		e.Msg = k.read(&other)
+		body = other
+	}
 	r.done(&body)
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
