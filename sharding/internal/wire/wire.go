@@ -120,7 +120,11 @@ const targetCoordinator = 1 << 0
 // message's body, length-prefixed. A Deliver's user message must be
 // sealed (ErrNotSealed otherwise); a message not in the table is
 // ErrUnknownType. On error dst is returned unchanged.
-func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
+func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) { return appendEnvelope(dst, e, nil) }
+
+// appendEnvelope is AppendEnvelope; with reg, a lone Deliver's user
+// message may be unsealed (see Pack).
+func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error) {
 	id := idOf(e.Msg)
 	if id == 0 {
 		return dst, fmt.Errorf("%w: %T", ErrUnknownType, e.Msg)
@@ -135,7 +139,7 @@ func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
 		}
 		dst = append(dst, flags)
 	}
-	dst, _, err := appendMessage(dst, e.Msg)
+	dst, _, err := appendMessage(dst, e.Msg, reg)
 	if err != nil {
 		return dst[:start], err
 	}
@@ -253,7 +257,10 @@ func idOf(m any) TypeID {
 // user messages of Delivers as it reads them (see RegisterOpeningTypes).
 type serializer struct {
 	names *interner
-	open  *codec.Registry
+	// reg is the registry the serializer is registered in: it encodes the
+	// user message of a packed Deliver (see Pack).
+	reg  *codec.Registry
+	open *codec.Registry
 }
 
 func (s *serializer) Marshal(v any) ([]byte, error) {
@@ -261,7 +268,7 @@ func (s *serializer) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return AppendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e)
+	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, s.reg)
 }
 
 func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
@@ -269,7 +276,7 @@ func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
 	if !ok {
 		return dst, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return AppendEnvelope(dst, e)
+	return appendEnvelope(dst, e, s.reg)
 }
 
 func (s *serializer) Unmarshal(data []byte, ptr any) error {
@@ -318,7 +325,7 @@ func RegisterTypes(reg *codec.Registry) error { return register(reg, nil) }
 func RegisterOpeningTypes(reg *codec.Registry) error { return register(reg, reg) }
 
 func register(reg, open *codec.Registry) error {
-	s := &serializer{names: newInterner(), open: open}
+	s := &serializer{names: newInterner(), reg: reg, open: open}
 	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(s)); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
@@ -354,6 +361,24 @@ func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 		return Envelope{}, fmt.Errorf("%w: %T", ErrUnknownType, msg)
 	}
 	return Envelope{To: to, Msg: msg}, nil
+}
+
+// Pack puts msg in its Envelope for to as Seal does, but a lone
+// Deliver's user message stays as it is: the Envelope's codec type,
+// registered in reg by RegisterTypes, encodes it with reg straight into
+// the frame when the transport encodes the envelope (on Send, as every
+// cluster.Transport does), with the bytes Seal would have given it. So
+// a tell is encoded once, into its frame, and its Deliver is not copied
+// into a new interface value. A user message reg cannot encode fails
+// that encoding, with the codec's error.
+func Pack(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error) {
+	if d, ok := msg.(protocol.Deliver); ok {
+		if _, known := reg.Manifest(d.Msg); d.Msg != nil && !known {
+			return Envelope{}, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, d.Msg)
+		}
+		return Envelope{To: to, Msg: msg}, nil
+	}
+	return Seal(reg, to, msg)
 }
 
 // Undecodable is a user message that did not decode on receipt: the
