@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -153,14 +152,16 @@ func (r *reader) string(field string) string {
 // interner shares the strings a decoder reads again and again (entity
 // types, manifests, shard ids, the ids of busy entities) instead of
 // allocating each anew: a table, by hash, of the last string read per
-// slot. Short strings only, so it stays small however many it sees.
+// slot. Short strings only, so it stays small however many it sees. The
+// hash is FNV-1a, fixed: strings that collide only miss the table (they
+// are allocated, as without it), and a decoder shares the same strings
+// from one run to the next.
 type interner struct {
-	seed  maphash.Seed
 	mu    sync.Mutex
 	slots [internSlots]string
 }
 
-func newInterner() *interner { return &interner{seed: maphash.MakeSeed()} }
+func newInterner() *interner { return new(interner) }
 
 const (
 	internSlots = 1024 // a power of two
@@ -171,7 +172,11 @@ func (in *interner) get(b []byte) string {
 	if len(b) == 0 || len(b) > internMax {
 		return string(b)
 	}
-	slot := &in.slots[maphash.Bytes(in.seed, b)&(internSlots-1)]
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &in.slots[h&(internSlots-1)]
 	in.mu.Lock()
 	s := *slot
 	if s != string(b) {
