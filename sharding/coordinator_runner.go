@@ -568,7 +568,7 @@ func (cr *coordinatorRunner) written(ctx entity.Context[Message], m batchWritten
 func (cr *coordinatorRunner) sendAll(out []outbound) {
 	r := cr.r
 	for _, o := range out {
-		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
+		if err := r.s.tr.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
 			r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
 		}
 	}

@@ -113,7 +113,7 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error {
+	stop, err := r.s.tr.Listen(r.self, func(m Message) error {
 		m, span := r.traceInbound(m)
 		err := r.inbound(m)
 		if span != nil {
@@ -254,10 +254,10 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
 	} else {
-		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
@@ -324,7 +324,7 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 		switch ef.kind {
 		case regSend:
 			to := Address{Node: ef.node, Type: r.typ, Coordinator: ef.coordinator}
-			if err := r.s.cfg.Transport.Send(to, ef.msg); err != nil {
+			if err := r.s.tr.Send(to, ef.msg); err != nil {
 				r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
 					r.core.handOverRefused(h.Shard, ef.node, h.Seq)
@@ -527,7 +527,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 	answers := make(chan answer, len(nodes))
 	for _, node := range nodes {
 		go func() {
-			ref := transportRef{t: r.s.cfg.Transport, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
+			ref := transportRef{t: r.s.tr, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
 			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
 				return protocol.GetRegionStats{ReplyTo: to}
 			})
@@ -549,7 +549,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 
 // transportRef lets entity.Ask address a region through the transport.
 type transportRef struct {
-	t   Transport
+	t   transport
 	to  Address
 	sys *entity.System
 }
