@@ -82,7 +82,7 @@ func (s *Sharding) attachTransport() error {
 			return fmt.Errorf("sharding: %w", err)
 		}
 	}
-	rt, err := remote.New(s.self, remote.Config{Codec: reg, Membership: s.cfg.Membership, Logger: s.log})
+	rt, err := remote.New(s.self, remote.Config{Codec: reg, View: s.latestView, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("sharding: %w", err)
 	}
@@ -98,6 +98,15 @@ func (s *Sharding) attachTransport() error {
 		tr.Attach(s.sys)
 	}
 	return nil
+}
+
+// latestView is the membership's latest view, as the regions see it;
+// empty before New subscribes (nothing is refused as stale then).
+func (s *Sharding) latestView() cluster.View {
+	if v := s.view.Load(); v != nil {
+		return *v
+	}
+	return cluster.View{}
 }
 
 // Receive is the cluster.Handler of Config.Transport: it hands what the

@@ -132,11 +132,12 @@ type Config struct {
 	// It must be the codec of the cluster transport, with the wire types
 	// registered (New registers them).
 	Codec *codec.Registry
-	// Membership, when set, is asked on receipt: a message from an
-	// incarnation that its view holds as Down, or replaced by a newer one,
-	// is refused (cluster.ErrStaleIncarnation). Without it, only the
-	// cluster transport's own incarnation checks apply.
-	Membership cluster.Membership
+	// View, when set, is asked on receipt for the node's latest view of
+	// the membership (it must be cheap: once per message): a message from
+	// an incarnation it holds as Down, or replaced by a newer one, is
+	// refused (cluster.ErrStaleIncarnation). Without it, only the cluster
+	// transport's own incarnation checks apply.
+	View func() cluster.View
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -450,10 +451,10 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 
 // staleSender reports whether the view holds from as Down or replaced.
 func (t *Transport) staleSender(from cluster.UniqueAddress) bool {
-	if t.cfg.Membership == nil {
+	if t.cfg.View == nil {
 		return false
 	}
-	view := t.cfg.Membership.View()
+	view := t.cfg.View()
 	if m, ok := view.Member(from); ok {
 		return m.Status == cluster.Down
 	}
