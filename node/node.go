@@ -406,10 +406,10 @@ type Node struct {
 	net       *tcp.Transport
 	// inbound is the sharding layer once started: the cluster transport,
 	// which starts before it, hands it what arrives.
-	inbound atomic.Pointer[sharding.Sharding]
-	view      *leaseView
-	sys       *entity.System
-	sharding  *sharding.Sharding
+	inbound  atomic.Pointer[sharding.Sharding]
+	view     *leaseView
+	sys      *entity.System
+	sharding *sharding.Sharding
 
 	admin     *http.Server // nil without Config.AdminAddr
 	adminAddr string

@@ -217,7 +217,7 @@ func (s *sim) join(name string, roles ...string) *node {
 		transport = tapped{s.transport, s.sent}
 	}
 	sh, err := sharding.NewOver(sys, transport, sharding.Config{
-		Membership: s.cluster.Join(name, roles...),
+		Membership:       s.cluster.Join(name, roles...),
 		CoordinatorStore: coordinatorStore, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
 	})
 	if err != nil {

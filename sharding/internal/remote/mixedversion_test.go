@@ -13,9 +13,9 @@ import (
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	v1 "github.com/shoal-dev/shoal/sharding/internal/wire/wiretest/v1"
-	"github.com/shoal-dev/shoal/sharding/internal/remote"
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // FuzzReceiveFailureReply feeds the decoder of a failure that comes back

@@ -9,8 +9,8 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
-	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // Mail for a region that shut down here is expected while the others'
