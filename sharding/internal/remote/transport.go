@@ -262,11 +262,12 @@ func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error,
 	return t.handlers[target], t.stopped[target]
 }
 
-// Send implements sharding.Transport. To this node it hands msg to the
-// listener; to another it never blocks (cluster.Transport.Send). Errors
-// for an address that cannot be reached (unknown, stale or closed) match
-// ErrUnreachable as well as the cluster's error; a full link
-// queue is cluster.ErrQueueFull, a user message the codec refuses the
+// Send hands msg to the listener at to; it does not wait for handling,
+// and messages from one sender to one address arrive in send order. To
+// this node it hands msg to the listener as a value; to another it never
+// blocks (cluster.Transport.Send). Errors for an address that cannot be
+// reached (unknown, stale or closed) match ErrUnreachable as well as the
+// cluster's error; a full link queue is cluster.ErrQueueFull, a user message the codec refuses the
 // codec's error, a frame over the limit cluster.ErrFrameTooLarge.
 func (t *Transport) Send(to Address, msg protocol.Message) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
