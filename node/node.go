@@ -3,7 +3,7 @@
 // remember-entities stores and the node lease all live in Postgres, or,
 // in memory mode, in MemoryStores shared by the nodes of one process),
 // membership on memberlist, the framed TCP transport (optionally under
-// mutual TLS), and sharding over them (package sharding/remote).
+// mutual TLS), and sharding over them.
 //
 // It is a top-level package, not one under cluster/, because it sits above
 // everything it wires: cluster/ is below sharding and must not import it,
@@ -103,7 +103,6 @@ import (
 	"github.com/shoal-dev/shoal/sharding"
 	shardingpg "github.com/shoal-dev/shoal/sharding/postgres"
 	"github.com/shoal-dev/shoal/sharding/reminders"
-	"github.com/shoal-dev/shoal/sharding/remote"
 	"github.com/shoal-dev/shoal/snapshot"
 	snapshotpg "github.com/shoal-dev/shoal/snapshot/postgres"
 	"github.com/shoal-dev/shoal/timers/reminder"
@@ -405,10 +404,12 @@ type Node struct {
 	holder    *lease.Holder
 	members   *memberlist.Membership
 	net       *tcp.Transport
-	remote    *remote.Transport
-	view      *leaseView
-	sys       *entity.System
-	sharding  *sharding.Sharding
+	// inbound is the sharding layer once started: the cluster transport,
+	// which starts before it, hands it what arrives.
+	inbound  atomic.Pointer[sharding.Sharding]
+	view     *leaseView
+	sys      *entity.System
+	sharding *sharding.Sharding
 
 	admin     *http.Server // nil without Config.AdminAddr
 	adminAddr string
@@ -451,9 +452,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: acquire the node lease of %s: %w", n.self, err)
 	}
 	n.openJournal()
-	if n.remote, err = remote.New(n.self, remote.Config{Codec: cfg.Codec, Logger: n.layerLog()}); err != nil {
-		return nil, err
-	}
 	if err := n.startCluster(ctx); err != nil {
 		return nil, err
 	}
@@ -462,8 +460,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	ec.Journal, ec.Snapshots, ec.Reminders = n.journal, n.snaps, n.reminderStore
 	// The runtime adds "node" (the name) itself; "incarnation" completes
 	// what every layer's lines carry.
-	// Replies to other nodes' asks take the remote transport, which
-	// sharding.New attaches as the runtime's ReplyRouter.
+	// Replies to other nodes' asks take the cluster transport, which
+	// sharding.New attaches as the runtime's route for them.
 	ec.Logger = cfg.Logger.With("incarnation", n.self.Incarnation)
 	if ec.Metrics == nil {
 		ec.Metrics = n.metrics()
@@ -479,13 +477,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.view = newLeaseView(n.members, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
-		Transport:          n.remote,
+		Transport:          leasedTransport{Transport: n.net, holds: n.holder.Holds},
 		Membership:         n.view,
 		Roles:              cfg.Roles,
 		CoordinatorStore:   n.coords,
 		RememberStore:      n.remember,
 		CoordinatorLease:   cfg.Leases.Coordinator,
-		NodeLeases:         remote.NodeLeases(n.controlLeases),
+		NodeLeases:         nodeLeases{n.controlLeases},
 		OnLeaveRequest:     n.leaveRequested,
 		Logger:             n.sys.Logger(), // names the node
 		Metrics:            n.metrics(),
@@ -495,6 +493,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.inbound.Store(n.sharding)
 	if n.reminderStore != nil {
 		rc := cfg.Reminders
 		rc.Store, rc.Holds, rc.Clock, rc.Logger = n.reminderStore, n.holder.Holds, n.sys.Clock(), n.sys.Logger()
@@ -750,7 +749,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		return err
 	}
 	n.net, err = tcp.Listen(tcp.Config{
-		Self: n.self, Codec: cfg.Codec, Handler: leasedTransport{holds: n.holder.Holds}.handler(n.remote.Handle), Membership: n.members,
+		Self: n.self, Codec: cfg.Codec, Handler: leasedTransport{holds: n.holder.Holds}.handler(n.receive), Membership: n.members,
 		Listener: ln, ClusterName: cfg.ClusterName,
 		ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS, AllowAnyNodeCert: cfg.AllowAnyNodeCert,
 		Logger: n.layerLog(), Metrics: n.metrics(),
@@ -760,7 +759,16 @@ func (n *Node) startCluster(ctx context.Context) error {
 		return err
 	}
 	transport.Store(n.net)
-	return n.remote.Bind(leasedTransport{Transport: n.net, holds: n.holder.Holds})
+	return nil
+}
+
+// receive hands what the cluster transport receives to sharding; before
+// sharding starts, nothing here listens yet (no member knows this
+// incarnation before it joins), and it is dropped.
+func (n *Node) receive(from cluster.UniqueAddress, msg any) {
+	if s := n.inbound.Load(); s != nil {
+		s.Receive(from, msg)
+	}
 }
 
 func hostPort(addr string) (string, int, error) {
@@ -871,8 +879,16 @@ func (n *Node) ReminderFiring() map[string]reminders.Stats {
 // Pool is the node's database pool; nil in memory mode.
 func (n *Node) Pool() *pgxpool.Pool { return n.pool }
 
-// Stats are the counters of the node's transports.
-func (n *Node) Stats() (tcp.Stats, remote.Stats) { return n.net.Stats(), n.remote.Stats() }
+// Stats are the counters of the node's transports: the cluster
+// transport's and sharding's dispatch over it. Before sharding starts,
+// the latter are zero.
+func (n *Node) Stats() (tcp.Stats, sharding.TransportStats) {
+	var st sharding.TransportStats
+	if s := n.inbound.Load(); s != nil {
+		st = s.TransportStats()
+	}
+	return n.net.Stats(), st
+}
 
 // Ready returns nil when the node serves: it is an Up member in its own
 // view, holds its node lease, and is neither fenced nor shutting down.

@@ -229,12 +229,12 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 		create := func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
 		}
-		start := func(name string, tr Transport, roles ...string) (*Sharding, *Region[string]) {
+		start := func(name string, tr transport, roles ...string) (*Sharding, *Region[string]) {
 			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := New(sys, Config{Transport: tr, Membership: members.Join(name, roles...)})
+			s, err := New(sys, Config{transport: tr, Membership: members.Join(name, roles...)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -186,7 +186,7 @@ func (s *gateStore) batches() (attempts, committed [][]AllocationChange) {
 // real region, and speaks to the coordinator for it.
 type fakeRegion struct {
 	name string
-	tr   Transport
+	tr   transport
 	co   Address
 	mu   sync.Mutex
 	got  []outbound
@@ -248,7 +248,7 @@ func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Transport, cfg.Membership = lt, members.Join("a")
+	cfg.transport, cfg.Membership = lt, members.Join("a")
 	s, err = New(sys, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,7 @@ import (
 // NodeLeases is the coordinator's side of the node leases (docs/DESIGN.md,
 // "Leases and self-fencing"): how it downs a node incarnation that membership
 // reports failed, and how it learns when that node's shards may move. Nodes
-// are named as Member.Node names them. Package sharding/remote adapts a
-// lease.Store.
+// are named as Member.Node names them. Package node adapts a lease.Store.
 type NodeLeases interface {
 	// DownNode marks node down in the store, so that its next lease
 	// renewal fails and it fences itself (stops every entity at once).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
@@ -45,10 +46,16 @@ func NewGreeter(ec entity.Context[GreeterCommand]) entity.Behavior[GreeterComman
 // for, not told: the greeting goes once the name is known to be set.
 func ExampleInProcessCluster() {
 	cluster := sharding.NewInProcessCluster()
+	// What crosses between nodes is encoded, as over a network: the
+	// commands, and the replies (strings).
+	reg := codec.NewRegistry()
+	codec.MustRegister[SetName](reg, "example.SetName")
+	codec.MustRegister[Greet](reg, "example.Greet")
+	codec.MustRegister[string](reg, "example.string")
 	var nodes []*sharding.Sharding
 	for _, name := range []string{"a", "b"} {
 		// Event-sourced entities would also share a journal here (entity.Config.Journal).
-		sys, err := entity.NewSystem(entity.Config{NodeID: name})
+		sys, err := entity.NewSystem(entity.Config{NodeID: name, Codec: reg})
 		if err != nil {
 			panic(err)
 		}

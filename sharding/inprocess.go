@@ -1,33 +1,45 @@
 package sharding
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
+	"github.com/shoal-dev/shoal/timers"
 )
 
 // InProcessCluster runs several nodes of a cluster in one process, as the
 // project's own tests do: they share one membership (cluster/inproc's
-// Members), an in-memory transport, and in-memory coordinator and
+// Members), one cluster/inproc network, and in-memory coordinator and
 // remember stores. Give each
 // node's entity.System its own NodeID and the same journal and snapshot
 // store (journal/memory, snapshot/memory), so that an event-sourced entity
-// recovers wherever its shard moves.
+// recovers wherever its shard moves. What crosses from one node to
+// another is encoded as over a socket (sharding's wire, the user messages
+// and replies with the System's codec), so give each System a codec that
+// knows the commands and replies that may cross (entity.Config.Codec): a
+// type it does not know fails its Tell or ask with
+// codec.ErrUnregisteredType, as it would in production. Messages within a
+// node are handed over as values.
 //
 // It suits examples, tests and single-process deployments that want
 // several regions; nothing survives the process. Leave with
 // Sharding.Shutdown: the node hands its shards off and leaves the
 // membership.
 type InProcessCluster struct {
-	members   *inproc.Members
-	transport *memoryTransport
-	store     *MemoryCoordinatorStore
-	remember  *MemoryRememberStore
+	members  *inproc.Members
+	net      *inproc.Network
+	pump     *pump
+	store    *MemoryCoordinatorStore
+	remember *MemoryRememberStore
 
 	mu    sync.Mutex
 	nodes []*Sharding // every node that joined
@@ -35,7 +47,15 @@ type InProcessCluster struct {
 
 // NewInProcessCluster returns a cluster with no nodes.
 func NewInProcessCluster() *InProcessCluster {
-	return &InProcessCluster{members: inproc.NewMembers(), transport: newMemoryTransport(),
+	reg := codec.NewRegistry() // the network's: sharding's wire alone
+	if err := wire.RegisterTypes(reg); err != nil {
+		panic(err) // a fresh registry takes the wire's types
+	}
+	net, err := inproc.NewNetwork(inproc.Config{Codec: reg, Clock: timers.Real{}})
+	if err != nil {
+		panic(err) // a Codec and a Clock are all it needs
+	}
+	return &InProcessCluster{members: inproc.NewMembers(), net: net, pump: &pump{net: net},
 		store: NewMemoryCoordinatorStore(), remember: NewMemoryRememberStore()}
 }
 
@@ -54,22 +74,34 @@ func (c *InProcessCluster) Join(sys *entity.System, roles ...string) (*Sharding,
 	if err != nil {
 		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
 	}
-	sh, err := New(sys, Config{Transport: c.transport, Membership: membership, Roles: roles,
-		CoordinatorStore: c.store, RememberStore: c.remember})
+	var sh atomic.Pointer[Sharding]
+	ct, err := c.net.Join(node, func(from cluster.UniqueAddress, msg any) {
+		if s := sh.Load(); s != nil {
+			s.Receive(from, msg)
+		}
+	})
 	if err != nil {
 		c.members.Remove(node)
 		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
 	}
+	s, err := New(sys, Config{Transport: pumped{ct, c.pump}, Membership: membership, Roles: roles,
+		CoordinatorStore: c.store, RememberStore: c.remember})
+	if err != nil {
+		_ = ct.Close(context.Background())
+		c.members.Remove(node)
+		return nil, fmt.Errorf("sharding: join %s in process: %w", node, err)
+	}
+	sh.Store(s)
 	// As if the membership told every node at once: each region knows of
 	// the new node before Join returns.
 	c.mu.Lock()
-	c.nodes = append(c.nodes, sh)
+	c.nodes = append(c.nodes, s)
 	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
 	for _, n := range nodes {
 		n.settle()
 	}
-	return sh, nil
+	return s, nil
 }
 
 // Remove takes node out of the membership without a graceful leave, as a
@@ -80,3 +112,56 @@ func (c *InProcessCluster) Remove(node cluster.UniqueAddress) { c.members.Remove
 // ErrNodeNameTaken is returned by InProcessCluster.Join for a node name
 // (entity.Config.NodeID) already in the cluster.
 var ErrNodeNameTaken = errors.New("node name taken")
+
+// pumped is a node's transport on the cluster's network: every message
+// it sends starts the pump, so that the network delivers without a
+// goroutine of its own running for the cluster's lifetime.
+type pumped struct {
+	*inproc.Transport
+	pump *pump
+}
+
+// Send implements cluster.Transport.
+func (t pumped) Send(to cluster.UniqueAddress, msg any) error {
+	if err := t.Transport.Send(to, msg); err != nil {
+		return err
+	}
+	t.pump.kick()
+	return nil
+}
+
+// pump delivers what the network holds on a goroutine that runs while
+// there is something to deliver: one at a time, so that handlers run one
+// message at a time and each link keeps its order.
+type pump struct {
+	net *inproc.Network
+
+	mu              sync.Mutex
+	running, kicked bool
+}
+
+// kick makes the pump deliver what was sent so far. It never blocks.
+func (p *pump) kick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		p.kicked = true
+		return
+	}
+	p.running = true
+	go p.run()
+}
+
+func (p *pump) run() {
+	for {
+		p.net.DeliverDue()
+		p.mu.Lock()
+		if !p.kicked {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.kicked = false
+		p.mu.Unlock()
+	}
+}

@@ -97,7 +97,7 @@ func TestRequestLeaveRunsTheTargetsOnLeaveRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sh, err := sharding.New(sys, sharding.Config{Transport: transport, Membership: members.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
+			sh, err := sharding.NewOver(sys, transport, sharding.Config{Membership: members.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}

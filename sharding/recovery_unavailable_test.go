@@ -61,6 +61,8 @@ func TestAskOfAnEntityThatCannotRecoverIsUnavailable(t *testing.T) {
 		var nodes []*sharding.Sharding
 		reg := codec.NewRegistry()
 		codec.MustRegister[ledgerEvent](reg, "ledger.event")
+		codec.MustRegister[ledgerGet](reg, "ledger.get") // asked across nodes
+		codec.MustRegister[int](reg, "ledger.count")
 		for _, name := range []string{"a", "b"} {
 			sys, err := entity.NewSystem(entity.Config{NodeID: name, Journal: j, Codec: reg, Logger: quiet()})
 			if err != nil {

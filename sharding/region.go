@@ -117,7 +117,7 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.cfg.Transport.Listen(r.self, func(m Message) error {
+	stop, err := r.s.tr.Listen(r.self, func(m Message) error {
 		m, span := r.traceInbound(m)
 		err := r.inbound(m)
 		if span != nil {
@@ -236,10 +236,10 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
 	} else {
-		err = r.s.cfg.Transport.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
@@ -310,7 +310,7 @@ type regionIO[C any] struct{ r *Region[C] }
 
 func (io regionIO[C]) send(to Address, msg Message) error {
 	r := io.r
-	err := r.s.cfg.Transport.Send(to, msg)
+	err := r.s.tr.Send(to, msg)
 	if err != nil {
 		r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 	}
@@ -489,7 +489,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 	answers := make(chan answer, len(nodes))
 	for _, node := range nodes {
 		go func() {
-			ref := transportRef{t: r.s.cfg.Transport, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
+			ref := transportRef{t: r.s.tr, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
 			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
 				return protocol.GetRegionStats{ReplyTo: to}
 			})
@@ -511,7 +511,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 
 // transportRef lets entity.Ask address a region through the transport.
 type transportRef struct {
-	t   Transport
+	t   transport
 	to  Address
 	sys *entity.System
 }

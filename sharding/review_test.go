@@ -94,7 +94,7 @@ func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter
 		if delay > 0 {
 			m = delayedView{m, delay}
 		}
-		sh, err := sharding.New(sys, sharding.Config{Transport: tr, Membership: m, CoordinatorStore: store})
+		sh, err := sharding.NewOver(sys, tr, sharding.Config{Membership: m, CoordinatorStore: store})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestCoordinatorRestartRacesMembershipChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := sharding.New(sys, sharding.Config{Transport: s.transport, Membership: s.cluster.Join("a", "host"), CoordinatorStore: store})
+	sh, err := sharding.NewOver(sys, s.transport, sharding.Config{Membership: s.cluster.Join("a", "host"), CoordinatorStore: store})
 	if err != nil {
 		t.Fatal(err)
 	}

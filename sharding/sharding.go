@@ -7,7 +7,7 @@
 // shard, moves shards when regions come and go, and pushes every shard
 // home to every region, so a region that loses the coordinator still
 // routes every known shard. Regions and coordinators talk only through
-// protocol messages over a Transport; the allocation decisions are the pure
+// protocol messages over the node's cluster.Transport; the allocation decisions are the pure
 // functions of package allocation.
 //
 // A shard starts an entity on its first message, passivates it after idle
@@ -37,6 +37,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 )
 
 var (
@@ -58,9 +59,14 @@ var (
 
 // Config configures sharding on one node. The zero value runs a single node.
 type Config struct {
-	// Transport carries protocol messages. Default: an in-memory
-	// transport of this node alone.
-	Transport Transport
+	// Transport carries protocol messages and replies to asks between
+	// this node incarnation and the others: its Self must be the
+	// membership's, its handler must hand what it receives to
+	// Sharding.Receive, and its codec must be the System's
+	// (entity.Config.Codec), in which New registers the types of
+	// sharding's wire. Messages to this node itself do not take it.
+	// Default: a cluster/inproc transport of this node alone.
+	Transport cluster.Transport
 	// Membership is this node's view of the cluster. Default: a
 	// cluster.LocalMembership that holds this node alone, Up, as the
 	// incarnation of the System (its NodeID and Incarnation).
@@ -105,6 +111,11 @@ type Config struct {
 	// Settings.DowningStableAfter is set but not longer (see there).
 	// Package node derives both from memberlist's timing.
 	DowningStableAfter, DowningSpread time.Duration
+
+	// transport, when set, replaces the dispatch over Transport for the
+	// regions and coordinators: the tests' seam to watch or refuse what
+	// they send.
+	transport transport
 }
 
 // Sharding is the sharding layer of one node.
@@ -121,7 +132,11 @@ type Sharding struct {
 		idle                    *sync.Cond // running became false
 		running, again, stopped bool
 	}
-	m *metrics.Sharding // nil when Config.Metrics is
+	// remote is the node's dispatch over Config.Transport, tr what the
+	// regions and coordinators send through: remote, but for tests.
+	remote *remote.Transport
+	tr     transport
+	m      *metrics.Sharding // nil when Config.Metrics is
 	// leaseM counts the renewals of the coordinator leases this node holds.
 	leaseM *metrics.Lease
 
@@ -153,9 +168,6 @@ type regionRuntime interface {
 
 // New starts the sharding layer of the node running sys.
 func New(sys *entity.System, cfg Config) (*Sharding, error) {
-	if cfg.Transport == nil {
-		cfg.Transport = newMemoryTransport()
-	}
 	if cfg.Membership == nil {
 		self := cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}
 		view, err := cluster.NewView(cluster.Member{Address: self, Roles: cfg.Roles, Status: cluster.Up, JoinOrder: 1})
@@ -189,8 +201,9 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
-	if lt, ok := cfg.Transport.(ReplyCarrier); ok {
-		lt.Attach(sys.NodeID(), sys)
+	s.tr = cfg.transport
+	if err := s.attachTransport(); err != nil {
+		return nil, err
 	}
 	var err error
 	if s.unleave, err = s.listenForLeave(); err != nil {

@@ -216,8 +216,8 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.sent != nil {
 		transport = tapped{s.transport, s.sent}
 	}
-	sh, err := sharding.New(sys, sharding.Config{
-		Transport: transport, Membership: s.cluster.Join(name, roles...),
+	sh, err := sharding.NewOver(sys, transport, sharding.Config{
+		Membership:       s.cluster.Join(name, roles...),
 		CoordinatorStore: coordinatorStore, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
 	})
 	if err != nil {

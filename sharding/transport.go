@@ -1,37 +1,57 @@
 package sharding
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/internal/runtime"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
+	"github.com/shoal-dev/shoal/timers"
 )
 
-// Address names a region or a coordinator: one of each per entity type per node.
-type Address struct {
-	Node        cluster.UniqueAddress
-	Type        string
-	Coordinator bool
-}
+// Address names a region or a coordinator: one of each per entity type per
+// node incarnation.
+type Address = remote.Address
 
-func (a Address) String() string {
-	if a.Coordinator {
-		return a.Node.String() + "/" + a.Type + "/coordinator"
-	}
-	return a.Node.String() + "/" + a.Type
-}
+var (
+	// ErrUnreachable is returned by Tell (and matched by the errors of
+	// RequestLeave) when nothing listens at the address a message is for:
+	// its node is unknown, stale or gone, or runs no region of the type.
+	ErrUnreachable = remote.ErrUnreachable
+	// ErrUnknownTarget: the receiving node runs no listener for the
+	// message's target (an entity type not started there, or no
+	// coordinator there). A *RefusedError of that kind matches it.
+	ErrUnknownTarget = remote.ErrUnknownTarget
+	// ErrUndecodable: a user message did not decode on the receiving node
+	// (see DecodeError). A *RefusedError of that kind matches it.
+	ErrUndecodable = remote.ErrUndecodable
+	// ErrRefusedByPeer: the node a command was sent to refused it (see
+	// RefusedError).
+	ErrRefusedByPeer = remote.ErrRefusedByPeer
+)
 
-// ErrUnreachable is returned by Send when nothing listens at the address.
-var ErrUnreachable = errors.New("sharding: address unreachable")
+// RefusedError fails an ask whose command the receiving node refused: it
+// could not decode it (it matches ErrUndecodable too), no region of its
+// entity type runs there (ErrUnknownTarget), or the region there refused
+// it, its mailbox full. Reason is the refusing node's error text.
+type RefusedError = remote.RefusedError
 
-// Transport carries protocol messages between regions and coordinators.
-// Messages from one sender to one address arrive in send order. Package
-// remote implements it over a cluster.Transport; within one process (the
-// single-node default, InProcessCluster) an in-memory one serves.
-type Transport interface {
+// DecodeError tells which user message did not decode on the receiving
+// node. It matches ErrUndecodable, and the codec's error
+// (codec.ErrUnknownManifest for an unknown manifest).
+type DecodeError = remote.DecodeError
+
+// TransportStats counts what a node's sharding sent and received: see
+// Sharding.TransportStats.
+type TransportStats = remote.Stats
+
+// transport is what regions and coordinators send and listen through:
+// the node's dispatch over its cluster.Transport (package
+// sharding/internal/remote). Messages from one sender to one address
+// arrive in send order.
+type transport interface {
 	// Send enqueues msg for the handler at to; it does not wait for handling.
 	Send(to Address, msg Message) error
 	// Listen routes messages for addr to handle, which must not block.
@@ -39,70 +59,71 @@ type Transport interface {
 	Listen(addr Address, handle func(Message) error) (stop func(), err error)
 }
 
-// ReplyCarrier is a Transport that also carries replies to asks between
-// its nodes; New attaches the node's runtime to it. The in-memory
-// transport is one, and so is any wrapper that embeds it.
-type ReplyCarrier interface {
-	Transport
-	Attach(node string, sys *entity.System)
-}
-
-// memoryTransport is a Transport within one process: the single-node
-// default, and the transport the nodes of an InProcessCluster share. It
-// hands messages over as values, without encoding them.
-type memoryTransport struct {
-	mu       sync.RWMutex
-	handlers map[Address]func(Message) error
-	systems  map[string]*entity.System // node → runtime, for replies
-}
-
-// newMemoryTransport returns an empty in-memory transport.
-func newMemoryTransport() *memoryTransport {
-	return &memoryTransport{handlers: make(map[Address]func(Message) error), systems: make(map[string]*entity.System)}
-}
-
-// Attach lets the nodes of this transport answer each other's asks: sys
-// routes replies for other nodes through it.
-func (t *memoryTransport) Attach(node string, sys *entity.System) {
-	t.mu.Lock()
-	t.systems[node] = sys
-	t.mu.Unlock()
-	runtime.SetReplyRouter(sys, t)
-}
-
-// RouteReply implements runtime.ReplyRouter.
-func (t *memoryTransport) RouteReply(to entity.ReplyAddress, v any) error {
-	t.mu.RLock()
-	sys := t.systems[to.Node]
-	t.mu.RUnlock()
-	if sys == nil {
-		return fmt.Errorf("%w: node %s", ErrUnreachable, to.Node)
+// attachTransport builds the node's dispatch over cfg.Transport (or, when
+// it is nil, over a cluster/inproc network of this node alone) and makes
+// it the route of sys's replies to other nodes' asks. Messages to the node
+// itself never touch the cluster transport; the ones to other nodes are
+// sealed in sharding's wire (sharding/internal/wire) with the System's
+// codec, in which the wire's types are registered here.
+func (s *Sharding) attachTransport() error {
+	reg := s.sys.Codec()
+	if reg == nil {
+		// Nothing the user sends can leave this node: what would is
+		// refused on Send with codec.ErrUnregisteredType.
+		reg = codec.NewRegistry()
 	}
-	return runtime.DeliverLocalReply(sys, to, v)
+	ct := s.cfg.Transport
+	if ct == nil {
+		net, err := inproc.NewNetwork(inproc.Config{Codec: reg, Clock: timers.Real{}, Logger: s.log})
+		if err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+		if ct, err = net.Join(s.self, s.Receive); err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+	}
+	rt, err := remote.New(s.self, remote.Config{Codec: reg, View: s.latestView, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("sharding: %w", err)
+	}
+	if err := rt.Bind(ct); err != nil {
+		return fmt.Errorf("sharding: %w", err)
+	}
+	rt.Attach(s.sys)
+	s.remote = rt
+	switch tr := s.tr.(type) {
+	case nil:
+		s.tr = rt
+	case interface{ Attach(*entity.System) }: // a test's: it routes the replies too
+		tr.Attach(s.sys)
+	}
+	return nil
 }
 
-// Send implements Transport.
-func (t *memoryTransport) Send(to Address, msg Message) error {
-	t.mu.RLock()
-	h := t.handlers[to]
-	t.mu.RUnlock()
-	if h == nil {
-		return fmt.Errorf("%w: %s", ErrUnreachable, to)
+// latestView is the membership's latest view, as the regions see it;
+// empty before New subscribes (nothing is refused as stale then).
+func (s *Sharding) latestView() cluster.View {
+	if v := s.view.Load(); v != nil {
+		return *v
 	}
-	return h(msg)
+	return cluster.View{}
 }
 
-// Listen implements Transport.
-func (t *memoryTransport) Listen(addr Address, handle func(Message) error) (func(), error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, taken := t.handlers[addr]; taken {
-		return nil, fmt.Errorf("sharding: %s already has a listener", addr)
-	}
-	t.handlers[addr] = handle
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		delete(t.handlers, addr)
-	}, nil
+// Receive is the cluster.Handler of Config.Transport: it hands what the
+// node's other incarnations send to this node's regions, coordinators and
+// asks. A bad message (one that does not decode, for a target not running
+// here, from a sender the view holds Down or replaced) is dropped,
+// counted (TransportStats) and logged once per kind and sender; the asks
+// waiting on a refused command fail at once with a *RefusedError. It
+// never blocks. The cluster transport is built before the Sharding, so
+// its handler calls Receive through a variable set once New returns; what
+// arrives before that is for no region yet.
+func (s *Sharding) Receive(from cluster.UniqueAddress, msg any) { _ = s.receive(from, msg) }
+
+func (s *Sharding) receive(from cluster.UniqueAddress, msg any) error {
+	return s.remote.Receive(from, msg)
 }
+
+// TransportStats returns what this node's sharding sent and received
+// through its transport so far.
+func (s *Sharding) TransportStats() TransportStats { return s.remote.Stats() }

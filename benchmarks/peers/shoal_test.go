@@ -16,7 +16,6 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // The Shoal side: an entity type whose commands are an empty tell and a
@@ -61,12 +60,11 @@ func target(arrived *atomic.Int64) func(entity.Context[command]) entity.Behavior
 }
 
 // shoalNode is one Shoal node as node.Node wires it, without its stores,
-// leases and gossip: the entity runtime, sharding over the remote
-// transport, the remote transport over cluster/tcp on loopback.
+// leases and gossip: the entity runtime, sharding over cluster/tcp on
+// loopback.
 type shoalNode struct {
 	self   cluster.UniqueAddress
 	sys    *entity.System
-	tr     *remote.Transport
 	net    *tcp.Transport
 	sh     *sharding.Sharding
 	region *sharding.Region[command]
@@ -112,28 +110,31 @@ func newShoalPair(tb testing.TB, targets int) *shoalPair {
 		n := &shoalNode{self: m.Address}
 		reg := newCodec()
 		lm := cluster.NewLocalMembership(m.Address, view)
-		if n.tr, err = remote.New(m.Address, remote.Config{Codec: reg, Logger: quiet()}); err != nil {
-			tb.Fatal(err)
-		}
+		// The transport starts before sharding: its handler reaches
+		// sharding once New has returned.
+		var inbound atomic.Pointer[sharding.Sharding]
 		if n.net, err = tcp.Listen(tcp.Config{
-			Self: m.Address, Codec: reg, Handler: n.tr.Handle, Membership: lm,
+			Self: m.Address, Codec: reg, Membership: lm,
+			Handler: func(from cluster.UniqueAddress, msg any) {
+				if sh := inbound.Load(); sh != nil {
+					sh.Receive(from, msg)
+				}
+			},
 			Listener: lns[i], ClusterName: "peers", Logger: quiet(),
 		}); err != nil {
 			tb.Fatal(err)
 		}
-		if err := n.tr.Bind(n.net); err != nil {
-			tb.Fatal(err)
-		}
-		// Replies to the other node take the remote transport, which
+		// Replies to the other node take the cluster transport, which
 		// sharding.New attaches as the runtime's reply route.
 		if n.sys, err = entity.NewSystem(entity.Config{
 			NodeID: m.Address.Node, Incarnation: m.Address.Incarnation, Codec: reg, Logger: quiet(),
 		}); err != nil {
 			tb.Fatal(err)
 		}
-		if n.sh, err = sharding.New(n.sys, sharding.Config{Transport: n.tr, Membership: lm, Logger: quiet()}); err != nil {
+		if n.sh, err = sharding.New(n.sys, sharding.Config{Transport: n.net, Membership: lm, Logger: quiet()}); err != nil {
 			tb.Fatal(err)
 		}
+		inbound.Store(n.sh)
 		if n.region, err = sharding.Init(n.sh, sharding.Entity[command]{
 			Key: targetKey, Create: target(&p.arrived),
 			Settings: sharding.Settings{NumberOfShards: 4 * targets, MinMembers: 2},

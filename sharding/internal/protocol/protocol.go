@@ -3,8 +3,8 @@
 // between nodes in an explicit form, field by field: a field added here
 // must be appended to its message's encoding there, at the end (see
 // docs/DESIGN.md, "Wire"), or wire's round-trip test fails. Users of
-// sharding need none of them: only a sharding.Transport carries them, as
-// sharding.Message.
+// sharding need none of them: only sharding's dispatch over the node's
+// cluster.Transport carries them, as sharding.Message.
 package protocol
 
 import (

@@ -1,10 +1,9 @@
-package remote_test
+package sharding_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -18,8 +17,8 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
-	"github.com/shoal-dev/shoal/sharding/remote"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -63,7 +62,7 @@ func withProbe() *codec.Registry {
 	return reg
 }
 
-func counter(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+func remoteCounter(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
 	return func(entity.Context[cmd]) entity.Behavior[cmd] {
 		n := 0
 		return entity.Receive(func(ctx entity.Context[cmd], m cmd) entity.Behavior[cmd] {
@@ -83,41 +82,39 @@ var (
 	others   = entity.NewTypeKey[cmd]("other")
 )
 
-// testNode is one node of the in-process cluster: its runtime, the remote
+// remoteNode is one node of the in-process cluster: its runtime, the remote
 // transport and membership under sharding, and a region of each type.
-type testNode struct {
+type remoteNode struct {
 	self     cluster.UniqueAddress
 	sys      *entity.System
-	tr       *remote.Transport
+	tr       *remote.Transport // sh's dispatch
 	members  cluster.Membership
 	sh       *sharding.Sharding
 	counters *sharding.Region[cmd]
 	others   *sharding.Region[cmd]
 }
 
-type testCluster struct {
+type remoteCluster struct {
 	net   *inproc.Network
-	nodes []*testNode
+	nodes []*remoteNode
 	stop  func()
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // newCluster starts n nodes that all see each other Up, over an inproc
 // network with a delay on every link, delivered by Run on the bubble's
 // clock. The network's codec knows every type; a node's knows those of
 // codecs(i), withProbe() if codecs is nil.
-func newCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *codec.Registry) *testCluster {
+func newRemoteCluster(t *testing.T, n int, log *slog.Logger, codecs ...func(i int) *codec.Registry) *remoteCluster {
 	t.Helper()
-	o := clusterOpts{log: log}
+	o := remoteOpts{log: log}
 	if len(codecs) > 0 {
 		o.codecs = codecs[0]
 	}
-	return startCluster(t, n, o)
+	return startRemoteCluster(t, n, o)
 }
 
-// clusterOpts varies the cluster startCluster builds.
-type clusterOpts struct {
+// remoteOpts varies the cluster startCluster builds.
+type remoteOpts struct {
 	log *slog.Logger
 	// codecs gives node i its codec; default withProbe().
 	codecs func(i int) *codec.Registry
@@ -127,11 +124,11 @@ type clusterOpts struct {
 	settings sharding.Settings
 }
 
-func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
+func startRemoteCluster(t *testing.T, n int, o remoteOpts) *remoteCluster {
 	t.Helper()
 	log := o.log
 	if o.create == nil {
-		o.create = counter
+		o.create = remoteCounter
 	}
 	if o.settings.NumberOfShards == 0 {
 		o.settings.NumberOfShards = 12
@@ -155,22 +152,16 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{net: net}
+	c := &remoteCluster{net: net}
 	for i, m := range members {
-		tn := &testNode{self: m.Address}
+		tn := &remoteNode{self: m.Address}
 		lm := cluster.NewLocalMembership(m.Address, view)
 		nodeReg := withProbe()
 		if o.codecs != nil {
 			nodeReg = o.codecs(i)
 		}
-		if tn.tr, err = remote.New(m.Address, remote.Config{Codec: nodeReg, Membership: lm, Logger: log}); err != nil {
-			t.Fatal(err)
-		}
-		ct, err := net.Join(m.Address, tn.tr.Handle)
+		ct, err := net.Join(m.Address, func(from cluster.UniqueAddress, msg any) { tn.sh.Receive(from, msg) })
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tn.tr.Bind(ct); err != nil {
 			t.Fatal(err)
 		}
 		if tn.sys, err = entity.NewSystem(entity.Config{
@@ -180,14 +171,15 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 			t.Fatal(err)
 		}
 		tn.members = lm
-		if tn.sh, err = sharding.New(tn.sys, sharding.Config{Transport: tn.tr, Membership: tn.members, Logger: log}); err != nil {
+		if tn.sh, err = sharding.New(tn.sys, sharding.Config{Transport: ct, Membership: tn.members, Logger: log}); err != nil {
 			t.Fatal(err)
 		}
+		tn.tr = sharding.RemoteOf(tn.sh)
 		settings := o.settings
 		if tn.counters, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: counters, Create: o.create(m.Address.Node), Settings: settings}); err != nil {
 			t.Fatal(err)
 		}
-		if tn.others, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: others, Create: counter(m.Address.Node), Settings: settings}); err != nil {
+		if tn.others, err = sharding.Init(tn.sh, sharding.Entity[cmd]{Key: others, Create: remoteCounter(m.Address.Node), Settings: settings}); err != nil {
 			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, tn)
@@ -198,7 +190,7 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		defer close(done)
 		_ = net.Run(ctx)
 	}()
-	settle() // every region registers before traffic starts
+	settleRemote() // every region registers before traffic starts
 	c.stop = func() {
 		for _, tn := range c.nodes {
 			tn.sh.Terminate()
@@ -211,7 +203,7 @@ func startCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 
 // settle lets the bubble's clock run until every delayed message has
 // been delivered and handled.
-func settle() {
+func settleRemote() {
 	time.Sleep(time.Second)
 	synctest.Wait()
 }
@@ -232,7 +224,7 @@ func ask(t *testing.T, r *sharding.Region[cmd], id string) Count {
 // for two entity types at once.
 func TestMessagesAndAsksAcrossNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3, quiet())
+		c := newRemoteCluster(t, 3, quiet())
 		defer c.stop()
 		var ids []string
 		for i := range 24 {
@@ -248,7 +240,7 @@ func TestMessagesAndAsksAcrossNodes(t *testing.T) {
 				}
 			}
 		}
-		settle()
+		settleRemote()
 		hosts := map[string]bool{}
 		crossed := 0
 		for i, id := range ids {
@@ -290,7 +282,7 @@ func TestMessagesAndAsksAcrossNodes(t *testing.T) {
 // sender's Tell returns it and nothing is lost silently.
 func TestOversizedAndUnregisteredRefusedOnSend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 2, quiet())
+		c := newRemoteCluster(t, 2, quiet())
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
 		to := sharding.Address{Node: b.self, Type: counters.Name()}
@@ -310,7 +302,7 @@ func TestOversizedAndUnregisteredRefusedOnSend(t *testing.T) {
 		if err := a.counters.EntityRefFor(id).Tell(Add{N: 2}); err != nil {
 			t.Fatal(err)
 		}
-		settle()
+		settleRemote()
 		if got := ask(t, a.counters, id); got.N != 2 || got.Node != b.self.Node {
 			t.Fatalf("after the refusal: %+v, want 2 on %s", got, b.self.Node)
 		}
@@ -330,7 +322,7 @@ func (r captureRef) Tell(m cmd) error {
 func (r captureRef) System() *entity.System { return r.sys }
 
 // onNode returns an entity id whose shard via's region knows to live on home.
-func onNode(t *testing.T, c *testCluster, via, home *testNode) string {
+func onNode(t *testing.T, c *remoteCluster, via, home *remoteNode) string {
 	t.Helper()
 	for i := range 200 {
 		id := fmt.Sprintf("probe-%d", i)
@@ -384,7 +376,7 @@ func (r *recorder) count(sub string) int {
 func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		c := newCluster(t, 2, slog.New(rec))
+		c := newRemoteCluster(t, 2, slog.New(rec))
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
 		id := onNode(t, c, a, b)
@@ -402,13 +394,13 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			want []error
 		}{
 			{"unknown manifest", deliver("test.Nope", `{}`),
-				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
+				a.self, []error{sharding.ErrUndecodable, codec.ErrUnknownManifest}},
 			{"unknown manifest again", deliver("test.Nope", `{}`),
-				a.self, []error{remote.ErrUndecodable, codec.ErrUnknownManifest}},
+				a.self, []error{sharding.ErrUndecodable, codec.ErrUnknownManifest}},
 			{"corrupt payload", deliver("test.Add", `{"N":`),
-				a.self, []error{remote.ErrUndecodable}},
+				a.self, []error{sharding.ErrUndecodable}},
 			{"unknown target", wire.Envelope{To: wire.Target{Type: "nobody"}, Msg: protocol.Register{Region: a.self}},
-				a.self, []error{remote.ErrUnknownTarget}},
+				a.self, []error{sharding.ErrUnknownTarget}},
 			{"stale sender", deliver("test.Add", `{"N":100}`),
 				cluster.UniqueAddress{Node: a.self.Node, Incarnation: a.self.Incarnation - 1}, []error{cluster.ErrStaleIncarnation}},
 			{"not protocol", Count{N: 1},
@@ -436,7 +428,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		if err := a.counters.EntityRefFor(id).Tell(Add{N: 5}); err != nil {
 			t.Fatal(err)
 		}
-		settle()
+		settleRemote()
 		if got := ask(t, a.counters, id); got.N != 5 {
 			t.Fatalf("entity after bad messages: %+v, want 5", got)
 		}
@@ -445,7 +437,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 			Msg: protocol.HandOver{Shard: shard, From: cluster.UniqueAddress{Node: "x", Incarnation: 1}, Msgs: []protocol.Deliver{
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Nope"}},
 				{Shard: shard, EntityID: id, Msg: wire.Encoded{Manifest: "test.Add", Payload: []byte(`{"N":1}`)}}}}})
-		if !errors.Is(err, remote.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
+		if !errors.Is(err, sharding.ErrUnknownTarget) || b.tr.Stats().Undecodable != 4 {
 			t.Fatalf("hand-over with an undecodable entry to a node without coordinator: %v, stats %+v", err, b.tr.Stats())
 		}
 
@@ -472,7 +464,7 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 // naming the refusal, instead of waiting for its deadline.
 func TestAskRefusedByPeerFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 2, quiet(), func(i int) *codec.Registry {
+		c := newRemoteCluster(t, 2, quiet(), func(i int) *codec.Registry {
 			if i == 1 {
 				return newCodec() // the older node: no Probe
 			}
@@ -484,8 +476,8 @@ func TestAskRefusedByPeerFailsAtOnce(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := entity.Ask(ctx, a.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Probe{ReplyTo: to} })
-		var refused *remote.RefusedError
-		if !errors.As(err, &refused) || !errors.Is(err, remote.ErrUndecodable) || !errors.Is(err, remote.ErrRefusedByPeer) {
+		var refused *sharding.RefusedError
+		if !errors.As(err, &refused) || !errors.Is(err, sharding.ErrUndecodable) || !errors.Is(err, sharding.ErrRefusedByPeer) {
 			t.Fatalf("ask of an undecodable command: %v, want a RefusedError matching ErrUndecodable", err)
 		}
 		if refused.Peer != b.self {
@@ -524,7 +516,7 @@ func TestTellsAcrossNodesKeepTheirOrder(t *testing.T) {
 				})
 			}
 		}
-		c := startCluster(t, 2, clusterOpts{log: quiet(), create: record})
+		c := startRemoteCluster(t, 2, remoteOpts{log: quiet(), create: record})
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
 		const rounds = 100
@@ -540,7 +532,7 @@ func TestTellsAcrossNodesKeepTheirOrder(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond) // the bubble's clock: placement happens meanwhile
 		}
-		settle()
+		settleRemote()
 		crossed := 0
 		for _, id := range ids {
 			if ask(t, a.counters, id).Node == b.self.Node {

@@ -1,5 +1,10 @@
-// Package remote runs sharding over the cluster seams: Transport is a
-// sharding.Transport (and ReplyCarrier) over a cluster.Transport.
+// Package remote is sharding's dispatch on one node incarnation, over a
+// cluster.Transport: it routes what regions and coordinators send, by
+// entity type and coordinator, to this node's listeners or across the
+// cluster transport, routes replies to asks of other nodes, fails the asks
+// waiting on a message it refuses, refuses stale senders and counts what
+// it did. Package sharding attaches it to the cluster transport given in
+// its Config and re-exports the errors a user may match.
 //
 // Sharding names a region by its node incarnation (cluster.UniqueAddress),
 // so that a restarted node is a new region and a message for the old one
@@ -42,12 +47,30 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/runtime"
-	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
+// Address names a region or a coordinator: one of each per entity type per
+// node incarnation.
+type Address struct {
+	Node        cluster.UniqueAddress
+	Type        string
+	Coordinator bool
+}
+
+func (a Address) String() string {
+	if a.Coordinator {
+		return a.Node.String() + "/" + a.Type + "/coordinator"
+	}
+	return a.Node.String() + "/" + a.Type
+}
+
 var (
+	// ErrUnreachable: nothing listens at the address, on this node or
+	// another, or the cluster transport cannot reach its node (unknown,
+	// stale or closed).
+	ErrUnreachable = errors.New("sharding: address unreachable")
 	// ErrUnknownTarget: nobody on this node listens at the message's
 	// target (an entity type not started here, or no coordinator here).
 	// The sender's retries find the right place once views agree.
@@ -110,11 +133,12 @@ type Config struct {
 	// It must be the codec of the cluster transport, with the wire types
 	// registered (New registers them).
 	Codec *codec.Registry
-	// Membership, when set, is asked on receipt: a message from an
-	// incarnation that its view holds as Down, or replaced by a newer one,
-	// is refused (cluster.ErrStaleIncarnation). Without it, only the
-	// cluster transport's own incarnation checks apply.
-	Membership cluster.Membership
+	// View, when set, is asked on receipt for the node's latest view of
+	// the membership (it must be cheap: once per message): a message from
+	// an incarnation it holds as Down, or replaced by a newer one, is
+	// refused (cluster.ErrStaleIncarnation). Without it, only the cluster
+	// transport's own incarnation checks apply.
+	View func() cluster.View
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -143,7 +167,7 @@ type counters struct {
 	asksFailed                                                                    atomic.Uint64
 }
 
-// Transport is sharding's Transport over a cluster.Transport, for one node
+// Transport is sharding's dispatch over a cluster.Transport, for one node
 // incarnation.
 type Transport struct {
 	cfg  Config
@@ -155,7 +179,7 @@ type Transport struct {
 	sys atomic.Pointer[entity.System]
 
 	mu       sync.RWMutex
-	handlers map[wire.Target]func(sharding.Message) error
+	handlers map[wire.Target]func(protocol.Message) error
 	// stopped holds the targets that had a listener here and lost it (a
 	// region shut down): mail for them is expected while the others'
 	// views catch up, so it is refused without a warning.
@@ -164,10 +188,7 @@ type Transport struct {
 	logged sync.Map // "kind from" → struct{}: what was logged once already
 }
 
-var (
-	_ sharding.ReplyCarrier = (*Transport)(nil)
-	_ runtime.ReplyRouter   = (*Transport)(nil)
-)
+var _ runtime.ReplyRouter = (*Transport)(nil)
 
 // New returns the transport of incarnation self; Bind gives it the
 // cluster transport, whose handler must be Handle.
@@ -183,7 +204,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	}
 	return &Transport{
 		cfg: cfg, log: cfg.Logger, self: self,
-		handlers: make(map[wire.Target]func(sharding.Message) error),
+		handlers: make(map[wire.Target]func(protocol.Message) error),
 		stopped:  make(map[wire.Target]bool),
 	}, nil
 }
@@ -212,8 +233,9 @@ func (t *Transport) Stats() Stats {
 	}
 }
 
-// Listen implements sharding.Transport for addresses of this node.
-func (t *Transport) Listen(addr sharding.Address, handle func(sharding.Message) error) (func(), error) {
+// Listen routes messages for addr, an address of this node, to handle,
+// which must not block. The returned function stops listening.
+func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (func(), error) {
 	if addr.Node != t.self {
 		return nil, fmt.Errorf("remote: %s cannot listen at %s, an address of another node", t.self, addr)
 	}
@@ -235,24 +257,25 @@ func (t *Transport) Listen(addr sharding.Address, handle func(sharding.Message) 
 
 // handler is target's listener; nil with stopped true when it had one
 // that was removed.
-func (t *Transport) handler(target wire.Target) (h func(sharding.Message) error, stopped bool) {
+func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error, stopped bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.handlers[target], t.stopped[target]
 }
 
-// Send implements sharding.Transport. To this node it hands msg to the
-// listener; to another it never blocks (cluster.Transport.Send). Errors
-// for an address that cannot be reached (unknown, stale or closed) match
-// sharding.ErrUnreachable as well as the cluster's error; a full link
-// queue is cluster.ErrQueueFull, a user message the codec refuses the
+// Send hands msg to the listener at to; it does not wait for handling,
+// and messages from one sender to one address arrive in send order. To
+// this node it hands msg to the listener as a value; to another it never
+// blocks (cluster.Transport.Send). Errors for an address that cannot be
+// reached (unknown, stale or closed) match ErrUnreachable as well as the
+// cluster's error; a full link queue is cluster.ErrQueueFull, a user message the codec refuses the
 // codec's error, a frame over the limit cluster.ErrFrameTooLarge.
-func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
+func (t *Transport) Send(to Address, msg protocol.Message) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
 	if to.Node == t.self {
 		h, _ := t.handler(target)
 		if h == nil {
-			return fmt.Errorf("%w: %s: %w", sharding.ErrUnreachable, to, ErrUnknownTarget)
+			return fmt.Errorf("%w: %s: %w", ErrUnreachable, to, ErrUnknownTarget)
 		}
 		t.stat.local.Add(1)
 		return h(msg)
@@ -270,11 +293,11 @@ func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 	ct := t.ct.Load()
 	if ct == nil {
-		return fmt.Errorf("%w: %w", sharding.ErrUnreachable, ErrNotBound)
+		return fmt.Errorf("%w: %w", ErrUnreachable, ErrNotBound)
 	}
 	if err := (*ct).Send(to, msg); err != nil {
 		if errors.Is(err, cluster.ErrUnreachable) || errors.Is(err, cluster.ErrStaleIncarnation) || errors.Is(err, cluster.ErrClosed) {
-			return fmt.Errorf("%w: %w", sharding.ErrUnreachable, err)
+			return fmt.Errorf("%w: %w", ErrUnreachable, err)
 		}
 		return err
 	}
@@ -282,11 +305,11 @@ func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
 	return nil
 }
 
-// Attach implements sharding.ReplyCarrier: replies to asks of other nodes,
-// and the failures sent in their place, leave sys through RouteReply, the
-// one route they take, and replies arriving for sys's asks are handed to
-// it.
-func (t *Transport) Attach(_ string, sys *entity.System) {
+// Attach makes this transport the route of sys's replies to asks of other
+// nodes: they, and the failures sent in their place, leave sys through
+// RouteReply, the one route they take, and replies arriving for sys's
+// asks are handed to it.
+func (t *Transport) Attach(sys *entity.System) {
 	t.sys.Store(sys)
 	runtime.SetReplyRouter(sys, t)
 }
@@ -430,10 +453,10 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 
 // staleSender reports whether the view holds from as Down or replaced.
 func (t *Transport) staleSender(from cluster.UniqueAddress) bool {
-	if t.cfg.Membership == nil {
+	if t.cfg.View == nil {
 		return false
 	}
-	view := t.cfg.Membership.View()
+	view := t.cfg.View()
 	if m, ok := view.Member(from); ok {
 		return m.Status == cluster.Down
 	}

@@ -12,11 +12,10 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/cluster/tcp"
-	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
 	v1 "github.com/shoal-dev/shoal/sharding/internal/wire/wiretest/v1"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s.
@@ -53,8 +52,8 @@ func TestMixedWireVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var got []sharding.Message
-	stop, err := rt.Listen(sharding.Address{Node: rt.Node(), Type: "counter"}, func(m sharding.Message) error {
+	var got []protocol.Message
+	stop, err := rt.Listen(remote.Address{Node: rt.Node(), Type: "counter"}, func(m protocol.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, m)
@@ -97,7 +96,7 @@ func TestMixedWireVersions(t *testing.T) {
 
 	// The new node sends to the old one: the old one refuses its hello
 	// (not its cluster name), which the new one reads as version 1.
-	to := sharding.Address{Node: oldSelf, Type: "counter"}
+	to := remote.Address{Node: oldSelf, Type: "counter"}
 	if err := rt.Send(to, protocol.Deliver{Shard: "3", EntityID: "c-1", Msg: Add{N: 5}}); err != nil {
 		t.Fatal(err)
 	}

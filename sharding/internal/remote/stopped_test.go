@@ -8,10 +8,9 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // Mail for a region that shut down here is expected while the others'
@@ -25,7 +24,7 @@ func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := tr.Listen(sharding.Address{Node: self, Type: "Ops"}, func(sharding.Message) error { return nil })
+	stop, err := tr.Listen(remote.Address{Node: self, Type: "Ops"}, func(protocol.Message) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package remote_test
+package sharding_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/runtime"
-	"github.com/shoal-dev/shoal/journal"
+	shoaljournal "github.com/shoal-dev/shoal/journal"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -77,19 +77,19 @@ func troubled(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
 }
 
 // brokenJournal fails every write, as a journal whose database is down.
-type brokenJournal struct{ journal.Journal }
+type brokenJournal struct{ shoaljournal.Journal }
 
 var errJournalDown = errors.New("test: journal down")
 
-func (brokenJournal) Write(context.Context, []journal.Event) error { return errJournalDown }
+func (brokenJournal) Write(context.Context, []shoaljournal.Event) error { return errJournalDown }
 
 // stuckJournal's writes fail once released is closed.
 type stuckJournal struct {
-	journal.Journal
+	shoaljournal.Journal
 	released chan struct{}
 }
 
-func (j stuckJournal) Write(ctx context.Context, _ []journal.Event) error {
+func (j stuckJournal) Write(ctx context.Context, _ []shoaljournal.Event) error {
 	select {
 	case <-j.released:
 		return errJournalDown
@@ -104,11 +104,11 @@ func saver(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
 }
 
 // saverOn is saver on journal j.
-func saverOn(j journal.Journal) func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
+func saverOn(j shoaljournal.Journal) func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] {
 	return func(node string) func(entity.Context[cmd]) entity.Behavior[cmd] { return saverOf(node, j) }
 }
 
-func saverOf(node string, j journal.Journal) func(entity.Context[cmd]) entity.Behavior[cmd] {
+func saverOf(node string, j shoaljournal.Journal) func(entity.Context[cmd]) entity.Behavior[cmd] {
 	reg := codec.NewRegistry()
 	registerFailureTypes(reg)
 	return func(ec entity.Context[cmd]) entity.Behavior[cmd] {
@@ -133,7 +133,7 @@ func saverOf(node string, j journal.Journal) func(entity.Context[cmd]) entity.Be
 
 // farAsk asks the entity id through node a's region, with a deadline an
 // hour away, and returns the ask's error.
-func farAsk(t *testing.T, via *testNode, id string, build func(entity.ReplyTo[Count]) cmd) error {
+func farAsk(t *testing.T, via *remoteNode, id string, build func(entity.ReplyTo[Count]) cmd) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -165,9 +165,9 @@ func wantFailed(t *testing.T, err error, want ...error) *entity.AskFailedError {
 
 // twoNodes starts two nodes whose counters entities create builds, and
 // returns them with an entity id that a's region knows to live on b.
-func twoNodes(t *testing.T, create func(string) func(entity.Context[cmd]) entity.Behavior[cmd], settings sharding.Settings) (c *testCluster, a, b *testNode, id string) {
+func twoNodes(t *testing.T, create func(string) func(entity.Context[cmd]) entity.Behavior[cmd], settings sharding.Settings) (c *remoteCluster, a, b *remoteNode, id string) {
 	t.Helper()
-	c = startCluster(t, 2, clusterOpts{log: quiet(), create: create, settings: settings})
+	c = startRemoteCluster(t, 2, remoteOpts{log: quiet(), create: create, settings: settings})
 	a, b = c.nodes[0], c.nodes[1]
 	return c, a, b, onNode(t, c, a, b)
 }
@@ -281,11 +281,11 @@ func TestRemoteAskRefusedByFullMailboxFailsAtOnce(t *testing.T) {
 		if err := ref.Tell(Save{}); err != nil { // its write never ends: the entity holds its mail
 			t.Fatal(err)
 		}
-		settle()
+		settleRemote()
 		if err := ref.Tell(Add{N: 1}); err != nil { // held: the mailbox is full
 			t.Fatal(err)
 		}
-		settle()
+		settleRemote()
 		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
 		f := wantFailed(t, err, entity.ErrMailboxFull)
 		if f.Code != runtime.FailureMailboxFull {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
-	"github.com/shoal-dev/shoal/sharding/remote"
 )
 
 // FuzzReceiveFailureReply feeds the decoder of a failure that comes back
@@ -26,7 +26,7 @@ func FuzzReceiveFailureReply(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tr.Attach("", sys)
+	tr.Attach(sys)
 	f.Add([]byte(`{"code":1,"msg":"entity: ask: counter/a unhandled: entity: message unhandled"}`))
 	f.Add([]byte(`{"code":99,"msg":"a newer node's code","extra":[1,2]}`))
 	f.Add([]byte(`{"code":`))

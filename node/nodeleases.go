@@ -1,4 +1,4 @@
-package remote
+package node
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 	"github.com/shoal-dev/shoal/sharding"
 )
 
-// NodeLeases is sharding's view of the node leases in store, by node
-// incarnation, so that the coordinator downs exactly the incarnation
-// membership reported failed.
-func NodeLeases(store lease.Store) sharding.NodeLeases { return nodeLeases{store} }
-
+// nodeLeases is sharding's view of the node leases in store, by node
+// incarnation (sharding.NodeLeases), so that the coordinator downs exactly
+// the incarnation membership reported failed.
 type nodeLeases struct{ store lease.Store }
+
+var _ sharding.NodeLeases = nodeLeases{}
 
 // DownNode implements sharding.NodeLeases.
 func (l nodeLeases) DownNode(ctx context.Context, a cluster.UniqueAddress) error {
 	if err := l.store.DownNode(ctx, a); err != nil {
-		return fmt.Errorf("remote: down %s: %w", a, err)
+		return fmt.Errorf("node: down %s: %w", a, err)
 	}
 	return nil
 }
@@ -34,7 +34,7 @@ func (l nodeLeases) NodeLeaseExpired(ctx context.Context, a cluster.UniqueAddres
 	case errors.Is(err, lease.ErrNoLease):
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("remote: node lease of %s: %w", a, err)
+		return false, fmt.Errorf("node: node lease of %s: %w", a, err)
 	}
 	return expired, nil
 }
