@@ -580,6 +580,13 @@ func TestSimulationPinned(t *testing.T) {
 		// view held the node Down; registered again, it was awaited in a
 		// hand-off for ever (coordinator.go, Register).
 		{"register-from-a-node-held-down", "all", false, 442680},
+		// A leaving region's wait for the mail of a home before it ended
+		// when that home left the view; its own mail went on to the next
+		// home, and the gone home's HandOver, late on a slow link, was
+		// forwarded there behind it (region_core.go handedOver;
+		// hand-over-after-passed-on.txt).
+		{"hand-over-after-the-chain-went-on", "all", false, 455000},
+		{"hand-over-after-the-chain-went-on-strict", "all", true, 455000},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
