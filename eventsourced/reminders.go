@@ -81,10 +81,6 @@ func (eff Effect[E, S]) WithReminders(changes ...ReminderChange) Effect[E, S] {
 // Reminders are the effect's reminder changes (a copy).
 func (eff Effect[E, S]) Reminders() []ReminderChange { return slices.Clone(eff.reminders) }
 
-// ShardOf is what the owner of a sharded entity answers: the shard the
-// entity runs in, which its reminders belong to.
-type ShardOf interface{ ShardID() string }
-
 // reminderBatch encodes the effect's changes, with the acknowledgement of
 // the delivery cmd carries, if any; empty when there is neither.
 func (b *behavior[C, E, S]) reminderBatch(cmd C, eff Effect[E, S]) (reminder.Batch, error) {
@@ -95,10 +91,7 @@ func (b *behavior[C, E, S]) reminderBatch(cmd C, eff Effect[E, S]) (reminder.Bat
 	if len(eff.reminders) == 0 {
 		return batch, nil
 	}
-	shard := ""
-	if s, ok := runtime.OwnerOf(b.cell()).(ShardOf); ok {
-		shard = s.ShardID()
-	}
+	shard := runtime.ShardOf(b.cell())
 	typ := journal.EntityTypeOf(b.pid())
 	for _, r := range eff.reminders {
 		c := reminder.Change{Key: reminder.Key{EntityType: typ, EntityID: b.EntityID(), Name: r.name}, Cancel: r.cancel}

@@ -93,19 +93,31 @@ func ping(ctx context.Context, r *sharding.Region[Command], id string) error {
 	return err
 }
 
-// entitiesByHome pings "echo-0" … "echo-<count-1>" through via and
-// returns their ids by the node that hosts their shard, as via knows it.
-func entitiesByHome(b *testing.B, via *sharding.Region[Command], count int) map[cluster.UniqueAddress][]string {
+// entitiesByHome pings "echo-0" … "echo-<count-1>" through c's region on
+// node i and returns their ids by the node that hosts their shard, as
+// node i knows it.
+func entitiesByHome(b *testing.B, c *echoCluster, i, count int) map[cluster.UniqueAddress][]string {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out := map[cluster.UniqueAddress][]string{}
-	for i := range count {
-		id := fmt.Sprintf("echo-%d", i)
-		if err := ping(ctx, via, id); err != nil {
-			b.Fatalf("ping %s: %v", id, err)
+	via := c.regions[i]
+	for k := range count {
+		if err := ping(ctx, via, fmt.Sprintf("echo-%d", k)); err != nil {
+			b.Fatalf("ping echo-%d: %v", k, err)
 		}
-		home := via.Homes()[via.ShardID(id)]
+	}
+	st, err := c.nodes[i].Sharding().TypeState(ctx, echoKey.Name())
+	if err != nil {
+		b.Fatal(err)
+	}
+	homes := map[string]cluster.UniqueAddress{}
+	for _, sh := range st.Shards {
+		homes[sh.ID] = sh.Home
+	}
+	out := map[cluster.UniqueAddress][]string{}
+	for k := range count {
+		id := fmt.Sprintf("echo-%d", k)
+		home := homes[via.ShardID(id)]
 		out[home] = append(out[home], id)
 	}
 	return out
@@ -131,7 +143,7 @@ func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
 //	go test -run '^$' -bench Ask -count 3 ./node
 func BenchmarkAsk(b *testing.B) {
 	c := startEchoCluster(b, 2, sharding.Settings{NumberOfShards: 10})
-	byHome := entitiesByHome(b, c.regions[0], 100)
+	byHome := entitiesByHome(b, c, 0, 100)
 	ids := map[string]string{}
 	for home, es := range byHome {
 		where := "remote"
@@ -174,7 +186,7 @@ func BenchmarkAsk(b *testing.B) {
 func BenchmarkTell(b *testing.B) {
 	const tellWindow = 10_000
 	c := startEchoCluster(b, 2, sharding.Settings{NumberOfShards: 10})
-	byHome := entitiesByHome(b, c.regions[0], 200)
+	byHome := entitiesByHome(b, c, 0, 200)
 	local := c.nodes[0].Self()
 	ids := map[string][]string{}
 	for home, es := range byHome {
@@ -324,7 +336,7 @@ func killFailover(b *testing.B, victim int, leases lease.Settings, settings shar
 		})
 	survivor := c.regions[(victim+1)%3]
 	gone := c.nodes[victim].Self()
-	byHome := entitiesByHome(b, survivor, 300)
+	byHome := entitiesByHome(b, c, (victim+1)%3, 300)
 	// One entity per shard of the victim; the others' entities.
 	var victims, others []string
 	seen := map[string]bool{}

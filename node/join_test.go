@@ -64,6 +64,7 @@ func TestNodeRetriesItsSeedsUntilOneComesUp(t *testing.T) {
 	cfg.Memory = stores
 	cfg.Seeds = []string{seedAddr}
 	cfg.Timing = testTiming()
+	cfg.Leases = testLeases() // the seed's
 	cfg.Codec = newCodec()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg.JoinTimeout = 5 * time.Minute

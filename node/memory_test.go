@@ -108,6 +108,7 @@ func TestEntityTypesRegisteredBeforeTheJoinGetTheirMail(t *testing.T) {
 		t.Helper()
 		cfg := node.DefaultConfig(id)
 		cfg.Memory, cfg.Seeds, cfg.Timing, cfg.Codec = stores, seeds, testTiming(), newCodec()
+		cfg.Leases = testLeases()
 		cfg.Logger = slog.New(logs)
 		var ops *sharding.Region[Command]
 		cfg.RegisterEntities = func(n *node.Node) (err error) {

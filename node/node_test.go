@@ -108,6 +108,17 @@ func testTiming() memberlist.Timing {
 	return t
 }
 
+// testLeases are longer than lease.DefaultSettings, which fence a node
+// after 1.5 s without a successful renewal: beside many test binaries on
+// two cores, a healthy node's renewals were seen to wait that long, and a
+// test about something else failed with "lease: fenced". Here a node fences
+// after 6 s without one, and a killed node's shards move 8 s after its
+// last renewal. Tests about the lease set their own.
+func testLeases() lease.Settings {
+	t := lease.Timing{Length: 8 * time.Second, RenewEvery: 500 * time.Millisecond, Margin: 2 * time.Second}
+	return lease.Settings{Node: t, Coordinator: t}
+}
+
 type testNode struct {
 	*node.Node
 	ops *sharding.Region[Command]
@@ -125,6 +136,7 @@ func startNodeWith(t testing.TB, dsn, id string, seeds []string, settings shardi
 	cfg.PostgresDSN = dsn
 	cfg.Seeds = seeds
 	cfg.Timing = testTiming()
+	cfg.Leases = testLeases()
 	cfg.Codec = newCodec()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	for _, f := range tune {

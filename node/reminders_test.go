@@ -102,7 +102,7 @@ func TestReminderOfAKilledNodeFiresOnTheNextHome(t *testing.T) {
 			if _, err := entity.Ask(ctx, regions["a"].EntityRefFor(id), func(to entity.ReplyTo[[]string]) deadlineCmd { return readDeadline{ReplyTo: to} }); err != nil {
 				return err
 			}
-			if slices.Contains(regions["b"].HostedShards(), regions["b"].ShardID(id)) {
+			if _, hosted := regions["b"].State().Shards[regions["b"].ShardID(id)]; hosted {
 				onB = id
 				return nil
 			}

@@ -338,7 +338,7 @@ func BenchmarkHandOffOf1000Entities(b *testing.B) {
 		for _, id := range ids {
 			leaver.tell(b, id, note{Text: "x"})
 		}
-		for len(leaver.region.State().Shards["0"]) < len(ids) || a.region.Homes()["0"] != addr("b") {
+		for len(leaver.region.State().Shards["0"]) < len(ids) || sharding.HomesOf(a.region)["0"] != addr("b") {
 			runtime.Gosched()
 		}
 		// The same-run baseline: an ask to a started entity.

@@ -52,8 +52,8 @@ func TestMessageToAStoppedNodeIsATypedError(t *testing.T) {
 		synctest.Wait()
 		a.tell(t, "y1", note{Text: "1"}) // shard y: b (fewer shards)
 		synctest.Wait()
-		if a.region.Homes()["y"] != addr("b") {
-			t.Fatalf("homes %v", a.region.Homes())
+		if sharding.HomesOf(a.region)["y"] != addr("b") {
+			t.Fatalf("homes %v", sharding.HomesOf(a.region))
 		}
 		b.sh.Terminate()
 		err := a.region.EntityRefFor("y2").Tell(note{Text: "lost"})

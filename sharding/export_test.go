@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
 )
@@ -33,3 +34,7 @@ var CompareShardIDs = compareShardIDs
 // RemoteOf is s's dispatch over its cluster transport, for tests that
 // hand it messages or read its counters.
 func RemoteOf(s *Sharding) *remote.Transport { return s.remote }
+
+// HomesOf is every shard home r knows: shard → node (what the reminders'
+// firers learn through package bridge).
+func HomesOf[C any](r *Region[C]) map[string]cluster.UniqueAddress { return r.bridged().Homes() }

@@ -21,59 +21,6 @@ import (
 // home in this node's view: there is nothing to move.
 var ErrUnknownShard = errors.New("sharding: unknown shard")
 
-// ErrWrongMessageType is returned by TellUntyped for a message that is not
-// of its entity type's command type.
-var ErrWrongMessageType = errors.New("sharding: message of the wrong type")
-
-// HostedShards lists, sorted, the shards of typeName this node hosts now.
-func (s *Sharding) HostedShards(typeName string) ([]string, error) {
-	r, err := s.region(typeName)
-	if err != nil {
-		return nil, err
-	}
-	return r.HostedShards(), nil
-}
-
-// ShardHomes reports every shard home of typeName this node knows:
-// shard → node.
-func (s *Sharding) ShardHomes(typeName string) (map[string]cluster.UniqueAddress, error) {
-	r, err := s.region(typeName)
-	if err != nil {
-		return nil, err
-	}
-	return r.Homes(), nil
-}
-
-// StartEntityOf is Region.StartEntity for code that knows the type by
-// name: it starts entity id of typeName wherever its shard lives, which
-// places the shard if it has no home.
-func (s *Sharding) StartEntityOf(typeName, id string) error {
-	r, err := s.region(typeName)
-	if err != nil {
-		return err
-	}
-	return r.StartEntity(id)
-}
-
-// TellUntyped is EntityRef.Tell for code that holds the message as a
-// value of unknown type, such as a decoded reminder command: msg must be
-// of typeName's command type.
-func (s *Sharding) TellUntyped(typeName, entityID string, msg any) error {
-	r, err := s.region(typeName)
-	if err != nil {
-		return err
-	}
-	return r.tellUntyped(entityID, msg)
-}
-
-func (r *Region[C]) tellUntyped(entityID string, msg any) error {
-	c, ok := msg.(C)
-	if !ok {
-		return fmt.Errorf("%w: %T is not a command of %s", ErrWrongMessageType, msg, r.typ)
-	}
-	return r.EntityRefFor(entityID).Tell(c)
-}
-
 // ShardState is one shard as a node sees it.
 type ShardState struct {
 	ID string

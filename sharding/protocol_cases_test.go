@@ -192,8 +192,8 @@ func TestUnreachableHomeIsUnlearned(t *testing.T) {
 		synctest.Wait()
 		a.tell(t, "y1", note{Text: "0"})
 		synctest.Wait()
-		if a.region.Homes()["y"] != addr("b") {
-			t.Fatalf("homes %v", a.region.Homes())
+		if sharding.HomesOf(a.region)["y"] != addr("b") {
+			t.Fatalf("homes %v", sharding.HomesOf(a.region))
 		}
 		b.sh.Terminate()
 		if err := a.region.EntityRefFor("y1").Tell(note{Text: "lost"}); !errors.Is(err, sharding.ErrUnreachable) {

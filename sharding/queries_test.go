@@ -27,7 +27,7 @@ func TestRegionStateAndStats(t *testing.T) {
 		if got, want := n.region.Stats(), map[string]int{"x": 2, "y": 1}; !maps.Equal(got, want) {
 			t.Fatalf("Stats %v, want %v", got, want)
 		}
-		if got, want := n.region.Homes(), map[string]cluster.UniqueAddress{"x": addr("a"), "y": addr("a")}; !maps.Equal(got, want) {
+		if got, want := sharding.HomesOf(n.region), map[string]cluster.UniqueAddress{"x": addr("a"), "y": addr("a")}; !maps.Equal(got, want) {
 			t.Fatalf("Homes %v, want %v", got, want)
 		}
 		_ = n.sh.Shutdown(context.Background())

@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/runtime"
+	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
@@ -57,6 +58,9 @@ type Region[C any] struct {
 	// the control entity's mailbox and it has not finished yet: while any
 	// is, no message from the transport overtakes it (inbound.go).
 	queued atomic.Int64
+
+	// regionLink hands package bridge what reminders need (bridge.go).
+	regionLink
 }
 
 func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
@@ -67,6 +71,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 		proxy: !s.selfMember().HasRole(e.Role),
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
+	r.regionLink = bridge.LinkRegion(regionBridge[C]{r})
 	cfg := regionCoreConfig{self: s.self, proxy: r.proxy, bufferSize: settings.BufferSize, tickInterval: r.tickInterval()}
 	cfg.registerRetry = max(100*time.Millisecond, settings.RetryInterval/8)
 	if idle := settings.PassivateIdleAfter; idle > 0 {
@@ -518,21 +523,6 @@ type transportRef struct {
 
 func (t transportRef) Tell(m Message) error   { return t.t.Send(t.to, m) }
 func (t transportRef) System() *entity.System { return t.sys }
-
-// Homes reports every shard home this region knows: shard → node.
-func (r *Region[C]) Homes() map[string]cluster.UniqueAddress {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.core.homes()
-}
-
-// HostedShards lists the shards this region hosts now, sorted: the node
-// fires the reminders of these (docs/DESIGN.md, "Durable reminders").
-func (r *Region[C]) HostedShards() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.core.hostedShards()
-}
 
 // hostedShards lists local shards, sorted; for tests.
 func (r *Region[C]) hostedShards() []string {

@@ -23,7 +23,7 @@ func TestRegionAsksForHomesOnlyOnceRegistered(t *testing.T) {
 		b := s.join("b", "host")
 		b.tell(t, "y1", note{Text: "1"}) // at once: b's registration is still on its way
 		synctest.Wait()
-		if home := b.region.Homes()["y"]; home != addr("b") {
+		if home := sharding.HomesOf(b.region)["y"]; home != addr("b") {
 			t.Fatalf("shard y placed on %q, want b (the region with fewer shards)", home)
 		}
 		_ = b.sh.Shutdown(context.Background())
@@ -61,7 +61,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if got := a.region.Homes(); len(got) != 1 || got[shard] != addr("a") {
+		if got := sharding.HomesOf(a.region); len(got) != 1 || got[shard] != addr("a") {
 			t.Fatalf("homes %v after stale messages, want only %s on a", got, shard)
 		}
 		a.tell(t, "e", note{Text: "2"}) // still routed: no hand-off began
@@ -73,8 +73,8 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if a.region.Homes()["x"] != addr("elsewhere") {
-			t.Fatalf("homes %v: current epoch ignored", a.region.Homes())
+		if sharding.HomesOf(a.region)["x"] != addr("elsewhere") {
+			t.Fatalf("homes %v: current epoch ignored", sharding.HomesOf(a.region))
 		}
 		a.sh.Terminate()
 	})

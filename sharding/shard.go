@@ -73,8 +73,10 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 }
 
 // ShardID is the shard's id. Its entities' reminders belong to it
-// (eventsourced.ShardOf; docs/DESIGN.md, "Durable reminders").
+// (runtime.ShardOwner; docs/DESIGN.md, "Durable reminders").
 func (sh *shard[C]) ShardID() string { return sh.id }
+
+var _ runtime.ShardOwner = (*shard[struct{}])(nil)
 
 // entityBufferLimit bounds what a shard holds for one entity while it stops
 // or backs off: what the next incarnation's empty mailbox is sure to take,

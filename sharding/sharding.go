@@ -37,6 +37,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
+	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
 )
 
@@ -148,6 +149,9 @@ type Sharding struct {
 	stopped bool
 	unsub   func() // stops following the membership
 	unleave func() // stops listening for LeaveRequest
+
+	// shardingLink hands package bridge what reminders need (bridge.go).
+	shardingLink
 }
 
 // regionRuntime is what the node needs of a Region, whatever its command type.
@@ -160,10 +164,7 @@ type regionRuntime interface {
 	shutdown(ctx context.Context) error
 	goneCh() <-chan struct{}
 	terminate()
-	HostedShards() []string
-	StartEntity(id string) error
-	Homes() map[string]cluster.UniqueAddress
-	tellUntyped(entityID string, msg any) error
+	bridged() bridge.Region
 }
 
 // New starts the sharding layer of the node running sys.
@@ -192,6 +193,7 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 		cfg.Logger = sys.Logger()
 	}
 	s := &Sharding{sys: sys, cfg: cfg, self: cfg.Membership.Self(), regions: make(map[string]regionRuntime), hosts: make(map[string]*coordinatorHost)}
+	s.shardingLink = bridge.LinkSharding(shardingBridge{s})
 	if s.self.Node == "" {
 		return nil, errors.New("sharding: membership has no self node")
 	}

@@ -91,7 +91,7 @@ func TestRebalanceWhenARegionJoins(t *testing.T) {
 		}
 		tr.check(t, s)
 		// Every region knows every home (pushed on allocation).
-		if ha, hb := a.region.Homes(), b.region.Homes(); !maps.Equal(ha, hb) || len(ha) != 10 {
+		if ha, hb := sharding.HomesOf(a.region), sharding.HomesOf(b.region); !maps.Equal(ha, hb) || len(ha) != 10 {
 			t.Fatalf("homes differ: a %v, b %v", ha, hb)
 		}
 		_ = b.sh.Shutdown(context.Background())
@@ -208,7 +208,7 @@ func TestGracefulLeaveOfTheCoordinatorsRegion(t *testing.T) {
 			t.Fatalf("after a left: %v", cs)
 		}
 		tr.check(t, s)
-		if hb, hc := b.region.Homes(), c.region.Homes(); !maps.Equal(hb, hc) {
+		if hb, hc := sharding.HomesOf(b.region), sharding.HomesOf(c.region); !maps.Equal(hb, hc) {
 			t.Fatalf("homes differ: b %v, c %v", hb, hc)
 		}
 		_ = c.sh.Shutdown(context.Background())

@@ -154,12 +154,16 @@ func newShoalPair(tb testing.TB, targets int) *shoalPair {
 		if _, err := entity.Ask(ctx, ref, ping); err != nil {
 			tb.Fatalf("ping %s: %v", ref.EntityID(), err)
 		}
-		switch first.region.Homes()[first.region.ShardID(ref.EntityID())] {
-		case second.self:
+		// The ping answered, so the entity's shard is hosted on one node.
+		shard := first.region.ShardID(ref.EntityID())
+		_, onSecond := second.region.State().Shards[shard]
+		_, onFirst := first.region.State().Shards[shard]
+		switch {
+		case onSecond:
 			if len(p.remote) < targets {
 				p.remote = append(p.remote, ref)
 			}
-		case first.self:
+		case onFirst:
 			if len(p.local) < targets {
 				p.local = append(p.local, ref)
 			}

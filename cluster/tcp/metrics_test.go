@@ -1,6 +1,7 @@
 package tcp_test
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster/clustertest"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/internal/metrics/metricstest"
+	"github.com/shoal-dev/shoal/internal/poll"
 )
 
 // Frames and bytes are counted per peer on both ends: after a flush the
@@ -27,23 +29,23 @@ func TestMetricsFramesAndBytesPerPeer(t *testing.T) {
 		t.Fatalf("b received %d pings, want 5", n)
 	}
 	toB, fromA := map[string]string{"peer": "b"}, map[string]string{"peer": "a"}
-	// The writer counts a batch after its Write returns, which may be after
-	// the receiver has read it and the flush came back: wait for the count.
-	deadline := time.Now().Add(30 * time.Second)
-	for metricstest.Value(t, regs["a"], "shoal_transport_sent_frames_total", toB) < 5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := metricstest.Value(t, regs["a"], "shoal_transport_sent_frames_total", toB); n != 5 {
-		t.Errorf("a sent %v frames to b, want 5", n)
-	}
-	if n := metricstest.Value(t, regs["b"], "shoal_transport_received_frames_total", fromA); n != 5 {
-		t.Errorf("b received %v frames from a, want 5", n)
-	}
-	sent := metricstest.Value(t, regs["a"], "shoal_transport_sent_bytes_total", toB)
-	received := metricstest.Value(t, regs["b"], "shoal_transport_received_bytes_total", fromA)
-	if sent == 0 || sent != received {
-		t.Errorf("a wrote %v bytes to b, b read %v from a; want the same, not 0", sent, received)
-	}
+	// The writer counts a batch, frames and bytes, after its Write returns,
+	// which may be after the receiver has read it and the flush came back:
+	// wait for every count this test checks.
+	poll.Within(t, 30*time.Second, "the transport's counts", func() error {
+		if n := metricstest.Value(t, regs["a"], "shoal_transport_sent_frames_total", toB); n != 5 {
+			return fmt.Errorf("a sent %v frames to b, want 5", n)
+		}
+		if n := metricstest.Value(t, regs["b"], "shoal_transport_received_frames_total", fromA); n != 5 {
+			return fmt.Errorf("b received %v frames from a, want 5", n)
+		}
+		sent := metricstest.Value(t, regs["a"], "shoal_transport_sent_bytes_total", toB)
+		received := metricstest.Value(t, regs["b"], "shoal_transport_received_bytes_total", fromA)
+		if sent == 0 || sent != received {
+			return fmt.Errorf("a wrote %v bytes to b, b read %v from a; want the same, not 0", sent, received)
+		}
+		return nil
+	})
 }
 
 // Messages for a peer that cannot be dialled wait in its queue, which the

@@ -693,7 +693,8 @@ type kitOwner[C any] struct {
 	hasStop bool
 }
 
-// ShardID implements eventsourced.ShardOf: reminders need a shard.
+// ShardID makes the kit a shard owner (internal/runtime ShardOwner):
+// reminders need a shard.
 func (o kitOwner[C]) ShardID() string { return KitShard }
 
 func (o kitOwner[C]) Passivate(c *entity.Cell[C]) {

@@ -318,12 +318,12 @@ func (a *API) ask(w http.ResponseWriter, r *http.Request, req request, build fun
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	resp, err := entity.Ask(ctx, a.Payments.EntityRefFor(req.key.EntityID()), build)
-	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
+	if retryAfter, ok := unavailable(err); ok {
 		// The entity failed (its journal is down, say) and restarts after
 		// a back-off: say so now rather than at the ask timeout.
 		a.log().Warn("payment entity unavailable", "entity_id", req.key.EntityID(), "trace_id", req.traceID,
-			"retry_after", ue.RetryAfter, "err", err)
-		writeUnavailable(w, ue.RetryAfter)
+			"retry_after", retryAfter, "err", err)
+		writeUnavailable(w, retryAfter)
 		return
 	}
 	if err != nil {
@@ -347,6 +347,23 @@ func (a *API) log() *slog.Logger {
 		return a.Log
 	}
 	return slog.Default()
+}
+
+// unavailable reports whether err says that the entity cannot answer now
+// and may soon (it matches sharding.ErrEntityUnavailable: the entity failed
+// and its shard backs off before restarting it, or it could not recover),
+// on this node or on another, and the wait to suggest. An error raised on
+// this node is a *sharding.UnavailableError with the rest of the back-off;
+// one from another node crosses the wire as its failure code alone, and
+// gets writeUnavailable's shortest wait.
+func unavailable(err error) (retryAfter time.Duration, ok bool) {
+	if !errors.Is(err, sharding.ErrEntityUnavailable) {
+		return 0, false
+	}
+	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
+		return ue.RetryAfter, true
+	}
+	return 0, true
 }
 
 // writeUnavailable answers 503 with Retry-After (whole seconds, at least

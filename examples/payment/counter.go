@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -132,8 +131,8 @@ func (a counterAPI) ask(w http.ResponseWriter, r *http.Request, build func(entit
 	ctx, cancel := context.WithTimeout(r.Context(), a.askTimeout)
 	defer cancel()
 	v, err := entity.Ask(ctx, a.counters.EntityRefFor(id), build)
-	if ue, ok := errors.AsType[*sharding.UnavailableError](err); ok {
-		writeUnavailable(w, ue.RetryAfter)
+	if retryAfter, ok := unavailable(err); ok {
+		writeUnavailable(w, retryAfter)
 		return
 	}
 	if err != nil {

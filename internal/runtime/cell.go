@@ -193,6 +193,19 @@ func (c *Cell[C]) Tell(msg C) error {
 // Owner is the props' Owner, nil if none.
 func OwnerOf[C any](c *Cell[C]) Owner[C] { return c.props.Owner }
 
+// ShardOwner is an Owner that runs its entities in a shard, as sharding's
+// shards do: the entities' reminders belong to that shard, so that the
+// node hosting it fires them (docs/DESIGN.md, "Durable reminders").
+type ShardOwner interface{ ShardID() string }
+
+// ShardOf is the shard c runs in, "" when its owner is no ShardOwner.
+func ShardOf[C any](c *Cell[C]) string {
+	if s, ok := c.props.Owner.(ShardOwner); ok {
+		return s.ShardID()
+	}
+	return ""
+}
+
 // Seal closes this incarnation to TellUnsealed; Tell still reaches it. An
 // owner with a lock-free fast path to its entities (a shard) seals an
 // incarnation under its own lock before it sends the stop message or stops

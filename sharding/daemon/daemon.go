@@ -57,15 +57,15 @@ type Config struct {
 // ErrInvalidConfig is returned by Start for a config it cannot run.
 var ErrInvalidConfig = errors.New("daemon: invalid config")
 
-// Command is what a worker entity receives.
-type Command interface{ isDaemonCommand() }
+// command is what a worker entity receives.
+type command interface{ isDaemonCommand() }
 
-// KeepAlive starts a worker that is not running.
-type KeepAlive struct{}
+// keepAlive starts a worker that is not running.
+type keepAlive struct{}
 
-// Stop is the worker's stop message: it cancels the run and stops once the
-// run returned.
-type Stop struct{}
+// stopWorker is the worker's stop message: it cancels the run and stops
+// once the run returned.
+type stopWorker struct{}
 
 // runEnded reports, from the run's goroutine, that the run returned.
 type runEnded struct{ Err string }
@@ -73,17 +73,16 @@ type runEnded struct{ Err string }
 // restart runs the worker again after its back-off.
 type restart struct{}
 
-func (KeepAlive) isDaemonCommand() {}
-func (Stop) isDaemonCommand()      {}
-func (runEnded) isDaemonCommand()  {}
-func (restart) isDaemonCommand()   {}
+func (keepAlive) isDaemonCommand()  {}
+func (stopWorker) isDaemonCommand() {}
+func (runEnded) isDaemonCommand()   {}
+func (restart) isDaemonCommand()    {}
 
-// Register binds the daemon's commands in reg. Start does it on the
 // node's codec; a program that decodes them elsewhere calls it.
-func Register(reg *codec.Registry) error {
+func register(reg *codec.Registry) error {
 	return errors.Join(
-		codec.Register[KeepAlive](reg, "shoal.daemon.KeepAlive"),
-		codec.Register[Stop](reg, "shoal.daemon.Stop"),
+		codec.Register[keepAlive](reg, "shoal.daemon.KeepAlive"),
+		codec.Register[stopWorker](reg, "shoal.daemon.Stop"),
 		codec.Register[runEnded](reg, "shoal.daemon.RunEnded"),
 		codec.Register[restart](reg, "shoal.daemon.Restart"),
 	)
@@ -92,7 +91,7 @@ func Register(reg *codec.Registry) error {
 // Daemon is a daemon's part on one node: its keep-alive loop.
 type Daemon struct {
 	cfg    Config
-	region *sharding.Region[Command]
+	region *sharding.Region[command]
 	stop   context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -112,7 +111,7 @@ func Start(s *sharding.Sharding, cfg Config) (*Daemon, error) {
 		cfg.RestartBackoff = time.Second
 	}
 	if reg := s.System().Codec(); reg != nil {
-		if err := Register(reg); err != nil {
+		if err := register(reg); err != nil {
 			return nil, fmt.Errorf("daemon %s: %w", cfg.Name, err)
 		}
 	}
@@ -123,10 +122,10 @@ func Start(s *sharding.Sharding, cfg Config) (*Daemon, error) {
 		StopTimeout:        cfg.StopTimeout,
 	}
 	d := &Daemon{cfg: cfg, done: make(chan struct{})}
-	region, err := sharding.Init(s, sharding.Entity[Command]{
-		Key:         entity.NewTypeKey[Command]("daemon-" + cfg.Name),
+	region, err := sharding.Init(s, sharding.Entity[command]{
+		Key:         entity.NewTypeKey[command]("daemon-" + cfg.Name),
 		Create:      d.create,
-		StopMessage: Stop{},
+		StopMessage: stopWorker{},
 		Role:        cfg.Role,
 		Settings:    settings,
 	})
@@ -157,7 +156,7 @@ func (d *Daemon) keepAlive(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		for i := range d.cfg.Workers {
-			_ = d.region.EntityRefFor(strconv.Itoa(i)).Tell(KeepAlive{})
+			_ = d.region.EntityRefFor(strconv.Itoa(i)).Tell(keepAlive{})
 		}
 		select {
 		case <-ctx.Done():
@@ -176,36 +175,36 @@ type worker struct {
 	waiting  bool // a restart timer is pending
 }
 
-func (d *Daemon) create(ec entity.Context[Command]) entity.Behavior[Command] {
+func (d *Daemon) create(ec entity.Context[command]) entity.Behavior[command] {
 	index, err := strconv.Atoi(ec.EntityID())
 	if err != nil || index < 0 || index >= d.cfg.Workers {
 		ec.Log().Error("daemon: no such worker", "daemon", d.cfg.Name, "worker", ec.EntityID())
-		return entity.Stopped[Command]()
+		return entity.Stopped[command]()
 	}
 	w := &worker{d: d, index: index}
 	w.run(ec)
 	return entity.Receive(w.receive)
 }
 
-func (w *worker) receive(ec entity.Context[Command], msg Command) entity.Behavior[Command] {
+func (w *worker) receive(ec entity.Context[command], msg command) entity.Behavior[command] {
 	switch m := msg.(type) {
-	case KeepAlive:
+	case keepAlive:
 		// A worker runs from its start; a keep-alive only creates it.
 	case restart:
 		w.waiting = false
 		if !w.stopping && w.cancel == nil {
 			w.run(ec)
 		}
-	case Stop:
+	case stopWorker:
 		if w.cancel == nil {
-			return entity.Stopped[Command]()
+			return entity.Stopped[command]()
 		}
 		w.stopping = true
 		w.cancel()
 	case runEnded:
 		w.cancel = nil
 		if w.stopping {
-			return entity.Stopped[Command]()
+			return entity.Stopped[command]()
 		}
 		ec.Log().Warn("daemon: worker's run returned; restarting it", "daemon", w.d.cfg.Name, "worker", w.index, "error", m.Err, "after", w.d.cfg.RestartBackoff)
 		if !w.waiting {
@@ -213,15 +212,15 @@ func (w *worker) receive(ec entity.Context[Command], msg Command) entity.Behavio
 			ec.Timers().StartSingleTimer("restart", restart{}, w.d.cfg.RestartBackoff)
 		}
 	}
-	return entity.Same[Command]()
+	return entity.Same[command]()
 }
 
 // run starts the worker's run on its own goroutine. It ends when the
 // worker is told to stop or its incarnation stops, whichever comes first.
-func (w *worker) run(ec entity.Context[Command]) {
+func (w *worker) run(ec entity.Context[command]) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
-	ec.PipeToSelf(func(ctx context.Context) (reply Command) {
+	ec.PipeToSelf(func(ctx context.Context) (reply command) {
 		defer context.AfterFunc(ctx, cancel)()
 		defer cancel()
 		defer func() {

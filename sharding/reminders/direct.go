@@ -8,7 +8,6 @@ import (
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
-	"github.com/shoal-dev/shoal/eventsourced"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/timers/reminder"
 )
@@ -37,9 +36,7 @@ func For[C any](ctx entity.Context[C]) (Handle[C], error) {
 	h := Handle[C]{key: reminder.Key{EntityID: ctx.EntityID()}, codec: ctx.System().Codec(), store: ctx.System().Reminders()}
 	if c, ok := ctx.(*runtime.Cell[C]); ok {
 		h.key.EntityType = c.EntityType()
-		if s, ok := runtime.OwnerOf(c).(eventsourced.ShardOf); ok {
-			h.shard = s.ShardID()
-		}
+		h.shard = runtime.ShardOf(c)
 	}
 	switch {
 	case h.shard == "" || h.key.EntityType == "":

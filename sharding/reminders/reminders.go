@@ -46,6 +46,7 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/timers"
 	"github.com/shoal-dev/shoal/timers/reminder"
 )
@@ -174,17 +175,20 @@ func (f *Firer) report() metrics.ReminderReport {
 // Stop. StartAll does it for every type of a node.
 func Start[C any](region *sharding.Region[C], sys *entity.System, cfg Config) (*Firer, error) {
 	typ := region.EntityRefFor("_").EntityType()
-	f, err := start(typ, sys, cfg, placement{region.HostedShards, func() map[string]bool { return shardSet(region.Homes()) }, region.StartEntity}, func(id string, cmd any) error {
-		c, ok := cmd.(C)
-		if !ok {
-			return fmt.Errorf("%w: %T is not a command of %s", sharding.ErrWrongMessageType, cmd, typ)
-		}
-		return region.EntityRefFor(id).Tell(c)
-	})
+	f, err := startOn(typ, sys, cfg, bridge.RegionOf(region))
 	if err != nil {
 		return nil, err
 	}
 	return startReporting(f), nil
+}
+
+// startOn starts the Firer of typ on its region r.
+func startOn(typ string, sys *entity.System, cfg Config, r bridge.Region) (*Firer, error) {
+	return start(typ, sys, cfg, placement{
+		hosted:      r.HostedShards,
+		homed:       func() map[string]bool { return shardSet(r.Homes()) },
+		startEntity: r.StartEntity,
+	}, r.TellUntyped)
 }
 
 // shardSet is the shards of homes.
@@ -246,7 +250,7 @@ func deliver(reg *codec.Registry, tell func(id string, cmd any) error, r reminde
 		return fmt.Errorf("%w: %s: command %T embeds no reminder.Delivery", reminder.ErrInvalid, r.Key, v)
 	}
 	if err := tell(r.EntityID, v); err != nil {
-		if errors.Is(err, sharding.ErrWrongMessageType) {
+		if errors.Is(err, bridge.ErrWrongMessageType) {
 			return fmt.Errorf("%w: %s: %w", reminder.ErrInvalid, r.Key, err)
 		}
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/journal/memory"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/sharding/reminders"
 	"github.com/shoal-dev/shoal/timers/reminder"
 	reminderstore "github.com/shoal-dev/shoal/timers/reminder/memory"
@@ -237,7 +238,7 @@ func (c *cluster) ask(node, id string, build func(entity.ReplyTo[int]) alarmCmd)
 // homeOf is the node hosting id's shard.
 func (c *cluster) homeOf(id string) string {
 	for name, r := range c.regions {
-		if slices.Contains(r.HostedShards(), r.ShardID(id)) {
+		if slices.Contains(bridge.RegionOf(r).HostedShards(), r.ShardID(id)) {
 			return name
 		}
 	}
@@ -325,7 +326,7 @@ func testNextHome(t *testing.T, stop func(*cluster, string)) {
 			for _, id := range ids {
 				c.ask("a", id, func(r entity.ReplyTo[int]) alarmCmd { return count{ReplyTo: r} })
 			}
-			return len(c.regions["a"].HostedShards()) > 0 && len(c.regions["b"].HostedShards()) > 0
+			return len(bridge.RegionOf(c.regions["a"]).HostedShards()) > 0 && len(bridge.RegionOf(c.regions["b"]).HostedShards()) > 0
 		})
 		var onB string
 		for _, id := range ids {

@@ -8,6 +8,7 @@ import (
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/internal/metrics"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/timers"
 )
 
@@ -49,11 +50,11 @@ func (v *Service) check() {
 		if _, ok := v.firers[typ]; ok {
 			continue
 		}
-		f, err := start(typ, v.sys, v.cfg, placement{
-			hosted:      func() []string { ids, _ := v.s.HostedShards(typ); return ids },
-			homed:       func() map[string]bool { h, _ := v.s.ShardHomes(typ); return shardSet(h) },
-			startEntity: func(id string) error { return v.s.StartEntityOf(typ, id) },
-		}, func(id string, cmd any) error { return v.s.TellUntyped(typ, id, cmd) })
+		r, err := bridge.ShardingOf(v.s).Region(typ)
+		var f *Firer
+		if err == nil {
+			f, err = startOn(typ, v.sys, v.cfg, r)
+		}
 		if err != nil {
 			v.cfg.Logger.Error("cannot fire reminders", "entity_type", typ, "err", err)
 			continue
