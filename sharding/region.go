@@ -329,6 +329,9 @@ func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffec
 				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
 					r.core.handOverRefused(h.Shard, ef.node, h.Seq)
 				}
+				if _, ok := ef.msg.(protocol.Flush); ok && errors.Is(err, ErrUnreachable) {
+					r.core.flushRefused(ef.node)
+				}
 			}
 		case regForward:
 			err := r.forward(ef.node, ef.shard, ef.p)

@@ -177,6 +177,11 @@ func (n *simNode) applyRegion() {
 					n.region.handOverRefused(h.Shard, ef.node, h.Seq)
 					break
 				}
+				if _, ok := ef.msg.(protocol.Flush); ok && !n.w.reachable(addrName(ef.node)) {
+					n.w.tracef("%s -> %s refused (node gone): %s", n.name, ef.node, simShow(ef.msg))
+					n.region.flushRefused(ef.node)
+					break
+				}
 				n.w.net.send(n.name, addrName(ef.node), ef.coordinator, ef.msg)
 			case regForward:
 				if n.w.reachable(addrName(ef.node)) {
