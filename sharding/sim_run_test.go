@@ -580,6 +580,13 @@ func TestSimulationPinned(t *testing.T) {
 		// view held the node Down; registered again, it was awaited in a
 		// hand-off for ever (coordinator.go, Register).
 		{"register-from-a-node-held-down", "all", false, 442680},
+		// A leaving region forwarded its buffer to the home a new
+		// coordinator pushed and left the view at its next tick, the
+		// forwards still on a slow link; the home left too before they
+		// came (region_core.go, flushed; leave-flush.txt). Its run has
+		// differed since the simulator's draws changed; kept as a
+		// regression seed.
+		{"leave-ahead-of-its-forwards", "all", false, 385134},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)
