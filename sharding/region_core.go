@@ -14,7 +14,8 @@ import (
 )
 
 // errHandOverTooLate refuses the mail of a HandOver that came from a home
-// already gone, after the shard started here without it (see handedOver).
+// already gone, after the shard started without it, here or at the next
+// home this region's own mail went to (see handedOver).
 var errHandOverTooLate = errors.New("sharding: hand-over from a home already gone came after the shard started without it")
 
 // regionCore is a region's routing bookkeeping as a pure state machine, in
@@ -1415,11 +1416,16 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		e.handedSeq[m.From] = m.Seq
 	}
 	front := c.fromDelivers(m.Msgs)
-	if !m.Relayed && m.From != c.cfg.self && e.hosted && len(front) > 0 && c.gone(m.From) {
-		// From left the view or is Down, and the shard started here
-		// without its mail, which a slow link brought only now (its
-		// sender crashed, or its leave ran out of time): delivered, it
-		// would come after newer mail. Refused, as a crash loses mail.
+	passedOn := e.awaiting.IsZero() && !e.handingOff && !e.home.IsZero() && e.home != c.cfg.self
+	if !m.Relayed && m.From != c.cfg.self && (e.hosted || passedOn) && len(front) > 0 && c.gone(m.From) {
+		// From left the view or is Down, and the shard went on without
+		// its mail, which a slow link brought only now (its sender
+		// crashed, or its leave ran out of time): it started here, or it
+		// lives at another home, which waits for From no more. Along a
+		// chain From → here → next, this region's own mail went on to
+		// next when its wait for From ended. Delivered, or forwarded
+		// there behind that mail, it would come after newer mail.
+		// Refused, as a crash loses mail.
 		for _, p := range front {
 			c.emit(regionEffect[C, S]{kind: regDeadLetter, node: m.From, shard: m.Shard, p: p, err: errHandOverTooLate})
 		}
