@@ -54,8 +54,8 @@ func (l *heldLink) release() {
 // A leaving node's Shutdown returns only once the home it forwarded to
 // has everything it forwarded there (docs/DESIGN.md, "Graceful leave"):
 // with no hand-off running, it returned while its forwards were still on
-// a slow link, and a home that hands the shard off or leaves before they
-// come takes the gone node's mail for nothing.
+// a slow link, and a home that handed the shard off or left before they
+// came, no longer waiting for a node gone from its view, lost them.
 func TestLeaveWaitsUntilItsForwardsArrived(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t, sharding.Settings{})
