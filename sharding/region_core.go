@@ -72,6 +72,12 @@ type regionCore[C any, S comparable] struct {
 	leaveWaited uint64
 	// handOverSeq numbers the HandOvers this region sends (see handOver).
 	handOverSeq uint64
+	// flushes are the nodes a leaving region may have forwarded to without
+	// knowing yet that those forwards arrived: each with the Seq of the
+	// Flush sent there after the last of them, 0 while none was (see
+	// flushed). flushSeq numbers the Flushes.
+	flushes  map[cluster.UniqueAddress]uint64
+	flushSeq uint64
 	// registerWait is the wait before the next early re-registration (see
 	// registerSoon), 0 while none is armed; registerGen tells the armed
 	// one from those it replaced.
@@ -305,8 +311,12 @@ func (c *regionCore[C, S]) notef(level slog.Level, note string, args ...any) {
 // routable is the shard's entry when a message for it goes straight to
 // its home (no buffer to keep order with, no hand-off): the runner's data
 // path, under its read lock. It changes nothing.
+//
+// A leaving region forwards only through route, which notes the home (see
+// forwarded): its leave waits until each home it forwarded to has
+// everything (see flushed).
 func (c *regionCore[C, S]) routable(shardID string) *regionShard[C, S] {
-	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped && (e.hosted || !c.forwardsHeld()) {
+	if e := c.shards[shardID]; e != nil && e.direct() && !c.stopped && (e.hosted || !c.forwardsHeld() && !c.leaving) {
 		return e
 	}
 	return nil
@@ -386,6 +396,7 @@ func (c *regionCore[C, S]) route(shardID string, p pending[C]) (routeVerdict, *r
 		return routeLocal, e
 	}
 	if e.direct() && !c.forwardsHeld() {
+		c.forwarded(e.home)
 		return routeRemote, e
 	}
 	if c.buffered >= c.cfg.bufferSize {
@@ -648,6 +659,17 @@ func (c *regionCore[C, S]) step(msg Message) {
 		e.handingOff, e.stopping, e.stopWaits, e.handOffTold = true, true, m.Fences, true
 		e.stopEpoch, e.stopSeq = m.Epoch, m.Seq
 		c.maybeStop(m.Shard, e)
+	case protocol.Flush:
+		// Everything m.From forwarded here before it is in: taken by the
+		// core, or in its entity's mailbox (the runner hands a link's
+		// messages over in order, and no Deliver overtakes one queued
+		// before it).
+		c.emit(regionEffect[C, S]{kind: regSend, node: m.From, msg: protocol.FlushAck{Region: c.cfg.self, Seq: m.Seq}})
+	case protocol.FlushAck:
+		if seq, ok := c.flushes[m.Region]; ok && seq != 0 && seq == m.Seq {
+			delete(c.flushes, m.Region)
+			c.checkLeft()
+		}
 	case protocol.LeaveAck:
 		if c.fresh(m.Epoch) && c.leaving {
 			c.leaveAcked = true
@@ -931,6 +953,7 @@ func (c *regionCore[C, S]) tick() {
 	c.releaseHeld()
 	c.resendFences()
 	c.resendHandOvers()
+	c.resendFlushes()
 	if c.leaving && c.awaitingLeft && c.buffered > 0 && c.cfg.waitTicks > 0 && c.alone() {
 		if c.leaveWaited++; c.leaveWaited == 2*c.cfg.waitTicks {
 			c.notef(slog.LevelWarn, "sharding: leaving with buffered messages no home took in time", "count", c.buffered)
@@ -982,6 +1005,20 @@ func (c *regionCore[C, S]) resendFences() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		if e := c.shards[id]; !e.hosted && !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
+		}
+	}
+}
+
+// resendFlushes sends each unanswered Flush again (see flushed): a broken
+// link may have lost it. On the same link, it still follows every forward
+// it answers for.
+func (c *regionCore[C, S]) resendFlushes() {
+	if c.stopped {
+		return
+	}
+	for _, n := range slices.SortedFunc(maps.Keys(c.flushes), cluster.UniqueAddress.Compare) {
+		if seq := c.flushes[n]; seq != 0 && !c.gone(n) {
+			c.emit(regionEffect[C, S]{kind: regSend, node: n, msg: protocol.Flush{From: c.cfg.self, Seq: seq}})
 		}
 	}
 }
@@ -1254,6 +1291,16 @@ func (c *regionCore[C, S]) handOverRefused(shardID string, node cluster.UniqueAd
 	}
 }
 
+// flushRefused reports that the transport refused a Flush to node at once:
+// nothing listens there (it left, or never joined this node's view), so
+// no answer will come, and what went there before is in or lost with it.
+func (c *regionCore[C, S]) flushRefused(node cluster.UniqueAddress) {
+	if _, ok := c.flushes[node]; ok {
+		delete(c.flushes, node)
+		c.checkLeft()
+	}
+}
+
 // handedOverTo ends the wait for the acknowledgement of a hand-over: what
 // this region buffered meanwhile may go on.
 func (c *regionCore[C, S]) handedOverTo(shardID string, e *regionShard[C, S]) {
@@ -1285,6 +1332,9 @@ func (c *regionCore[C, S]) drain(shardID string, e *regionShard[C, S]) {
 	buf := e.buffer
 	e.buffer, e.handedFront = nil, 0
 	c.buffered -= len(buf)
+	if len(buf) > 0 && !e.hosted {
+		c.forwarded(e.home)
+	}
 	for _, p := range buf {
 		if e.hosted {
 			c.emit(regionEffect[C, S]{kind: regDeliver, shard: shardID, p: p, accepted: true})
@@ -1426,6 +1476,15 @@ func (c *regionCore[C, S]) leave(oldest cluster.UniqueAddress) {
 	// Nothing is ever allocated to a proxy: no LeaveAck to wait for, which
 	// no coordinator may be there to send.
 	c.leaveAcked = c.leaveAcked || c.cfg.proxy
+	// Until now the data path forwarded to known homes without the core
+	// (see routable): each of them, and a home forgotten with forwards
+	// perhaps still on their way there (fenceOwed), may hold some.
+	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
+		if e := c.shards[id]; !e.hosted {
+			c.forwarded(e.home)
+			c.forwarded(e.fenceOwed)
+		}
+	}
 	c.releaseHeld()
 	c.checkLeft()
 	c.toCoordinator(protocol.GracefulShutdownReq{Region: c.cfg.self})
@@ -1467,8 +1526,50 @@ func (c *regionCore[C, S]) checkLeft() {
 	if c.forwarding() {
 		return
 	}
+	if !c.flushed() {
+		return
+	}
 	c.awaitingLeft = false
 	c.emit(regionEffect[C, S]{kind: regLeft})
+}
+
+// forwarded notes, while the region leaves, that it forwards to node: its
+// leave waits for node to have those forwards (see flushed). A Flush sent
+// there before answers for them no more.
+func (c *regionCore[C, S]) forwarded(node cluster.UniqueAddress) {
+	if !c.leaving || c.stopped || node.IsZero() || node == c.cfg.self {
+		return
+	}
+	if c.flushes == nil {
+		c.flushes = make(map[cluster.UniqueAddress]uint64)
+	}
+	c.flushes[node] = 0
+}
+
+// flushed reports whether every node a leaving region may have forwarded
+// to has answered a Flush sent there after those forwards, or is gone; it
+// sends a Flush where none follows the last forward yet.
+//
+// Else the region would leave the view with forwards still on a slow link
+// (the transport keeps its queue across a broken connection): a home
+// takes a region gone from the view for gone, and stops or hands off the
+// shard, or leaves itself, without waiting for it; the forwards would
+// come after the shard moved, or find nobody. Per-link order makes the
+// answer mean that every forward sent there before the Flush is in. The
+// wait, like the fence's, ends on the home being gone (left the view, or
+// Down), not on time (docs/DESIGN.md, "Graceful leave").
+func (c *regionCore[C, S]) flushed() bool {
+	for _, n := range slices.SortedFunc(maps.Keys(c.flushes), cluster.UniqueAddress.Compare) {
+		switch {
+		case c.gone(n):
+			delete(c.flushes, n)
+		case c.flushes[n] == 0:
+			c.flushSeq++
+			c.flushes[n] = c.flushSeq
+			c.emit(regionEffect[C, S]{kind: regSend, node: n, msg: protocol.Flush{From: c.cfg.self, Seq: c.flushSeq}})
+		}
+	}
+	return len(c.flushes) == 0
 }
 
 // forwarding reports whether the effects not yet carried out include a

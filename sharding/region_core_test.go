@@ -46,6 +46,8 @@ import (
 //	  hand-off SHARD epoch=E [fences=NODE,...]
 //	  fence SHARD from=NODE
 //	  leave-ack epoch=E
+//	  flush from=NODE seq=N      (NODE's marker behind what it forwarded here)
+//	  flush-ack NODE seq=N       (NODE has what this region forwarded before its Flush N)
 //	  started SHARD NODE [seq=N]   (NODE has the mail this region handed over; no seq: any)
 //	  deliver SHARD ENTITY MSG   (forwarded by another region)
 //	handed-off SHARD [leftover=ENTITY:MSG,...]
@@ -53,9 +55,9 @@ import (
 //	unreachable SHARD NODE
 //	                     the transport could not carry a message to NODE, SHARD's home
 //	down NODE            from now on the transport refuses to carry forwards and this
-//	                     region's HandOvers to NODE: the harness puts each forward back
-//	                     as the runner does (unreachable, route), and reports each
-//	                     HandOver (handOverRefused)
+//	                     region's HandOvers and Flushes to NODE: the harness puts each
+//	                     forward back as the runner does (unreachable, route), and
+//	                     reports each HandOver (handOverRefused) and Flush (flushRefused)
 //	terminated SHARD     the entities of a shard stop terminated have all stopped
 //	tick                 the retry tick
 //	leave OLDEST         begin a graceful leave
@@ -177,11 +179,14 @@ func (h *regionHarness) run(line string) string {
 }
 
 // tell routes p as the runner does: the fast path when routable, else
-// the core decides under the write lock; both must agree.
+// the core decides under the write lock; both must agree, but that a
+// leaving region forwards only through the core (see routable).
 func (h *regionHarness) tell(shardID string, p pending[string]) {
 	fast := h.core.routable(shardID)
+	leaving := h.core.leaving
 	verdict, e := h.core.route(shardID, p)
-	if (fast != nil) != (verdict == routeLocal || verdict == routeRemote) || fast != nil && fast != e {
+	direct := verdict == routeLocal || verdict == routeRemote && !leaving
+	if (fast != nil) != direct || fast != nil && fast != e {
 		h.fatalf("fast path %v disagrees with the core's verdict %d", fast != nil, verdict)
 	}
 	h.apply()
@@ -270,6 +275,11 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		return protocol.Fence{Shard: pos[0], From: addr(kv["from"]), Epoch: h.uint(kv["epoch"]), Seq: h.uint(kv["seq"])}
 	case "leave-ack":
 		return protocol.LeaveAck{Epoch: h.epoch(kv)}
+	case "flush":
+		return protocol.Flush{From: addr(kv["from"]), Seq: h.uint(kv["seq"])}
+	case "flush-ack":
+		need(1)
+		return protocol.FlushAck{Region: addr(pos[0]), Seq: h.uint(kv["seq"])}
 	case "started":
 		need(2)
 		return protocol.ShardStarted{Shard: pos[0], Region: addr(pos[1]), Seq: h.uint(kv["seq"])}
@@ -355,6 +365,10 @@ func fmtMessage(m Message) string {
 			return fmt.Sprintf("HandOver %s of %s (%d) relayed", m.Shard, m.From, m.Seq)
 		}
 		return fmt.Sprintf("HandOver %s #%d: %s", m.Shard, m.Seq, fmtDelivers(m.Msgs))
+	case protocol.Flush:
+		return fmt.Sprintf("Flush #%d from %s", m.Seq, addrName(m.From))
+	case protocol.FlushAck:
+		return fmt.Sprintf("FlushAck #%d from %s", m.Seq, addrName(m.Region))
 	case protocol.GracefulShutdownReq:
 		return "GracefulShutdownReq " + addrName(m.Region)
 	case protocol.RegionStopped:
@@ -389,6 +403,11 @@ func (h *regionHarness) apply() {
 				if m, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && h.down[addrName(ef.node)] {
 					h.core.handOverRefused(m.Shard, ef.node, m.Seq)
 					h.printf("send %s refused: %s", to, fmtMessage(ef.msg))
+					break
+				}
+				if _, ok := ef.msg.(protocol.Flush); ok && h.down[addrName(ef.node)] {
+					h.printf("send %s refused: %s", to, fmtMessage(ef.msg))
+					h.core.flushRefused(ef.node)
 					break
 				}
 				h.printf("send %s: %s", to, fmtMessage(ef.msg))
@@ -459,6 +478,9 @@ func (h *regionHarness) printState() {
 		if f.on {
 			flags = append(flags, f.name)
 		}
+	}
+	for _, n := range slices.SortedFunc(maps.Keys(c.flushes), cluster.UniqueAddress.Compare) {
+		flags = append(flags, fmt.Sprintf("flushing=%s#%d", addrName(n), c.flushes[n]))
 	}
 	h.printf("region %s", strings.Join(flags, " "))
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {

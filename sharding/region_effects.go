@@ -21,9 +21,9 @@ type regionHandle[C any] interface {
 // regionEnv is the world a region's effects act on: the transport, the
 // clock, the shards' lives and the log. Region implements it with real IO
 // (regionIO); the simulator on its discrete-event world. The effects'
-// order and the core's follow-up inputs (handOverRefused, unreachable,
-// route) are regionEffects' own, so that both run the same decisions
-// (docs/DESIGN.md, "Cores and runners").
+// order and the core's follow-up inputs (handOverRefused, flushRefused,
+// unreachable, route) are regionEffects' own, so that both run the same
+// decisions (docs/DESIGN.md, "Cores and runners").
 type regionEnv[C any, S regionHandle[C]] interface {
 	// send sends msg to the region or coordinator at to; an error of
 	// ErrUnreachable says the transport refused it (the node is gone).
@@ -92,6 +92,9 @@ func (x *regionEffects[C, S]) applyBatch(later []regionEffect[C, S]) []regionEff
 			if err := env.send(to, ef.msg); err != nil {
 				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
 					c.handOverRefused(h.Shard, ef.node, h.Seq)
+				}
+				if _, ok := ef.msg.(protocol.Flush); ok && errors.Is(err, ErrUnreachable) {
+					c.flushRefused(ef.node)
 				}
 			}
 		case regForward:

@@ -152,6 +152,9 @@ type sim struct {
 	nodeLeases       sharding.NodeLeases   // when set, given to nodes that join later
 	metrics          prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
 	tracer           trace.TracerProvider  // when set, the runtime of nodes that join later records spans with it
+	// wrap, when set, is the transport of each node that joins later,
+	// given the node's name and the transport it would have had.
+	wrap func(node string, t sharding.Transport) sharding.Transport
 }
 
 // sentLog records protocol messages in send order.
@@ -215,6 +218,9 @@ func (s *sim) join(name string, roles ...string) *node {
 	var transport sharding.Transport = s.transport
 	if s.sent != nil {
 		transport = tapped{s.transport, s.sent}
+	}
+	if s.wrap != nil {
+		transport = s.wrap(name, transport)
 	}
 	sh, err := sharding.NewOver(sys, transport, sharding.Config{
 		Membership:       s.cluster.Join(name, roles...),

@@ -196,6 +196,10 @@ func (io simRegionIO) send(to Address, msg Message) error {
 		n.w.tracef("%s -> %s refused (node gone): %s", n.name, to.Node, simShow(msg))
 		return ErrUnreachable
 	}
+	if _, ok := msg.(protocol.Flush); ok && !n.w.reachable(addrName(to.Node)) {
+		n.w.tracef("%s -> %s refused (node gone): %s", n.name, to.Node, simShow(msg))
+		return ErrUnreachable
+	}
 	n.w.net.send(n.name, addrName(to.Node), to.Coordinator, msg)
 	return nil
 }

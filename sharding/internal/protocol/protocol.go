@@ -105,6 +105,23 @@ type (
 		From       cluster.UniqueAddress
 		Epoch, Seq uint64
 	}
+	// Flush follows, on the data link, every message a leaving region
+	// forwarded to the receiving region: its leave completes only once
+	// the receiver answers FlushAck with the same Seq (or is gone), since
+	// per-link order means everything forwarded before it is in by then.
+	// Seq, increasing per sender, tells the Flush sent after the
+	// sender's last forward there from earlier ones. Sent again each tick
+	// until answered, since a broken link may lose it.
+	Flush struct {
+		From cluster.UniqueAddress
+		Seq  uint64
+	}
+	// FlushAck answers a Flush: Region, the receiver, holds everything
+	// the Flush's sender forwarded to it before the Flush numbered Seq.
+	FlushAck struct {
+		Region cluster.UniqueAddress
+		Seq    uint64
+	}
 	// HandOff tells the owning region to stop the shard's entities, once it
 	// holds a Fence of this hand-off (Epoch, Seq) from each region in
 	// Fences that is not gone, so that everything forwarded to it before
@@ -210,6 +227,8 @@ func (HandOff) ProtocolMessage()             {}
 func (ShardStopped) ProtocolMessage()        {}
 func (HandOver) ProtocolMessage()            {}
 func (Fence) ProtocolMessage()               {}
+func (Flush) ProtocolMessage()               {}
+func (FlushAck) ProtocolMessage()            {}
 func (GracefulShutdownReq) ProtocolMessage() {}
 func (LeaveAck) ProtocolMessage()            {}
 func (RegionStopped) ProtocolMessage()       {}

@@ -87,6 +87,12 @@ func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, erro
 			b = appendAddress(b, m.From)
 			b = binary.AppendUvarint(b, m.Epoch)
 			b = binary.AppendUvarint(b, m.Seq)
+		case protocol.Flush:
+			id, b = IDFlush, appendAddress(b, m.From)
+			b = binary.AppendUvarint(b, m.Seq)
+		case protocol.FlushAck:
+			id, b = IDFlushAck, appendAddress(b, m.Region)
+			b = binary.AppendUvarint(b, m.Seq)
 		case protocol.HandOver:
 			id = IDHandOver
 			b, err = appendHandOver(b, m)
@@ -305,6 +311,14 @@ func readFence(r *reader) any {
 		m.Epoch, m.Seq = r.uvarint("Epoch"), r.uvarint("Seq")
 	}
 	return m
+}
+
+func readFlush(r *reader) any {
+	return protocol.Flush{From: r.address("From"), Seq: r.uvarint("Seq")}
+}
+
+func readFlushAck(r *reader) any {
+	return protocol.FlushAck{Region: r.address("Region"), Seq: r.uvarint("Seq")}
 }
 
 func readHandOver(r *reader) any {

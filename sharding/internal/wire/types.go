@@ -35,6 +35,8 @@ const (
 	IDDeliver             TypeID = 23
 	IDReply               TypeID = 24
 	IDAskFailed           TypeID = 25
+	IDFlush               TypeID = 26
+	IDFlushAck            TypeID = 27
 )
 
 // kind is one row of the table: a message type's id and name, and how
@@ -76,6 +78,8 @@ var kinds = [...]kind{
 	IDDeliver:             {IDDeliver, "Deliver", protocol.Deliver{}, true, readDeliverMessage},
 	IDReply:               {IDReply, "Reply", Reply{}, false, readReply},
 	IDAskFailed:           {IDAskFailed, "AskFailed", AskFailed{}, false, readAskFailed},
+	IDFlush:               {IDFlush, "Flush", protocol.Flush{}, true, readFlush},
+	IDFlushAck:            {IDFlushAck, "FlushAck", protocol.FlushAck{}, true, readFlushAck},
 }
 
 func kindOf(id TypeID) *kind {

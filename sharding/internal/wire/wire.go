@@ -247,6 +247,10 @@ func idOf(m any) TypeID {
 		return IDReply
 	case AskFailed:
 		return IDAskFailed
+	case protocol.Flush:
+		return IDFlush
+	case protocol.FlushAck:
+		return IDFlushAck
 	}
 	return 0
 }

@@ -90,6 +90,7 @@ func TestTypeIDsPinned(t *testing.T) {
 		11: "HandOff", 12: "ShardStopped", 13: "Fence", 14: "HandOver", 15: "GracefulShutdownReq",
 		16: "LeaveAck", 17: "StopShards", 18: "RebalanceShards", 19: "LeaveRequest", 20: "RegionStopped",
 		21: "MembersDown", 22: "GetRegionStats", 23: "Deliver", 24: "Reply", 25: "AskFailed",
+		26: "Flush", 27: "FlushAck",
 	}
 	types := wire.Types()
 	if len(types) < len(pinned)-1 {
