@@ -698,7 +698,7 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
-			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}})
+			out = append(out, outbound{to: h.from, msg: c.handOff(shard, h)})
 			continue
 		}
 		for _, r := range slices.SortedFunc(maps.Keys(h.pending), cluster.UniqueAddress.Compare) {
@@ -715,7 +715,16 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 	}
 	h.handing = true
 	slices.SortFunc(h.fences, cluster.UniqueAddress.Compare)
-	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}}}
+	return []outbound{{to: h.from, msg: c.handOff(shard, h)}}
+}
+
+// handOff is the HandOff of h. It names the region whose mail the home
+// still waits for (the From of its HostShard, kept until the home reports
+// ShardStarted), zero for none: a home whose HostShard was lost learns it
+// only from here, and waits for exactly that region's HandOver, ahead of
+// its own (docs/DESIGN.md, "Hand-over, not carry").
+func (c *coordinatorCore) handOff(shard string, h *handoff) protocol.HandOff {
+	return protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences, MailHeldBy: c.starting[shard], MailHeldByKnown: true}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still
