@@ -940,3 +940,41 @@ func TestCoordinatorHandOffNamesTheMailHolderTheHomeAwaits(t *testing.T) {
 		t.Fatalf("HandOff %+v after the shard started, want no holder, known", m)
 	}
 }
+
+// A region still fenced for a hand-off that is over (the ShardHome that
+// ended it there was lost) acknowledges it again each tick: the
+// coordinator answers with the shard's home, or none once stopped, which
+// ends the fence. While the hand-off runs, a repeated acknowledgement
+// changes nothing.
+func TestCoordinatorAnswersARepeatedAckOfAnEndedHandOffWithTheHome(t *testing.T) {
+	c := newTestCore(1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
+	ack := ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
+	c.step(ack)
+	if _, out := c.step(ack); len(out) != 0 {
+		t.Fatalf("a repeated ack of the running hand-off sent %v", sent(out))
+	}
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a")}))
+	_, out := c.step(ack)
+	if got := sent(out); !slices.Equal(got, []string{"b: ShardHome s1@"}) {
+		t.Fatalf("answered the ack of the ended hand-off with %v, want the home (none)", got)
+	}
+	if m := out[0].msg.(protocol.ShardHome); !m.Region.IsZero() || m.Epoch != c.epoch {
+		t.Fatalf("answered %+v, want no home in epoch %d", m, c.epoch)
+	}
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	home := c.shards["s1"]
+	if _, out = c.step(ack); len(out) != 1 || out[0].msg.(protocol.ShardHome).Region != home {
+		t.Fatalf("answered %v once placed again, want the ShardHome of %v", sent(out), home)
+	}
+	// From a newer coordinator than this one: no answer (this one is deposed).
+	newer := ack
+	newer.Epoch = c.epoch + 1
+	if _, out := c.step(newer); len(out) != 0 {
+		t.Fatalf("answered a newer coordinator's hand-off with %v", sent(out))
+	}
+}

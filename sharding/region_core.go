@@ -994,10 +994,19 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 // for it as long as this region is in its view, and a broken link may
 // have lost it. Sent again on the same link, it still follows whatever
 // this region forwarded before the hand-off.
+//
+// The hand-off runs here until the region learns the shard's next home
+// (or none). The ShardHome that tells it may be lost, and a region that
+// holds nothing for the shard never asks: so it acknowledges the hand-off
+// again beside each fence, and a coordinator whose hand-off of the shard
+// is over answers with the home, which ends the fence (see
+// coordinatorCore.step, BeginHandOffAck). A running hand-off takes the
+// repeated acknowledgement as the first.
 func (c *regionCore[C, S]) resendFences() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		if e := c.shards[id]; !e.hosted && !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
+			c.toCoordinator(protocol.BeginHandOffAck{Shard: id, Region: c.cfg.self, FencedAt: e.fencedAt, Epoch: e.handOffEpoch, Seq: e.handOffSeq})
 		}
 	}
 }
