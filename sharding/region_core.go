@@ -117,7 +117,8 @@ type regionShard[C any, S comparable] struct {
 	awaiting cluster.UniqueAddress
 	handedIn map[cluster.UniqueAddress]bool
 	// guessed: the wait for awaiting is this region's guess, without a
-	// HostShard naming it (see pushedHome). The coordinator may have
+	// HostShard or a HandOff naming it (see pushedHome; a HandOff of a
+	// coordinator that predates MailHeldBy names none). The coordinator may have
 	// placed the shard here because that home is dead to it (its lease
 	// expired) while this region's view still lists it, so the wait is
 	// bounded by waitTicks; a named one is not (see handOver).
