@@ -12,7 +12,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // stopCoordinator stops a coordinator after the messages queued before it.
@@ -24,6 +23,7 @@ func (stopCoordinator) ProtocolMessage() {}
 // lease, steps the core and does its IO.
 func newCoordinatorRunner(ctx entity.Context[Message], r *coordinatorHost) entity.Behavior[Message] {
 	cr := &coordinatorRunner{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
+	cr.leaseLength = cr.timing.Length
 	if r.s.cfg.NodeLeases != nil {
 		// The host's machine (start), so that who counts towards the
 		// majority survives a restart; only this runner touches it: the
@@ -55,20 +55,11 @@ type coordinatorRunner struct {
 	keeper   *lease.Keeper // nil until the lease is held
 	renewing bool          // a renewal is under way
 	due      time.Time     // when the renewal under way was due, for its lag
-	core     *coordinatorCore
-	down     *downing         // nil without Config.NodeLeases
-	view     []cluster.Member // the latest membership view, unfiltered
-	// downFailing: the last downing store call failed. Only the first
-	// failure of a run is a warning: the calls repeat every
-	// pollEvery per member while the node-lease store is down.
-	downFailing bool
-	// pipe holds the store writes and the messages waiting for them;
+	// coordinatorEffects acts while the lease is held: the core, the
+	// downing machine and the store-write pipeline.
+	coordinatorEffects
 	// retries paces the retries of a failed write.
-	pipe    coordinatorPipeline
 	retries *backoff.ExponentialBackOff
-	// stopping: told to stop while writes or the acquisition were in
-	// flight; it stops once they ended, taking nothing else meanwhile.
-	stopping bool
 	// acquiring: the Acquire, or the read of remembered shards after it,
 	// is in flight; what comes meanwhile waits in the stash, in order,
 	// as it waited in the mailbox when these calls ran on the worker.
@@ -420,79 +411,76 @@ func (cr *coordinatorRunner) release(ctx entity.Context[Message]) entity.Behavio
 
 // act steps the core with one message while the lease is held; its
 // changes are written under the lease's epoch, through the pipeline,
-// and its output sent once they committed.
+// and its output sent once they committed (coordinatorEffects.act).
 func (cr *coordinatorRunner) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	r := cr.r
-	if cr.down != nil {
-		switch m := m.(type) {
-		case membersChanged:
-			cr.view = m.members
-			cr.down.observe(cr.view, cr.core.knownRegions(), ctx.Clock().Now())
-			cr.startDowning(ctx)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.core.knownRegions())})
-		case downingTick:
-			if cr.down.standDown(ctx.Clock().Now(), cr.timing.Length) {
-				// The minority side: give the lease to the majority's
-				// coordinator, which downs this side (see downing).
-				r.s.log.Warn("sharding: coordinator on the minority side of a partition; standing down",
-					"entity_type", r.typ, "other_side", cr.down.theirsSig)
-				return cr.release(ctx)
-			}
-			cr.startDowning(ctx)
-			return entity.Same[Message]()
-		case downResult:
-			switch {
-			case m.err != nil:
-				level := slog.LevelWarn
-				if cr.downFailing {
-					level = slog.LevelDebug
-				}
-				cr.downFailing = true
-				r.s.log.Log(context.Background(), level, "sharding: downing store call failed; retrying",
-					"entity_type", r.typ, "member", m.call.node, "down", m.call.down, "err", m.err)
-			case cr.downFailing:
-				cr.downFailing = false
-				r.s.log.Info("sharding: downing store calls succeed again", "entity_type", r.typ)
-			}
-			if !cr.down.result(m, ctx.Clock().Now()) {
-				return entity.Same[Message]()
-			}
-			r.s.log.Info("sharding: the node lease of a failed node expired; its shards move", "entity_type", r.typ, "member", m.call.node)
-			return cr.step(ctx, membersChanged{members: cr.down.filter(cr.view, cr.core.knownRegions())})
-		}
-	}
-	return cr.step(ctx, m)
+	return cr.then(ctx, cr.coordinatorEffects.act(coordinatorIO{cr, ctx}, m))
 }
 
-func (cr *coordinatorRunner) step(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	r, p := cr.r, &cr.pipe
-	switch m := m.(type) {
-	case batchWritten:
-		return cr.written(ctx, m)
-	case retryStoreWrites:
-		if b := p.retry(); b != nil {
-			cr.write(ctx, b)
-		}
-		return entity.Same[Message]()
-	case rebalanceTick:
-		if p.retrying() {
-			return entity.Same[Message]() // the store is in trouble; the next tick comes
-		}
-	}
-	changes, out := cr.core.step(m)
-	switch m.(type) {
-	case rebalanceTick, protocol.RebalanceShards: // the strategy's and an operator's
-		r.m.Rebalanced(cr.core.rebalanced)
-	}
-	cr.sendAll(p.take(m, changes, out))
-	if p.retrying() && p.heldSteps() > maxHeldSteps {
-		r.s.log.Error("sharding: coordinator store down too long; stopping coordinator", "entity_type", r.typ, "held_steps", p.heldSteps())
+// written takes the outcome of a batch (coordinatorEffects.written).
+func (cr *coordinatorRunner) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
+	return cr.then(ctx, cr.coordinatorEffects.written(coordinatorIO{cr, ctx}, m))
+}
+
+// then carries out a verdict of coordinatorEffects.
+func (cr *coordinatorRunner) then(ctx entity.Context[Message], v coordVerdict) entity.Behavior[Message] {
+	switch v {
+	case coordStop:
 		return entity.Stopped[Message]()
-	}
-	if b := p.next(); b != nil {
-		cr.write(ctx, b)
+	case coordLost:
+		return cr.lost(nil)
+	case coordRelease:
+		return cr.release(ctx)
 	}
 	return entity.Same[Message]()
+}
+
+// coordinatorIO is the production coordinatorEnv: the runner's entity
+// context, its store calls off the worker (PipeToSelf), the transport.
+type coordinatorIO struct {
+	cr  *coordinatorRunner
+	ctx entity.Context[Message]
+}
+
+func (io coordinatorIO) now() time.Time { return io.ctx.Clock().Now() }
+
+func (io coordinatorIO) holds() bool { return io.cr.holds(io.ctx) }
+
+func (io coordinatorIO) send(to cluster.UniqueAddress, msg Message) {
+	r := io.cr.r
+	if err := r.s.cfg.Transport.Send(Address{Node: to, Type: r.typ}, msg); err != nil {
+		r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", to, "err", err)
+	}
+}
+
+func (io coordinatorIO) write(b *writeBatch) { io.cr.write(io.ctx, b) }
+
+func (io coordinatorIO) retryWrites(err error) {
+	r, after := io.cr.r, io.cr.retries.NextBackOff()
+	r.s.log.Warn("sharding: coordinator store write failed; retrying", "entity_type", r.typ, "retry_in", after, "err", err)
+	io.ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
+}
+
+func (io coordinatorIO) writesCommitted() { io.cr.retries.Reset() }
+
+func (io coordinatorIO) downCall(call downCall) {
+	leases, timeout := io.cr.r.s.cfg.NodeLeases, io.cr.r.settings.StoreTimeout
+	io.ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, timeout)
+		defer cancel()
+		res := downResult{call: call}
+		if call.down {
+			res.err = leases.DownNode(c, call.node)
+		} else {
+			res.expired, res.err = leases.NodeLeaseExpired(c, call.node)
+		}
+		return res
+	})
+}
+
+func (io coordinatorIO) rebalanced(n int) { io.cr.r.m.Rebalanced(n) }
+
+func (io coordinatorIO) log(level slog.Level, msg string, args ...any) {
+	io.cr.r.s.log.Log(context.Background(), level, msg, append([]any{"entity_type", io.cr.r.typ}, args...)...)
 }
 
 // maxHeldSteps bounds the steps whose messages wait for a store that
@@ -518,79 +506,6 @@ func (cr *coordinatorRunner) write(ctx entity.Context[Message], b *writeBatch) {
 		defer cancel()
 		return batchWritten{seq: seq, err: store.Update(c, typ, epoch, changes)}
 	})
-}
-
-// written takes the outcome of a batch: on success, sends what it
-// released and writes the next batch; a stale epoch stops the
-// coordinator; any other failure is retried after a back-off.
-func (cr *coordinatorRunner) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
-	r, p := cr.r, &cr.pipe
-	switch {
-	case m.err == nil:
-		out := p.committed(m.seq)
-		if len(out) > 0 && !cr.holds(ctx) {
-			return cr.lost(nil)
-		}
-		cr.sendAll(out)
-		cr.retries.Reset()
-		if b := p.next(); b != nil {
-			cr.write(ctx, b)
-		} else if cr.stopping && !p.held() {
-			return cr.release(ctx)
-		}
-	case errors.Is(m.err, ErrStaleEpoch):
-		// Deposed: it must not announce what it could not record; its
-		// successor rebuilds from the store.
-		r.s.log.Error("sharding: coordinator deposed; stopping it", "entity_type", r.typ, "err", m.err)
-		return entity.Stopped[Message]()
-	default:
-		if !p.failed(m.seq) {
-			return entity.Same[Message]()
-		}
-		if cr.stopping {
-			// Stopping is bounded: no retries. What was not written
-			// was not announced either; the successor rebuilds from
-			// the store.
-			r.s.log.Warn("sharding: coordinator stops with store writes that failed", "entity_type", r.typ, "err", m.err)
-			return cr.release(ctx)
-		}
-		// Retried, not abandoned: stopping would lose the decisions (a
-		// hand-off's end, shards waiting for a home), and a successor
-		// would meet the same store.
-		after := cr.retries.NextBackOff()
-		r.s.log.Warn("sharding: coordinator store write failed; retrying", "entity_type", r.typ, "retry_in", after, "err", m.err)
-		ctx.Timers().StartSingleTimer("store-retry", retryStoreWrites{}, after)
-	}
-	return entity.Same[Message]()
-}
-
-// sendAll sends a coordinator's messages, in order.
-func (cr *coordinatorRunner) sendAll(out []outbound) {
-	r := cr.r
-	for _, o := range out {
-		if err := r.s.cfg.Transport.Send(Address{Node: o.to, Type: r.typ}, o.msg); err != nil {
-			r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", o.to, "err", err)
-		}
-	}
-}
-
-// startDowning starts the store calls the downing machine asks for; each
-// answers with a downResult.
-func (cr *coordinatorRunner) startDowning(ctx entity.Context[Message]) {
-	leases, timeout := cr.r.s.cfg.NodeLeases, cr.r.settings.StoreTimeout
-	for _, call := range cr.down.due(ctx.Clock().Now()) {
-		ctx.PipeToSelf(func(c context.Context) Message {
-			c, cancel := context.WithTimeout(c, timeout)
-			defer cancel()
-			res := downResult{call: call}
-			if call.down {
-				res.err = leases.DownNode(c, call.node)
-			} else {
-				res.expired, res.err = leases.NodeLeaseExpired(c, call.node)
-			}
-			return res
-		})
-	}
 }
 
 // retryStoreWrites makes a coordinator try its failed store writes again.

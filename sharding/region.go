@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -47,6 +48,8 @@ type Region[C any] struct {
 	tick    timers.Timer  // the armed retry tick
 	// registerTick is the armed early re-registration (regArmRegister).
 	registerTick timers.Timer
+	// fx carries out the core's effects (region_effects.go).
+	fx regionEffects[C, *shard[C]]
 
 	ctl      *entity.Cell[Message]
 	unlisten func()
@@ -73,6 +76,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	// guesses it awaits, is waited for as long as a hand-off may take.
 	cfg.waitTicks = uint64((settings.HandOffTimeout + cfg.tickInterval - 1) / cfg.tickInterval)
 	r.core.init(cfg)
+	r.fx = regionEffects[C, *shard[C]]{core: &r.core, env: regionIO[C]{r}, typ: r.typ, self: s.self}
 	r.fast.entities.init()
 	return r
 }
@@ -217,33 +221,11 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool,
 	r.mu.Lock()
 	p := pending[C]{entityID, msg, start, failFast, parent}
 	v, e := r.core.route(shardID, p)
-	err := r.sendRouted(v, e, shardID, p, failFast, false)
+	err := r.fx.sendRouted(v, e, shardID, p, failFast, false)
 	idle := r.applyLocked()
 	r.mu.Unlock()
 	r.runUnlocked(idle)
 	return err
-}
-
-// sendRouted carries out the core's verdict on p; r.mu is held for
-// writing. The sender learns of a home the transport cannot reach, and the
-// core forgets that home (docs/DESIGN.md, "Homes are authoritative and
-// can be unlearned").
-func (r *Region[C]) sendRouted(v routeVerdict, e *regionShard[C, *shard[C]], shardID string, p pending[C], failFast, accepted bool) error {
-	switch v {
-	case routeLocal:
-		return e.local.deliver(p.entityID, p.msg, p.start, failFast, accepted, p.trace)
-	case routeRemote:
-		err := r.forward(e.home, shardID, p)
-		if errors.Is(err, ErrUnreachable) {
-			r.core.unreachable(shardID, e.home)
-		}
-		return err
-	case routeStopped:
-		return fmt.Errorf("%w: %s on %s", ErrRegionStopped, r.typ, r.s.self)
-	case routeFull:
-		return fmt.Errorf("%w: %s holds %d messages for shards without a known home", ErrBufferFull, r.typ, r.core.buffered)
-	}
-	return nil // held
 }
 
 // forward sends p to the region on home. A traced p goes in a
@@ -304,83 +286,16 @@ func (r *Region[C]) step(input func(c *regionCore[C, *shard[C]])) {
 }
 
 // applyLocked carries out the core's effects in order; r.mu is held for
-// writing. It returns the effects that run once the lock is released:
-// idle passivation and hand-offs, which go through every entity of a
-// shard and need not hold up the data path of other shards (the core
-// buffers a shard's messages while it hands off).
-func (r *Region[C]) applyLocked() (later []regionEffect[C, *shard[C]]) {
-	for len(r.core.out) > 0 { // an effect may step the core again
-		later = r.applyBatch(later)
-	}
+// writing. It returns the effects that run once the lock is released
+// (see regionEffects.applyLocked).
+func (r *Region[C]) applyLocked() []regionEffect[C, *shard[C]] {
+	later := r.fx.applyLocked()
 	r.fast.tick.Store(r.core.idleTick)
 	return later
 }
 
-func (r *Region[C]) applyBatch(later []regionEffect[C, *shard[C]]) []regionEffect[C, *shard[C]] {
-	out := r.core.out
-	r.core.out = nil
-	for i := range out {
-		ef := &out[i]
-		switch ef.kind {
-		case regSend:
-			to := Address{Node: ef.node, Type: r.typ, Coordinator: ef.coordinator}
-			if err := r.s.cfg.Transport.Send(to, ef.msg); err != nil {
-				r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
-				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
-					r.core.handOverRefused(h.Shard, ef.node, h.Seq)
-				}
-			}
-		case regForward:
-			err := r.forward(ef.node, ef.shard, ef.p)
-			if errors.Is(err, ErrUnreachable) {
-				// Accepted here before: it waits again, for the home the
-				// retry tick asks for.
-				r.core.unreachable(ef.shard, ef.node)
-				v, e := r.core.route(ef.shard, ef.p)
-				err = r.sendRouted(v, e, ef.shard, ef.p, false, true)
-			}
-			if err != nil {
-				r.deadLetter(err, ef.p, "buffered message not forwarded")
-			}
-		case regHost:
-			r.core.attach(ef.shard, newShard(r, ef.shard))
-		case regDeliver:
-			sh, _ := r.core.local(ef.shard)
-			// Not failFast, but for the command of an ask forwarded here:
-			// the sender of a buffered or forwarded message is not waiting
-			// for this answer, an asker is (its asks fail at once).
-			if err := sh.deliver(ef.p.entityID, ef.p.msg, ef.p.start, ef.p.ask && !ef.accepted, ef.accepted, ef.p.trace); err != nil {
-				r.deadLetter(err, ef.p, "forwarded or buffered message refused")
-			}
-		case regHandOff, regPassivateIdle, regTerminate:
-			later = append(later, *ef)
-		case regArmTick:
-			r.tick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(retryTick{}) })
-		case regArmRegister:
-			if r.registerTick != nil {
-				r.registerTick.Stop()
-			}
-			gen := ef.tick
-			r.registerTick = r.clock.AfterFunc(ef.after, func() { _ = r.ctl.Tell(registerRetry{gen: gen}) })
-		case regLeft:
-			if r.leftAll != nil {
-				close(r.leftAll)
-				r.leftAll = nil
-			}
-		case regGone:
-			close(r.gone)
-		case regDeadLetter:
-			r.deadLetter(ef.err, ef.p, "forwarded message refused")
-		case regNote:
-			r.s.log.Log(context.Background(), ef.level, ef.note, append([]any{"entity_type", r.typ}, ef.args...)...)
-		}
-	}
-	if r.core.out == nil { // reuse the slice
-		clear(out)
-		r.core.out = out[:0]
-	}
-	return later
-}
+// runUnlocked carries out what applyLocked left for after the lock.
+func (r *Region[C]) runUnlocked(later []regionEffect[C, *shard[C]]) { r.fx.runUnlocked(later) }
 
 // deadLetter records a message whose sender's Tell returned already (it
 // was buffered here, or forwarded by another region) and that could not be
@@ -389,37 +304,84 @@ func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
 	runtime.EntityDeadLetter(r.s.sys, err, r.typ, p.entityID, reason+": "+err.Error(), p.msg)
 }
 
-// runUnlocked carries out what applyLocked left for after the lock.
-func (r *Region[C]) runUnlocked(later []regionEffect[C, *shard[C]]) {
-	for _, ef := range later {
-		r.mu.RLock()
-		sh, ok := r.core.local(ef.shard)
-		r.mu.RUnlock()
-		if !ok {
-			continue
-		}
-		switch ef.kind {
-		case regHandOff:
-			shardID, began := ef.shard, r.clock.Now()
-			sh.handOff(func(leftover []pending[C]) {
-				r.m.HandedOff(r.clock.Now().Sub(began))
-				_ = r.ctl.Tell(shardHandedOff[C]{shard: shardID, leftover: leftover})
-			})
-		case regPassivateIdle:
-			sh.passivateIdle(ef.tick, ef.ticks)
-		case regTerminate:
-			// Waited for on a goroutine of its own: an entity stuck in its
-			// handler may never stop, and Shutdown keeps its deadline.
-			cells, shardID := sh.forceStopAll(), ef.shard
-			go func() {
-				for _, c := range cells {
-					<-c.Done()
-				}
-				sh.forgetAll()
-				r.step(func(c *regionCore[C, *shard[C]]) { c.shardTerminated(shardID) })
-			}()
-		}
+// regionIO is the production regionEnv of a Region: the transport, the
+// clock, the shard runners and goroutines.
+type regionIO[C any] struct{ r *Region[C] }
+
+func (io regionIO[C]) send(to Address, msg Message) error {
+	r := io.r
+	err := r.s.cfg.Transport.Send(to, msg)
+	if err != nil {
+		r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 	}
+	return err
+}
+
+func (io regionIO[C]) forward(home cluster.UniqueAddress, shardID string, p pending[C]) error {
+	return io.r.forward(home, shardID, p)
+}
+
+func (io regionIO[C]) newShard(shardID string) *shard[C] { return newShard(io.r, shardID) }
+
+func (io regionIO[C]) hosted(shardID string) (*shard[C], bool) {
+	r := io.r
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.core.local(shardID)
+}
+
+func (io regionIO[C]) armTick(after time.Duration) {
+	r := io.r
+	r.tick = r.clock.AfterFunc(after, func() { _ = r.ctl.Tell(retryTick{}) })
+}
+
+func (io regionIO[C]) armRegister(after time.Duration, gen uint64) {
+	r := io.r
+	if r.registerTick != nil {
+		r.registerTick.Stop()
+	}
+	r.registerTick = r.clock.AfterFunc(after, func() { _ = r.ctl.Tell(registerRetry{gen: gen}) })
+}
+
+func (io regionIO[C]) left() {
+	if r := io.r; r.leftAll != nil {
+		close(r.leftAll)
+		r.leftAll = nil
+	}
+}
+
+func (io regionIO[C]) gone() { close(io.r.gone) }
+
+func (io regionIO[C]) deadLetter(err error, p pending[C], _ cluster.UniqueAddress, reason string) {
+	io.r.deadLetter(err, p, reason)
+}
+
+func (io regionIO[C]) note(level slog.Level, note string, args []any) {
+	r := io.r
+	r.s.log.Log(context.Background(), level, note, append([]any{"entity_type", r.typ}, args...)...)
+}
+
+func (io regionIO[C]) handOff(sh *shard[C], shardID string) {
+	r, began := io.r, io.r.clock.Now()
+	sh.handOff(func(leftover []pending[C]) {
+		r.m.HandedOff(r.clock.Now().Sub(began))
+		_ = r.ctl.Tell(shardHandedOff[C]{shard: shardID, leftover: leftover})
+	})
+}
+
+func (io regionIO[C]) passivateIdle(sh *shard[C], tick, ticks uint64) { sh.passivateIdle(tick, ticks) }
+
+// terminate waits for the entities on a goroutine of its own: an entity
+// stuck in its handler may never stop, and Shutdown keeps its deadline.
+func (io regionIO[C]) terminate(sh *shard[C], shardID string) {
+	r, cells := io.r, sh.forceStopAll()
+	go func() {
+		for _, c := range cells {
+			<-c.Done()
+		}
+		sh.forgetAll()
+		r.step(func(c *regionCore[C, *shard[C]]) { c.shardTerminated(shardID) })
+	}()
 }
 
 // shutdown leaves gracefully until ctx ends, then stops what still runs.

@@ -31,6 +31,7 @@ type shard[C any] struct {
 	routedAt  atomic.Uint64           // the region's write epoch when it last routed here (see fastPath)
 	timers    map[uint64]timers.Timer // armed timers by generation
 	handedOff func(leftover []pending[C])
+	fx        shardEffects[C, *entity.Cell[C]] // carries out core's effects
 
 	// Remember-entities writes, applied one at a time in the order the
 	// shard made them, so that a stop never overtakes its start.
@@ -59,6 +60,7 @@ func newShard[C any](r *Region[C], id string) *shard[C] {
 		recoveryRate: st.RecoveryRate, recoveryInterval: st.RecoveryInterval,
 		bufferLimit: entityBufferLimit(st),
 	}, rand.Float64)
+	sh.fx = shardEffects[C, *entity.Cell[C]]{core: sh.core, env: shardIO[C]{sh}}
 	sh.props = &entity.Props[C]{
 		Key: r.ent.Key, Create: r.ent.Create, Owner: sh,
 		StashCapacity: st.StashCapacity, MailboxCapacity: st.MailboxCapacity,
@@ -143,97 +145,105 @@ func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bo
 	return nil
 }
 
+// deliverPending is deliver for a message the region held or routed.
+func (sh *shard[C]) deliverPending(p pending[C], failFast, accepted bool) error {
+	return sh.deliver(p.entityID, p.msg, p.start, failFast, accepted, p.trace)
+}
+
 func (sh *shard[C]) bufferFull(entityID string) error {
 	return fmt.Errorf("%w: entity %s/%s holds %d messages while it stops or restarts",
 		ErrBufferFull, sh.r.typ, entityID, sh.core.cfg.bufferLimit)
 }
 
 // apply carries out the core's effects in order; sh.mu is held.
-func (sh *shard[C]) apply() {
-	out := sh.core.out
-	sh.core.out = nil
-	for i := range out {
-		ef := &out[i]
-		switch ef.kind {
-		case effStart:
-			if ef.afterBackOff {
-				sh.r.m.Restarted()
-			}
-			cell := entity.Spawn(sh.r.s.sys, sh.props, ef.entityID)
-			sh.core.attach(ef.entityID, cell)
-			// The buffer, accepted under bufferLimit, fits the new mailbox
-			// and goes in before any new mail (sh.mu is held). What it
-			// refuses all the same (it sent itself mail first, a message
-			// the region had accepted past the limit, a codec error under
-			// forced serialization) is a counted dead letter.
-			for _, m := range ef.msgs {
-				switch err := cell.Tell(m); {
-				case errors.Is(err, entity.ErrStopped):
-					sh.core.undelivered(ef.entityID, m, true, false)
-				case err != nil:
-					runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, ef.entityID,
-						"buffered message refused by the new incarnation: "+err.Error(), m)
-				}
-			}
-			sh.publish(cell) // new mail may skip sh.mu now: the buffer is ahead of it
-		case effSendStop:
-			if ef.why != stopForHandOff {
-				sh.r.m.Passivated()
-			}
-			runtime.Seal(ef.handle) // later mail takes sh.mu, and waits for the next incarnation
-			if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
-				// A full mailbox: the stop (or hand-off) timeout stops it by force.
-				sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
-			}
-		case effForceStop:
-			switch ef.force {
-			case forceStopTimeout:
-				sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
-					"entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "after", ef.after)
-			case forceHandOffTimeout:
-				sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID)
-			}
-			if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
-				sh.r.m.Passivated() // passivation without a stop message
-			}
-			runtime.Seal(ef.handle)
-			ef.handle.StopNow()
-		case effArmTimer:
-			kind, id, gen := ef.timer, ef.entityID, ef.gen
-			if kind == timerRestart {
-				sh.r.m.BackedOff()
-				sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", id,
-					"err", ef.cause, "attempt", ef.attempt, "backoff", ef.after)
-			}
-			if sh.timers == nil {
-				sh.timers = make(map[uint64]timers.Timer)
-			}
-			sh.timers[gen] = sh.r.clock.AfterFunc(ef.after, func() { sh.fire(kind, id, gen) })
-		case effCancelTimer:
-			if t := sh.timers[ef.gen]; t != nil {
-				t.Stop()
-				delete(sh.timers, ef.gen)
-			}
-		case effRemember:
-			sh.remember(ef.entityID, ef.add)
-		case effRefuseAsks:
-			for _, m := range ef.msgs {
-				runtime.FailAsks(sh.r.s.sys, m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
-			}
-		case effHandedOff:
-			if done := sh.handedOff; done != nil {
-				sh.handedOff = nil
-				leftover := ef.leftover
-				sh.afterRememberWrites(func() { done(leftover) })
-			}
-		}
+func (sh *shard[C]) apply() { sh.fx.apply() }
+
+// shardIO is the production shardEnv of a shard: entity cells, the
+// region's clock and log, and the remember store. sh.mu is held.
+type shardIO[C any] struct{ sh *shard[C] }
+
+func (io shardIO[C]) spawn(entityID string, afterBackOff bool, _ []C) (*entity.Cell[C], bool) {
+	sh := io.sh
+	if afterBackOff {
+		sh.r.m.Restarted()
 	}
-	// Effects applied above queue none; reuse the slice unless they did.
-	if sh.core.out == nil {
-		clear(out)
-		sh.core.out = out[:0]
-	} else {
-		sh.apply()
+	return entity.Spawn(sh.r.s.sys, sh.props, entityID), true
+}
+
+func (io shardIO[C]) tell(cell *entity.Cell[C], msg C) error { return cell.Tell(msg) }
+
+// started publishes cell: new mail may skip sh.mu now, the buffer is
+// ahead of it.
+func (io shardIO[C]) started(cell *entity.Cell[C]) { io.sh.publish(cell) }
+
+func (io shardIO[C]) deadLetter(err error, entityID string, msg C, reason string) {
+	runtime.EntityDeadLetter(io.sh.r.s.sys, err, io.sh.r.typ, entityID, reason, msg)
+}
+
+func (io shardIO[C]) sendStop(ef *shardEffect[C, *entity.Cell[C]]) {
+	sh := io.sh
+	if ef.why != stopForHandOff {
+		sh.r.m.Passivated()
+	}
+	runtime.Seal(ef.handle) // later mail takes sh.mu, and waits for the next incarnation
+	if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
+		// A full mailbox: the stop (or hand-off) timeout stops it by force.
+		sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
+	}
+}
+
+func (io shardIO[C]) forceStop(ef *shardEffect[C, *entity.Cell[C]]) {
+	sh := io.sh
+	switch ef.force {
+	case forceStopTimeout:
+		sh.r.s.log.Warn("sharding: entity did not stop in time; stopping it by force",
+			"entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "after", ef.after)
+	case forceHandOffTimeout:
+		sh.r.s.log.Warn("sharding: hand-off timeout; stopping entity by force", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID)
+	}
+	if ef.force == forceNoStopMessage && ef.why != stopForHandOff {
+		sh.r.m.Passivated() // passivation without a stop message
+	}
+	runtime.Seal(ef.handle)
+	ef.handle.StopNow()
+}
+
+func (io shardIO[C]) armTimer(ef *shardEffect[C, *entity.Cell[C]]) {
+	sh := io.sh
+	kind, id, gen := ef.timer, ef.entityID, ef.gen
+	if kind == timerRestart {
+		sh.r.m.BackedOff()
+		sh.r.s.log.Warn("sharding: entity failed; restarting after back-off", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", id,
+			"err", ef.cause, "attempt", ef.attempt, "backoff", ef.after)
+	}
+	if sh.timers == nil {
+		sh.timers = make(map[uint64]timers.Timer)
+	}
+	sh.timers[gen] = sh.r.clock.AfterFunc(ef.after, func() { sh.fire(kind, id, gen) })
+}
+
+func (io shardIO[C]) cancelTimer(gen uint64) {
+	sh := io.sh
+	if t := sh.timers[gen]; t != nil {
+		t.Stop()
+		delete(sh.timers, gen)
+	}
+}
+
+func (io shardIO[C]) remember(entityID string, add bool) { io.sh.remember(entityID, add) }
+
+func (io shardIO[C]) refuseAsks(ef *shardEffect[C, *entity.Cell[C]]) {
+	sh := io.sh
+	for _, m := range ef.msgs {
+		runtime.FailAsks(sh.r.s.sys, m, &UnavailableError{Type: sh.r.typ, EntityID: ef.entityID, RetryAfter: ef.after, Cause: ef.cause})
+	}
+}
+
+func (io shardIO[C]) handedOff(leftover []pending[C]) {
+	sh := io.sh
+	if done := sh.handedOff; done != nil {
+		sh.handedOff = nil
+		sh.afterRememberWrites(func() { done(leftover) })
 	}
 }
 

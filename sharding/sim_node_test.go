@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
+	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -50,7 +52,8 @@ type simNode struct {
 	// the last one it took: a view never replaces a newer one.
 	viewSeq, viewApplied uint64
 	region               *regionCore[simCmd, *simShard]
-	stopped              bool // the region stopped and no longer listens
+	fx                   regionEffects[simCmd, *simShard] // the runner's effect switch
+	stopped              bool                             // the region stopped and no longer listens
 	// stoppedLate: its leave ran past the deadline (Shutdown's context)
 	// and stopped it: what is still on its way to it is lost, as to a
 	// node that crashed.
@@ -162,127 +165,118 @@ func (n *simNode) regionInput(fn func(c *regionCore[simCmd, *simShard])) {
 	n.applyRegion()
 }
 
+// applyRegion carries out the core's effects with the runner's own
+// effect switch (regionEffects), on the simulated world (simRegionIO).
 func (n *simNode) applyRegion() {
 	for len(n.region.out) > 0 {
-		out := n.region.out
-		n.region.out = nil
-		var later []regionEffect[simCmd, *simShard]
-		for _, ef := range out {
-			switch ef.kind {
-			case regSend:
-				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && !n.w.reachable(addrName(ef.node)) {
-					// As the transport: a node that left or died refuses
-					// the connection, and the runner reports it.
-					n.w.tracef("%s -> %s refused (node gone): %s", n.name, ef.node, simShow(ef.msg))
-					n.region.handOverRefused(h.Shard, ef.node, h.Seq)
-					break
-				}
-				n.w.net.send(n.name, addrName(ef.node), ef.coordinator, ef.msg)
-			case regForward:
-				if n.w.reachable(addrName(ef.node)) {
-					n.w.net.send(n.name, addrName(ef.node), false, ef.p.deliver(ef.shard))
-					break
-				}
-				// Accepted before: it waits again for the home the tick asks for.
-				n.region.unreachable(ef.shard, ef.node)
-				v, e := n.region.route(ef.shard, ef.p)
-				if err := n.sendRouted(v, e, ef.shard, ef.p, true); err != nil {
-					n.w.lost(ef.p, "%s: buffered message not forwarded: %v", n.name, err)
-				}
-			case regHost:
-				n.region.attach(ef.shard, n.newShard(ef.shard))
-			case regDeliver:
-				sh, ok := n.region.local(ef.shard)
-				if !ok {
-					n.w.fail("runner", "%s: deliver to shard %s, which is not hosted", n.name, ef.shard)
-					return
-				}
-				if err := sh.deliver(ef.p, false, ef.accepted); err != nil {
-					n.w.lost(ef.p, "%s: accepted message refused by shard %s: %v", n.name, ef.shard, err)
-				}
-			case regHandOff, regPassivateIdle, regTerminate:
-				later = append(later, ef)
-			case regArmTick:
-				n.after(ef.after, n.tick)
-			case regArmRegister:
-				gen := ef.tick
-				n.after(ef.after, func() {
-					if !n.stopped {
-						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.retryRegister(gen) })
-					}
-				})
-			case regLeft:
-				n.local(func() {
-					if n.state == nodeLeaving && !n.stopped {
-						n.finishLeave(false)
-					}
-				})
-			case regGone:
-				n.regionGone = true
-				n.maybeGone()
-			case regDeadLetter:
-				if from := n.w.nodes[addrName(ef.node)]; errors.Is(ef.err, errHandOverTooLate) && from != nil && (from.crashed || from.stoppedLate) {
-					// The mail of a node a fault took: lost with it.
-					n.w.tracef("%s refuses %+v from %s: %v", n.name, ef.p.msg, ef.node, ef.err)
-					n.w.lostToFault(ef.p.msg)
-					break
-				}
-				n.w.lost(ef.p, "%s: forwarded message refused: %v", n.name, ef.err)
-			case regNote:
-				n.w.tracef("%s note: %s %v", n.name, ef.note, ef.args)
-			default:
-				n.w.fail("runner", "unknown region effect %d: teach the simulator", ef.kind)
-				return
-			}
-		}
-		for _, ef := range later {
-			sh, ok := n.region.local(ef.shard)
-			if !ok {
-				continue
-			}
-			switch ef.kind {
-			case regHandOff:
-				n.w.tracef("%s hands off shard %s", n.name, ef.shard)
-				sh.core.handOff()
-				sh.apply()
-			case regPassivateIdle:
-				sh.core.passivateIdle(ef.tick, ef.ticks)
-				sh.apply()
-			case regTerminate:
-				n.terminateShard(sh)
-			}
-		}
+		n.fx.runUnlocked(n.fx.applyLocked())
 	}
 }
 
-// tell is EntityRef.Tell on this node.
+// tell is EntityRef.Tell on this node, past its fast path.
 func (n *simNode) tell(entityID string, msg simCmd) error {
 	shardID := n.w.settings.ShardID(entityID)
 	p := pending[simCmd]{entityID: entityID, msg: msg}
 	v, e := n.region.route(shardID, p)
-	err := n.sendRouted(v, e, shardID, p, false)
+	err := n.fx.sendRouted(v, e, shardID, p, false, false)
 	n.applyRegion()
 	return err
 }
 
-// sendRouted is Region.sendRouted: a home the transport cannot reach (its
-// node left or died) is forgotten, and the sender learns of it.
-func (n *simNode) sendRouted(v routeVerdict, e *regionShard[simCmd, *simShard], shardID string, p pending[simCmd], accepted bool) error {
-	switch v {
-	case routeLocal:
-		return e.local.deliver(p, false, accepted)
-	case routeRemote:
-		if !n.w.reachable(addrName(e.home)) {
-			n.region.unreachable(shardID, e.home)
-			return ErrUnreachable
-		}
-		n.w.net.send(n.name, addrName(e.home), false, p.deliver(shardID))
-	case routeStopped:
-		return ErrRegionStopped
-	case routeFull:
-		return ErrBufferFull
+// simRegionIO is a simulated node's regionEnv: the simulator's network,
+// clock and shard runners, each asynchronous hop an event.
+type simRegionIO struct{ n *simNode }
+
+// send is the transport's Send: a node that left or died refuses a
+// region's own hand-over (the runner reports it); the rest goes on the
+// network, which loses it on its way to a node that is gone.
+func (io simRegionIO) send(to Address, msg Message) error {
+	n := io.n
+	if h, ok := msg.(protocol.HandOver); ok && !h.Relayed && !n.w.reachable(addrName(to.Node)) {
+		n.w.tracef("%s -> %s refused (node gone): %s", n.name, to.Node, simShow(msg))
+		return ErrUnreachable
 	}
+	n.w.net.send(n.name, addrName(to.Node), to.Coordinator, msg)
 	return nil
+}
+
+// forward is Region.forward: a home that left or died refuses it.
+func (io simRegionIO) forward(home cluster.UniqueAddress, shardID string, p pending[simCmd]) error {
+	n := io.n
+	if !n.w.reachable(addrName(home)) {
+		return ErrUnreachable
+	}
+	n.w.net.send(n.name, addrName(home), false, p.deliver(shardID))
+	return nil
+}
+
+func (io simRegionIO) newShard(shardID string) *simShard { return io.n.newShard(shardID) }
+
+func (io simRegionIO) hosted(shardID string) (*simShard, bool) { return io.n.region.local(shardID) }
+
+func (io simRegionIO) armTick(after time.Duration) { io.n.after(after, io.n.tick) }
+
+func (io simRegionIO) armRegister(after time.Duration, gen uint64) {
+	n := io.n
+	n.after(after, func() {
+		if !n.stopped {
+			n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.retryRegister(gen) })
+		}
+	})
+}
+
+func (io simRegionIO) left() {
+	n := io.n
+	n.local(func() {
+		if n.state == nodeLeaving && !n.stopped {
+			n.finishLeave(false)
+		}
+	})
+}
+
+func (io simRegionIO) gone() {
+	io.n.regionGone = true
+	io.n.maybeGone()
+}
+
+func (io simRegionIO) deadLetter(err error, p pending[simCmd], from cluster.UniqueAddress, reason string) {
+	n := io.n
+	if sender := n.w.nodes[addrName(from)]; !from.IsZero() && errors.Is(err, errHandOverTooLate) && sender != nil && (sender.crashed || sender.stoppedLate) {
+		// The mail of a node a fault took: lost with it.
+		n.w.tracef("%s refuses %+v from %s: %v", n.name, p.msg, from, err)
+		n.w.lostToFault(p.msg)
+		return
+	}
+	n.w.lost(p, "%s: %s: %v", n.name, reason, err)
+}
+
+func (io simRegionIO) note(_ slog.Level, note string, args []any) {
+	io.n.w.tracef("%s note: %s %v", io.n.name, note, args)
+}
+
+func (io simRegionIO) handOff(sh *simShard, shardID string) {
+	io.n.w.tracef("%s hands off shard %s", io.n.name, shardID)
+	sh.core.handOff()
+	sh.apply()
+}
+
+func (io simRegionIO) passivateIdle(sh *simShard, tick, ticks uint64) {
+	sh.core.passivateIdle(tick, ticks)
+	sh.apply()
+}
+
+// terminate: the shard's entities stop at once and its remember writes
+// die; the region hears of it after a mailbox hop.
+func (io simRegionIO) terminate(sh *simShard, _ string) {
+	n := io.n
+	sh.terminated, sh.writes = true, nil
+	sh.core.terminate()
+	sh.apply()
+	n.local(func() {
+		sh.core.forgetAll()
+		sh.gone = true
+		n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.shardTerminated(sh.id) })
+	})
 }
 
 // tick is the region's retry tick (retryTick in region.go).
@@ -367,19 +361,6 @@ func (n *simNode) finishLeave(late bool) {
 	}
 	n.coord = nil
 	n.maybeGone()
-}
-
-// terminateShard is regTerminate: the shard's entities stop at once and
-// its remember writes die; the region hears of it after a mailbox hop.
-func (n *simNode) terminateShard(sh *simShard) {
-	sh.terminated, sh.writes = true, nil
-	sh.core.terminate()
-	sh.apply()
-	n.local(func() {
-		sh.core.forgetAll()
-		sh.gone = true
-		n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.shardTerminated(sh.id) })
-	})
 }
 
 // maybeGone leaves the membership once the stopped region is gone and the
@@ -545,26 +526,24 @@ func (n *simNode) releaseLease() {
 type simCoord struct {
 	n      *simNode
 	serial int
-	core   *coordinatorCore
 	epoch  uint64
 	// keeper holds the coordinator lease, on the node's clock; nil until
 	// acquired: meanwhile the coordinator drops what it is sent.
-	keeper   *lease.Keeper
-	renewing bool
-	down     *downing
-	view     []cluster.Member // the latest membership view, unfiltered
-	failed   bool             // stopped by itself: a store call failed, or the lease is lost
-	stopping bool             // unlistened; stops after what its own node sent it
+	keeper     *lease.Keeper
+	renewing   bool
+	failed     bool // stopped by itself: a store call failed, or the lease is lost
+	unlistened bool // stops after what its own node sent it
 
-	// The runner's pipeline: the core keeps stepping while one batch is
-	// in flight (a store call with its latency); each step's messages
-	// wait for the commit of its changes and of every earlier step's.
-	pipe     coordinatorPipeline
+	// The runner's acting (coordinatorEffects): the core, the downing
+	// machine and the pipeline, whose stopping is set when its stop
+	// message came while a batch was in flight (it stops once the writes
+	// committed or failed, taking nothing else). The core keeps stepping
+	// while one batch is in flight (a store call with its latency); each
+	// step's messages wait for the commit of its changes and of every
+	// earlier step's.
+	coordinatorEffects
 	attempts int  // failed writes in a row
 	retrying bool // a retryStoreWrites is scheduled
-	// draining: its stop message came while a batch was in flight; it
-	// stops once the writes committed (or failed), taking nothing else.
-	draining bool
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
@@ -573,7 +552,7 @@ type simStopCoord struct{ Serial int }
 
 func (simStopCoord) ProtocolMessage() {}
 
-func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.stopping }
+func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.unlistened }
 
 // current reports whether c is still its node's coordinator and running.
 func (c *simCoord) current() bool { return c.n.coord == c && !c.failed }
@@ -584,7 +563,7 @@ func (n *simNode) hostCoordinatorIfOldest() {
 	switch {
 	case oldest && n.coord == nil && n.w.clock.now >= n.coordNext:
 		n.startCoordinator()
-	case !oldest && n.coord != nil && !n.coord.stopping:
+	case !oldest && n.coord != nil && !n.coord.unlistened:
 		n.stopCoordinator()
 	}
 }
@@ -614,7 +593,7 @@ func (n *simNode) reapFailedCoordinator() {
 
 func (n *simNode) stopCoordinator() {
 	c := n.coord
-	c.stopping = true
+	c.unlistened = true
 	n.w.net.send(n.name, n.name, true, simStopCoord{Serial: c.serial})
 }
 
@@ -623,7 +602,8 @@ func (n *simNode) startCoordinator() {
 	if n.downing == nil {
 		n.downing = newDowning(addr(n.name), "", n.w.settings.DowningStableAfter)
 	}
-	c := &simCoord{n: n, serial: n.coordSerial, down: n.downing.resume()}
+	c := &simCoord{n: n, serial: n.coordSerial}
+	c.down, c.leaseLength = n.downing.resume(), n.w.leaseTiming.Coordinator.Length
 	n.coord, n.coordStarted = c, n.w.clock.now
 	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view coordinatorHost.startLocked sends
 	c.tryAcquire()
@@ -758,7 +738,7 @@ func (c *simCoord) lose(why string) {
 func (c *simCoord) fail() {
 	c.failed = true
 	c.pipe.drop()
-	if c.draining {
+	if c.stopping {
 		c.finishStop()
 	}
 }
@@ -770,7 +750,7 @@ func (c *simCoord) finishStop() {
 	if !c.failed {
 		c.release()
 	}
-	c.draining = false
+	c.stopping = false
 	n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
 	if n.coord == c {
 		n.coord = nil
@@ -802,18 +782,18 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 				// As coordinatorRunner: what it decided before the stop
 				// is recorded and sent before it goes; no retries.
 				n.w.tracef("%s coordinator (epoch %d) stops once its writes committed", n.name, c.epoch)
-				c.draining = true
+				c.stopping = true
 				return
 			}
 			c.finishStop()
 		}
 		return
 	}
-	if c != nil && c.draining {
+	if c != nil && c.stopping {
 		n.w.tracef("%s -> %s/coordinator dropped (coordinator stopping): %s", from, n.name, simShow(msg))
 		return
 	}
-	if !c.usable() && !(c != nil && c.keeper != nil && c.stopping && !c.failed && from == n.name) {
+	if !c.usable() && !(c != nil && c.keeper != nil && c.unlistened && !c.failed && from == n.name) {
 		n.w.tracef("%s -> %s/coordinator dropped (no coordinator): %s", from, n.name, simShow(msg))
 		return
 	}
@@ -822,118 +802,68 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 }
 
 // arrive is coordinatorRunner.Receive once the lease is held: nothing is
-// done once the lease ran out by the node's clock; membership views and
-// downing go through the downing machine, which the core sees only
-// filtered.
+// done once the lease ran out by the node's clock; the rest is the
+// runner's acting (coordinatorEffects.act) on the simulated world.
 func (c *simCoord) arrive(msg Message) {
-	n, w := c.n, c.n.w
-	if c.draining {
+	n := c.n
+	if c.stopping {
 		return // its ticks: it takes nothing more
 	}
 	if !c.keeper.Holds(n.now()) {
 		c.lose("the lease ran out")
 		return
 	}
-	switch m := msg.(type) {
-	case membersChanged:
-		c.view = m.members
-		c.down.observe(c.view, addrs(c.knownRegions()...), n.now())
-		c.startDowning()
-		c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
-	case downingTick:
-		if c.down.standDown(n.now(), w.leaseTiming.Coordinator.Length) {
-			w.tracef("%s coordinator (epoch %d) on the minority side: stands down", n.name, c.epoch)
-			c.release()
-			c.fail()
+	if _, ok := msg.(retryStoreWrites); ok {
+		c.retrying = false
+	}
+	c.then(c.act(simCoordIO{c}, msg))
+}
+
+// written is coordinatorRunner.written, once the lease is checked as
+// its Receive checks it.
+func (c *simCoord) written(seq uint64, err error) {
+	if !c.keeper.Holds(c.n.now()) {
+		c.lose("the lease ran out while the writes ran")
+		return
+	}
+	c.then(c.coordinatorEffects.written(simCoordIO{c}, batchWritten{seq: seq, err: err}))
+}
+
+// then carries out a verdict of coordinatorEffects as coordinatorRunner
+// does: a release while stopping ends the stop; a stand-down releases
+// the lease and stops, to be restarted after a back-off.
+func (c *simCoord) then(v coordVerdict) {
+	switch v {
+	case coordStop:
+		c.fail()
+	case coordLost:
+		c.lose("the lease ran out")
+	case coordRelease:
+		if c.stopping {
+			c.finishStop()
 			return
 		}
-		c.startDowning()
-	case downResult:
-		if m.err != nil {
-			w.tracef("%s coordinator: downing call %+v failed: %v", n.name, m.call, m.err)
-		}
-		if c.down.result(m, n.now()) {
-			w.tracef("%s coordinator: the node lease of %s expired", n.name, m.call.node)
-			c.step(membersChanged{members: c.down.filter(c.view, addrs(c.knownRegions()...))})
-		}
-	default:
-		c.step(msg)
-	}
-}
-
-// knownRegions is every region the core knows of.
-func (c *simCoord) knownRegions() []string {
-	known := c.core.everyone()
-	for r := range c.core.byRegion {
-		if !slices.Contains(known, r) {
-			known = append(known, r)
-		}
-	}
-	return addrNames(known)
-}
-
-// startDowning makes the store calls the downing machine asks for.
-func (c *simCoord) startDowning() {
-	n, w := c.n, c.n.w
-	for _, call := range c.down.due(n.now()) {
-		res := downResult{call: call}
-		w.tracef("%s coordinator: downing call %+v", n.name, call)
-		w.storeCall(n, func() error {
-			var err error
-			if call.down {
-				err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
-			} else {
-				res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
-			}
-			return err
-		}, func(err error) {
-			res.err = err
-			if c.current() && !c.stopping {
-				c.arrive(res)
-			}
-		})
-	}
-}
-
-// step is coordinatorRunner.step: it steps the core, even while a batch
-// is in flight; the step's changes join the pending batch and its
-// messages wait for their commit (coordinatorPipeline), but for what may
-// go at once. A failed write is retried after a back-off, a stale epoch
-// stops the coordinator.
-func (c *simCoord) step(msg Message) {
-	switch msg.(type) {
-	case retryStoreWrites:
-		c.retrying = false
-		if b := c.pipe.retry(); b != nil {
-			c.write(b)
-		}
-		return
-	case rebalanceTick:
-		if c.pipe.retrying() {
-			return // the store is in trouble; the next tick comes
-		}
-	}
-	changes, out := c.core.step(msg)
-	c.send(c.pipe.take(msg, changes, out))
-	if c.pipe.retrying() && c.pipe.heldSteps() > maxHeldSteps {
-		c.n.w.tracef("%s coordinator (epoch %d): store down too long, stops", c.n.name, c.epoch)
+		c.release()
 		c.fail()
-		return
-	}
-	if b := c.pipe.next(); b != nil {
-		c.write(b)
 	}
 }
 
-func (c *simCoord) send(out []outbound) {
-	for _, o := range out {
-		c.n.w.net.send(c.n.name, addrName(o.to), false, o.msg)
-	}
+// simCoordIO is a simulated coordinator's coordinatorEnv: the node's
+// clock, the simulated network and stores, each store call an event.
+type simCoordIO struct{ c *simCoord }
+
+func (io simCoordIO) now() time.Time { return io.c.n.now() }
+
+func (io simCoordIO) holds() bool { return io.c.keeper.Holds(io.c.n.now()) }
+
+func (io simCoordIO) send(to cluster.UniqueAddress, msg Message) {
+	io.c.n.w.net.send(io.c.n.name, addrName(to), false, msg)
 }
 
-// write is coordinatorRunner.write: one batch, one store call with its
-// latency, answered to the coordinator unless it is gone by then.
-func (c *simCoord) write(b *writeBatch) {
+// write is one batch, one store call with its latency, answered to the
+// coordinator unless it is gone by then.
+func (io simCoordIO) write(b *writeBatch) {
+	c := io.c
 	n, w := c.n, c.n.w
 	seq, epoch, batch := b.seq, c.epoch, b.changes
 	w.tracef("%s coordinator (epoch %d) writes batch %d: %v", n.name, epoch, seq, batch)
@@ -946,47 +876,49 @@ func (c *simCoord) write(b *writeBatch) {
 	})
 }
 
-// written is coordinatorRunner.written.
-func (c *simCoord) written(seq uint64, err error) {
-	w, n := c.n.w, c.n
-	if !c.keeper.Holds(n.now()) {
-		c.lose("the lease ran out while the writes ran")
-		return
+func (io simCoordIO) retryWrites(err error) {
+	c := io.c
+	n, w := c.n, c.n.w
+	wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
+	c.attempts++
+	w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
+	if !c.retrying {
+		c.retrying = true
+		n.after(wait, func() {
+			if c.current() {
+				c.arrive(retryStoreWrites{})
+			}
+		})
 	}
-	switch {
-	case err == nil:
-		out := c.pipe.committed(seq)
-		c.attempts = 0
-		c.send(out)
-		if b := c.pipe.next(); b != nil {
-			c.write(b)
-		} else if c.draining && !c.pipe.held() {
-			c.finishStop()
+}
+
+func (io simCoordIO) writesCommitted() { io.c.attempts = 0 }
+
+func (io simCoordIO) downCall(call downCall) {
+	c := io.c
+	n, w := c.n, c.n.w
+	res := downResult{call: call}
+	w.tracef("%s coordinator: downing call %+v", n.name, call)
+	w.storeCall(n, func() error {
+		var err error
+		if call.down {
+			err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
+		} else {
+			res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
 		}
-	case errors.Is(err, ErrStaleEpoch):
-		w.tracef("%s coordinator (epoch %d) deposed, stops: %v", n.name, c.epoch, err)
-		c.fail()
-	default:
-		if !c.pipe.failed(seq) {
-			return
+		return err
+	}, func(err error) {
+		res.err = err
+		if c.current() && !c.unlistened {
+			c.arrive(res)
 		}
-		if c.draining {
-			w.tracef("%s coordinator (epoch %d) stops with a failed write: %v", n.name, c.epoch, err)
-			c.finishStop()
-			return
-		}
-		wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
-		c.attempts++
-		w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
-		if !c.retrying {
-			c.retrying = true
-			n.after(wait, func() {
-				if c.current() {
-					c.arrive(retryStoreWrites{})
-				}
-			})
-		}
-	}
+	})
+}
+
+func (io simCoordIO) rebalanced(int) {}
+
+func (io simCoordIO) log(_ slog.Level, msg string, args ...any) {
+	io.c.n.w.tracef("%s coordinator (epoch %d): %s %v", io.c.n.name, io.c.epoch, msg, args)
 }
 
 // ---- the shard runner (shard.go) ----
@@ -995,8 +927,9 @@ type simShard struct {
 	n      *simNode
 	id     string
 	core   *shardCore[simCmd, *simInc]
-	timers map[uint64]bool // armed generations
-	gone   bool            // handed off, terminated, or its node is gone
+	fx     shardEffects[simCmd, *simInc] // the runner's effect switch
+	timers map[uint64]bool               // armed generations
+	gone   bool                          // handed off, terminated, or its node is gone
 	// terminated by a late shutdown: its remember writes die with it
 	terminated bool
 
@@ -1020,6 +953,7 @@ func (n *simNode) newShard(id string) *simShard {
 	w := n.w
 	sh := &simShard{n: n, id: id, timers: map[uint64]bool{}}
 	sh.core = newShardCore[simCmd, *simInc](w.shardCfg, w.rng.Float64)
+	sh.fx = shardEffects[simCmd, *simInc]{core: sh.core, env: simShardIO{sh}}
 	w.tracef("%s hosts shard %s", n.name, id)
 	if w.settings.RememberEntities {
 		sh.readRemembered(0)
@@ -1038,8 +972,8 @@ func (sh *simShard) incs() []*simInc {
 	return out
 }
 
-// deliver is shard.deliver.
-func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
+// deliverPending is shard.deliverPending.
+func (sh *simShard) deliverPending(p pending[simCmd], failFast, accepted bool) error {
 	w := sh.n.w
 	if !sh.n.holdsLease() {
 		w.lostToFault(p.msg)
@@ -1075,71 +1009,90 @@ func (sh *simShard) deliver(p pending[simCmd], failFast, accepted bool) error {
 	return nil
 }
 
-// apply is shard.apply: the core's effects, in order.
-func (sh *simShard) apply() {
-	w, n := sh.n.w, sh.n
-	for len(sh.core.out) > 0 {
-		out := sh.core.out
-		sh.core.out = nil
-		for _, ef := range out {
-			switch ef.kind {
-			case effStart:
-				if !n.holdsLease() {
-					w.lostToFault(ef.msgs)
-					return
-				}
-				inc := w.start(sh, ef.entityID)
-				sh.core.attach(ef.entityID, inc)
-				for _, m := range ef.msgs {
-					w.received(inc, m)
-				}
-			case effSendStop:
-				if inc := ef.handle; inc != nil && !inc.dead && !inc.stopping {
-					inc.stopping = true
-					n.after(w.stopDuration(), func() { sh.die(inc, nil) })
-				}
-			case effForceStop:
-				if inc := ef.handle; inc != nil && !inc.dead {
-					w.tracef("%s force-stops %s#%d (%d)", n.name, inc.entityID, inc.serial, ef.force)
-					if ef.force == forceTerminate {
-						w.kill(inc) // the runner waits, then forgets all: no report
-					} else {
-						sh.die(inc, nil)
-					}
-				}
-			case effArmTimer:
-				kind, id, gen := ef.timer, ef.entityID, ef.gen
-				sh.timers[gen] = true
-				n.after(ef.after, func() {
-					if sh.gone || !sh.timers[gen] {
-						return
-					}
-					delete(sh.timers, gen)
-					sh.core.timerFired(kind, id, gen, n.now())
-					sh.apply()
-				})
-			case effCancelTimer:
-				delete(sh.timers, ef.gen)
-			case effRemember:
-				sh.remember(ef.entityID, ef.add)
-			case effRefuseAsks:
-				w.lostToFault(ef.msgs) // refused as unavailable: their callers retry
-			case effHandedOff:
-				leftover := ef.leftover
-				sh.leftover = leftover
-				sh.afterWrites(func() {
-					n.local(func() {
-						w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
-						sh.gone, sh.leftover = true, nil
-						n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
-					})
-				})
-			default:
-				w.fail("runner", "unknown shard effect %d: teach the simulator", ef.kind)
-				return
-			}
+// apply is shard.apply: the runner's effect switch (shardEffects), on
+// the simulated world (simShardIO).
+func (sh *simShard) apply() { sh.fx.apply() }
+
+// simShardIO is a simulated shard's shardEnv: incarnations the world
+// records, the node's clock, and the simulated remember store.
+type simShardIO struct{ sh *simShard }
+
+// spawn starts an incarnation, unless the node no longer holds its lease:
+// then it fenced itself, and what the incarnation was to get is lost.
+func (io simShardIO) spawn(entityID string, _ bool, msgs []simCmd) (*simInc, bool) {
+	sh := io.sh
+	if !sh.n.holdsLease() {
+		sh.n.w.lostToFault(msgs)
+		return nil, false
+	}
+	return sh.n.w.start(sh, entityID), true
+}
+
+func (io simShardIO) tell(inc *simInc, msg simCmd) error {
+	io.sh.n.w.received(inc, msg)
+	return nil
+}
+
+func (io simShardIO) started(*simInc) {}
+
+func (io simShardIO) deadLetter(err error, entityID string, msg simCmd, reason string) {
+	io.sh.n.w.lost(pending[simCmd]{entityID: entityID, msg: msg}, "%s: %s (%v)", io.sh.n.name, reason, err)
+}
+
+// sendStop: the incarnation stops a while after its stop message.
+func (io simShardIO) sendStop(ef *shardEffect[simCmd, *simInc]) {
+	sh := io.sh
+	if inc := ef.handle; inc != nil && !inc.dead && !inc.stopping {
+		inc.stopping = true
+		sh.n.after(sh.n.w.stopDuration(), func() { sh.die(inc, nil) })
+	}
+}
+
+func (io simShardIO) forceStop(ef *shardEffect[simCmd, *simInc]) {
+	sh, w := io.sh, io.sh.n.w
+	if inc := ef.handle; inc != nil && !inc.dead {
+		w.tracef("%s force-stops %s#%d (%d)", sh.n.name, inc.entityID, inc.serial, ef.force)
+		if ef.force == forceTerminate {
+			w.kill(inc) // the runner waits, then forgets all: no report
+		} else {
+			sh.die(inc, nil)
 		}
 	}
+}
+
+func (io simShardIO) armTimer(ef *shardEffect[simCmd, *simInc]) {
+	sh, n := io.sh, io.sh.n
+	kind, id, gen := ef.timer, ef.entityID, ef.gen
+	sh.timers[gen] = true
+	n.after(ef.after, func() {
+		if sh.gone || !sh.timers[gen] {
+			return
+		}
+		delete(sh.timers, gen)
+		sh.core.timerFired(kind, id, gen, n.now())
+		sh.apply()
+	})
+}
+
+func (io simShardIO) cancelTimer(gen uint64) { delete(io.sh.timers, gen) }
+
+func (io simShardIO) remember(entityID string, add bool) { io.sh.remember(entityID, add) }
+
+// refuseAsks: refused as unavailable, their callers retry.
+func (io simShardIO) refuseAsks(ef *shardEffect[simCmd, *simInc]) { io.sh.n.w.lostToFault(ef.msgs) }
+
+// handedOff: the region hears of it once the remember writes are stored,
+// after a mailbox hop.
+func (io simShardIO) handedOff(leftover []pending[simCmd]) {
+	sh, n, w := io.sh, io.sh.n, io.sh.n.w
+	sh.leftover = leftover
+	sh.afterWrites(func() {
+		n.local(func() {
+			w.tracef("%s shard %s handed off, leftover %+v", n.name, sh.id, leftover)
+			sh.gone, sh.leftover = true, nil
+			n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.handedOff(sh.id, leftover) })
+		})
+	})
 }
 
 var errSimFailure = errors.New("sim: entity failed")

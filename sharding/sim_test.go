@@ -382,6 +382,7 @@ func (w *simWorld) join() {
 		n.rate = 0.95 + 0.1*w.rng.Float64()
 	}
 	n.region = newRegionCore[simCmd, *simShard](w.regionConfig(name))
+	n.fx = regionEffects[simCmd, *simShard]{core: n.region, env: simRegionIO{n}, typ: simType, self: addr(name)}
 	if err := n.holdLease(); err != nil {
 		w.fail("runner", "%s: acquire the node lease: %v", name, err)
 		return

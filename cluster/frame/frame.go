@@ -209,14 +209,29 @@ type Reader struct {
 	r       io.Reader
 	maxSize int
 	prev    Frame
+	prefix  [4]byte
+	// block is what is left of the block that small bodies are cut from.
+	block []byte
 }
+
+// Bodies of at most blockMax bytes are cut, one after the other, from
+// blocks of blockSize bytes that the Reader allocates as it needs them:
+// one allocation for many small frames instead of one each. A block is
+// never written again once a body is cut from it, so a body stays the
+// frame's alone; what keeps a body's bytes (a decoded value that aliases
+// its payload) keeps its block, at most blockSize/blockMax times the
+// body's size.
+const (
+	blockSize = 32 << 10
+	blockMax  = 1 << 10
+)
 
 // NewReader reads frames of at most maxSize bytes from r.
 func NewReader(r io.Reader, maxSize int) *Reader { return &Reader{r: r, maxSize: maxSize} }
 
 // Next reads the next frame; its errors are ReadFrame's.
 func (fr *Reader) Next() (Frame, error) {
-	body, err := readBody(fr.r, fr.maxSize)
+	body, err := fr.readBody()
 	if err != nil {
 		return Frame{}, err
 	}
@@ -231,21 +246,52 @@ func (fr *Reader) Next() (Frame, error) {
 // bytes into a new slice.
 func readBody(r io.Reader, maxSize int) ([]byte, error) {
 	var prefix [4]byte
-	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+	n, err := readPrefix(r, prefix[:], maxSize)
+	if err != nil {
 		return nil, err
-	}
-	n := int64(binary.BigEndian.Uint32(prefix[:]))
-	if n > int64(maxSize) {
-		if _, err := io.CopyN(io.Discard, r, n); err != nil {
-			return nil, unexpected(err)
-		}
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxSize)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
 		return nil, unexpected(err)
 	}
 	return body, nil
+}
+
+// readBody reads the next frame's body, a small one into the block.
+func (fr *Reader) readBody() ([]byte, error) {
+	n, err := readPrefix(fr.r, fr.prefix[:], fr.maxSize)
+	if err != nil {
+		return nil, err
+	}
+	var body []byte
+	if n > blockMax {
+		body = make([]byte, n)
+	} else {
+		if len(fr.block) < n {
+			fr.block = make([]byte, blockSize)
+		}
+		body, fr.block = fr.block[:n:n], fr.block[n:]
+	}
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		return nil, unexpected(err)
+	}
+	return body, nil
+}
+
+// readPrefix reads a frame's length prefix into prefix and returns the
+// length, or ErrTooLarge having read past a frame over maxSize.
+func readPrefix(r io.Reader, prefix []byte, maxSize int) (int, error) {
+	if _, err := io.ReadFull(r, prefix); err != nil {
+		return 0, err
+	}
+	n := int64(binary.BigEndian.Uint32(prefix))
+	if n > int64(maxSize) {
+		if _, err := io.CopyN(io.Discard, r, n); err != nil {
+			return 0, unexpected(err)
+		}
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxSize)
+	}
+	return int(n), nil
 }
 
 func unexpected(err error) error {
@@ -265,6 +311,46 @@ func Encode(reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSiz
 	// each), the version byte.
 	size := 1 + len(from.Node) + len(to.Node) + len(manifest) + len(payload) + 5*binary.MaxVarintLen64
 	return Marshal(make([]byte, 0, size), Frame{From: from, To: to, Manifest: manifest, Payload: payload}, maxSize)
+}
+
+// AppendEncode is Encode appending the frame's body to dst, the message
+// encoded in place (codec.Registry.AppendEncode). On error it returns dst
+// unchanged.
+func AppendEncode(dst []byte, reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSize int) ([]byte, error) {
+	manifest, ok := reg.Manifest(msg)
+	if !ok {
+		return dst, fmt.Errorf("%w: %T", codec.ErrUnregisteredType, msg)
+	}
+	start := len(dst)
+	dst = append(dst, version)
+	dst = appendString(dst, from.Node)
+	dst = binary.AppendUvarint(dst, from.Incarnation)
+	dst = appendString(dst, to.Node)
+	dst = binary.AppendUvarint(dst, to.Incarnation)
+	dst = appendString(dst, manifest)
+	// The payload's length goes before it: one byte is reserved, the size
+	// of the prefix of any payload under 128 bytes, and the payload moved
+	// along when its prefix needs more.
+	at := len(dst)
+	dst = append(dst, 0)
+	_, dst, err := reg.AppendEncode(dst, msg)
+	if err != nil {
+		return dst[:start], err
+	}
+	n := len(dst) - at - 1
+	if n < 0x80 {
+		dst[at] = byte(n)
+	} else {
+		var prefix [binary.MaxVarintLen64]byte
+		p := binary.PutUvarint(prefix[:], uint64(n))
+		dst = append(dst, prefix[1:p]...)
+		copy(dst[at+p:], dst[at+1:at+1+n])
+		copy(dst[at:], prefix[:p])
+	}
+	if size := len(dst) - start; size > maxSize {
+		return dst[:start], fmt.Errorf("%w: %d bytes (manifest %q), limit %d", ErrTooLarge, size, manifest, maxSize)
+	}
+	return dst, nil
 }
 
 // Decode parses a frame body received by self and decodes its message with

@@ -31,6 +31,7 @@ var errMarkerLost = errors.New("tcp: flush marker lost")
 // rest goes on that connection, the whole frame again on another.
 type item struct {
 	body    []byte
+	pooled  *[]byte // body's buffer, handed back once body is copied out
 	marker  *flushWaiter
 	on      net.Conn
 	written int
@@ -74,8 +75,11 @@ func (l *link) signal() {
 	}
 }
 
-// enqueue queues a message body, or writes it inline; it never blocks.
-func (l *link) enqueue(body []byte) error {
+// enqueue queues a message body (*buf, a buffer of the transport's pool,
+// which the link hands back once it copied the body out), or writes it
+// inline; it never blocks. On error buf is still the caller's.
+func (l *link) enqueue(buf *[]byte) error {
+	body := *buf
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -87,16 +91,18 @@ func (l *link) enqueue(body []byte) error {
 	if l.raw != nil && !l.writing && !l.held && len(l.queue) == 0 && time.Since(l.lastWrite) >= inlineAfter {
 		it, done := l.writeInline(body)
 		if done {
+			l.t.putBody(buf) // written from l.inline, a copy
 			return nil
 		}
 		if l.dead != nil {
 			return l.dead
 		}
+		it.pooled = buf
 		l.queue = append(l.queue, item{})
 		copy(l.queue[1:], l.queue) // ahead of what came while it was written
 		l.queue[0] = it
 	} else {
-		l.queue = append(l.queue, item{body: body})
+		l.queue = append(l.queue, item{body: body, pooled: buf})
 	}
 	l.queued++
 	l.signal()
@@ -494,6 +500,7 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 				} else {
 					messages++
 				}
+				l.t.putBody(it.pooled) // copied into buf
 				l.queue[n] = item{}
 				n++
 			}

@@ -313,6 +313,31 @@ type Transport struct {
 	current   map[cluster.UniqueAddress]*inConn
 
 	versionLogged sync.Map // "node version" → struct{}: wire version mismatches logged
+
+	// bodies recycles the buffers Send encodes frame bodies into: a link's
+	// writer copies a body into its batch and hands the buffer back (see
+	// link.release), so a message allocates no body of its own.
+	bodies sync.Pool // *[]byte
+}
+
+// pooledBodyMax is the largest body buffer kept for reuse: a rare large
+// frame does not leave a large buffer in the pool.
+const pooledBodyMax = 16 << 10
+
+func (t *Transport) getBody() *[]byte {
+	if b, ok := t.bodies.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 256)
+	return &b
+}
+
+// putBody hands back a body buffer that nothing refers to any more.
+func (t *Transport) putBody(b *[]byte) {
+	if b != nil && cap(*b) <= pooledBodyMax {
+		*b = (*b)[:0]
+		t.bodies.Put(b)
+	}
 }
 
 var _ cluster.Transport = (*Transport)(nil)
@@ -398,15 +423,20 @@ func (t *Transport) queuedPerPeer() map[string]int {
 // Send implements cluster.Transport: it encodes msg into a frame and
 // queues it on the link to to, never blocking.
 func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
-	body, err := frame.Encode(t.cfg.Codec, t.cfg.Self, to, msg, t.cfg.MaxFrameSize)
+	buf := t.getBody()
+	body, err := frame.AppendEncode(*buf, t.cfg.Codec, t.cfg.Self, to, msg, t.cfg.MaxFrameSize)
+	*buf = body
 	if err != nil {
+		t.putBody(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	l, err := t.link(to)
 	if err != nil {
+		t.putBody(buf)
 		return err
 	}
-	if err := l.enqueue(body); err != nil {
+	if err := l.enqueue(buf); err != nil {
+		t.putBody(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	t.stat.sent.Add(1)

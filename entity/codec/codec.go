@@ -66,6 +66,22 @@ type Serializer interface {
 	Unmarshal(data []byte, ptr any) error
 }
 
+// ValueDecoder is a Serializer that builds the decoded value itself:
+// Decode then hands its result over as it is, sparing the zero value that
+// Unmarshal fills and the copy of it into an interface. The value must be
+// of the type the serializer is registered for.
+type ValueDecoder interface {
+	Serializer
+	DecodeValue(data []byte) (any, error)
+}
+
+// Appender is a Serializer that can append a value's encoding to a buffer
+// (see AppendEncode), sparing a buffer of its own per value.
+type Appender interface {
+	Serializer
+	AppendMarshal(dst []byte, v any) ([]byte, error)
+}
+
 // JSON is the default Serializer.
 type JSON struct{}
 
@@ -82,6 +98,13 @@ type binding struct {
 // decode rebuilds a value of b's type; stored names the manifest the
 // payload was stored under (b's manifest or one of its aliases).
 func (b *binding) decode(stored string, payload []byte) (any, error) {
+	if d, ok := b.serializer.(ValueDecoder); ok {
+		v, err := d.DecodeValue(payload)
+		if err != nil {
+			return nil, fmt.Errorf("codec: decode %q: %w", stored, err)
+		}
+		return v, nil
+	}
 	ptr := reflect.New(b.typ)
 	if err := b.serializer.Unmarshal(payload, ptr.Interface()); err != nil {
 		return nil, fmt.Errorf("codec: decode %q: %w", stored, err)
@@ -201,6 +224,27 @@ func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
 		return "", nil, fmt.Errorf("codec: encode %q: %w", b.manifest, err)
 	}
 	return b.manifest, payload, nil
+}
+
+// AppendEncode is Encode appending the payload to dst: with a serializer
+// that is an Appender, without a buffer of its own. On error it returns
+// dst unchanged.
+func (r *Registry) AppendEncode(dst []byte, v any) (manifest string, out []byte, err error) {
+	b := r.lookupType(reflect.TypeOf(v))
+	if b == nil {
+		return "", dst, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
+	}
+	if a, ok := b.serializer.(Appender); ok {
+		out, err = a.AppendMarshal(dst, v)
+	} else {
+		var payload []byte
+		payload, err = b.serializer.Marshal(v)
+		out = append(dst, payload...)
+	}
+	if err != nil {
+		return "", dst, fmt.Errorf("codec: encode %q: %w", b.manifest, err)
+	}
+	return b.manifest, out, nil
 }
 
 // Decode rebuilds the value stored under manifest: a registered manifest or

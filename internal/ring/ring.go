@@ -13,6 +13,9 @@ type Queue[T any] struct {
 // Len is the number of queued items.
 func (q *Queue[T]) Len() int { return q.n }
 
+// Cap is how many items the buffer holds before it grows.
+func (q *Queue[T]) Cap() int { return len(q.buf) }
+
 // Push appends v.
 func (q *Queue[T]) Push(v T) {
 	if q.n == len(q.buf) {
@@ -60,6 +63,20 @@ func (q *Queue[T]) Drain(fn func(T)) {
 func (q *Queue[T]) Release() {
 	if q.n == 0 {
 		q.buf, q.head = nil, 0
+	}
+}
+
+// Shrink drops the buffer when the queue is empty and the buffer holds
+// more than keep items: an owner that goes idle between single messages
+// (a mailbox told once, then drained) keeps its small buffer instead of
+// allocating it again for the next message, while a burst's large buffer
+// is not kept for good.
+func (q *Queue[T]) Shrink(keep int) {
+	if q.n == 0 {
+		q.head = 0
+		if len(q.buf) > keep {
+			q.buf = nil
+		}
 	}
 }
 

@@ -173,3 +173,28 @@ func TestDrainEmpties(t *testing.T) {
 		t.Fatalf("Len after Drain = %d", q.Len())
 	}
 }
+
+func TestShrinkKeepsASmallBufferOnly(t *testing.T) {
+	var q Queue[int]
+	q.Push(1)
+	q.Shrink(2) // not empty: keeps everything
+	if q.buf == nil || q.Len() != 1 {
+		t.Fatalf("Shrink of a non-empty queue dropped it: buf=%v len=%d", q.buf, q.Len())
+	}
+	q.Pop()
+	q.Shrink(2)
+	if len(q.buf) != 2 || q.head != 0 {
+		t.Fatalf("Shrink(2) of an empty 2-item buffer: len(buf)=%d head=%d, want it kept at head 0", len(q.buf), q.head)
+	}
+	if n := testing.AllocsPerRun(100, func() { q.Push(1); q.Pop(); q.Shrink(2) }); n != 0 {
+		t.Fatalf("a push into a kept buffer allocated %v times", n)
+	}
+	for i := range 5 {
+		q.Push(i)
+	}
+	q.Drain(func(int) {})
+	q.Shrink(2)
+	if q.buf != nil {
+		t.Fatalf("Shrink(2) kept a buffer of %d items", len(q.buf))
+	}
+}

@@ -362,8 +362,12 @@ func (c *Cell[C]) run() {
 			if c.m != nil {
 				c.reportRun()
 			}
-			c.mailbox.Release()
-			c.control = nil // empty here; idle entities keep no queues
+			// An idle entity keeps a mailbox buffer only as small as a
+			// message or two (docs/DESIGN.md, "Runtime rules"): told one
+			// message at a time, it would otherwise allocate it anew for
+			// each; a burst's larger buffer goes.
+			c.mailbox.Shrink(idleMailbox)
+			c.control = nil // empty here; idle entities keep no control queue
 			c.mu.Unlock()
 			return
 		}
@@ -388,6 +392,10 @@ func (c *Cell[C]) run() {
 	}
 	c.sys.dispatch.submit(c)
 }
+
+// idleMailbox is how many entries of its mailbox's buffer an idle entity
+// keeps: the buffer's first size.
+const idleMailbox = 2
 
 // popMailbox is called with c.mu held.
 func (c *Cell[C]) popMailbox() (envelope[C], bool) {

@@ -10,8 +10,9 @@
 //
 // Messages to the node itself are handed over as values, as the local
 // transport does; messages to other nodes are sealed in their wire
-// envelopes, their user messages encoded by this node's codec (wire.Seal),
-// and sent over the cluster transport, which encodes the rest; on receipt
+// envelopes, their user messages encoded by this node's codec (wire.Seal;
+// a lone Deliver's by the envelope's encoder, wire.Pack), and sent over
+// the cluster transport, which encodes the rest; on receipt
 // wire.Open decodes the user messages with this node's codec. On receipt a bad
 // message (a user message whose manifest is unknown or whose payload is
 // corrupt, a target nobody listens at, a sender the view says is down or
@@ -174,7 +175,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Codec == nil || self.Node == "" {
 		return nil, fmt.Errorf("%w: remote needs a node id and a Codec", cluster.ErrInvalidConfig)
 	}
-	if err := wire.RegisterTypes(cfg.Codec); err != nil {
+	if err := wire.RegisterOpeningTypes(cfg.Codec); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -256,7 +257,7 @@ func (t *Transport) Send(to sharding.Address, msg sharding.Message) error {
 		t.stat.local.Add(1)
 		return h(msg)
 	}
-	w, err := wire.Seal(t.cfg.Codec, target, msg)
+	w, err := wire.Pack(t.cfg.Codec, target, msg)
 	if errors.Is(err, wire.ErrUnknownType) {
 		return fmt.Errorf("%w: %w", ErrNotProtocol, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity/codec"
 )
 
 // Errors of a decoder, each wrapped with what was being read.
@@ -91,6 +93,10 @@ type reader struct {
 	err error
 	// what is read, for the error ("Deliver.EntityID").
 	msg string
+	// names, when set, shares the strings read; open, when set, opens
+	// the user messages of Delivers (see decodeEnvelope).
+	names *interner
+	open  *codec.Registry
 }
 
 func (r *reader) fail(sentinel error, field, format string, args ...any) {
@@ -136,7 +142,50 @@ func (r *reader) raw(field string) []byte {
 	return out
 }
 
-func (r *reader) string(field string) string { return string(r.raw(field)) }
+func (r *reader) string(field string) string {
+	if r.names != nil {
+		return r.names.get(r.raw(field))
+	}
+	return string(r.raw(field))
+}
+
+// interner shares the strings a decoder reads again and again (entity
+// types, manifests, shard ids, the ids of busy entities) instead of
+// allocating each anew: a table, by hash, of the last string read per
+// slot. Short strings only, so it stays small however many it sees. The
+// hash is FNV-1a, fixed: strings that collide only miss the table (they
+// are allocated, as without it), and a decoder shares the same strings
+// from one run to the next.
+type interner struct {
+	mu    sync.Mutex
+	slots [internSlots]string
+}
+
+func newInterner() *interner { return new(interner) }
+
+const (
+	internSlots = 1024 // a power of two
+	internMax   = 64   // longer strings are not shared
+)
+
+func (in *interner) get(b []byte) string {
+	if len(b) == 0 || len(b) > internMax {
+		return string(b)
+	}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &in.slots[h&(internSlots-1)]
+	in.mu.Lock()
+	s := *slot
+	if s != string(b) {
+		s = string(b)
+		*slot = s
+	}
+	in.mu.Unlock()
+	return s
+}
 
 // bytes returns a bytes field, sharing the input's memory; nil when empty.
 func (r *reader) bytes(field string) []byte {
@@ -197,7 +246,7 @@ func (r *reader) strings(field string) []string {
 // body returns a reader of the next length-prefixed body, for message msg.
 func (r *reader) body(msg string) reader {
 	b := r.raw("body")
-	return reader{b: b, err: r.err, msg: msg}
+	return reader{b: b, err: r.err, msg: msg, names: r.names, open: r.open}
 }
 
 // done reports the error of a body reader back into its parent. A body's

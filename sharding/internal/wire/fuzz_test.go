@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
@@ -39,6 +40,50 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		back, err := wire.DecodeEnvelope(again)
 		if err != nil || !reflect.DeepEqual(back, env) {
 			t.Fatalf("re-encoded %+v decodes as %+v, %v", env, back, err)
+		}
+	})
+}
+
+// FuzzOpeningDecoder feeds the transport's decoder (RegisterOpeningTypes:
+// strings shared, tells opened as read) the same bytes as the plain one:
+// both accept or both refuse, and Open gives the same message and the
+// same failures.
+func FuzzOpeningDecoder(f *testing.F) {
+	for _, dir := range []string{"golden", "compat"} {
+		files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.hex"))
+		for _, path := range files {
+			f.Add(readHex(f, path))
+		}
+	}
+	plainReg, opening := newCodec(f), openingCodec(f)
+	for _, env := range samples(f) {
+		if _, b, err := plainReg.Encode(env); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := plainReg.Decode(wire.EnvelopeManifest, b)
+		got, gerr := opening.Decode(wire.EnvelopeManifest, b)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("plain decoder: %v; opening decoder: %v", werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		wantEnv, gotEnv := want.(wire.Envelope), got.(wire.Envelope)
+		if _, ok := wantEnv.Msg.(protocol.Message); !ok {
+			if !reflect.DeepEqual(gotEnv, wantEnv) {
+				t.Fatalf("decoded %+v, want %+v", gotEnv, wantEnv)
+			}
+			return
+		}
+		if !reflect.DeepEqual(wire.Asks(gotEnv), wire.Asks(wantEnv)) {
+			t.Fatalf("asks %v, want %v", wire.Asks(gotEnv), wire.Asks(wantEnv))
+		}
+		wm, wf, werr := wire.Open(plainReg, wantEnv)
+		gm, gf, gerr := wire.Open(opening, gotEnv)
+		if !reflect.DeepEqual(gm, wm) || len(gf) != len(wf) || (werr == nil) != (gerr == nil) {
+			t.Fatalf("opened %+v, %d failed, %v; want %+v, %d failed, %v", gm, len(gf), gerr, wm, len(wf), werr)
 		}
 	})
 }

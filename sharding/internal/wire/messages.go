@@ -11,6 +11,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -22,14 +23,16 @@ import (
 // docs/DESIGN.md, "Wire").
 
 // appendMessage appends m's body, length-prefixed, and returns its type id.
-func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
+// With reg, a lone Deliver's user message may be unsealed: it is encoded
+// with reg in place (see Pack).
+func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, error) {
 	var id TypeID
 	var err error
 	dst = appendBody(dst, func(b []byte) []byte {
 		switch m := m.(type) {
 		case protocol.Deliver:
 			id = IDDeliver
-			b, err = appendDeliver(b, m)
+			b, err = appendDeliver(b, m, reg)
 		case protocol.Register:
 			id, b = IDRegister, appendAddress(b, m.Region)
 		case protocol.RegisterProxy:
@@ -128,12 +131,21 @@ func appendMessage(dst []byte, m any) ([]byte, TypeID, error) {
 // Deliver has the bytes it had before they existed. A field appended after
 // them must write them, empty, first. A Deliver that only starts its
 // entity has an empty manifest.
-func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
+func appendDeliver(b []byte, d protocol.Deliver, reg *codec.Registry) ([]byte, error) {
 	var e Encoded
+	var unsealed any // a user message to encode with reg, in place
 	if d.Msg != nil {
 		var ok bool
 		if e, ok = d.Msg.(Encoded); !ok {
-			return b, fmt.Errorf("%w: %T in a Deliver for entity %q", ErrNotSealed, d.Msg, d.EntityID)
+			if reg == nil {
+				return b, fmt.Errorf("%w: %T in a Deliver for entity %q", ErrNotSealed, d.Msg, d.EntityID)
+			}
+			unsealed = d.Msg
+			manifest, known := reg.Manifest(unsealed)
+			if !known {
+				return b, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, unsealed)
+			}
+			e = Encoded{Manifest: manifest, ReplyTo: replyAddresses(unsealed)}
 		}
 	}
 	b = appendString(b, d.Shard)
@@ -141,7 +153,18 @@ func appendDeliver(b []byte, d protocol.Deliver) ([]byte, error) {
 	b = appendBool(b, d.Start)
 	b = appendBool(b, d.Ask)
 	b = appendString(b, e.Manifest)
-	b = appendBytes(b, e.Payload)
+	if unsealed != nil {
+		var err error
+		b = appendBody(b, func(b []byte) []byte {
+			_, b, err = reg.AppendEncode(b, unsealed)
+			return b
+		})
+		if err != nil {
+			return b, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
+		}
+	} else {
+		b = appendBytes(b, e.Payload)
+	}
 	b = binary.AppendUvarint(b, uint64(len(e.ReplyTo)))
 	for _, a := range e.ReplyTo {
 		b = appendReplyAddress(b, a)
@@ -165,7 +188,7 @@ func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 	for _, d := range m.Msgs {
 		b = appendBody(b, func(b []byte) []byte {
 			var derr error
-			b, derr = appendDeliver(b, d)
+			b, derr = appendDeliver(b, d, nil)
 			if err == nil {
 				err = derr
 			}
@@ -354,6 +377,12 @@ func readDeliver(r *reader) protocol.Deliver {
 		d.Trace = &protocol.TraceContext{Parent: r.string("Trace.Parent"), State: r.string("Trace.State")}
 	}
 	if e.Manifest != "" {
+		if r.open != nil && len(e.ReplyTo) == 0 && r.err == nil {
+			if v, err := r.open.Decode(e.Manifest, e.Payload); err == nil {
+				d.Msg = v
+				return d
+			}
+		}
 		d.Msg = e
 	} else if len(e.Payload) > 0 || len(e.ReplyTo) > 0 {
 		r.fail(ErrCorrupt, "Manifest", "empty, with a payload or reply addresses")

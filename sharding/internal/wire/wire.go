@@ -120,7 +120,11 @@ const targetCoordinator = 1 << 0
 // message's body, length-prefixed. A Deliver's user message must be
 // sealed (ErrNotSealed otherwise); a message not in the table is
 // ErrUnknownType. On error dst is returned unchanged.
-func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
+func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) { return appendEnvelope(dst, e, nil) }
+
+// appendEnvelope is AppendEnvelope; with reg, a lone Deliver's user
+// message may be unsealed (see Pack).
+func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error) {
 	id := idOf(e.Msg)
 	if id == 0 {
 		return dst, fmt.Errorf("%w: %T", ErrUnknownType, e.Msg)
@@ -135,7 +139,7 @@ func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
 		}
 		dst = append(dst, flags)
 	}
-	dst, _, err := appendMessage(dst, e.Msg)
+	dst, _, err := appendMessage(dst, e.Msg, reg)
 	if err != nil {
 		return dst[:start], err
 	}
@@ -146,8 +150,13 @@ func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) {
 // slices of the result (a user message's payload, a reply's) share src's
 // memory. Errors match ErrShort, ErrCorrupt or ErrUnknownTypeID (an
 // *UnknownTypeError).
-func DecodeEnvelope(src []byte) (Envelope, error) {
-	r := reader{b: src, msg: "Envelope"}
+func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, nil, nil) }
+
+// decodeEnvelope is DecodeEnvelope sharing the strings it reads through
+// names and, with open, decoding the user message of each Deliver that
+// carries no reply address as it reads it (see RegisterOpeningTypes).
+func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
+	r := reader{b: src, msg: "Envelope", names: names, open: open}
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
 		return Envelope{}, r.err
@@ -166,7 +175,15 @@ func DecodeEnvelope(src []byte) (Envelope, error) {
 		e.To.Coordinator = flags&targetCoordinator != 0
 	}
 	body := r.body(k.name)
-	e.Msg = k.read(&body)
+	if id == IDDeliver {
+		// Read directly: body handed to k.read, a function value, would
+		// be moved to the heap for every message.
+		e.Msg = readDeliver(&body)
+	} else {
+		other := body
+		e.Msg = k.read(&other)
+		body = other
+	}
 	r.done(&body)
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
@@ -234,25 +251,50 @@ func idOf(m any) TypeID {
 	return 0
 }
 
-// serializer is Envelope's codec.Serializer.
-type serializer struct{}
+// serializer is Envelope's codec.Serializer; it appends (codec.Appender)
+// and builds the decoded Envelope itself (codec.ValueDecoder), and shares
+// the strings it decodes again and again. With open, its decoder opens the
+// user messages of Delivers as it reads them (see RegisterOpeningTypes).
+type serializer struct {
+	names *interner
+	// reg is the registry the serializer is registered in: it encodes the
+	// user message of a packed Deliver (see Pack).
+	reg  *codec.Registry
+	open *codec.Registry
+}
 
-func (serializer) Marshal(v any) ([]byte, error) {
+func (s *serializer) Marshal(v any) ([]byte, error) {
 	e, ok := v.(Envelope)
 	if !ok {
 		return nil, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return AppendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e)
+	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, s.reg)
 }
 
-func (serializer) Unmarshal(data []byte, ptr any) error {
+func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
+	e, ok := v.(Envelope)
+	if !ok {
+		return dst, fmt.Errorf("wire: %T is no Envelope", v)
+	}
+	return appendEnvelope(dst, e, s.reg)
+}
+
+func (s *serializer) Unmarshal(data []byte, ptr any) error {
 	e, ok := ptr.(*Envelope)
 	if !ok {
 		return fmt.Errorf("wire: cannot decode into %T", ptr)
 	}
 	var err error
-	*e, err = DecodeEnvelope(data)
+	*e, err = decodeEnvelope(data, s.names, s.open)
 	return err
+}
+
+func (s *serializer) DecodeValue(data []byte) (any, error) {
+	e, err := decodeEnvelope(data, s.names, s.open)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // sealedSize is the size of the user payload m carries, to size the
@@ -272,8 +314,19 @@ func sealedSize(m any) int {
 // RegisterTypes registers Envelope in reg under EnvelopeManifest.
 // Registering twice is harmless; the manifest or type already bound
 // otherwise is an error.
-func RegisterTypes(reg *codec.Registry) error {
-	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(serializer{})); err != nil {
+func RegisterTypes(reg *codec.Registry) error { return register(reg, nil) }
+
+// RegisterOpeningTypes is RegisterTypes for a node's transport: the
+// decoder of reg also opens, with reg, the user message of each Deliver
+// that carries no reply address as it reads the envelope, so that the
+// message is built once (Open then has nothing left to do for it). A user
+// message that does not decode, or that carries reply addresses (whose
+// asks a refusal must fail, see Asks), stays encoded for Open.
+func RegisterOpeningTypes(reg *codec.Registry) error { return register(reg, reg) }
+
+func register(reg, open *codec.Registry) error {
+	s := &serializer{names: newInterner(), reg: reg, open: open}
+	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(s)); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
 	return nil
@@ -310,6 +363,24 @@ func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 	return Envelope{To: to, Msg: msg}, nil
 }
 
+// Pack puts msg in its Envelope for to as Seal does, but a lone
+// Deliver's user message stays as it is: the Envelope's codec type,
+// registered in reg by RegisterTypes, encodes it with reg straight into
+// the frame when the transport encodes the envelope (on Send, as every
+// cluster.Transport does), with the bytes Seal would have given it. So
+// a tell is encoded once, into its frame, and its Deliver is not copied
+// into a new interface value. A user message reg cannot encode fails
+// that encoding, with the codec's error.
+func Pack(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error) {
+	if d, ok := msg.(protocol.Deliver); ok {
+		if _, known := reg.Manifest(d.Msg); d.Msg != nil && !known {
+			return Envelope{}, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, d.Msg)
+		}
+		return Envelope{To: to, Msg: msg}, nil
+	}
+	return Seal(reg, to, msg)
+}
+
 // Undecodable is a user message that did not decode on receipt: the
 // Deliver that carried it (its Msg the Encoded form) and the codec's error.
 type Undecodable struct {
@@ -332,6 +403,11 @@ func (u Undecodable) Encoded() Encoded {
 func Open(reg *codec.Registry, e Envelope) (msg protocol.Message, failed []Undecodable, err error) {
 	switch m := e.Msg.(type) {
 	case protocol.Deliver:
+		if _, sealed := m.Msg.(Encoded); !sealed {
+			// Opened as it was decoded (or nothing to open): the message
+			// as it is, not a copy in a new interface value.
+			return e.Msg.(protocol.Message), nil, nil
+		}
 		o, err := openDeliver(reg, m)
 		if err != nil {
 			return nil, []Undecodable{{Deliver: m, Err: err}}, nil

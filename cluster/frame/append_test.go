@@ -1,0 +1,64 @@
+package frame_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/entity/codec"
+)
+
+// AppendEncode writes the bytes Encode writes, whatever the size of the
+// payload's length prefix, after what dst holds; a frame over the limit
+// or an unregistered type leaves dst as it was.
+func TestAppendEncodeWritesEncodesBytes(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "s")
+	for _, n := range []int{0, 100, 125, 126, 200, 20000} {
+		msg := strings.Repeat("x", n)
+		want, err := frame.Encode(reg, a1, b2, msg, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := frame.AppendEncode([]byte("head"), reg, a1, b2, msg, 1<<20)
+		if err != nil || !bytes.Equal(got, append([]byte("head"), want...)) {
+			t.Fatalf("payload of %d bytes: AppendEncode = %x, %v\nwant head+%x", n+2, got, err, want)
+		}
+	}
+	got, err := frame.AppendEncode([]byte("head"), reg, a1, b2, strings.Repeat("x", 100), 50)
+	if !errors.Is(err, frame.ErrTooLarge) || string(got) != "head" {
+		t.Fatalf("over the limit: %q, %v", got, err)
+	}
+	got, err = frame.AppendEncode([]byte("head"), reg, a1, b2, 1.5, 1<<20)
+	if !errors.Is(err, codec.ErrUnregisteredType) || string(got) != "head" {
+		t.Fatalf("unregistered: %q, %v", got, err)
+	}
+}
+
+// A Reader cuts small bodies from blocks it allocates now and then: a
+// stream of small frames costs far less than an allocation per frame.
+func TestReaderAllocatesBlocksNotBodies(t *testing.T) {
+	var stream bytes.Buffer
+	const frames = 1000
+	for range frames {
+		if err := frame.WriteFrame(&stream, sample(), 1024); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := stream.Bytes()
+	src := bytes.NewReader(data)
+	r := frame.NewReader(src, 1024)
+	allocs := testing.AllocsPerRun(10, func() {
+		src.Reset(data)
+		for range frames {
+			if _, err := r.Next(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if perFrame := allocs / frames; perFrame > 0.1 {
+		t.Fatalf("%.2f allocations per frame, want blocks shared by many", perFrame)
+	}
+}

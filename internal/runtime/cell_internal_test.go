@@ -1,0 +1,61 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+)
+
+// An entity told one message at a time keeps its mailbox's first buffer
+// while idle, so the next message allocates none; a burst's buffer goes.
+func TestIdleCellKeepsASmallMailbox(t *testing.T) {
+	sys, err := NewSystem(Config{NodeID: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan int, 16)
+	props := &Props[int]{Key: NewTypeKey[int]("T"), Create: func(Context[int]) Behavior[int] {
+		return Receive(func(_ Context[int], m int) Behavior[int] { handled <- m; return Same[int]() })
+	}}
+	c := Spawn(sys, props, "e")
+	idleBuffer := func() int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c.mu.Lock()
+			idle, n := c.status&scheduled == 0, c.mailbox.Cap()
+			c.mu.Unlock()
+			if idle {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the cell never went idle")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := c.Tell(1); err != nil {
+		t.Fatal(err)
+	}
+	<-handled
+	if n := idleBuffer(); n != idleMailbox {
+		t.Fatalf("idle after one message: mailbox buffer of %d, want %d kept", n, idleMailbox)
+	}
+	c.mu.Lock()
+	c.status |= suspended // hold the mailbox so that a burst piles up
+	c.mu.Unlock()
+	for i := range 8 {
+		if err := c.Tell(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	c.status &^= suspended
+	c.mu.Unlock()
+	c.post(func() {}) // schedule it again
+	for range 8 {
+		<-handled
+	}
+	if n := idleBuffer(); n != 0 {
+		t.Fatalf("idle after a burst: mailbox buffer of %d kept", n)
+	}
+}
