@@ -255,11 +255,8 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			// everyone when the hand-off ends.
 			return nil, nil
 		}
-		if region, ok := c.shards[m.Shard]; ok {
-			if from, starting := c.starting[m.Shard]; starting && region == m.Region {
-				return nil, []outbound{{to: m.Region, msg: protocol.HostShard{Shard: m.Shard, From: from, Epoch: c.epoch}}}
-			}
-			return nil, []outbound{{to: m.Region, msg: protocol.ShardHome{Shard: m.Shard, Region: region, Epoch: c.epoch}}}
+		if _, ok := c.shards[m.Shard]; ok {
+			return nil, c.homeFor(m.Shard, m.Region)
 		}
 		if _, named := c.handOverFrom[m.Shard]; m.HandOver && !named {
 			// A predecessor stopped the shard and did not place it: the
@@ -294,6 +291,17 @@ func (c *coordinatorCore) step(msg Message) (changes []change, out []outbound) {
 			}
 			delete(h.pending, m.Region)
 			return nil, c.maybeHandOff(m.Shard)
+		}
+		if c.handoffs[m.Shard] == nil && m.Epoch <= c.epoch && !m.FencedAt.IsZero() {
+			// A region still fenced for a hand-off that is over (this
+			// coordinator's, or a predecessor's) acknowledges it again
+			// each tick: the ShardHome that ended it there was lost.
+			// Answered with the shard's home, or none, it stops fencing
+			// (docs/DESIGN.md, "Fence on the data link").
+			if _, ok := c.shards[m.Shard]; !ok {
+				return nil, []outbound{{to: m.Region, msg: protocol.ShardHome{Shard: m.Shard, Epoch: c.epoch}}}
+			}
+			return nil, c.homeFor(m.Shard, m.Region)
 		}
 	case protocol.ShardStopped:
 		h := c.handoffs[m.Shard]
@@ -698,7 +706,7 @@ func (c *coordinatorCore) resendHandOffs() []outbound {
 	for _, shard := range slices.Sorted(maps.Keys(c.handoffs)) {
 		h := c.handoffs[shard]
 		if h.handing {
-			out = append(out, outbound{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}})
+			out = append(out, outbound{to: h.from, msg: c.handOff(shard, h)})
 			continue
 		}
 		for _, r := range slices.SortedFunc(maps.Keys(h.pending), cluster.UniqueAddress.Compare) {
@@ -715,7 +723,28 @@ func (c *coordinatorCore) maybeHandOff(shard string) []outbound {
 	}
 	h.handing = true
 	slices.SortFunc(h.fences, cluster.UniqueAddress.Compare)
-	return []outbound{{to: h.from, msg: protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences}}}
+	return []outbound{{to: h.from, msg: c.handOff(shard, h)}}
+}
+
+// homeFor tells region where a placed shard lives: its HostShard again
+// when the shard is placed on region and has not reported starting there
+// (the HostShard may have been lost; a ShardHome would not say whose mail
+// to wait for), else a ShardHome.
+func (c *coordinatorCore) homeFor(shard string, region cluster.UniqueAddress) []outbound {
+	home := c.shards[shard]
+	if from, starting := c.starting[shard]; starting && home == region {
+		return []outbound{{to: region, msg: protocol.HostShard{Shard: shard, From: from, Epoch: c.epoch}}}
+	}
+	return []outbound{{to: region, msg: protocol.ShardHome{Shard: shard, Region: home, Epoch: c.epoch}}}
+}
+
+// handOff is the HandOff of h. It names the region whose mail the home
+// still waits for (the From of its HostShard, kept until the home reports
+// ShardStarted), zero for none: a home whose HostShard was lost learns it
+// only from here, and waits for exactly that region's HandOver, ahead of
+// its own (docs/DESIGN.md, "Hand-over, not carry").
+func (c *coordinatorCore) handOff(shard string, h *handoff) protocol.HandOff {
+	return protocol.HandOff{Shard: shard, Epoch: c.epoch, Seq: h.seq, Fences: h.fences, MailHeldBy: c.starting[shard], MailHeldByKnown: true}
 }
 
 // removeRegion forgets a region that stopped or vanished; shards it still

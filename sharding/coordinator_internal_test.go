@@ -891,3 +891,90 @@ func TestCoordinatorIgnoresARegisterFromANodeHeldDown(t *testing.T) {
 		t.Fatalf("sent %v once every live region acked, want the HandOff", got)
 	}
 }
+
+// A HandOff names the region whose mail the home still waits for (the
+// From of its HostShard, read from the store by a successor), and says
+// that it does: a home whose HostShard was lost waits for exactly that
+// region rather than guess. Once the home reported ShardStarted, it names
+// none, and still says so (a zero of a coordinator that predates the
+// field means "unknown").
+func TestCoordinatorHandOffNamesTheMailHolderTheHomeAwaits(t *testing.T) {
+	strategy := allocation.NewLeastShard(allocation.DefaultLeastShardConfig())
+	c := newCoordinatorCore(addr("x"), 3, map[string]Allocation{"s1": {Region: addr("b"), MailHeldBy: addr("a")}}, strategy, 1)
+	members := []cluster.Member{{Address: addr("a"), Status: cluster.Up}, {Address: addr("b"), Status: cluster.Up}}
+	c.step(membersChanged{members: members})
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	handOff := func() protocol.HandOff {
+		t.Helper()
+		c.step(protocol.StopShards{Shards: []string{"s1"}})
+		c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+		_, out := c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b")}))
+		if got := sent(out); !slices.Equal(got, []string{"b: HandOff s1"}) {
+			t.Fatalf("sent %v, want the HandOff", got)
+		}
+		return out[0].msg.(protocol.HandOff)
+	}
+	if m := handOff(); m.MailHeldBy != addr("a") || !m.MailHeldByKnown {
+		t.Fatalf("HandOff %+v, want MailHeldBy a, known", m)
+	}
+	// The hand-off ends with b holding nothing; the shard is stopped.
+	c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("b")}))
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("b")})
+	home := c.shards["s1"]
+	c.step(protocol.ShardStarted{Shard: "s1", Region: home})
+	_, out := c.step(protocol.StopShards{Shards: []string{"s1"}})
+	for _, o := range out {
+		if b, ok := o.msg.(protocol.BeginHandOff); ok {
+			c.step(protocol.BeginHandOffAck{Shard: "s1", Region: o.to, Epoch: b.Epoch, Seq: b.Seq})
+		}
+	}
+	_, out = c.step(rebalanceTick{}) // the HandOff, sent again
+	var m protocol.HandOff
+	for _, o := range out {
+		if h, ok := o.msg.(protocol.HandOff); ok {
+			m = h
+		}
+	}
+	if !m.MailHeldBy.IsZero() || !m.MailHeldByKnown || m.Shard != "s1" {
+		t.Fatalf("HandOff %+v after the shard started, want no holder, known", m)
+	}
+}
+
+// A region still fenced for a hand-off that is over (the ShardHome that
+// ended it there was lost) acknowledges it again each tick: the
+// coordinator answers with the shard's home, or none once stopped, which
+// ends the fence. While the hand-off runs, a repeated acknowledgement
+// changes nothing.
+func TestCoordinatorAnswersARepeatedAckOfAnEndedHandOffWithTheHome(t *testing.T) {
+	c := newTestCore(1)
+	c.step(protocol.Register{Region: addr("a")})
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	c.step(protocol.Register{Region: addr("b")})
+	c.step(protocol.StopShards{Shards: []string{"s1"}})
+	ack := ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("b"), FencedAt: addr("a")})
+	c.step(ack)
+	if _, out := c.step(ack); len(out) != 0 {
+		t.Fatalf("a repeated ack of the running hand-off sent %v", sent(out))
+	}
+	c.step(ackOf(c, protocol.BeginHandOffAck{Shard: "s1", Region: addr("a")}))
+	c.step(stoppedOf(c, protocol.ShardStopped{Shard: "s1", Region: addr("a")}))
+	_, out := c.step(ack)
+	if got := sent(out); !slices.Equal(got, []string{"b: ShardHome s1@"}) {
+		t.Fatalf("answered the ack of the ended hand-off with %v, want the home (none)", got)
+	}
+	if m := out[0].msg.(protocol.ShardHome); !m.Region.IsZero() || m.Epoch != c.epoch {
+		t.Fatalf("answered %+v, want no home in epoch %d", m, c.epoch)
+	}
+	c.step(protocol.GetShardHome{Shard: "s1", Region: addr("a")})
+	home := c.shards["s1"]
+	if _, out = c.step(ack); len(out) != 1 || out[0].msg.(protocol.ShardHome).Region != home {
+		t.Fatalf("answered %v once placed again, want the ShardHome of %v", sent(out), home)
+	}
+	// From a newer coordinator than this one: no answer (this one is deposed).
+	newer := ack
+	newer.Epoch = c.epoch + 1
+	if _, out := c.step(newer); len(out) != 0 {
+		t.Fatalf("answered a newer coordinator's hand-off with %v", sent(out))
+	}
+}

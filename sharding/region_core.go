@@ -123,7 +123,8 @@ type regionShard[C any, S comparable] struct {
 	awaiting cluster.UniqueAddress
 	handedIn map[cluster.UniqueAddress]bool
 	// guessed: the wait for awaiting is this region's guess, without a
-	// HostShard naming it (see pushedHome). The coordinator may have
+	// HostShard or a HandOff naming it (see pushedHome; a HandOff of a
+	// coordinator that predates MailHeldBy names none). The coordinator may have
 	// placed the shard here because that home is dead to it (its lease
 	// expired) while this region's view still lists it, so the wait is
 	// bounded by waitTicks; a named one is not (see handOver).
@@ -638,16 +639,32 @@ func (c *regionCore[C, S]) step(msg Message) {
 		if e.stopping && e.stopEpoch == m.Epoch && e.stopSeq == m.Seq {
 			return // asked again while waiting for fences: the wait goes on, bounded from its start
 		}
-		if prev := e.home; !e.hosted && e.awaiting.IsZero() && e.hostFrom.IsZero() && e.placed != c.cfg.self &&
-			!prev.IsZero() && prev != c.cfg.self && !e.handedIn[prev] && c.isLive(prev) && !c.cfg.proxy {
+		switch held := m.MailHeldBy; {
+		case e.hosted || e.hostFrom != (cluster.UniqueAddress{}) || c.cfg.proxy:
+			// Hosted, or its HostShard came: what the region waits for,
+			// if anything, is known already.
+		case m.MailHeldByKnown && (e.awaiting.IsZero() || e.guessed):
 			// This region learns that it is the shard's home only from
-			// the HandOff: its HostShard and the pushed home were lost.
-			// The home it knew before may hold mail for it, which the
-			// coordinator still counts as on its way here; the next home
-			// waits only for ours, so ours goes once that mail is in and
-			// ahead of it (see docs/DESIGN.md, "Hand-over, not carry").
-			// Guessed, as in pushedHome, so bounded by waitTicks.
-			e.awaiting, e.guessed, e.waited, e.relays = prev, true, 0, nil
+			// the HandOff (its HostShard lost): the coordinator names the
+			// region whose mail the allocation still counts as on its
+			// way here. The next home waits only for ours, so ours goes
+			// once that mail is in and ahead of it (see docs/DESIGN.md,
+			// "Hand-over, not carry"). A fact, not a guess, and waited
+			// for as a HostShard's From is: until it hands over or is
+			// gone, with no time bound. A guess is replaced by it: the
+			// home guessed may owe nothing (the shard went through a home
+			// this region never heard of), and the one named may be on a
+			// link slower than any bound.
+			e.awaiting, e.guessed, e.waited, e.relays = cluster.UniqueAddress{}, false, 0, nil
+			if !held.IsZero() && held != c.cfg.self && !e.handedIn[held] && !c.gone(held) {
+				e.awaiting = held
+			}
+		case e.awaiting.IsZero() && e.placed != c.cfg.self && !e.home.IsZero() && e.home != c.cfg.self &&
+			!e.handedIn[e.home] && c.isLive(e.home):
+			// The same, from a coordinator that predates MailHeldBy: the
+			// home this region knew before may hold that mail. Guessed,
+			// as in pushedHome, so bounded by waitTicks.
+			e.awaiting, e.guessed, e.waited, e.relays = e.home, true, 0, nil
 		}
 		if e.awaiting.IsZero() {
 			// A wait for a previous home's hand-over keeps its start: the
@@ -1001,10 +1018,19 @@ func (c *regionCore[C, S]) giveUpWaiting() {
 // for it as long as this region is in its view, and a broken link may
 // have lost it. Sent again on the same link, it still follows whatever
 // this region forwarded before the hand-off.
+//
+// The hand-off runs here until the region learns the shard's next home
+// (or none). The ShardHome that tells it may be lost, and a region that
+// holds nothing for the shard never asks: so it acknowledges the hand-off
+// again beside each fence, and a coordinator whose hand-off of the shard
+// is over answers with the home, which ends the fence (see
+// coordinatorCore.step, BeginHandOffAck). A running hand-off takes the
+// repeated acknowledgement as the first.
 func (c *regionCore[C, S]) resendFences() {
 	for _, id := range slices.Sorted(maps.Keys(c.shards)) {
 		if e := c.shards[id]; !e.hosted && !e.fencedAt.IsZero() && !c.gone(e.fencedAt) {
 			c.emit(regionEffect[C, S]{kind: regSend, node: e.fencedAt, msg: e.fence(id, c.cfg.self)})
+			c.toCoordinator(protocol.BeginHandOffAck{Shard: id, Region: c.cfg.self, FencedAt: e.fencedAt, Epoch: e.handOffEpoch, Seq: e.handOffSeq})
 		}
 	}
 }
@@ -1438,6 +1464,15 @@ func (c *regionCore[C, S]) handedOver(m protocol.HandOver) {
 		e.buffer = slices.Concat(e.buffer[:e.handedFront], front, e.buffer[e.handedFront:])
 		e.handedFront += len(front)
 		c.buffered += len(front)
+	}
+	if !m.Relayed && m.From != c.cfg.self && !e.hosted && e.awaiting != m.From {
+		// In before this region knew, from a HostShard or a HandOff
+		// naming From, that it waits for it: that wait would never end
+		// (From, acknowledged, sends nothing more).
+		if e.handedIn == nil {
+			e.handedIn = make(map[cluster.UniqueAddress]bool)
+		}
+		e.handedIn[m.From] = true
 	}
 	switch {
 	case e.awaiting == m.From:

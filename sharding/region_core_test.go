@@ -43,7 +43,9 @@ import (
 //	  hand-over SHARD from=NODE [seq=N] [relayed=B] [msgs=ENTITY:MSG,...]
 //	                     (the previous home's mail; relayed: news that it reached a later home)
 //	  begin-hand-off SHARD epoch=E
-//	  hand-off SHARD epoch=E [fences=NODE,...]
+//	  hand-off SHARD epoch=E [fences=NODE,...] [mail-held-by=NODE]
+//	                     (mail-held-by: the coordinator names the region whose mail
+//	                     the home awaits, "-" for none; absent: an older coordinator's)
 //	  fence SHARD from=NODE
 //	  leave-ack epoch=E
 //	  flush from=NODE seq=N      (NODE's marker behind what it forwarded here)
@@ -269,7 +271,11 @@ func (h *regionHarness) message(name string, pos []string, kv map[string]string)
 		if f := kv["fences"]; f != "" {
 			fences = strings.Split(f, ",")
 		}
-		return protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Seq: h.uint(kv["seq"]), Fences: addrs(fences...)}
+		m := protocol.HandOff{Shard: pos[0], Epoch: h.epoch(kv), Seq: h.uint(kv["seq"]), Fences: addrs(fences...)}
+		if v, ok := kv["mail-held-by"]; ok {
+			m.MailHeldBy, m.MailHeldByKnown = addr(v), true
+		}
+		return m
 	case "fence":
 		need(1)
 		return protocol.Fence{Shard: pos[0], From: addr(kv["from"]), Epoch: h.uint(kv["epoch"]), Seq: h.uint(kv["seq"])}

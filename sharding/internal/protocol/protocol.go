@@ -126,10 +126,19 @@ type (
 	// holds a Fence of this hand-off (Epoch, Seq) from each region in
 	// Fences that is not gone, so that everything forwarded to it before
 	// the hand-off is in first.
+	//
+	// MailHeldBy is the previous home whose mail the owning region must
+	// take before it stops the shard, as the coordinator stored it with the
+	// allocation (the From of the region's HostShard, zero for none), and
+	// MailHeldByKnown says the coordinator set it: a region whose HostShard
+	// was lost waits for that node's HandOver rather than guess. A HandOff
+	// of a coordinator that predates the field reads as not known.
 	HandOff struct {
-		Shard      string
-		Epoch, Seq uint64
-		Fences     []cluster.UniqueAddress
+		Shard           string
+		Epoch, Seq      uint64
+		Fences          []cluster.UniqueAddress
+		MailHeldBy      cluster.UniqueAddress
+		MailHeldByKnown bool
 	}
 	// ShardStopped confirms the HandOff Epoch, Seq: every entity of the
 	// shard has stopped. Held: the region holds mail for the shard (for

@@ -76,6 +76,8 @@ func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, erro
 			b = binary.AppendUvarint(b, m.Epoch)
 			b = appendAddresses(b, m.Fences)
 			b = binary.AppendUvarint(b, m.Seq)
+			b = appendAddress(b, m.MailHeldBy)
+			b = appendBool(b, m.MailHeldByKnown)
 		case protocol.ShardStopped:
 			id, b = IDShardStopped, appendString(b, m.Shard)
 			b = appendAddress(b, m.Region)
@@ -293,6 +295,11 @@ func readHandOff(r *reader) any {
 	m := protocol.HandOff{Shard: r.string("Shard"), Epoch: r.uvarint("Epoch"), Fences: r.addresses("Fences")}
 	if r.more() {
 		m.Seq = r.uvarint("Seq")
+	}
+	// The mail holder was appended after Seq: absent, it is not known
+	// (MailHeldByKnown false), which is what an older coordinator meant.
+	if r.more() {
+		m.MailHeldBy, m.MailHeldByKnown = r.address("MailHeldBy"), r.bool("MailHeldByKnown")
 	}
 	return m
 }
