@@ -236,6 +236,11 @@ func startPaymentNode(t *testing.T, issuerURL string, minMembers int, args ...st
 	}
 	c := o.cfg.Cluster
 	c.Node.Timing = clusterTiming()
+	// Longer leases than the 2 s default, which fence a node after 1.5 s
+	// without a renewal: beside other test binaries on a busy machine a
+	// renewal can wait that long, and this test is not about the lease.
+	t8 := lease.Timing{Length: 8 * time.Second, RenewEvery: 500 * time.Millisecond, Margin: 2 * time.Second}
+	c.Node.Leases = lease.Settings{Node: t8, Coordinator: t8}
 	c.MinMembers = minMembers
 	return startNode(t, func(cfg *Config) {
 		cfg.Cluster = c
