@@ -91,3 +91,30 @@ func TestPackAllocations(t *testing.T) {
 		t.Fatalf("pack and encode of a tell: %v allocations besides the user message's", n-userAllocs)
 	}
 }
+
+// A packed Deliver's user message is encoded with the sender's codec,
+// not with the codec of the transport that encodes the envelope: the
+// nodes of one process share a network whose codec knows only the wire.
+func TestPackEncodesWithTheSendersCodec(t *testing.T) {
+	sender := newCodec(t)
+	network := codec.NewRegistry()
+	if err := wire.RegisterTypes(network); err != nil {
+		t.Fatal(err)
+	}
+	d := protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 7}}
+	sealed, err := wire.Seal(sender, wire.Target{Type: "t"}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, want, err := network.Encode(sealed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, err := wire.Pack(sender, wire.Target{Type: "t"}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := network.Encode(packed); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("packed, encoded by the network's codec: %x, %v; want %x", got, err, want)
+	}
+}

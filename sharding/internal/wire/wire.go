@@ -62,6 +62,22 @@ func (t Target) String() string {
 type Envelope struct {
 	To  Target
 	Msg any
+
+	// packedWith is the sending node's codec, set by Pack: the user
+	// message of a packed Deliver is encoded with it when the transport
+	// encodes the envelope, whatever codec the transport itself uses (the
+	// nodes of one process share a network whose codec knows only this
+	// wire). Nil: the envelope's serializer's own codec.
+	packedWith *codec.Registry
+}
+
+// userCodec is the codec that encodes the user message of a packed
+// Deliver in e: the sender's, or the serializer's own, reg.
+func (e Envelope) userCodec(reg *codec.Registry) *codec.Registry {
+	if e.packedWith != nil {
+		return e.packedWith
+	}
+	return reg
 }
 
 // Encoded is a user message encoded by the sending node's codec, in the
@@ -272,7 +288,7 @@ func (s *serializer) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, s.reg)
+	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, e.userCodec(s.reg))
 }
 
 func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
@@ -280,7 +296,7 @@ func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
 	if !ok {
 		return dst, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return appendEnvelope(dst, e, s.reg)
+	return appendEnvelope(dst, e, e.userCodec(s.reg))
 }
 
 func (s *serializer) Unmarshal(data []byte, ptr any) error {
@@ -368,10 +384,11 @@ func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 }
 
 // Pack puts msg in its Envelope for to as Seal does, but a lone
-// Deliver's user message stays as it is: the Envelope's codec type,
-// registered in reg by RegisterTypes, encodes it with reg straight into
-// the frame when the transport encodes the envelope (on Send, as every
-// cluster.Transport does), with the bytes Seal would have given it. So
+// Deliver's user message stays as it is: the Envelope's codec type
+// encodes it with reg (the envelope remembers it, whatever codec the
+// transport encodes with) straight into the frame when the transport
+// encodes the envelope (on Send, as every cluster.Transport does), with
+// the bytes Seal would have given it. So
 // a tell is encoded once, into its frame, and its Deliver is not copied
 // into a new interface value. A user message reg cannot encode fails
 // that encoding, with the codec's error.
@@ -380,7 +397,7 @@ func Pack(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 		if _, known := reg.Manifest(d.Msg); d.Msg != nil && !known {
 			return Envelope{}, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, d.Msg)
 		}
-		return Envelope{To: to, Msg: msg}, nil
+		return Envelope{To: to, Msg: msg, packedWith: reg}, nil
 	}
 	return Seal(reg, to, msg)
 }
