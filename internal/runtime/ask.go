@@ -717,7 +717,7 @@ var replyToPkg = reflect.TypeFor[ReplyTo[struct{}]]().PkgPath()
 const maxReplyDepth = 6
 
 func forEachReplyAddr(v reflect.Value, depth int, visit func(ReplyAddress)) {
-	if !v.IsValid() || depth > maxReplyDepth {
+	if !v.IsValid() || depth > maxReplyDepth || !mayHoldReplyTo(v.Type(), maxReplyDepth-depth) {
 		return
 	}
 	switch v.Kind() {
@@ -742,6 +742,34 @@ func forEachReplyAddr(v reflect.Value, depth int, visit func(ReplyAddress)) {
 			forEachReplyAddr(v.Index(i), depth+1, visit)
 		}
 	}
+}
+
+// mayHoldReplyTo reports whether a value of type t may carry a ReplyTo
+// within depth levels: one itself, or an interface, or a struct, pointer,
+// slice or array whose elements may. The walk does not enter what cannot
+// hold one; that is also what keeps it out of memory other goroutines
+// write without a lock, such as a time.Time's *Location (the process's
+// local zone is loaded lazily, on first use).
+func mayHoldReplyTo(t reflect.Type, depth int) bool {
+	if depth < 0 {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return mayHoldReplyTo(t.Elem(), depth-1)
+	case reflect.Struct:
+		if isReplyTo(t) {
+			return true
+		}
+		for i := range t.NumField() {
+			if mayHoldReplyTo(t.Field(i).Type, depth-1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func typeName(v any) string { return fmt.Sprintf("%T", v) }
