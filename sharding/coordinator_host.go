@@ -236,7 +236,7 @@ func (h *coordinatorHost) startLocked() {
 	if h.s.cfg.NodeLeases != nil && h.downing == nil {
 		h.downing = newDowning(h.s.self, h.role, h.settings.DowningStableAfter)
 	}
-	addr := Address{Node: h.s.self, Type: h.typ, Coordinator: true}
+	addr := address{Node: h.s.self, Type: h.typ, Coordinator: true}
 	props := &entity.Props[Message]{
 		LocalOnly: true,
 		Key:       entity.NewTypeKey[Message]("sharding-coordinator-" + h.typ),

@@ -38,3 +38,7 @@ func RemoteOf(s *Sharding) *remote.Transport { return s.remote }
 // HomesOf is every shard home r knows: shard → node (what the reminders'
 // firers learn through package bridge).
 func HomesOf[C any](r *Region[C]) map[string]cluster.UniqueAddress { return r.bridged().Homes() }
+
+// Address names a region or a coordinator, for the tests that send to one
+// through a test transport.
+type Address = address

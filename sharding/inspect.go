@@ -95,7 +95,7 @@ func (s *Sharding) RebalanceShard(typeName, shard string) error {
 // request is sent; an error matching ErrUnreachable when nothing listens
 // for it there.
 func (s *Sharding) RequestLeave(node cluster.UniqueAddress) error {
-	return s.tr.Send(Address{Node: node}, protocol.LeaveRequest{})
+	return s.tr.Send(address{Node: node}, protocol.LeaveRequest{})
 }
 
 // listenForLeave routes a LeaveRequest for this node to OnLeaveRequest.
@@ -103,7 +103,7 @@ func (s *Sharding) listenForLeave() (func(), error) {
 	if s.cfg.OnLeaveRequest == nil {
 		return func() {}, nil
 	}
-	return s.tr.Listen(Address{Node: s.self}, func(m Message) error {
+	return s.tr.Listen(address{Node: s.self}, func(m Message) error {
 		if _, ok := m.(protocol.LeaveRequest); ok {
 			s.log.Info("sharding: leave requested") // the logger names the node
 			s.cfg.OnLeaveRequest()

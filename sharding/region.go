@@ -36,7 +36,7 @@ type Region[C any] struct {
 	typ      string
 	ent      Entity[C]
 	settings Settings
-	self     Address
+	self     address
 	proxy    bool
 	clock    timers.Clock
 	m        *metrics.ShardingType // nil when metrics are off
@@ -67,7 +67,7 @@ func newRegion[C any](s *Sharding, e Entity[C]) *Region[C] {
 	settings := s.downingSettings(e.Key.Name(), e.Settings).withDefaults()
 	r := &Region[C]{
 		s: s, typ: e.Key.Name(), ent: e, settings: settings,
-		self:  Address{Node: s.self, Type: e.Key.Name()},
+		self:  address{Node: s.self, Type: e.Key.Name()},
 		proxy: !s.selfMember().HasRole(e.Role),
 		clock: s.sys.Clock(), gone: make(chan struct{}), m: s.m.Type(e.Key.Name()),
 	}
@@ -241,10 +241,10 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
 	} else {
-		err = r.s.tr.Send(Address{Node: home, Type: r.typ}, d)
+		err = r.s.tr.Send(address{Node: home, Type: r.typ}, d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
@@ -313,7 +313,7 @@ func (r *Region[C]) deadLetter(err error, p pending[C], reason string) {
 // clock, the shard runners and goroutines.
 type regionIO[C any] struct{ r *Region[C] }
 
-func (io regionIO[C]) send(to Address, msg Message) error {
+func (io regionIO[C]) send(to address, msg Message) error {
 	r := io.r
 	err := r.s.tr.Send(to, msg)
 	if err != nil {
@@ -494,7 +494,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 	answers := make(chan answer, len(nodes))
 	for _, node := range nodes {
 		go func() {
-			ref := transportRef{t: r.s.tr, to: Address{Node: node, Type: r.typ}, sys: r.s.sys}
+			ref := transportRef{t: r.s.tr, to: address{Node: node, Type: r.typ}, sys: r.s.sys}
 			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
 				return protocol.GetRegionStats{ReplyTo: to}
 			})
@@ -517,7 +517,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 // transportRef lets entity.Ask address a region through the transport.
 type transportRef struct {
 	t   transport
-	to  Address
+	to  address
 	sys *entity.System
 }
 

@@ -27,7 +27,7 @@ type regionHandle[C any] interface {
 type regionEnv[C any, S regionHandle[C]] interface {
 	// send sends msg to the region or coordinator at to; an error of
 	// ErrUnreachable says the transport refused it (the node is gone).
-	send(to Address, msg Message) error
+	send(to address, msg Message) error
 	// forward sends p to the region on home, for shard.
 	forward(home cluster.UniqueAddress, shard string, p pending[C]) error
 	// newShard starts hosting shard; its handle is attached to the core.
@@ -88,7 +88,7 @@ func (x *regionEffects[C, S]) applyBatch(later []regionEffect[C, S]) []regionEff
 		ef := &out[i]
 		switch ef.kind {
 		case regSend:
-			to := Address{Node: ef.node, Type: x.typ, Coordinator: ef.coordinator}
+			to := address{Node: ef.node, Type: x.typ, Coordinator: ef.coordinator}
 			if err := env.send(to, ef.msg); err != nil {
 				if h, ok := ef.msg.(protocol.HandOver); ok && ef.handOver && errors.Is(err, ErrUnreachable) {
 					c.handOverRefused(h.Shard, ef.node, h.Seq)

@@ -11,9 +11,9 @@ import (
 	"github.com/shoal-dev/shoal/timers"
 )
 
-// Address names a region or a coordinator: one of each per entity type per
+// address names a region or a coordinator: one of each per entity type per
 // node incarnation.
-type Address = remote.Address
+type address = remote.Address
 
 var (
 	// ErrUnreachable is returned by Tell (and matched by the errors of
@@ -53,10 +53,10 @@ type TransportStats = remote.Stats
 // arrive in send order.
 type transport interface {
 	// Send enqueues msg for the handler at to; it does not wait for handling.
-	Send(to Address, msg Message) error
+	Send(to address, msg Message) error
 	// Listen routes messages for addr to handle, which must not block.
 	// The returned function stops listening.
-	Listen(addr Address, handle func(Message) error) (stop func(), err error)
+	Listen(addr address, handle func(Message) error) (stop func(), err error)
 }
 
 // attachTransport builds the node's dispatch over cfg.Transport (or, when
