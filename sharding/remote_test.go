@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/internal/logtest"
 	"log/slog"
 	"strings"
 	"sync"
@@ -334,40 +335,6 @@ func onNode(t *testing.T, c *remoteCluster, via, home *remoteNode) string {
 	return ""
 }
 
-// recorder counts Warn records by message and remembers them.
-type recorder struct {
-	mu    sync.Mutex
-	warns []string
-}
-
-func (r *recorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	r.warns = append(r.warns, b.String())
-	return nil
-}
-func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *recorder) WithGroup(string) slog.Handler      { return r }
-
-func (r *recorder) count(sub string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, w := range r.warns {
-		if strings.Contains(w, sub) {
-			n++
-		}
-	}
-	return n
-}
-
 // Bad messages that reach a node (a user message with an unknown manifest
 // or a corrupt payload, a target nobody listens at, a sender the view
 // holds as replaced, a type that is no protocol message, a reply to an
@@ -375,7 +342,7 @@ func (r *recorder) count(sub string) int {
 // and sender, and the node keeps serving.
 func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
+		rec := &logtest.Recorder{}
 		c := newRemoteCluster(t, 2, slog.New(rec))
 		defer c.stop()
 		a, b := c.nodes[0], c.nodes[1]
@@ -420,8 +387,8 @@ func TestBadMessagesRefusedWithTypedErrors(t *testing.T) {
 		if st.Undecodable != 3 || st.UnknownTarget != 1 || st.Stale != 1 || st.NotProtocol != 1 || st.ReplyRefused != 1 {
 			t.Fatalf("stats %+v", st)
 		}
-		if n := rec.count("test.Nope"); n != 1 {
-			t.Fatalf("unknown manifest twice from one sender logged %d times at Warn, want once:\n%s", n, strings.Join(rec.warns, "\n"))
+		if n := rec.Count("test.Nope"); n != 1 {
+			t.Fatalf("unknown manifest twice from one sender logged %d times at Warn, want once:\n%s", n, strings.Join(rec.Warns(), "\n"))
 		}
 		// The node keeps serving: the entity got none of the bad messages
 		// and takes good ones.

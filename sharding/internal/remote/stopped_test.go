@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"errors"
+	"github.com/shoal-dev/shoal/internal/logtest"
 	"log/slog"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // views catch up (a node leaving): refused and counted, but no warning.
 // Mail for a target that never listened here still warns.
 func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
-	rec := &recorder{}
+	rec := &logtest.Recorder{}
 	self := cluster.UniqueAddress{Node: "b", Incarnation: 2}
 	from := cluster.UniqueAddress{Node: "a", Incarnation: 1}
 	tr, err := remote.New(self, remote.Config{Codec: codec.NewRegistry(), Logger: slog.New(rec)})
@@ -41,10 +42,10 @@ func TestMailForAStoppedListenerIsRefusedWithoutAWarning(t *testing.T) {
 	if n := tr.Stats().UnknownTarget; n != 1 {
 		t.Fatalf("UnknownTarget = %d, want 1", n)
 	}
-	if len(rec.warns) != 0 {
-		t.Fatalf("warned of mail for a stopped listener:\n%s", strings.Join(rec.warns, "\n"))
+	if len(rec.Warns()) != 0 {
+		t.Fatalf("warned of mail for a stopped listener:\n%s", strings.Join(rec.Warns(), "\n"))
 	}
-	if err := register("Never"); !errors.Is(err, remote.ErrUnknownTarget) || rec.count("no listener for target") != 1 {
-		t.Fatalf("mail for a target never here: %v, warnings %q", err, rec.warns)
+	if err := register("Never"); !errors.Is(err, remote.ErrUnknownTarget) || rec.Count("no listener for target") != 1 {
+		t.Fatalf("mail for a target never here: %v, warnings %q", err, rec.Warns())
 	}
 }
