@@ -4,7 +4,10 @@
 // on Send and decoded on delivery (no pointer is shared), each link has a
 // bounded queue, order holds per link only, and faults can be injected:
 // per-link delay with jitter, link breaks that lose what is in flight,
-// partitions, and holds that stall a link without losing anything.
+// partitions, and holds that stall a link without losing anything. A test
+// that needs to pick out single messages sets an Intercept: it sees each
+// message as sent, and may refuse it or apply those faults to its link
+// before it is queued.
 //
 // Messages travel as the frames of package frame, the same bytes a network
 // transport sends, so the size limit and the receiver's checks are the
@@ -28,6 +31,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -82,7 +86,15 @@ type Stats struct {
 	Lost int
 	// Undecodable counts messages dropped because they could not be decoded.
 	Undecodable int
+	// Refused counts sends the Intercept refused; they are not in Sent.
+	Refused int
 }
+
+// Intercept watches, refuses or delays what is sent on a Network (see
+// Network.Intercept). from is the sending incarnation, to the address
+// given to Send, msg the message before it is encoded; a non-nil error
+// refuses the send.
+type Intercept func(from, to cluster.UniqueAddress, msg any) error
 
 // Network connects the Transports of one process.
 type Network struct {
@@ -104,6 +116,8 @@ type Network struct {
 
 	// wake tells Run that something became deliverable sooner.
 	wake chan struct{}
+
+	intercept atomic.Pointer[Intercept]
 }
 
 type nodePair struct{ from, to string }
@@ -260,6 +274,23 @@ func (n *Network) Release(from, to cluster.UniqueAddress) {
 	defer n.mu.Unlock()
 	n.linkLocked(from, to).held = false
 	n.signal()
+}
+
+// Intercept makes every Send call fn first, synchronously on the sender's
+// goroutine, before the message is encoded and with no lock of the
+// network held: fn may record or count it, hold the sender's goroutine,
+// or fault the link with the network's own faults (Hold, Break,
+// Partition, SetDelay), which the message then meets as it is queued. A
+// non-nil error from fn refuses the send: Send returns it, wrapped, and
+// nothing is queued (Stats.Refused). fn sees only what takes the network:
+// a caller that hands messages to itself without Send is invisible to it.
+// Nil removes it; a later call replaces it.
+func (n *Network) Intercept(fn Intercept) {
+	if fn == nil {
+		n.intercept.Store(nil)
+		return
+	}
+	n.intercept.Store(&fn)
 }
 
 // signal wakes Run without blocking.
@@ -422,6 +453,14 @@ func (n *Network) step() bool {
 
 // send implements Transport.Send.
 func (n *Network) send(from *Transport, to cluster.UniqueAddress, msg any) error {
+	if fn := n.intercept.Load(); fn != nil {
+		if err := (*fn)(from.self, to, msg); err != nil {
+			n.mu.Lock()
+			n.stats.Refused++
+			n.mu.Unlock()
+			return fmt.Errorf("inproc: send to %s refused: %w", to, err)
+		}
+	}
 	body, err := frame.Encode(n.cfg.Codec, from.self, to, msg, n.cfg.MaxFrameSize)
 	if err != nil {
 		return fmt.Errorf("inproc: send to %s: %w", to, err)
