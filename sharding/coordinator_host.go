@@ -245,7 +245,7 @@ func (h *coordinatorHost) startLocked() {
 		},
 	}
 	cell := entity.Spawn(h.s.sys, props, addr.String())
-	stop, err := h.s.tr.Listen(addr, func(m Message) error { return cell.Tell(m) })
+	stop, err := h.s.remote.Listen(addr, func(m Message) error { return cell.Tell(m) })
 	if err != nil {
 		h.s.log.Error("sharding: cannot listen as coordinator", "entity_type", h.typ, "err", err)
 		cell.StopNow()

@@ -2,7 +2,6 @@ package sharding
 
 import (
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
 	"io"
 	"log/slog"
 	"slices"
@@ -11,7 +10,9 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
@@ -199,63 +200,53 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 
 // A region forwards while it holds its lock, so that it cannot acknowledge
 // a BeginHandOff (which takes the lock) while a message it already routed
-// to the old home is still on its way there.
-type lockCheckTransport struct {
-	*memoryTransport
-	mu        atomic.Pointer[regionLock]
-	forwards  atomic.Int32
-	unlocked  atomic.Int32
-	watchNode string
-}
-
-func (t *lockCheckTransport) Send(to Address, msg Message) error {
-	if _, ok := msg.(protocol.Deliver); ok && addrName(to.Node) == t.watchNode {
-		if mu := t.mu.Load(); mu != nil {
-			t.forwards.Add(1)
-			if mu.TryLock() {
-				mu.Unlock()
-				t.unlocked.Add(1)
-			}
-		}
-	}
-	return t.memoryTransport.Send(to, msg)
-}
-
+// to the old home is still on its way there. The network's Intercept runs
+// on the sending goroutine, inside the forward: it finds the lock held.
 func TestRegionForwardsUnderItsLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		members, lt := newTestCluster(), newMemoryTransport()
+		members, net := newTestCluster(), newTestNet(t)
 		key := entity.NewTypeKey[string]("Echo")
+		reg := codec.NewRegistry()
+		codec.MustRegister[string](reg, "test.string")
 		create := func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
 		}
-		start := func(name string, tr transport, roles ...string) (*Sharding, *Region[string]) {
-			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet})
+		start := func(name string, roles ...string) (*Sharding, *Region[string]) {
+			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet, Codec: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := New(sys, Config{transport: tr, Membership: members.Join(name, roles...)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := startOn(t, net, sys, Config{Membership: members.Join(name, roles...)})
 			r, err := Init(s, Entity[string]{Key: key, Create: create, Role: "host"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s, r
 		}
-		sb, _ := start("b", lt, "host")
-		tr := &lockCheckTransport{memoryTransport: lt, watchNode: "b"}
-		sa, ra := start("a", tr) // a proxy: every message is forwarded to b
-		tr.mu.Store(&ra.mu)
+		sb, _ := start("b", "host")
+		sa, ra := start("a") // a proxy: every message is forwarded to b
+		var forwards, unlocked atomic.Int32
+		net.Intercept(func(from, to cluster.UniqueAddress, m any) error {
+			if _, msg, ok := sentProtocol(to, m); ok && from == addr("a") && to == addr("b") {
+				if _, isDeliver := msg.(protocol.Deliver); isDeliver {
+					forwards.Add(1)
+					if ra.mu.TryLock() {
+						ra.mu.Unlock()
+						unlocked.Add(1)
+					}
+				}
+			}
+			return nil
+		})
 		for range 5 {
 			if err := ra.EntityRefFor("e").Tell("x"); err != nil {
 				t.Fatal(err)
 			}
 			synctest.Wait()
 		}
-		if tr.forwards.Load() != 5 || tr.unlocked.Load() != 0 {
-			t.Fatalf("%d forwards, %d of them without the region lock", tr.forwards.Load(), tr.unlocked.Load())
+		if forwards.Load() != 5 || unlocked.Load() != 0 {
+			t.Fatalf("%d forwards, %d of them without the region lock", forwards.Load(), unlocked.Load())
 		}
 		sa.Terminate()
 		sb.Terminate()

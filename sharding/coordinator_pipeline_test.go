@@ -11,8 +11,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // ---- the pipeline as a pure machine ----
@@ -182,32 +185,37 @@ func (s *gateStore) batches() (attempts, committed [][]AllocationChange) {
 	return slices.Clone(s.attempts), slices.Clone(s.committed)
 }
 
-// fakeRegion records what a coordinator sends to a node that runs no
-// real region, and speaks to the coordinator for it.
+// fakeRegion is a node on the network that runs no real region: it
+// records the protocol messages a coordinator sends it, and speaks to the
+// coordinator for it.
 type fakeRegion struct {
 	name string
-	tr   transport
+	tr   *inproc.Transport
 	co   Address
 	mu   sync.Mutex
 	got  []outbound
 }
 
-func newFakeRegion(t *testing.T, tr *memoryTransport, name string, co Address) *fakeRegion {
-	f := &fakeRegion{name: name, tr: tr, co: co}
-	if _, err := tr.Listen(Address{Node: addr(name), Type: co.Type}, func(m Message) error {
-		f.mu.Lock()
-		f.got = append(f.got, outbound{to: addr(name), msg: m})
-		f.mu.Unlock()
-		return nil
-	}); err != nil {
+func newFakeRegion(t *testing.T, net *inproc.Network, name string, co Address) *fakeRegion {
+	f := &fakeRegion{name: name, co: co}
+	tr, err := net.Join(addr(name), func(from cluster.UniqueAddress, m any) {
+		if _, msg, ok := sentProtocol(addr(name), m); ok {
+			f.mu.Lock()
+			f.got = append(f.got, outbound{to: addr(name), msg: msg})
+			f.mu.Unlock()
+		}
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.tr = tr
 	return f
 }
 
 func (f *fakeRegion) send(t *testing.T, m Message) {
 	t.Helper()
-	if err := f.tr.Send(f.co, m); err != nil {
+	env := wire.Envelope{To: wire.Target{Type: f.co.Type, Coordinator: f.co.Coordinator}, Msg: m}
+	if err := f.tr.Send(f.co.Node, env); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -243,16 +251,13 @@ func pipelineNode(t *testing.T, store CoordinatorStore, settings Settings) (s *S
 func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding, r *Region[string], b, c *fakeRegion, seen chan string) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	members, lt := newTestCluster(), newMemoryTransport()
+	members, net := newTestCluster(), newTestNet(t)
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.transport, cfg.Membership = lt, members.Join("a")
-	s, err = New(sys, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Membership = members.Join("a")
+	s = startOn(t, net, sys, cfg)
 	seen = make(chan string, 100)
 	settings.ShardID = func(id string) string { return id }
 	r, err = Init(s, Entity[string]{Key: entity.NewTypeKey[string]("Pipe"), Settings: settings,
@@ -266,7 +271,7 @@ func pipelineNodeWith(t *testing.T, cfg Config, settings Settings) (s *Sharding,
 		t.Fatal(err)
 	}
 	co := Address{Node: addr("a"), Type: "Pipe", Coordinator: true}
-	b, c = newFakeRegion(t, lt, "b", co), newFakeRegion(t, lt, "c", co)
+	b, c = newFakeRegion(t, net, "b", co), newFakeRegion(t, net, "c", co)
 	members.Join("b")
 	members.Join("c")
 	synctest.Wait()

@@ -447,7 +447,7 @@ func (io coordinatorIO) holds() bool { return io.cr.holds(io.ctx) }
 
 func (io coordinatorIO) send(to cluster.UniqueAddress, msg Message) {
 	r := io.cr.r
-	if err := r.s.tr.Send(address{Node: to, Type: r.typ}, msg); err != nil {
+	if err := r.s.remote.Send(address{Node: to, Type: r.typ}, msg); err != nil {
 		r.s.log.Debug("sharding: coordinator could not reach region", "entity_type", r.typ, "to", to, "err", err)
 	}
 }

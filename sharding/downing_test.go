@@ -33,7 +33,7 @@ func (f *fakeLeases) setFailing(failing bool) {
 }
 
 func (f *fakeLeases) DownNode(_ context.Context, a cluster.UniqueAddress) error {
-	node := a.String()
+	node := addrName(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing {
@@ -44,7 +44,7 @@ func (f *fakeLeases) DownNode(_ context.Context, a cluster.UniqueAddress) error 
 }
 
 func (f *fakeLeases) NodeLeaseExpired(_ context.Context, a cluster.UniqueAddress) (bool, error) {
-	node := a.String()
+	node := addrName(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing {

@@ -55,7 +55,7 @@ func TestMessageToAStoppedNodeIsATypedError(t *testing.T) {
 		if sharding.HomesOf(a.region)["y"] != addr("b") {
 			t.Fatalf("homes %v", sharding.HomesOf(a.region))
 		}
-		b.sh.Terminate()
+		b.crash()
 		err := a.region.EntityRefFor("y2").Tell(note{Text: "lost"})
 		if !errors.Is(err, sharding.ErrUnreachable) {
 			t.Fatalf("tell to an entity on a crashed node: %v, want ErrUnreachable", err)

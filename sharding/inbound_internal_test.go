@@ -54,7 +54,7 @@ func TestInboundDeliversGoStraightToHostedShards(t *testing.T) {
 		epoch := r.mu.epoch.Load()
 		for i, id := range []string{"running", "new", "running", "new"} {
 			d := protocol.Deliver{Shard: "s", EntityID: id, Msg: string(rune('a' + i))}
-			if err := r.s.tr.Send(r.self, d); err != nil {
+			if err := r.s.remote.Send(r.self, d); err != nil {
 				t.Fatal(err)
 			}
 			if q := r.queued.Load(); q != 0 {
@@ -94,10 +94,10 @@ func TestInboundDeliverWaitsBehindQueuedMessages(t *testing.T) {
 		// The control entity answers GetRegionStats by reading every
 		// shard's entities: it waits for s2's lock, held here.
 		s2.mu.Lock()
-		if err := r.s.tr.Send(r.self, protocol.GetRegionStats{}); err != nil {
+		if err := r.s.remote.Send(r.self, protocol.GetRegionStats{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.s.tr.Send(r.self, protocol.Deliver{Shard: "s1", EntityID: "e", Msg: "behind"}); err != nil {
+		if err := r.s.remote.Send(r.self, protocol.Deliver{Shard: "s1", EntityID: "e", Msg: "behind"}); err != nil {
 			t.Fatal(err)
 		}
 		if q := r.queued.Load(); q != 2 {
@@ -114,7 +114,7 @@ func TestInboundDeliverWaitsBehindQueuedMessages(t *testing.T) {
 		}
 		// Nothing waits any more: the next one goes straight through.
 		epoch := r.mu.epoch.Load()
-		if err := r.s.tr.Send(r.self, protocol.Deliver{Shard: "s1", EntityID: "e", Msg: "straight"}); err != nil {
+		if err := r.s.remote.Send(r.self, protocol.Deliver{Shard: "s1", EntityID: "e", Msg: "straight"}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()

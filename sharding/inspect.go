@@ -92,10 +92,11 @@ func (s *Sharding) RebalanceShard(typeName, shard string) error {
 
 // RequestLeave asks node (an incarnation in the membership) to leave the
 // cluster gracefully: its Config.OnLeaveRequest runs. It returns once the
-// request is sent; an error matching ErrUnreachable when nothing listens
-// for it there.
+// request is sent; an error matching ErrUnreachable when the node cannot
+// be reached (or, for this node itself, runs no OnLeaveRequest). A node
+// that runs none drops the request (see TransportStats).
 func (s *Sharding) RequestLeave(node cluster.UniqueAddress) error {
-	return s.tr.Send(address{Node: node}, protocol.LeaveRequest{})
+	return s.remote.Send(address{Node: node}, protocol.LeaveRequest{})
 }
 
 // listenForLeave routes a LeaveRequest for this node to OnLeaveRequest.
@@ -103,7 +104,7 @@ func (s *Sharding) listenForLeave() (func(), error) {
 	if s.cfg.OnLeaveRequest == nil {
 		return func() {}, nil
 	}
-	return s.tr.Listen(address{Node: s.self}, func(m Message) error {
+	return s.remote.Listen(address{Node: s.self}, func(m Message) error {
 		if _, ok := m.(protocol.LeaveRequest); ok {
 			s.log.Info("sharding: leave requested") // the logger names the node
 			s.cfg.OnLeaveRequest()

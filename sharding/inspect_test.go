@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -87,37 +88,44 @@ func TestInspectRefusesUnknownTypesAndShards(t *testing.T) {
 	})
 }
 
+// RequestLeave reaches the node's OnLeaveRequest over the network; a node
+// that runs none drops the request (and counts it), and a node whose
+// transport is gone cannot be reached.
 func TestRequestLeaveRunsTheTargetsOnLeaveRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		transport := sharding.NewMemoryTransport()
-		members := newTestCluster()
+		s := newSim(t, sharding.Settings{})
 		var asked atomic.Int32
-		start := func(name string, onLeave func()) *sharding.Sharding {
-			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet()})
+		start := func(name string, onLeave func()) (*sharding.Sharding, *inproc.Transport) {
+			sys, err := entity.NewSystem(entity.Config{NodeID: name, Incarnation: simIncarnation, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			sh, err := sharding.NewOver(sys, transport, sharding.Config{Membership: members.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return sh
+			return s.start(sys, sharding.Config{Membership: s.cluster.Join(name), OnLeaveRequest: onLeave, Logger: quiet()})
 		}
-		a := start("a", nil)
-		b := start("b", func() { asked.Add(1) })
+		a, _ := start("a", nil)
+		b, bt := start("b", func() { asked.Add(1) })
 		if err := a.RequestLeave(addr("b")); err != nil {
 			t.Fatal(err)
 		}
+		synctest.Wait()
 		if asked.Load() != 1 {
 			t.Fatalf("OnLeaveRequest ran %d times", asked.Load())
 		}
-		// a does not listen for leave requests.
-		if err := b.RequestLeave(addr("a")); !errors.Is(err, sharding.ErrUnreachable) {
-			t.Fatalf("RequestLeave to a node without OnLeaveRequest: %v", err)
+		// a does not listen for leave requests: it drops b's.
+		if err := b.RequestLeave(addr("a")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := a.TransportStats(); st.UnknownTarget != 1 || st.Delivered != 0 {
+			t.Fatalf("a's transport stats %+v, want the request dropped as for no listener", st)
 		}
 		b.Terminate()
+		_ = bt.Close(context.Background())
 		if err := a.RequestLeave(addr("b")); !errors.Is(err, sharding.ErrUnreachable) {
-			t.Fatalf("RequestLeave to a terminated node: %v", err)
+			t.Fatalf("RequestLeave to a node whose transport closed: %v", err)
+		}
+		if asked.Load() != 1 {
+			t.Fatalf("OnLeaveRequest ran %d times", asked.Load())
 		}
 		a.Terminate()
 	})

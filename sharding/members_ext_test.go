@@ -24,10 +24,18 @@ func (c testCluster) SetStatus(name string, s cluster.Status) { c.Members.SetSta
 
 func (c testCluster) Remove(name string) { c.Members.Remove(addr(name)) }
 
-// addr is the address of node name in the tests: incarnation 0.
-func addr(name string) cluster.UniqueAddress { return cluster.UniqueAddress{Node: name} }
+// addr is the address of node name in the tests: incarnation 1, the
+// incarnation of the node's System too (simIncarnation), so that replies
+// to its asks find it.
+func addr(name string) cluster.UniqueAddress {
+	return cluster.UniqueAddress{Node: name, Incarnation: simIncarnation}
+}
 
-func addrName(a cluster.UniqueAddress) string { return a.String() }
+// simIncarnation is the incarnation of every node the tests start by name.
+const simIncarnation = 1
+
+// addrName is the name of the node at a.
+func addrName(a cluster.UniqueAddress) string { return a.Node }
 
 func addrs(names ...string) []cluster.UniqueAddress {
 	out := make([]cluster.UniqueAddress, len(names))

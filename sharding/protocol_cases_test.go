@@ -195,7 +195,7 @@ func TestUnreachableHomeIsUnlearned(t *testing.T) {
 		if sharding.HomesOf(a.region)["y"] != addr("b") {
 			t.Fatalf("homes %v", sharding.HomesOf(a.region))
 		}
-		b.sh.Terminate()
+		b.crash()
 		if err := a.region.EntityRefFor("y1").Tell(note{Text: "lost"}); !errors.Is(err, sharding.ErrUnreachable) {
 			t.Fatalf("first tell to the crashed node: %v, want ErrUnreachable", err)
 		}

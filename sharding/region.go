@@ -122,7 +122,7 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.tr.Listen(r.self, func(m Message) error {
+	stop, err := r.s.remote.Listen(r.self, func(m Message) error {
 		m, span := r.traceInbound(m)
 		err := r.inbound(m)
 		if span != nil {
@@ -241,10 +241,10 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.tr.Send(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.Send(address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
 	} else {
-		err = r.s.tr.Send(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.Send(address{Node: home, Type: r.typ}, d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)
@@ -315,7 +315,7 @@ type regionIO[C any] struct{ r *Region[C] }
 
 func (io regionIO[C]) send(to address, msg Message) error {
 	r := io.r
-	err := r.s.tr.Send(to, msg)
+	err := r.s.remote.Send(to, msg)
 	if err != nil {
 		r.s.log.Debug("sharding: unreachable; will retry", "entity_type", r.typ, "to", to.String(), "err", err)
 	}
@@ -494,7 +494,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 	answers := make(chan answer, len(nodes))
 	for _, node := range nodes {
 		go func() {
-			ref := transportRef{t: r.s.tr, to: address{Node: node, Type: r.typ}, sys: r.s.sys}
+			ref := transportRef{t: r.s.remote, to: address{Node: node, Type: r.typ}, sys: r.s.sys}
 			st, err := entity.Ask(ctx, entity.Ref[Message](ref), func(to entity.ReplyTo[map[string]int]) Message {
 				return protocol.GetRegionStats{ReplyTo: to}
 			})

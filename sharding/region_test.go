@@ -56,7 +56,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			protocol.HostShard{Shard: "z", Epoch: 1},
 			protocol.BeginHandOff{Shard: shard, Epoch: 1},
 		} {
-			if err := s.transport.Send(to, m); err != nil {
+			if err := s.send(to, m); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -69,7 +69,7 @@ func TestRegionIgnoresACoordinatorWithAStaleEpoch(t *testing.T) {
 			t.Fatalf("e got %v", got)
 		}
 		// The current epoch is obeyed.
-		if err := s.transport.Send(to, protocol.ShardHome{Shard: "x", Region: addr("elsewhere"), Epoch: 2}); err != nil {
+		if err := s.send(to, protocol.ShardHome{Shard: "x", Region: addr("elsewhere"), Epoch: 2}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()

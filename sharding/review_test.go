@@ -65,52 +65,50 @@ func (v delayedView) Subscribe(fn func(cluster.Change)) (cluster.View, func()) {
 	})
 }
 
-// registerCounter counts Register messages and, past a limit, refuses
-// them, so that a message loop ends.
-type registerCounter struct {
-	*sharding.MemoryTransport
-	n atomic.Int64
-}
+// registerCounter counts the Register messages nodes send each other and,
+// past a limit, refuses them, so that a message loop ends.
+type registerCounter struct{ n atomic.Int64 }
 
-func (c *registerCounter) Send(to sharding.Address, m sharding.Message) error {
+func (c *registerCounter) intercept(_ cluster.UniqueAddress, _ sharding.Address, m sharding.Message) error {
 	if _, ok := m.(protocol.Register); ok && c.n.Add(1) > 1000 {
 		return errors.New("too many Register messages")
 	}
-	return c.MemoryTransport.Send(to, m)
+	return nil
 }
 
 // coordinatorMove starts a (whose membership hears of changes late, and
-// which runs on workers workers) and b, then makes b the oldest Up member.
-func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, members testCluster) {
-	members = newTestCluster()
-	tr = &registerCounter{MemoryTransport: sharding.NewMemoryTransport()}
-	store := sharding.NewMemoryCoordinatorStore()
+// which runs on workers workers), b, and c (late as a), then makes b the
+// oldest Up member. Until they hear of it, a and c still take a for the
+// oldest: c registers with a's coordinator, across the network.
+func coordinatorMove(t *testing.T, workers int) (a, b *node, tr *registerCounter, s *sim) {
+	s = newSim(t, sharding.Settings{})
+	tr = &registerCounter{}
+	s.intercept = tr.intercept
 	start := func(name string, workers int, delay time.Duration) *node {
-		sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet(), Workers: workers})
+		sys, err := entity.NewSystem(entity.Config{NodeID: name, Incarnation: simIncarnation, Logger: quiet(), Workers: workers, Codec: s.codec})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m cluster.Membership = members.Join(name, "host")
+		var m cluster.Membership = s.cluster.Join(name, "host")
 		if delay > 0 {
 			m = delayedView{m, delay}
 		}
-		sh, err := sharding.NewOver(sys, tr, sharding.Config{Membership: m, CoordinatorStore: store})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sh, ct := s.start(sys, sharding.Config{Membership: m, CoordinatorStore: s.store})
 		log := newJournal()
 		r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: log.create(name), StopMessage: stop{}, Role: "host"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &node{name: name, sys: sys, sh: sh, region: r}
+		return &node{name: name, sys: sys, sh: sh, region: r, transport: ct}
 	}
 	a = start("a", workers, 30*time.Second)
 	b = start("b", 0, 0)
+	c := start("c", 0, 30*time.Second)
+	t.Cleanup(c.sh.Terminate)
 	time.Sleep(time.Minute)
 	synctest.Wait()
-	members.SetStatus("a", cluster.Leaving) // b is the oldest Up member now
-	return a, b, tr, members
+	s.cluster.SetStatus("a", cluster.Leaving) // b is the oldest Up member now
+	return a, b, tr, s
 }
 
 // A region that has seen the new coordinator's epoch but still addresses
@@ -168,14 +166,11 @@ func (failingCoordinatorStore) Acquire(context.Context, string, cluster.UniqueAd
 func TestCoordinatorRestartRacesMembershipChange(t *testing.T) {
 	s := newSim(t, sharding.Settings{})
 	store := failingCoordinatorStore{sharding.NewMemoryCoordinatorStore()}
-	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Logger: quiet()})
+	sys, err := entity.NewSystem(entity.Config{NodeID: "a", Incarnation: simIncarnation, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := sharding.NewOver(sys, s.transport, sharding.Config{Membership: s.cluster.Join("a", "host"), CoordinatorStore: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sh, _ := s.start(sys, sharding.Config{Membership: s.cluster.Join("a", "host"), CoordinatorStore: store})
 	settings := sharding.Settings{RetryInterval: time.Millisecond}
 	if _, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: s.log.create("a"), StopMessage: stop{}, Role: "host", Settings: settings}); err != nil {
 		t.Fatal(err)

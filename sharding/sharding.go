@@ -112,11 +112,6 @@ type Config struct {
 	// Settings.DowningStableAfter is set but not longer (see there).
 	// Package node derives both from memberlist's timing.
 	DowningStableAfter, DowningSpread time.Duration
-
-	// transport, when set, replaces the dispatch over Transport for the
-	// regions and coordinators: the tests' seam to watch or refuse what
-	// they send.
-	transport transport
 }
 
 // Sharding is the sharding layer of one node.
@@ -133,10 +128,9 @@ type Sharding struct {
 		idle                    *sync.Cond // running became false
 		running, again, stopped bool
 	}
-	// remote is the node's dispatch over Config.Transport, tr what the
-	// regions and coordinators send through: remote, but for tests.
+	// remote is the node's dispatch over Config.Transport: what the
+	// regions and coordinators send and listen through.
 	remote *remote.Transport
-	tr     transport
 	m      *metrics.Sharding // nil when Config.Metrics is
 	// leaseM counts the renewals of the coordinator leases this node holds.
 	leaseM *metrics.Lease
@@ -203,7 +197,6 @@ func New(sys *entity.System, cfg Config) (*Sharding, error) {
 	}
 	s.m = metrics.NewSharding(cfg.Metrics, s.metricsReport)
 	s.leaseM = metrics.NewLease(cfg.Metrics, "coordinator")
-	s.tr = cfg.transport
 	if err := s.attachTransport(); err != nil {
 		return nil, err
 	}

@@ -8,13 +8,19 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/inproc"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
+	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -128,18 +134,23 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // node is one simulated member: its runtime and its sharding layer.
 type node struct {
-	name   string
-	sys    *entity.System
-	sh     *sharding.Sharding
-	region *sharding.Region[msg]
+	name      string
+	sys       *entity.System
+	sh        *sharding.Sharding
+	region    *sharding.Region[msg]
+	transport *inproc.Transport // its end of the sim's network
 }
 
 type sim struct {
-	t         testing.TB
-	cluster   testCluster
-	transport *sharding.MemoryTransport
-	store     *sharding.MemoryCoordinatorStore
-	remember  *sharding.MemoryRememberStore
+	t       testing.TB
+	cluster testCluster
+	// net carries what the nodes send each other, delivered by its Run
+	// (on the bubble's clock inside a synctest bubble); codec is the
+	// Systems' (the commands and replies above).
+	net      *inproc.Network
+	codec    *codec.Registry
+	store    *sharding.MemoryCoordinatorStore
+	remember *sharding.MemoryRememberStore
 	// rememberStore and coordinatorStore, when set, replace remember and
 	// store for nodes that join later.
 	rememberStore    sharding.RememberStore
@@ -148,13 +159,14 @@ type sim struct {
 	settings         sharding.Settings
 	nodes            map[string]*node
 	logger           *slog.Logger          // the nodes' logger; default quiet
-	sent             *sentLog              // when set, records every protocol message nodes joining later send
+	sent             *sentLog              // when set, records every protocol message a node sends to another
 	nodeLeases       sharding.NodeLeases   // when set, given to nodes that join later
 	metrics          prometheus.Registerer // when set, nodes that join later register their metrics, labelled node
 	tracer           trace.TracerProvider  // when set, the runtime of nodes that join later records spans with it
-	// wrap, when set, is the transport of each node that joins later,
-	// given the node's name and the transport it would have had.
-	wrap func(node string, t sharding.Transport) sharding.Transport
+	// intercept, when set, sees each protocol message a node sends to
+	// another (after sent has recorded it); an error refuses the send.
+	intercept func(from cluster.UniqueAddress, to sharding.Address, m sharding.Message) error
+	tester    *inproc.Transport // what send sends from
 }
 
 // sentLog records protocol messages in send order.
@@ -164,8 +176,9 @@ type sentLog struct {
 }
 
 type sentMsg struct {
-	to  sharding.Address
-	msg sharding.Message
+	from cluster.UniqueAddress
+	to   sharding.Address
+	msg  sharding.Message
 }
 
 func (l *sentLog) all() []sentMsg {
@@ -174,23 +187,90 @@ func (l *sentLog) all() []sentMsg {
 	return slices.Clone(l.msgs)
 }
 
-// tapped is the sim's transport with every Send recorded.
-type tapped struct {
-	*sharding.MemoryTransport
-	log *sentLog
+// simCodec is the codec of the sim's Systems: every command of the test
+// entity that may cross nodes, and their replies. hold, whose channel cannot
+// cross, is not in it: told on another node, it fails.
+func simCodec() *codec.Registry {
+	reg := codec.NewRegistry()
+	codec.MustRegister[note](reg, "test.note")
+	codec.MustRegister[get](reg, "test.get")
+	codec.MustRegister[passivate](reg, "test.passivate")
+	codec.MustRegister[stop](reg, "test.stop")
+	codec.MustRegister[slowStop](reg, "test.slowStop")
+	codec.MustRegister[release](reg, "test.release")
+	codec.MustRegister[crash](reg, "test.crash")
+	codec.MustRegister[passivateGated](reg, "test.passivateGated")
+	codec.MustRegister[tickSelf](reg, "test.tickSelf")
+	codec.MustRegister[[]string](reg, "test.strings")
+	// The reply of the regions that ClusterStats asks on other nodes:
+	// sharding does not register it in the System's codec itself.
+	codec.MustRegister[map[string]int](reg, "test.regionStats")
+	return reg
 }
 
-func (t tapped) Send(to sharding.Address, m sharding.Message) error {
-	t.log.mu.Lock()
-	t.log.msgs = append(t.log.msgs, sentMsg{to, m})
-	t.log.mu.Unlock()
-	return t.MemoryTransport.Send(to, m)
-}
-
+// newSim starts a sim whose nodes talk over a cluster/inproc network,
+// delivered until the test and its cleanups end.
 func newSim(t testing.TB, settings sharding.Settings) *sim {
-	return &sim{t: t, cluster: newTestCluster(), transport: sharding.NewMemoryTransport(),
+	t.Helper()
+	wireReg := codec.NewRegistry() // the network's: sharding's wire alone
+	if err := wire.RegisterTypes(wireReg); err != nil {
+		t.Fatal(err)
+	}
+	// Tests stream thousands of messages faster than one Run delivers
+	// them: the links' bound is not what they test.
+	net, err := inproc.NewNetwork(inproc.Config{Codec: wireReg, Clock: timers.Real{}, QueueCapacity: testQueueCapacity, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sim{t: t, cluster: newTestCluster(), net: net, codec: simCodec(),
 		store: sharding.NewMemoryCoordinatorStore(), remember: sharding.NewMemoryRememberStore(),
 		log: newJournal(), settings: settings, nodes: map[string]*node{}}
+	net.Intercept(s.watch)
+	if s.tester, err = net.Join(addr("tester"), func(cluster.UniqueAddress, any) {}); err != nil {
+		t.Fatal(err)
+	}
+	// Until the test's last cleanup: those registered after this one
+	// (a Shutdown, say) still need the network.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = net.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s
+}
+
+// watch is the network's Intercept: it hands the protocol messages the
+// nodes send to sent and intercept.
+func (s *sim) watch(from, to cluster.UniqueAddress, m any) error {
+	env, ok := m.(wire.Envelope)
+	if !ok || from == addr("tester") {
+		return nil
+	}
+	pm, ok := env.Msg.(sharding.Message)
+	if !ok {
+		return nil
+	}
+	at := sharding.Address{Node: to, Type: env.To.Type, Coordinator: env.To.Coordinator}
+	if s.sent != nil {
+		s.sent.mu.Lock()
+		s.sent.msgs = append(s.sent.msgs, sentMsg{from, at, pm})
+		s.sent.mu.Unlock()
+	}
+	if s.intercept != nil {
+		return s.intercept(from, at, pm)
+	}
+	return nil
+}
+
+// send sends m to the region or coordinator at to, from an address of
+// the network that is no member.
+func (s *sim) send(to sharding.Address, m sharding.Message) error {
+	return s.tester.Send(to.Node, wire.Envelope{To: wire.Target{Type: to.Type, Coordinator: to.Coordinator}, Msg: m})
 }
 
 func (s *sim) join(name string, roles ...string) *node {
@@ -203,7 +283,7 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.metrics != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": name}, s.metrics)
 	}
-	sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: logger, Metrics: reg, TracerProvider: s.tracer})
+	sys, err := entity.NewSystem(entity.Config{NodeID: name, Incarnation: simIncarnation, Logger: logger, Metrics: reg, TracerProvider: s.tracer, Codec: s.codec})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -215,30 +295,56 @@ func (s *sim) join(name string, roles ...string) *node {
 	if s.coordinatorStore != nil {
 		coordinatorStore = s.coordinatorStore
 	}
-	var transport sharding.Transport = s.transport
-	if s.sent != nil {
-		transport = tapped{s.transport, s.sent}
-	}
-	if s.wrap != nil {
-		transport = s.wrap(name, transport)
-	}
-	sh, err := sharding.NewOver(sys, transport, sharding.Config{
+	sh, ct := s.start(sys, sharding.Config{
 		Membership:       s.cluster.Join(name, roles...),
 		CoordinatorStore: coordinatorStore, RememberStore: remember, NodeLeases: s.nodeLeases, Metrics: reg,
 	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	r, err := sharding.Init(sh, sharding.Entity[msg]{Key: key, Create: s.log.create(name), StopMessage: stop{}, Role: "host", Settings: s.settings})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	n := &node{name: name, sys: sys, sh: sh, region: r}
+	n := &node{name: name, sys: sys, sh: sh, region: r, transport: ct}
 	s.nodes[name] = n
 	for _, other := range s.nodes { // as if the membership told all at once
 		sharding.Settle(other.sh)
 	}
 	return n
+}
+
+// start starts sharding on sys over the sim's network, as a node does:
+// its transport joins the network as cfg.Membership's self, which must be
+// sys's incarnation.
+func (s *sim) start(sys *entity.System, cfg sharding.Config) (*sharding.Sharding, *inproc.Transport) {
+	s.t.Helper()
+	if self := cfg.Membership.Self(); self != (cluster.UniqueAddress{Node: sys.NodeID(), Incarnation: sys.Incarnation()}) {
+		s.t.Fatalf("sim: membership self %s is not the System's incarnation %s#%d", self, sys.NodeID(), sys.Incarnation())
+	}
+	var sh atomic.Pointer[sharding.Sharding]
+	ct, err := s.net.Join(cfg.Membership.Self(), func(from cluster.UniqueAddress, m any) {
+		if n := sh.Load(); n != nil {
+			n.Receive(from, m)
+		}
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfg.Transport = ct
+	n, err := sharding.New(sys, cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	sh.Store(n)
+	return n, ct
+}
+
+// testQueueCapacity bounds each link of the tests' networks.
+const testQueueCapacity = 1 << 20
+
+// crash ends n as a crashed process ends: its sharding stops at once and
+// its transport leaves the network, so that sends to it fail.
+func (n *node) crash() {
+	n.sh.Terminate()
+	_ = n.transport.Close(context.Background())
 }
 
 func (n *node) tell(t testing.TB, id string, m msg) {

@@ -35,7 +35,7 @@ func (f *faultyCoordinatorStore) Acquire(ctx context.Context, typeName string, o
 		<-ctx.Done()
 		return 0, nil, ctx.Err()
 	}
-	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, addr(addrName(owner)), ttl)
+	return f.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
 }
 
 // fail fails the call while *left is positive, counting it down.

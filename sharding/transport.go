@@ -5,7 +5,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/inproc"
-	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/timers"
@@ -91,12 +90,6 @@ func (s *Sharding) attachTransport() error {
 	}
 	rt.Attach(s.sys)
 	s.remote = rt
-	switch tr := s.tr.(type) {
-	case nil:
-		s.tr = rt
-	case interface{ Attach(*entity.System) }: // a test's: it routes the replies too
-		tr.Attach(s.sys)
-	}
 	return nil
 }
 
