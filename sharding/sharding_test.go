@@ -202,9 +202,6 @@ func simCodec() *codec.Registry {
 	codec.MustRegister[passivateGated](reg, "test.passivateGated")
 	codec.MustRegister[tickSelf](reg, "test.tickSelf")
 	codec.MustRegister[[]string](reg, "test.strings")
-	// The reply of the regions that ClusterStats asks on other nodes:
-	// sharding does not register it in the System's codec itself.
-	codec.MustRegister[map[string]int](reg, "test.regionStats")
 	return reg
 }
 
