@@ -17,8 +17,9 @@ import (
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
-// with runners that do what region.go, shard.go, coordinator_host.go and
-// coordinator_runner.go do, on the simulator's clock and network instead
+// the runners' shipped effect switches and shard delivery (*_effects.go),
+// and around them runners that do what region.go, shard.go,
+// coordinator_host.go and coordinator_runner.go do, on the simulator's clock and network instead
 // of goroutines, timers and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
 // As in production (node.go, lease.Holder, coordinator_runner.go), each
