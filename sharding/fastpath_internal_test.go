@@ -144,7 +144,7 @@ func TestEntityRefsAndRegionTellTakeTheFastPath(t *testing.T) {
 
 // fastRegion is a region of string entities on a node of its own, in the
 // caller's bubble; the node terminates with the test.
-func fastRegion(t *testing.T, settings Settings, create func(entity.Context[string]) entity.Behavior[string]) *Region[string] {
+func fastRegion(t testing.TB, settings Settings, create func(entity.Context[string]) entity.Behavior[string]) *Region[string] {
 	t.Helper()
 	sys, err := entity.NewSystem(entity.Config{NodeID: "a"})
 	if err != nil {

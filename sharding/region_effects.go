@@ -14,7 +14,7 @@ import (
 // the shard runner (shard.go) in production, the simulator's in its tests.
 type regionHandle[C any] interface {
 	comparable
-	// deliverPending hands p to the shard (see shard.deliver).
+	// deliverPending hands p to the shard (shardEffects.deliver).
 	deliverPending(p pending[C], failFast, accepted bool) error
 }
 

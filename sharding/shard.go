@@ -94,67 +94,17 @@ func entityBufferLimit(st Settings) int {
 	return limit
 }
 
-// deliver hands msg to the entity, starting it if needed; with start it
-// only makes sure the entity runs. With failFast an entity backing off
-// refuses msg at once with an UnavailableError (see Ask); otherwise msg
-// waits for the next incarnation, unless the entity's buffer is full
-// (ErrBufferFull). With accepted (a message the region accepted earlier)
-// the buffer's limit does not apply. parent, nil for none, is the trace
-// context msg carries to its handler; a message the shard holds for the
-// entity's next incarnation leaves it behind (docs/DESIGN.md, "Tracing").
+// deliver hands msg to the entity, starting it if needed (see
+// shardEffects.deliver, which it runs under sh.mu).
 func (sh *shard[C]) deliver(entityID string, msg C, start, failFast, accepted bool, parent *trace.SpanContext) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if start {
-		sh.core.startEntity(entityID, sh.r.clock.Now())
-		sh.apply()
-		return nil
-	}
-	tick := sh.r.idleTickNow()
-	verdict, cell := sh.core.deliver(entityID, msg, failFast, accepted, tick)
-	if len(sh.core.out) > 0 {
-		sh.apply()
-	}
-	switch verdict {
-	case deliverHeld:
-		return nil
-	case deliverBufferFull:
-		return sh.bufferFull(entityID)
-	case deliverUnavailable:
-		until, cause := sh.core.backOffOf(entityID)
-		return &UnavailableError{Type: sh.r.typ, EntityID: entityID,
-			RetryAfter: max(0, until.Sub(sh.r.clock.Now())), Cause: cause}
-	case deliverTellNew:
-		cell = sh.core.handle(entityID)
-	}
-	if err := runtime.TellTraced(cell, msg, parent); err != nil {
-		if !errors.Is(err, entity.ErrStopped) {
-			if accepted {
-				// Its sender was told it was taken: a dead letter, not a
-				// log line (a full mailbox, say the region drained more
-				// mail for one entity than a recovering one holds).
-				runtime.EntityDeadLetter(sh.r.s.sys, err, sh.r.typ, entityID, "accepted message refused by the entity: "+err.Error(), msg)
-				return nil
-			}
-			return err // the message itself is refused: a full mailbox, no codec
-		}
-		// Stopped but not yet reported: keep msg for the next incarnation.
-		if !sh.core.undelivered(entityID, msg, accepted, failFast) {
-			return sh.bufferFull(entityID)
-		}
-	}
-	sh.core.told(entityID, tick)
-	return nil
+	return sh.fx.deliver(entityID, msg, start, failFast, accepted, sh.r.idleTickNow(), parent)
 }
 
 // deliverPending is deliver for a message the region held or routed.
 func (sh *shard[C]) deliverPending(p pending[C], failFast, accepted bool) error {
 	return sh.deliver(p.entityID, p.msg, p.start, failFast, accepted, p.trace)
-}
-
-func (sh *shard[C]) bufferFull(entityID string) error {
-	return fmt.Errorf("%w: entity %s/%s holds %d messages while it stops or restarts",
-		ErrBufferFull, sh.r.typ, entityID, sh.core.cfg.bufferLimit)
 }
 
 // apply carries out the core's effects in order; sh.mu is held.
@@ -172,7 +122,28 @@ func (io shardIO[C]) spawn(entityID string, afterBackOff bool, _ []C) (*entity.C
 	return entity.Spawn(sh.r.s.sys, sh.props, entityID), true
 }
 
-func (io shardIO[C]) tell(cell *entity.Cell[C], msg C) error { return cell.Tell(msg) }
+func (io shardIO[C]) now() time.Time { return io.sh.r.clock.Now() }
+
+// acting: sharding has no node lease to check. A node that no longer
+// holds one neither handles what arrives (node.leasedTransport) nor
+// writes an event (journal/postgres.Fence), and fences itself.
+func (io shardIO[C]) acting(C) error { return nil }
+
+func (io shardIO[C]) bufferFull(entityID string) error {
+	sh := io.sh
+	return fmt.Errorf("%w: entity %s/%s holds %d messages while it stops or restarts",
+		ErrBufferFull, sh.r.typ, entityID, sh.core.cfg.bufferLimit)
+}
+
+func (io shardIO[C]) unavailable(entityID string, until time.Time, cause error) error {
+	sh := io.sh
+	return &UnavailableError{Type: sh.r.typ, EntityID: entityID,
+		RetryAfter: max(0, until.Sub(sh.r.clock.Now())), Cause: cause}
+}
+
+func (io shardIO[C]) tell(cell *entity.Cell[C], msg C, parent *trace.SpanContext) error {
+	return runtime.TellTraced(cell, msg, parent)
+}
 
 // started publishes cell: new mail may skip sh.mu now, the buffer is
 // ahead of it.

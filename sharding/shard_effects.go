@@ -3,25 +3,42 @@ package sharding
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shoal-dev/shoal/entity"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // shardEnv is the world a shard's effects act on: the entities' lives,
 // timers, the remember store and the dead letters. The shard runner
 // implements it with real cells, clock and store (shardIO); the simulator
-// on its discrete-event world. The effects' order and the core's
-// follow-up inputs (attach, undelivered) are shardEffects' own, so that
-// both run the same decisions (docs/DESIGN.md, "Cores and runners").
+// on its discrete-event world. The effects' order, the delivery's verdicts
+// and the core's follow-up inputs (attach, undelivered, told) are
+// shardEffects' own, so that both run the same decisions (docs/DESIGN.md,
+// "Cores and runners").
 type shardEnv[C any, H comparable] interface {
+	// now is the node's clock.
+	now() time.Time
+	// acting returns nil while the node may act on the entity path.
+	// Otherwise it no longer holds its node lease: msg is the
+	// environment's to dispose of, and deliver refuses it with the error.
+	acting(msg C) error
+	// bufferFull is the error of a message refused because entityID's
+	// buffer is full (ErrBufferFull).
+	bufferFull(entityID string) error
+	// unavailable is the error of a fail-fast message refused because
+	// entityID backs off until until after failing with cause
+	// (an *UnavailableError).
+	unavailable(entityID string, until time.Time, cause error) error
 	// spawn starts an incarnation of entityID; afterBackOff says it
 	// follows a failure's back-off. false: the node may not host it any
 	// more (it fenced itself), msgs are its to dispose of, and nothing
 	// more is applied.
 	spawn(entityID string, afterBackOff bool, msgs []C) (H, bool)
-	// tell hands a buffered message to the new incarnation h before any
-	// new mail; entity.ErrStopped says h stopped already.
-	tell(h H, msg C) error
+	// tell hands msg to the incarnation h, with the trace context parent
+	// (nil for none); entity.ErrStopped says h stopped already (its
+	// Stopped report is still to come).
+	tell(h H, msg C, parent *trace.SpanContext) error
 	// started: h's buffer is in; new mail may bypass the shard now.
 	started(h H)
 	// deadLetter records msg for entityID, refused with err.
@@ -50,6 +67,61 @@ type shardEffects[C any, H comparable] struct {
 	env  shardEnv[C, H]
 }
 
+// deliver hands msg to the entity, starting it if needed; with start it
+// only makes sure the entity runs. With failFast an entity backing off
+// refuses msg at once with an UnavailableError (see Ask); otherwise msg
+// waits for the next incarnation, unless the entity's buffer is full
+// (ErrBufferFull). With accepted (a message the region accepted earlier)
+// the buffer's limit does not apply. tick is the region's idle tick;
+// parent, nil for none, is the trace context msg carries to its handler;
+// a message the shard holds for the entity's next incarnation leaves it
+// behind (docs/DESIGN.md, "Tracing"). It is the shard runner's delivery,
+// called per message off the fast path, and the simulator's.
+func (x *shardEffects[C, H]) deliver(entityID string, msg C, start, failFast, accepted bool, tick uint64, parent *trace.SpanContext) error {
+	c, env := x.core, x.env
+	if err := env.acting(msg); err != nil {
+		return err
+	}
+	if start {
+		c.startEntity(entityID, env.now())
+		x.apply()
+		return nil
+	}
+	verdict, h := c.deliver(entityID, msg, failFast, accepted, tick)
+	if len(c.out) > 0 {
+		x.apply()
+	}
+	switch verdict {
+	case deliverHeld:
+		return nil
+	case deliverBufferFull:
+		return env.bufferFull(entityID)
+	case deliverUnavailable:
+		until, cause := c.backOffOf(entityID)
+		return env.unavailable(entityID, until, cause)
+	case deliverTellNew:
+		h = c.handle(entityID)
+	}
+	if err := env.tell(h, msg, parent); err != nil {
+		if !errors.Is(err, entity.ErrStopped) {
+			if accepted {
+				// Its sender was told it was taken: a dead letter, not a
+				// log line (a full mailbox, say the region drained more
+				// mail for one entity than a recovering one holds).
+				env.deadLetter(err, entityID, msg, "accepted message refused by the entity: "+err.Error())
+				return nil
+			}
+			return err // the message itself is refused: a full mailbox, no codec
+		}
+		// Stopped but not yet reported: keep msg for the next incarnation.
+		if !c.undelivered(entityID, msg, accepted, failFast) {
+			return env.bufferFull(entityID)
+		}
+	}
+	c.told(entityID, tick)
+	return nil
+}
+
 // apply carries out the core's effects in order, and those they queue.
 func (x *shardEffects[C, H]) apply() {
 	c, env := x.core, x.env
@@ -72,7 +144,7 @@ func (x *shardEffects[C, H]) apply() {
 				// past the limit, a codec error under forced
 				// serialization) is a counted dead letter.
 				for _, m := range ef.msgs {
-					switch err := env.tell(h, m); {
+					switch err := env.tell(h, m, nil); {
 					case errors.Is(err, entity.ErrStopped):
 						c.undelivered(ef.entityID, m, true, false)
 					case err != nil:

@@ -8,15 +8,18 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shoal-dev/shoal/cluster"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
+	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
-// with runners that do what region.go, shard.go, coordinator_host.go and
-// coordinator_runner.go do, on the simulator's clock and network instead
+// the runners' shipped effect switches and shard delivery (*_effects.go),
+// and around them runners that do what region.go, shard.go,
+// coordinator_host.go and coordinator_runner.go do, on the simulator's clock and network instead
 // of goroutines, timers and a transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
 // As in production (node.go, lease.Holder, coordinator_runner.go), each
@@ -976,41 +979,10 @@ func (sh *simShard) incs() []*simInc {
 	return out
 }
 
-// deliverPending is shard.deliverPending.
+// deliverPending is shard.deliverPending: the runner's delivery
+// (shardEffects.deliver), on the simulated world (simShardIO).
 func (sh *simShard) deliverPending(p pending[simCmd], failFast, accepted bool) error {
-	w := sh.n.w
-	if !sh.n.holdsLease() {
-		w.lostToFault(p.msg)
-		return ErrEntityUnavailable
-	}
-	if p.start {
-		sh.core.startEntity(p.entityID, sh.n.now())
-		sh.apply()
-		return nil
-	}
-	tick := sh.n.region.idleTick
-	verdict, inc := sh.core.deliver(p.entityID, p.msg, failFast, accepted, tick)
-	sh.apply()
-	switch verdict {
-	case deliverHeld:
-		w.tracef("%s shard %s holds %+v for %s", sh.n.name, sh.id, p.msg, p.entityID)
-		return nil
-	case deliverBufferFull:
-		return ErrBufferFull
-	case deliverUnavailable:
-		return ErrEntityUnavailable
-	case deliverTellNew:
-		inc = sh.core.handle(p.entityID)
-	}
-	if inc.dead { // stopped, not yet reported
-		if !sh.core.undelivered(p.entityID, p.msg, accepted, failFast) {
-			return ErrBufferFull
-		}
-		return nil
-	}
-	w.received(inc, p.msg)
-	sh.core.told(p.entityID, tick)
-	return nil
+	return sh.fx.deliver(p.entityID, p.msg, p.start, failFast, accepted, sh.n.region.idleTick, p.trace)
 }
 
 // apply is shard.apply: the runner's effect switch (shardEffects), on
@@ -1032,7 +1004,32 @@ func (io simShardIO) spawn(entityID string, _ bool, msgs []simCmd) (*simInc, boo
 	return sh.n.w.start(sh, entityID), true
 }
 
-func (io simShardIO) tell(inc *simInc, msg simCmd) error {
+func (io simShardIO) now() time.Time { return io.sh.n.now() }
+
+// acting: a node that no longer holds its lease fences itself, and what
+// it was to deliver is lost.
+func (io simShardIO) acting(msg simCmd) error {
+	if !io.sh.n.holdsLease() {
+		io.sh.n.w.lostToFault(msg)
+		return ErrEntityUnavailable
+	}
+	return nil
+}
+
+func (io simShardIO) bufferFull(entityID string) error {
+	return fmt.Errorf("%w: entity %s/%s", ErrBufferFull, simType, entityID)
+}
+
+func (io simShardIO) unavailable(entityID string, until time.Time, cause error) error {
+	return &UnavailableError{Type: simType, EntityID: entityID, RetryAfter: max(0, until.Sub(io.sh.n.now())), Cause: cause}
+}
+
+// tell: an incarnation that stopped (its Stopped report still on its way)
+// takes nothing.
+func (io simShardIO) tell(inc *simInc, msg simCmd, _ *trace.SpanContext) error {
+	if inc.dead {
+		return entity.ErrStopped
+	}
 	io.sh.n.w.received(inc, msg)
 	return nil
 }
