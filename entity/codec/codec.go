@@ -27,6 +27,7 @@
 package codec
 
 import (
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,11 +94,67 @@ type binding struct {
 	aliases    []string // older manifests that decode to typ too
 	typ        reflect.Type
 	serializer Serializer
+	// empty is the zero value of typ when typ is a struct without fields
+	// under the JSON serializer (a marker message: Stop{}, Tick{}): its
+	// encoding is always {}, and {} or null decode to this value, so
+	// neither takes encoding/json. Nil otherwise.
+	empty any
 }
+
+// emptyJSON is the encoding JSON gives every struct without fields.
+const emptyJSON = "{}"
+
+// setEmpty sets b.empty for a marker type under the JSON serializer. A
+// type with its own JSON or text (un)marshalling is left to encoding/json.
+func (b *binding) setEmpty() {
+	b.empty = nil
+	if _, ok := b.serializer.(JSON); !ok || b.typ.Kind() != reflect.Struct || b.typ.NumField() != 0 {
+		return
+	}
+	for _, t := range []reflect.Type{b.typ, reflect.PointerTo(b.typ)} {
+		if t.Implements(reflect.TypeFor[json.Marshaler]()) || t.Implements(reflect.TypeFor[json.Unmarshaler]()) ||
+			t.Implements(reflect.TypeFor[encoding.TextMarshaler]()) || t.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+			return
+		}
+	}
+	b.empty = reflect.Zero(b.typ).Interface()
+}
+
+// isEmptyObject reports whether data is a JSON document that
+// json.Unmarshal turns into the zero value of any struct without fields
+// without error and without looking at a field: {} or null, with JSON
+// whitespace around and inside the braces. Anything else (fields, which
+// such a struct ignores, or garbage) is left to encoding/json, so the
+// values and errors stay exactly encoding/json's.
+func isEmptyObject(data []byte) bool {
+	data = trimJSONSpace(data)
+	if string(data) == "null" {
+		return true
+	}
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return false
+	}
+	return len(trimJSONSpace(data[1:len(data)-1])) == 0
+}
+
+func trimJSONSpace(b []byte) []byte {
+	for len(b) > 0 && isJSONSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isJSONSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // decode rebuilds a value of b's type; stored names the manifest the
 // payload was stored under (b's manifest or one of its aliases).
 func (b *binding) decode(stored string, payload []byte) (any, error) {
+	if b.empty != nil && isEmptyObject(payload) {
+		return b.empty, nil
+	}
 	if d, ok := b.serializer.(ValueDecoder); ok {
 		v, err := d.DecodeValue(payload)
 		if err != nil {
@@ -157,6 +214,7 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	for _, o := range opts {
 		o(b)
 	}
+	b.setEmpty()
 	for _, a := range b.aliases {
 		if a == "" {
 			return fmt.Errorf("codec: empty alias for %q", manifest)
@@ -219,6 +277,9 @@ func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
 	if b == nil {
 		return "", nil, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
 	}
+	if b.empty != nil {
+		return b.manifest, []byte(emptyJSON), nil
+	}
 	payload, err = b.serializer.Marshal(v)
 	if err != nil {
 		return "", nil, fmt.Errorf("codec: encode %q: %w", b.manifest, err)
@@ -233,6 +294,9 @@ func (r *Registry) AppendEncode(dst []byte, v any) (manifest string, out []byte,
 	b := r.lookupType(reflect.TypeOf(v))
 	if b == nil {
 		return "", dst, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
+	}
+	if b.empty != nil {
+		return b.manifest, append(dst, emptyJSON...), nil
 	}
 	if a, ok := b.serializer.(Appender); ok {
 		out, err = a.AppendMarshal(dst, v)
