@@ -134,11 +134,13 @@ type Config struct {
 	// registered (New registers them).
 	Codec *codec.Registry
 	// View, when set, is asked on receipt for the node's latest view of
-	// the membership (it must be cheap: once per message): a message from
-	// an incarnation it holds as Down, or replaced by a newer one, is
-	// refused (cluster.ErrStaleIncarnation). Without it, only the cluster
-	// transport's own incarnation checks apply.
-	View func() cluster.View
+	// the membership (it must be cheap: once per message), nil before
+	// there is one: a message from an incarnation it holds as Down, or
+	// replaced by a newer one, is refused (cluster.ErrStaleIncarnation).
+	// Each new view must come as a new pointer: the verdict on a sender
+	// is kept while View returns the same one. Without it, only the
+	// cluster transport's own incarnation checks apply.
+	View func() *cluster.View
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -186,7 +188,26 @@ type Transport struct {
 	stopped map[wire.Target]bool
 
 	logged sync.Map // "kind from" → struct{}: what was logged once already
+
+	// verdicts holds staleSender's verdicts on the senders seen under one
+	// view, so that a message from a known sender costs a pointer compare.
+	verdicts atomic.Pointer[verdicts]
 }
+
+// verdicts are staleSender's verdicts under one view.
+type verdicts struct {
+	view    *cluster.View
+	senders []verdict
+}
+
+type verdict struct {
+	from  cluster.UniqueAddress
+	stale bool
+}
+
+// maxVerdicts bounds the senders remembered per view: a node hears from
+// few peers, and one more than this costs only a view lookup.
+const maxVerdicts = 16
 
 var _ runtime.ReplyRouter = (*Transport)(nil)
 
@@ -452,11 +473,38 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 }
 
 // staleSender reports whether the view holds from as Down or replaced.
+// The verdict is kept until the view changes.
 func (t *Transport) staleSender(from cluster.UniqueAddress) bool {
 	if t.cfg.View == nil {
 		return false
 	}
 	view := t.cfg.View()
+	if view == nil {
+		return false
+	}
+	known := t.verdicts.Load()
+	if known != nil && known.view == view {
+		for _, v := range known.senders {
+			if v.from == from {
+				return v.stale
+			}
+		}
+	}
+	stale := staleIn(*view, from)
+	next := &verdicts{view: view}
+	if known != nil && known.view == view {
+		if len(known.senders) == maxVerdicts {
+			return stale
+		}
+		next.senders = append(make([]verdict, 0, len(known.senders)+1), known.senders...)
+	}
+	next.senders = append(next.senders, verdict{from: from, stale: stale})
+	t.verdicts.Store(next)
+	return stale
+}
+
+// staleIn reports whether view holds from as Down or replaced.
+func staleIn(view cluster.View, from cluster.UniqueAddress) bool {
 	if m, ok := view.Member(from); ok {
 		return m.Status == cluster.Down
 	}
