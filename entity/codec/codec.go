@@ -31,8 +31,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrUnknownManifest is returned (wrapped in *UnknownManifestError) when a
@@ -172,24 +174,31 @@ func (b *binding) decode(stored string, payload []byte) (any, error) {
 // Registry maps concrete types to manifests. It is safe for concurrent use;
 // register every type before the first message flows.
 type Registry struct {
-	mu         sync.RWMutex
+	// bound is read without a lock, once or more per message; a
+	// registration replaces it whole, under mu.
+	bound     atomic.Pointer[bindings]
+	mu        sync.RWMutex
+	upcasters map[string]*upcaster
+	byOldType map[reflect.Type]*upcaster // typed upcasters, by their old shape
+	fallback  Serializer
+}
+
+// bindings are the registered types; never modified once published.
+type bindings struct {
 	byType     map[reflect.Type]*binding
 	byManifest map[string]*binding // manifests and their aliases
-	upcasters  map[string]*upcaster
-	byOldType  map[reflect.Type]*upcaster // typed upcasters, by their old shape
-	fallback   Serializer
 }
 
 // NewRegistry returns an empty registry whose types use JSON unless they are
 // registered with their own serializer.
 func NewRegistry() *Registry {
-	return &Registry{
-		byType:     make(map[reflect.Type]*binding),
-		byManifest: make(map[string]*binding),
-		upcasters:  make(map[string]*upcaster),
-		byOldType:  make(map[reflect.Type]*upcaster),
-		fallback:   JSON{},
+	r := &Registry{
+		upcasters: make(map[string]*upcaster),
+		byOldType: make(map[reflect.Type]*upcaster),
+		fallback:  JSON{},
 	}
+	r.bound.Store(&bindings{byType: make(map[reflect.Type]*binding), byManifest: make(map[string]*binding)})
+	return r
 }
 
 // Option configures one registration.
@@ -225,7 +234,8 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byType[typ]; ok && old.manifest != manifest {
+	bound := r.bound.Load()
+	if old, ok := bound.byType[typ]; ok && old.manifest != manifest {
 		return fmt.Errorf("%w: type %v already registered as %q", ErrConflict, typ, old.manifest)
 	}
 	if u, ok := r.byOldType[typ]; ok {
@@ -236,16 +246,18 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 			return err
 		}
 	}
-	if old, ok := r.byType[typ]; ok {
+	if old, ok := bound.byType[typ]; ok {
 		b.aliases = mergeAliases(old.aliases, b.aliases)
 	} else {
 		b.aliases = mergeAliases(nil, b.aliases)
 	}
-	r.byType[typ] = b
-	r.byManifest[manifest] = b
+	next := &bindings{byType: maps.Clone(bound.byType), byManifest: maps.Clone(bound.byManifest)}
+	next.byType[typ] = b
+	next.byManifest[manifest] = b
 	for _, a := range b.aliases {
-		r.byManifest[a] = b
+		next.byManifest[a] = b
 	}
+	r.bound.Store(next)
 	return nil
 }
 
@@ -265,11 +277,7 @@ func (r *Registry) Manifest(v any) (string, bool) {
 	return b.manifest, true
 }
 
-func (r *Registry) lookupType(t reflect.Type) *binding {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.byType[t]
-}
+func (r *Registry) lookupType(t reflect.Type) *binding { return r.bound.Load().byType[t] }
 
 // Encode serializes v, whose dynamic type must be registered.
 func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
@@ -317,9 +325,7 @@ func (r *Registry) AppendEncode(dst []byte, v any) (manifest string, out []byte,
 // (ErrNotOneValue otherwise: use DecodeAll where an old event may have
 // become several, or none).
 func (r *Registry) Decode(manifest string, payload []byte) (any, error) {
-	r.mu.RLock()
-	b := r.byManifest[manifest]
-	r.mu.RUnlock()
+	b := r.bound.Load().byManifest[manifest]
 	if b != nil {
 		return b.decode(manifest, payload)
 	}
@@ -374,9 +380,7 @@ func (r *Registry) DecodeAll(manifest string, payload []byte) ([]any, error) {
 // AppendDecoded is DecodeAll appending to dst, for readers that decode many
 // events and reuse one slice. On error it returns dst unchanged.
 func (r *Registry) AppendDecoded(dst []any, manifest string, payload []byte) ([]any, error) {
-	r.mu.RLock()
-	b := r.byManifest[manifest]
-	r.mu.RUnlock()
+	b := r.bound.Load().byManifest[manifest]
 	if b == nil {
 		out, err := r.upcast(dst, manifest, payload)
 		if err != nil {
