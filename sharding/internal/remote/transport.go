@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -180,18 +181,26 @@ type Transport struct {
 	ct  atomic.Pointer[cluster.Transport]
 	sys atomic.Pointer[entity.System]
 
-	mu       sync.RWMutex
-	handlers map[wire.Target]func(protocol.Message) error
-	// stopped holds the targets that had a listener here and lost it (a
-	// region shut down): mail for them is expected while the others'
-	// views catch up, so it is refused without a warning.
-	stopped map[wire.Target]bool
+	// listeners is read without a lock for every message; Listen and its
+	// stop replace it whole, under mu.
+	listeners atomic.Pointer[listeners]
+	mu        sync.Mutex
 
 	logged sync.Map // "kind from" → struct{}: what was logged once already
 
 	// verdicts holds staleSender's verdicts on the senders seen under one
 	// view, so that a message from a known sender costs a pointer compare.
 	verdicts atomic.Pointer[verdicts]
+}
+
+// listeners are the handlers of this node's targets; never modified once
+// published.
+type listeners struct {
+	handlers map[wire.Target]func(protocol.Message) error
+	// stopped holds the targets that had a listener here and lost it (a
+	// region shut down): mail for them is expected while the others'
+	// views catch up, so it is refused without a warning.
+	stopped map[wire.Target]bool
 }
 
 // verdicts are staleSender's verdicts under one view.
@@ -223,11 +232,12 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Transport{
-		cfg: cfg, log: cfg.Logger, self: self,
+	t := &Transport{cfg: cfg, log: cfg.Logger, self: self}
+	t.listeners.Store(&listeners{
 		handlers: make(map[wire.Target]func(protocol.Message) error),
 		stopped:  make(map[wire.Target]bool),
-	}, nil
+	})
+	return t, nil
 }
 
 // Bind sets the cluster transport that carries messages to other nodes;
@@ -263,25 +273,40 @@ func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (f
 	target := wire.Target{Type: addr.Type, Coordinator: addr.Coordinator}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, taken := t.handlers[target]; taken {
+	if _, taken := t.listeners.Load().handlers[target]; taken {
 		return nil, fmt.Errorf("remote: %s already has a listener", addr)
 	}
-	t.handlers[target] = handle
-	delete(t.stopped, target)
+	t.updateListenersLocked(func(ls *listeners) {
+		ls.handlers[target] = handle
+		delete(ls.stopped, target)
+	})
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		delete(t.handlers, target)
-		t.stopped[target] = true
+		t.updateListenersLocked(func(ls *listeners) {
+			delete(ls.handlers, target)
+			ls.stopped[target] = true
+		})
 	}, nil
+}
+
+// updateListenersLocked publishes a copy of the listeners that change
+// has modified; t.mu is held.
+func (t *Transport) updateListenersLocked(change func(*listeners)) {
+	old := t.listeners.Load()
+	ls := &listeners{handlers: maps.Clone(old.handlers), stopped: maps.Clone(old.stopped)}
+	change(ls)
+	t.listeners.Store(ls)
 }
 
 // handler is target's listener; nil with stopped true when it had one
 // that was removed.
 func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error, stopped bool) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.handlers[target], t.stopped[target]
+	ls := t.listeners.Load()
+	if h = ls.handlers[target]; h != nil {
+		return h, false
+	}
+	return nil, ls.stopped[target]
 }
 
 // Send hands msg to the listener at to; it does not wait for handling,
