@@ -93,14 +93,10 @@ func (s *Sharding) attachTransport() error {
 	return nil
 }
 
-// latestView is the membership's latest view, as the regions see it;
-// empty before New subscribes (nothing is refused as stale then).
-func (s *Sharding) latestView() cluster.View {
-	if v := s.view.Load(); v != nil {
-		return *v
-	}
-	return cluster.View{}
-}
+// latestView is the membership's latest view, as the regions see it, a
+// new pointer for each new view; nil before New subscribes (nothing is
+// refused as stale then).
+func (s *Sharding) latestView() *cluster.View { return s.view.Load() }
 
 // Receive is the cluster.Handler of Config.Transport: it hands what the
 // node's other incarnations send to this node's regions, coordinators and

@@ -131,6 +131,11 @@ func (r *reader) byte() byte {
 }
 
 func (r *reader) uvarint() uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: most lengths and incarnations
+		v := r.b[0]
+		r.b = r.b[1:]
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.fail("number")
@@ -317,35 +322,16 @@ func Encode(reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSiz
 // encoded in place (codec.Registry.AppendEncode). On error it returns dst
 // unchanged.
 func AppendEncode(dst []byte, reg *codec.Registry, from, to cluster.UniqueAddress, msg any, maxSize int) ([]byte, error) {
-	manifest, ok := reg.Manifest(msg)
-	if !ok {
-		return dst, fmt.Errorf("%w: %T", codec.ErrUnregisteredType, msg)
-	}
 	start := len(dst)
 	dst = append(dst, version)
 	dst = appendString(dst, from.Node)
 	dst = binary.AppendUvarint(dst, from.Incarnation)
 	dst = appendString(dst, to.Node)
 	dst = binary.AppendUvarint(dst, to.Incarnation)
-	dst = appendString(dst, manifest)
-	// The payload's length goes before it: one byte is reserved, the size
-	// of the prefix of any payload under 128 bytes, and the payload moved
-	// along when its prefix needs more.
-	at := len(dst)
-	dst = append(dst, 0)
-	_, dst, err := reg.AppendEncode(dst, msg)
+	// The manifest and the payload, each after its length.
+	manifest, dst, err := reg.AppendPrefixed(dst, msg)
 	if err != nil {
 		return dst[:start], err
-	}
-	n := len(dst) - at - 1
-	if n < 0x80 {
-		dst[at] = byte(n)
-	} else {
-		var prefix [binary.MaxVarintLen64]byte
-		p := binary.PutUvarint(prefix[:], uint64(n))
-		dst = append(dst, prefix[1:p]...)
-		copy(dst[at+p:], dst[at+1:at+1+n])
-		copy(dst[at:], prefix[:p])
 	}
 	if size := len(dst) - start; size > maxSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes (manifest %q), limit %d", ErrTooLarge, size, manifest, maxSize)

@@ -1,6 +1,7 @@
 package tcp_test
 
 import (
+	"bytes"
 	"slices"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/clustertest"
+	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 )
 
@@ -94,4 +96,53 @@ func TestStaleDiallerRefused(t *testing.T) {
 		t.Fatalf("answer %q to a stale incarnation, want a refusal", answer.Manifest)
 	}
 	eventually(t, "the refusal counted", func() bool { return a.Stats().RefusedHandshakes == 1 })
+}
+
+// A connection that a newer one of the same sender replaced delivers
+// nothing more, not even frames it had read before the swap, and the
+// newer one's frames come after the older one's last delivery.
+func TestSupersededConnectionDeliversNothingMore(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	got := newRecorder()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := nw.start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
+		got.handle(from, msg)
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}, "")
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	x := addr("x", 1)
+	old := dialRaw(t, b.Addr().String())
+	if answer := old.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer %q, want welcome", answer.Manifest)
+	}
+	// Both frames in one write: the second is read while the handler
+	// still holds the first.
+	var both bytes.Buffer
+	for seq := 1; seq <= 2; seq++ {
+		if err := frame.WriteFrame(&both, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.writeRaw(both.Bytes())
+	select {
+	case <-entered:
+	case <-time.After(deadline):
+		t.Fatal("the handler never ran")
+	}
+	newer := dialRaw(t, b.Addr().String())
+	if answer := newer.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer %q to the newer connection, want welcome", answer.Manifest)
+	}
+	newer.write(encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: 3}))
+	unblock()
+	eventually(t, "the newer connection's frame delivered", func() bool { return len(got.from("x")) >= 2 })
+	if seqs := got.from("x"); !slices.Equal(seqs, []int{1, 3}) {
+		t.Fatalf("b received %v from x, want [1 3]", seqs)
+	}
 }

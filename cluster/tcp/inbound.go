@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -35,6 +36,11 @@ type inConn struct {
 	from cluster.UniqueAddress
 	bad  int // bad frames so far; the first is logged
 	read int // bytes read from conn, counted when metrics are on
+	// superseded is set, under currentMu, once a newer connection of the
+	// same sender (or of a newer incarnation of its node) replaced it as
+	// current: it is never current again, so deliver reads the flag
+	// instead of the map.
+	superseded atomic.Bool
 }
 
 // Read counts what the connection's reader takes from conn.
@@ -228,6 +234,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	for from, old := range t.current {
 		if from.Node == c.from.Node && (from.Incarnation == c.from.Incarnation || confirmed && from.Incarnation < c.from.Incarnation) {
 			delete(t.current, from)
+			old.superseded.Store(true)
 			superseded = append(superseded, old)
 		}
 	}
@@ -245,18 +252,17 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	return br, nil
 }
 
-func (t *Transport) isCurrent(c *inConn) bool {
-	t.currentMu.Lock()
-	defer t.currentMu.Unlock()
-	return t.current[c.from] == c
-}
+// isCurrent reports whether c is its sender's current connection: its
+// handshake made it so, and no newer one has replaced it since.
+func (t *Transport) isCurrent(c *inConn) bool { return !c.superseded.Load() }
 
 // deliver hands msg to the handler unless c has been superseded (a newer
 // connection of the same sender, whose messages come later) or the
 // transport closed; false means stop reading c. The check runs under
 // deliverMu, with the handler: a delivery from the newer connection waits
 // for it, so an older one that passed its check has finished first and
-// the sender's order holds across the swap.
+// the sender's order holds across the swap (the newer connection marks
+// the older superseded before it reads its first frame).
 func (t *Transport) deliver(c *inConn, msg any) bool {
 	t.deliverMu.Lock()
 	defer t.deliverMu.Unlock()

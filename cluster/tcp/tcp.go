@@ -314,6 +314,9 @@ type Transport struct {
 
 	versionLogged sync.Map // "node version" → struct{}: wire version mismatches logged
 
+	// lastLink is the link Send used last (see Send).
+	lastLink atomic.Pointer[link]
+
 	// bodies recycles the buffers Send encodes frame bodies into: a link's
 	// writer copies a body into its batch and hands the buffer back (see
 	// link.release), so a message allocates no body of its own.
@@ -430,12 +433,24 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		t.putBody(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	l, err := t.link(to)
-	if err != nil {
-		t.putBody(buf)
-		return err
+	// The link Send used last, when it is to's: no lock, no look-up. A
+	// live link is always the one in t.links (a link leaves it only
+	// killed), so only a dead one needs the look-up, which finds what
+	// replaced it or why there is none.
+	err = errLinkDead
+	if l := t.lastLink.Load(); l != nil && l.to == to {
+		err = l.enqueue(buf)
 	}
-	if err := l.enqueue(buf); err != nil {
+	if errors.Is(err, errLinkDead) {
+		var l *link
+		if l, err = t.link(to); err != nil {
+			t.putBody(buf)
+			return err
+		}
+		t.lastLink.Store(l)
+		err = l.enqueue(buf)
+	}
+	if err != nil {
 		t.putBody(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}

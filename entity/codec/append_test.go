@@ -2,7 +2,9 @@ package codec_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -64,5 +66,30 @@ func TestValueDecoderAndAppender(t *testing.T) {
 	}
 	if _, out, err = reg.AppendEncode([]byte("x"), 1.5); !errors.Is(err, codec.ErrUnregisteredType) || string(out) != "x" {
 		t.Fatalf("AppendEncode of an unregistered type = %q, %v", out, err)
+	}
+}
+
+// AppendPrefixed writes the manifest and the payload each after its
+// length as a uvarint, for payloads whose length takes one byte or more.
+func TestAppendPrefixed(t *testing.T) {
+	r := codec.NewRegistry()
+	codec.MustRegister[Note](r, "note")
+	for _, size := range []int{0, 1, 100, 127, 128, 300, 20000} {
+		v := Note{Text: strings.Repeat("x", size)}
+		_, payload, err := r.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := binary.AppendUvarint([]byte("head"), uint64(len("note")))
+		want = append(want, "note"...)
+		want = binary.AppendUvarint(want, uint64(len(payload)))
+		want = append(want, payload...)
+		m, got, err := r.AppendPrefixed([]byte("head"), v)
+		if err != nil || m != "note" || !bytes.Equal(got, want) {
+			t.Fatalf("text of %d bytes: AppendPrefixed = %q, %v; want %q", size, m, err, want)
+		}
+	}
+	if m, got, err := r.AppendPrefixed([]byte("head"), point{}); !errors.Is(err, codec.ErrUnregisteredType) || m != "" || string(got) != "head" {
+		t.Fatalf("unregistered: %q, %q, %v; want dst unchanged and ErrUnregisteredType", m, got, err)
 	}
 }

@@ -27,11 +27,15 @@
 package codec
 
 import (
+	"encoding"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrUnknownManifest is returned (wrapped in *UnknownManifestError) when a
@@ -93,11 +97,67 @@ type binding struct {
 	aliases    []string // older manifests that decode to typ too
 	typ        reflect.Type
 	serializer Serializer
+	// empty is the zero value of typ when typ is a struct without fields
+	// under the JSON serializer (a marker message: Stop{}, Tick{}): its
+	// encoding is always {}, and {} or null decode to this value, so
+	// neither takes encoding/json. Nil otherwise.
+	empty any
 }
+
+// emptyJSON is the encoding JSON gives every struct without fields.
+const emptyJSON = "{}"
+
+// setEmpty sets b.empty for a marker type under the JSON serializer. A
+// type with its own JSON or text (un)marshalling is left to encoding/json.
+func (b *binding) setEmpty() {
+	b.empty = nil
+	if _, ok := b.serializer.(JSON); !ok || b.typ.Kind() != reflect.Struct || b.typ.NumField() != 0 {
+		return
+	}
+	for _, t := range []reflect.Type{b.typ, reflect.PointerTo(b.typ)} {
+		if t.Implements(reflect.TypeFor[json.Marshaler]()) || t.Implements(reflect.TypeFor[json.Unmarshaler]()) ||
+			t.Implements(reflect.TypeFor[encoding.TextMarshaler]()) || t.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+			return
+		}
+	}
+	b.empty = reflect.Zero(b.typ).Interface()
+}
+
+// isEmptyObject reports whether data is a JSON document that
+// json.Unmarshal turns into the zero value of any struct without fields
+// without error and without looking at a field: {} or null, with JSON
+// whitespace around and inside the braces. Anything else (fields, which
+// such a struct ignores, or garbage) is left to encoding/json, so the
+// values and errors stay exactly encoding/json's.
+func isEmptyObject(data []byte) bool {
+	data = trimJSONSpace(data)
+	if string(data) == "null" {
+		return true
+	}
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return false
+	}
+	return len(trimJSONSpace(data[1:len(data)-1])) == 0
+}
+
+func trimJSONSpace(b []byte) []byte {
+	for len(b) > 0 && isJSONSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isJSONSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // decode rebuilds a value of b's type; stored names the manifest the
 // payload was stored under (b's manifest or one of its aliases).
 func (b *binding) decode(stored string, payload []byte) (any, error) {
+	if b.empty != nil && isEmptyObject(payload) {
+		return b.empty, nil
+	}
 	if d, ok := b.serializer.(ValueDecoder); ok {
 		v, err := d.DecodeValue(payload)
 		if err != nil {
@@ -115,24 +175,31 @@ func (b *binding) decode(stored string, payload []byte) (any, error) {
 // Registry maps concrete types to manifests. It is safe for concurrent use;
 // register every type before the first message flows.
 type Registry struct {
-	mu         sync.RWMutex
+	// bound is read without a lock, once or more per message; a
+	// registration replaces it whole, under mu.
+	bound     atomic.Pointer[bindings]
+	mu        sync.RWMutex
+	upcasters map[string]*upcaster
+	byOldType map[reflect.Type]*upcaster // typed upcasters, by their old shape
+	fallback  Serializer
+}
+
+// bindings are the registered types; never modified once published.
+type bindings struct {
 	byType     map[reflect.Type]*binding
 	byManifest map[string]*binding // manifests and their aliases
-	upcasters  map[string]*upcaster
-	byOldType  map[reflect.Type]*upcaster // typed upcasters, by their old shape
-	fallback   Serializer
 }
 
 // NewRegistry returns an empty registry whose types use JSON unless they are
 // registered with their own serializer.
 func NewRegistry() *Registry {
-	return &Registry{
-		byType:     make(map[reflect.Type]*binding),
-		byManifest: make(map[string]*binding),
-		upcasters:  make(map[string]*upcaster),
-		byOldType:  make(map[reflect.Type]*upcaster),
-		fallback:   JSON{},
+	r := &Registry{
+		upcasters: make(map[string]*upcaster),
+		byOldType: make(map[reflect.Type]*upcaster),
+		fallback:  JSON{},
 	}
+	r.bound.Store(&bindings{byType: make(map[reflect.Type]*binding), byManifest: make(map[string]*binding)})
+	return r
 }
 
 // Option configures one registration.
@@ -157,6 +224,7 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	for _, o := range opts {
 		o(b)
 	}
+	b.setEmpty()
 	for _, a := range b.aliases {
 		if a == "" {
 			return fmt.Errorf("codec: empty alias for %q", manifest)
@@ -167,7 +235,8 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.byType[typ]; ok && old.manifest != manifest {
+	bound := r.bound.Load()
+	if old, ok := bound.byType[typ]; ok && old.manifest != manifest {
 		return fmt.Errorf("%w: type %v already registered as %q", ErrConflict, typ, old.manifest)
 	}
 	if u, ok := r.byOldType[typ]; ok {
@@ -178,16 +247,18 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 			return err
 		}
 	}
-	if old, ok := r.byType[typ]; ok {
+	if old, ok := bound.byType[typ]; ok {
 		b.aliases = mergeAliases(old.aliases, b.aliases)
 	} else {
 		b.aliases = mergeAliases(nil, b.aliases)
 	}
-	r.byType[typ] = b
-	r.byManifest[manifest] = b
+	next := &bindings{byType: maps.Clone(bound.byType), byManifest: maps.Clone(bound.byManifest)}
+	next.byType[typ] = b
+	next.byManifest[manifest] = b
 	for _, a := range b.aliases {
-		r.byManifest[a] = b
+		next.byManifest[a] = b
 	}
+	r.bound.Store(next)
 	return nil
 }
 
@@ -207,17 +278,16 @@ func (r *Registry) Manifest(v any) (string, bool) {
 	return b.manifest, true
 }
 
-func (r *Registry) lookupType(t reflect.Type) *binding {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.byType[t]
-}
+func (r *Registry) lookupType(t reflect.Type) *binding { return r.bound.Load().byType[t] }
 
 // Encode serializes v, whose dynamic type must be registered.
 func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
 	b := r.lookupType(reflect.TypeOf(v))
 	if b == nil {
 		return "", nil, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
+	}
+	if b.empty != nil {
+		return b.manifest, []byte(emptyJSON), nil
 	}
 	payload, err = b.serializer.Marshal(v)
 	if err != nil {
@@ -233,6 +303,48 @@ func (r *Registry) AppendEncode(dst []byte, v any) (manifest string, out []byte,
 	b := r.lookupType(reflect.TypeOf(v))
 	if b == nil {
 		return "", dst, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
+	}
+	return b.appendEncode(dst, v)
+}
+
+// AppendPrefixed appends v's manifest and then its payload to dst, each
+// prefixed by its length as a uvarint: the form in which a message and
+// its type travel inside a frame or an envelope, written with one look-up
+// of v's type. On error it returns dst unchanged.
+func (r *Registry) AppendPrefixed(dst []byte, v any) (manifest string, out []byte, err error) {
+	b := r.lookupType(reflect.TypeOf(v))
+	if b == nil {
+		return "", dst, fmt.Errorf("%w: %T", ErrUnregisteredType, v)
+	}
+	start := len(dst)
+	dst = binary.AppendUvarint(dst, uint64(len(b.manifest)))
+	dst = append(dst, b.manifest...)
+	// One byte is reserved for the payload's length, the size of the
+	// prefix of any payload under 128 bytes; the payload moves along when
+	// its prefix needs more.
+	at := len(dst)
+	dst = append(dst, 0)
+	if _, dst, err = b.appendEncode(dst, v); err != nil {
+		return "", dst[:start], err
+	}
+	n := len(dst) - at - 1
+	if n < 0x80 {
+		dst[at] = byte(n)
+		return b.manifest, dst, nil
+	}
+	var prefix [binary.MaxVarintLen64]byte
+	p := binary.PutUvarint(prefix[:], uint64(n))
+	dst = append(dst, prefix[1:p]...)
+	copy(dst[at+p:], dst[at+1:at+1+n])
+	copy(dst[at:], prefix[:p])
+	return b.manifest, dst, nil
+}
+
+// appendEncode appends v's payload to dst; on error it returns dst
+// unchanged.
+func (b *binding) appendEncode(dst []byte, v any) (manifest string, out []byte, err error) {
+	if b.empty != nil {
+		return b.manifest, append(dst, emptyJSON...), nil
 	}
 	if a, ok := b.serializer.(Appender); ok {
 		out, err = a.AppendMarshal(dst, v)
@@ -253,9 +365,7 @@ func (r *Registry) AppendEncode(dst []byte, v any) (manifest string, out []byte,
 // (ErrNotOneValue otherwise: use DecodeAll where an old event may have
 // become several, or none).
 func (r *Registry) Decode(manifest string, payload []byte) (any, error) {
-	r.mu.RLock()
-	b := r.byManifest[manifest]
-	r.mu.RUnlock()
+	b := r.bound.Load().byManifest[manifest]
 	if b != nil {
 		return b.decode(manifest, payload)
 	}
@@ -310,9 +420,7 @@ func (r *Registry) DecodeAll(manifest string, payload []byte) ([]any, error) {
 // AppendDecoded is DecodeAll appending to dst, for readers that decode many
 // events and reuse one slice. On error it returns dst unchanged.
 func (r *Registry) AppendDecoded(dst []any, manifest string, payload []byte) ([]any, error) {
-	r.mu.RLock()
-	b := r.byManifest[manifest]
-	r.mu.RUnlock()
+	b := r.bound.Load().byManifest[manifest]
 	if b == nil {
 		out, err := r.upcast(dst, manifest, payload)
 		if err != nil {

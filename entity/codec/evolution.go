@@ -139,7 +139,7 @@ func (r *Registry) addUpcaster(u *upcaster, oldType reflect.Type, aliases []stri
 		}
 	}
 	if oldType != nil {
-		if b, ok := r.byType[oldType]; ok {
+		if b, ok := r.bound.Load().byType[oldType]; ok {
 			return fmt.Errorf("%w: old shape %v is registered as the current type of %q", ErrConflict, oldType, b.manifest)
 		}
 		if other, ok := r.byOldType[oldType]; ok {
@@ -156,7 +156,7 @@ func (r *Registry) addUpcaster(u *upcaster, oldType reflect.Type, aliases []stri
 // checkFreeLocked reports whether name may be bound to typ (nil for an
 // upcaster): unbound, or already bound to typ itself.
 func (r *Registry) checkFreeLocked(name string, typ reflect.Type) error {
-	if b, ok := r.byManifest[name]; ok && (typ == nil || b.typ != typ) {
+	if b, ok := r.bound.Load().byManifest[name]; ok && (typ == nil || b.typ != typ) {
 		what := "manifest"
 		if b.manifest != name {
 			what = "alias"
@@ -206,8 +206,8 @@ func (r *Registry) upcast(dst []any, manifest string, payload []byte) (out []any
 func (r *Registry) resolve(dst []any, manifest string, vs []any, hops int) ([]any, error) {
 	for _, v := range vs {
 		t := reflect.TypeOf(v)
+		_, current := r.bound.Load().byType[t]
 		r.mu.RLock()
-		_, current := r.byType[t]
 		u := r.byOldType[t]
 		shapes := len(r.byOldType)
 		r.mu.RUnlock()

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -134,11 +135,13 @@ type Config struct {
 	// registered (New registers them).
 	Codec *codec.Registry
 	// View, when set, is asked on receipt for the node's latest view of
-	// the membership (it must be cheap: once per message): a message from
-	// an incarnation it holds as Down, or replaced by a newer one, is
-	// refused (cluster.ErrStaleIncarnation). Without it, only the cluster
-	// transport's own incarnation checks apply.
-	View func() cluster.View
+	// the membership (it must be cheap: once per message), nil before
+	// there is one: a message from an incarnation it holds as Down, or
+	// replaced by a newer one, is refused (cluster.ErrStaleIncarnation).
+	// Each new view must come as a new pointer: the verdict on a sender
+	// is kept while View returns the same one. Without it, only the
+	// cluster transport's own incarnation checks apply.
+	View func() *cluster.View
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -178,15 +181,42 @@ type Transport struct {
 	ct  atomic.Pointer[cluster.Transport]
 	sys atomic.Pointer[entity.System]
 
-	mu       sync.RWMutex
+	// listeners is read without a lock for every message; Listen and its
+	// stop replace it whole, under mu.
+	listeners atomic.Pointer[listeners]
+	mu        sync.Mutex
+
+	logged sync.Map // "kind from" → struct{}: what was logged once already
+
+	// verdicts holds staleSender's verdicts on the senders seen under one
+	// view, so that a message from a known sender costs a pointer compare.
+	verdicts atomic.Pointer[verdicts]
+}
+
+// listeners are the handlers of this node's targets; never modified once
+// published.
+type listeners struct {
 	handlers map[wire.Target]func(protocol.Message) error
 	// stopped holds the targets that had a listener here and lost it (a
 	// region shut down): mail for them is expected while the others'
 	// views catch up, so it is refused without a warning.
 	stopped map[wire.Target]bool
-
-	logged sync.Map // "kind from" → struct{}: what was logged once already
 }
+
+// verdicts are staleSender's verdicts under one view.
+type verdicts struct {
+	view    *cluster.View
+	senders []verdict
+}
+
+type verdict struct {
+	from  cluster.UniqueAddress
+	stale bool
+}
+
+// maxVerdicts bounds the senders remembered per view: a node hears from
+// few peers, and one more than this costs only a view lookup.
+const maxVerdicts = 16
 
 var _ runtime.ReplyRouter = (*Transport)(nil)
 
@@ -202,11 +232,12 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Transport{
-		cfg: cfg, log: cfg.Logger, self: self,
+	t := &Transport{cfg: cfg, log: cfg.Logger, self: self}
+	t.listeners.Store(&listeners{
 		handlers: make(map[wire.Target]func(protocol.Message) error),
 		stopped:  make(map[wire.Target]bool),
-	}, nil
+	})
+	return t, nil
 }
 
 // Bind sets the cluster transport that carries messages to other nodes;
@@ -242,25 +273,40 @@ func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (f
 	target := wire.Target{Type: addr.Type, Coordinator: addr.Coordinator}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, taken := t.handlers[target]; taken {
+	if _, taken := t.listeners.Load().handlers[target]; taken {
 		return nil, fmt.Errorf("remote: %s already has a listener", addr)
 	}
-	t.handlers[target] = handle
-	delete(t.stopped, target)
+	t.updateListenersLocked(func(ls *listeners) {
+		ls.handlers[target] = handle
+		delete(ls.stopped, target)
+	})
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		delete(t.handlers, target)
-		t.stopped[target] = true
+		t.updateListenersLocked(func(ls *listeners) {
+			delete(ls.handlers, target)
+			ls.stopped[target] = true
+		})
 	}, nil
+}
+
+// updateListenersLocked publishes a copy of the listeners that change
+// has modified; t.mu is held.
+func (t *Transport) updateListenersLocked(change func(*listeners)) {
+	old := t.listeners.Load()
+	ls := &listeners{handlers: maps.Clone(old.handlers), stopped: maps.Clone(old.stopped)}
+	change(ls)
+	t.listeners.Store(ls)
 }
 
 // handler is target's listener; nil with stopped true when it had one
 // that was removed.
 func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error, stopped bool) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.handlers[target], t.stopped[target]
+	ls := t.listeners.Load()
+	if h = ls.handlers[target]; h != nil {
+		return h, false
+	}
+	return nil, ls.stopped[target]
 }
 
 // Send hands msg to the listener at to; it does not wait for handling,
@@ -452,11 +498,38 @@ func (t *Transport) reply(from cluster.UniqueAddress, r wire.Reply) error {
 }
 
 // staleSender reports whether the view holds from as Down or replaced.
+// The verdict is kept until the view changes.
 func (t *Transport) staleSender(from cluster.UniqueAddress) bool {
 	if t.cfg.View == nil {
 		return false
 	}
 	view := t.cfg.View()
+	if view == nil {
+		return false
+	}
+	known := t.verdicts.Load()
+	if known != nil && known.view == view {
+		for _, v := range known.senders {
+			if v.from == from {
+				return v.stale
+			}
+		}
+	}
+	stale := staleIn(*view, from)
+	next := &verdicts{view: view}
+	if known != nil && known.view == view {
+		if len(known.senders) == maxVerdicts {
+			return stale
+		}
+		next.senders = append(make([]verdict, 0, len(known.senders)+1), known.senders...)
+	}
+	next.senders = append(next.senders, verdict{from: from, stale: stale})
+	t.verdicts.Store(next)
+	return stale
+}
+
+// staleIn reports whether view holds from as Down or replaced.
+func staleIn(view cluster.View, from cluster.UniqueAddress) bool {
 	if m, ok := view.Member(from); ok {
 		return m.Status == cluster.Down
 	}

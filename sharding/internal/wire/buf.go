@@ -114,6 +114,11 @@ func (r *reader) uvarint(field string) uint64 {
 	if r.err != nil {
 		return 0
 	}
+	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: most lengths, ids, counts
+		v := r.b[0]
+		r.b = r.b[1:]
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(r.b)
 	switch {
 	case n == 0:

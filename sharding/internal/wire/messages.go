@@ -147,28 +147,21 @@ func appendDeliver(b []byte, d protocol.Deliver, reg *codec.Registry) ([]byte, e
 				return b, fmt.Errorf("%w: %T in a Deliver for entity %q", ErrNotSealed, d.Msg, d.EntityID)
 			}
 			unsealed = d.Msg
-			manifest, known := reg.Manifest(unsealed)
-			if !known {
-				return b, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, unsealed)
-			}
-			e = Encoded{Manifest: manifest, ReplyTo: replyAddresses(unsealed)}
+			e.ReplyTo = replyAddresses(unsealed)
 		}
 	}
 	b = appendString(b, d.Shard)
 	b = appendString(b, d.EntityID)
 	b = appendBool(b, d.Start)
 	b = appendBool(b, d.Ask)
-	b = appendString(b, e.Manifest)
 	if unsealed != nil {
+		// The manifest, then the payload encoded in place after its length.
 		var err error
-		b = appendBody(b, func(b []byte) []byte {
-			_, b, err = reg.AppendEncode(b, unsealed)
-			return b
-		})
-		if err != nil {
+		if _, b, err = reg.AppendPrefixed(b, unsealed); err != nil {
 			return b, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
 		}
 	} else {
+		b = appendString(b, e.Manifest)
 		b = appendBytes(b, e.Payload)
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.ReplyTo)))
