@@ -35,10 +35,12 @@ type inConn struct {
 	from cluster.UniqueAddress
 	bad  int // bad frames so far; the first is logged
 	read int // bytes read from conn, counted when metrics are on
+	acks ackDelayer
 }
 
 // Read counts what the connection's reader takes from conn.
 func (c *inConn) Read(p []byte) (int, error) {
+	c.acks.beforeRead()
 	n, err := c.conn.Read(p)
 	c.read += n
 	return n, err
@@ -62,7 +64,7 @@ func (t *Transport) acceptLoop() {
 			}
 			continue
 		}
-		c := &inConn{conn: conn}
+		c := &inConn{conn: conn, acks: newAckDelayer(conn)}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
