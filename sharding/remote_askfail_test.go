@@ -267,6 +267,36 @@ func TestRemoteAskOfBackingOffEntityFailsAtOnce(t *testing.T) {
 	})
 }
 
+// The ask from another node learns what a local one does of the back-off:
+// the *sharding.UnavailableError inside its failure carries the same
+// RetryAfter, so a caller can say when to come back (a 503's Retry-After)
+// wherever the entity lives.
+func TestRemoteAskOfBackingOffEntityCarriesRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, a, b, id := twoNodes(t, saver, sharding.Settings{RestartBackoffMin: 2 * time.Hour, RestartBackoffMax: 4 * time.Hour})
+		defer c.stop()
+		wantFailed(t, farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} }), eventsourced.ErrPersistFailed)
+		synctest.Wait() // the entity has stopped; its shard backs off
+		time.Sleep(time.Minute)
+		asked := time.Now()
+		remote := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		trip := time.Since(asked) // b refused the remote ask up to this long before the local one
+		_, local := entity.Ask(context.Background(), b.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		want, ok := errors.AsType[*sharding.UnavailableError](local)
+		if !ok || want.RetryAfter <= 0 {
+			t.Fatalf("local ask on the home node: %v, want an *UnavailableError with the back-off left", local)
+		}
+		got, ok := errors.AsType[*sharding.UnavailableError](remote)
+		if !ok {
+			t.Fatalf("remote ask: %v, want an *UnavailableError inside", remote)
+		}
+		if d := got.RetryAfter - want.RetryAfter; d < 0 || d > trip || got.Type != want.Type || got.EntityID != want.EntityID {
+			t.Fatalf("remote ask's UnavailableError %+v, the home node's %+v (%v later): want the same entity and restart time", got, want, trip)
+		}
+		wantFailed(t, remote, sharding.ErrEntityUnavailable, eventsourced.ErrPersistFailed)
+	})
+}
+
 // The entity's mailbox is full on its node (it persists, and holds what
 // comes meanwhile up to HeldCapacity): the region there refuses the ask's
 // command, and the ask fails at once with ErrMailboxFull, as it would on

@@ -1,11 +1,6 @@
 package sharding
 
-import (
-	"fmt"
-	"time"
-
-	"github.com/shoal-dev/shoal/internal/runtime"
-)
+import "github.com/shoal-dev/shoal/internal/runtime"
 
 // ErrEntityUnavailable matches the error of entity.Ask (and AskFrom) through
 // an EntityRef when the entity failed (its journal is down, say) and its
@@ -17,22 +12,10 @@ import (
 var ErrEntityUnavailable = runtime.ErrUnavailable
 
 // UnavailableError is ErrEntityUnavailable with its details: the failure
-// that stopped the entity and when its shard restarts it.
-type UnavailableError struct {
-	Type, EntityID string
-	// RetryAfter is the rest of the restart back-off; an answer may come
-	// after it (the back-off grows while the entity keeps failing).
-	RetryAfter time.Duration
-	// Cause is the error the entity stopped with.
-	Cause error
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("sharding: entity %s of type %s unavailable, restarting in %v: %v", e.EntityID, e.Type, e.RetryAfter, e.Cause)
-}
-
-// Is matches ErrEntityUnavailable.
-func (e *UnavailableError) Is(target error) bool { return target == ErrEntityUnavailable }
-
-// Unwrap returns the cause.
-func (e *UnavailableError) Unwrap() error { return e.Cause }
+// that stopped the entity (Cause) and when its shard restarts it
+// (RetryAfter, the rest of the restart back-off; an answer may come after
+// it, the back-off growing while the entity keeps failing). An ask from
+// another node gets one too, inside its *entity.AskFailedError, with the
+// same RetryAfter and no Cause (the cause's sentinels match the
+// AskFailedError).
+type UnavailableError = runtime.UnavailableError

@@ -1,6 +1,10 @@
 package tcp
 
-import "github.com/shoal-dev/shoal/cluster"
+import (
+	"syscall"
+
+	"github.com/shoal-dev/shoal/cluster"
+)
 
 // loseQueued drops the link's queued messages (markers are re-sent by their flush).
 func (l *link) loseQueued() {
@@ -83,3 +87,33 @@ func SetWireVersion(cfg *Config, v uint32) { cfg.wireVersion = v }
 
 // WelcomePayload is the payload of a welcome of this wire version.
 func WelcomePayload() []byte { return appendVersioned(nil, cluster.WireVersion, nil) }
+
+// InboundQuickAck reports, for each connection accepted from node, whether
+// its socket answers every segment with an ACK at once (Linux's
+// TCP_QUICKACK as getsockopt reads it: 1 unless it delays its ACKs).
+func (t *Transport) InboundQuickAck(node string) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []int
+	for c := range t.inbound {
+		if c.from.Node != node {
+			continue
+		}
+		tc, ok := c.conn.(interface {
+			SyscallConn() (syscall.RawConn, error)
+		})
+		if !ok {
+			continue
+		}
+		raw, err := tc.SyscallConn()
+		if err != nil {
+			continue
+		}
+		v := -1
+		_ = raw.Control(func(fd uintptr) {
+			v, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK)
+		})
+		out = append(out, v)
+	}
+	return out
+}

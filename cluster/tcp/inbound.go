@@ -41,10 +41,12 @@ type inConn struct {
 	// current: it is never current again, so deliver reads the flag
 	// instead of the map.
 	superseded atomic.Bool
+	acks ackDelayer
 }
 
 // Read counts what the connection's reader takes from conn.
 func (c *inConn) Read(p []byte) (int, error) {
+	c.acks.beforeRead()
 	n, err := c.conn.Read(p)
 	c.read += n
 	return n, err
@@ -68,7 +70,7 @@ func (t *Transport) acceptLoop() {
 			}
 			continue
 		}
-		c := &inConn{conn: conn}
+		c := &inConn{conn: conn, acks: newAckDelayer(conn)}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()

@@ -352,10 +352,11 @@ func (a *API) log() *slog.Logger {
 // unavailable reports whether err says that the entity cannot answer now
 // and may soon (it matches sharding.ErrEntityUnavailable: the entity failed
 // and its shard backs off before restarting it, or it could not recover),
-// on this node or on another, and the wait to suggest. An error raised on
-// this node is a *sharding.UnavailableError with the rest of the back-off;
-// one from another node crosses the wire as its failure code alone, and
-// gets writeUnavailable's shortest wait.
+// on this node or on another, and the wait to suggest: the rest of the
+// back-off, which the *sharding.UnavailableError carries wherever it was
+// raised (an ask of another node gets it inside its failure). A failure
+// from a node that predates that field, or an entity that could not
+// recover, carries none, and gets writeUnavailable's shortest wait.
 func unavailable(err error) (retryAfter time.Duration, ok bool) {
 	if !errors.Is(err, sharding.ErrEntityUnavailable) {
 		return 0, false

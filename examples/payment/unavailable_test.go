@@ -136,8 +136,7 @@ func newBubbleClusterAPI(t *testing.T, settings Settings, j journal.Journal, mem
 }
 
 // An entity that is unavailable on another node is answered as one on
-// this node: 503 with Retry-After at once, not 500 (the failure crosses
-// the wire as a code, without the *sharding.UnavailableError).
+// this node: 503 with Retry-After at once, not 500.
 func TestAPIUnavailableOnAnotherNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, _ := remindingJournal()

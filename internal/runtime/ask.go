@@ -1,15 +1,18 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/internal/deepequal"
@@ -75,18 +78,104 @@ type replyAddr interface {
 func (r ReplyTo[R]) replyAddr() ReplyAddress { return r.addr }
 
 // MarshalJSON encodes the address, so commands carrying a ReplyTo serialize.
+// It writes what json.Marshal of the ReplyAddress writes, without its
+// reflection when the node id needs no escaping: every ask's command that
+// leaves the node carries one.
 func (r ReplyTo[R]) MarshalJSON() ([]byte, error) {
+	if b, ok := appendAddressJSON(make([]byte, 0, 48+len(r.addr.Node)), r.addr); ok {
+		return b, nil
+	}
 	return json.Marshal(r.addr)
 }
 
-// UnmarshalJSON decodes an address written by MarshalJSON.
+// UnmarshalJSON decodes an address written by MarshalJSON: the form
+// MarshalJSON writes is read directly, anything else by encoding/json.
 func (r *ReplyTo[R]) UnmarshalJSON(data []byte) error {
+	if a, ok := parseAddressJSON(data); ok {
+		r.addr = a
+		return nil
+	}
 	var a ReplyAddress
 	if err := json.Unmarshal(data, &a); err != nil {
 		return fmt.Errorf("entity: decode reply address: %w", err)
 	}
 	r.addr = a
 	return nil
+}
+
+const (
+	addrNode        = `{"node":"`
+	addrIncarnation = `","incarnation":`
+	addrID          = `,"id":`
+)
+
+// appendAddressJSON appends a as json.Marshal writes it; false when a's
+// node id holds a byte json.Marshal would escape.
+func appendAddressJSON(b []byte, a ReplyAddress) ([]byte, bool) {
+	for i := range len(a.Node) {
+		if c := a.Node[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return b, false
+		}
+	}
+	b = append(b, addrNode...)
+	b = append(b, a.Node...)
+	b = append(b, addrIncarnation...)
+	b = strconv.AppendUint(b, a.Incarnation, 10)
+	b = append(b, addrID...)
+	b = strconv.AppendUint(b, a.AskID, 10)
+	return append(b, '}'), true
+}
+
+// parseAddressJSON reads the exact form appendAddressJSON writes; false
+// for any other (spaces, another key order, an escaped node id), which
+// encoding/json reads instead.
+func parseAddressJSON(data []byte) (ReplyAddress, bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(addrNode))
+	if !ok {
+		return ReplyAddress{}, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return ReplyAddress{}, false
+	}
+	node := rest[:end]
+	for _, c := range node {
+		if c < 0x20 || c == '\\' { // a control byte is an error, an escape encoding/json's
+			return ReplyAddress{}, false
+		}
+	}
+	if rest, ok = bytes.CutPrefix(rest[end:], []byte(addrIncarnation)); !ok {
+		return ReplyAddress{}, false
+	}
+	inc, rest, ok := cutUint(rest)
+	if !ok {
+		return ReplyAddress{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(addrID)); !ok {
+		return ReplyAddress{}, false
+	}
+	id, rest, ok := cutUint(rest)
+	if !ok || string(rest) != "}" || !utf8.Valid(node) {
+		return ReplyAddress{}, false
+	}
+	return ReplyAddress{Node: string(node), Incarnation: inc, AskID: id}, true
+}
+
+// cutUint reads the decimal digits b starts with as a uint64, as JSON
+// writes one (no sign, no leading zero but for 0 itself).
+func cutUint(b []byte) (uint64, []byte, bool) {
+	n := 0
+	for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 1 && b[0] == '0' {
+		return 0, b, false
+	}
+	v, err := strconv.ParseUint(string(b[:n]), 10, 64)
+	if err != nil {
+		return 0, b, false
+	}
+	return v, b[n:], true
 }
 
 // Replier is anything that can send replies: every entity Context, and the System.

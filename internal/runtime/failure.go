@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shoal-dev/shoal/journal"
 )
@@ -32,6 +33,35 @@ var (
 	// ErrRegionStopped is sharding.ErrRegionStopped: the region shut down.
 	ErrRegionStopped = errors.New("sharding: region stopped")
 )
+
+// UnavailableError is ErrUnavailable with its details, re-exported as
+// sharding.UnavailableError: the entity failed and its shard backs off
+// before restarting it. It is defined here so that an ask of another node
+// fails with one too (see AskFailedError).
+type UnavailableError struct {
+	Type, EntityID string
+	// RetryAfter is the rest of the restart back-off; an answer may come
+	// after it (the back-off grows while the entity keeps failing).
+	RetryAfter time.Duration
+	// Cause is the error the entity stopped with. Nil in the one an ask
+	// of another node fails with: the cause's classes are the
+	// AskFailedError's, its text in its Message.
+	Cause error
+}
+
+func (e *UnavailableError) Error() string {
+	msg := fmt.Sprintf("sharding: entity %s of type %s unavailable, restarting in %v", e.EntityID, e.Type, e.RetryAfter)
+	if e.Cause == nil {
+		return msg
+	}
+	return msg + ": " + e.Cause.Error()
+}
+
+// Is matches ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Cause }
 
 // ErrAskFailed matches the error of every ask that another node failed
 // (an *AskFailedError), whatever its code: also one of a code this node
@@ -94,7 +124,9 @@ func (c FailureCode) sentinel() error {
 // never be answered. It matches ErrAskFailed and the sentinel of every code
 // it carries (ErrUnhandled for FailureUnhandled, ...): the same sentinels
 // as the error of an ask that fails on its own node. For FailureCrashed it
-// matches ErrStopped and holds a *PanicError whose Value is Message.
+// matches ErrStopped and holds a *PanicError whose Value is Message. For
+// an entity backing off it holds the *UnavailableError the failing node
+// raised (Unavailable), so errors.As finds its RetryAfter as on that node.
 type AskFailedError struct {
 	// Code is the failure's main class, Also the other classes its error
 	// matched there (a stop's cause, say).
@@ -102,6 +134,9 @@ type AskFailedError struct {
 	Also []FailureCode
 	// Message is the error's text on the failing node.
 	Message string
+	// Unavailable is the failing node's *UnavailableError, without its
+	// Cause; nil when the error held none, or the node predates it.
+	Unavailable *UnavailableError
 }
 
 func (e *AskFailedError) Error() string {
@@ -121,6 +156,9 @@ func (e *AskFailedError) Unwrap() []error {
 			errs = append(errs, s)
 		}
 	}
+	if e.Unavailable != nil {
+		errs = append(errs, e.Unavailable)
+	}
 	return errs
 }
 
@@ -132,10 +170,24 @@ const AskFailureManifest = "shoal.reply.failed"
 // failureReply is what a node sends, on the reply route, to an ask of
 // another node it failed; on the wire it is its JSON, under
 // AskFailureManifest. It is unexported so that no reply type is one.
+// Fields are only ever added, omitted when zero: a node ignores those it
+// does not know, and reads those an older node did not send as zero,
+// which must mean what that node meant (docs/DESIGN.md, "Versions").
+// testdata/failure pins the bytes.
 type failureReply struct {
 	Code    FailureCode   `json:"code"`
 	Also    []FailureCode `json:"also,omitempty"`
 	Message string        `json:"msg"`
+	// Unavailable details an *UnavailableError: absent, the asking node
+	// knows the code alone, as it did before the field.
+	Unavailable *unavailableReply `json:"unavailable,omitempty"`
+}
+
+// unavailableReply is an *UnavailableError on the wire, without its cause.
+type unavailableReply struct {
+	Type       string `json:"type"`
+	EntityID   string `json:"entity"`
+	RetryAfter int64  `json:"retry_after_ns"`
 }
 
 // failureOf classifies err for the wire.
@@ -158,11 +210,18 @@ func failureOf(err error) failureReply {
 	if len(f.Also) == 0 {
 		f.Also = nil
 	}
+	if ue, ok := errors.AsType[*UnavailableError](err); ok {
+		f.Unavailable = &unavailableReply{Type: ue.Type, EntityID: ue.EntityID, RetryAfter: int64(ue.RetryAfter)}
+	}
 	return f
 }
 
 func (f failureReply) err() *AskFailedError {
-	return &AskFailedError{Code: f.Code, Also: f.Also, Message: f.Message}
+	e := &AskFailedError{Code: f.Code, Also: f.Also, Message: f.Message}
+	if u := f.Unavailable; u != nil {
+		e.Unavailable = &UnavailableError{Type: u.Type, EntityID: u.EntityID, RetryAfter: time.Duration(max(0, u.RetryAfter))}
+	}
+	return e
 }
 
 func encodeFailure(f failureReply) []byte {

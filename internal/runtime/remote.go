@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/shoal-dev/shoal/entity/codec"
 )
@@ -25,12 +26,78 @@ func EncodeReply(reg *codec.Registry, v any) (manifest string, payload []byte, e
 // when it cannot handle a message it cannot even decode.
 func ReplyAddresses(msg any) []ReplyAddress {
 	var out []ReplyAddress
-	forEachReplyAddr(reflect.ValueOf(msg), 0, func(a ReplyAddress) {
+	v := reflect.ValueOf(msg)
+	if v.IsValid() {
+		if p := planOf(v.Type()); p.static {
+			for _, path := range p.paths {
+				if a := addrAt(v.FieldByIndex(path)); !a.IsZero() {
+					out = append(out, a)
+				}
+			}
+			return out
+		}
+	}
+	forEachReplyAddr(v, 0, func(a ReplyAddress) {
 		if !a.IsZero() {
 			out = append(out, a)
 		}
 	})
 	return out
+}
+
+// replyPlan says where a type's values hold their ReplyTo fields: static
+// when every one is reached through struct fields alone, at the field
+// index paths listed, in the order forEachReplyAddr visits them; else the
+// values are searched one by one.
+type replyPlan struct {
+	static bool
+	paths  [][]int
+}
+
+// replyPlans caches planOf by type: reflect.Type → *replyPlan. Types are
+// finite and never change, so it only grows to the program's types.
+var replyPlans sync.Map
+
+func planOf(t reflect.Type) *replyPlan {
+	if p, ok := replyPlans.Load(t); ok {
+		return p.(*replyPlan)
+	}
+	p := &replyPlan{static: true}
+	p.static = collectPaths(t, 0, nil, p)
+	if !p.static {
+		p.paths = nil
+	}
+	actual, _ := replyPlans.LoadOrStore(t, p)
+	return actual.(*replyPlan)
+}
+
+// collectPaths adds the paths of t's ReplyTo fields below prefix to p, as
+// forEachReplyAddr would find them at depth; false when one may sit behind
+// an interface, pointer, slice or array, which only a search finds.
+func collectPaths(t reflect.Type, depth int, prefix []int, p *replyPlan) bool {
+	if depth > maxReplyDepth || !mayHoldReplyTo(t, maxReplyDepth-depth) {
+		return true
+	}
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	if isReplyTo(t) {
+		p.paths = append(p.paths, append([]int(nil), prefix...))
+		return true
+	}
+	for i := range t.NumField() {
+		if !collectPaths(t.Field(i).Type, depth+1, append(prefix, i), p) {
+			return false
+		}
+	}
+	return true
+}
+
+// addrAt reads the address of v, a ReplyTo: its one field, unexported,
+// read field by field.
+func addrAt(v reflect.Value) ReplyAddress {
+	a := v.Field(0)
+	return ReplyAddress{Node: a.Field(0).String(), Incarnation: a.Field(1).Uint(), AskID: a.Field(2).Uint()}
 }
 
 // FailAsk fails this System's ask to at once with err, when another node

@@ -29,6 +29,7 @@ func FuzzReceiveFailureReply(f *testing.F) {
 	tr.Attach(sys)
 	f.Add([]byte(`{"code":1,"msg":"entity: ask: counter/a unhandled: entity: message unhandled"}`))
 	f.Add([]byte(`{"code":99,"msg":"a newer node's code","extra":[1,2]}`))
+	f.Add([]byte(`{"code":5,"msg":"unavailable","unavailable":{"type":"counter","entity":"e","retry_after_ns":-5}}`))
 	f.Add([]byte(`{"code":`))
 	f.Add([]byte(nil))
 	from := cluster.UniqueAddress{Node: "n2", Incarnation: 1}
