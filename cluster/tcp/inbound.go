@@ -41,7 +41,7 @@ type inConn struct {
 	// current: it is never current again, so deliver reads the flag
 	// instead of the map.
 	superseded atomic.Bool
-	acks ackDelayer
+	acks       ackDelayer
 }
 
 // Read counts what the connection's reader takes from conn.
