@@ -145,19 +145,24 @@ func (r *Region[C]) run() error {
 	return r.ctl.Tell(retryTick{})
 }
 
-// retryTick re-sends what is unanswered and drives idle passivation.
-type retryTick struct{}
+// retryTick re-sends what is unanswered and drives idle passivation. It
+// and the region's other ticks are its own: left behind when the control
+// entity stops, they are no dead letters.
+type retryTick struct{ runtime.OwnTick }
 
 func (retryTick) ProtocolMessage() {}
 
 // registerRetry re-sends a Register no RegisterAck answered yet (see
 // regionCore.registerSoon).
-type registerRetry struct{ gen uint64 }
+type registerRetry struct {
+	runtime.OwnTick
+	gen uint64
+}
 
 func (registerRetry) ProtocolMessage() {}
 
 // coordinatorMoved makes the region register with the current coordinator.
-type coordinatorMoved struct{}
+type coordinatorMoved struct{ runtime.OwnTick }
 
 func (coordinatorMoved) ProtocolMessage() {}
 

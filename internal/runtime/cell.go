@@ -118,6 +118,17 @@ func (e envelope[C]) command() bool { return e.ctl == nil || e.ctl.kind == trace
 
 type controlKind uint8
 
+// OwnTick, embedded in a message type, marks the ticks an entity's owner
+// arms for it on a clock of its own (a sharding region's retry tick, say):
+// one still in the mailbox when the entity stops is dropped, not counted
+// as a dead letter. Nobody who could lose it sent it, and a stop racing a
+// tick is the normal end of such an entity, not a loss to report.
+type OwnTick struct{}
+
+func (OwnTick) ownTick() {}
+
+type ownTick interface{ ownTick() }
+
 const (
 	timerTick controlKind = iota
 	receiveTimeoutTick
@@ -571,7 +582,7 @@ func (c *Cell[C]) terminate(err error) {
 		}
 	}
 	left.Drain(func(e envelope[C]) {
-		if e.command() {
+		if _, own := any(e.msg).(ownTick); e.command() && !own {
 			deadLetter("left in mailbox of stopped entity", e.msg)
 		}
 	})

@@ -59,3 +59,37 @@ func TestIdleCellKeepsASmallMailbox(t *testing.T) {
 		t.Fatalf("idle after a burst: mailbox buffer of %d kept", n)
 	}
 }
+
+// A tick an entity's owner armed for it, still in the mailbox when the
+// entity stops, is dropped; any other message left there is a dead letter.
+func TestOwnTickLeftAtStopIsNoDeadLetter(t *testing.T) {
+	type tick struct{ OwnTick }
+	type note struct{}
+	for _, tc := range []struct {
+		name string
+		msg  any
+		want uint64
+	}{{"own tick", tick{}, 0}, {"command", note{}, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys, err := NewSystem(Config{NodeID: "n"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			props := &Props[any]{Key: NewTypeKey[any]("T"), Create: func(Context[any]) Behavior[any] {
+				return Receive(func(Context[any], any) Behavior[any] { return Same[any]() })
+			}}
+			c := Spawn(sys, props, "e")
+			c.mu.Lock()
+			c.status |= suspended // the message stays in the mailbox
+			c.mu.Unlock()
+			if err := c.Tell(tc.msg); err != nil {
+				t.Fatal(err)
+			}
+			c.StopNow()
+			<-c.Done()
+			if got := sys.Stats().DeadLetters; got != tc.want {
+				t.Fatalf("%d dead letters, want %d", got, tc.want)
+			}
+		})
+	}
+}
