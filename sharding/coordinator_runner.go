@@ -103,17 +103,20 @@ func newCoordinatorLife(cfg coordinatorLifeConfig) *coordinatorLife {
 	return l
 }
 
-// coordinatorLife is a coordinator's life around its lease (docs/DESIGN.md, "Cluster and leases"): it acts only
-// while it holds the type's coordinator lease. Until it gets the lease it
-// retries (see acquireEvery) and drops what it is sent (regions retry);
-// what comes while an acquisition is in flight waits for its answer.
-// Once it holds it, a lease.Keeper on the coordinator's own timers (no
-// goroutine of its own: idle, it owns none) renews it every RenewEvery and
-// says when it no longer holds it: at the last successful renewal's start
-// + Length − Margin, or at once when the store refuses a renewal. The
-// coordinator then stops, and sends nothing from the moment it no longer holds
-// the lease. Every store write carries the lease's epoch, which the store
-// checks. Its steps return whether the coordinator stopped.
+// coordinatorLife is a coordinator's life around its lease
+// (docs/DESIGN.md, "Cluster and leases"): it acts only while it holds the
+// type's coordinator lease. Until it gets the lease it retries (see
+// acquireEvery) and drops what it is sent (regions retry); what comes
+// while an acquisition is in flight waits for its answer. Once it holds
+// it, a lease.Keeper on the coordinator's own timers (no goroutine of its
+// own: idle, it owns none) renews it every RenewEvery and says when it no
+// longer holds it: at the last successful renewal's start + Length −
+// Margin, or at once when the store refuses a renewal. The coordinator
+// then stops, and sends nothing from the moment it no longer holds the
+// lease. Every store write carries the lease's epoch, which the store
+// checks. Its steps report whether the coordinator stopped; the runner
+// (coordinatorRunner) and the simulator run it on their environments
+// (coordinatorLifeEnv).
 type coordinatorLife struct {
 	cfg coordinatorLifeConfig
 
