@@ -53,8 +53,8 @@ const (
 // coordinatorEffects is a coordinator acting while it holds its lease:
 // it steps the core, filters the membership through the downing machine,
 // and carries out the core's output through the pipeline (its writes in
-// order, each step's messages once its changes committed). The runner
-// owns the lease and the coordinator's life around it.
+// order, each step's messages once its changes committed).
+// coordinatorLife owns the lease and the coordinator's life around it.
 type coordinatorEffects struct {
 	core *coordinatorCore
 	// pipe holds the store writes and the messages waiting for them.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shoal-dev/shoal/cluster"
 	"log/slog"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 )
@@ -19,37 +19,106 @@ type stopCoordinator struct{}
 
 func (stopCoordinator) ProtocolMessage() {}
 
-// newCoordinatorRunner returns the behavior that holds the coordinator
-// lease, steps the core and does its IO.
+// newCoordinatorRunner returns the behavior that runs a coordinator's
+// lease life (coordinatorLife) on the entity runtime.
 func newCoordinatorRunner(ctx entity.Context[Message], r *coordinatorHost) entity.Behavior[Message] {
-	cr := &coordinatorRunner{r: r, store: r.s.cfg.CoordinatorStore, timing: r.s.cfg.CoordinatorLease}
-	cr.leaseLength = cr.timing.Length
+	cr := &coordinatorRunner{r: r, retries: storeBackOff(r.settings)}
+	cr.life = newCoordinatorLife(coordinatorLifeConfig{
+		typ: r.typ, self: r.s.self, role: r.role, settings: r.settings, timing: r.s.cfg.CoordinatorLease,
+		store: r.s.cfg.CoordinatorStore, remember: r.s.cfg.RememberStore,
+	})
 	if r.s.cfg.NodeLeases != nil {
 		// The host's machine (start), so that who counts towards the
 		// majority survives a restart; only this runner touches it: the
 		// last one is done before a new one starts.
-		cr.down = r.downing.resume()
+		cr.life.down = r.downing.resume()
 	}
-	return cr.tryAcquire(ctx)
+	cr.life.start(coordinatorIO{cr, ctx})
+	return cr
 }
 
-// coordinatorRunner is a coordinator's runner (docs/DESIGN.md, "Cluster and leases"): it acts only
-// while it holds the type's coordinator lease. Until it gets the lease it
-// retries (see acquireEvery) and drops what it is sent (regions retry);
-// what comes while an acquisition is in flight waits for its answer.
-// Once it holds it, a lease.Keeper on the coordinator's own timers (no
-// goroutine of its own: idle, it owns none) renews it every RenewEvery and
-// says when it no longer holds it: at the last successful renewal's start
-// + Length − Margin, or at once when the store refuses a renewal. The
-// runner then stops, and sends nothing from the moment it no longer holds
-// the lease. Every store write carries the lease's epoch, which the store
-// checks. Its store calls (acquire, read, renew, write, release) run off
-// the entity worker, through PipeToSelf: the worker is shared by every
-// entity of the node, and a slow store must hold up none of them.
+// coordinatorRunner runs a coordinator's lease life (coordinatorLife) as
+// an entity: its timers are the entity's keyed timers, its store calls
+// (acquire, read, renew, write, release) run off the entity worker,
+// through PipeToSelf (the worker is shared by every entity of the node,
+// and a slow store must hold up none of them), and what comes while an
+// acquisition is in flight waits in the entity's stash.
 type coordinatorRunner struct {
-	r      *coordinatorHost
-	store  CoordinatorStore
-	timing lease.Timing
+	r    *coordinatorHost
+	life *coordinatorLife
+	// retries paces the retries of a failed write.
+	retries *backoff.ExponentialBackOff
+}
+
+// Receive implements entity.Behavior.
+func (cr *coordinatorRunner) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
+	if cr.life.receive(coordinatorIO{cr, ctx}, m) {
+		return entity.Stopped[Message]()
+	}
+	return entity.Same[Message]()
+}
+
+// coordinatorLifeEnv is the world a coordinator's lease life runs on:
+// besides what it acts on while it holds the lease (coordinatorEnv), its
+// keyed timers, its store calls, its stash and the membership. The
+// coordinator runner implements it with an entity's context
+// (coordinatorIO); the simulator on its discrete-event world, so that
+// both run the same lease life (docs/DESIGN.md, "Cores and runners").
+type coordinatorLifeEnv interface {
+	coordinatorEnv
+	// startTimer sends msg to the coordinator after d, replacing the
+	// timer under key.
+	startTimer(key string, msg Message, d time.Duration)
+	// startTimerEvery sends msg to the coordinator every d.
+	startTimerEvery(key string, msg Message, every time.Duration)
+	// call runs do off the coordinator, bounded by timeout; answer, given
+	// do's error, is the message that comes back.
+	call(timeout time.Duration, do func(context.Context) error, answer func(error) Message)
+	// stash sets m aside until unstashAll, which takes what was set aside
+	// before any message still to come; an error drops m.
+	stash(m Message) error
+	unstashAll()
+	// members is the current membership view.
+	members() []cluster.Member
+	// leaseRenewed, leaseRefused and leaseFailed count the renewals.
+	leaseRenewed(lag time.Duration)
+	leaseRefused()
+	leaseFailed()
+}
+
+// coordinatorLifeConfig is what a coordinator's lease life is about.
+type coordinatorLifeConfig struct {
+	typ      string
+	self     cluster.UniqueAddress
+	role     string
+	settings Settings
+	timing   lease.Timing
+	store    CoordinatorStore
+	remember RememberStore // read once the lease is held, with Settings.RememberEntities
+}
+
+func newCoordinatorLife(cfg coordinatorLifeConfig) *coordinatorLife {
+	l := &coordinatorLife{cfg: cfg}
+	l.leaseLength = cfg.timing.Length
+	return l
+}
+
+// coordinatorLife is a coordinator's life around its lease
+// (docs/DESIGN.md, "Cluster and leases"): it acts only while it holds the
+// type's coordinator lease. Until it gets the lease it retries (see
+// acquireEvery) and drops what it is sent (regions retry); what comes
+// while an acquisition is in flight waits for its answer. Once it holds
+// it, a lease.Keeper on the coordinator's own timers (no goroutine of its
+// own: idle, it owns none) renews it every RenewEvery and says when it no
+// longer holds it: at the last successful renewal's start + Length −
+// Margin, or at once when the store refuses a renewal. The coordinator
+// then stops, and sends nothing from the moment it no longer holds the
+// lease. Every store write carries the lease's epoch, which the store
+// checks. Its steps report whether the coordinator stopped; the runner
+// (coordinatorRunner) and the simulator run it on their environments
+// (coordinatorLifeEnv).
+type coordinatorLife struct {
+	cfg coordinatorLifeConfig
 
 	epoch    uint64
 	keeper   *lease.Keeper // nil until the lease is held
@@ -58,8 +127,6 @@ type coordinatorRunner struct {
 	// coordinatorEffects acts while the lease is held: the core, the
 	// downing machine and the store-write pipeline.
 	coordinatorEffects
-	// retries paces the retries of a failed write.
-	retries *backoff.ExponentialBackOff
 	// acquiring: the Acquire, or the read of remembered shards after it,
 	// is in flight; what comes meanwhile waits in the stash, in order,
 	// as it waited in the mailbox when these calls ran on the worker.
@@ -110,149 +177,148 @@ func (acquired) ProtocolMessage()       {}
 func (rememberedRead) ProtocolMessage() {}
 func (released) ProtocolMessage()       {}
 
+// start starts the coordinator's life: it acquires the lease.
+func (l *coordinatorLife) start(env coordinatorLifeEnv) { l.tryAcquire(env) }
+
 // tryAcquire starts acquiring the lease, or waits for it while downing
 // keeps this side off it. Like every store call of the coordinator, the
-// Acquire runs off the entity worker (a slow store would hold up every
+// Acquire runs off the coordinator (a slow store would hold up every
 // entity queued behind it); its answer comes back as acquired.
-func (cr *coordinatorRunner) tryAcquire(ctx entity.Context[Message]) entity.Behavior[Message] {
-	r := cr.r
-	if cr.down != nil && cr.down.offLease(ctx.Clock().Now()) {
+func (l *coordinatorLife) tryAcquire(env coordinatorLifeEnv) {
+	if l.down != nil && l.down.offLease(env.now()) {
 		// It stood down on the minority side: the majority's oldest
 		// takes the lease meanwhile (see downing).
-		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, r.settings.RetryInterval)
-		return cr
+		env.startTimer("acquire", acquireTick{}, l.cfg.settings.RetryInterval)
+		return
 	}
-	cr.acquiring = true
-	store, typ, owner, ttl, timeout := cr.store, r.typ, r.s.self, cr.timing.Length, r.settings.StoreTimeout
-	start := ctx.Clock().Now() // the fence counts from before the call
-	ctx.PipeToSelf(func(c context.Context) Message {
-		c, cancel := context.WithTimeout(c, timeout)
-		defer cancel()
-		epoch, shards, err := store.Acquire(c, typ, owner, ttl)
+	l.acquiring = true
+	store, typ, owner, ttl := l.cfg.store, l.cfg.typ, l.cfg.self, l.cfg.timing.Length
+	start := env.now() // the fence counts from before the call
+	var epoch uint64
+	var shards map[string]Allocation
+	env.call(l.cfg.settings.StoreTimeout, func(c context.Context) (err error) {
+		epoch, shards, err = store.Acquire(c, typ, owner, ttl)
+		return err
+	}, func(err error) Message {
 		return acquired{start: start, epoch: epoch, shards: shards, err: err}
 	})
-	return cr
 }
 
 // whileAcquiring takes m while the acquisition is in flight: its answers,
 // and a stop, which ends it once the answer came without acting; the
 // rest waits in the stash (dropped once full: regions retry).
-func (cr *coordinatorRunner) whileAcquiring(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	r := cr.r
+func (l *coordinatorLife) whileAcquiring(env coordinatorLifeEnv, m Message) (stopped bool) {
 	switch m := m.(type) {
 	case acquired:
-		return cr.acquired(ctx, m)
+		return l.acquired(env, m)
 	case rememberedRead:
-		return cr.rememberedRead(ctx, m)
+		return l.rememberedRead(env, m)
 	case stopCoordinator:
-		if cr.keeper != nil { // it holds the lease, and reads what it remembers
-			return cr.release(ctx)
+		if l.keeper != nil { // it holds the lease, and reads what it remembers
+			return l.release(env)
 		}
-		cr.stopping = true
-		return entity.Same[Message]()
+		l.stopping = true
+		return false
 	case acquireTick:
-		return entity.Same[Message]() // of no use: the answer comes
+		return false // of no use: the answer comes
 	}
-	if cr.stopping {
-		return entity.Same[Message]()
+	if l.stopping {
+		return false
 	}
-	if err := ctx.Stash().Stash(m); err != nil {
-		r.s.log.Debug("sharding: coordinator acquiring its lease; message dropped", "entity_type", r.typ, "err", err)
+	if err := env.stash(m); err != nil {
+		env.log(slog.LevelDebug, "sharding: coordinator acquiring its lease; message dropped", "err", err)
 	}
-	return entity.Same[Message]()
+	return false
 }
 
 // acquired takes the answer of an Acquire: it starts acting, or waits
 // while another node holds the lease; any other failure stops the
-// coordinator, which the region restarts after a back-off. Told to stop
+// coordinator, which its host restarts after a back-off. Told to stop
 // meanwhile, it gives a granted lease back and stops, acting on nothing.
-func (cr *coordinatorRunner) acquired(ctx entity.Context[Message], m acquired) entity.Behavior[Message] {
-	r := cr.r
-	cr.acquiring = false
+func (l *coordinatorLife) acquired(env coordinatorLifeEnv, m acquired) (stopped bool) {
+	st := l.cfg.settings
+	l.acquiring = false
 	if errors.Is(m.err, ErrLeaseHeld) {
-		if cr.stopping {
-			return entity.Stopped[Message]()
+		if l.stopping {
+			return true
 		}
-		r.s.log.Debug("sharding: coordinator lease held elsewhere; waiting", "entity_type", r.typ, "err", m.err)
-		ctx.Timers().StartSingleTimer("acquire", acquireTick{}, cr.acquireAfter(m.err))
-		ctx.Stash().UnstashAll() // taken as before the lease: dropped, views counted
-		return entity.Same[Message]()
+		env.log(slog.LevelDebug, "sharding: coordinator lease held elsewhere; waiting", "err", m.err)
+		env.startTimer("acquire", acquireTick{}, l.acquireAfter(m.err))
+		env.unstashAll() // taken as before the lease: dropped, views counted
+		return false
 	}
 	if m.err != nil {
-		r.s.log.Error("sharding: cannot acquire the coordinator role", "entity_type", r.typ, "err", m.err)
-		return entity.Stopped[Message]()
+		env.log(slog.LevelError, "sharding: cannot acquire the coordinator role", "err", m.err)
+		return true
 	}
-	cr.epoch, cr.keeper = m.epoch, lease.NewKeeper(cr.timing)
-	if !cr.granted(ctx, m.start) {
-		r.s.log.Error("sharding: the coordinator lease was granted too late to use", "entity_type", r.typ, "epoch", m.epoch)
-		return entity.Stopped[Message]()
+	l.epoch, l.keeper = m.epoch, lease.NewKeeper(l.cfg.timing)
+	if !l.granted(env, m.start) {
+		env.log(slog.LevelError, "sharding: the coordinator lease was granted too late to use", "epoch", m.epoch)
+		return true
 	}
-	if cr.stopping {
-		return cr.release(ctx)
+	if l.stopping {
+		return l.release(env)
 	}
-	cr.core = newCoordinatorCore(r.s.self, m.epoch, m.shards, r.settings.Strategy, r.settings.MinMembers)
-	cr.core.role = r.role
-	cr.retries = storeBackOff(r.settings)
-	if r.settings.RememberEntities {
+	l.core = newCoordinatorCore(l.cfg.self, m.epoch, m.shards, st.Strategy, st.MinMembers)
+	l.core.role = l.cfg.role
+	if st.RememberEntities {
 		// Shards with remembered entities start without waiting for a
 		// message, so their entities come back after the cluster restarts.
-		cr.acquiring = true
-		remember, typ, timeout := r.s.cfg.RememberStore, r.typ, r.settings.StoreTimeout
-		ctx.PipeToSelf(func(c context.Context) Message {
-			c, cancel := context.WithTimeout(c, timeout)
-			defer cancel()
-			shards, err := remember.Shards(c, typ)
+		l.acquiring = true
+		remember, typ := l.cfg.remember, l.cfg.typ
+		var shards []string
+		env.call(st.StoreTimeout, func(c context.Context) (err error) {
+			shards, err = remember.Shards(c, typ)
+			return err
+		}, func(err error) Message {
 			return rememberedRead{shards: shards, err: err}
 		})
-		return entity.Same[Message]()
+		return false
 	}
-	return cr.begin(ctx)
+	return l.begin(env)
 }
 
 // rememberedRead takes the shards of remembered entities, read once the
 // lease was acquired, and starts acting.
-func (cr *coordinatorRunner) rememberedRead(ctx entity.Context[Message], m rememberedRead) entity.Behavior[Message] {
-	r := cr.r
-	cr.acquiring = false
+func (l *coordinatorLife) rememberedRead(env coordinatorLifeEnv, m rememberedRead) (stopped bool) {
+	l.acquiring = false
 	if m.err != nil {
-		r.s.log.Error("sharding: cannot read the shards of remembered entities", "entity_type", r.typ, "err", m.err)
-		return entity.Stopped[Message]()
+		env.log(slog.LevelError, "sharding: cannot read the shards of remembered entities", "err", m.err)
+		return true
 	}
-	cr.core.startShards(m.shards)
-	return cr.begin(ctx)
+	l.core.startShards(m.shards)
+	return l.begin(env)
 }
 
 // begin starts acting once the lease is held: it arms the rebalance and
 // downing timers, steps the core with the current view, then takes what
 // waited for the acquisition, in order.
-func (cr *coordinatorRunner) begin(ctx entity.Context[Message]) entity.Behavior[Message] {
-	r := cr.r
-	ctx.Timers().StartTimerWithFixedDelay("rebalance", rebalanceTick{}, r.settings.RebalanceInterval, r.settings.RebalanceInterval)
-	if cr.down != nil {
-		every := cr.pollEvery()
-		ctx.Timers().StartTimerWithFixedDelay("downing", downingTick{}, every, every)
+func (l *coordinatorLife) begin(env coordinatorLifeEnv) (stopped bool) {
+	env.startTimerEvery("rebalance", rebalanceTick{}, l.cfg.settings.RebalanceInterval)
+	if l.down != nil {
+		env.startTimerEvery("downing", downingTick{}, l.pollEvery())
 	}
-	if next := cr.act(ctx, membersChanged{members: r.s.members()}); next != entity.Same[Message]() {
-		return next
+	if l.act(env, membersChanged{members: env.members()}) {
+		return true
 	}
-	ctx.Stash().UnstashAll()
-	return entity.Same[Message]()
+	env.unstashAll()
+	return false
 }
 
 // pollEvery is how often the downing machine's store calls go out: a
 // quarter of RetryInterval or of the lease length, whichever is shorter,
 // so that an expired node lease is seen a fraction of a lease after it
 // expired (see downing.due).
-func (cr *coordinatorRunner) pollEvery() time.Duration {
-	return max(min(cr.r.settings.RetryInterval, cr.timing.Length)/4, time.Millisecond)
+func (l *coordinatorLife) pollEvery() time.Duration {
+	return max(min(l.cfg.settings.RetryInterval, l.cfg.timing.Length)/4, time.Millisecond)
 }
 
 // acquireEvery is how often a coordinator retries the acquisition of a
 // lease held elsewhere: every RetryInterval, but at least four times per
 // lease length, so that a crashed holder's lease is taken over soon after
 // it expired.
-func (cr *coordinatorRunner) acquireEvery() time.Duration {
-	return max(min(cr.r.settings.RetryInterval, cr.timing.Length/4), time.Millisecond)
+func (l *coordinatorLife) acquireEvery() time.Duration {
+	return max(min(l.cfg.settings.RetryInterval, l.cfg.timing.Length/4), time.Millisecond)
 }
 
 // acquireAfter is when to try again after held refused an acquisition:
@@ -261,8 +327,8 @@ func (cr *coordinatorRunner) acquireEvery() time.Duration {
 // node lease does, which is when this node's view made it the oldest: a
 // retry an acquireEvery later would add up to that much to the failover
 // (docs/DESIGN.md, "Leases and self-fencing").
-func (cr *coordinatorRunner) acquireAfter(held error) time.Duration {
-	every := cr.acquireEvery()
+func (l *coordinatorLife) acquireAfter(held error) time.Duration {
+	every := l.acquireEvery()
 	if left, ok := lease.HeldFor(held); ok {
 		return min(every, left+time.Millisecond)
 	}
@@ -272,170 +338,164 @@ func (cr *coordinatorRunner) acquireAfter(held error) time.Duration {
 // granted records a successful acquisition or renewal that started at
 // start and arms the renewal and fence timers; false once the lease is
 // no longer held.
-func (cr *coordinatorRunner) granted(ctx entity.Context[Message], start time.Time) bool {
-	now := ctx.Clock().Now()
-	if !cr.keeper.Granted(start, now) {
+func (l *coordinatorLife) granted(env coordinatorLifeEnv, start time.Time) bool {
+	now := env.now()
+	if !l.keeper.Granted(start, now) {
 		return false
 	}
-	cr.due = cr.keeper.RenewAt()
-	ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.due.Sub(now))
-	ctx.Timers().StartSingleTimer("fence", fenceTick{}, cr.keeper.FenceAt().Sub(now))
+	l.due = l.keeper.RenewAt()
+	env.startTimer("renew", renewTick{}, l.due.Sub(now))
+	env.startTimer("fence", fenceTick{}, l.keeper.FenceAt().Sub(now))
 	return true
 }
 
-// holds reports whether the coordinator may act now.
-func (cr *coordinatorRunner) holds(ctx entity.Context[Message]) bool {
-	return cr.keeper.Holds(ctx.Clock().Now())
+// holds reports whether the coordinator may act at now.
+func (l *coordinatorLife) holds(now time.Time) bool {
+	return l.keeper.Holds(now)
 }
 
 // renew starts a renewal, bounded by the fence time: past it, its answer
 // would be of no use.
-func (cr *coordinatorRunner) renew(ctx entity.Context[Message]) {
-	if cr.renewing {
+func (l *coordinatorLife) renew(env coordinatorLifeEnv) {
+	if l.renewing {
 		return
 	}
-	cr.renewing = true
-	start := ctx.Clock().Now()
-	within := cr.keeper.FenceAt().Sub(start)
-	typ, epoch, ttl, store := cr.r.typ, cr.epoch, cr.timing.Length, cr.store
-	ctx.PipeToSelf(func(c context.Context) Message {
-		c, cancel := context.WithTimeout(c, within)
-		defer cancel()
-		return renewed{start: start, err: store.Renew(c, typ, epoch, ttl)}
+	l.renewing = true
+	start := env.now()
+	typ, epoch, ttl, store := l.cfg.typ, l.epoch, l.cfg.timing.Length, l.cfg.store
+	env.call(l.keeper.FenceAt().Sub(start), func(c context.Context) error {
+		return store.Renew(c, typ, epoch, ttl)
+	}, func(err error) Message {
+		return renewed{start: start, err: err}
 	})
 }
 
-// Receive implements entity.Behavior.
-func (cr *coordinatorRunner) Receive(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	r := cr.r
-	if cr.releasing {
+// receive takes one message.
+func (l *coordinatorLife) receive(env coordinatorLifeEnv, m Message) (stopped bool) {
+	if l.releasing {
 		if m, ok := m.(released); ok {
 			if m.err != nil {
-				r.s.log.Warn("sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "entity_type", r.typ, "err", m.err)
+				env.log(slog.LevelWarn, "sharding: could not release the coordinator lease; the next coordinator waits for it to expire", "err", m.err)
 			}
-			return entity.Stopped[Message]()
+			return true
 		}
-		return entity.Same[Message]() // it stops: nothing more is taken
+		return false // it stops: nothing more is taken
 	}
-	if cr.acquiring {
-		return cr.whileAcquiring(ctx, m)
+	if l.acquiring {
+		return l.whileAcquiring(env, m)
 	}
 	switch m.(type) {
 	case stopCoordinator:
-		if cr.keeper != nil && cr.pipe.held() && !cr.pipe.retrying() && cr.holds(ctx) {
+		if l.keeper != nil && l.pipe.held() && !l.pipe.retrying() && l.holds(env.now()) {
 			// What it decided before the stop is recorded and sent
 			// before it goes (the last ShardStopped of a graceful
 			// leave); bounded by StoreTimeout per batch, with no retry.
-			cr.stopping = true
-			return entity.Same[Message]()
+			l.stopping = true
+			return false
 		}
-		return cr.release(ctx)
+		return l.release(env)
 	case acquireTick:
-		if cr.keeper == nil {
-			return cr.tryAcquire(ctx)
+		if l.keeper == nil {
+			l.tryAcquire(env)
 		}
-		return entity.Same[Message]()
+		return false
 	}
-	if cr.keeper == nil {
-		if m, ok := m.(membersChanged); ok && cr.down != nil {
+	if l.keeper == nil {
+		if m, ok := m.(membersChanged); ok && l.down != nil {
 			// Counted while it waits (see downing): memberlist may drop
 			// a failed member from the view before the lease comes.
-			cr.view = m.members
-			cr.down.observe(m.members, nil, ctx.Clock().Now())
+			l.view = m.members
+			l.down.observe(m.members, nil, env.now())
 		}
-		return entity.Same[Message]() // not the coordinator (yet): regions retry
+		return false // not the coordinator (yet): regions retry
 	}
 	switch m := m.(type) {
 	case renewTick:
-		cr.renew(ctx)
-		return entity.Same[Message]()
+		l.renew(env)
+		return false
 	case renewed:
-		cr.renewing = false
+		l.renewing = false
 		switch {
 		case m.err == nil:
-			r.s.leaseM.Renewed(ctx.Clock().Now().Sub(cr.due))
-			if !cr.granted(ctx, m.start) {
-				return cr.lost(nil)
+			env.leaseRenewed(env.now().Sub(l.due))
+			if !l.granted(env, m.start) {
+				return l.lost(env, nil)
 			}
 		case lease.Refused(m.err):
-			r.s.leaseM.Refused()
-			cr.keeper.Refused()
-			return cr.lost(m.err)
+			env.leaseRefused()
+			l.keeper.Refused()
+			return l.lost(env, m.err)
 		default: // the store is unreachable or slow: try again soon
-			r.s.leaseM.Failed()
-			r.s.log.Warn("sharding: coordinator lease renewal failed; retrying", "entity_type", r.typ, "err", m.err)
-			ctx.Timers().StartSingleTimer("renew", renewTick{}, cr.timing.RenewEvery/4)
+			env.leaseFailed()
+			env.log(slog.LevelWarn, "sharding: coordinator lease renewal failed; retrying", "err", m.err)
+			env.startTimer("renew", renewTick{}, l.cfg.timing.RenewEvery/4)
 		}
-		return entity.Same[Message]()
+		return false
 	}
-	if !cr.holds(ctx) {
-		return cr.lost(nil)
+	if !l.holds(env.now()) {
+		return l.lost(env, nil)
 	}
 	if _, ok := m.(fenceTick); ok {
-		return entity.Same[Message]() // a fence timer of an earlier renewal
+		return false // a fence timer of an earlier renewal
 	}
-	if cr.stopping {
+	if l.stopping {
 		if m, ok := m.(batchWritten); ok {
-			return cr.written(ctx, m)
+			return l.then(env, l.written(env, m))
 		}
-		return entity.Same[Message]()
+		return false
 	}
-	return cr.act(ctx, m)
+	return l.act(env, m)
 }
 
 // lost stops a coordinator that no longer holds its lease.
-func (cr *coordinatorRunner) lost(err error) entity.Behavior[Message] {
-	cr.r.s.log.Error("sharding: coordinator lease lost; stopping the coordinator", "entity_type", cr.r.typ, "epoch", cr.epoch, "err", err)
-	return entity.Stopped[Message]()
+func (l *coordinatorLife) lost(env coordinatorLifeEnv, err error) (stopped bool) {
+	env.log(slog.LevelError, "sharding: coordinator lease lost; stopping the coordinator", "epoch", l.epoch, "err", err)
+	return true
 }
 
 // release stops the coordinator on a graceful stop, giving the lease up
 // first, so that the next coordinator need not wait for it to expire. The
-// Release runs off the entity worker; the coordinator stops when it
-// answered, or at StoreTimeout should the store not heed its context,
-// and takes nothing meanwhile.
-func (cr *coordinatorRunner) release(ctx entity.Context[Message]) entity.Behavior[Message] {
-	if cr.keeper == nil || !cr.holds(ctx) {
-		return entity.Stopped[Message]()
+// Release runs off the coordinator; it stops when the store answered, or
+// at StoreTimeout should the store not heed its context, and takes
+// nothing meanwhile.
+func (l *coordinatorLife) release(env coordinatorLifeEnv) (stopped bool) {
+	if l.keeper == nil || !l.holds(env.now()) {
+		return true
 	}
-	cr.releasing = true
-	store, typ, epoch, timeout := cr.store, cr.r.typ, cr.epoch, cr.r.settings.StoreTimeout
-	ctx.Timers().StartSingleTimer("release", released{err: fmt.Errorf("sharding: release: no answer within %v", timeout)}, timeout)
-	ctx.PipeToSelf(func(c context.Context) Message {
-		c, cancel := context.WithTimeout(c, timeout)
-		defer cancel()
-		return released{err: store.Release(c, typ, epoch)}
+	l.releasing = true
+	store, typ, epoch, timeout := l.cfg.store, l.cfg.typ, l.epoch, l.cfg.settings.StoreTimeout
+	env.startTimer("release", released{err: fmt.Errorf("sharding: release: no answer within %v", timeout)}, timeout)
+	env.call(timeout, func(c context.Context) error {
+		return store.Release(c, typ, epoch)
+	}, func(err error) Message {
+		return released{err: err}
 	})
-	return entity.Same[Message]()
+	return false
 }
 
 // act steps the core with one message while the lease is held; its
 // changes are written under the lease's epoch, through the pipeline,
 // and its output sent once they committed (coordinatorEffects.act).
-func (cr *coordinatorRunner) act(ctx entity.Context[Message], m Message) entity.Behavior[Message] {
-	return cr.then(ctx, cr.coordinatorEffects.act(coordinatorIO{cr, ctx}, m))
-}
-
-// written takes the outcome of a batch (coordinatorEffects.written).
-func (cr *coordinatorRunner) written(ctx entity.Context[Message], m batchWritten) entity.Behavior[Message] {
-	return cr.then(ctx, cr.coordinatorEffects.written(coordinatorIO{cr, ctx}, m))
+func (l *coordinatorLife) act(env coordinatorLifeEnv, m Message) (stopped bool) {
+	return l.then(env, l.coordinatorEffects.act(env, m))
 }
 
 // then carries out a verdict of coordinatorEffects.
-func (cr *coordinatorRunner) then(ctx entity.Context[Message], v coordVerdict) entity.Behavior[Message] {
+func (l *coordinatorLife) then(env coordinatorLifeEnv, v coordVerdict) (stopped bool) {
 	switch v {
 	case coordStop:
-		return entity.Stopped[Message]()
+		return true
 	case coordLost:
-		return cr.lost(nil)
+		return l.lost(env, nil)
 	case coordRelease:
-		return cr.release(ctx)
+		return l.release(env)
 	}
-	return entity.Same[Message]()
+	return false
 }
 
-// coordinatorIO is the production coordinatorEnv: the runner's entity
-// context, its store calls off the worker (PipeToSelf), the transport.
+// coordinatorIO is the production coordinatorLifeEnv: the runner's entity
+// context, its timers and stash, its store calls off the worker
+// (PipeToSelf), the transport.
 type coordinatorIO struct {
 	cr  *coordinatorRunner
 	ctx entity.Context[Message]
@@ -443,7 +503,35 @@ type coordinatorIO struct {
 
 func (io coordinatorIO) now() time.Time { return io.ctx.Clock().Now() }
 
-func (io coordinatorIO) holds() bool { return io.cr.holds(io.ctx) }
+func (io coordinatorIO) holds() bool { return io.cr.life.holds(io.now()) }
+
+func (io coordinatorIO) startTimer(key string, msg Message, d time.Duration) {
+	io.ctx.Timers().StartSingleTimer(key, msg, d)
+}
+
+func (io coordinatorIO) startTimerEvery(key string, msg Message, every time.Duration) {
+	io.ctx.Timers().StartTimerWithFixedDelay(key, msg, every, every)
+}
+
+func (io coordinatorIO) call(timeout time.Duration, do func(context.Context) error, answer func(error) Message) {
+	io.ctx.PipeToSelf(func(c context.Context) Message {
+		c, cancel := context.WithTimeout(c, timeout)
+		defer cancel()
+		return answer(do(c))
+	})
+}
+
+func (io coordinatorIO) stash(m Message) error { return io.ctx.Stash().Stash(m) }
+
+func (io coordinatorIO) unstashAll() { io.ctx.Stash().UnstashAll() }
+
+func (io coordinatorIO) members() []cluster.Member { return io.cr.r.s.members() }
+
+func (io coordinatorIO) leaseRenewed(lag time.Duration) { io.cr.r.s.leaseM.Renewed(lag) }
+
+func (io coordinatorIO) leaseRefused() { io.cr.r.s.leaseM.Refused() }
+
+func (io coordinatorIO) leaseFailed() { io.cr.r.s.leaseM.Failed() }
 
 func (io coordinatorIO) send(to cluster.UniqueAddress, msg Message) {
 	r := io.cr.r
@@ -452,7 +540,20 @@ func (io coordinatorIO) send(to cluster.UniqueAddress, msg Message) {
 	}
 }
 
-func (io coordinatorIO) write(b *writeBatch) { io.cr.write(io.ctx, b) }
+// write writes batch b off the entity worker (a slow commit would hold up
+// every entity queued behind it), bounded by StoreTimeout and by the
+// runner's life: a coordinator that stops (lease lost, deposed,
+// terminated) cancels it. Its outcome comes back as a batchWritten.
+func (io coordinatorIO) write(b *writeBatch) {
+	l := io.cr.life
+	store, typ, epoch := l.cfg.store, l.cfg.typ, l.epoch
+	seq, changes := b.seq, b.changes
+	io.call(l.cfg.settings.StoreTimeout, func(c context.Context) error {
+		return store.Update(c, typ, epoch, changes)
+	}, func(err error) Message {
+		return batchWritten{seq: seq, err: err}
+	})
+}
 
 func (io coordinatorIO) retryWrites(err error) {
 	r, after := io.cr.r, io.cr.retries.NextBackOff()
@@ -492,21 +593,6 @@ func (io coordinatorIO) log(level slog.Level, msg string, args ...any) {
 // is load, not an outage (a stream of StopShards stopped the coordinator
 // of TestFastPathFallsBackWhileShardsHandOff 1 run in 50).
 const maxHeldSteps = 4096
-
-// write writes batch b on a goroutine of its own, never on the entity
-// worker that runs the coordinator (a slow commit would hold up every
-// entity queued behind it), bounded by StoreTimeout and by the runner's
-// life: a coordinator that stops (lease lost, deposed, terminated)
-// cancels it. Its outcome comes back as a batchWritten.
-func (cr *coordinatorRunner) write(ctx entity.Context[Message], b *writeBatch) {
-	store, typ, epoch, timeout := cr.store, cr.r.typ, cr.epoch, cr.r.settings.StoreTimeout
-	seq, changes := b.seq, b.changes
-	ctx.PipeToSelf(func(c context.Context) Message {
-		c, cancel := context.WithTimeout(c, timeout)
-		defer cancel()
-		return batchWritten{seq: seq, err: store.Update(c, typ, epoch, changes)}
-	})
-}
 
 // retryStoreWrites makes a coordinator try its failed store writes again.
 type retryStoreWrites struct{}

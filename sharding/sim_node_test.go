@@ -14,13 +14,15 @@ import (
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/stash"
 )
 
 // A simulated node: the real regionCore, shardCores and coordinatorCore,
 // the runners' shipped effect switches and shard delivery (*_effects.go),
-// and around them runners that do what region.go, shard.go,
-// coordinator_host.go and coordinator_runner.go do, on the simulator's clock and network instead
-// of goroutines, timers and a transport. Every asynchronous hop of the real runners (a control
+// the coordinator's shipped lease life (coordinatorLife), and around them
+// runners that do what region.go, shard.go and coordinator_host.go do, on
+// the simulator's clock and network instead of goroutines, timers and a
+// transport. Every asynchronous hop of the real runners (a control
 // mailbox, an entity's Stopped report, a store call) is an event here.
 // As in production (node.go, lease.Holder, coordinator_runner.go), each
 // node holds a node lease, renewed on its own drifting clock, and fences
@@ -308,11 +310,8 @@ func (n *simNode) applyView(view []cluster.Member) {
 		}
 	}
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.membership(addr(oldest), addrs(live...)) })
-	if c := n.coord; c.usable() {
-		c.arrive(membersChanged{members: slices.Clone(view)})
-	} else if c != nil && c.keeper == nil && !c.failed {
-		// Waiting for the lease, it still counts who is Up (Receive).
-		c.down.observe(slices.Clone(view), nil, n.now())
+	if c := n.coord; c != nil {
+		c.deliver(membersChanged{members: slices.Clone(view)})
 	}
 }
 
@@ -362,8 +361,10 @@ func (n *simNode) finishLeave(late bool) {
 	}
 	n.stopped, n.stoppedLate = true, late
 	n.regionInput(func(c *regionCore[simCmd, *simShard]) { c.stop() })
-	if n.coord != nil && !n.coord.failed {
-		n.stopCoordinator()
+	if c := n.coord; c != nil && !c.done {
+		if !c.told {
+			n.stopCoordinator()
+		}
 		return // gone once the coordinator has processed what it was sent
 	}
 	n.coord = nil
@@ -436,7 +437,8 @@ func (n *simNode) halt() {
 		sh.gone = true
 	}
 	if c := n.coord; c != nil {
-		n.w.lostToFault(c.pipe.drop()) // decisions waiting for the store
+		n.w.lostToFault(c.life.pipe.drop()) // decisions waiting for the store
+		c.done = true
 	}
 	n.state, n.crashed, n.stopped, n.coord = nodeGone, true, true, nil
 	for _, other := range n.w.order {
@@ -528,41 +530,32 @@ func (n *simNode) releaseLease() {
 	}
 }
 
-// ---- the coordinator runner (coordinator_runner.go) ----
+// ---- the coordinator (coordinator_host.go, coordinator_runner.go) ----
 
+// simCoord is a coordinator on a simulated node: the shipped lease life
+// (coordinatorLife) on the simulated world (simCoordIO), where its timers
+// and store calls are events and its mailbox a small inbox, drained after
+// each event so that what it unstashes comes before later mail.
 type simCoord struct {
 	n      *simNode
 	serial int
-	epoch  uint64
-	// keeper holds the coordinator lease, on the node's clock; nil until
-	// acquired: meanwhile the coordinator drops what it is sent.
-	keeper     *lease.Keeper
-	renewing   bool
-	failed     bool // stopped by itself: a store call failed, or the lease is lost
-	unlistened bool // stops after what its own node sent it
+	life   *coordinatorLife
+	done   bool // stopped: by itself, or when told
+	told   bool // told to stop (unlistened): it takes only what its own node sent before
 
-	// The runner's acting (coordinatorEffects): the core, the downing
-	// machine and the pipeline, whose stopping is set when its stop
-	// message came while a batch was in flight (it stops once the writes
-	// committed or failed, taking nothing else). The core keeps stepping
-	// while one batch is in flight (a store call with its latency); each
-	// step's messages wait for the commit of its changes and of every
-	// earlier step's.
-	coordinatorEffects
-	attempts int  // failed writes in a row
-	retrying bool // a retryStoreWrites is scheduled
+	inbox    []Message
+	draining bool
+	stash    *stash.Buffer[Message]
+	timers   map[string]uint64 // the armed timer's generation, per key
+	timerGen uint64
+	attempts int // failed writes in a row
 }
 
 // simStopCoord stops a coordinator after the messages its node queued for
-// it (coordinatorHost.stopCoordinator).
+// it (coordinatorHost.tellToStopLocked).
 type simStopCoord struct{ Serial int }
 
 func (simStopCoord) ProtocolMessage() {}
-
-func (c *simCoord) usable() bool { return c != nil && c.keeper != nil && !c.failed && !c.unlistened }
-
-// current reports whether c is still its node's coordinator and running.
-func (c *simCoord) current() bool { return c.n.coord == c && !c.failed }
 
 func (n *simNode) hostCoordinatorIfOldest() {
 	oldest := n.oldest() == n.name && !n.stopped
@@ -570,7 +563,7 @@ func (n *simNode) hostCoordinatorIfOldest() {
 	switch {
 	case oldest && n.coord == nil && n.w.clock.now >= n.coordNext:
 		n.startCoordinator()
-	case !oldest && n.coord != nil && !n.coord.unlistened:
+	case !oldest && n.coord != nil && !n.coord.told:
 		n.stopCoordinator()
 	}
 }
@@ -585,7 +578,7 @@ func (n *simNode) restartFailedCoordinator() {
 // reapFailedCoordinator forgets a coordinator that stopped by itself and
 // schedules its restart after a back-off.
 func (n *simNode) reapFailedCoordinator() {
-	if n.coord == nil || !n.coord.failed {
+	if n.coord == nil || !n.coord.done {
 		return
 	}
 	n.coord = nil
@@ -600,184 +593,80 @@ func (n *simNode) reapFailedCoordinator() {
 
 func (n *simNode) stopCoordinator() {
 	c := n.coord
-	c.unlistened = true
+	c.told = true
 	n.w.net.send(n.name, n.name, true, simStopCoord{Serial: c.serial})
 }
 
 func (n *simNode) startCoordinator() {
+	w := n.w
 	n.coordSerial++
 	if n.downing == nil {
-		n.downing = newDowning(addr(n.name), "", n.w.settings.DowningStableAfter)
+		n.downing = newDowning(addr(n.name), "", w.settings.DowningStableAfter)
 	}
-	c := &simCoord{n: n, serial: n.coordSerial}
-	c.down, c.leaseLength = n.downing.resume(), n.w.leaseTiming.Coordinator.Length
-	n.coord, n.coordStarted = c, n.w.clock.now
-	c.down.observe(slices.Clone(n.view), nil, n.now()) // the view coordinatorHost.startLocked sends
-	c.tryAcquire()
+	c := &simCoord{n: n, serial: n.coordSerial, timers: map[string]uint64{}}
+	c.stash = stash.New(0, func(ms []Message) { c.inbox = append(slices.Clone(ms), c.inbox...) })
+	c.life = newCoordinatorLife(coordinatorLifeConfig{typ: simType, self: addr(n.name), settings: w.settings,
+		timing: w.leaseTiming.Coordinator, store: w.coordStore, remember: w.remember})
+	c.life.down = n.downing.resume()
+	n.coord, n.coordStarted = c, w.clock.now
+	w.tracef("%s coordinator starts", n.name)
+	c.life.start(simCoordIO{c})
+	c.deliver(membersChanged{members: slices.Clone(n.view)}) // the view coordinatorHost.startLocked sends
 }
 
-// tryAcquire is coordinatorRunner.tryAcquire: it acquires the lease and
-// starts acting, or retries every RetryInterval while another node holds
-// it; any other failure stops the coordinator.
-func (c *simCoord) tryAcquire() {
-	n, w := c.n, c.n.w
-	if !c.current() || c.keeper != nil {
+// deliver puts m in the coordinator's inbox and, unless it is taking one
+// already, takes what the inbox holds, in order.
+func (c *simCoord) deliver(m Message) {
+	if c.done {
 		return
 	}
-	if c.down.offLease(n.now()) {
-		w.tracef("%s coordinator stood down: keeps off the lease", n.name)
-		n.after(w.settings.RetryInterval, c.tryAcquire)
+	c.inbox = append(c.inbox, m)
+	if c.draining {
 		return
 	}
-	start := n.now()
-	err := w.storeErr(n.name)
-	var epoch uint64
-	var shards map[string]Allocation
-	if err == nil {
-		epoch, shards, err = w.coordStore.Acquire(context.Background(), simType, addr(n.name), w.leaseTiming.Coordinator.Length)
-	}
-	if errors.Is(err, ErrLeaseHeld) {
-		w.tracef("%s coordinator waits for the lease: %v", n.name, err)
-		n.after(w.settings.RetryInterval, c.tryAcquire)
-		return
-	}
-	if err != nil {
-		w.tracef("%s coordinator cannot acquire: %v", n.name, err)
-		c.failed = true
-		return
-	}
-	c.epoch, c.keeper = epoch, lease.NewKeeper(w.leaseTiming.Coordinator)
-	if !c.granted(start) {
-		return
-	}
-	c.core = newCoordinatorCore(addr(n.name), epoch, shards, w.settings.Strategy, w.settings.MinMembers)
-	if w.settings.RememberEntities {
-		err := w.storeErr(n.name)
-		var remembered []string
-		if err == nil {
-			remembered, err = w.remember.Shards(context.Background(), simType)
-		}
-		if err != nil {
-			w.tracef("%s coordinator cannot read remembered shards: %v", n.name, err)
-			c.failed = true
-			return
-		}
-		c.core.startShards(remembered)
-	}
-	w.tracef("%s coordinator starts, epoch %d, homes %v", n.name, epoch, shards)
-	var rebalance, downingTick func()
-	rebalance = func() {
-		if c.current() {
-			c.arrive(rebalanceTick{})
-			n.after(w.settings.RebalanceInterval, rebalance)
+	c.draining = true
+	for len(c.inbox) > 0 && !c.done {
+		m := c.inbox[0]
+		c.inbox = c.inbox[1:]
+		if c.life.receive(simCoordIO{c}, m) {
+			c.stopped()
 		}
 	}
-	n.after(w.settings.RebalanceInterval, rebalance)
-	downingTick = func() {
-		if c.current() {
-			c.arrive(downingTickMsg)
-			n.after(max(w.settings.RetryInterval/4, time.Millisecond), downingTick)
-		}
-	}
-	n.after(max(w.settings.RetryInterval/4, time.Millisecond), downingTick)
-	c.arrive(membersChanged{members: slices.Clone(n.view)})
+	c.draining = false
 }
 
-var downingTickMsg Message = downingTick{}
-
-// granted records a successful acquisition or renewal sent at start and
-// arms the next renewal and the fence check; false (and the coordinator
-// lost) once the lease is no longer held.
-func (c *simCoord) granted(start time.Time) bool {
+// stopped: the coordinator is done; one told to stop is forgotten at once
+// (coordinatorHost.stopCoordinator), one that stopped by itself when its
+// node reaps it.
+func (c *simCoord) stopped() {
 	n := c.n
-	if !c.keeper.Granted(start, n.now()) {
-		c.lose("the lease was granted too late to use")
-		return false
-	}
-	n.after(c.keeper.RenewAt().Sub(n.now()), c.renew)
-	n.at(c.keeper.FenceAt(), func() {
-		if c.current() && c.keeper.Fenced(n.now()) {
-			c.lose("no lease renewal in time")
-		}
-	})
-	return true
-}
-
-// renew renews the coordinator lease; a failed call is retried every
-// RenewEvery/4, a refusal stops the coordinator.
-func (c *simCoord) renew() {
-	n, w := c.n, c.n.w
-	if !c.current() || c.renewing {
-		return
-	}
-	c.renewing = true
-	start, epoch := n.now(), c.epoch
-	w.storeCall(n, func() error {
-		return w.coordStore.Renew(context.Background(), simType, epoch, w.leaseTiming.Coordinator.Length)
-	}, func(err error) {
-		c.renewing = false
-		if !c.current() {
-			return
-		}
-		switch {
-		case err == nil:
-			c.granted(start)
-		case lease.Refused(err):
-			c.keeper.Refused()
-			c.lose(err.Error())
-		default:
-			w.tracef("%s coordinator lease renewal failed, retrying: %v", n.name, err)
-			n.after(w.leaseTiming.Coordinator.RenewEvery/4, c.renew)
-		}
-	})
-}
-
-// lose stops a coordinator that no longer holds its lease: it sends
-// nothing more, and its node restarts it after a back-off.
-func (c *simCoord) lose(why string) {
-	w := c.n.w
-	w.tracef("%s coordinator (epoch %d) lost its lease, stops: %s", c.n.name, c.epoch, why)
-	c.fail()
-}
-
-// fail stops a coordinator by itself; one that was stopping anyway is
-// gone now.
-func (c *simCoord) fail() {
-	c.failed = true
-	c.pipe.drop()
-	if c.stopping {
-		c.finishStop()
-	}
-}
-
-// finishStop ends a graceful stop: the lease is released (unless it was
-// lost) and the node may go.
-func (c *simCoord) finishStop() {
-	n := c.n
-	if !c.failed {
-		c.release()
-	}
-	c.stopping = false
-	n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.epoch)
-	if n.coord == c {
+	c.done, c.inbox = true, nil
+	c.life.pipe.drop()
+	n.w.tracef("%s coordinator (epoch %d) stopped", n.name, c.life.epoch)
+	if c.told && n.coord == c {
 		n.coord = nil
+		n.maybeGone()
 	}
-	n.maybeGone()
 }
 
-// release gives the lease up on a graceful stop.
-func (c *simCoord) release() {
-	n, w := c.n, c.n.w
-	if c.keeper == nil || !c.keeper.Holds(n.now()) {
-		return
-	}
-	err := w.storeErr(n.name)
-	if err == nil {
-		err = w.coordStore.Release(context.Background(), simType, c.epoch)
-	}
-	if err != nil {
-		w.tracef("%s coordinator cannot release its lease: %v", n.name, err)
-	}
+// arm starts the timer under key: msg comes once the node's clock read d
+// more than now, and then every every, if not zero.
+func (c *simCoord) arm(key string, msg Message, d, every time.Duration) {
+	n := c.n
+	c.timerGen++
+	gen := c.timerGen
+	c.timers[key] = gen
+	n.at(n.now().Add(d), func() {
+		if c.done || c.timers[key] != gen {
+			return
+		}
+		if every > 0 {
+			c.arm(key, msg, every, every)
+		} else {
+			delete(c.timers, key)
+		}
+		c.deliver(msg)
+	})
 }
 
 // arriveCoordinator takes a message for this node's coordinator.
@@ -785,147 +674,104 @@ func (n *simNode) arriveCoordinator(from string, msg Message) {
 	c := n.coord
 	if stop, ok := msg.(simStopCoord); ok {
 		if c != nil && c.serial == stop.Serial {
-			if c.keeper != nil && !c.failed && c.pipe.held() && !c.pipe.retrying() && c.keeper.Holds(n.now()) {
-				// As coordinatorRunner: what it decided before the stop
-				// is recorded and sent before it goes; no retries.
-				n.w.tracef("%s coordinator (epoch %d) stops once its writes committed", n.name, c.epoch)
-				c.stopping = true
-				return
-			}
-			c.finishStop()
+			c.deliver(stopCoordinator{})
 		}
 		return
 	}
-	if c != nil && c.stopping {
-		n.w.tracef("%s -> %s/coordinator dropped (coordinator stopping): %s", from, n.name, simShow(msg))
-		return
-	}
-	if !c.usable() && !(c != nil && c.keeper != nil && c.unlistened && !c.failed && from == n.name) {
+	if c == nil || c.done || c.told && from != n.name {
 		n.w.tracef("%s -> %s/coordinator dropped (no coordinator): %s", from, n.name, simShow(msg))
 		return
 	}
 	n.w.tracef("%s -> %s/coordinator: %s", from, n.name, simShow(msg))
-	c.arrive(msg)
+	c.deliver(msg)
 }
 
-// arrive is coordinatorRunner.Receive once the lease is held: nothing is
-// done once the lease ran out by the node's clock; the rest is the
-// runner's acting (coordinatorEffects.act) on the simulated world.
-func (c *simCoord) arrive(msg Message) {
-	n := c.n
-	if c.stopping {
-		return // its ticks: it takes nothing more
-	}
-	if !c.keeper.Holds(n.now()) {
-		c.lose("the lease ran out")
-		return
-	}
-	if _, ok := msg.(retryStoreWrites); ok {
-		c.retrying = false
-	}
-	c.then(c.act(simCoordIO{c}, msg))
-}
-
-// written is coordinatorRunner.written, once the lease is checked as
-// its Receive checks it.
-func (c *simCoord) written(seq uint64, err error) {
-	if !c.keeper.Holds(c.n.now()) {
-		c.lose("the lease ran out while the writes ran")
-		return
-	}
-	c.then(c.coordinatorEffects.written(simCoordIO{c}, batchWritten{seq: seq, err: err}))
-}
-
-// then carries out a verdict of coordinatorEffects as coordinatorRunner
-// does: a release while stopping ends the stop; a stand-down releases
-// the lease and stops, to be restarted after a back-off.
-func (c *simCoord) then(v coordVerdict) {
-	switch v {
-	case coordStop:
-		c.fail()
-	case coordLost:
-		c.lose("the lease ran out")
-	case coordRelease:
-		if c.stopping {
-			c.finishStop()
-			return
-		}
-		c.release()
-		c.fail()
-	}
-}
-
-// simCoordIO is a simulated coordinator's coordinatorEnv: the node's
-// clock, the simulated network and stores, each store call an event.
+// simCoordIO is a simulated coordinator's coordinatorLifeEnv: the node's
+// clock, the simulated network and stores, each timer and store call an
+// event.
 type simCoordIO struct{ c *simCoord }
 
 func (io simCoordIO) now() time.Time { return io.c.n.now() }
 
-func (io simCoordIO) holds() bool { return io.c.keeper.Holds(io.c.n.now()) }
+func (io simCoordIO) holds() bool { return io.c.life.holds(io.c.n.now()) }
+
+func (io simCoordIO) startTimer(key string, msg Message, d time.Duration) { io.c.arm(key, msg, d, 0) }
+
+func (io simCoordIO) startTimerEvery(key string, msg Message, every time.Duration) {
+	io.c.arm(key, msg, every, every)
+}
+
+// call is one store call with its latency and injected failures
+// (simWorld.storeCall), answered unless the coordinator stopped by then.
+func (io simCoordIO) call(_ time.Duration, do func(context.Context) error, answer func(error) Message) {
+	c := io.c
+	c.n.w.storeCall(c.n, func() error { return do(context.Background()) }, func(err error) {
+		if !c.done {
+			c.deliver(answer(err))
+		}
+	})
+}
+
+func (io simCoordIO) stash(m Message) error { return io.c.stash.Stash(m) }
+
+func (io simCoordIO) unstashAll() { io.c.stash.UnstashAll() }
+
+func (io simCoordIO) members() []cluster.Member { return slices.Clone(io.c.n.view) }
+
+func (io simCoordIO) leaseRenewed(time.Duration) {}
+
+func (io simCoordIO) leaseRefused() {}
+
+func (io simCoordIO) leaseFailed() {}
 
 func (io simCoordIO) send(to cluster.UniqueAddress, msg Message) {
 	io.c.n.w.net.send(io.c.n.name, addrName(to), false, msg)
 }
 
-// write is one batch, one store call with its latency, answered to the
-// coordinator unless it is gone by then.
+// write is one batch, one store call.
 func (io simCoordIO) write(b *writeBatch) {
 	c := io.c
-	n, w := c.n, c.n.w
-	seq, epoch, batch := b.seq, c.epoch, b.changes
-	w.tracef("%s coordinator (epoch %d) writes batch %d: %v", n.name, epoch, seq, batch)
-	w.storeCall(n, func() error {
-		return w.coordStore.Update(context.Background(), simType, epoch, batch)
-	}, func(err error) {
-		if c.n.coord == c && !c.failed {
-			c.written(seq, err)
-		}
+	w := c.n.w
+	seq, epoch, batch := b.seq, c.life.epoch, b.changes
+	w.tracef("%s coordinator (epoch %d) writes batch %d: %v", c.n.name, epoch, seq, batch)
+	io.call(0, func(ctx context.Context) error {
+		return w.coordStore.Update(ctx, simType, epoch, batch)
+	}, func(err error) Message {
+		return batchWritten{seq: seq, err: err}
 	})
 }
 
 func (io simCoordIO) retryWrites(err error) {
 	c := io.c
-	n, w := c.n, c.n.w
+	w := c.n.w
 	wait := w.backoff(w.settings.RetryInterval, 30*time.Second, c.attempts)
 	c.attempts++
-	w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", n.name, c.epoch, wait, err)
-	if !c.retrying {
-		c.retrying = true
-		n.after(wait, func() {
-			if c.current() {
-				c.arrive(retryStoreWrites{})
-			}
-		})
-	}
+	w.tracef("%s coordinator (epoch %d) store write failed, retry in %v: %v", c.n.name, c.life.epoch, wait, err)
+	io.startTimer("store-retry", retryStoreWrites{}, wait)
 }
 
 func (io simCoordIO) writesCommitted() { io.c.attempts = 0 }
 
 func (io simCoordIO) downCall(call downCall) {
-	c := io.c
-	n, w := c.n, c.n.w
+	w := io.c.n.w
 	res := downResult{call: call}
-	w.tracef("%s coordinator: downing call %+v", n.name, call)
-	w.storeCall(n, func() error {
-		var err error
+	w.tracef("%s coordinator: downing call %+v", io.c.n.name, call)
+	io.call(0, func(ctx context.Context) (err error) {
 		if call.down {
-			err = w.nodeLeases.DownNode(context.Background(), addrName(call.node))
-		} else {
-			res.expired, err = w.nodeLeases.NodeLeaseExpired(context.Background(), addrName(call.node))
+			return w.nodeLeases.DownNode(ctx, addrName(call.node))
 		}
+		res.expired, err = w.nodeLeases.NodeLeaseExpired(ctx, addrName(call.node))
 		return err
-	}, func(err error) {
+	}, func(err error) Message {
 		res.err = err
-		if c.current() && !c.unlistened {
-			c.arrive(res)
-		}
+		return res
 	})
 }
 
 func (io simCoordIO) rebalanced(int) {}
 
 func (io simCoordIO) log(_ slog.Level, msg string, args ...any) {
-	io.c.n.w.tracef("%s coordinator (epoch %d): %s %v", io.c.n.name, io.c.epoch, msg, args)
+	io.c.n.w.tracef("%s coordinator (epoch %d): %s %v", io.c.n.name, io.c.life.epoch, msg, args)
 }
 
 // ---- the shard runner (shard.go) ----
