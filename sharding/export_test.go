@@ -23,3 +23,7 @@ func HomesOf[C any](r *Region[C]) map[string]cluster.UniqueAddress { return r.br
 // Address names a region or a coordinator, for the tests that watch or
 // send protocol messages on a cluster/inproc network.
 type Address = address
+
+// NewTestNet is newTestNet: a cluster/inproc network for the tests,
+// delivered until the test's last cleanup.
+var NewTestNet = newTestNet

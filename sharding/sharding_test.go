@@ -20,7 +20,6 @@ import (
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
-	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -209,35 +208,15 @@ func simCodec() *codec.Registry {
 // delivered until the test and its cleanups end.
 func newSim(t testing.TB, settings sharding.Settings) *sim {
 	t.Helper()
-	wireReg := codec.NewRegistry() // the network's: sharding's wire alone
-	if err := wire.RegisterTypes(wireReg); err != nil {
-		t.Fatal(err)
-	}
-	// Tests stream thousands of messages faster than one Run delivers
-	// them: the links' bound is not what they test.
-	net, err := inproc.NewNetwork(inproc.Config{Codec: wireReg, Clock: timers.Real{}, QueueCapacity: testQueueCapacity, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	net := sharding.NewTestNet(t)
 	s := &sim{t: t, cluster: newTestCluster(), net: net, codec: simCodec(),
 		store: sharding.NewMemoryCoordinatorStore(), remember: sharding.NewMemoryRememberStore(),
 		log: newJournal(), settings: settings, nodes: map[string]*node{}}
 	net.Intercept(s.watch)
+	var err error
 	if s.tester, err = net.Join(addr("tester"), func(cluster.UniqueAddress, any) {}); err != nil {
 		t.Fatal(err)
 	}
-	// Until the test's last cleanup: those registered after this one
-	// (a Shutdown, say) still need the network.
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = net.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
 	return s
 }
 
@@ -333,9 +312,6 @@ func (s *sim) start(sys *entity.System, cfg sharding.Config) (*sharding.Sharding
 	sh.Store(n)
 	return n, ct
 }
-
-// testQueueCapacity bounds each link of the tests' networks.
-const testQueueCapacity = 1 << 20
 
 // crash ends n as a crashed process ends: its sharding stops at once and
 // its transport leaves the network, so that sends to it fail.
