@@ -120,9 +120,10 @@ type controlKind uint8
 
 // OwnTick, embedded in a message type, marks the ticks an entity's owner
 // arms for it on a clock of its own (a sharding region's retry tick, say):
-// one still in the mailbox when the entity stops is dropped, not counted
-// as a dead letter. Nobody who could lose it sent it, and a stop racing a
-// tick is the normal end of such an entity, not a loss to report.
+// one still in the mailbox when the entity stops, or that fires after it
+// stopped, is dropped (the Tell still fails), not counted as a dead
+// letter. Nobody who could lose it sent it, and a stop racing a tick is
+// the normal end of such an entity, not a loss to report.
 type OwnTick struct{}
 
 func (OwnTick) ownTick() {}
@@ -275,7 +276,9 @@ func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64, parent *trace.SpanCont
 			cause = fmt.Errorf("%w: %w", ErrStopped, err)
 		}
 		c.mu.Unlock()
-		c.sys.deadLetter(c.m, cause, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
+		if _, own := any(msg).(ownTick); !own {
+			c.sys.deadLetter(c.m, cause, c.props.Key.name, c.id, c.name(), "sent to a stopped entity", msg)
+		}
 		return true, fmt.Errorf("%w: %s/%s", cause, c.props.Key.name, c.id)
 	}
 	if limit := int(c.capacity); limit > 0 && c.mailbox.Len() >= limit {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -61,7 +62,8 @@ func TestIdleCellKeepsASmallMailbox(t *testing.T) {
 }
 
 // A tick an entity's owner armed for it, still in the mailbox when the
-// entity stops, is dropped; any other message left there is a dead letter.
+// entity stops or told after it stopped, is dropped; any other message
+// left there or told then is a dead letter.
 func TestOwnTickLeftAtStopIsNoDeadLetter(t *testing.T) {
 	type tick struct{ OwnTick }
 	type note struct{}
@@ -88,7 +90,13 @@ func TestOwnTickLeftAtStopIsNoDeadLetter(t *testing.T) {
 			c.StopNow()
 			<-c.Done()
 			if got := sys.Stats().DeadLetters; got != tc.want {
-				t.Fatalf("%d dead letters, want %d", got, tc.want)
+				t.Fatalf("left in the mailbox: %d dead letters, want %d", got, tc.want)
+			}
+			if err := c.Tell(tc.msg); !errors.Is(err, ErrStopped) {
+				t.Fatalf("told after the stop: %v, want ErrStopped", err)
+			}
+			if got := sys.Stats().DeadLetters; got != 2*tc.want {
+				t.Fatalf("told after the stop: %d dead letters, want %d", got, 2*tc.want)
 			}
 		})
 	}
