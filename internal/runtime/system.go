@@ -411,22 +411,24 @@ func (l *limiter) run(fn func()) {
 type runnable interface{ run() }
 
 // dispatcher runs scheduled mailboxes on at most max goroutines. Workers
-// exist only while there is work: a worker that finds the run queue empty
-// exits at once, so an idle System owns no goroutine at all. It does not
-// spin (yield and look again) first: a yielding worker is runnable, and
-// the scheduler polls the network only when nothing is, so it would stand
-// between a reply arriving and the goroutine that reads it.
+// exist only while there is work: when the run queue stays empty a worker
+// exits, so an idle System owns no goroutine at all.
 type dispatcher struct {
-	mu      sync.Mutex
-	queue   ring.Queue[runnable]
-	workers int
-	max     int
+	mu       sync.Mutex
+	queue    ring.Queue[runnable]
+	workers  int
+	spinning int
+	max      int
 }
+
+// spins is how many times an idle worker yields and looks again before it
+// exits; a short spin keeps a worker through the gaps of a steady stream.
+const spins = 16
 
 func (d *dispatcher) submit(r runnable) {
 	d.mu.Lock()
 	d.queue.Push(r)
-	start := d.workers < d.max
+	start := d.workers < d.max && d.spinning == 0
 	if start {
 		d.workers++
 	}
@@ -437,7 +439,6 @@ func (d *dispatcher) submit(r runnable) {
 }
 
 func (d *dispatcher) work() {
-	growStack(d.max)
 	for {
 		r, ok := d.next()
 		if !ok {
@@ -449,6 +450,24 @@ func (d *dispatcher) work() {
 
 func (d *dispatcher) next() (runnable, bool) {
 	d.mu.Lock()
+	if r, ok := d.queue.Pop(); ok {
+		d.mu.Unlock()
+		return r, true
+	}
+	d.spinning++
+	d.mu.Unlock()
+	for range spins {
+		goruntime.Gosched()
+		d.mu.Lock()
+		if r, ok := d.queue.Pop(); ok {
+			d.spinning--
+			d.mu.Unlock()
+			return r, true
+		}
+		d.mu.Unlock()
+	}
+	d.mu.Lock()
+	d.spinning--
 	r, ok := d.queue.Pop()
 	if !ok {
 		d.workers--
@@ -456,21 +475,4 @@ func (d *dispatcher) next() (runnable, bool) {
 	}
 	d.mu.Unlock()
 	return r, ok
-}
-
-// workerStack is the stack a worker starts with, grown once up front: a
-// goroutine starts with a small stack, and a handler that replies to
-// another node (encoding the reply, writing it to the socket) would
-// otherwise outgrow it on every message, each time copying a deep stack.
-const workerStack = 16 << 10
-
-// growStack makes the calling goroutine's stack hold workerStack at once,
-// while it is shallow and cheap to copy. i only keeps the frame from being
-// optimized away.
-//
-//go:noinline
-func growStack(i int) byte {
-	var pad [workerStack - 2<<10]byte
-	pad[i%len(pad)] = 1
-	return pad[(i+1)%len(pad)]
 }
