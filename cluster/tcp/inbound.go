@@ -103,7 +103,9 @@ func (t *Transport) serveInbound(c *inConn) {
 		return
 	}
 	if err != nil {
-		t.stat.refused.Add(1)
+		if _, counted := errors.AsType[*refusalSent](err); !counted {
+			t.stat.refused.Add(1)
+		}
 		if t.versionMismatch(err) {
 			return
 		}
@@ -182,13 +184,16 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	self := t.cfg.Self
 	version, clusterName, verr := parseVersioned(hello.Payload)
 	refuse := func(reason string) (*bufio.Reader, error) {
+		// Counted before the dialler can read the refusal: what it learns
+		// from the answer, this node's Stats already say.
+		t.stat.refused.Add(1)
 		payload := []byte(reason) // what a node of version 1 reads
 		if version != 1 {
 			payload = appendVersioned(nil, t.cfg.wireVersion, payload)
 		}
 		answer := frame.Frame{From: self, To: hello.From, Manifest: refuseManifest, Payload: payload}
 		frame.WriteFrame(conn, answer, controlMaxSize)
-		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, hello.From, reason)
+		return nil, &refusalSent{fmt.Errorf("%w: %s: %s", ErrRefused, hello.From, reason)}
 	}
 	switch {
 	case verr != nil:
@@ -197,7 +202,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 	case version != t.cfg.wireVersion:
 		mismatch := &cluster.WireVersionError{Local: t.cfg.wireVersion, Peer: version, Addr: hello.From}
 		refuse(mismatch.Error())
-		return nil, fmt.Errorf("%w: %w", ErrRefused, mismatch)
+		return nil, &refusalSent{fmt.Errorf("%w: %w", ErrRefused, mismatch)}
 	case string(clusterName) != t.cfg.ClusterName:
 		return refuse(fmt.Sprintf("cluster %q, want %q", clusterName, t.cfg.ClusterName))
 	case hello.From.Node == "":
@@ -256,6 +261,13 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 
 // isCurrent reports whether c is its sender's current connection: its
 // handshake made it so, and no newer one has replaced it since.
+// refusalSent is a handshake refused with an answer to the dialler, and
+// counted as refused before the answer was written.
+type refusalSent struct{ err error }
+
+func (r *refusalSent) Error() string { return r.err.Error() }
+func (r *refusalSent) Unwrap() error { return r.err }
+
 func (t *Transport) isCurrent(c *inConn) bool { return !c.superseded.Load() }
 
 // deliver hands msg to the handler unless c has been superseded (a newer
