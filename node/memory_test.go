@@ -3,14 +3,13 @@ package node_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/shoal-dev/shoal/internal/logtest"
 	"github.com/shoal-dev/shoal/node"
 	"github.com/shoal-dev/shoal/sharding"
 )
@@ -65,45 +64,11 @@ func TestMemoryModeRefusesADatabaseToo(t *testing.T) {
 	}
 }
 
-// warnings records the Warn and Error lines of a node's log.
-type warnings struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lines = append(w.lines, b.String())
-	return nil
-}
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnings) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnings) containing(sub string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for _, l := range w.lines {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // With the entity types registered before the join (Config.RegisterEntities),
 // no node warns of mail for a region it does not run, on start or leave.
 func TestEntityTypesRegisteredBeforeTheJoinGetTheirMail(t *testing.T) {
 	stores := node.NewMemoryStores()
-	logs := &warnings{}
+	logs := &logtest.Recorder{}
 	start := func(id string, seeds []string) *testNode {
 		t.Helper()
 		cfg := node.DefaultConfig(id)
@@ -144,7 +109,7 @@ func TestEntityTypesRegisteredBeforeTheJoinGetTheirMail(t *testing.T) {
 			t.Fatalf("%s leaves: %v", n.Self(), err)
 		}
 	}
-	if w := logs.containing("no listener for target"); len(w) > 0 {
+	if w := logs.Containing("no listener for target"); len(w) > 0 {
 		t.Fatalf("warned of mail for missing regions:\n%s", strings.Join(w, "\n"))
 	}
 }

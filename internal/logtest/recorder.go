@@ -46,13 +46,16 @@ func (r *Recorder) Warns() []string {
 	return append([]string(nil), r.warns...)
 }
 
-// Count returns how many records kept so far contain sub.
-func (r *Recorder) Count(sub string) int {
-	n := 0
+// Containing returns the records kept so far that contain sub.
+func (r *Recorder) Containing(sub string) []string {
+	var out []string
 	for _, w := range r.Warns() {
 		if strings.Contains(w, sub) {
-			n++
+			out = append(out, w)
 		}
 	}
-	return n
+	return out
 }
+
+// Count returns how many records kept so far contain sub.
+func (r *Recorder) Count(sub string) int { return len(r.Containing(sub)) }
