@@ -16,6 +16,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/bridge"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
 	"github.com/shoal-dev/shoal/timers"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -521,7 +522,7 @@ func (r *Region[C]) ClusterStats(ctx context.Context) ShardingStats {
 
 // transportRef lets entity.Ask address a region through the transport.
 type transportRef struct {
-	t   transport
+	t   *remote.Transport
 	to  address
 	sys *entity.System
 }

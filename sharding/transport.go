@@ -46,18 +46,6 @@ type DecodeError = remote.DecodeError
 // Sharding.TransportStats.
 type TransportStats = remote.Stats
 
-// transport is what regions and coordinators send and listen through:
-// the node's dispatch over its cluster.Transport (package
-// sharding/internal/remote). Messages from one sender to one address
-// arrive in send order.
-type transport interface {
-	// Send enqueues msg for the handler at to; it does not wait for handling.
-	Send(to address, msg Message) error
-	// Listen routes messages for addr to handle, which must not block.
-	// The returned function stops listening.
-	Listen(addr address, handle func(Message) error) (stop func(), err error)
-}
-
 // attachTransport builds the node's dispatch over cfg.Transport (or, when
 // it is nil, over a cluster/inproc network of this node alone) and makes
 // it the route of sys's replies to other nodes' asks. Messages to the node
