@@ -2,6 +2,8 @@
 // mailboxes and run queues where a slice would keep growing at the head.
 package ring
 
+import "fmt"
+
 // Queue is a FIFO of T. The zero value is an empty queue ready to use. It is
 // not safe for concurrent use.
 type Queue[T any] struct {
@@ -80,14 +82,38 @@ func (q *Queue[T]) Shrink(keep int) {
 	}
 }
 
+// Take removes and returns the buffer of an empty queue, leaving it none,
+// so that an owner can keep it for another queue to Adopt; it returns nil
+// when the queue holds items. Every slot of the buffer is zero, since Pop
+// clears the slots it empties.
+func (q *Queue[T]) Take() []T {
+	if q.n != 0 {
+		return nil
+	}
+	buf := q.buf
+	q.buf, q.head = nil, 0
+	return buf
+}
+
+// Adopt makes buf the queue's buffer, with the queued items moved to its
+// front, in place of the buffers Push would grow through. buf's length must
+// be a power of two and at least Len. Its other slots should be zero, as a
+// taken buffer's are, or the queue keeps what they hold alive until it
+// overwrites them.
+func (q *Queue[T]) Adopt(buf []T) {
+	if n := len(buf); n < q.n || n&(n-1) != 0 {
+		panic(fmt.Sprintf("ring: Adopt of a buffer of %d for %d items", n, q.n))
+	}
+	for i := 0; i < q.n; i++ {
+		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
+	}
+	q.buf, q.head = buf, 0
+}
+
 func (q *Queue[T]) grow() {
 	size := len(q.buf) * 2
 	if size == 0 {
 		size = 2
 	}
-	buf := make([]T, size)
-	for i := 0; i < q.n; i++ {
-		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
-	}
-	q.buf, q.head = buf, 0
+	q.Adopt(make([]T, size))
 }

@@ -198,3 +198,71 @@ func TestShrinkKeepsASmallBufferOnly(t *testing.T) {
 		t.Fatalf("Shrink(2) kept a buffer of %d items", len(q.buf))
 	}
 }
+
+func TestTakeAndAdoptMoveABufferBetweenQueues(t *testing.T) {
+	var a, b Queue[*int]
+	x := 1
+	for range 5 {
+		a.Push(&x)
+	}
+	if buf := a.Take(); buf != nil {
+		t.Fatalf("Take of a queue holding items returned a buffer of %d", len(buf))
+	}
+	a.Pop()
+	a.Push(&x) // wrapped: the head is past slot 0
+	a.Drain(func(*int) {})
+	buf := a.Take()
+	if len(buf) != 8 || a.Cap() != 0 {
+		t.Fatalf("Take: buffer of %d, queue keeps %d; want 8 and 0", len(buf), a.Cap())
+	}
+	for i, p := range buf {
+		if p != nil {
+			t.Fatalf("taken buffer's slot %d still references a popped item", i)
+		}
+	}
+	ys := []int{10, 11, 12}
+	for i := range ys {
+		b.Push(&ys[i]) // wraps nothing yet: grows to 4
+	}
+	b.Pop()
+	b.Adopt(buf)
+	if b.Cap() != 8 {
+		t.Fatalf("Cap after Adopt = %d, want 8", b.Cap())
+	}
+	var got []int
+	b.Drain(func(p *int) { got = append(got, *p) })
+	if want := []int{11, 12}; !slices.Equal(got, want) {
+		t.Fatalf("after Adopt: %v, want %v", got, want)
+	}
+	if n := testing.AllocsPerRun(10, func() {
+		for i := range 8 {
+			b.Push(&ys[i%3])
+		}
+		for range 8 {
+			b.Pop()
+		}
+	}); n != 0 {
+		t.Fatalf("pushes within the adopted buffer allocated %v times", n)
+	}
+}
+
+func TestAdoptRefusesABufferThatCannotServe(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		items int
+		size  int
+	}{{"too short", 3, 2}, {"not a power of two", 1, 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var q Queue[int]
+			for i := range tc.items {
+				q.Push(i)
+			}
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("Adopt of %d slots for %d items did not panic", tc.size, tc.items)
+				}
+			}()
+			q.Adopt(make([]int, tc.size))
+		})
+	}
+}
