@@ -38,6 +38,10 @@ type Props[C any] struct {
 	// such as the runtime's own control entities: Config.ForceSerialization
 	// does not apply to it.
 	LocalOnly bool
+
+	// spares are mailbox buffers that cells of this Props grew for a burst
+	// and gave up when they went idle, for the next burst to reuse.
+	spares spares[C]
 }
 
 func (p *Props[C]) heldCapacity() int {
@@ -293,7 +297,7 @@ func (c *Cell[C]) tell(msg C, unsealed bool, mark uint64, parent *trace.SpanCont
 	if parent != nil {
 		e.ctl = &control{kind: tracedCommand, parent: parent}
 	}
-	c.mailbox.Push(e)
+	c.push(e)
 	if mark > c.mark {
 		c.mark = mark
 	}
@@ -319,7 +323,7 @@ func (c *Cell[C]) enqueueControl(ctl *control) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.mailbox.Push(envelope[C]{ctl: ctl})
+	c.push(envelope[C]{ctl: ctl})
 	if c.m != nil && c.status&(scheduled|suspended) == suspended {
 		c.reportDepth()
 	}
@@ -389,11 +393,7 @@ func (c *Cell[C]) run() {
 			if c.m != nil {
 				c.reportRun()
 			}
-			// An idle entity keeps a mailbox buffer only as small as a
-			// message or two (docs/DESIGN.md, "Runtime rules"): told one
-			// message at a time, it would otherwise allocate it anew for
-			// each; a burst's larger buffer goes.
-			c.mailbox.Shrink(idleMailbox)
+			c.shrinkMailbox()
 			c.control = nil // empty here; idle entities keep no control queue
 			c.mu.Unlock()
 			return
@@ -423,6 +423,67 @@ func (c *Cell[C]) run() {
 // idleMailbox is how many entries of its mailbox's buffer an idle entity
 // keeps: the buffer's first size.
 const idleMailbox = 2
+
+// maxSpare is the largest mailbox buffer, in entries, kept for another
+// burst: a bigger one would be held by whichever cell takes it, however
+// few messages that cell queues.
+const maxSpare = 1 << 12
+
+// push queues e; c.mu is held. A mailbox that outgrows its idle buffer
+// takes a spare of its Props', when there is one, rather than grow through
+// new buffers of 4, 8, 16... entries.
+func (c *Cell[C]) push(e envelope[C]) {
+	if c.mailbox.Len() == idleMailbox && c.mailbox.Cap() == idleMailbox {
+		if buf := c.props.spares.get(); buf != nil {
+			c.mailbox.Adopt(buf)
+		}
+	}
+	c.mailbox.Push(e)
+}
+
+// shrinkMailbox shrinks the mailbox of a cell going idle; c.mu is held. An
+// idle entity keeps a buffer only as small as a message or two
+// (docs/DESIGN.md, "Runtime rules"): told one message at a time, it would
+// otherwise allocate it anew for each. A burst's larger buffer goes to the
+// Props' spares, zeroed as the mailbox emptied it.
+func (c *Cell[C]) shrinkMailbox() {
+	if n := c.mailbox.Cap(); n > idleMailbox && n <= maxSpare {
+		if buf := c.mailbox.Take(); buf != nil {
+			c.props.spares.put(buf)
+		}
+	}
+	c.mailbox.Shrink(idleMailbox)
+}
+
+// spares is a free list of mailbox buffers, emptied by the garbage collector
+// as a sync.Pool is, so spares outlive no burst by long. A buffer travels in a
+// holder; empty holders are pooled too, so handing a buffer over allocates
+// nothing.
+type spares[C any] struct {
+	full, empty sync.Pool // of *spare[C]
+}
+
+type spare[C any] struct{ buf []envelope[C] }
+
+func (s *spares[C]) get() []envelope[C] {
+	h, _ := s.full.Get().(*spare[C])
+	if h == nil {
+		return nil
+	}
+	buf := h.buf
+	h.buf = nil
+	s.empty.Put(h)
+	return buf
+}
+
+func (s *spares[C]) put(buf []envelope[C]) {
+	h, _ := s.empty.Get().(*spare[C])
+	if h == nil {
+		h = new(spare[C])
+	}
+	h.buf = buf
+	s.full.Put(h)
+}
 
 // popMailbox is called with c.mu held.
 func (c *Cell[C]) popMailbox() (envelope[C], bool) {
