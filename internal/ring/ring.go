@@ -96,18 +96,28 @@ func (q *Queue[T]) Take() []T {
 }
 
 // Adopt makes buf the queue's buffer, with the queued items moved to its
-// front, in place of the buffers Push would grow through. buf's length must
-// be a power of two and at least Len. Its other slots should be zero, as a
-// taken buffer's are, or the queue keeps what they hold alive until it
-// overwrites them.
-func (q *Queue[T]) Adopt(buf []T) {
+// front, and returns the buffer it replaces with every slot zeroed, for
+// another queue to adopt. buf's length must be a power of two and at least
+// Len. Its other slots should be zero, as a taken or replaced buffer's are,
+// or the queue keeps what they hold alive until it overwrites them.
+func (q *Queue[T]) Adopt(buf []T) []T {
 	if n := len(buf); n < q.n || n&(n-1) != 0 {
 		panic(fmt.Sprintf("ring: Adopt of a buffer of %d for %d items", n, q.n))
 	}
+	old := q.move(buf)
+	clear(old)
+	return old
+}
+
+// move copies the items to the front of buf, which becomes the buffer, and
+// returns the old one, its slots as they were.
+func (q *Queue[T]) move(buf []T) []T {
 	for i := 0; i < q.n; i++ {
 		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
 	}
+	old := q.buf
 	q.buf, q.head = buf, 0
+	return old
 }
 
 func (q *Queue[T]) grow() {
@@ -115,5 +125,5 @@ func (q *Queue[T]) grow() {
 	if size == 0 {
 		size = 2
 	}
-	q.Adopt(make([]T, size))
+	q.move(make([]T, size))
 }

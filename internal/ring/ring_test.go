@@ -225,9 +225,14 @@ func TestTakeAndAdoptMoveABufferBetweenQueues(t *testing.T) {
 		b.Push(&ys[i]) // wraps nothing yet: grows to 4
 	}
 	b.Pop()
-	b.Adopt(buf)
-	if b.Cap() != 8 {
-		t.Fatalf("Cap after Adopt = %d, want 8", b.Cap())
+	old := b.Adopt(buf)
+	if b.Cap() != 8 || len(old) != 4 {
+		t.Fatalf("after Adopt: Cap = %d, replaced buffer of %d; want 8 and 4", b.Cap(), len(old))
+	}
+	for i, p := range old {
+		if p != nil {
+			t.Fatalf("replaced buffer's slot %d still references an item", i)
+		}
 	}
 	var got []int
 	b.Drain(func(p *int) { got = append(got, *p) })

@@ -430,13 +430,11 @@ const idleMailbox = 2
 const maxSpare = 1 << 12
 
 // push queues e; c.mu is held. A mailbox that outgrows its idle buffer
-// takes a spare of its Props', when there is one, rather than grow through
-// new buffers of 4, 8, 16... entries.
+// swaps it for a burst's spare of its Props', when there is one, rather
+// than grow through new buffers of 4, 8, 16... entries.
 func (c *Cell[C]) push(e envelope[C]) {
 	if c.mailbox.Len() == idleMailbox && c.mailbox.Cap() == idleMailbox {
-		if buf := c.props.spares.get(); buf != nil {
-			c.mailbox.Adopt(buf)
-		}
+		c.props.spares.forBurst(&c.mailbox)
 	}
 	c.mailbox.Push(e)
 }
@@ -445,44 +443,47 @@ func (c *Cell[C]) push(e envelope[C]) {
 // idle entity keeps a buffer only as small as a message or two
 // (docs/DESIGN.md, "Runtime rules"): told one message at a time, it would
 // otherwise allocate it anew for each. A burst's larger buffer goes to the
-// Props' spares, zeroed as the mailbox emptied it.
+// Props' spares, for the next burst of any of its cells.
 func (c *Cell[C]) shrinkMailbox() {
-	if n := c.mailbox.Cap(); n > idleMailbox && n <= maxSpare {
-		if buf := c.mailbox.Take(); buf != nil {
-			c.props.spares.put(buf)
-		}
+	if n := c.mailbox.Cap(); n > idleMailbox && n <= maxSpare && c.mailbox.Len() == 0 {
+		c.props.spares.forIdle(&c.mailbox)
 	}
 	c.mailbox.Shrink(idleMailbox)
 }
 
-// spares is a free list of mailbox buffers, emptied by the garbage collector
-// as a sync.Pool is, so spares outlive no burst by long. A buffer travels in a
-// holder; empty holders are pooled too, so handing a buffer over allocates
-// nothing.
+// spares are mailbox buffers kept between bursts, in holders: burst holds
+// the buffers of bursts, idle those of idle cells, which bursting cells
+// swapped for burst buffers (or none). A cell swaps, so that in a steady
+// state nothing is allocated, not even a holder or an idle buffer. Both
+// are sync.Pools, which the garbage collector empties: spares outlive no
+// burst by long, and an idle type keeps none.
 type spares[C any] struct {
-	full, empty sync.Pool // of *spare[C]
+	burst, idle sync.Pool // of *spare[C]
 }
 
 type spare[C any] struct{ buf []envelope[C] }
 
-func (s *spares[C]) get() []envelope[C] {
-	h, _ := s.full.Get().(*spare[C])
+// forBurst swaps the full idle buffer of q for a burst's spare, if any.
+func (s *spares[C]) forBurst(q *ring.Queue[envelope[C]]) {
+	h, _ := s.burst.Get().(*spare[C])
 	if h == nil {
-		return nil
+		return
 	}
-	buf := h.buf
-	h.buf = nil
-	s.empty.Put(h)
-	return buf
+	h.buf = q.Adopt(h.buf)
+	s.idle.Put(h)
 }
 
-func (s *spares[C]) put(buf []envelope[C]) {
-	h, _ := s.empty.Get().(*spare[C])
+// forIdle swaps the empty burst buffer of q for an idle spare, or none.
+func (s *spares[C]) forIdle(q *ring.Queue[envelope[C]]) {
+	buf := q.Take()
+	h, _ := s.idle.Get().(*spare[C])
 	if h == nil {
 		h = new(spare[C])
+	} else if h.buf != nil {
+		q.Adopt(h.buf)
 	}
 	h.buf = buf
-	s.full.Put(h)
+	s.burst.Put(h)
 }
 
 // popMailbox is called with c.mu held.

@@ -14,7 +14,7 @@ func burstCells(tb testing.TB, n int, handled *atomic.Int64) []*Cell[int] {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	props := &Props[int]{Key: NewTypeKey[int]("T"), Create: func(Context[int]) Behavior[int] {
+	props := &Props[int]{Key: NewTypeKey[int]("T"), HeldCapacity: 1 << 20, Create: func(Context[int]) Behavior[int] {
 		return Receive(func(Context[int], int) Behavior[int] { handled.Add(1); return Same[int]() })
 	}}
 	cells := make([]*Cell[int], n)
@@ -59,6 +59,52 @@ func tellBurst(tb testing.TB, c *Cell[int], n int) {
 	c.mu.Unlock()
 	c.sys.dispatch.submit(c)
 	waitIdle(c)
+}
+
+// Entities of one type told in bursts reuse the buffers earlier bursts grew,
+// instead of growing new ones each time, and still keep at most a small
+// buffer while idle.
+func TestBurstReusesASpareMailbox(t *testing.T) {
+	if raceDetector {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	const burst = 64
+	var handled atomic.Int64
+	cells := burstCells(t, 2, &handled)
+	tellBurst(t, cells[0], burst) // grows a buffer, then spares it
+	// AllocsPerRun runs on one P, so the pools give back what they got.
+	n := testing.AllocsPerRun(20, func() {
+		tellBurst(t, cells[1], burst)
+		tellBurst(t, cells[0], burst)
+	})
+	if n >= 1 { // growing 2, 4, ..., 64 is 6 allocations a burst
+		t.Fatalf("two bursts after a first allocated %v times", n)
+	}
+	for i, c := range cells {
+		c.mu.Lock()
+		size := c.mailbox.Cap()
+		c.mu.Unlock()
+		if size > idleMailbox {
+			t.Fatalf("idle cell %d keeps a mailbox buffer of %d, want at most %d", i, size, idleMailbox)
+		}
+	}
+}
+
+// A burst's buffer too big to be worth holding for whichever cell takes it
+// next is not spared.
+func TestHugeBurstBufferIsNotSpared(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1)) // one P: the pool's Get sees every Put
+	var handled atomic.Int64
+	cells := burstCells(t, 1, &handled)
+	tellBurst(t, cells[0], maxSpare+1)
+	if h := cells[0].props.spares.burst.Get(); h != nil {
+		t.Fatalf("a buffer of %d was spared", len(h.(*spare[int]).buf))
+	}
+	tellBurst(t, cells[0], maxSpare)
+	h, _ := cells[0].props.spares.burst.Get().(*spare[int])
+	if h == nil && !raceDetector {
+		t.Fatalf("a buffer of %d was not spared", maxSpare)
+	}
 }
 
 // BenchmarkBurstyTell tells several entities of one type a burst each, with

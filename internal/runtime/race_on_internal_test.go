@@ -1,0 +1,6 @@
+//go:build race
+
+package runtime
+
+// raceDetector reports whether the race detector is on.
+const raceDetector = true
