@@ -38,10 +38,6 @@ type Props[C any] struct {
 	// such as the runtime's own control entities: Config.ForceSerialization
 	// does not apply to it.
 	LocalOnly bool
-
-	// spares are mailbox buffers that cells of this Props grew for a burst
-	// and gave up when they went idle, for the next burst to reuse.
-	spares spares[C]
 }
 
 func (p *Props[C]) heldCapacity() int {
@@ -430,11 +426,11 @@ const idleMailbox = 2
 const maxSpare = 1 << 12
 
 // push queues e; c.mu is held. A mailbox that outgrows its idle buffer
-// swaps it for a burst's spare of its Props', when there is one, rather
+// swaps it for a spare from an earlier burst, when there is one, rather
 // than grow through new buffers of 4, 8, 16... entries.
 func (c *Cell[C]) push(e envelope[C]) {
 	if c.mailbox.Len() == idleMailbox && c.mailbox.Cap() == idleMailbox {
-		c.props.spares.forBurst(&c.mailbox)
+		sparesOf[C](c.sys).forBurst(&c.mailbox)
 	}
 	c.mailbox.Push(e)
 }
@@ -443,10 +439,10 @@ func (c *Cell[C]) push(e envelope[C]) {
 // idle entity keeps a buffer only as small as a message or two
 // (docs/DESIGN.md, "Runtime rules"): told one message at a time, it would
 // otherwise allocate it anew for each. A burst's larger buffer goes to the
-// Props' spares, for the next burst of any of its cells.
+// spares, for the next burst of any entity with the same command type.
 func (c *Cell[C]) shrinkMailbox() {
 	if n := c.mailbox.Cap(); n > idleMailbox && n <= maxSpare && c.mailbox.Len() == 0 {
-		c.props.spares.forIdle(&c.mailbox)
+		sparesOf[C](c.sys).forIdle(&c.mailbox)
 	}
 	c.mailbox.Shrink(idleMailbox)
 }
@@ -459,6 +455,20 @@ func (c *Cell[C]) shrinkMailbox() {
 // burst by long, and an idle type keeps none.
 type spares[C any] struct {
 	burst, idle sync.Pool // of *spare[C]
+}
+
+// sparesOf returns the spares of the mailboxes of entities with command
+// type C. They are shared by every entity type with that command type, not
+// kept per Props: sharding makes a Props per shard, and a pool that few
+// cells share mostly misses, since a sync.Pool's Get does not find what
+// another P Put last.
+func sparesOf[C any](s *System) *spares[C] {
+	key := any((*C)(nil)) // one per type C
+	if v, ok := s.spares.Load(key); ok {
+		return v.(*spares[C])
+	}
+	v, _ := s.spares.LoadOrStore(key, new(spares[C]))
+	return v.(*spares[C])
 }
 
 type spare[C any] struct{ buf []envelope[C] }

@@ -6,19 +6,20 @@ import (
 	"testing"
 )
 
-// burstCells spawns n entities of one Props that count what they handle,
-// and waits until they are idle.
+// burstCells spawns n entities with one command type that count what they
+// handle, each of a Props of its own as the shards of a type have, and
+// waits until they are idle.
 func burstCells(tb testing.TB, n int, handled *atomic.Int64) []*Cell[int] {
 	tb.Helper()
 	sys, err := NewSystem(Config{NodeID: "n"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	props := &Props[int]{Key: NewTypeKey[int]("T"), HeldCapacity: 1 << 20, Create: func(Context[int]) Behavior[int] {
-		return Receive(func(Context[int], int) Behavior[int] { handled.Add(1); return Same[int]() })
-	}}
 	cells := make([]*Cell[int], n)
 	for i := range cells {
+		props := &Props[int]{Key: NewTypeKey[int]("T"), HeldCapacity: 1 << 20, Create: func(Context[int]) Behavior[int] {
+			return Receive(func(Context[int], int) Behavior[int] { handled.Add(1); return Same[int]() })
+		}}
 		cells[i] = Spawn(sys, props, string(rune('a'+i)))
 	}
 	for _, c := range cells {
@@ -61,9 +62,9 @@ func tellBurst(tb testing.TB, c *Cell[int], n int) {
 	waitIdle(c)
 }
 
-// Entities of one type told in bursts reuse the buffers earlier bursts grew,
-// instead of growing new ones each time, and still keep at most a small
-// buffer while idle.
+// Entities with one command type told in bursts reuse the buffers earlier
+// bursts grew, whatever their Props, instead of growing new ones each
+// time, and still keep at most a small buffer while idle.
 func TestBurstReusesASpareMailbox(t *testing.T) {
 	if raceDetector {
 		t.Skip("sync.Pool drops items at random under the race detector")
@@ -97,19 +98,20 @@ func TestHugeBurstBufferIsNotSpared(t *testing.T) {
 	var handled atomic.Int64
 	cells := burstCells(t, 1, &handled)
 	tellBurst(t, cells[0], maxSpare+1)
-	if h := cells[0].props.spares.burst.Get(); h != nil {
+	if h := sparesOf[int](cells[0].sys).burst.Get(); h != nil {
 		t.Fatalf("a buffer of %d was spared", len(h.(*spare[int]).buf))
 	}
 	tellBurst(t, cells[0], maxSpare)
-	h, _ := cells[0].props.spares.burst.Get().(*spare[int])
+	h, _ := sparesOf[int](cells[0].sys).burst.Get().(*spare[int])
 	if h == nil && !raceDetector {
 		t.Fatalf("a buffer of %d was not spared", maxSpare)
 	}
 }
 
-// BenchmarkBurstyTell tells several entities of one type a burst each, with
-// idle in between, as a node spreading a stream of remote tells over its
-// entities does: an op is one burst to every entity.
+// BenchmarkBurstyTell tells several entities of a type (a Props each, as
+// in shards of their own) a burst each, with idle in between, as a node
+// spreading a stream of remote tells over its entities does: an op is one
+// burst to every entity.
 func BenchmarkBurstyTell(b *testing.B) {
 	const entities, burst = 20, 64
 	var handled atomic.Int64

@@ -107,6 +107,7 @@ type System struct {
 	metrics     *metrics.Entity     // nil when Config.Metrics is
 	untyped     *metrics.EntityType // dead letters of no entity type
 	trace       tracing
+	spares      sync.Map // of mailbox buffers, per command type: see sparesOf
 }
 
 // NewSystem returns a runtime configured by cfg.
