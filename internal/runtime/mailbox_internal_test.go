@@ -2,6 +2,7 @@ package runtime
 
 import (
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -89,6 +90,49 @@ func TestBurstReusesASpareMailbox(t *testing.T) {
 			t.Fatalf("idle cell %d keeps a mailbox buffer of %d, want at most %d", i, size, idleMailbox)
 		}
 	}
+}
+
+// Cells swapping buffers with the spares while others tell them keep every
+// message, in order.
+func TestBurstsSwappingSparesKeepOrder(t *testing.T) {
+	const entities, senders, messages = 8, 4, 2000
+	sys, err := NewSystem(Config{NodeID: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(entities)
+	cells := make([]*Cell[int], entities)
+	for i := range cells {
+		next := 0
+		props := &Props[int]{Key: NewTypeKey[int]("T"), Create: func(Context[int]) Behavior[int] {
+			return Receive(func(_ Context[int], m int) Behavior[int] {
+				if m != next {
+					t.Errorf("entity %d: got %d, want %d", i, m, next)
+				}
+				if next = m + 1; next == messages {
+					wg.Done()
+				}
+				return Same[int]()
+			})
+		}}
+		cells[i] = Spawn(sys, props, string(rune('a'+i)))
+	}
+	for s := range senders { // each sender tells its own entities, in order
+		go func() {
+			for m := range messages {
+				for i := s; i < entities; i += senders {
+					if err := cells[i].Tell(m); err != nil {
+						t.Error(err)
+					}
+				}
+				if m%97 == 0 {
+					goruntime.Gosched() // let some mailboxes drain and go idle
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // A burst's buffer too big to be worth holding for whichever cell takes it
