@@ -447,12 +447,12 @@ func (c *Cell[C]) shrinkMailbox() {
 	c.mailbox.Shrink(idleMailbox)
 }
 
-// spares are mailbox buffers kept between bursts, in holders: burst holds
-// the buffers of bursts, idle those of idle cells, which bursting cells
-// swapped for burst buffers (or none). A cell swaps, so that in a steady
-// state nothing is allocated, not even a holder or an idle buffer. Both
-// are sync.Pools, which the garbage collector empties: spares outlive no
-// burst by long, and an idle type keeps none.
+// spares keeps mailbox buffers between bursts, each in a holder: burst has
+// the buffers cells grew for bursts, idle the two-entry buffers bursting
+// cells gave for them (or empty holders). Cells swap rather than take or
+// give, so that in a steady state nothing is allocated, not even a holder
+// or an idle buffer. Both are sync.Pools, which the garbage collector
+// empties: spares outlive no burst by long, and a quiet System keeps none.
 type spares[C any] struct {
 	burst, idle sync.Pool // of *spare[C]
 }
