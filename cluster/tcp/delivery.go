@@ -28,21 +28,26 @@ import (
 type delivery struct {
 	t *Transport
 	c *inConn
-	// batch collects the messages read and not yet handed over.
-	batch []any
+	// batch collects what was read and not yet handed over.
+	batch []inbound
 	// pending counts batches passed to the deliverer and not yet handled.
 	pending atomic.Int32
-	batches chan []any
-	free    chan []any
+	batches chan []inbound
+	free    chan []inbound
 	done    chan struct{}
 	// stopped is set by whichever goroutine found the connection no
 	// longer current, or the transport closed: nothing more is handed over.
 	stopped atomic.Bool
 }
 
-// flushRequest is a flush frame in the stream of messages: answered once
-// every message before it was handed over.
-type flushRequest struct{ id []byte }
+// inbound is one item of a connection's stream: a decoded message, or a
+// flush request (flush set, its id in msg's place) answered once every
+// message before it was handed over.
+type inbound struct {
+	msg     any
+	flushID []byte
+	flush   bool
+}
 
 const (
 	batchSize     = 128 // messages per batch passed to the deliverer
@@ -50,12 +55,12 @@ const (
 )
 
 func newDelivery(t *Transport, c *inConn) *delivery {
-	return &delivery{t: t, c: c, batch: make([]any, 0, batchSize)}
+	return &delivery{t: t, c: c, batch: make([]inbound, 0, batchSize)}
 }
 
 // add takes the next item read; more says the frames after it are
 // already read. False means stop reading the connection.
-func (d *delivery) add(item any, more bool) bool {
+func (d *delivery) add(item inbound, more bool) bool {
 	d.batch = append(d.batch, item)
 	if more && len(d.batch) < batchSize {
 		return true // decode on: the batch is handed over in one go
@@ -80,10 +85,10 @@ func (d *delivery) add(item any, more bool) bool {
 
 // start starts the deliverer, the first time the reader is ahead.
 func (d *delivery) start() {
-	d.batches = make(chan []any, batchesQueued)
-	d.free = make(chan []any, batchesQueued+1)
+	d.batches = make(chan []inbound, batchesQueued)
+	d.free = make(chan []inbound, batchesQueued+1)
 	for range batchesQueued + 1 {
-		d.free <- make([]any, 0, batchSize)
+		d.free <- make([]inbound, 0, batchSize)
 	}
 	d.done = make(chan struct{})
 	go d.deliver()
@@ -107,13 +112,10 @@ func (d *delivery) deliver() {
 // handOver hands batch to the handler and answers its flushes, unless
 // the connection is no longer current or the transport closed; false
 // then, and the connection's delivery is stopped.
-func (d *delivery) handOver(batch []any) bool {
+func (d *delivery) handOver(batch []inbound) bool {
 	for len(batch) > 0 {
 		n := 0
-		for n < len(batch) {
-			if _, flush := batch[n].(flushRequest); flush {
-				break
-			}
+		for n < len(batch) && !batch[n].flush {
 			n++
 		}
 		if n > 0 && !d.handle(batch[:n]) {
@@ -124,7 +126,7 @@ func (d *delivery) handOver(batch []any) bool {
 		}
 		// Written outside deliverMu: a peer slow to read its answer
 		// holds up only its own connection.
-		if !d.t.isCurrent(d.c) || !d.acknowledge(batch[n].(flushRequest)) {
+		if !d.t.isCurrent(d.c) || !d.acknowledge(batch[n].flushID) {
 			d.stopped.Store(true)
 			return false
 		}
@@ -136,24 +138,24 @@ func (d *delivery) handOver(batch []any) bool {
 // handle hands msgs to the handler under deliverMu, each after checking
 // that the connection is still current and the transport open: a swap
 // while the handler runs stops the rest of the batch.
-func (d *delivery) handle(msgs []any) bool {
+func (d *delivery) handle(msgs []inbound) bool {
 	t := d.t
 	t.deliverMu.Lock()
 	defer t.deliverMu.Unlock()
-	for _, msg := range msgs {
+	for i := range msgs {
 		if t.ctx.Err() != nil || !t.isCurrent(d.c) {
 			d.stopped.Store(true)
 			return false
 		}
-		t.cfg.Handler(d.c.from, msg)
+		t.cfg.Handler(d.c.from, msgs[i].msg)
 		t.stat.delivered.Add(1)
 	}
 	return true
 }
 
 // acknowledge answers a flush: every message before it was handed over.
-func (d *delivery) acknowledge(f flushRequest) bool {
-	ack := frame.Frame{From: d.t.cfg.Self, To: d.c.from, Manifest: flushAckManifest, Payload: f.id}
+func (d *delivery) acknowledge(id []byte) bool {
+	ack := frame.Frame{From: d.t.cfg.Self, To: d.c.from, Manifest: flushAckManifest, Payload: id}
 	d.c.conn.SetWriteDeadline(time.Now().Add(d.t.cfg.WriteTimeout))
 	return frame.WriteFrame(d.c.conn, ack, controlMaxSize) == nil
 }

@@ -134,10 +134,10 @@ func (t *Transport) serveInbound(c *inConn) {
 			}
 			return
 		}
-		var item any
+		var item inbound
 		switch {
 		case f.Manifest == flushManifest:
-			item = flushRequest{id: f.Payload}
+			item = inbound{flush: true, flushID: f.Payload}
 		case f.To != self:
 			t.badFrame(c, fmt.Errorf("frame for %s: %w", f.To, cluster.ErrStaleIncarnation))
 			continue
@@ -146,7 +146,7 @@ func (t *Transport) serveInbound(c *inConn) {
 			continue
 		default:
 			peer.Received(1, 0) // a message frame
-			if item, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
+			if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
 				t.badFrame(c, err)
 				continue
 			}
