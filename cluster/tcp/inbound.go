@@ -34,7 +34,10 @@ const controlMaxSize = 4096
 type inConn struct {
 	conn net.Conn
 	from cluster.UniqueAddress
-	bad  int // bad frames so far; the first is logged
+	// bad counts bad frames so far; the first is logged. The reader
+	// counts those that do not parse, the deliverer may count those that
+	// do not decode.
+	bad  atomic.Int64
 	read int // bytes read from conn, counted when metrics are on
 	// superseded is set, under currentMu, once a newer connection of the
 	// same sender (or of a newer incarnation of its node) replaced it as
@@ -94,8 +97,8 @@ func (t *Transport) serveInbound(c *inConn) {
 			delete(t.current, c.from)
 		}
 		t.currentMu.Unlock()
-		if c.bad > 1 {
-			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", c.bad)
+		if bad := c.bad.Load(); bad > 1 {
+			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", bad)
 		}
 	}()
 	br, err := t.acceptHandshake(c)
@@ -268,7 +271,7 @@ func (t *Transport) isCurrent(c *inConn) bool { return !c.superseded.Load() }
 // badFrame counts a dropped frame and logs the first of its connection.
 func (t *Transport) badFrame(c *inConn, err error) {
 	t.stat.badFrames.Add(1)
-	if c.bad++; c.bad == 1 {
+	if c.bad.Add(1) == 1 {
 		t.log.Warn("tcp: dropped a bad frame; later ones on this connection are counted", "from", c.from, "err", err)
 	}
 }
