@@ -34,7 +34,10 @@ const controlMaxSize = 4096
 type inConn struct {
 	conn net.Conn
 	from cluster.UniqueAddress
-	bad  int // bad frames so far; the first is logged
+	// bad counts bad frames so far; the first is logged. The reader
+	// counts those that do not parse, the deliverer may count those that
+	// do not decode.
+	bad  atomic.Int64
 	read int // bytes read from conn, counted when metrics are on
 	// superseded is set, under currentMu, once a newer connection of the
 	// same sender (or of a newer incarnation of its node) replaced it as
@@ -94,8 +97,8 @@ func (t *Transport) serveInbound(c *inConn) {
 			delete(t.current, c.from)
 		}
 		t.currentMu.Unlock()
-		if c.bad > 1 {
-			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", c.bad)
+		if bad := c.bad.Load(); bad > 1 {
+			t.log.Warn("tcp: bad frames dropped on a connection", "from", c.from, "count", bad)
 		}
 	}()
 	br, err := t.acceptHandshake(c)
@@ -116,6 +119,8 @@ func (t *Transport) serveInbound(c *inConn) {
 	peer := t.m.Peer(c.from.Node)
 	c.read = br.Buffered() // read with the handshake, the start of the first frames
 	frames := frame.NewReader(br, t.cfg.MaxFrameSize)
+	d := newDelivery(t, c)
+	defer d.close()
 	for {
 		f, err := frames.Next()
 		if peer != nil {
@@ -132,31 +137,24 @@ func (t *Transport) serveInbound(c *inConn) {
 			}
 			return
 		}
+		var item inbound
 		switch {
 		case f.Manifest == flushManifest:
-			if !t.isCurrent(c) {
-				return
-			}
-			ack := frame.Frame{From: self, To: c.from, Manifest: flushAckManifest, Payload: f.Payload}
-			c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-			if err := frame.WriteFrame(c.conn, ack, controlMaxSize); err != nil {
-				return
-			}
-			continue
+			item = inbound{flush: true, flushID: f.Payload}
 		case f.To != self:
 			t.badFrame(c, fmt.Errorf("frame for %s: %w", f.To, cluster.ErrStaleIncarnation))
 			continue
 		case f.From != c.from:
 			t.badFrame(c, fmt.Errorf("%w: frame from %s on the connection of %s", frame.ErrCorrupt, f.From, c.from))
 			continue
+		default:
+			peer.Received(1, 0) // a message frame
+			if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
+				t.badFrame(c, err)
+				continue
+			}
 		}
-		peer.Received(1, 0) // a message frame
-		msg, err := t.cfg.Codec.Decode(f.Manifest, f.Payload)
-		if err != nil {
-			t.badFrame(c, err)
-			continue
-		}
-		if !t.deliver(c, msg) {
+		if !d.add(item, br.Buffered() > 0) {
 			return
 		}
 	}
@@ -270,28 +268,10 @@ func (r *refusalSent) Unwrap() error { return r.err }
 
 func (t *Transport) isCurrent(c *inConn) bool { return !c.superseded.Load() }
 
-// deliver hands msg to the handler unless c has been superseded (a newer
-// connection of the same sender, whose messages come later) or the
-// transport closed; false means stop reading c. The check runs under
-// deliverMu, with the handler: a delivery from the newer connection waits
-// for it, so an older one that passed its check has finished first and
-// the sender's order holds across the swap (the newer connection marks
-// the older superseded before it reads its first frame).
-func (t *Transport) deliver(c *inConn, msg any) bool {
-	t.deliverMu.Lock()
-	defer t.deliverMu.Unlock()
-	if t.ctx.Err() != nil || !t.isCurrent(c) {
-		return false
-	}
-	t.cfg.Handler(c.from, msg)
-	t.stat.delivered.Add(1)
-	return true
-}
-
 // badFrame counts a dropped frame and logs the first of its connection.
 func (t *Transport) badFrame(c *inConn, err error) {
 	t.stat.badFrames.Add(1)
-	if c.bad++; c.bad == 1 {
+	if c.bad.Add(1) == 1 {
 		t.log.Warn("tcp: dropped a bad frame; later ones on this connection are counted", "from", c.from, "err", err)
 	}
 }

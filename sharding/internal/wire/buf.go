@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -160,10 +160,11 @@ func (r *reader) string(field string) string {
 // slot. Short strings only, so it stays small however many it sees. The
 // hash is FNV-1a, fixed: strings that collide only miss the table (they
 // are allocated, as without it), and a decoder shares the same strings
-// from one run to the next.
+// from one run to the next. Every connection's reader decodes through the
+// same table, so a slot is an atomic pointer, not a string under a lock:
+// a hit, the common case, is one load and a compare.
 type interner struct {
-	mu    sync.Mutex
-	slots [internSlots]string
+	slots [internSlots]atomic.Pointer[string]
 }
 
 func newInterner() *interner { return new(interner) }
@@ -182,13 +183,11 @@ func (in *interner) get(b []byte) string {
 		h = (h ^ uint32(c)) * 16777619
 	}
 	slot := &in.slots[h&(internSlots-1)]
-	in.mu.Lock()
-	s := *slot
-	if s != string(b) {
-		s = string(b)
-		*slot = s
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
 	}
-	in.mu.Unlock()
+	s := string(b)
+	slot.Store(&s)
 	return s
 }
 

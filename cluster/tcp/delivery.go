@@ -1,0 +1,170 @@
+package tcp
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster/frame"
+)
+
+// delivery hands an inbound connection's messages to the handler in the
+// order they arrived. A connection's reader reads and decodes; while its
+// link is quiet it also hands each message over itself, at once, with no
+// goroutine between the socket and the handler (an ask's round trip pays
+// for no hand-off). Once frames arrive faster than one goroutine both
+// decodes and handles them, that is, when the reader finds the next
+// frames already read while the handler has messages not yet handled, it
+// passes batches to the connection's deliverer goroutine and decodes the
+// next batch while the deliverer hands over the last: the two halves of
+// the receiving work run on two cores (docs/DESIGN.md, "Transport").
+//
+// Order holds because the reader hands over inline only when the
+// deliverer has nothing left (pending is 0, and only the reader adds to
+// it). Across connections, every message is handed over under the
+// transport's deliverMu after checking that its connection is still its
+// sender's current one: a newer connection marks the older superseded
+// before it reads its first frame, so nothing of the older one is handled
+// after the newer one's first message.
+type delivery struct {
+	t *Transport
+	c *inConn
+	// batch collects what was read and not yet handed over.
+	batch []inbound
+	// pending counts batches passed to the deliverer and not yet handled.
+	pending atomic.Int32
+	batches chan []inbound
+	free    chan []inbound
+	done    chan struct{}
+	// stopped is set by whichever goroutine found the connection no
+	// longer current, or the transport closed: nothing more is handed over.
+	stopped atomic.Bool
+}
+
+// inbound is one item of a connection's stream: a decoded message, or a
+// flush request (flush set, its id in msg's place) answered once every
+// message before it was handed over.
+type inbound struct {
+	msg     any
+	flushID []byte
+	flush   bool
+}
+
+const (
+	batchSize     = 128 // messages per batch passed to the deliverer
+	batchesQueued = 4   // batches the reader may be ahead of the deliverer
+)
+
+func newDelivery(t *Transport, c *inConn) *delivery {
+	return &delivery{t: t, c: c, batch: make([]inbound, 0, batchSize)}
+}
+
+// add takes the next item read; more says the frames after it are
+// already read. False means stop reading the connection.
+func (d *delivery) add(item inbound, more bool) bool {
+	d.batch = append(d.batch, item)
+	if more && len(d.batch) < batchSize {
+		return true // decode on: the batch is handed over in one go
+	}
+	if d.pending.Load() == 0 && !more {
+		ok := d.handOver(d.batch)
+		clear(d.batch)
+		d.batch = d.batch[:0]
+		return ok
+	}
+	if d.batches == nil {
+		d.start()
+	}
+	if d.stopped.Load() {
+		return false
+	}
+	d.pending.Add(1)
+	d.batches <- d.batch
+	d.batch = <-d.free
+	return true
+}
+
+// start starts the deliverer, the first time the reader is ahead.
+func (d *delivery) start() {
+	d.batches = make(chan []inbound, batchesQueued)
+	d.free = make(chan []inbound, batchesQueued+1)
+	for range batchesQueued + 1 {
+		d.free <- make([]inbound, 0, batchSize)
+	}
+	d.done = make(chan struct{})
+	go d.deliver()
+}
+
+// deliver is the deliverer: it hands over the batches in order, and
+// drops them once stopped, so that the reader never waits on it for long.
+func (d *delivery) deliver() {
+	defer close(d.done)
+	for b := range d.batches {
+		if !d.stopped.Load() && !d.handOver(b) {
+			// The reader may be waiting for the next frame: end it.
+			d.c.conn.Close()
+		}
+		clear(b)
+		d.free <- b[:0]
+		d.pending.Add(-1)
+	}
+}
+
+// handOver hands batch to the handler and answers its flushes, unless
+// the connection is no longer current or the transport closed; false
+// then, and the connection's delivery is stopped.
+func (d *delivery) handOver(batch []inbound) bool {
+	for len(batch) > 0 {
+		n := 0
+		for n < len(batch) && !batch[n].flush {
+			n++
+		}
+		if n > 0 && !d.handle(batch[:n]) {
+			return false
+		}
+		if n == len(batch) {
+			break
+		}
+		// Written outside deliverMu: a peer slow to read its answer
+		// holds up only its own connection.
+		if !d.t.isCurrent(d.c) || !d.acknowledge(batch[n].flushID) {
+			d.stopped.Store(true)
+			return false
+		}
+		batch = batch[n+1:]
+	}
+	return true
+}
+
+// handle hands msgs to the handler under deliverMu, each after checking
+// that the connection is still current and the transport open: a swap
+// while the handler runs stops the rest of the batch.
+func (d *delivery) handle(msgs []inbound) bool {
+	t := d.t
+	t.deliverMu.Lock()
+	defer t.deliverMu.Unlock()
+	for i := range msgs {
+		if t.ctx.Err() != nil || !t.isCurrent(d.c) {
+			d.stopped.Store(true)
+			return false
+		}
+		t.cfg.Handler(d.c.from, msgs[i].msg)
+		t.stat.delivered.Add(1)
+	}
+	return true
+}
+
+// acknowledge answers a flush: every message before it was handed over.
+func (d *delivery) acknowledge(id []byte) bool {
+	ack := frame.Frame{From: d.t.cfg.Self, To: d.c.from, Manifest: flushAckManifest, Payload: id}
+	d.c.conn.SetWriteDeadline(time.Now().Add(d.t.cfg.WriteTimeout))
+	return frame.WriteFrame(d.c.conn, ack, controlMaxSize) == nil
+}
+
+// close ends the deliverer, once what was passed to it is handed over or
+// dropped; the reader calls it when it stops reading.
+func (d *delivery) close() {
+	if d.batches != nil {
+		close(d.batches)
+		<-d.done
+	}
+}

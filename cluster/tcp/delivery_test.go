@@ -1,0 +1,73 @@
+package tcp_test
+
+import (
+	"bytes"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/clustertest"
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/cluster/tcp"
+)
+
+// A burst that the reader reads faster than the handler takes it is
+// handed over in order, and a flush behind it is answered only once
+// every message before it was handled, however far the reader ran ahead.
+func TestBurstIsHandedOverInOrderAndFlushedAfterIt(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	got := newRecorder()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := nw.start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
+		got.handle(from, msg)
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}, "")
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	x := addr("x", 1)
+	p := dialRaw(t, b.Addr().String())
+	if answer := p.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer %q, want welcome", answer.Manifest)
+	}
+	p.write(encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: 0}))
+	select {
+	case <-entered:
+	case <-time.After(deadline):
+		t.Fatal("the handler never ran")
+	}
+	// The handler holds message 0 while the burst and its flush arrive,
+	// several batches' worth in one write.
+	const n = 1000
+	var burst bytes.Buffer
+	for seq := 1; seq <= n; seq++ {
+		if err := frame.WriteFrame(&burst, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := frame.WriteFrame(&burst, frame.Frame{From: x, To: b.Self(), Manifest: tcp.FlushManifest, Payload: []byte{7}}, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	p.writeRaw(burst.Bytes())
+	unblock()
+	ack, err := p.read()
+	if err != nil || ack.Manifest != tcp.FlushAckManifest {
+		t.Fatalf("flush: %q, %v; want the acknowledgement", ack.Manifest, err)
+	}
+	seqs := got.from("x")
+	if len(seqs) != n+1 {
+		t.Fatalf("the flush was answered after %d of the %d messages before it", len(seqs), n+1)
+	}
+	if !slices.IsSorted(seqs) || seqs[0] != 0 || seqs[n] != n {
+		t.Fatalf("messages out of order: %v", seqs)
+	}
+	if s := b.Stats().Delivered; s != n+1 {
+		t.Fatalf("Stats().Delivered = %d, want %d", s, n+1)
+	}
+}
