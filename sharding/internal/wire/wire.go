@@ -148,18 +148,44 @@ func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error)
 	start := len(dst)
 	dst = append(dst, byte(id)) // ids stay below 128: one byte, a uvarint
 	if kinds[id].protocol {
-		dst = appendString(dst, e.To.Type)
-		var flags byte
-		if e.To.Coordinator {
-			flags |= targetCoordinator
-		}
-		dst = append(dst, flags)
+		dst = appendTarget(dst, e.To)
 	}
 	dst, _, err := appendMessage(dst, e.Msg, reg)
 	if err != nil {
 		return dst[:start], err
 	}
 	return dst, nil
+}
+
+// AppendDeliver appends the envelope of d for to: the bytes the codec
+// writes for Pack(reg, to, d), its user message encoded with reg in
+// place. It is for a sender that hands the cluster transport the bytes
+// (cluster.EncodedSender): d is never copied into an interface value. A
+// user message reg cannot encode is the codec's error; on error dst is
+// returned unchanged.
+func AppendDeliver(dst []byte, reg *codec.Registry, to Target, d protocol.Deliver) ([]byte, error) {
+	start := len(dst)
+	dst = appendTarget(append(dst, byte(IDDeliver)), to)
+	var err error
+	dst = appendBody(dst, func(b []byte) []byte {
+		b, err = appendDeliver(b, d, reg)
+		return b
+	})
+	if err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// appendTarget writes a protocol message's target: its type and a flags
+// byte.
+func appendTarget(dst []byte, to Target) []byte {
+	dst = appendString(dst, to.Type)
+	var flags byte
+	if to.Coordinator {
+		flags |= targetCoordinator
+	}
+	return append(dst, flags)
 }
 
 // DecodeEnvelope parses an envelope written by AppendEnvelope. The byte
@@ -172,16 +198,31 @@ func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, n
 // names and, with open, decoding the user message of each Deliver that
 // carries no reply address as it reads it (see RegisterOpeningTypes).
 func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
+	var e Envelope
+	var d protocol.Deliver
+	id, err := readEnvelope(src, names, open, &e, &d)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if id == IDDeliver {
+		e.Msg = d
+	}
+	return e, nil
+}
+
+// readEnvelope reads src into e, the message of a Deliver into d instead
+// of e.Msg (the caller decides whether it goes into an interface), and
+// returns the message's type id.
+func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 	r := reader{b: src, msg: "Envelope", names: names, open: open}
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
-		return Envelope{}, r.err
+		return 0, r.err
 	}
 	k := kindOf(id)
 	if k == nil {
-		return Envelope{}, &UnknownTypeError{ID: id}
+		return 0, &UnknownTypeError{ID: id}
 	}
-	var e Envelope
 	if k.protocol {
 		e.To.Type = r.string("To.Type")
 		flags := r.byte("To.Flags")
@@ -194,7 +235,7 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 	if id == IDDeliver {
 		// Read directly: body handed to k.read, a function value, would
 		// be moved to the heap for every message.
-		e.Msg = readDeliver(&body)
+		*d = readDeliver(&body)
 	} else {
 		other := body
 		e.Msg = k.read(&other)
@@ -204,10 +245,42 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
 	}
-	if r.err != nil {
-		return Envelope{}, r.err
+	return id, r.err
+}
+
+// Decoder reads envelopes as the codec's decoder of RegisterOpeningTypes
+// does, with a table of its own for the strings it shares, for a
+// receiver that takes the bytes from the cluster transport
+// (cluster.EncodedReceiver). It is safe for concurrent use.
+type Decoder struct {
+	names *interner
+	open  *codec.Registry
+}
+
+// NewDecoder returns a Decoder that opens with open the user message of
+// each Deliver that carries no reply address (see RegisterOpeningTypes).
+func NewDecoder(open *codec.Registry) *Decoder {
+	return &Decoder{names: newInterner(), open: open}
+}
+
+// Decode parses an envelope, as DecodeEnvelope does.
+func (dec *Decoder) Decode(src []byte) (Envelope, error) {
+	return decodeEnvelope(src, dec.names, dec.open)
+}
+
+// DecodeDeliver parses src when it is the envelope of a Deliver, and
+// returns its target and the Deliver as a value that no interface holds.
+// For the envelope of any other message isDeliver is false and nothing is
+// read: Decode it. Errors are Decode's.
+func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, isDeliver bool, err error) {
+	if len(src) == 0 || TypeID(src[0]) != IDDeliver {
+		return Target{}, protocol.Deliver{}, false, nil
 	}
-	return e, nil
+	var e Envelope
+	if _, err := readEnvelope(src, dec.names, dec.open, &e, &d); err != nil {
+		return Target{}, protocol.Deliver{}, true, err
+	}
+	return e.To, d, true, nil
 }
 
 // idOf is m's type id, 0 for a type not in the table.

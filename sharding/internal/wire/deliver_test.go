@@ -1,0 +1,116 @@
+package wire_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
+)
+
+// AppendDeliver writes the bytes the codec writes for a packed Deliver,
+// and DecodeDeliver reads them back as the codec's decoder does.
+func TestAppendDeliverEncodesAsPack(t *testing.T) {
+	reg := openingCodec(t)
+	var rt entity.ReplyTo[string]
+	if err := json.Unmarshal([]byte(`{"node":"n2","incarnation":4,"id":11}`), &rt); err != nil {
+		t.Fatal(err)
+	}
+	to := wire.Target{Type: "t"}
+	dec := wire.NewDecoder(reg)
+	for _, d := range []protocol.Deliver{
+		{Shard: "1", EntityID: "e", Msg: plain{N: 7}},
+		{Shard: "1", EntityID: "e", Msg: note{Text: "ask", ReplyTo: rt}, Ask: true},
+		{Shard: "1", EntityID: "e", Msg: note{Text: string(bytes.Repeat([]byte("x"), 300))}},
+		{Shard: "2", EntityID: "f", Start: true},
+		{Shard: "1", EntityID: "e", Msg: plain{N: 1}, Trace: &protocol.TraceContext{Parent: "00-ab-cd-01", State: "k=v"}},
+	} {
+		packed, err := wire.Pack(reg, to, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want, err := reg.Encode(packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := wire.AppendDeliver([]byte("head"), reg, to, d)
+		if err != nil || !bytes.Equal(got, append([]byte("head"), want...)) {
+			t.Fatalf("%+v: AppendDeliver = %x, %v\nthe codec writes %x", d, got, err, want)
+		}
+		decoded, err := reg.Decode(wire.EnvelopeManifest, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotTo, gotD, isDeliver, err := dec.DecodeDeliver(want)
+		if err != nil || !isDeliver || gotTo != to || !reflect.DeepEqual(gotD, decoded.(wire.Envelope).Msg) {
+			t.Fatalf("DecodeDeliver = %v %+v %v %v, the codec decodes %+v", gotTo, gotD, isDeliver, err, decoded)
+		}
+	}
+	if got, err := wire.AppendDeliver([]byte("head"), reg, to, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) || string(got) != "head" {
+		t.Fatalf("AppendDeliver of an unregistered user message: %q, %v", got, err)
+	}
+}
+
+// DecodeDeliver leaves the envelopes of other messages to Decode, and
+// refuses bad input as Decode does.
+func TestDecodeDeliverOfOtherEnvelopes(t *testing.T) {
+	reg := openingCodec(t)
+	dec := wire.NewDecoder(reg)
+	b, err := wire.AppendEnvelope(nil, wire.Envelope{To: wire.Target{Type: "t"}, Msg: protocol.LeaveRequest{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, isDeliver, err := dec.DecodeDeliver(b); isDeliver || err != nil {
+		t.Fatalf("DecodeDeliver of a LeaveRequest: %v, %v", isDeliver, err)
+	}
+	if e, err := dec.Decode(b); err != nil || e.Msg != (protocol.LeaveRequest{}) {
+		t.Fatalf("Decode of a LeaveRequest: %+v, %v", e, err)
+	}
+	good, err := wire.AppendDeliver(nil, reg, wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, isDeliver, err := dec.DecodeDeliver(good[:len(good)-2]); !isDeliver || !errors.Is(err, wire.ErrShort) {
+		t.Fatalf("DecodeDeliver of a cut envelope: %v, %v; want ErrShort", isDeliver, err)
+	}
+}
+
+// Encoding a tell's envelope and decoding it again costs only the user
+// message's own encoding and decoding: the Deliver is never put in an
+// interface value.
+func TestDeliverRoundTripAllocations(t *testing.T) {
+	reg := openingCodec(t)
+	dec := wire.NewDecoder(reg)
+	to := wire.Target{Type: "account"}
+	d := protocol.Deliver{Shard: "12", EntityID: "account-42", Msg: plain{N: 1}}
+	buf := make([]byte, 0, 256)
+	userManifest, userPayload, err := reg.Encode(plain{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	userAllocs := testing.AllocsPerRun(100, func() {
+		if _, _, err := reg.AppendEncode(buf[:0], plain{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Decode(userManifest, userPayload); err != nil {
+			t.Fatal(err)
+		}
+	})
+	n := testing.AllocsPerRun(100, func() {
+		b, err := wire.AppendDeliver(buf[:0], reg, to, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := dec.DecodeDeliver(b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > userAllocs {
+		t.Fatalf("a tell's envelope encoded and decoded: %v allocations besides the user message's %v", n-userAllocs, userAllocs)
+	}
+}
