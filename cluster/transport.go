@@ -52,6 +52,32 @@ type Transport interface {
 // incarnation, msg the decoded copy. It must not block.
 type Handler func(from UniqueAddress, msg any)
 
+// EncodedSender is a Transport that also takes messages their sender
+// encoded: SendEncoded queues payload, the codec's bytes of a value under
+// manifest, as Send queues its encoding of a value (the same frame, the
+// same errors). The transport copies payload before it returns. A sender
+// that would put a value into an interface only for Send checks for it
+// once.
+type EncodedSender interface {
+	SendEncoded(to UniqueAddress, manifest string, payload []byte) error
+}
+
+// EncodedReceiver is a Transport that hands the messages of one manifest
+// to an EncodedHandler as they arrived, instead of decoding them with its
+// codec for its Handler: the receiver decodes them into values of its own
+// types, which no interface needs to hold. Both handlers run one message
+// at a time, in the link's order. HandleEncoded replaces the manifest's
+// handler; nil removes it.
+type EncodedReceiver interface {
+	HandleEncoded(manifest string, h EncodedHandler)
+}
+
+// EncodedHandler receives from the incarnation from a message's payload,
+// undecoded; the payload is the frame's own and may be kept. It returns
+// an error only when payload does not decode: the transport then drops
+// and counts it as a frame its codec could not decode. It must not block.
+type EncodedHandler func(from UniqueAddress, payload []byte) error
+
 // ErrQueueFull is returned (wrapped) by Send when the link's bounded queue
 // is full; the message was not sent. The sender decides: retry later, drop
 // or fail its own caller.

@@ -26,6 +26,15 @@ func TestAppendEncodeWritesEncodesBytes(t *testing.T) {
 		if err != nil || !bytes.Equal(got, append([]byte("head"), want...)) {
 			t.Fatalf("payload of %d bytes: AppendEncode = %x, %v\nwant head+%x", n+2, got, err, want)
 		}
+		// A payload encoded by its sender (tcp's SendEncoded) makes the same frame.
+		manifest, payload, err := reg.Encode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marshalled, err := frame.Marshal(nil, frame.Frame{From: a1, To: b2, Manifest: manifest, Payload: payload}, 1<<20)
+		if err != nil || !bytes.Equal(marshalled, want) {
+			t.Fatalf("payload of %d bytes: Marshal = %x, %v\nwant %x", n+2, marshalled, err, want)
+		}
 	}
 	got, err := frame.AppendEncode([]byte("head"), reg, a1, b2, strings.Repeat("x", 100), 50)
 	if !errors.Is(err, frame.ErrTooLarge) || string(got) != "head" {

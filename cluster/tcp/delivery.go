@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 )
 
@@ -40,12 +41,15 @@ type delivery struct {
 	stopped atomic.Bool
 }
 
-// inbound is one item of a connection's stream: a decoded message, or a
-// flush request (flush set, its id in msg's place) answered once every
-// message before it was handed over.
+// inbound is one item of a connection's stream: a decoded message, a
+// message for the handler of its manifest to decode (encoded and its
+// payload, see Transport.HandleEncoded), or a flush request (flush set,
+// its id the payload) answered once every message before it was handed
+// over.
 type inbound struct {
 	msg     any
-	flushID []byte
+	encoded cluster.EncodedHandler
+	payload []byte
 	flush   bool
 }
 
@@ -126,7 +130,7 @@ func (d *delivery) handOver(batch []inbound) bool {
 		}
 		// Written outside deliverMu: a peer slow to read its answer
 		// holds up only its own connection.
-		if !d.t.isCurrent(d.c) || !d.acknowledge(batch[n].flushID) {
+		if !d.t.isCurrent(d.c) || !d.acknowledge(batch[n].payload) {
 			d.stopped.Store(true)
 			return false
 		}
@@ -147,7 +151,14 @@ func (d *delivery) handle(msgs []inbound) bool {
 			d.stopped.Store(true)
 			return false
 		}
-		t.cfg.Handler(d.c.from, msgs[i].msg)
+		if m := &msgs[i]; m.encoded != nil {
+			if err := m.encoded(d.c.from, m.payload); err != nil {
+				t.badFrame(d.c, err) // it did not decode
+				continue
+			}
+		} else {
+			t.cfg.Handler(d.c.from, m.msg)
+		}
 		t.stat.delivered.Add(1)
 	}
 	return true

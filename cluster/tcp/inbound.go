@@ -140,7 +140,7 @@ func (t *Transport) serveInbound(c *inConn) {
 		var item inbound
 		switch {
 		case f.Manifest == flushManifest:
-			item = inbound{flush: true, flushID: f.Payload}
+			item = inbound{flush: true, payload: f.Payload}
 		case f.To != self:
 			t.badFrame(c, fmt.Errorf("frame for %s: %w", f.To, cluster.ErrStaleIncarnation))
 			continue
@@ -149,7 +149,9 @@ func (t *Transport) serveInbound(c *inConn) {
 			continue
 		default:
 			peer.Received(1, 0) // a message frame
-			if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
+			if h := t.encodedHandler(f.Manifest); h != nil {
+				item = inbound{encoded: h, payload: f.Payload} // h decodes it as it is handed over
+			} else if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
 				t.badFrame(c, err)
 				continue
 			}

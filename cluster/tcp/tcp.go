@@ -72,6 +72,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -314,6 +315,11 @@ type Transport struct {
 
 	versionLogged sync.Map // "node version" → struct{}: wire version mismatches logged
 
+	// encoded holds the handlers of frames handed over undecoded, by
+	// manifest (see HandleEncoded); read without a lock for every frame,
+	// replaced whole under mu.
+	encoded atomic.Pointer[map[string]cluster.EncodedHandler]
+
 	// lastLink is the link Send used last (see Send).
 	lastLink atomic.Pointer[link]
 
@@ -343,7 +349,11 @@ func (t *Transport) putBody(b *[]byte) {
 	}
 }
 
-var _ cluster.Transport = (*Transport)(nil)
+var (
+	_ cluster.Transport       = (*Transport)(nil)
+	_ cluster.EncodedSender   = (*Transport)(nil)
+	_ cluster.EncodedReceiver = (*Transport)(nil)
+)
 
 // Listen starts a transport listening for its peers.
 func Listen(cfg Config) (*Transport, error) {
@@ -433,11 +443,31 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		t.putBody(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
+	return t.enqueue(to, buf)
+}
+
+// SendEncoded implements cluster.EncodedSender: Send of a message already
+// encoded, its payload copied into the frame before it returns.
+func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
+	buf := t.getBody()
+	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
+	body, err := frame.Marshal(*buf, f, t.cfg.MaxFrameSize)
+	*buf = body
+	if err != nil {
+		t.putBody(buf)
+		return fmt.Errorf("tcp: send to %s: %w", to, err)
+	}
+	return t.enqueue(to, buf)
+}
+
+// enqueue queues the frame body in buf, a buffer of t.bodies, on the link
+// to to; buf is the link's once queued, back in the pool otherwise.
+func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
 	// The link Send used last, when it is to's: no lock, no look-up. A
 	// live link is always the one in t.links (a link leaves it only
 	// killed), so only a dead one needs the look-up, which finds what
 	// replaced it or why there is none.
-	err = errLinkDead
+	err := errLinkDead
 	if l := t.lastLink.Load(); l != nil && l.to == to {
 		err = l.enqueue(buf)
 	}
@@ -455,6 +485,34 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	t.stat.sent.Add(1)
+	return nil
+}
+
+// HandleEncoded implements cluster.EncodedReceiver: the frames of
+// manifest go to h undecoded, under the Handler's rules (one at a time,
+// in order, none from a superseded connection); an error from h counts
+// the frame as bad.
+func (t *Transport) HandleEncoded(manifest string, h cluster.EncodedHandler) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := make(map[string]cluster.EncodedHandler)
+	if old := t.encoded.Load(); old != nil {
+		maps.Copy(next, *old)
+	}
+	if h == nil {
+		delete(next, manifest)
+	} else {
+		next[manifest] = h
+	}
+	t.encoded.Store(&next)
+}
+
+// encodedHandler is the handler of manifest's frames, nil when the codec
+// decodes them for the Handler.
+func (t *Transport) encodedHandler(manifest string) cluster.EncodedHandler {
+	if hs := t.encoded.Load(); hs != nil {
+		return (*hs)[manifest]
+	}
 	return nil
 }
 

@@ -1,0 +1,77 @@
+package tcp_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/clustertest"
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/entity/codec"
+)
+
+// The frames of a manifest with an EncodedHandler reach it undecoded, in
+// the link's order whether they were sent as values or encoded; other
+// manifests still reach the Handler decoded, and a payload the
+// EncodedHandler cannot decode is a bad frame.
+func TestEncodedFramesBypassTheCodec(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[clustertest.Ping](reg, clustertest.PingManifest)
+	codec.MustRegister[string](reg, "text")
+	nw := newNetwork(t, reg, nil)
+	var mu sync.Mutex
+	var got []string
+	record := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, s)
+	}
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b := nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { record("handler " + msg.(string)) }, "")
+	b.HandleEncoded(clustertest.PingManifest, func(from cluster.UniqueAddress, payload []byte) error {
+		v, err := reg.Decode(clustertest.PingManifest, payload)
+		if err != nil {
+			return err
+		}
+		record(from.Node + " " + v.(clustertest.Ping).Sender)
+		return nil
+	})
+	encoded := func(p clustertest.Ping) []byte {
+		_, payload, err := reg.Encode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return payload
+	}
+	to := addr("b", 1)
+	for _, err := range []error{
+		a.Send(to, clustertest.Ping{Sender: "sent"}),
+		a.SendEncoded(to, clustertest.PingManifest, encoded(clustertest.Ping{Sender: "encoded"})),
+		a.SendEncoded(to, clustertest.PingManifest, []byte("not json")),
+		a.Send(to, "value"),
+		a.Send(to, clustertest.Ping{Sender: "last"}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"a sent", "a encoded", "handler value", "a last"}
+	eventually(t, "all delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+	if s := b.Stats(); s.BadFrames != 1 || s.Delivered != 4 {
+		t.Fatalf("receiver's stats %+v, want 1 bad frame and 4 delivered", s)
+	}
+	if err := a.SendEncoded(to, "big", make([]byte, 5000)); !errors.Is(err, cluster.ErrFrameTooLarge) || !errors.Is(err, frame.ErrTooLarge) {
+		t.Fatalf("SendEncoded over the frame limit: %v", err)
+	}
+}
