@@ -2,15 +2,17 @@ package sharding
 
 import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 
-// inbound is the region's listener on the transport: what other regions
-// (and coordinators) send it. A Deliver for a shard this region hosts and
-// routes to directly goes straight to the shard's entity on the caller's
-// goroutine (for the remote transport, the one that read it off the
-// socket), as a local Tell would: through the fast path, or the read lock
-// of the shard's stripe, never the region's write lock or its control
-// entity. Everything else (protocol messages, and a Deliver the region
-// cannot route directly) is queued for the control entity, which steps
-// the core under the write lock, one message at a time.
+// inboundDeliver is the region's listener for the Delivers other regions
+// send it over the transport, which hands them over by value (every other
+// message is queued, see queueInbound). A Deliver for a shard this region
+// hosts and routes to directly goes straight to the shard's entity on the
+// caller's goroutine (for the remote transport, the one that read it off
+// the socket), as a local Tell would: through the fast path, or the read
+// lock of the shard's stripe, never the region's write lock or its
+// control entity. Everything else (protocol messages, and a Deliver the
+// region cannot route directly, which is put in an interface value only
+// then) is queued for the control entity, which steps the core under the
+// write lock, one message at a time.
 //
 // Order: a transport hands a link's messages over one at a time, in the
 // order they were sent (docs/DESIGN.md, "What the protocol assumes of the
@@ -20,12 +22,17 @@ import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 // HandOver or HandOff (docs/DESIGN.md, "Fence on the data link",
 // "Hand-over, not carry"); and what it overtakes of other links, a
 // transport never ordered. A Deliver handled here is in the entity's
-// mailbox when inbound returns, before the transport hands over the next
-// message of the link, so a Fence behind it finds it there.
-func (r *Region[C]) inbound(m Message) error {
-	if d, ok := m.(protocol.Deliver); ok && r.queued.Load() == 0 && r.deliverInbound(d) {
+// mailbox when inboundDeliver returns, before the transport hands over the
+// next message of the link, so a Fence behind it finds it there.
+func (r *Region[C]) inboundDeliver(d protocol.Deliver) error {
+	if r.queued.Load() == 0 && r.deliverInbound(d) {
 		return nil
 	}
+	return r.queueInbound(d)
+}
+
+// queueInbound queues m, from the transport, for the control entity.
+func (r *Region[C]) queueInbound(m Message) error {
 	r.queued.Add(1)
 	if err := r.ctl.Tell(queuedInbound{m}); err != nil {
 		r.queued.Add(-1)

@@ -123,14 +123,15 @@ func (r *Region[C]) listen() error {
 		Key:       entity.NewTypeKey[Message]("sharding-region-" + r.typ),
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
-	stop, err := r.s.remote.Listen(r.self, func(m Message) error {
-		m, span := r.traceInbound(m)
-		err := r.inbound(m)
+	deliver := func(d protocol.Deliver) error {
+		d, span := r.traceInbound(d)
+		err := r.inboundDeliver(d)
 		if span != nil {
 			endSpan(span, err)
 		}
 		return err
-	})
+	}
+	stop, err := r.s.remote.ListenDelivers(r.self, r.queueInbound, deliver)
 	if err != nil {
 		r.ctl.StopNow()
 		return err
@@ -247,10 +248,10 @@ func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pendin
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.remote.Send(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, d)
 		endSpan(span, err)
 	} else {
-		err = r.s.remote.Send(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)

@@ -96,17 +96,16 @@ func endSpan(span trace.Span, err error) {
 // traceInbound starts the "shoal.remote.receive" span of a traced Deliver
 // the transport hands this region, and returns the Deliver carrying that
 // span instead of the sender's, so that the entity's handler is its child;
-// other messages, and all when the runtime records no spans, come back as
-// they are, with no span. The caller ends the span once the message is
-// queued.
-func (r *Region[C]) traceInbound(m Message) (Message, trace.Span) {
-	d, ok := m.(protocol.Deliver)
-	if !ok || d.Trace == nil || !r.s.sys.Tracing() {
-		return m, nil
+// an untraced Deliver, and all when the runtime records no spans, comes
+// back as it is, with no span. The caller ends the span once the message
+// is queued.
+func (r *Region[C]) traceInbound(d protocol.Deliver) (protocol.Deliver, trace.Span) {
+	if d.Trace == nil || !r.s.sys.Tracing() {
+		return d, nil
 	}
 	parent := traceOf(d)
 	if parent == nil {
-		return m, nil
+		return d, nil
 	}
 	span := r.startRemote("shoal.remote.receive", trace.SpanKindConsumer, *parent, "", d.EntityID)
 	setTrace(&d, span.SpanContext())

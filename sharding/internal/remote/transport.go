@@ -178,8 +178,14 @@ type Transport struct {
 	self cluster.UniqueAddress
 	stat counters
 
-	ct  atomic.Pointer[cluster.Transport]
+	ct  atomic.Pointer[bound]
 	sys atomic.Pointer[entity.System]
+	// dec decodes the envelopes the cluster transport hands over
+	// undecoded (cluster.EncodedReceiver).
+	dec *wire.Decoder
+
+	// bufs recycles the buffers SendDeliver encodes envelopes into.
+	bufs sync.Pool // *[]byte
 
 	// listeners is read without a lock for every message; Listen and its
 	// stop replace it whole, under mu.
@@ -193,14 +199,36 @@ type Transport struct {
 	verdicts atomic.Pointer[verdicts]
 }
 
+// bound is the cluster transport, and the same as an EncodedSender when
+// it is one.
+type bound struct {
+	ct      cluster.Transport
+	encoded cluster.EncodedSender
+}
+
 // listeners are the handlers of this node's targets; never modified once
 // published.
 type listeners struct {
-	handlers map[wire.Target]func(protocol.Message) error
+	handlers map[wire.Target]listener
 	// stopped holds the targets that had a listener here and lost it (a
 	// region shut down): mail for them is expected while the others'
 	// views catch up, so it is refused without a warning.
 	stopped map[wire.Target]bool
+}
+
+// listener is the handler of a target: deliver, when set, takes its
+// Delivers, handle every other message (and the Delivers otherwise).
+type listener struct {
+	handle  func(protocol.Message) error
+	deliver func(protocol.Deliver) error
+}
+
+// handleDeliver hands d to the listener: by value to deliver, when set.
+func (l listener) handleDeliver(d protocol.Deliver) error {
+	if l.deliver != nil {
+		return l.deliver(d)
+	}
+	return l.handle(d)
 }
 
 // verdicts are staleSender's verdicts under one view.
@@ -232,21 +260,30 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger, self: self}
+	t := &Transport{cfg: cfg, log: cfg.Logger, self: self, dec: wire.NewDecoder(cfg.Codec)}
 	t.listeners.Store(&listeners{
-		handlers: make(map[wire.Target]func(protocol.Message) error),
+		handlers: make(map[wire.Target]listener),
 		stopped:  make(map[wire.Target]bool),
 	})
 	return t, nil
 }
 
 // Bind sets the cluster transport that carries messages to other nodes;
-// it must send from this incarnation.
+// it must send from this incarnation. A cluster transport that takes
+// encoded messages (cluster.EncodedSender) carries SendDeliver's envelopes
+// as bytes; one that hands them over (cluster.EncodedReceiver) gives this
+// transport the envelopes it receives undecoded, for Delivers to reach
+// their listeners without being put in an interface value.
 func (t *Transport) Bind(ct cluster.Transport) error {
 	if ct.Self() != t.self {
 		return fmt.Errorf("%w: cluster transport of %s bound to the remote transport of %s", cluster.ErrInvalidConfig, ct.Self(), t.self)
 	}
-	t.ct.Store(&ct)
+	b := &bound{ct: ct}
+	b.encoded, _ = ct.(cluster.EncodedSender)
+	t.ct.Store(b)
+	if r, ok := ct.(cluster.EncodedReceiver); ok {
+		r.HandleEncoded(wire.EnvelopeManifest, t.receiveEncoded)
+	}
 	return nil
 }
 
@@ -267,6 +304,18 @@ func (t *Transport) Stats() Stats {
 // Listen routes messages for addr, an address of this node, to handle,
 // which must not block. The returned function stops listening.
 func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (func(), error) {
+	return t.listen(addr, listener{handle: handle})
+}
+
+// ListenDelivers is Listen with deliver taking the Delivers for addr, by
+// value: sent by SendDeliver, or received from a cluster transport that
+// hands envelopes over undecoded, a Deliver reaches it without being put
+// in an interface value (an allocation per message).
+func (t *Transport) ListenDelivers(addr Address, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (func(), error) {
+	return t.listen(addr, listener{handle: handle, deliver: deliver})
+}
+
+func (t *Transport) listen(addr Address, l listener) (func(), error) {
 	if addr.Node != t.self {
 		return nil, fmt.Errorf("remote: %s cannot listen at %s, an address of another node", t.self, addr)
 	}
@@ -277,7 +326,7 @@ func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (f
 		return nil, fmt.Errorf("remote: %s already has a listener", addr)
 	}
 	t.updateListenersLocked(func(ls *listeners) {
-		ls.handlers[target] = handle
+		ls.handlers[target] = l
 		delete(ls.stopped, target)
 	})
 	return func() {
@@ -299,14 +348,14 @@ func (t *Transport) updateListenersLocked(change func(*listeners)) {
 	t.listeners.Store(ls)
 }
 
-// handler is target's listener; nil with stopped true when it had one
-// that was removed.
-func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error, stopped bool) {
+// handler is target's listener; ok false, with stopped true when it had
+// one that was removed.
+func (t *Transport) handler(target wire.Target) (l listener, ok, stopped bool) {
 	ls := t.listeners.Load()
-	if h = ls.handlers[target]; h != nil {
-		return h, false
+	if l, ok = ls.handlers[target]; ok {
+		return l, true, false
 	}
-	return nil, ls.stopped[target]
+	return listener{}, false, ls.stopped[target]
 }
 
 // Send hands msg to the listener at to; it does not wait for handling,
@@ -319,12 +368,14 @@ func (t *Transport) handler(target wire.Target) (h func(protocol.Message) error,
 func (t *Transport) Send(to Address, msg protocol.Message) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
 	if to.Node == t.self {
-		h, _ := t.handler(target)
-		if h == nil {
-			return fmt.Errorf("%w: %s: %w", ErrUnreachable, to, ErrUnknownTarget)
+		l, err := t.local(to, target)
+		if err != nil {
+			return err
 		}
-		t.stat.local.Add(1)
-		return h(msg)
+		if d, isDeliver := msg.(protocol.Deliver); isDeliver {
+			return l.handleDeliver(d)
+		}
+		return l.handle(msg)
 	}
 	w, err := wire.Pack(t.cfg.Codec, target, msg)
 	if errors.Is(err, wire.ErrUnknownType) {
@@ -336,12 +387,77 @@ func (t *Transport) Send(to Address, msg protocol.Message) error {
 	return t.send(to.Node, w)
 }
 
+// SendDeliver is Send of a Deliver, which it takes by value: to a
+// cluster transport that takes encoded messages (cluster.EncodedSender),
+// it encodes the envelope itself, into a buffer it reuses, so that the
+// Deliver is never put in an interface value; to this node it hands d to
+// the listener's deliver (see ListenDelivers). The errors are Send's.
+func (t *Transport) SendDeliver(to Address, d protocol.Deliver) error {
+	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
+	if to.Node == t.self {
+		l, err := t.local(to, target)
+		if err != nil {
+			return err
+		}
+		return l.handleDeliver(d)
+	}
+	b := t.ct.Load()
+	if b == nil || b.encoded == nil {
+		return t.Send(to, d)
+	}
+	buf := t.getBuf()
+	defer t.putBuf(buf)
+	env, err := wire.AppendDeliver((*buf)[:0], t.cfg.Codec, target, d)
+	*buf = env
+	if err != nil {
+		return fmt.Errorf("remote: %w", err)
+	}
+	return t.sent(b.encoded.SendEncoded(to.Node, wire.EnvelopeManifest, env))
+}
+
+// local is the listener at to, an address of this node, counting a
+// message handed to it.
+func (t *Transport) local(to Address, target wire.Target) (listener, error) {
+	l, ok, _ := t.handler(target)
+	if !ok {
+		return listener{}, fmt.Errorf("%w: %s: %w", ErrUnreachable, to, ErrUnknownTarget)
+	}
+	t.stat.local.Add(1)
+	return l, nil
+}
+
+// pooledBufMax is the largest envelope buffer kept for reuse: a rare
+// large message does not leave a large buffer in the pool.
+const pooledBufMax = 16 << 10
+
+// getBuf returns a buffer of t.bufs.
+func (t *Transport) getBuf() *[]byte {
+	if b, ok := t.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 256)
+	return &b
+}
+
+// putBuf hands back a buffer of t.bufs that nothing refers to any more.
+func (t *Transport) putBuf(b *[]byte) {
+	if cap(*b) <= pooledBufMax {
+		t.bufs.Put(b)
+	}
+}
+
 func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
-	ct := t.ct.Load()
-	if ct == nil {
+	b := t.ct.Load()
+	if b == nil {
 		return fmt.Errorf("%w: %w", ErrUnreachable, ErrNotBound)
 	}
-	if err := (*ct).Send(to, msg); err != nil {
+	return t.sent(b.ct.Send(to, msg))
+}
+
+// sent counts a message the cluster transport took (err nil), or returns
+// its error, matching ErrUnreachable too when the node cannot be reached.
+func (t *Transport) sent(err error) error {
+	if err != nil {
 		if errors.Is(err, cluster.ErrUnreachable) || errors.Is(err, cluster.ErrStaleIncarnation) || errors.Is(err, cluster.ErrClosed) {
 			return fmt.Errorf("%w: %w", ErrUnreachable, err)
 		}
@@ -407,27 +523,90 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 		// A hand-over keeps what decodes; the rest is reported.
 		_ = t.refuse(&t.stat.undecodable, from, err)
 	}
-	h, stopped := t.handler(target)
-	if h == nil {
-		err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.self, from)
-		t.failAsks(wire.Asks(env), wire.RefusedUnknownTarget, err)
-		// A region that shut down here, or a coordinator this node does not
-		// run (yet, or any more: it runs only while it holds its lease, and
-		// regions retry what it missed): expected, not news.
-		if stopped || target.Coordinator {
-			t.stat.unknownTarget.Add(1)
-			t.log.Debug("remote: dropped a message for a listener not running here", "from", from, "err", err)
-			return err
-		}
-		return t.refuse(&t.stat.unknownTarget, from, err)
+	l, ok, stopped := t.handler(target)
+	if !ok {
+		return t.unknownTarget(from, target, stopped, wire.Asks(env))
 	}
-	if herr := h(m); herr != nil {
-		err := fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr)
-		t.failAsks(wire.Asks(env), wire.RefusedByListener, err)
-		return t.refuse(&t.stat.listenerRefused, from, err)
+	var herr error
+	if d, isDeliver := m.(protocol.Deliver); isDeliver {
+		herr = l.handleDeliver(d)
+	} else {
+		herr = l.handle(m)
+	}
+	if herr != nil {
+		return t.listenerRefused(from, target, herr, wire.Asks(env))
 	}
 	t.stat.delivered.Add(1)
 	return err
+}
+
+// receiveEncoded is the cluster.EncodedHandler of EnvelopeManifest: a
+// Deliver is decoded into a value and handed to its listener as one; any
+// other envelope, and a Deliver whose user message is still encoded (it
+// carries reply addresses, or did not decode), takes Receive. An error
+// is an envelope that does not decode: the cluster transport counts and
+// drops it as one its codec could not decode.
+func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) error {
+	target, d, isDeliver, err := t.dec.DecodeDeliver(payload)
+	switch {
+	case err != nil:
+		return fmt.Errorf("remote: %w", err)
+	case !isDeliver:
+		env, err := t.dec.Decode(payload)
+		if err != nil {
+			return fmt.Errorf("remote: %w", err)
+		}
+		_ = t.Receive(from, env)
+		return nil
+	}
+	if _, sealed := d.Msg.(wire.Encoded); sealed {
+		_ = t.Receive(from, wire.Envelope{To: target, Msg: d})
+		return nil
+	}
+	_ = t.receiveDeliver(from, target, d)
+	return nil
+}
+
+// receiveDeliver is Receive of an opened Deliver for target, which
+// carries no reply address: there is no ask to fail.
+func (t *Transport) receiveDeliver(from cluster.UniqueAddress, target wire.Target, d protocol.Deliver) error {
+	t.stat.received.Add(1)
+	if t.staleSender(from) {
+		return t.refuse(&t.stat.stale, from, fmt.Errorf("remote: message from %s: %w", from, cluster.ErrStaleIncarnation))
+	}
+	l, ok, stopped := t.handler(target)
+	if !ok {
+		return t.unknownTarget(from, target, stopped, nil)
+	}
+	if herr := l.handleDeliver(d); herr != nil {
+		return t.listenerRefused(from, target, herr, nil)
+	}
+	t.stat.delivered.Add(1)
+	return nil
+}
+
+// unknownTarget refuses a message for target, which nobody here listens
+// at, and fails asks, those waiting on it.
+func (t *Transport) unknownTarget(from cluster.UniqueAddress, target wire.Target, stopped bool, asks []entity.ReplyAddress) error {
+	err := fmt.Errorf("%w: %s on %s, from %s", ErrUnknownTarget, target, t.self, from)
+	t.failAsks(asks, wire.RefusedUnknownTarget, err)
+	// A region that shut down here, or a coordinator this node does not
+	// run (yet, or any more: it runs only while it holds its lease, and
+	// regions retry what it missed): expected, not news.
+	if stopped || target.Coordinator {
+		t.stat.unknownTarget.Add(1)
+		t.log.Debug("remote: dropped a message for a listener not running here", "from", from, "err", err)
+		return err
+	}
+	return t.refuse(&t.stat.unknownTarget, from, err)
+}
+
+// listenerRefused refuses a message target's listener refused (herr),
+// and fails asks, those waiting on it.
+func (t *Transport) listenerRefused(from cluster.UniqueAddress, target wire.Target, herr error, asks []entity.ReplyAddress) error {
+	err := fmt.Errorf("remote: %s refused a message from %s: %w", target, from, herr)
+	t.failAsks(asks, wire.RefusedByListener, err)
+	return t.refuse(&t.stat.listenerRefused, from, err)
 }
 
 // undecodable reports the user messages of env that did not decode: a

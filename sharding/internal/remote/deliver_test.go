@@ -1,0 +1,182 @@
+package remote_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"github.com/shoal-dev/shoal/sharding/internal/remote"
+)
+
+// pipe is a cluster transport to one peer that delivers on the sender's
+// goroutine, as values or, to a manifest with an EncodedHandler, as bytes
+// (as cluster/tcp does), so that a test counts both ends' allocations.
+type pipe struct {
+	self    cluster.UniqueAddress
+	reg     *codec.Registry
+	peer    *pipe
+	handle  cluster.Handler
+	encoded map[string]cluster.EncodedHandler
+	plain   bool // neither an EncodedSender nor an EncodedReceiver
+	bad     []error
+	buf     []byte
+}
+
+func (p *pipe) Self() cluster.UniqueAddress { return p.self }
+func (p *pipe) Close(context.Context) error { return nil }
+
+func (p *pipe) Send(_ cluster.UniqueAddress, msg any) error {
+	manifest, payload, err := p.reg.Encode(msg)
+	if err != nil {
+		return err
+	}
+	return p.SendEncoded(p.peer.self, manifest, payload)
+}
+
+func (p *pipe) SendEncoded(_ cluster.UniqueAddress, manifest string, payload []byte) error {
+	p.buf = append(p.buf[:0], payload...) // the transport's copy
+	to := p.peer
+	if h := to.encoded[manifest]; h != nil {
+		if err := h(p.self, p.buf); err != nil {
+			to.bad = append(to.bad, err)
+		}
+		return nil
+	}
+	v, err := to.reg.Decode(manifest, p.buf)
+	if err != nil {
+		to.bad = append(to.bad, err)
+		return nil
+	}
+	to.handle(p.self, v)
+	return nil
+}
+
+func (p *pipe) HandleEncoded(manifest string, h cluster.EncodedHandler) { p.encoded[manifest] = h }
+
+// plainPipe hides pipe's optional methods: a cluster transport that
+// takes and hands over values only.
+type plainPipe struct{ cluster.Transport }
+
+// pair binds two remote transports, a and b, over pipes; b listens for
+// Counter's Delivers with deliver and for everything else with handle.
+// a encodes with regA.
+func pair(t testing.TB, regA *codec.Registry, plain bool, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (a, b *remote.Transport, pa, pb *pipe) {
+	t.Helper()
+	addrA, addrB := cluster.UniqueAddress{Node: "a", Incarnation: 1}, cluster.UniqueAddress{Node: "b", Incarnation: 1}
+	regB := newCodec()
+	var err error
+	if a, err = remote.New(addrA, remote.Config{Codec: regA, Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = remote.New(addrB, remote.Config{Codec: regB, Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+	pa = &pipe{self: addrA, reg: regA, handle: a.Handle, encoded: map[string]cluster.EncodedHandler{}}
+	pb = &pipe{self: addrB, reg: regB, handle: b.Handle, encoded: map[string]cluster.EncodedHandler{}}
+	pa.peer, pb.peer = pb, pa
+	for _, x := range []struct {
+		rt *remote.Transport
+		p  *pipe
+	}{{a, pa}, {b, pb}} {
+		var ct cluster.Transport = x.p
+		if plain {
+			ct = plainPipe{x.p}
+		}
+		if err := x.rt.Bind(ct); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.ListenDelivers(remote.Address{Node: addrB, Type: "Counter"}, handle, deliver); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, pa, pb
+}
+
+// A tell to another node reaches the listener's deliver over a cluster
+// transport that takes and hands over encoded messages, and over one
+// that takes values; other messages reach handle.
+func TestSendDeliverReachesDeliver(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		var delivered []protocol.Deliver
+		var handled []protocol.Message
+		a, b, _, pb := pair(t, newCodec(), plain,
+			func(m protocol.Message) error { handled = append(handled, m); return nil },
+			func(d protocol.Deliver) error { delivered = append(delivered, d); return nil })
+		to := remote.Address{Node: b.Node(), Type: "Counter"}
+		if err := a.SendDeliver(to, protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Send(to, protocol.Register{Region: a.Node()}); err != nil {
+			t.Fatal(err)
+		}
+		if len(delivered) != 1 || delivered[0].EntityID != "c" || delivered[0].Msg != (Add{N: 3}) {
+			t.Fatalf("plain %v: delivered %+v", plain, delivered)
+		}
+		if len(handled) != 1 || handled[0] != (protocol.Register{Region: a.Node()}) {
+			t.Fatalf("plain %v: handled %+v", plain, handled)
+		}
+		if s := b.Stats(); s.Received != 2 || s.Delivered != 2 || len(pb.bad) != 0 {
+			t.Fatalf("plain %v: receiver's stats %+v, bad frames %v", plain, s, pb.bad)
+		}
+		if s := a.Stats(); s.Sent != 2 {
+			t.Fatalf("plain %v: sender's stats %+v", plain, s)
+		}
+	}
+}
+
+// A Deliver handed over encoded gets the checks of any other message: an
+// unknown target and a user message that does not decode are refused and
+// counted, and an envelope that does not decode is the cluster
+// transport's bad frame.
+func TestEncodedDeliverChecks(t *testing.T) {
+	regA := codec.NewRegistry()
+	codec.MustRegister[Add](regA, "test.Other") // a manifest b does not know
+	a, b, pa, pb := pair(t, regA, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Nope"}, protocol.Deliver{Shard: "1", EntityID: "c", Start: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := pa.SendEncoded(b.Node(), "shoal.sharding", []byte{23, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.Received != 2 || s.UnknownTarget != 1 || s.Undecodable != 1 || s.Delivered != 0 || len(pb.bad) != 1 {
+		t.Fatalf("receiver's stats %+v, bad frames %v", s, pb.bad)
+	}
+}
+
+// A tell to another node costs no allocation besides its user message's
+// encoding and decoding, both ends counted, over a cluster transport that
+// takes and hands over encoded messages: the Deliver and its envelope
+// are never put in an interface value.
+func TestSendDeliverAllocations(t *testing.T) {
+	a, b, _, _ := pair(t, newCodec(), false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+	to := remote.Address{Node: b.Node(), Type: "Counter"}
+	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
+	reg := newCodec()
+	buf := make([]byte, 0, 64)
+	userAllocs := testing.AllocsPerRun(100, func() {
+		manifest, payload, err := reg.AppendEncode(buf[:0], Add{N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Decode(manifest, payload); err != nil {
+			t.Fatal(err)
+		}
+	})
+	n := testing.AllocsPerRun(100, func() {
+		if err := a.SendDeliver(to, d); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > userAllocs {
+		t.Fatalf("a tell: %v allocations, the user message's encoding and decoding %v", n, userAllocs)
+	}
+	if s := b.Stats(); s.Delivered < 100 {
+		t.Fatalf("receiver's stats %+v", s)
+	}
+}
