@@ -236,13 +236,32 @@ type leasedTransport struct {
 	holds func() bool
 }
 
+// leased is ct as sharding sees it: a leasedTransport, which takes and
+// hands over encoded messages too when ct does (tcp's, so that a tell
+// crosses without being put in interface values).
+func leased(ct cluster.Transport, holds func() bool) cluster.Transport {
+	t := leasedTransport{Transport: ct, holds: holds}
+	if e, ok := ct.(encodedTransport); ok {
+		return leasedEncodedTransport{t, e}
+	}
+	return t
+}
+
 // Send implements cluster.Transport: ErrUnreachable, wrapping ErrFenced,
 // once the lease is not held.
 func (t leasedTransport) Send(to cluster.UniqueAddress, msg any) error {
+	if err := t.fenced(); err != nil {
+		return err
+	}
+	return t.Transport.Send(to, msg)
+}
+
+// fenced is the error of a send once the lease is not held.
+func (t leasedTransport) fenced() error {
 	if !t.holds() {
 		return fmt.Errorf("%w: %w: %s no longer holds its node lease", cluster.ErrUnreachable, ErrFenced, t.Self())
 	}
-	return t.Transport.Send(to, msg)
+	return nil
 }
 
 // handler wraps h: a message is dropped once the lease is not held.
@@ -252,4 +271,39 @@ func (t leasedTransport) handler(h cluster.Handler) cluster.Handler {
 			h(from, msg)
 		}
 	}
+}
+
+type encodedTransport interface {
+	cluster.EncodedSender
+	cluster.EncodedReceiver
+}
+
+// leasedEncodedTransport is a leasedTransport over a transport that takes
+// and hands over encoded messages, under the same lease.
+type leasedEncodedTransport struct {
+	leasedTransport
+	encoded encodedTransport
+}
+
+// SendEncoded implements cluster.EncodedSender as Send.
+func (t leasedEncodedTransport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
+	if err := t.fenced(); err != nil {
+		return err
+	}
+	return t.encoded.SendEncoded(to, manifest, payload)
+}
+
+// HandleEncoded implements cluster.EncodedReceiver: h's messages are
+// dropped once the lease is not held.
+func (t leasedEncodedTransport) HandleEncoded(manifest string, h cluster.EncodedHandler) {
+	if h == nil {
+		t.encoded.HandleEncoded(manifest, nil)
+		return
+	}
+	t.encoded.HandleEncoded(manifest, func(from cluster.UniqueAddress, payload []byte) error {
+		if !t.holds() {
+			return nil
+		}
+		return h(from, payload)
+	})
 }

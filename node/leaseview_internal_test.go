@@ -225,6 +225,51 @@ func TestLeasedTransportStopsWithTheLease(t *testing.T) {
 	}
 }
 
+// encodedRecordingTransport records encoded messages too.
+type encodedRecordingTransport struct {
+	recordingTransport
+	handle cluster.EncodedHandler
+}
+
+func (r *encodedRecordingTransport) SendEncoded(_ cluster.UniqueAddress, _ string, payload []byte) error {
+	r.sent = append(r.sent, string(payload))
+	return nil
+}
+
+func (r *encodedRecordingTransport) HandleEncoded(_ string, h cluster.EncodedHandler) { r.handle = h }
+
+// Over a transport that takes and hands over encoded messages, the leased
+// transport does too, under the same lease; over one that does not, it
+// does not either, so that sharding sends values.
+func TestLeasedTransportOfEncodedMessages(t *testing.T) {
+	if _, ok := leased(&recordingTransport{}, func() bool { return true }).(cluster.EncodedSender); ok {
+		t.Fatal("the leased transport of a transport of values takes encoded messages")
+	}
+	var held atomic.Bool
+	held.Store(true)
+	inner := &encodedRecordingTransport{}
+	lt := leased(inner, held.Load)
+	var handled []string
+	lt.(cluster.EncodedReceiver).HandleEncoded("m", func(_ cluster.UniqueAddress, payload []byte) error {
+		handled = append(handled, string(payload))
+		return nil
+	})
+	to := cluster.UniqueAddress{Node: "b", Incarnation: 1}
+	send := lt.(cluster.EncodedSender).SendEncoded
+	if err := send(to, "m", []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	inner.handle(to, []byte("held"))
+	held.Store(false)
+	if err := send(to, "m", []byte("fenced")); !errors.Is(err, cluster.ErrUnreachable) || !errors.Is(err, ErrFenced) {
+		t.Fatalf("SendEncoded without the lease: %v, want ErrUnreachable and ErrFenced", err)
+	}
+	inner.handle(to, []byte("fenced"))
+	if !slices.Equal(inner.sent, []any{"held"}) || !slices.Equal(handled, []string{"held"}) {
+		t.Fatalf("sent %v, handled %v; want only the message sent and received while held", inner.sent, handled)
+	}
+}
+
 // The view asks the store again just after the first live lease ends,
 // when that comes before the next interval: a crashed member is seen
 // expired as the store's clock passes its lease, not up to an interval

@@ -477,7 +477,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.view = newLeaseView(n.members, n.expiredNodes, dropExpiredAfterLeases*cfg.Leases.Node.Length, time.Now)
 	stableAfter, spread := cfg.downing()
 	n.sharding, err = sharding.New(n.sys, sharding.Config{
-		Transport:          leasedTransport{Transport: n.net, holds: n.holder.Holds},
+		Transport:          leased(n.net, n.holder.Holds),
 		Membership:         n.view,
 		Roles:              cfg.Roles,
 		CoordinatorStore:   n.coords,
