@@ -18,7 +18,11 @@
 // envelopes, their user messages encoded by this node's codec (wire.Seal;
 // a lone Deliver's by the envelope's encoder, wire.Pack), and sent over
 // the cluster transport, which encodes the rest; on receipt
-// wire.Open decodes the user messages with this node's codec. On receipt a bad
+// wire.Open decodes the user messages with this node's codec. A tell
+// (SendDeliver) to a cluster transport that takes encoded messages is
+// encoded here, and one that hands envelopes over undecoded gives them
+// to this package, so that a Deliver reaches its listener (ListenDelivers)
+// without ever being put in an interface value. On receipt a bad
 // message (a user message whose manifest is unknown or whose payload is
 // corrupt, a target nobody listens at, a sender the view says is down or
 // replaced, a type that is no protocol message) is dropped with a typed
