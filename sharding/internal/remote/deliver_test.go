@@ -154,6 +154,9 @@ func TestEncodedDeliverChecks(t *testing.T) {
 // takes and hands over encoded messages: the Deliver and its envelope
 // are never put in an interface value.
 func TestSendDeliverAllocations(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector makes sync.Pool drop buffers")
+	}
 	a, b, _, _ := pair(t, newCodec(), false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
 	to := remote.Address{Node: b.Node(), Type: "Counter"}
 	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
