@@ -61,8 +61,8 @@ type plainPipe struct{ cluster.Transport }
 
 // pair binds two remote transports, a and b, over pipes; b listens for
 // Counter's Delivers with deliver and for everything else with handle.
-// a encodes with regA.
-func pair(t testing.TB, regA *codec.Registry, plain bool, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (a, b *remote.Transport, pa, pb *pipe) {
+// a encodes with regA; b's view is viewB.
+func pair(t testing.TB, regA *codec.Registry, viewB func() *cluster.View, plain bool, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (a, b *remote.Transport, pa, pb *pipe) {
 	t.Helper()
 	addrA, addrB := cluster.UniqueAddress{Node: "a", Incarnation: 1}, cluster.UniqueAddress{Node: "b", Incarnation: 1}
 	regB := newCodec()
@@ -70,7 +70,7 @@ func pair(t testing.TB, regA *codec.Registry, plain bool, handle func(protocol.M
 	if a, err = remote.New(addrA, remote.Config{Codec: regA, Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = remote.New(addrB, remote.Config{Codec: regB, Logger: quiet()}); err != nil {
+	if b, err = remote.New(addrB, remote.Config{Codec: regB, View: viewB, Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	pa = &pipe{self: addrA, reg: regA, handle: a.Handle, encoded: map[string]cluster.EncodedHandler{}}
@@ -101,7 +101,7 @@ func TestSendDeliverReachesDeliver(t *testing.T) {
 	for _, plain := range []bool{false, true} {
 		var delivered []protocol.Deliver
 		var handled []protocol.Message
-		a, b, _, pb := pair(t, newCodec(), plain,
+		a, b, _, pb := pair(t, newCodec(), nil, plain,
 			func(m protocol.Message) error { handled = append(handled, m); return nil },
 			func(d protocol.Deliver) error { delivered = append(delivered, d); return nil })
 		to := remote.Address{Node: b.Node(), Type: "Counter"}
@@ -133,7 +133,7 @@ func TestSendDeliverReachesDeliver(t *testing.T) {
 func TestEncodedDeliverChecks(t *testing.T) {
 	regA := codec.NewRegistry()
 	codec.MustRegister[Add](regA, "test.Other") // a manifest b does not know
-	a, b, pa, pb := pair(t, regA, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+	a, b, pa, pb := pair(t, regA, nil, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
 	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
 	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Nope"}, protocol.Deliver{Shard: "1", EntityID: "c", Start: true}); err != nil {
 		t.Fatal(err)
@@ -149,6 +149,24 @@ func TestEncodedDeliverChecks(t *testing.T) {
 	}
 }
 
+// A Deliver handed over encoded from a sender the view holds Down is
+// refused as stale, as any other message.
+func TestEncodedDeliverFromAStaleSender(t *testing.T) {
+	view, err := cluster.NewView(cluster.Member{Address: cluster.UniqueAddress{Node: "a", Incarnation: 1}, Status: cluster.Down, JoinOrder: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered int
+	a, b, _, _ := pair(t, newCodec(), func() *cluster.View { return &view }, false,
+		func(protocol.Message) error { return nil }, func(protocol.Deliver) error { delivered++; return nil })
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.Received != 1 || s.Stale != 1 || delivered != 0 {
+		t.Fatalf("receiver's stats %+v, %d delivered", s, delivered)
+	}
+}
+
 // A tell to another node costs no allocation besides its user message's
 // encoding and decoding, both ends counted, over a cluster transport that
 // takes and hands over encoded messages: the Deliver and its envelope
@@ -157,7 +175,7 @@ func TestSendDeliverAllocations(t *testing.T) {
 	if raceDetector {
 		t.Skip("the race detector makes sync.Pool drop buffers")
 	}
-	a, b, _, _ := pair(t, newCodec(), false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+	a, b, _, _ := pair(t, newCodec(), nil, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
 	to := remote.Address{Node: b.Node(), Type: "Counter"}
 	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
 	reg := newCodec()
