@@ -17,20 +17,7 @@ import (
 // handed over in order, and a flush behind it is answered only once
 // every message before it was handled, however far the reader ran ahead.
 func TestBurstIsHandedOverInOrderAndFlushedAfterIt(t *testing.T) {
-	nw := newNetwork(t, pingRegistry(), nil)
-	got := newRecorder()
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b := nw.start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
-		got.handle(from, msg)
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	}, "")
-	var released sync.Once
-	unblock := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	got, b, entered, unblock := startHeldAtFirst(t)
 	x := addr("x", 1)
 	p := dialRaw(t, b.Addr().String())
 	if answer := p.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
@@ -70,4 +57,26 @@ func TestBurstIsHandedOverInOrderAndFlushedAfterIt(t *testing.T) {
 	if s := b.Stats().Delivered; s != n+1 {
 		t.Fatalf("Stats().Delivered = %d, want %d", s, n+1)
 	}
+}
+
+// startHeldAtFirst starts node b whose handler records what it gets and
+// holds the first message until unblock (which the test's cleanup calls
+// too); entered is closed once the handler holds it.
+func startHeldAtFirst(t *testing.T) (got *recorder, b *tcp.Transport, entered chan struct{}, unblock func()) {
+	t.Helper()
+	nw := newNetwork(t, pingRegistry(), nil)
+	got = newRecorder()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b = nw.start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
+		got.handle(from, msg)
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}, "")
+	var released sync.Once
+	unblock = func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	return got, b, entered, unblock
 }

@@ -102,20 +102,7 @@ func TestStaleDiallerRefused(t *testing.T) {
 // nothing more, not even frames it had read before the swap, and the
 // newer one's frames come after the older one's last delivery.
 func TestSupersededConnectionDeliversNothingMore(t *testing.T) {
-	nw := newNetwork(t, pingRegistry(), nil)
-	got := newRecorder()
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b := nw.start(t, addr("b", 1), func(from cluster.UniqueAddress, msg any) {
-		got.handle(from, msg)
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	}, "")
-	var released sync.Once
-	unblock := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	got, b, entered, unblock := startHeldAtFirst(t)
 	x := addr("x", 1)
 	old := dialRaw(t, b.Addr().String())
 	if answer := old.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
