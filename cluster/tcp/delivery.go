@@ -9,15 +9,16 @@ import (
 )
 
 // delivery hands an inbound connection's messages to the handler in the
-// order they arrived. A connection's reader reads and decodes; while its
-// link is quiet it also hands each message over itself, at once, with no
-// goroutine between the socket and the handler (an ask's round trip pays
-// for no hand-off). Once frames arrive faster than one goroutine both
-// decodes and handles them, that is, when the reader finds the next
-// frames already read while the handler has messages not yet handled, it
-// passes batches to the connection's deliverer goroutine and decodes the
-// next batch while the deliverer hands over the last: the two halves of
-// the receiving work run on two cores (docs/DESIGN.md, "Transport").
+// order they arrived. A connection's reader reads frames and decodes those
+// its codec decodes; while its link is quiet it also hands each message
+// over itself, at once, with no goroutine between the socket and the
+// handler (an ask's round trip pays for no hand-off). Once frames arrive
+// faster than one goroutine both reads and handles them, that is, when the
+// reader finds the next frames already read while the handler has
+// messages not yet handled, it passes batches to the connection's
+// deliverer goroutine and reads the next batch while the deliverer hands
+// over the last (an encoded handler decodes there): the two halves of the
+// receiving work run on two cores (docs/DESIGN.md, "Transport").
 //
 // Order holds because the reader hands over inline only when the
 // deliverer has nothing left (pending is 0, and only the reader adds to
