@@ -904,3 +904,14 @@ func Post[C any](c *Cell[C], fn func()) bool { return c.post(fn) }
 func PostOrdered[C any](c *Cell[C], fn func()) bool {
 	return c.enqueueControl(&control{kind: orderedFunc, fn: fn})
 }
+
+// TellOwn tells c msg, in mailbox order, as a message of its owner's own
+// (a shard's stop message), as OwnTick marks a type's: left in the
+// mailbox when the incarnation stops, it is dropped, not counted as a dead
+// letter, and it reports false, with no dead letter either, when the
+// incarnation has stopped. The mailbox's capacity does not refuse it: an
+// owner sends an incarnation few of these, never a stream. Safe from any
+// goroutine.
+func TellOwn[C any](c *Cell[C], msg C) bool {
+	return c.enqueueControl(&control{kind: orderedFunc, fn: func() { c.deliver(msg) }})
+}

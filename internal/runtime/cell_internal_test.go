@@ -120,3 +120,51 @@ func TestOwnTickLeftAtStopIsNoDeadLetter(t *testing.T) {
 		})
 	}
 }
+
+// A message an owner tells of its own (TellOwn) is delivered in mailbox
+// order, even to a full mailbox; left there when the entity stops, or
+// told after it stopped, it is dropped, not counted as a dead letter.
+func TestTellOwnLeftAtStopIsNoDeadLetter(t *testing.T) {
+	sys, err := NewSystem(Config{NodeID: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan int, 4)
+	props := &Props[int]{Key: NewTypeKey[int]("T"), MailboxCapacity: 1, Create: func(Context[int]) Behavior[int] {
+		return Receive(func(_ Context[int], m int) Behavior[int] { handled <- m; return Same[int]() })
+	}}
+	c := Spawn(sys, props, "e")
+	c.mu.Lock()
+	c.status |= suspended // messages stay in the mailbox
+	c.mu.Unlock()
+	if err := c.Tell(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Tell(2); !errors.Is(err, ErrMailboxFull) {
+		t.Fatalf("told to a full mailbox: %v, want ErrMailboxFull", err)
+	}
+	if !TellOwn(c, 3) {
+		t.Fatal("TellOwn refused by a running entity")
+	}
+	Resume(c)
+	c.post(func() {}) // schedule it again
+	if a, b := <-handled, <-handled; a != 1 || b != 3 {
+		t.Fatalf("handled %d, %d; want 1, 3", a, b)
+	}
+
+	c.mu.Lock()
+	c.status |= suspended
+	c.mu.Unlock()
+	TellOwn(c, 4)
+	c.StopNow()
+	<-c.Done()
+	if got := sys.Stats().DeadLetters; got != 0 {
+		t.Fatalf("left in the mailbox: %d dead letters, want 0", got)
+	}
+	if TellOwn(c, 5) {
+		t.Fatal("TellOwn to a stopped entity reported true")
+	}
+	if got := sys.Stats().DeadLetters; got != 0 {
+		t.Fatalf("told after the stop: %d dead letters, want 0", got)
+	}
+}
