@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
@@ -791,7 +792,10 @@ func (c *coordinatorCore) removeRegion(region cluster.UniqueAddress) (changes []
 }
 
 // membersChanged carries a new membership view into the coordinator.
-type membersChanged struct{ members []cluster.Member }
+type membersChanged struct {
+	runtime.OwnTick
+	members []cluster.Member
+}
 
 func (membersChanged) ProtocolMessage() {}
 

@@ -12,10 +12,14 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // stopCoordinator stops a coordinator after the messages queued before it.
-type stopCoordinator struct{}
+// It and the coordinator's other messages from its own node (its timers,
+// the answers of its store calls, its host's views) are its own: left
+// behind when it stops, they are no dead letters; only regions' are.
+type stopCoordinator struct{ runtime.OwnTick }
 
 func (stopCoordinator) ProtocolMessage() {}
 
@@ -137,22 +141,24 @@ type coordinatorLife struct {
 }
 
 // acquireTick retries the acquisition of a lease someone else holds.
-type acquireTick struct{}
+type acquireTick struct{ runtime.OwnTick }
 
 // renewTick starts a renewal; fenceTick checks whether the lease ran out.
 type (
-	renewTick struct{}
-	fenceTick struct{}
+	renewTick struct{ runtime.OwnTick }
+	fenceTick struct{ runtime.OwnTick }
 )
 
 // renewed is a renewal's answer.
 type renewed struct {
+	runtime.OwnTick
 	start time.Time
 	err   error
 }
 
 // acquired is an Acquire's answer; start is when it was sent.
 type acquired struct {
+	runtime.OwnTick
 	start  time.Time
 	epoch  uint64
 	shards map[string]Allocation
@@ -162,12 +168,16 @@ type acquired struct {
 // rememberedRead is the answer to the read of the shards of remembered
 // entities.
 type rememberedRead struct {
+	runtime.OwnTick
 	shards []string
 	err    error
 }
 
 // released is a Release's answer, or its timeout.
-type released struct{ err error }
+type released struct {
+	runtime.OwnTick
+	err error
+}
 
 func (acquireTick) ProtocolMessage()    {}
 func (renewTick) ProtocolMessage()      {}
@@ -595,10 +605,11 @@ func (io coordinatorIO) log(level slog.Level, msg string, args ...any) {
 const maxHeldSteps = 4096
 
 // retryStoreWrites makes a coordinator try its failed store writes again.
-type retryStoreWrites struct{}
+type retryStoreWrites struct{ runtime.OwnTick }
 
 // batchWritten is the outcome of writing batch seq.
 type batchWritten struct {
+	runtime.OwnTick
 	seq uint64
 	err error
 }

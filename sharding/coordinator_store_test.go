@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/inproc"
+	"github.com/shoal-dev/shoal/cluster/lease"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
@@ -63,14 +64,15 @@ func (g *gate) wait(ctx context.Context) error {
 	}
 }
 
-// slowStores holds the coordinator's Acquire (until its context ends),
-// its Release (ignoring its context, as a store stuck in a call may) and
-// the read of remembered shards (until its context ends) at their gates.
+// slowStores holds the coordinator's Acquire and Renew (until their
+// context ends), its Release (ignoring its context, as a store stuck in a
+// call may) and the read of remembered shards (until its context ends) at
+// their gates.
 type slowStores struct {
 	*MemoryCoordinatorStore
 	*MemoryRememberStore
-	acquire, release, shards gate
-	acquires, releases       atomic.Int32
+	acquire, renew, release, shards gate
+	acquires, releases              atomic.Int32
 }
 
 func newSlowStores() *slowStores {
@@ -89,6 +91,7 @@ func slowNode(t *testing.T, store *slowStores, settings Settings) (*Sharding, *R
 
 func (s *slowStores) openAll() {
 	s.acquire.open()
+	s.renew.open()
 	s.release.open()
 	s.shards.open()
 }
@@ -99,6 +102,13 @@ func (s *slowStores) Acquire(ctx context.Context, typeName string, owner cluster
 		return 0, nil, err
 	}
 	return s.MemoryCoordinatorStore.Acquire(ctx, typeName, owner, ttl)
+}
+
+func (s *slowStores) Renew(ctx context.Context, typeName string, epoch uint64, ttl time.Duration) error {
+	if err := s.renew.wait(ctx); err != nil {
+		return err
+	}
+	return s.MemoryCoordinatorStore.Renew(ctx, typeName, epoch, ttl)
 }
 
 func (s *slowStores) Release(ctx context.Context, typeName string, epoch uint64) error {
@@ -442,5 +452,65 @@ func TestMembershipChangeDoesNotWaitForTheCoordinatorToStop(t *testing.T) {
 		if got := drain(seen); !slices.Equal(got, []string{"2"}) {
 			t.Fatalf("with the new coordinator the entity got %v, want [2]", got)
 		}
+	})
+}
+
+// The coordinator's own messages (here a renewal's answer) left in its
+// mailbox when it stops, or coming after it stopped, are dropped, not
+// counted as dead letters; a region's message left there still is one.
+func TestCoordinatorsOwnResultLeftAtStopIsNoDeadLetter(t *testing.T) {
+	// renewing starts a node whose coordinator's renewal hangs.
+	renewing := func(t *testing.T) (*Sharding, *Region[string], *fakeRegion, *slowStores) {
+		t.Helper()
+		store := newSlowStores()
+		s, r, b, _, _ := slowNode(t, store, Settings{StoreTimeout: time.Hour})
+		store.renew.close()
+		time.Sleep(lease.DefaultSettings().Coordinator.RenewEvery) // a renewal is due
+		synctest.Wait()
+		return s, r, b, store
+	}
+	t.Run("in the mailbox", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, r, b, store := renewing(t)
+			hostOf(r).mu.Lock()
+			co := hostOf(r).coord
+			hostOf(r).mu.Unlock()
+			// The node's only worker is busy: what comes waits in the mailbox.
+			hold := make(chan struct{})
+			busy := entity.Spawn(s.System(), &entity.Props[string]{
+				Key: entity.NewTypeKey[string]("Busy"),
+				Create: func(entity.Context[string]) entity.Behavior[string] {
+					return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] {
+						<-hold
+						return entity.Same[string]()
+					})
+				},
+			}, "busy")
+			if err := busy.Tell("hold"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			store.renew.open()
+			b.send(t, protocol.GetShardHome{Shard: "s1", Region: addr("b")})
+			synctest.Wait()
+			dead := s.System().Stats().DeadLetters
+			co.StopNow()
+			close(hold)
+			<-co.Done()
+			if got := s.System().Stats().DeadLetters - dead; got != 1 {
+				t.Fatalf("%d dead letters, want 1: the region's GetShardHome, not the renewal's answer", got)
+			}
+		})
+	})
+	t.Run("after the stop", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, r, _, _ := renewing(t)
+			dead := s.System().Stats().DeadLetters
+			hostOf(r).terminate() // the renewal's context ends: its answer comes after the stop
+			synctest.Wait()
+			if got := s.System().Stats().DeadLetters - dead; got != 0 {
+				t.Fatalf("%d dead letters, want none", got)
+			}
+		})
 	})
 }

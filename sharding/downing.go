@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/internal/runtime"
 )
 
 // NodeLeases is the coordinator's side of the node leases (docs/DESIGN.md,
@@ -138,6 +139,7 @@ type downCall struct {
 
 // downResult is the answer to a downCall, delivered to the coordinator.
 type downResult struct {
+	runtime.OwnTick
 	call    downCall
 	expired bool
 	err     error
@@ -146,7 +148,7 @@ type downResult struct {
 func (downResult) ProtocolMessage() {}
 
 // downingTick makes the runner retry failed calls and poll expiries.
-type downingTick struct{}
+type downingTick struct{ runtime.OwnTick }
 
 func (downingTick) ProtocolMessage() {}
 

@@ -159,10 +159,9 @@ func (io shardIO[C]) sendStop(ef *shardEffect[C, *entity.Cell[C]]) {
 		sh.r.m.Passivated()
 	}
 	runtime.Seal(ef.handle) // later mail takes sh.mu, and waits for the next incarnation
-	if err := ef.handle.Tell(sh.r.ent.StopMessage); err != nil && !errors.Is(err, entity.ErrStopped) {
-		// A full mailbox: the stop (or hand-off) timeout stops it by force.
-		sh.r.s.log.Warn("sharding: stop message refused", "entity_type", sh.r.typ, "shard_id", sh.id, "entity_id", ef.entityID, "during", ef.why.String(), "err", err)
-	}
+	// The shard's own: left unread when the incarnation stops (Terminate,
+	// a forced stop), or come after it stopped, it is no dead letter.
+	runtime.TellOwn(ef.handle, sh.r.ent.StopMessage)
 }
 
 func (io shardIO[C]) forceStop(ef *shardEffect[C, *entity.Cell[C]]) {

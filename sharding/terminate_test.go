@@ -78,3 +78,28 @@ func TestShutdownPastItsDeadlineStopsTheRest(t *testing.T) {
 		}
 	})
 }
+
+// A stop message the shard queued for an entity busy in its handler,
+// left in its mailbox when Terminate stops the entity at once, is no
+// dead letter: the entity stopped, as it was asked. A message another
+// sent it and it never read still is one.
+func TestTerminateLeavesNoStopMessageAsADeadLetter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, sharding.Settings{NumberOfShards: 1})
+		a := s.join("a", "host")
+		gate := make(chan struct{})
+		a.tell(t, "e", hold{until: gate})
+		a.tell(t, "e", note{Text: "1"})
+		synctest.Wait()
+		a.region.StopShards("0") // e's stop message waits behind the hold and the note
+		synctest.Wait()
+		terminated := make(chan struct{})
+		go func() { a.sh.Terminate(); close(terminated) }()
+		synctest.Wait()
+		close(gate)
+		<-terminated
+		if d := a.sys.Stats().DeadLetters; d != 1 {
+			t.Fatalf("%d dead letters, want 1: the note, not the stop message", d)
+		}
+	})
+}

@@ -118,12 +118,14 @@ func (e envelope[C]) command() bool { return e.ctl == nil || e.ctl.kind == trace
 
 type controlKind uint8
 
-// OwnTick, embedded in a message type, marks the ticks an entity's owner
-// arms for it on a clock of its own (a sharding region's retry tick, say):
-// one still in the mailbox when the entity stops, or that fires after it
-// stopped, is dropped (the Tell still fails), not counted as a dead
-// letter. Nobody who could lose it sent it, and a stop racing a tick is
-// the normal end of such an entity, not a loss to report.
+// OwnTick, embedded in a message type, marks the messages an entity's
+// owner sends it of its own: the ticks it arms on a clock of its own (a
+// sharding region's retry tick, say), the answers of the calls it makes
+// for the entity (a sharding coordinator's store calls). One still in the
+// mailbox or stash when the entity stops, or told after it stopped, is
+// dropped (the Tell still fails), not counted as a dead letter. Nobody
+// who could lose it sent it, and a stop racing a tick or an answer is the
+// normal end of such an entity, not a loss to report.
 type OwnTick struct{}
 
 func (OwnTick) ownTick() {}
@@ -645,6 +647,9 @@ func (c *Cell[C]) terminate(err error) {
 	}
 	var lost []leftover
 	deadLetter := func(reason string, m C) {
+		if _, own := any(m).(ownTick); own {
+			return
+		}
 		c.sys.deadLetter(c.m, nil, c.props.Key.name, c.id, c.name(), reason, m)
 		lost = append(lost, leftover{reason, m})
 	}
@@ -657,7 +662,7 @@ func (c *Cell[C]) terminate(err error) {
 		}
 	}
 	left.Drain(func(e envelope[C]) {
-		if _, own := any(e.msg).(ownTick); e.command() && !own {
+		if e.command() {
 			deadLetter("left in mailbox of stopped entity", e.msg)
 		}
 	})
@@ -898,4 +903,15 @@ func Post[C any](c *Cell[C], fn func()) bool { return c.post(fn) }
 // false when the entity has stopped. Safe from any goroutine.
 func PostOrdered[C any](c *Cell[C], fn func()) bool {
 	return c.enqueueControl(&control{kind: orderedFunc, fn: fn})
+}
+
+// TellOwn tells c msg, in mailbox order, as a message of its owner's own
+// (a shard's stop message), as OwnTick marks a type's: left in the
+// mailbox when the incarnation stops, it is dropped, not counted as a dead
+// letter, and it reports false, with no dead letter either, when the
+// incarnation has stopped. The mailbox's capacity does not refuse it: an
+// owner sends an incarnation few of these, never a stream. Safe from any
+// goroutine.
+func TellOwn[C any](c *Cell[C], msg C) bool {
+	return c.enqueueControl(&control{kind: orderedFunc, fn: func() { c.deliver(msg) }})
 }
