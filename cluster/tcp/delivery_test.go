@@ -2,6 +2,8 @@ package tcp_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -79,4 +81,49 @@ func startHeldAtFirst(t *testing.T) (got *recorder, b *tcp.Transport, entered ch
 	unblock = func() { released.Do(func() { close(release) }) }
 	t.Cleanup(unblock)
 	return got, b, entered, unblock
+}
+
+// A transport closed while its handler holds the first message of a
+// burst hands over nothing more, whether the rest waits in the
+// deliverer's batches or on the socket, and Close waits for the handler.
+func TestCloseStopsTheDeliverer(t *testing.T) {
+	got, b, entered, unblock := startHeldAtFirst(t)
+	x := addr("x", 1)
+	p := dialRaw(t, b.Addr().String())
+	if answer := p.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer %q, want welcome", answer.Manifest)
+	}
+	var burst bytes.Buffer
+	for seq := 0; seq <= 1000; seq++ {
+		if err := frame.WriteFrame(&burst, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.writeRaw(burst.Bytes())
+	select {
+	case <-entered:
+	case <-time.After(deadline):
+		t.Fatal("the handler never ran")
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		done <- b.Close(ctx)
+	}()
+	eventually(t, "the transport closing", func() bool {
+		return errors.Is(b.Send(addr("y", 1), clustertest.Ping{}), cluster.ErrClosed)
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Close returned (%v) while the handler still held a message", err)
+	default:
+	}
+	unblock()
+	if err := <-done; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if seqs := got.from("x"); !slices.Equal(seqs, []int{0}) {
+		t.Fatalf("handed over %d messages, want only the one held when the transport closed", len(seqs))
+	}
 }
