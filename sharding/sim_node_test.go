@@ -356,6 +356,7 @@ func (n *simNode) finishLeave(late bool) {
 			n.w.lostToFault(e.buffer)
 			n.w.lostToFault(e.sent.Msgs)
 		}
+		n.heldByShards(func(_ string, msg simCmd) { n.w.lostToFault(msg) })
 	} else {
 		n.w.droppedAtStop(n)
 	}
@@ -369,6 +370,26 @@ func (n *simNode) finishLeave(late bool) {
 	}
 	n.coord = nil
 	n.maybeGone()
+}
+
+// heldByShards visits the mail the node's hosted shards hold rather than
+// their entities: the buffers of entities stopping or backing off, and
+// what a running hand-off keeps for the next home. A late stop terminates
+// the shards and drops it with the region's own buffer.
+func (n *simNode) heldByShards(visit func(entityID string, msg simCmd)) {
+	for _, id := range n.region.hostedShards() {
+		sh, _ := n.region.local(id)
+		for _, eid := range sh.core.entityIDs() {
+			for _, msg := range sh.core.entities[eid].buffer {
+				visit(eid, msg)
+			}
+		}
+		for _, p := range sh.core.leftover {
+			if !p.start {
+				visit(p.entityID, p.msg)
+			}
+		}
+	}
 }
 
 // maybeGone leaves the membership once the stopped region is gone and the

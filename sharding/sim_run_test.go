@@ -596,6 +596,12 @@ func TestSimulationPinned(t *testing.T) {
 		// hand-over-after-passed-on.txt).
 		{"hand-over-after-the-chain-went-on", "all", false, 455000},
 		{"hand-over-after-the-chain-went-on-strict", "all", true, 455000},
+		// A leave that a slow link made outlast its deadline stopped its
+		// region with forwards for an entity that was passivating, held
+		// in the shard; the late stop terminated the shard and dropped
+		// them, which the simulator counted neither as lost to the fault
+		// nor as dropped at the stop (sim_node_test.go heldByShards).
+		{"late-leave-drops-shard-held-mail-strict", "all", true, 814394},
 	} {
 		t.Run(pin.name, func(t *testing.T) {
 			faults, err := simFaultsFrom(pin.faults)

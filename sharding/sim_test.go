@@ -978,6 +978,14 @@ func (w *simWorld) droppedAtStop(n *simNode) {
 			}
 		}
 	}
+	// And what its shards hold for entities that were stopping (the
+	// shards are terminated with the region).
+	n.heldByShards(func(entityID string, msg simCmd) {
+		if s := w.sends[msg]; s != nil && !s.delivered {
+			s.droppedAtStop, s.nowhere = true, nowhere
+			w.tracef("%s stops with %+v for %s held in its shard (no other node up: %v)", n.name, msg, entityID, nowhere)
+		}
+	})
 }
 
 // lost records a message a region accepted and then dropped.
