@@ -612,17 +612,26 @@ func (c *shardCore[C, H]) maybeHandedOff() {
 // terminate stops every entity at once, as a crash would: the shard stays
 // handed off with nobody to tell, so nothing restarts and nothing is
 // reported. The runner waits for the incarnations it force-stops, then
-// calls forgetAll.
-func (c *shardCore[C, H]) terminate() {
+// calls forgetAll. dropped counts the messages the shard held and now
+// loses: those buffered for entities that were stopping or backing off,
+// and a hand-off's leftover for the next home.
+func (c *shardCore[C, H]) terminate() (dropped int) {
+	for _, p := range c.leftover {
+		if !p.start {
+			dropped++
+		}
+	}
 	c.handingOff, c.reportHandOff, c.leftover, c.recovery = true, false, nil, nil
 	c.cancel(&c.handOffTimer)
 	c.cancel(&c.recoveryTimer)
 	for _, id := range slices.Sorted(maps.Keys(c.entities)) {
 		e := c.entities[id]
 		c.cancel(&e.timer)
+		dropped += len(e.buffer)
 		e.buffer, e.asks = nil, nil
 		c.emit(shardEffect[C, H]{kind: effForceStop, entityID: id, handle: e.handle, force: forceTerminate})
 	}
+	return dropped
 }
 
 // forgetAll empties a terminated shard.

@@ -252,7 +252,9 @@ func (h *shardHarness) run(line string) string {
 		h.core.remembered(pos)
 		h.apply()
 	case "terminate":
-		h.core.terminate()
+		if dropped := h.core.terminate(); dropped > 0 {
+			h.printf("dropped %d held", dropped)
+		}
 		h.apply()
 		h.core.forgetAll()
 	case "entities":

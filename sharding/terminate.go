@@ -78,7 +78,10 @@ func (sh *shard[C]) forceStopAll() []*entity.Cell[C] {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.handedOff = nil
-	sh.core.terminate()
+	if dropped := sh.core.terminate(); dropped > 0 {
+		sh.r.s.log.Warn("sharding: shard stopped with undelivered messages held for its entities",
+			"entity_type", sh.r.typ, "shard_id", sh.id, "count", dropped)
+	}
 	cells := make([]*entity.Cell[C], 0, len(sh.core.out))
 	for _, ef := range sh.core.out {
 		if ef.kind == effForceStop {

@@ -3,10 +3,13 @@ package sharding_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/internal/logtest"
 	"github.com/shoal-dev/shoal/sharding"
 )
 
@@ -100,6 +103,30 @@ func TestTerminateLeavesNoStopMessageAsADeadLetter(t *testing.T) {
 		<-terminated
 		if d := a.sys.Stats().DeadLetters; d != 1 {
 			t.Fatalf("%d dead letters, want 1: the note, not the stop message", d)
+		}
+	})
+}
+
+// What a shard holds for an entity that was stopping when Terminate
+// stopped everything is lost, and said so: one warning with the count.
+func TestTerminateWarnsOfTheMailItsShardsHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &logtest.Recorder{}
+		s := newSim(t, sharding.Settings{NumberOfShards: 1})
+		s.logger = slog.New(rec)
+		a := s.join("a", "host")
+		a.tell(t, "e", passivateGated{}) // e holds its stop message behind the gate
+		synctest.Wait()
+		a.tell(t, "e", note{Text: "1"}) // held by the shard for the next incarnation
+		a.tell(t, "e", note{Text: "2"})
+		terminated := make(chan struct{})
+		go func() { a.sh.Terminate(); close(terminated) }()
+		synctest.Wait()
+		close(s.log.gate)
+		<-terminated
+		warns := rec.Containing("shard stopped with undelivered messages held for its entities")
+		if len(warns) != 1 || !strings.Contains(warns[0], "count=2") {
+			t.Fatalf("warnings %q, want one with count=2", warns)
 		}
 	})
 }
