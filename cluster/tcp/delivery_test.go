@@ -21,26 +21,14 @@ import (
 func TestBurstIsHandedOverInOrderAndFlushedAfterIt(t *testing.T) {
 	got, b, entered, unblock := startHeldAtFirst(t)
 	x := addr("x", 1)
-	p := dialRaw(t, b.Addr().String())
-	if answer := p.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
-		t.Fatalf("answer %q, want welcome", answer.Manifest)
-	}
+	p := welcomed(t, x, b)
 	p.write(encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: 0}))
-	select {
-	case <-entered:
-	case <-time.After(deadline):
-		t.Fatal("the handler never ran")
-	}
+	awaitHeld(t, entered)
 	// The handler holds message 0 while the burst and its flush arrive,
 	// several batches' worth in one write.
 	const n = 1000
-	var burst bytes.Buffer
-	for seq := 1; seq <= n; seq++ {
-		if err := frame.WriteFrame(&burst, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := frame.WriteFrame(&burst, frame.Frame{From: x, To: b.Self(), Manifest: tcp.FlushManifest, Payload: []byte{7}}, 1<<20); err != nil {
+	burst := bytes.NewBuffer(pings(t, x, b.Self(), 1, n))
+	if err := frame.WriteFrame(burst, frame.Frame{From: x, To: b.Self(), Manifest: tcp.FlushManifest, Payload: []byte{7}}, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	p.writeRaw(burst.Bytes())
@@ -89,22 +77,8 @@ func startHeldAtFirst(t *testing.T) (got *recorder, b *tcp.Transport, entered ch
 func TestCloseStopsTheDeliverer(t *testing.T) {
 	got, b, entered, unblock := startHeldAtFirst(t)
 	x := addr("x", 1)
-	p := dialRaw(t, b.Addr().String())
-	if answer := p.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
-		t.Fatalf("answer %q, want welcome", answer.Manifest)
-	}
-	var burst bytes.Buffer
-	for seq := 0; seq <= 1000; seq++ {
-		if err := frame.WriteFrame(&burst, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.writeRaw(burst.Bytes())
-	select {
-	case <-entered:
-	case <-time.After(deadline):
-		t.Fatal("the handler never ran")
-	}
+	welcomed(t, x, b).writeRaw(pings(t, x, b.Self(), 0, 1000))
+	awaitHeld(t, entered)
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -125,5 +99,37 @@ func TestCloseStopsTheDeliverer(t *testing.T) {
 	}
 	if seqs := got.from("x"); !slices.Equal(seqs, []int{0}) {
 		t.Fatalf("handed over %d messages, want only the one held when the transport closed", len(seqs))
+	}
+}
+
+// welcomed dials b as from, past the handshake.
+func welcomed(t *testing.T, from cluster.UniqueAddress, b *tcp.Transport) *rawPeer {
+	t.Helper()
+	p := dialRaw(t, b.Addr().String())
+	if answer := p.hello(from, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer %q, want welcome", answer.Manifest)
+	}
+	return p
+}
+
+// pings returns the frames of from's pings first..last to to, for one write.
+func pings(t *testing.T, from, to cluster.UniqueAddress, first, last int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	for seq := first; seq <= last; seq++ {
+		if err := frame.WriteFrame(&b, encodePing(t, from, to, clustertest.Ping{Sender: from.Node, Seq: seq}), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
+}
+
+// awaitHeld waits until the handler of startHeldAtFirst holds a message.
+func awaitHeld(t *testing.T, entered <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(deadline):
+		t.Fatal("the handler never ran")
 	}
 }

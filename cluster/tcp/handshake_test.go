@@ -1,7 +1,6 @@
 package tcp_test
 
 import (
-	"bytes"
 	"slices"
 	"sync"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/clustertest"
-	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/cluster/tcp"
 )
 
@@ -104,24 +102,10 @@ func TestStaleDiallerRefused(t *testing.T) {
 func TestSupersededConnectionDeliversNothingMore(t *testing.T) {
 	got, b, entered, unblock := startHeldAtFirst(t)
 	x := addr("x", 1)
-	old := dialRaw(t, b.Addr().String())
-	if answer := old.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
-		t.Fatalf("answer %q, want welcome", answer.Manifest)
-	}
 	// Both frames in one write: the second is read while the handler
 	// still holds the first.
-	var both bytes.Buffer
-	for seq := 1; seq <= 2; seq++ {
-		if err := frame.WriteFrame(&both, encodePing(t, x, b.Self(), clustertest.Ping{Sender: "x", Seq: seq}), 1<<20); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old.writeRaw(both.Bytes())
-	select {
-	case <-entered:
-	case <-time.After(deadline):
-		t.Fatal("the handler never ran")
-	}
+	welcomed(t, x, b).writeRaw(pings(t, x, b.Self(), 1, 2))
+	awaitHeld(t, entered)
 	newer := dialRaw(t, b.Addr().String())
 	if answer := newer.hello(x, b.Self(), "test"); answer.Manifest != tcp.WelcomeManifest {
 		t.Fatalf("answer %q to the newer connection, want welcome", answer.Manifest)
