@@ -240,23 +240,34 @@ func TestRemoteAskPersistFailedFailsAtOnce(t *testing.T) {
 	})
 }
 
+// backingOff starts two nodes with an entity of b whose write failed an
+// ask from a, so that its shard backs off. The back-off outlasts an ask's
+// deadline: a test that waited for the restart would fail.
+func backingOff(t *testing.T) (c *remoteCluster, a, b *remoteNode, id string) {
+	t.Helper()
+	c, a, b, id = twoNodes(t, saver, sharding.Settings{RestartBackoffMin: 2 * time.Hour, RestartBackoffMax: 4 * time.Hour})
+	wantFailed(t, farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} }), eventsourced.ErrPersistFailed)
+	synctest.Wait() // the entity has stopped; its shard backs off
+	return c, a, b, id
+}
+
+// getCount asks for the count.
+func getCount(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} }
+
 // An entity whose write failed is backing off on its node: an ask from
 // another node is refused there at once, as on that node itself, with
 // ErrEntityUnavailable and the cause, instead of waiting for the restart.
 func TestRemoteAskOfBackingOffEntityFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// The back-off outlasts the ask's deadline: waiting for the restart fails the test.
-		c, a, b, id := twoNodes(t, saver, sharding.Settings{RestartBackoffMin: 2 * time.Hour, RestartBackoffMax: 4 * time.Hour})
+		c, a, b, id := backingOff(t)
 		defer c.stop()
-		wantFailed(t, farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} }), eventsourced.ErrPersistFailed)
-		synctest.Wait() // the entity has stopped; its shard backs off
-		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		err := farAsk(t, a, id, getCount)
 		f := wantFailed(t, err, sharding.ErrEntityUnavailable, eventsourced.ErrPersistFailed)
 		if f.Code != runtime.FailureUnavailable {
 			t.Fatalf("ask: %v (code %d), want FailureUnavailable", err, f.Code)
 		}
 		// On b itself the same ask fails the same way.
-		_, err = entity.Ask(context.Background(), b.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		_, err = entity.Ask(context.Background(), b.counters.EntityRefFor(id), getCount)
 		if !errors.Is(err, sharding.ErrEntityUnavailable) || !errors.Is(err, eventsourced.ErrPersistFailed) {
 			t.Fatalf("local ask on the home node: %v, want ErrEntityUnavailable", err)
 		}
@@ -273,15 +284,13 @@ func TestRemoteAskOfBackingOffEntityFailsAtOnce(t *testing.T) {
 // wherever the entity lives.
 func TestRemoteAskOfBackingOffEntityCarriesRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, a, b, id := twoNodes(t, saver, sharding.Settings{RestartBackoffMin: 2 * time.Hour, RestartBackoffMax: 4 * time.Hour})
+		c, a, b, id := backingOff(t)
 		defer c.stop()
-		wantFailed(t, farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Save{ReplyTo: to} }), eventsourced.ErrPersistFailed)
-		synctest.Wait() // the entity has stopped; its shard backs off
 		time.Sleep(time.Minute)
 		asked := time.Now()
-		remote := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		remote := farAsk(t, a, id, getCount)
 		trip := time.Since(asked) // b refused the remote ask up to this long before the local one
-		_, local := entity.Ask(context.Background(), b.counters.EntityRefFor(id), func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		_, local := entity.Ask(context.Background(), b.counters.EntityRefFor(id), getCount)
 		want, ok := errors.AsType[*sharding.UnavailableError](local)
 		if !ok || want.RetryAfter <= 0 {
 			t.Fatalf("local ask on the home node: %v, want an *UnavailableError with the back-off left", local)
@@ -316,7 +325,7 @@ func TestRemoteAskRefusedByFullMailboxFailsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		settleRemote()
-		err := farAsk(t, a, id, func(to entity.ReplyTo[Count]) cmd { return Get{ReplyTo: to} })
+		err := farAsk(t, a, id, getCount)
 		f := wantFailed(t, err, entity.ErrMailboxFull)
 		if f.Code != runtime.FailureMailboxFull {
 			t.Fatalf("ask: %v (code %d), want FailureMailboxFull", err, f.Code)
