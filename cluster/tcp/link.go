@@ -91,7 +91,7 @@ func (l *link) enqueue(buf *[]byte) error {
 	if l.raw != nil && !l.writing && !l.held && len(l.queue) == 0 && time.Since(l.lastWrite) >= inlineAfter {
 		it, done := l.writeInline(body)
 		if done {
-			l.t.putBody(buf) // written from l.inline, a copy
+			l.t.bodies.Put(buf) // written from l.inline, a copy
 			return nil
 		}
 		if l.dead != nil {
@@ -500,7 +500,7 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 				} else {
 					messages++
 				}
-				l.t.putBody(it.pooled) // copied into buf
+				l.t.bodies.Put(it.pooled) // copied into buf
 				l.queue[n] = item{}
 				n++
 			}

@@ -84,6 +84,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/bufpool"
 	"github.com/shoal-dev/shoal/internal/metrics"
 )
 
@@ -325,28 +326,8 @@ type Transport struct {
 
 	// bodies recycles the buffers Send encodes frame bodies into: a link's
 	// writer copies a body into its batch and hands the buffer back (see
-	// link.release), so a message allocates no body of its own.
-	bodies sync.Pool // *[]byte
-}
-
-// pooledBodyMax is the largest body buffer kept for reuse: a rare large
-// frame does not leave a large buffer in the pool.
-const pooledBodyMax = 16 << 10
-
-func (t *Transport) getBody() *[]byte {
-	if b, ok := t.bodies.Get().(*[]byte); ok {
-		return b
-	}
-	b := make([]byte, 0, 256)
-	return &b
-}
-
-// putBody hands back a body buffer that nothing refers to any more.
-func (t *Transport) putBody(b *[]byte) {
-	if b != nil && cap(*b) <= pooledBodyMax {
-		*b = (*b)[:0]
-		t.bodies.Put(b)
-	}
+	// link.take), so a message allocates no body of its own.
+	bodies bufpool.Pool
 }
 
 var (
@@ -436,11 +417,11 @@ func (t *Transport) queuedPerPeer() map[string]int {
 // Send implements cluster.Transport: it encodes msg into a frame and
 // queues it on the link to to, never blocking.
 func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
-	buf := t.getBody()
+	buf := t.bodies.Get()
 	body, err := frame.AppendEncode(*buf, t.cfg.Codec, t.cfg.Self, to, msg, t.cfg.MaxFrameSize)
 	*buf = body
 	if err != nil {
-		t.putBody(buf)
+		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	return t.enqueue(to, buf)
@@ -449,12 +430,12 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 // SendEncoded implements cluster.EncodedSender: Send of a message already
 // encoded, its payload copied into the frame before it returns.
 func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
-	buf := t.getBody()
+	buf := t.bodies.Get()
 	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
 	body, err := frame.Marshal(*buf, f, t.cfg.MaxFrameSize)
 	*buf = body
 	if err != nil {
-		t.putBody(buf)
+		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	return t.enqueue(to, buf)
@@ -474,14 +455,14 @@ func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
 	if errors.Is(err, errLinkDead) {
 		var l *link
 		if l, err = t.link(to); err != nil {
-			t.putBody(buf)
+			t.bodies.Put(buf)
 			return err
 		}
 		t.lastLink.Store(l)
 		err = l.enqueue(buf)
 	}
 	if err != nil {
-		t.putBody(buf)
+		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	t.stat.sent.Add(1)

@@ -51,6 +51,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/bufpool"
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/wire"
@@ -189,7 +190,7 @@ type Transport struct {
 	dec *wire.Decoder
 
 	// bufs recycles the buffers SendDeliver encodes envelopes into.
-	bufs sync.Pool // *[]byte
+	bufs bufpool.Pool
 
 	// listeners is read without a lock for every message; Listen and its
 	// stop replace it whole, under mu.
@@ -409,8 +410,8 @@ func (t *Transport) SendDeliver(to Address, d protocol.Deliver) error {
 	if b == nil || b.encoded == nil {
 		return t.Send(to, d)
 	}
-	buf := t.getBuf()
-	defer t.putBuf(buf)
+	buf := t.bufs.Get()
+	defer t.bufs.Put(buf)
 	env, err := wire.AppendDeliver((*buf)[:0], t.cfg.Codec, target, d)
 	*buf = env
 	if err != nil {
@@ -428,26 +429,6 @@ func (t *Transport) local(to Address, target wire.Target) (listener, error) {
 	}
 	t.stat.local.Add(1)
 	return l, nil
-}
-
-// pooledBufMax is the largest envelope buffer kept for reuse: a rare
-// large message does not leave a large buffer in the pool.
-const pooledBufMax = 16 << 10
-
-// getBuf returns a buffer of t.bufs.
-func (t *Transport) getBuf() *[]byte {
-	if b, ok := t.bufs.Get().(*[]byte); ok {
-		return b
-	}
-	b := make([]byte, 0, 256)
-	return &b
-}
-
-// putBuf hands back a buffer of t.bufs that nothing refers to any more.
-func (t *Transport) putBuf(b *[]byte) {
-	if cap(*b) <= pooledBufMax {
-		t.bufs.Put(b)
-	}
 }
 
 func (t *Transport) send(to cluster.UniqueAddress, msg any) error {
