@@ -248,9 +248,9 @@ func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope
 	return id, r.err
 }
 
-// Decoder reads envelopes as the codec's decoder of RegisterOpeningTypes
-// does, with a table of its own for the strings it shares, for a
-// receiver that takes the bytes from the cluster transport
+// Decoder reads envelopes, sharing the strings it reads again through a
+// table of its own: the codec's decoder of RegisterTypes is one, and so is
+// a receiver's that takes the bytes from the cluster transport
 // (cluster.EncodedReceiver). It is safe for concurrent use.
 type Decoder struct {
 	names *interner
@@ -349,11 +349,10 @@ func idOf(m any) TypeID {
 // the strings it decodes again and again. With open, its decoder opens the
 // user messages of Delivers as it reads them (see RegisterOpeningTypes).
 type serializer struct {
-	names *interner
 	// reg is the registry the serializer is registered in: it encodes the
 	// user message of a packed Deliver (see Pack).
-	reg  *codec.Registry
-	open *codec.Registry
+	reg *codec.Registry
+	dec *Decoder
 }
 
 func (s *serializer) Marshal(v any) ([]byte, error) {
@@ -378,12 +377,12 @@ func (s *serializer) Unmarshal(data []byte, ptr any) error {
 		return fmt.Errorf("wire: cannot decode into %T", ptr)
 	}
 	var err error
-	*e, err = decodeEnvelope(data, s.names, s.open)
+	*e, err = s.dec.Decode(data)
 	return err
 }
 
 func (s *serializer) DecodeValue(data []byte) (any, error) {
-	e, err := decodeEnvelope(data, s.names, s.open)
+	e, err := s.dec.Decode(data)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +417,7 @@ func RegisterTypes(reg *codec.Registry) error { return register(reg, nil) }
 func RegisterOpeningTypes(reg *codec.Registry) error { return register(reg, reg) }
 
 func register(reg, open *codec.Registry) error {
-	s := &serializer{names: newInterner(), reg: reg, open: open}
+	s := &serializer{reg: reg, dec: NewDecoder(open)}
 	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(s)); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
