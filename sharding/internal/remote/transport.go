@@ -228,6 +228,14 @@ type listener struct {
 	deliver func(protocol.Deliver) error
 }
 
+// take hands m to the listener: a Deliver as handleDeliver does.
+func (l listener) take(m protocol.Message) error {
+	if d, isDeliver := m.(protocol.Deliver); isDeliver {
+		return l.handleDeliver(d)
+	}
+	return l.handle(m)
+}
+
 // handleDeliver hands d to the listener: by value to deliver, when set.
 func (l listener) handleDeliver(d protocol.Deliver) error {
 	if l.deliver != nil {
@@ -377,10 +385,7 @@ func (t *Transport) Send(to Address, msg protocol.Message) error {
 		if err != nil {
 			return err
 		}
-		if d, isDeliver := msg.(protocol.Deliver); isDeliver {
-			return l.handleDeliver(d)
-		}
-		return l.handle(msg)
+		return l.take(msg)
 	}
 	w, err := wire.Pack(t.cfg.Codec, target, msg)
 	if errors.Is(err, wire.ErrUnknownType) {
@@ -512,13 +517,7 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 	if !ok {
 		return t.unknownTarget(from, target, stopped, wire.Asks(env))
 	}
-	var herr error
-	if d, isDeliver := m.(protocol.Deliver); isDeliver {
-		herr = l.handleDeliver(d)
-	} else {
-		herr = l.handle(m)
-	}
-	if herr != nil {
+	if herr := l.take(m); herr != nil {
 		return t.listenerRefused(from, target, herr, wire.Asks(env))
 	}
 	t.stat.delivered.Add(1)
