@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,7 @@ type Region[C any] struct {
 	mu      regionLock // the data path read-locks one stripe
 	core    regionCore[C, *shard[C]]
 	fast    fastPath[C]   // what the data path reads with no lock
+	routes  routeCache    // the data path's routes to other nodes (routecache.go)
 	leftAll chan struct{} // closed on regLeft
 	gone    chan struct{} // closed on regGone
 	tick    timers.Timer  // the armed retry tick
@@ -207,6 +209,13 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool,
 		if ok, err := r.tellFast(entityID, h, msg, parent); ok {
 			return err
 		}
+		if rt := r.routes.load(entityID, h); rt != nil {
+			rt.stripe.RLock()
+			if rt.epoch == r.mu.epoch.Load() {
+				return r.forwardRLocked(rt.stripe, rt.home, rt.shardID, pending[C]{entityID, msg, start, failFast, parent})
+			}
+			rt.stripe.RUnlock()
+		}
 	}
 	shardID := r.settings.ShardID(entityID)
 	stripe := r.mu.RLockShard(shardID)
@@ -217,16 +226,10 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool,
 			stripe.RUnlock()
 			return err
 		}
-		// Forward under the read lock: BeginHandOff takes the write lock
-		// before this region acknowledges it, so nothing this region
-		// forwards can reach the old home after its hand-off began.
-		home := e.home
-		err := r.forward(home, shardID, pending[C]{entityID, msg, start, failFast, parent})
-		stripe.RUnlock()
-		if errors.Is(err, ErrUnreachable) {
-			r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
+		if !start {
+			r.routes.store(entityID, h, shardID, stripe, e.home, r.mu.epoch.Load())
 		}
-		return err
+		return r.forwardRLocked(stripe, e.home, shardID, pending[C]{entityID, msg, start, failFast, parent})
 	}
 	stripe.RUnlock()
 
@@ -237,6 +240,20 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool,
 	idle := r.applyLocked()
 	r.mu.Unlock()
 	r.runUnlocked(idle)
+	return err
+}
+
+// forwardRLocked forwards p to home under stripe, the read-locked stripe
+// of shardID, and unlocks it. Forwarding under the read lock is what
+// orders it before a hand-off: BeginHandOff takes the write lock before
+// this region acknowledges it, so nothing this region forwards can reach
+// the old home after its hand-off began.
+func (r *Region[C]) forwardRLocked(stripe *sync.RWMutex, home cluster.UniqueAddress, shardID string, p pending[C]) error {
+	err := r.forward(home, shardID, p)
+	stripe.RUnlock()
+	if errors.Is(err, ErrUnreachable) {
+		r.step(func(c *regionCore[C, *shard[C]]) { c.unreachable(shardID, home) })
+	}
 	return err
 }
 
