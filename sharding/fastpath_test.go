@@ -195,3 +195,69 @@ func untilStopped(stop <-chan struct{}, disturb func(i int)) {
 		runtime.Gosched()
 	}
 }
+
+// A node without the entities' role streams to the two nodes that host
+// them, and one of those leaves mid-stream: the sender forwards each
+// message on the route it last used only while that route holds (see
+// routeCache), so every entity gets every sender's messages, in order,
+// with no dead letter anywhere, before and after its shard moved.
+func TestRemoteRoutesFollowShardsThatMove(t *testing.T) {
+	s := newSim(t, sharding.Settings{NumberOfShards: 8})
+	b := s.join("b", "host") // the oldest: the coordinator
+	c := s.join("c", "host")
+	p := s.join("p") // a proxy: it forwards every message
+	defer b.sh.Terminate()
+	defer c.sh.Terminate()
+	defer p.sh.Terminate()
+	const perSender = 3000
+	homes := map[string]map[string]bool{} // shard → the nodes p saw it on
+	seen := func() {
+		for shard, home := range sharding.HomesOf(p.region) {
+			if homes[shard] == nil {
+				homes[shard] = map[string]bool{}
+			}
+			homes[shard][home.Node] = true
+		}
+	}
+	onC := func() bool {
+		for _, on := range homes {
+			if on["c"] {
+				return true
+			}
+		}
+		return false
+	}
+	stream(t, p, perSender, func(stop <-chan struct{}) {
+		// Mid-stream, once p forwards to c: the stream lasts seconds.
+		for seen(); !onC(); seen() {
+			select {
+			case <-stop:
+				t.Error("the stream ended before p forwarded to c")
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.sh.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown c: %v", err)
+		}
+		untilStopped(stop, func(int) { seen(); time.Sleep(time.Millisecond) })
+	})
+	checkStreams(t, s, p, perSender)
+	seen()
+	moved := 0
+	for _, on := range homes {
+		if on["b"] && on["c"] {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no shard moved from c to b (homes seen: %v)", homes)
+	}
+	for _, n := range []*node{b, c} {
+		if d := n.sys.Stats().DeadLetters; d != 0 {
+			t.Fatalf("%d dead letters on %s, want none", d, n.name)
+		}
+	}
+}
