@@ -126,6 +126,9 @@ func (r *Region[C]) listen() error {
 		Create:    func(entity.Context[Message]) entity.Behavior[Message] { return entity.Receive(r.receive) },
 	}, r.self.String())
 	deliver := func(d protocol.Deliver) error {
+		if d.Trace == nil { // the common case, without a copy of d
+			return r.inboundDeliver(d)
+		}
 		d, span := r.traceInbound(d)
 		err := r.inboundDeliver(d)
 		if span != nil {
