@@ -69,10 +69,18 @@ func appendStrings(dst []byte, ss []string) []byte {
 // written in place and the prefix moved in front of it, so no scratch
 // buffer is needed.
 func appendBody(dst []byte, fn func([]byte) []byte) []byte {
-	// Reserve one byte, the size of the prefix of any body under 128 bytes.
-	at := len(dst)
-	dst = append(dst, 0)
-	dst = fn(dst)
+	dst, at := openBody(dst)
+	return closeBody(fn(dst), at)
+}
+
+// openBody starts a body appendBody's way, for a caller that writes it
+// itself, and returns where its prefix goes, for closeBody. One byte is
+// reserved, the size of the prefix of any body under 128 bytes.
+func openBody(dst []byte) ([]byte, int) { return append(dst, 0), len(dst) }
+
+// closeBody writes the prefix at at of the body openBody started, moving
+// the body along when the prefix needs more than one byte.
+func closeBody(dst []byte, at int) []byte {
 	n := len(dst) - at - 1
 	if n < 0x80 {
 		dst[at] = byte(n)
@@ -239,6 +247,9 @@ func (r *reader) bool(field string) bool {
 // input cannot make a decoder allocate beyond its size.
 func (r *reader) count(field string, minItem int) int {
 	n := r.uvarint(field)
+	if n == 0 { // most lists: no division by minItem
+		return 0
+	}
 	if n > uint64(len(r.b)/minItem) {
 		r.fail(ErrCorrupt, field, "%d items in %d bytes", n, len(r.b))
 		return 0

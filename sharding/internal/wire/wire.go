@@ -165,16 +165,12 @@ func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error)
 // returned unchanged.
 func AppendDeliver(dst []byte, reg *codec.Registry, to Target, d protocol.Deliver) ([]byte, error) {
 	start := len(dst)
-	dst = appendTarget(append(dst, byte(IDDeliver)), to)
-	var err error
-	dst = appendBody(dst, func(b []byte) []byte {
-		b, err = appendDeliver(b, d, reg)
-		return b
-	})
+	dst, at := openBody(appendTarget(append(dst, byte(IDDeliver)), to))
+	dst, err := appendDeliver(dst, d, reg)
 	if err != nil {
 		return dst[:start], err
 	}
-	return dst, nil
+	return closeBody(dst, at), nil
 }
 
 // appendTarget writes a protocol message's target: its type and a flags
