@@ -215,11 +215,23 @@ type bound struct {
 // published.
 type listeners struct {
 	handlers map[wire.Target]listener
+	// few lists the handlers again while there are at most maxScanned:
+	// comparing a few targets is cheaper than hashing one for the map,
+	// once per message. Nil when there are more.
+	few []targetListener
 	// stopped holds the targets that had a listener here and lost it (a
 	// region shut down): mail for them is expected while the others'
 	// views catch up, so it is refused without a warning.
 	stopped map[wire.Target]bool
 }
+
+type targetListener struct {
+	target wire.Target
+	l      listener
+}
+
+// maxScanned is the most handlers looked up by a scan of listeners.few.
+const maxScanned = 8
 
 // listener is the handler of a target: deliver, when set, takes its
 // Delivers, handle every other message (and the Delivers otherwise).
@@ -358,6 +370,12 @@ func (t *Transport) updateListenersLocked(change func(*listeners)) {
 	old := t.listeners.Load()
 	ls := &listeners{handlers: maps.Clone(old.handlers), stopped: maps.Clone(old.stopped)}
 	change(ls)
+	if len(ls.handlers) <= maxScanned {
+		ls.few = make([]targetListener, 0, len(ls.handlers))
+		for target, l := range ls.handlers {
+			ls.few = append(ls.few, targetListener{target, l})
+		}
+	}
 	t.listeners.Store(ls)
 }
 
@@ -365,7 +383,13 @@ func (t *Transport) updateListenersLocked(change func(*listeners)) {
 // one that was removed.
 func (t *Transport) handler(target wire.Target) (l listener, ok, stopped bool) {
 	ls := t.listeners.Load()
-	if l, ok = ls.handlers[target]; ok {
+	if ls.few != nil {
+		for i := range ls.few {
+			if ls.few[i].target == target {
+				return ls.few[i].l, true, false
+			}
+		}
+	} else if l, ok = ls.handlers[target]; ok {
 		return l, true, false
 	}
 	return listener{}, false, ls.stopped[target]

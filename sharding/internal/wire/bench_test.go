@@ -103,3 +103,38 @@ func BenchmarkEnvelopeCodec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTellEnvelope is a remote tell's envelope as the transport
+// handles it: AppendDeliver on the sender (the user message encoded in
+// place), DecodeDeliver on the receiver (strings shared, the user message
+// opened).
+//
+//	go test -run '^$' -bench TellEnvelope -count 6 ./sharding/internal/wire
+func BenchmarkTellEnvelope(b *testing.B) {
+	reg := openingCodec(b)
+	if err := registerCount(reg); err != nil {
+		b.Fatal(err)
+	}
+	dec := wire.NewDecoder(reg)
+	to := wire.Target{Type: "counter"}
+	d := protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: count{}}
+	buf := make([]byte, 0, 256)
+	b.Run("append", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := wire.AppendDeliver(buf[:0], reg, to, d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	env, err := wire.AppendDeliver(nil, reg, to, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, _, err := dec.DecodeDeliver(env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

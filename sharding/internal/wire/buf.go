@@ -69,10 +69,18 @@ func appendStrings(dst []byte, ss []string) []byte {
 // written in place and the prefix moved in front of it, so no scratch
 // buffer is needed.
 func appendBody(dst []byte, fn func([]byte) []byte) []byte {
-	// Reserve one byte, the size of the prefix of any body under 128 bytes.
-	at := len(dst)
-	dst = append(dst, 0)
-	dst = fn(dst)
+	dst, at := openBody(dst)
+	return closeBody(fn(dst), at)
+}
+
+// openBody starts a body appendBody's way, for a caller that writes it
+// itself, and returns where its prefix goes, for closeBody. One byte is
+// reserved, the size of the prefix of any body under 128 bytes.
+func openBody(dst []byte) ([]byte, int) { return append(dst, 0), len(dst) }
+
+// closeBody writes the prefix at at of the body openBody started, moving
+// the body along when the prefix needs more than one byte.
+func closeBody(dst []byte, at int) []byte {
 	n := len(dst) - at - 1
 	if n < 0x80 {
 		dst[at] = byte(n)
@@ -87,7 +95,8 @@ func appendBody(dst []byte, fn func([]byte) []byte) []byte {
 }
 
 // reader decodes fields from b, keeping the first error; once it failed,
-// every read returns a zero value.
+// b is empty and every read returns a zero value (so a read that finds
+// its bytes need not look at err first).
 type reader struct {
 	b   []byte
 	err error
@@ -108,16 +117,16 @@ func (r *reader) fail(sentinel error, field, format string, args ...any) {
 
 // more reports whether the body has bytes left: false once a message of
 // an older layout, without the fields appended since, has been read.
-func (r *reader) more() bool { return r.err == nil && len(r.b) > 0 }
+func (r *reader) more() bool { return len(r.b) > 0 }
 
 func (r *reader) uvarint(field string) uint64 {
-	if r.err != nil {
-		return 0
-	}
 	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: most lengths, ids, counts
 		v := r.b[0]
 		r.b = r.b[1:]
 		return uint64(v)
+	}
+	if r.err != nil {
+		return 0
 	}
 	v, n := binary.Uvarint(r.b)
 	switch {
@@ -135,9 +144,6 @@ func (r *reader) uvarint(field string) uint64 {
 // raw returns the next length-prefixed field, sharing b's memory.
 func (r *reader) raw(field string) []byte {
 	n := r.uvarint(field)
-	if r.err != nil {
-		return nil
-	}
 	if n > uint64(len(r.b)) {
 		r.fail(ErrShort, field, "%d bytes, %d left", n, len(r.b))
 		return nil
@@ -158,11 +164,11 @@ func (r *reader) string(field string) string {
 // types, manifests, shard ids, the ids of busy entities) instead of
 // allocating each anew: a table, by hash, of the last string read per
 // slot. Short strings only, so it stays small however many it sees. The
-// hash is FNV-1a, fixed: strings that collide only miss the table (they
-// are allocated, as without it), and a decoder shares the same strings
-// from one run to the next. Every connection's reader decodes through the
-// same table, so a slot is an atomic pointer, not a string under a lock:
-// a hit, the common case, is one load and a compare.
+// hash is fixed (internHash): strings that collide only miss the table
+// (they are allocated, as without it), and a decoder shares the same
+// strings from one run to the next. Every connection's reader decodes
+// through the same table, so a slot is an atomic pointer, not a string
+// under a lock: a hit, the common case, is one load and a compare.
 type interner struct {
 	slots [internSlots]atomic.Pointer[string]
 }
@@ -170,25 +176,45 @@ type interner struct {
 func newInterner() *interner { return new(interner) }
 
 const (
-	internSlots = 1024 // a power of two
-	internMax   = 64   // longer strings are not shared
+	internBits  = 10
+	internSlots = 1 << internBits
+	internMax   = 64 // longer strings are not shared
 )
 
 func (in *interner) get(b []byte) string {
 	if len(b) == 0 || len(b) > internMax {
 		return string(b)
 	}
-	h := uint32(2166136261)
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	slot := &in.slots[h&(internSlots-1)]
+	slot := &in.slots[internHash(b)>>(64-internBits)]
 	if p := slot.Load(); p != nil && *p == string(b) {
 		return *p
 	}
 	s := string(b)
 	slot.Store(&s)
 	return s
+}
+
+// internHash hashes a string of 1 to internMax bytes eight bytes at a
+// time (the strings it sees are mostly shorter than eight: one load or
+// two), a multiply per word instead of one per byte; its top bits pick
+// the slot.
+func internHash(b []byte) uint64 {
+	const m = 0x9e3779b97f4a7c15
+	h := uint64(len(b)) * m
+	for len(b) > 8 {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * m
+		b = b[8:]
+	}
+	// The last one to eight bytes, read as overlapping loads.
+	var w uint64
+	switch n := len(b); {
+	case n >= 4:
+		w = uint64(binary.LittleEndian.Uint32(b))<<32 | uint64(binary.LittleEndian.Uint32(b[n-4:]))
+	default: // 1 to 3
+		w = uint64(b[0])<<16 | uint64(b[n/2])<<8 | uint64(b[n-1])
+	}
+	h = (h ^ w) * m
+	return h ^ h>>32
 }
 
 // bytes returns a bytes field, sharing the input's memory; nil when empty.
@@ -201,11 +227,10 @@ func (r *reader) bytes(field string) []byte {
 }
 
 func (r *reader) bool(field string) bool {
-	if r.err != nil {
-		return false
-	}
 	if len(r.b) == 0 {
-		r.fail(ErrShort, field, "no bool")
+		if r.err == nil {
+			r.fail(ErrShort, field, "no bool")
+		}
 		return false
 	}
 	c := r.b[0]
@@ -222,7 +247,7 @@ func (r *reader) bool(field string) bool {
 // input cannot make a decoder allocate beyond its size.
 func (r *reader) count(field string, minItem int) int {
 	n := r.uvarint(field)
-	if r.err != nil {
+	if n == 0 { // most lists: no division by minItem
 		return 0
 	}
 	if n > uint64(len(r.b)/minItem) {
@@ -264,11 +289,10 @@ func (r *reader) done(body *reader) {
 }
 
 func (r *reader) byte(field string) byte {
-	if r.err != nil {
-		return 0
-	}
 	if len(r.b) == 0 {
-		r.fail(ErrShort, field, "no byte")
+		if r.err == nil {
+			r.fail(ErrShort, field, "no byte")
+		}
 		return 0
 	}
 	c := r.b[0]

@@ -327,7 +327,7 @@ func readHandOver(r *reader) any {
 		m.Msgs = make([]protocol.Deliver, n)
 		for i := range m.Msgs {
 			body := r.body("HandOver.Msgs")
-			m.Msgs[i] = readDeliver(&body)
+			readDeliver(&body, &m.Msgs[i])
 			r.done(&body)
 		}
 	}
@@ -369,10 +369,19 @@ func readGetRegionStats(r *reader) any {
 	return m
 }
 
-func readDeliverMessage(r *reader) any { return readDeliver(r) }
+func readDeliverMessage(r *reader) any {
+	var d protocol.Deliver
+	readDeliver(r, &d)
+	return d
+}
 
-func readDeliver(r *reader) protocol.Deliver {
-	d := protocol.Deliver{Shard: r.string("Shard"), EntityID: r.string("EntityID"), Start: r.bool("Start"), Ask: r.bool("Ask")}
+// readDeliver reads a Deliver into d, a zero Deliver: in place, sparing
+// the copies of a Deliver returned by value.
+func readDeliver(r *reader, d *protocol.Deliver) {
+	d.Shard = r.string("Shard")
+	d.EntityID = r.string("EntityID")
+	d.Start = r.bool("Start")
+	d.Ask = r.bool("Ask")
 	e := Encoded{Manifest: r.string("Manifest"), Payload: r.bytes("Payload")}
 	if n := r.count("ReplyTo", 3); n > 0 {
 		e.ReplyTo = make([]entity.ReplyAddress, n)
@@ -387,14 +396,13 @@ func readDeliver(r *reader) protocol.Deliver {
 		if r.open != nil && len(e.ReplyTo) == 0 && r.err == nil {
 			if v, err := r.open.Decode(e.Manifest, e.Payload); err == nil {
 				d.Msg = v
-				return d
+				return
 			}
 		}
 		d.Msg = e
 	} else if len(e.Payload) > 0 || len(e.ReplyTo) > 0 {
 		r.fail(ErrCorrupt, "Manifest", "empty, with a payload or reply addresses")
 	}
-	return d
 }
 
 func readReply(r *reader) any {

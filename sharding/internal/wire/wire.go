@@ -165,16 +165,12 @@ func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error)
 // returned unchanged.
 func AppendDeliver(dst []byte, reg *codec.Registry, to Target, d protocol.Deliver) ([]byte, error) {
 	start := len(dst)
-	dst = appendTarget(append(dst, byte(IDDeliver)), to)
-	var err error
-	dst = appendBody(dst, func(b []byte) []byte {
-		b, err = appendDeliver(b, d, reg)
-		return b
-	})
+	dst, at := openBody(appendTarget(append(dst, byte(IDDeliver)), to))
+	dst, err := appendDeliver(dst, d, reg)
 	if err != nil {
 		return dst[:start], err
 	}
-	return dst, nil
+	return closeBody(dst, at), nil
 }
 
 // appendTarget writes a protocol message's target: its type and a flags
@@ -210,9 +206,9 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 	return e, nil
 }
 
-// readEnvelope reads src into e, the message of a Deliver into d instead
-// of e.Msg (the caller decides whether it goes into an interface), and
-// returns the message's type id.
+// readEnvelope reads src into e, the message of a Deliver into d (a zero
+// Deliver) instead of e.Msg (the caller decides whether it goes into an
+// interface), and returns the message's type id.
 func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 	r := reader{b: src, msg: "Envelope", names: names, open: open}
 	id := TypeID(r.uvarint("TypeID"))
@@ -231,17 +227,25 @@ func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope
 		}
 		e.To.Coordinator = flags&targetCoordinator != 0
 	}
-	body := r.body(k.name)
 	if id == IDDeliver {
-		// Read directly: body handed to k.read, a function value, would
-		// be moved to the heap for every message.
-		*d = readDeliver(&body)
+		// Read by r itself, narrowed to the body (a reader of its own is
+		// one more to set up, and body handed to k.read, a function value,
+		// would be moved to the heap for every message). The body's bytes
+		// after the fields this node knows, fields a newer node appended,
+		// are skipped with it.
+		b := r.raw("body")
+		rest := r.b
+		r.b, r.msg = b, k.name
+		readDeliver(&r, d)
+		r.b, r.msg = rest, "Envelope"
+		if r.err != nil {
+			r.b = nil
+		}
 	} else {
-		other := body
-		e.Msg = k.read(&other)
-		body = other
+		body := r.body(k.name)
+		e.Msg = k.read(&body)
+		r.done(&body)
 	}
-	r.done(&body)
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
 	}
