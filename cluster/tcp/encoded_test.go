@@ -75,3 +75,58 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 		t.Fatalf("SendEncoded over the frame limit: %v", err)
 	}
 }
+
+// A connection's reader remembers the handler of the last manifest it
+// looked up; a handler registered, replaced or removed while it reads
+// still takes the frames that arrive after the change.
+func TestEncodedHandlerChangesApplyToTheNextFrame(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "text")
+	nw := newNetwork(t, reg, nil)
+	var mu sync.Mutex
+	var got []string
+	record := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, s)
+	}
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b := nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { record("handler " + msg.(string)) }, "")
+	named := func(name string) cluster.EncodedHandler {
+		return func(_ cluster.UniqueAddress, payload []byte) error {
+			record(name + " " + string(payload))
+			return nil
+		}
+	}
+	to := addr("b", 1)
+	send := func(text string) {
+		t.Helper()
+		_, payload, err := reg.Encode(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SendEncoded(to, "text", payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Flush(t.Context(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("1")
+	b.HandleEncoded("text", named("first"))
+	send("2")
+	b.HandleEncoded("text", named("second"))
+	send("3")
+	b.HandleEncoded("other", named("other")) // another manifest's change
+	send("4")
+	b.HandleEncoded("text", nil)
+	send("5")
+	b.HandleEncoded("text", named("first"))
+	send("6")
+	want := []string{`handler 1`, `first "2"`, `second "3"`, `second "4"`, `handler 5`, `first "6"`}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+}

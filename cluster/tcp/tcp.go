@@ -488,13 +488,28 @@ func (t *Transport) HandleEncoded(manifest string, h cluster.EncodedHandler) {
 	t.encoded.Store(&next)
 }
 
-// encodedHandler is the handler of manifest's frames, nil when the codec
+// encodedHandlers is a connection reader's memory of the last handler it
+// looked up: the frames of a connection come in a few manifests, mostly
+// the one before, whose string the frame.Reader shares. It is valid while
+// t.encoded holds the map it was looked up in, which HandleEncoded
+// replaces on every change.
+type encodedHandlers struct {
+	from     *map[string]cluster.EncodedHandler
+	manifest string
+	handler  cluster.EncodedHandler
+}
+
+// get returns the handler of manifest's frames, nil when the codec
 // decodes them for the Handler.
-func (t *Transport) encodedHandler(manifest string) cluster.EncodedHandler {
-	if hs := t.encoded.Load(); hs != nil {
-		return (*hs)[manifest]
+func (c *encodedHandlers) get(t *Transport, manifest string) cluster.EncodedHandler {
+	hs := t.encoded.Load()
+	if hs == nil {
+		return nil
 	}
-	return nil
+	if hs != c.from || manifest != c.manifest {
+		*c = encodedHandlers{from: hs, manifest: manifest, handler: (*hs)[manifest]}
+	}
+	return c.handler
 }
 
 // link returns the live link to to, creating it after asking the resolver.
