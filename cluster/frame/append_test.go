@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity/codec"
 )
@@ -69,5 +70,33 @@ func TestReaderAllocatesBlocksNotBodies(t *testing.T) {
 	})
 	if perFrame := allocs / frames; perFrame > 0.1 {
 		t.Fatalf("%.2f allocations per frame, want blocks shared by many", perFrame)
+	}
+}
+
+// BenchmarkReaderNext reads a connection's typical stream: small frames
+// from one sender to one receiver in one manifest.
+func BenchmarkReaderNext(b *testing.B) {
+	f := frame.Frame{
+		From:     cluster.UniqueAddress{Node: "node-a.example:7000", Incarnation: 1764290000123},
+		To:       cluster.UniqueAddress{Node: "node-b.example:7000", Incarnation: 1764290000456},
+		Manifest: "shoal.sharding",
+		Payload:  bytes.Repeat([]byte{7}, 48),
+	}
+	var stream bytes.Buffer
+	for range 1024 {
+		if err := frame.WriteFrame(&stream, f, 1024); err != nil {
+			b.Fatal(err)
+		}
+	}
+	src := bytes.NewReader(stream.Bytes())
+	r := frame.NewReader(src, 1024)
+	b.SetBytes(int64(stream.Len() / 1024))
+	for i := 0; b.Loop(); i++ {
+		if i%1024 == 0 {
+			src.Reset(stream.Bytes())
+		}
+		if _, err := r.Next(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
