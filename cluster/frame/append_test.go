@@ -100,3 +100,20 @@ func BenchmarkReaderNext(b *testing.B) {
 		}
 	}
 }
+
+// Size is the length of the body Marshal appends.
+func TestSize(t *testing.T) {
+	for _, f := range []frame.Frame{
+		{},
+		{From: cluster.UniqueAddress{Node: "a", Incarnation: 127}, To: cluster.UniqueAddress{Node: "b", Incarnation: 128}, Manifest: "m", Payload: []byte("p")},
+		{From: cluster.UniqueAddress{Node: strings.Repeat("n", 200), Incarnation: 1 << 63}, Manifest: strings.Repeat("m", 20000), Payload: make([]byte, 1<<16)},
+	} {
+		body, err := frame.Marshal(nil, f, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := frame.Size(f); got != len(body) {
+			t.Fatalf("Size %d, Marshal appended %d bytes", got, len(body))
+		}
+	}
+}

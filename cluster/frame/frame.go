@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -66,6 +67,16 @@ func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// Size is the length of f's body, what Marshal appends.
+func Size(f Frame) int {
+	return 1 + stringSize(f.From.Node) + uvarintSize(f.From.Incarnation) + stringSize(f.To.Node) +
+		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + stringSize(string(f.Payload))
+}
+
+func stringSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
+
+func uvarintSize(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))

@@ -424,33 +424,32 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	return t.enqueue(to, buf)
+	return t.enqueue(to, buf, nil)
 }
 
 // SendEncoded implements cluster.EncodedSender: Send of a message already
 // encoded, its payload copied into the frame before it returns.
 func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
-	buf := t.bodies.Get()
 	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
-	body, err := frame.Marshal(*buf, f, t.cfg.MaxFrameSize)
-	*buf = body
-	if err != nil {
-		t.bodies.Put(buf)
+	if frame.Size(f) > t.cfg.MaxFrameSize {
+		_, err := frame.Marshal(nil, f, t.cfg.MaxFrameSize) // says why
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	return t.enqueue(to, buf)
+	// Marshalled by the link, under its lock, into its queue.
+	return t.enqueue(to, nil, &f)
 }
 
-// enqueue queues the frame body in buf, a buffer of t.bodies, on the link
-// to to; buf is the link's once queued, back in the pool otherwise.
-func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
+// enqueue queues a frame on the link to to: the body in buf, a buffer of
+// t.bodies (the link's once queued, back in the pool otherwise), or else
+// f, which the link marshals.
+func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte, f *frame.Frame) error {
 	// The link Send used last, when it is to's: no lock, no look-up. A
 	// live link is always the one in t.links (a link leaves it only
 	// killed), so only a dead one needs the look-up, which finds what
 	// replaced it or why there is none.
 	err := errLinkDead
 	if l := t.lastLink.Load(); l != nil && l.to == to {
-		err = l.enqueue(buf)
+		err = l.enqueueEither(buf, f)
 	}
 	if errors.Is(err, errLinkDead) {
 		var l *link
@@ -459,7 +458,7 @@ func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
 			return err
 		}
 		t.lastLink.Store(l)
-		err = l.enqueue(buf)
+		err = l.enqueueEither(buf, f)
 	}
 	if err != nil {
 		t.bodies.Put(buf)
