@@ -69,9 +69,15 @@ func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
 }
 
 // Size is the length of f's body, what Marshal appends.
-func Size(f Frame) int {
+func Size(f *Frame) int {
 	return 1 + stringSize(f.From.Node) + uvarintSize(f.From.Incarnation) + stringSize(f.To.Node) +
 		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + stringSize(string(f.Payload))
+}
+
+// MaxSize bounds Size(f) from above, at less cost: each length and
+// incarnation counted at its largest.
+func MaxSize(f *Frame) int {
+	return 1 + len(f.From.Node) + len(f.To.Node) + len(f.Manifest) + len(f.Payload) + 6*binary.MaxVarintLen64
 }
 
 func stringSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
