@@ -15,6 +15,7 @@
 package frame
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -242,6 +243,7 @@ func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
 // a frame's payload lies in the frame's own body, read for it alone.
 type Reader struct {
 	r       io.Reader
+	br      *bufio.Reader // r, when it is one: see readBuffered
 	maxSize int
 	prev    Frame
 	// header is prev's body up to its payload's length: a body that
@@ -266,7 +268,10 @@ const (
 )
 
 // NewReader reads frames of at most maxSize bytes from r.
-func NewReader(r io.Reader, maxSize int) *Reader { return &Reader{r: r, maxSize: maxSize} }
+func NewReader(r io.Reader, maxSize int) *Reader {
+	br, _ := r.(*bufio.Reader)
+	return &Reader{r: r, br: br, maxSize: maxSize}
+}
 
 // Next reads the next frame; its errors are ReadFrame's.
 func (fr *Reader) Next() (Frame, error) {
@@ -309,6 +314,9 @@ func readBody(r io.Reader, maxSize int) ([]byte, error) {
 
 // readBody reads the next frame's body, a small one into the block.
 func (fr *Reader) readBody() ([]byte, error) {
+	if body, ok := fr.readBuffered(); ok {
+		return body, nil
+	}
 	n, err := readPrefix(fr.r, fr.prefix[:], fr.maxSize)
 	if err != nil {
 		return nil, err
@@ -317,15 +325,43 @@ func (fr *Reader) readBody() ([]byte, error) {
 	if n > blockMax {
 		body = make([]byte, n)
 	} else {
-		if len(fr.block) < n {
-			fr.block = make([]byte, blockSize)
-		}
-		body, fr.block = fr.block[:n:n], fr.block[n:]
+		body = fr.cut(n)
 	}
 	if _, err := io.ReadFull(fr.r, body); err != nil {
 		return nil, unexpected(err)
 	}
 	return body, nil
+}
+
+// readBuffered reads a small frame's body into the block when fr.br holds
+// all of the frame already: copied out of its buffer at once, rather than
+// read as a prefix then a body. ok is false when it read nothing; the
+// frame is then readBody's, as are its errors.
+func (fr *Reader) readBuffered() (_ []byte, ok bool) {
+	br := fr.br
+	if br == nil || br.Buffered() < 4 {
+		return nil, false
+	}
+	prefix, _ := br.Peek(4) // buffered: no read, no error
+	n := int(binary.BigEndian.Uint32(prefix))
+	if n > blockMax || n > fr.maxSize || br.Buffered() < 4+n {
+		return nil, false
+	}
+	whole, _ := br.Peek(4 + n)
+	body := fr.cut(n)
+	copy(body, whole[4:])
+	br.Discard(4 + n)
+	return body, true
+}
+
+// cut returns the next n bytes of the block, n at most blockMax.
+func (fr *Reader) cut(n int) []byte {
+	if len(fr.block) < n {
+		fr.block = make([]byte, blockSize)
+	}
+	body := fr.block[:n:n]
+	fr.block = fr.block[n:]
+	return body
 }
 
 // readPrefix reads a frame's length prefix into prefix and returns the

@@ -1,6 +1,7 @@
 package frame_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -87,12 +88,17 @@ func TestUnmarshalCorrupt(t *testing.T) {
 }
 
 // A stream survives bad frames: each is reported and the next one reads.
-// readers are the two ways to read a stream: ReadFrame, and a Reader.
+// readers are the ways to read a stream: ReadFrame, and a Reader, on a
+// bufio.Reader too (whose buffered frames it copies out at once; a small
+// buffer holds some frames whole, and not others).
 var readers = map[string]func(r io.Reader, maxSize int) func() (frame.Frame, error){
 	"ReadFrame": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
 		return func() (frame.Frame, error) { return frame.ReadFrame(r, maxSize) }
 	},
 	"Reader": func(r io.Reader, maxSize int) func() (frame.Frame, error) { return frame.NewReader(r, maxSize).Next },
+	"Reader on bufio": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
+		return frame.NewReader(bufio.NewReaderSize(r, 64), maxSize).Next
+	},
 }
 
 func TestStreamSkipsBadFrames(t *testing.T) {
@@ -270,6 +276,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		stream := frame.NewReader(bytes.NewReader(b), 256)
+		buffered := frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256)
 		for i := 0; ; i++ {
 			if i > len(b) {
 				t.Fatal("more frames than bytes")
@@ -277,6 +284,9 @@ func FuzzReadFrame(f *testing.F) {
 			fr, err := frame.ReadFrame(r, 256)
 			if fr2, err2 := stream.Next(); !reflect.DeepEqual(fr, fr2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
 				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader %+v, %v", i, fr, err, fr2, err2)
+			}
+			if fr3, err3 := buffered.Next(); !reflect.DeepEqual(fr, fr3) || (err == nil) != (err3 == nil) || (err != nil && err.Error() != err3.Error()) {
+				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader on bufio %+v, %v", i, fr, err, fr3, err3)
 			}
 			switch {
 			case err == nil:
@@ -343,10 +353,15 @@ func TestReaderReadsEachFramesOwnHeader(t *testing.T) {
 	write(body)
 	sent = append(sent, frame.Frame{}, frame.Frame{}, frame.Frame{}, last)
 
-	want := bytes.NewReader(stream.Bytes())
-	r := frame.NewReader(&stream, 255)
+	for name, next := range readers {
+		t.Run(name, func(t *testing.T) { testReadsOwnHeader(t, next(bytes.NewReader(stream.Bytes()), 255), stream.Bytes(), sent) })
+	}
+}
+
+func testReadsOwnHeader(t *testing.T, next func() (frame.Frame, error), stream []byte, sent []frame.Frame) {
+	want := bytes.NewReader(stream)
 	for i, f := range sent {
-		got, err := r.Next()
+		got, err := next()
 		ref, refErr := frame.ReadFrame(want, 255)
 		same := func(a, b frame.Frame) bool {
 			return a.From == b.From && a.To == b.To && a.Manifest == b.Manifest && bytes.Equal(a.Payload, b.Payload)
