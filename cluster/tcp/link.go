@@ -134,8 +134,9 @@ func (l *link) enqueueFrame(f *frame.Frame) error {
 		if l.dead != nil {
 			return l.dead
 		}
-		// Out of order in l.frames, and l.inline is the next inline
-		// writer's: a copy of its own, on this rare path.
+		// Queued first, it cannot lie in l.frames (whose bodies are in
+		// queue order), and l.inline is the next inline writer's: a copy
+		// of its own, on this rare path.
 		it.body = bytes.Clone(prefixed[4:])
 		l.queueFirst(it)
 	} else {
