@@ -1,11 +1,13 @@
 package frame_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
 	"github.com/shoal-dev/shoal/entity/codec"
 )
@@ -69,5 +71,51 @@ func TestReaderAllocatesBlocksNotBodies(t *testing.T) {
 	})
 	if perFrame := allocs / frames; perFrame > 0.1 {
 		t.Fatalf("%.2f allocations per frame, want blocks shared by many", perFrame)
+	}
+}
+
+// BenchmarkReaderNext reads a connection's typical stream: small frames
+// from one sender to one receiver in one manifest, through a buffer as
+// a transport's connection reader does.
+func BenchmarkReaderNext(b *testing.B) {
+	f := frame.Frame{
+		From:     cluster.UniqueAddress{Node: "node-a.example:7000", Incarnation: 1764290000123},
+		To:       cluster.UniqueAddress{Node: "node-b.example:7000", Incarnation: 1764290000456},
+		Manifest: "shoal.sharding",
+		Payload:  bytes.Repeat([]byte{7}, 48),
+	}
+	var stream bytes.Buffer
+	for range 1024 {
+		if err := frame.WriteFrame(&stream, f, 1024); err != nil {
+			b.Fatal(err)
+		}
+	}
+	src := bytes.NewReader(stream.Bytes())
+	r := frame.NewReader(bufio.NewReaderSize(src, 64<<10), 1024)
+	b.SetBytes(int64(stream.Len() / 1024))
+	for i := 0; b.Loop(); i++ {
+		if i%1024 == 0 {
+			src.Reset(stream.Bytes())
+		}
+		if _, err := r.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Size is the length of the body Marshal appends.
+func TestSize(t *testing.T) {
+	for _, f := range []frame.Frame{
+		{},
+		{From: cluster.UniqueAddress{Node: "a", Incarnation: 127}, To: cluster.UniqueAddress{Node: "b", Incarnation: 128}, Manifest: "m", Payload: []byte("p")},
+		{From: cluster.UniqueAddress{Node: strings.Repeat("n", 200), Incarnation: 1 << 63}, Manifest: strings.Repeat("m", 20000), Payload: make([]byte, 1<<16)},
+	} {
+		body, err := frame.Marshal(nil, f, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := frame.Size(&f); got != len(body) || frame.MaxSize(&f) < got {
+			t.Fatalf("Size %d, Marshal appended %d bytes", got, len(body))
+		}
 	}
 }

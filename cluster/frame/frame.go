@@ -15,11 +15,13 @@
 package frame
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -67,6 +69,22 @@ func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
 	return dst, nil
 }
 
+// Size is the length of f's body, what Marshal appends.
+func Size(f *Frame) int {
+	return 1 + stringSize(f.From.Node) + uvarintSize(f.From.Incarnation) + stringSize(f.To.Node) +
+		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + stringSize(string(f.Payload))
+}
+
+// MaxSize bounds Size(f) from above, at less cost: each length and
+// incarnation counted at its largest.
+func MaxSize(f *Frame) int {
+	return 1 + len(f.From.Node) + len(f.To.Node) + len(f.Manifest) + len(f.Payload) + 6*binary.MaxVarintLen64
+}
+
+func stringSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
+
+func uvarintSize(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
@@ -74,37 +92,34 @@ func appendString(dst []byte, s string) []byte {
 
 // Unmarshal parses a frame body. The frame's strings and payload are
 // copies: b may be reused afterwards.
-func Unmarshal(b []byte) (Frame, error) { return unmarshal(b, nil, false) }
+func Unmarshal(b []byte) (Frame, error) {
+	f, _, err := unmarshal(b, nil, false)
+	return f, err
+}
 
 // unmarshal parses a frame body. A string equal to the one of prev (the
 // frame read before it on the stream), when given, is prev's, not a copy;
-// with alias the payload is b's bytes, not a copy.
-func unmarshal(b []byte, prev *Frame, alias bool) (Frame, error) {
+// with alias the payload is b's bytes, not a copy. header is how many
+// bytes of b come before the payload's length.
+func unmarshal(b []byte, prev *Frame, alias bool) (f Frame, header int, err error) {
 	r := reader{b: b}
 	if v := r.byte(); v != version && r.err == nil {
-		return Frame{}, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
+		return Frame{}, 0, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
 	}
 	if prev == nil {
 		prev = &Frame{}
 	}
-	var f Frame
 	f.From.Node = r.stringLike(prev.From.Node)
 	f.From.Incarnation = r.uvarint()
 	f.To.Node = r.stringLike(prev.To.Node)
 	f.To.Incarnation = r.uvarint()
 	f.Manifest = r.stringLike(prev.Manifest)
-	if alias {
-		f.Payload = r.field()
-	} else {
-		f.Payload = r.bytes()
-	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the payload", ErrCorrupt, len(r.b))
-	}
+	header = len(b) - len(r.b)
+	f.Payload = r.payload(alias)
 	if r.err != nil {
-		return Frame{}, r.err
+		return Frame{}, 0, r.err
 	}
-	return f, nil
+	return f, header, nil
 }
 
 // reader parses a body, remembering the first error.
@@ -169,6 +184,21 @@ func (r *reader) bytes() []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
+// payload returns the last field, the payload: in place with alias, else
+// a copy. Anything after it is corrupt.
+func (r *reader) payload(alias bool) []byte {
+	var p []byte
+	if alias {
+		p = r.field()
+	} else {
+		p = r.bytes()
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%w: %d bytes after the payload", ErrCorrupt, len(r.b))
+	}
+	return p
+}
+
 // stringLike returns the next field as a string: prev itself when equal
 // (comparing allocates nothing), else a copy.
 func (r *reader) stringLike(prev string) string {
@@ -202,7 +232,8 @@ func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	return unmarshal(body, nil, true) // body is this frame's alone
+	f, _, err := unmarshal(body, nil, true) // body is this frame's alone
+	return f, err
 }
 
 // Reader reads a stream of frames as ReadFrame does, for a connection
@@ -212,9 +243,14 @@ func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
 // a frame's payload lies in the frame's own body, read for it alone.
 type Reader struct {
 	r       io.Reader
+	br      *bufio.Reader // r, when it is one: see readBuffered
 	maxSize int
 	prev    Frame
-	prefix  [4]byte
+	// header is prev's body up to its payload's length: a body that
+	// starts with the same bytes has prev's addresses and manifest, taken
+	// in one comparison instead of parsed field by field.
+	header []byte
+	prefix [4]byte
 	// block is what is left of the block that small bodies are cut from.
 	block []byte
 }
@@ -232,7 +268,10 @@ const (
 )
 
 // NewReader reads frames of at most maxSize bytes from r.
-func NewReader(r io.Reader, maxSize int) *Reader { return &Reader{r: r, maxSize: maxSize} }
+func NewReader(r io.Reader, maxSize int) *Reader {
+	br, _ := r.(*bufio.Reader)
+	return &Reader{r: r, br: br, maxSize: maxSize}
+}
 
 // Next reads the next frame; its errors are ReadFrame's.
 func (fr *Reader) Next() (Frame, error) {
@@ -240,9 +279,20 @@ func (fr *Reader) Next() (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	f, err := unmarshal(body, &fr.prev, true)
+	if h := fr.header; len(h) > 0 && len(body) >= len(h) && string(body[:len(h)]) == string(h) {
+		// The header parsed once already: the same bytes parse the same.
+		r := reader{b: body[len(h):]}
+		f := fr.prev
+		f.Payload = r.payload(true)
+		if r.err != nil {
+			return Frame{}, r.err
+		}
+		return f, nil
+	}
+	f, header, err := unmarshal(body, &fr.prev, true)
 	if err == nil {
 		fr.prev = Frame{From: f.From, To: f.To, Manifest: f.Manifest}
+		fr.header = append(fr.header[:0], body[:header]...)
 	}
 	return f, err
 }
@@ -264,6 +314,9 @@ func readBody(r io.Reader, maxSize int) ([]byte, error) {
 
 // readBody reads the next frame's body, a small one into the block.
 func (fr *Reader) readBody() ([]byte, error) {
+	if body, ok := fr.readBuffered(); ok {
+		return body, nil
+	}
 	n, err := readPrefix(fr.r, fr.prefix[:], fr.maxSize)
 	if err != nil {
 		return nil, err
@@ -272,15 +325,43 @@ func (fr *Reader) readBody() ([]byte, error) {
 	if n > blockMax {
 		body = make([]byte, n)
 	} else {
-		if len(fr.block) < n {
-			fr.block = make([]byte, blockSize)
-		}
-		body, fr.block = fr.block[:n:n], fr.block[n:]
+		body = fr.cut(n)
 	}
 	if _, err := io.ReadFull(fr.r, body); err != nil {
 		return nil, unexpected(err)
 	}
 	return body, nil
+}
+
+// readBuffered reads a small frame's body into the block when fr.br holds
+// all of the frame already: copied out of its buffer at once, rather than
+// read as a prefix then a body. ok is false when it read nothing; the
+// frame is then readBody's, as are its errors.
+func (fr *Reader) readBuffered() (_ []byte, ok bool) {
+	br := fr.br
+	if br == nil || br.Buffered() < 4 {
+		return nil, false
+	}
+	prefix, _ := br.Peek(4) // buffered: no read, no error
+	n := int(binary.BigEndian.Uint32(prefix))
+	if n > blockMax || n > fr.maxSize || br.Buffered() < 4+n {
+		return nil, false
+	}
+	whole, _ := br.Peek(4 + n)
+	body := fr.cut(n)
+	copy(body, whole[4:])
+	br.Discard(4 + n)
+	return body, true
+}
+
+// cut returns the next n bytes of the block, n at most blockMax.
+func (fr *Reader) cut(n int) []byte {
+	if len(fr.block) < n {
+		fr.block = make([]byte, blockSize)
+	}
+	body := fr.block[:n:n]
+	fr.block = fr.block[n:]
+	return body
 }
 
 // readPrefix reads a frame's length prefix into prefix and returns the

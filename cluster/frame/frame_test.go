@@ -1,8 +1,10 @@
 package frame_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"testing"
@@ -86,12 +88,17 @@ func TestUnmarshalCorrupt(t *testing.T) {
 }
 
 // A stream survives bad frames: each is reported and the next one reads.
-// readers are the two ways to read a stream: ReadFrame, and a Reader.
+// readers are the ways to read a stream: ReadFrame, and a Reader, on a
+// bufio.Reader too (whose buffered frames it copies out at once; a small
+// buffer holds some frames whole, and not others).
 var readers = map[string]func(r io.Reader, maxSize int) func() (frame.Frame, error){
 	"ReadFrame": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
 		return func() (frame.Frame, error) { return frame.ReadFrame(r, maxSize) }
 	},
 	"Reader": func(r io.Reader, maxSize int) func() (frame.Frame, error) { return frame.NewReader(r, maxSize).Next },
+	"Reader on bufio": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
+		return frame.NewReader(bufio.NewReaderSize(r, 64), maxSize).Next
+	},
 }
 
 func TestStreamSkipsBadFrames(t *testing.T) {
@@ -258,11 +265,18 @@ func FuzzReadFrame(f *testing.F) {
 	big.Payload = make([]byte, 300)
 	frame.WriteFrame(&stream, big, 4096)
 	f.Add(stream.Bytes())
+	stream.Reset()
+	frame.WriteFrame(&stream, sample(), 1024)
+	later := sample()
+	later.To.Incarnation++ // a header that differs from the one before in one byte
+	frame.WriteFrame(&stream, later, 1024)
+	f.Add(stream.Bytes())
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		stream := frame.NewReader(bytes.NewReader(b), 256)
+		buffered := frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256)
 		for i := 0; ; i++ {
 			if i > len(b) {
 				t.Fatal("more frames than bytes")
@@ -270,6 +284,9 @@ func FuzzReadFrame(f *testing.F) {
 			fr, err := frame.ReadFrame(r, 256)
 			if fr2, err2 := stream.Next(); !reflect.DeepEqual(fr, fr2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
 				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader %+v, %v", i, fr, err, fr2, err2)
+			}
+			if fr3, err3 := buffered.Next(); !reflect.DeepEqual(fr, fr3) || (err == nil) != (err3 == nil) || (err != nil && err.Error() != err3.Error()) {
+				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader on bufio %+v, %v", i, fr, err, fr3, err3)
 			}
 			switch {
 			case err == nil:
@@ -286,4 +303,74 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A Reader takes a frame's addresses and manifest from the frame before
+// only when they are all the same: a frame that differs in any one of
+// them, an incarnation included, is read with its own, and a frame that
+// repeats them but whose payload does not parse is corrupt. It reads
+// what ReadFrame reads.
+func TestReaderReadsEachFramesOwnHeader(t *testing.T) {
+	f := sample()
+	var sent []frame.Frame
+	next := func(change func(*frame.Frame)) {
+		change(&f)
+		f.Payload = append([]byte(nil), f.Payload...)
+		sent = append(sent, f)
+	}
+	next(func(*frame.Frame) {})
+	next(func(f *frame.Frame) { f.Payload = []byte("same header") })
+	next(func(f *frame.Frame) { f.From.Incarnation++ })
+	next(func(f *frame.Frame) { f.To.Incarnation++ })
+	next(func(f *frame.Frame) { f.From.Node = "c" })
+	next(func(f *frame.Frame) { f.To.Node = "d" })
+	next(func(f *frame.Frame) { f.Manifest = "n" })
+	next(func(f *frame.Frame) { f.Payload = nil })
+	next(func(f *frame.Frame) { f.Payload = []byte("x") })
+
+	var stream bytes.Buffer
+	write := func(body []byte) {
+		stream.Write([]byte{0, 0, 0, byte(len(body))})
+		stream.Write(body)
+	}
+	var header []byte // the last frame's body up to its payload's length
+	for _, f := range sent {
+		body, err := frame.Marshal(nil, f, 255)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(body)
+		header = body[:len(body)-len(f.Payload)-1]
+	}
+	// The same header, then: no payload length, a length past the end,
+	// bytes after the payload; and a good frame after them.
+	write(header)
+	write(append(header[:len(header):len(header)], 5, 'x'))
+	write(append(header[:len(header):len(header)], 1, 'x', 'y'))
+	last := f
+	last.Payload = []byte("after")
+	body, _ := frame.Marshal(nil, last, 255)
+	write(body)
+	sent = append(sent, frame.Frame{}, frame.Frame{}, frame.Frame{}, last)
+
+	for name, next := range readers {
+		t.Run(name, func(t *testing.T) { testReadsOwnHeader(t, next(bytes.NewReader(stream.Bytes()), 255), stream.Bytes(), sent) })
+	}
+}
+
+func testReadsOwnHeader(t *testing.T, next func() (frame.Frame, error), stream []byte, sent []frame.Frame) {
+	want := bytes.NewReader(stream)
+	for i, f := range sent {
+		got, err := next()
+		ref, refErr := frame.ReadFrame(want, 255)
+		same := func(a, b frame.Frame) bool {
+			return a.From == b.From && a.To == b.To && a.Manifest == b.Manifest && bytes.Equal(a.Payload, b.Payload)
+		}
+		if !same(got, f) || !same(ref, f) {
+			t.Fatalf("frame %d: Reader read %+v (%v), ReadFrame %+v, want %+v", i, got, err, ref, f)
+		}
+		if (f.From.Node == "") != errors.Is(err, frame.ErrCorrupt) || fmt.Sprint(err) != fmt.Sprint(refErr) {
+			t.Fatalf("frame %d: Reader's error %v, ReadFrame's %v", i, err, refErr)
+		}
+	}
 }

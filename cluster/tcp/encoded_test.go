@@ -2,13 +2,17 @@ package tcp_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/clustertest"
 	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/cluster/tcp"
 	"github.com/shoal-dev/shoal/entity/codec"
 )
 
@@ -73,5 +77,141 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 	}
 	if err := a.SendEncoded(to, "big", make([]byte, 5000)); !errors.Is(err, cluster.ErrFrameTooLarge) || !errors.Is(err, frame.ErrTooLarge) {
 		t.Fatalf("SendEncoded over the frame limit: %v", err)
+	}
+}
+
+// A connection's reader remembers the handler of the last manifest it
+// looked up; a handler registered, replaced or removed while it reads
+// still takes the frames that arrive after the change.
+func TestEncodedHandlerChangesApplyToTheNextFrame(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "text")
+	nw := newNetwork(t, reg, nil)
+	var mu sync.Mutex
+	var got []string
+	record := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, s)
+	}
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b := nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { record("handler " + msg.(string)) }, "")
+	named := func(name string) cluster.EncodedHandler {
+		return func(_ cluster.UniqueAddress, payload []byte) error {
+			record(name + " " + string(payload))
+			return nil
+		}
+	}
+	to := addr("b", 1)
+	send := func(text string) {
+		t.Helper()
+		_, payload, err := reg.Encode(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SendEncoded(to, "text", payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Flush(t.Context(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("1")
+	b.HandleEncoded("text", named("first"))
+	send("2")
+	b.HandleEncoded("text", named("second"))
+	send("3")
+	b.HandleEncoded("other", named("other")) // another manifest's change
+	send("4")
+	b.HandleEncoded("text", nil)
+	send("5")
+	b.HandleEncoded("text", named("first"))
+	send("6")
+	want := []string{`handler 1`, `first "2"`, `second "3"`, `second "4"`, `handler 5`, `first "6"`}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+}
+
+// Frames sent encoded and as values, queued while the link is held and
+// written in many batches (each batch leaves frames queued behind it),
+// arrive whole and in order.
+func TestQueuedFramesWrittenInManyBatchesArriveWhole(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "text")
+	nw := newNetwork(t, reg, func(c *tcp.Config) { c.MaxBatchBytes = 1000 })
+	nw.capacity = 200
+	var mu sync.Mutex
+	var got []string
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, msg.(string))
+	}, "")
+	to := addr("b", 1)
+	if err := a.HoldLink(to); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 200 {
+		text := fmt.Sprintf("%d %s", i, strings.Repeat("x", i%37*9))
+		want = append(want, text)
+		var err error
+		if i%5 == 0 {
+			err = a.Send(to, text)
+		} else {
+			_, payload, encErr := reg.Encode(text)
+			if encErr != nil {
+				t.Fatal(encErr)
+			}
+			err = a.SendEncoded(to, "text", payload)
+		}
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	a.ReleaseLink(to)
+	if err := a.Flush(t.Context(), to); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %d messages, want %d in order: %q", len(got), len(want), got)
+	}
+	if st := a.Stats(); st.Batches < 20 {
+		t.Fatalf("%d batches: the queue went out in too few to leave frames behind", st.Batches)
+	}
+}
+
+// SendEncoded on a full queue reports ErrQueueFull, and the frame is not
+// sent.
+func TestSendEncodedToAFullQueue(t *testing.T) {
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "text")
+	nw := newNetwork(t, reg, nil)
+	nw.capacity = 3
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	var got atomic.Int64
+	nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) { got.Add(1) }, "")
+	to := addr("b", 1)
+	if err := a.HoldLink(to); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		err := a.SendEncoded(to, "text", []byte(`"x"`))
+		if full := errors.Is(err, cluster.ErrQueueFull); full != (i == 3) || (err != nil && !full) {
+			t.Fatalf("send %d of a queue of 3: %v", i, err)
+		}
+	}
+	a.ReleaseLink(to)
+	if err := a.Flush(t.Context(), to); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Load(); n != 3 {
+		t.Fatalf("%d delivered, want the 3 queued", n)
 	}
 }

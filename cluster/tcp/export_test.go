@@ -16,7 +16,7 @@ func (l *link) loseQueued() {
 			it.marker.done <- errMarkerLost
 		}
 	}
-	l.queue, l.queued = l.queue[:0], 0
+	l.queue, l.queued, l.frames = l.queue[:0], 0, l.frames[:0]
 }
 
 // Test hooks: stall a link without losing anything, and cut the TCP

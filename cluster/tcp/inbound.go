@@ -119,6 +119,7 @@ func (t *Transport) serveInbound(c *inConn) {
 	peer := t.m.Peer(c.from.Node)
 	c.read = br.Buffered() // read with the handshake, the start of the first frames
 	frames := frame.NewReader(br, t.cfg.MaxFrameSize)
+	var handlers encodedHandlers
 	d := newDelivery(t, c)
 	defer d.close()
 	for {
@@ -149,7 +150,7 @@ func (t *Transport) serveInbound(c *inConn) {
 			continue
 		default:
 			peer.Received(1, 0) // a message frame
-			if h := t.encodedHandler(f.Manifest); h != nil {
+			if h := handlers.get(t, f.Manifest); h != nil {
 				item = inbound{encoded: h, payload: f.Payload} // h decodes it as it is handed over
 			} else if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
 				t.badFrame(c, err)

@@ -15,6 +15,22 @@ import (
 // link's goroutine, ahead of the frames queued behind it: every frame
 // arrives whole and in order once the receiver reads again.
 func TestInlineWritesCutShortArriveWholeAndInOrder(t *testing.T) {
+	reg := benchRegistry()
+	for name, send := range map[string]func(tr *tcp.Transport, to cluster.UniqueAddress, m benchMsg) error{
+		"Send": func(tr *tcp.Transport, to cluster.UniqueAddress, m benchMsg) error { return tr.Send(to, m) },
+		"SendEncoded": func(tr *tcp.Transport, to cluster.UniqueAddress, m benchMsg) error {
+			manifest, payload, err := reg.Encode(m)
+			if err != nil {
+				return err
+			}
+			return tr.SendEncoded(to, manifest, payload)
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testInlineWritesCutShort(t, send) })
+	}
+}
+
+func testInlineWritesCutShort(t *testing.T, send func(*tcp.Transport, cluster.UniqueAddress, benchMsg) error) {
 	const frames = 600
 	release := make(chan struct{})
 	var mu sync.Mutex
@@ -38,7 +54,7 @@ func TestInlineWritesCutShortArriveWholeAndInOrder(t *testing.T) {
 	}, "")
 	body := strings.Repeat("x", 32<<10)
 	for i := range frames {
-		if err := a.Send(addr("b", 1), benchMsg{EntityID: body, Seq: i}); err != nil {
+		if err := send(a, addr("b", 1), benchMsg{EntityID: body, Seq: i}); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 		time.Sleep(50 * time.Microsecond) // a quiet link: the next frame goes inline

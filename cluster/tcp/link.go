@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -32,6 +33,7 @@ var errMarkerLost = errors.New("tcp: flush marker lost")
 type item struct {
 	body    []byte
 	pooled  *[]byte // body's buffer, handed back once body is copied out
+	framed  bool    // body lies in the link's frames
 	marker  *flushWaiter
 	on      net.Conn
 	written int
@@ -49,9 +51,13 @@ type link struct {
 	to   cluster.UniqueAddress
 	wake chan struct{} // capacity 1: something changed
 
-	mu        sync.Mutex
-	queue     []item
-	queued    int // messages in queue (markers do not count)
+	mu     sync.Mutex
+	queue  []item
+	queued int // messages in queue (markers do not count)
+	// frames holds the bodies of the queued items marked framed, one
+	// after the other in queue order: SendEncoded marshals a frame here,
+	// under mu, with no buffer of its own (see enqueueFrame).
+	frames    []byte
 	held      bool
 	dead      error
 	conn      net.Conn
@@ -82,14 +88,12 @@ func (l *link) enqueue(buf *[]byte) error {
 	body := *buf
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.dead != nil:
-		return l.dead
-	case l.queued >= l.t.cfg.QueueCapacity:
-		return fmt.Errorf("%w (%d queued)", cluster.ErrQueueFull, l.queued)
+	if err := l.full(); err != nil {
+		return err
 	}
-	if l.raw != nil && !l.writing && !l.held && len(l.queue) == 0 && time.Since(l.lastWrite) >= inlineAfter {
-		it, done := l.writeInline(body)
+	if l.canWriteInline() {
+		prefixed := append(binary.BigEndian.AppendUint32(l.inline[:0], uint32(len(body))), body...)
+		it, done := l.writeInline(prefixed)
 		if done {
 			l.t.bodies.Put(buf) // written from l.inline, a copy
 			return nil
@@ -97,16 +101,81 @@ func (l *link) enqueue(buf *[]byte) error {
 		if l.dead != nil {
 			return l.dead
 		}
-		it.pooled = buf
-		l.queue = append(l.queue, item{})
-		copy(l.queue[1:], l.queue) // ahead of what came while it was written
-		l.queue[0] = it
+		it.body, it.pooled = body, buf
+		l.queueFirst(it)
 	} else {
 		l.queue = append(l.queue, item{body: body, pooled: buf})
 	}
 	l.queued++
 	l.signal()
 	return nil
+}
+
+// enqueueFrame is enqueue of a frame f marshalled under l.mu, into l.inline
+// when it is written inline, else at the end of l.frames: no buffer is
+// taken from or handed back to a pool. f must fit in the frame size limit.
+func (l *link) enqueueFrame(f *frame.Frame) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.full(); err != nil {
+		return err
+	}
+	maxSize := l.t.cfg.MaxFrameSize
+	if l.canWriteInline() {
+		prefixed, err := frame.Marshal(append(l.inline[:0], 0, 0, 0, 0), *f, maxSize)
+		if err != nil {
+			return err
+		}
+		binary.BigEndian.PutUint32(prefixed, uint32(len(prefixed)-4))
+		it, done := l.writeInline(prefixed)
+		if done {
+			return nil
+		}
+		if l.dead != nil {
+			return l.dead
+		}
+		// Queued first, it cannot lie in l.frames (whose bodies are in
+		// queue order), and l.inline is the next inline writer's: a copy
+		// of its own, on this rare path.
+		it.body = bytes.Clone(prefixed[4:])
+		l.queueFirst(it)
+	} else {
+		start := len(l.frames)
+		var err error
+		if l.frames, err = frame.Marshal(l.frames, *f, maxSize); err != nil {
+			return err
+		}
+		l.queue = append(l.queue, item{body: l.frames[start:len(l.frames):len(l.frames)], framed: true})
+	}
+	l.queued++
+	l.signal()
+	return nil
+}
+
+// full is the error of a link that takes no more messages: dead, or its
+// queue full.
+func (l *link) full() error {
+	switch {
+	case l.dead != nil:
+		return l.dead
+	case l.queued >= l.t.cfg.QueueCapacity:
+		return fmt.Errorf("%w (%d queued)", cluster.ErrQueueFull, l.queued)
+	}
+	return nil
+}
+
+// canWriteInline says whether a sender may write its frame inline now
+// (see inlineAfter).
+func (l *link) canWriteInline() bool {
+	return l.raw != nil && !l.writing && !l.held && len(l.queue) == 0 && time.Since(l.lastWrite) >= inlineAfter
+}
+
+// queueFirst queues what is left of a frame a sender began to write
+// inline: ahead of what came while it was written.
+func (l *link) queueFirst(it item) {
+	l.queue = append(l.queue, item{})
+	copy(l.queue[1:], l.queue)
+	l.queue[0] = it
 }
 
 // inlineAfter is how long a link must have been quiet for a sender to
@@ -116,22 +185,23 @@ func (l *link) enqueue(buf *[]byte) error {
 // hand-off to the link's goroutine.
 const inlineAfter = 20 * time.Microsecond
 
-// writeInline writes body's frame on the connection from the sender's
-// goroutine: nothing is queued and no batch is being written, so it goes
-// in send order. It writes only what the socket takes at once (one
-// non-blocking write(2)), so the sender never blocks; done is false when
-// some or all of the frame is left, and it is then the item to queue
-// first. l.mu is held, and released during the write; l.writing keeps the
-// link's goroutine and other senders off conn meanwhile.
-func (l *link) writeInline(body []byte) (_ item, done bool) {
+// writeInline writes a frame, prefixed (its length prefix and body, in
+// l.inline's array), on the connection from the sender's goroutine:
+// nothing is queued and no batch is being written, so it goes in send
+// order. It writes only what the socket takes at once (one non-blocking
+// write(2)), so the sender never blocks; done is false when some or all
+// of the frame is left, and it is then the item to queue first, once the
+// caller set its body. l.mu is held, and released during the write;
+// l.writing keeps the link's goroutine and other senders off conn
+// meanwhile.
+func (l *link) writeInline(prefixed []byte) (_ item, done bool) {
 	conn, raw := l.conn, l.raw
-	buf := append(binary.BigEndian.AppendUint32(l.inline[:0], uint32(len(body))), body...)
 	l.writing, l.lastWrite = true, time.Now()
 	l.mu.Unlock()
-	n := writeNow(raw, buf)
+	n := writeNow(raw, prefixed)
 	l.mu.Lock()
-	l.writing, l.inline = false, buf
-	if n == len(buf) {
+	l.writing, l.inline = false, prefixed
+	if n == len(prefixed) {
 		l.t.stat.batches.Add(1)
 		l.m.Sent(1, n)
 		if len(l.queue) > 0 {
@@ -139,7 +209,7 @@ func (l *link) writeInline(body []byte) (_ item, done bool) {
 		}
 		return item{}, true
 	}
-	return item{body: body, on: conn, written: n}, false
+	return item{on: conn, written: n}, false
 }
 
 // kill ends the link for good: what is queued is lost, flushes return.
@@ -160,11 +230,34 @@ func (l *link) kill(cause error) {
 		w.done <- l.dead
 		delete(l.inflight, id)
 	}
-	l.queue, l.queued = nil, 0
+	l.queue, l.queued, l.frames = nil, 0, nil
 	if l.conn != nil {
 		l.conn.Close()
 	}
 	l.signal()
+}
+
+// maxFramesKept bounds the capacity of l.frames kept once the queue is
+// empty: a burst of large frames does not leave a large buffer behind.
+const maxFramesKept = 256 << 10
+
+// compactFrames moves the bodies in l.frames of the queued items to its
+// start, once take has copied out those before them. Each body lies at
+// least as far into l.frames as the bodies before it add up to, so none
+// is overwritten before it is moved. l.mu is held.
+func (l *link) compactFrames() {
+	off := 0
+	for i := range l.queue {
+		if it := &l.queue[i]; it.framed {
+			n := copy(l.frames[off:], it.body)
+			it.body = l.frames[off : off+n : off+n]
+			off += n
+		}
+	}
+	l.frames = l.frames[:off]
+	if off == 0 && cap(l.frames) > maxFramesKept {
+		l.frames = nil
+	}
 }
 
 func (l *link) isDead() bool {
@@ -509,6 +602,7 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 			left := copy(l.queue, l.queue[n:])
 			clear(l.queue[left:])
 			l.queue = l.queue[:left]
+			l.compactFrames()
 			l.queued -= messages
 			l.writing, l.lastWrite = true, time.Now()
 			l.mu.Unlock()
@@ -521,4 +615,12 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 			return buf, 0, false
 		}
 	}
+}
+
+// enqueueEither is enqueue of buf, or enqueueFrame of f when buf is nil.
+func (l *link) enqueueEither(buf *[]byte, f *frame.Frame) error {
+	if buf != nil {
+		return l.enqueue(buf)
+	}
+	return l.enqueueFrame(f)
 }

@@ -326,7 +326,8 @@ type Transport struct {
 
 	// bodies recycles the buffers Send encodes frame bodies into: a link's
 	// writer copies a body into its batch and hands the buffer back (see
-	// link.take), so a message allocates no body of its own.
+	// link.take), so a message allocates no body of its own. SendEncoded
+	// needs none: the link marshals its frame (see link.enqueueFrame).
 	bodies bufpool.Pool
 }
 
@@ -424,33 +425,32 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	return t.enqueue(to, buf)
+	return t.enqueue(to, buf, nil)
 }
 
 // SendEncoded implements cluster.EncodedSender: Send of a message already
 // encoded, its payload copied into the frame before it returns.
 func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
-	buf := t.bodies.Get()
 	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
-	body, err := frame.Marshal(*buf, f, t.cfg.MaxFrameSize)
-	*buf = body
-	if err != nil {
-		t.bodies.Put(buf)
+	if frame.MaxSize(&f) > t.cfg.MaxFrameSize && frame.Size(&f) > t.cfg.MaxFrameSize {
+		_, err := frame.Marshal(nil, f, t.cfg.MaxFrameSize) // says why
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	return t.enqueue(to, buf)
+	// Marshalled by the link, under its lock, into its queue.
+	return t.enqueue(to, nil, &f)
 }
 
-// enqueue queues the frame body in buf, a buffer of t.bodies, on the link
-// to to; buf is the link's once queued, back in the pool otherwise.
-func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
+// enqueue queues a frame on the link to to: the body in buf, a buffer of
+// t.bodies (the link's once queued, back in the pool otherwise), or else
+// f, which the link marshals.
+func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte, f *frame.Frame) error {
 	// The link Send used last, when it is to's: no lock, no look-up. A
 	// live link is always the one in t.links (a link leaves it only
 	// killed), so only a dead one needs the look-up, which finds what
 	// replaced it or why there is none.
 	err := errLinkDead
 	if l := t.lastLink.Load(); l != nil && l.to == to {
-		err = l.enqueue(buf)
+		err = l.enqueueEither(buf, f)
 	}
 	if errors.Is(err, errLinkDead) {
 		var l *link
@@ -459,7 +459,7 @@ func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte) error {
 			return err
 		}
 		t.lastLink.Store(l)
-		err = l.enqueue(buf)
+		err = l.enqueueEither(buf, f)
 	}
 	if err != nil {
 		t.bodies.Put(buf)
@@ -488,13 +488,28 @@ func (t *Transport) HandleEncoded(manifest string, h cluster.EncodedHandler) {
 	t.encoded.Store(&next)
 }
 
-// encodedHandler is the handler of manifest's frames, nil when the codec
+// encodedHandlers is a connection reader's memory of the last handler it
+// looked up: the frames of a connection come in a few manifests, mostly
+// the one before, whose string the frame.Reader shares. It is valid while
+// t.encoded holds the map it was looked up in, which HandleEncoded
+// replaces on every change.
+type encodedHandlers struct {
+	from     *map[string]cluster.EncodedHandler
+	manifest string
+	handler  cluster.EncodedHandler
+}
+
+// get returns the handler of manifest's frames, nil when the codec
 // decodes them for the Handler.
-func (t *Transport) encodedHandler(manifest string) cluster.EncodedHandler {
-	if hs := t.encoded.Load(); hs != nil {
-		return (*hs)[manifest]
+func (c *encodedHandlers) get(t *Transport, manifest string) cluster.EncodedHandler {
+	hs := t.encoded.Load()
+	if hs == nil {
+		return nil
 	}
-	return nil
+	if hs != c.from || manifest != c.manifest {
+		*c = encodedHandlers{from: hs, manifest: manifest, handler: (*hs)[manifest]}
+	}
+	return c.handler
 }
 
 // link returns the live link to to, creating it after asking the resolver.
