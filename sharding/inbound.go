@@ -24,7 +24,14 @@ import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 // transport never ordered. A Deliver handled here is in the entity's
 // mailbox when inboundDeliver returns, before the transport hands over the
 // next message of the link, so a Fence behind it finds it there.
+//
+// d's ids may be borrowed from the frame it came in (remote.ListenDelivers):
+// the fast path uses them as they are, everything else owns them first.
 func (r *Region[C]) inboundDeliver(d protocol.Deliver) error {
+	if r.queued.Load() == 0 && r.tellInboundFast(d) {
+		return nil
+	}
+	d = r.s.remote.OwnDeliver(d)
 	if r.queued.Load() == 0 && r.deliverInbound(d) {
 		return nil
 	}
@@ -47,6 +54,22 @@ type queuedInbound struct{ msg Message }
 
 func (queuedInbound) ProtocolMessage() {}
 
+// tellInboundFast hands d to its entity on the fast path and reports true,
+// or reports false having done nothing. It keeps neither of d's ids, which
+// may be borrowed, but for a message the entity refused (a dead letter).
+func (r *Region[C]) tellInboundFast(d protocol.Deliver) bool {
+	msg, ok := d.Msg.(C)
+	if !ok || d.Start {
+		return false
+	}
+	ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, traceOf(d))
+	if ok && err != nil {
+		d = r.s.remote.OwnDeliver(d)
+		r.deadLetter(err, pending[C]{entityID: d.EntityID, msg: msg, ask: d.Ask}, "forwarded or buffered message refused")
+	}
+	return ok
+}
+
 // deliverInbound hands d to its entity, as the core would with the shard
 // routable here, and reports true; or, doing nothing, false when it
 // cannot: the shard is not hosted here or not routable directly, or a
@@ -60,14 +83,6 @@ func (r *Region[C]) deliverInbound(d protocol.Deliver) bool {
 		return false // the core notes it
 	}
 	parent := traceOf(d)
-	if !d.Start {
-		if ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, parent); ok {
-			if err != nil {
-				r.deadLetter(err, pending[C]{entityID: d.EntityID, msg: msg, ask: d.Ask}, "forwarded or buffered message refused")
-			}
-			return true
-		}
-	}
 	stripe := r.mu.TryRLockShard(d.Shard)
 	if stripe == nil {
 		return false

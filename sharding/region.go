@@ -129,7 +129,7 @@ func (r *Region[C]) listen() error {
 		if d.Trace == nil { // the common case, without a copy of d
 			return r.inboundDeliver(d)
 		}
-		d, span := r.traceInbound(d)
+		d, span := r.traceInbound(r.s.remote.OwnDeliver(d)) // the span keeps the entity id
 		err := r.inboundDeliver(d)
 		if span != nil {
 			endSpan(span, err)

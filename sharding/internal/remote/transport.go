@@ -335,9 +335,19 @@ func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (f
 // ListenDelivers is Listen with deliver taking the Delivers for addr, by
 // value: sent by SendDeliver, or received from a cluster transport that
 // hands envelopes over undecoded, a Deliver reaches it without being put
-// in an interface value (an allocation per message).
+// in an interface value (an allocation per message). A Deliver received
+// so may borrow its shard and entity ids from the frame it came in (see
+// wire.Decoder.DecodeDeliver): deliver uses them during the call, and
+// passes d through OwnDeliver before it keeps d or either id.
 func (t *Transport) ListenDelivers(addr Address, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (func(), error) {
 	return t.listen(addr, listener{handle: handle, deliver: deliver})
+}
+
+// OwnDeliver returns d with strings of its own where d borrowed them from
+// a frame (see ListenDelivers).
+func (t *Transport) OwnDeliver(d protocol.Deliver) protocol.Deliver {
+	t.dec.Own(&d, nil)
+	return d
 }
 
 func (t *Transport) listen(addr Address, l listener) (func(), error) {
@@ -568,6 +578,7 @@ func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) e
 		return nil
 	}
 	if _, sealed := d.Msg.(wire.Encoded); sealed {
+		t.dec.Own(&d, &target) // Receive may keep it
 		_ = t.Receive(from, wire.Envelope{To: target, Msg: d})
 		return nil
 	}
@@ -585,6 +596,9 @@ func (t *Transport) receiveDeliver(from cluster.UniqueAddress, target wire.Targe
 	l, ok, stopped := t.handler(target)
 	if !ok {
 		return t.unknownTarget(from, target, stopped, nil)
+	}
+	if l.deliver == nil {
+		t.dec.Own(&d, nil) // handle may keep it
 	}
 	if herr := l.handleDeliver(d); herr != nil {
 		return t.listenerRefused(from, target, herr, nil)

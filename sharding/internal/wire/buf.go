@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -106,6 +107,9 @@ type reader struct {
 	// the user messages of Delivers (see decodeEnvelope).
 	names *interner
 	open  *codec.Registry
+	// borrow makes view return views of b rather than strings of their
+	// own (see Decoder.DecodeDeliver).
+	borrow bool
 }
 
 func (r *reader) fail(sentinel error, field, format string, args ...any) {
@@ -151,6 +155,16 @@ func (r *reader) raw(field string) []byte {
 	out := r.b[:n:n]
 	r.b = r.b[n:]
 	return out
+}
+
+// view reads a string field as string does or, when r borrows, as a view
+// of the input's bytes: no hash, no copy.
+func (r *reader) view(field string) string {
+	if !r.borrow {
+		return r.string(field)
+	}
+	b := r.raw(field)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func (r *reader) string(field string) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -113,4 +114,74 @@ func TestDeliverRoundTripAllocations(t *testing.T) {
 	if n > userAllocs {
 		t.Fatalf("a tell's envelope encoded and decoded: %v allocations besides the user message's %v", n-userAllocs, userAllocs)
 	}
+}
+
+// DecodeDeliver's ids, target type and the manifest of a user message it
+// leaves encoded are views of its input (no copy, nothing hashed), and
+// Own gives them strings of their own; Decode's strings are never views.
+func TestDecodeDeliverBorrowsUntilOwned(t *testing.T) {
+	reg := openingCodec(t)
+	dec := wire.NewDecoder(reg)
+	var rt entity.ReplyTo[string]
+	if err := json.Unmarshal([]byte(`{"node":"n2","incarnation":4,"id":11}`), &rt); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []protocol.Deliver{
+		{Shard: "shard-1", EntityID: "entity-1", Msg: plain{N: 7}},
+		{Shard: "shard-1", EntityID: "entity-1", Msg: note{Text: "ask", ReplyTo: rt}, Ask: true}, // left encoded
+	} {
+		src, err := wire.AppendDeliver(nil, reg, wire.Target{Type: "type-1"}, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to, got, _, err := dec.DecodeDeliver(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := func(d protocol.Deliver) string {
+			if e, ok := d.Msg.(wire.Encoded); ok {
+				return e.Manifest
+			}
+			return ""
+		}
+		if d.Ask && manifest(got) == "" {
+			t.Fatalf("%+v decoded as %+v: want its user message left encoded", d, got)
+		}
+		borrowed := []string{to.Type, got.Shard, got.EntityID}
+		if m := manifest(got); m != "" {
+			borrowed = append(borrowed, m)
+		}
+		for _, s := range borrowed {
+			if !within(s, src) {
+				t.Fatalf("%+v: DecodeDeliver's %q is a copy, want a view of its input", d, s)
+			}
+		}
+		owned, ownedTo := got, to
+		dec.Own(&owned, &ownedTo)
+		decoded, err := dec.Decode(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep := append([]byte(nil), src...)
+		clear(src) // what a view would see change
+		if ownedTo.Type != "type-1" || owned.Shard != "shard-1" || owned.EntityID != "entity-1" || (manifest(got) != "" && manifest(owned) != "test.note") {
+			t.Fatalf("owned: %+v to %+v, want their strings unchanged by a write to the input", owned, ownedTo)
+		}
+		if dd := decoded.Msg.(protocol.Deliver); decoded.To.Type != "type-1" || dd.Shard != "shard-1" || dd.EntityID != "entity-1" {
+			t.Fatalf("Decode: %+v, want its strings unchanged by a write to the input", decoded)
+		}
+		if got.EntityID == "entity-1" {
+			t.Fatal("a borrowed id did not change with its input: not a view")
+		}
+		copy(src, keep)
+	}
+}
+
+// within reports whether s's bytes lie in b's array.
+func within(s string, b []byte) bool {
+	if len(s) == 0 || len(b) == 0 {
+		return false
+	}
+	p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= lo && p < lo+uintptr(len(b))
 }

@@ -378,11 +378,11 @@ func readDeliverMessage(r *reader) any {
 // readDeliver reads a Deliver into d, a zero Deliver: in place, sparing
 // the copies of a Deliver returned by value.
 func readDeliver(r *reader, d *protocol.Deliver) {
-	d.Shard = r.string("Shard")
-	d.EntityID = r.string("EntityID")
+	d.Shard = r.view("Shard")
+	d.EntityID = r.view("EntityID")
 	d.Start = r.bool("Start")
 	d.Ask = r.bool("Ask")
-	e := Encoded{Manifest: r.string("Manifest"), Payload: r.bytes("Payload")}
+	e := Encoded{Manifest: r.view("Manifest"), Payload: r.bytes("Payload")}
 	if n := r.count("ReplyTo", 3); n > 0 {
 		e.ReplyTo = make([]entity.ReplyAddress, n)
 		for i := range e.ReplyTo {

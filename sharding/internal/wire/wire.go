@@ -25,6 +25,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
@@ -196,7 +197,7 @@ func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, n
 func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
 	var e Envelope
 	var d protocol.Deliver
-	id, err := readEnvelope(src, names, open, &e, &d)
+	id, err := readEnvelope(reader{b: src, names: names, open: open}, &e, &d)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -206,11 +207,11 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 	return e, nil
 }
 
-// readEnvelope reads src into e, the message of a Deliver into d (a zero
-// Deliver) instead of e.Msg (the caller decides whether it goes into an
-// interface), and returns the message's type id.
-func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope, d *protocol.Deliver) (TypeID, error) {
-	r := reader{b: src, msg: "Envelope", names: names, open: open}
+// readEnvelope reads r's input into e, the message of a Deliver into d (a
+// zero Deliver) instead of e.Msg (the caller decides whether it goes into
+// an interface), and returns the message's type id.
+func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
+	r.msg = "Envelope"
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
 		return 0, r.err
@@ -220,7 +221,7 @@ func readEnvelope(src []byte, names *interner, open *codec.Registry, e *Envelope
 		return 0, &UnknownTypeError{ID: id}
 	}
 	if k.protocol {
-		e.To.Type = r.string("To.Type")
+		e.To.Type = r.view("To.Type")
 		flags := r.byte("To.Flags")
 		if flags&^targetCoordinator != 0 {
 			r.fail(ErrCorrupt, "To.Flags", "unknown flags %#x", flags)
@@ -276,15 +277,43 @@ func (dec *Decoder) Decode(src []byte) (Envelope, error) {
 // returns its target and the Deliver as a value that no interface holds.
 // For the envelope of any other message isDeliver is false and nothing is
 // read: Decode it. Errors are Decode's.
+//
+// The strings of the result that the receiver uses once and drops on a
+// tell's way to its entity (the target's type, the shard and entity ids,
+// the manifest of a user message left encoded) are borrowed: views of
+// src, neither hashed nor copied, valid while src is not written again (a
+// frame's body never is). A caller that keeps the Deliver or its target
+// beyond handling it takes strings of their own first (Own): else what it
+// keeps pins src's memory, and with it the block a frame body was cut from.
 func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, isDeliver bool, err error) {
 	if len(src) == 0 || TypeID(src[0]) != IDDeliver {
 		return Target{}, protocol.Deliver{}, false, nil
 	}
 	var e Envelope
-	if _, err := readEnvelope(src, dec.names, dec.open, &e, &d); err != nil {
+	if _, err := readEnvelope(reader{b: src, names: dec.names, open: dec.open, borrow: true}, &e, &d); err != nil {
 		return Target{}, protocol.Deliver{}, true, err
 	}
 	return e.To, d, true, nil
+}
+
+// Own gives the borrowed strings of a Deliver and its target from
+// DecodeDeliver strings of their own, shared through the decoder's table
+// as Decode shares them; to may be nil. On strings that are not borrowed
+// it does no harm.
+func (dec *Decoder) Own(d *protocol.Deliver, to *Target) {
+	d.Shard = dec.own(d.Shard)
+	d.EntityID = dec.own(d.EntityID)
+	if e, ok := d.Msg.(Encoded); ok {
+		e.Manifest = dec.own(e.Manifest)
+		d.Msg = e
+	}
+	if to != nil {
+		to.Type = dec.own(to.Type)
+	}
+}
+
+func (dec *Decoder) own(s string) string {
+	return dec.names.get(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 // idOf is m's type id, 0 for a type not in the table.
