@@ -2,9 +2,12 @@ package remote_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
@@ -199,5 +202,48 @@ func TestSendDeliverAllocations(t *testing.T) {
 	}
 	if s := b.Stats(); s.Delivered < 100 {
 		t.Fatalf("receiver's stats %+v", s)
+	}
+}
+
+// A Deliver received encoded borrows its ids from the frame only on its
+// way to deliver: one that a listener without deliver gets, or that goes
+// the way of every message (a user message with reply addresses), has
+// strings of its own. The pipe writes each frame over the one before, as
+// a transport that kept no frame would: a view of it would change.
+func TestDeliversThatMayBeKeptOwnTheirIDs(t *testing.T) {
+	var rt entity.ReplyTo[Count]
+	if err := json.Unmarshal([]byte(`{"node":"a","incarnation":1,"id":5}`), &rt); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		listen func(keep func(protocol.Deliver)) (handle func(protocol.Message) error, deliver func(protocol.Deliver) error)
+		msg    func(n int) any
+	}{
+		{"handled", func(keep func(protocol.Deliver)) (func(protocol.Message) error, func(protocol.Deliver) error) {
+			return func(m protocol.Message) error { keep(m.(protocol.Deliver)); return nil }, nil
+		}, func(n int) any { return Add{N: n} }},
+		{"with reply addresses", func(keep func(protocol.Deliver)) (func(protocol.Message) error, func(protocol.Deliver) error) {
+			return func(protocol.Message) error { return nil }, func(d protocol.Deliver) error { keep(d); return nil }
+		}, func(int) any { return Get{ReplyTo: rt} }},
+	} {
+		var kept []protocol.Deliver
+		handle, deliver := c.listen(func(d protocol.Deliver) { kept = append(kept, d) })
+		a, b, _, pb := pair(t, newCodec(), nil, false, handle, deliver)
+		to := remote.Address{Node: b.Node(), Type: "Counter"}
+		for i := range 2 {
+			d := protocol.Deliver{Shard: fmt.Sprintf("shard-%d", i), EntityID: fmt.Sprintf("entity-%d", i), Msg: c.msg(i)}
+			if err := a.SendDeliver(to, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(kept) != 2 || len(pb.bad) != 0 {
+			t.Fatalf("%s: kept %+v, bad frames %v", c.name, kept, pb.bad)
+		}
+		for i, d := range kept {
+			if d.Shard != fmt.Sprintf("shard-%d", i) || d.EntityID != fmt.Sprintf("entity-%d", i) {
+				t.Fatalf("%s: Deliver %d kept as %+v: its ids changed with the next frame", c.name, i, d)
+			}
+		}
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
 )
 
 // Add is a user command the tests send across.
 type Add struct{ N int }
+
+// Get asks for a Count.
+type Get struct{ ReplyTo entity.ReplyTo[Count] }
 
 // Count is a reply.
 type Count struct {
@@ -20,6 +24,7 @@ func newCodec() *codec.Registry {
 	reg := codec.NewRegistry()
 	codec.MustRegister[Add](reg, "test.Add")
 	codec.MustRegister[Count](reg, "test.Count")
+	codec.MustRegister[Get](reg, "test.Get")
 	return reg
 }
 
