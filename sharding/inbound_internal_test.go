@@ -1,9 +1,11 @@
 package sharding
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
@@ -120,6 +122,43 @@ func TestInboundDeliverWaitsBehindQueuedMessages(t *testing.T) {
 		synctest.Wait()
 		if got := rec.of("e"); len(got) != 4 || got[3] != "straight" || r.mu.epoch.Load() != epoch {
 			t.Fatalf("e got %q, epoch moved by %d", got, r.mu.epoch.Load()-epoch)
+		}
+	})
+}
+
+// An inbound Deliver's ids may be views of the frame it came in: the
+// region keeps them, for an entity it starts or a message it queues, only
+// as strings of their own, never as views of a frame that is then
+// overwritten (as the frame of a transport that keeps no frame would be).
+func TestInboundDeliversKeepOwnedIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := fastRegion(t, Settings{ShardID: func(string) string { return "s" }}, rec.create)
+		for range 2 { // hosts the shard, starts "running", stamps the shard
+			if err := r.EntityRefFor("running").Tell("warm"); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		frame := []byte("s" + "started" + "queued!")
+		view := func(from, to int) string { return unsafe.String(&frame[from], to-from) }
+		// Starts an entity: its id goes into the shard.
+		if err := r.inboundDeliver(protocol.Deliver{Shard: view(0, 1), EntityID: view(1, 8), Msg: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		// Queued behind a message from the transport that waits already.
+		r.queued.Add(1)
+		if err := r.inboundDeliver(protocol.Deliver{Shard: view(0, 1), EntityID: view(8, 15), Msg: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		r.queued.Add(-1)
+		clear(frame)
+		synctest.Wait()
+		if got := r.State().Shards["s"]; !slices.Equal(got, []string{"queued!", "running", "started"}) {
+			t.Fatalf("entities %q, want queued!, running and started", got)
+		}
+		if got := rec.of("started"); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("started got %q", got)
 		}
 	})
 }
