@@ -56,6 +56,7 @@ func FuzzOpeningDecoder(f *testing.F) {
 		}
 	}
 	plainReg, opening := newCodec(f), openingCodec(f)
+	dec := wire.NewDecoder(opening)
 	for _, env := range samples(f) {
 		if _, b, err := plainReg.Encode(env); err == nil {
 			f.Add(b)
@@ -67,10 +68,22 @@ func FuzzOpeningDecoder(f *testing.F) {
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("plain decoder: %v; opening decoder: %v", werr, gerr)
 		}
+		// DecodeDeliver, whose strings are views of b until owned, reads a
+		// Deliver as the codec's decoder does.
+		to, d, isDeliver, derr := dec.DecodeDeliver(b)
+		if isDeliver && (derr == nil) != (gerr == nil) {
+			t.Fatalf("DecodeDeliver: %v; opening decoder: %v", derr, gerr)
+		}
 		if werr != nil {
 			return
 		}
 		wantEnv, gotEnv := want.(wire.Envelope), got.(wire.Envelope)
+		if isDeliver {
+			dec.Own(&d, &to)
+			if to != gotEnv.To || !reflect.DeepEqual(d, gotEnv.Msg) {
+				t.Fatalf("DecodeDeliver: %v %+v; the codec decodes %+v", to, d, gotEnv)
+			}
+		}
 		if _, ok := wantEnv.Msg.(protocol.Message); !ok {
 			if !reflect.DeepEqual(gotEnv, wantEnv) {
 				t.Fatalf("decoded %+v, want %+v", gotEnv, wantEnv)
