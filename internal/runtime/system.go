@@ -461,7 +461,7 @@ func (d *dispatcher) work() {
 //
 //go:noinline
 func growStack() {
-	var frame [6 << 10]byte // with the frames below it, past 4 KiB: one doubling to 8
+	var frame [6 << 10]byte // with the frames below it, past 4 KiB: one copy, to 8
 	keep(frame[:])
 }
 
