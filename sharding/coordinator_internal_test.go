@@ -2,8 +2,6 @@ package sharding
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/allocation"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
@@ -204,28 +201,9 @@ func TestCoordinatorHandsOffAgainAShardItsPredecessorStopped(t *testing.T) {
 // on the sending goroutine, inside the forward: it finds the lock held.
 func TestRegionForwardsUnderItsLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		members, net := newTestCluster(), newTestNet(t)
-		key := entity.NewTypeKey[string]("Echo")
-		reg := codec.NewRegistry()
-		codec.MustRegister[string](reg, "test.string")
-		create := func(entity.Context[string]) entity.Behavior[string] {
+		net, ra := proxyPair(t, Settings{}, func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] { return entity.Same[string]() })
-		}
-		start := func(name string, roles ...string) (*Sharding, *Region[string]) {
-			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet, Codec: reg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := startOn(t, net, sys, Config{Membership: members.Join(name, roles...)})
-			r, err := Init(s, Entity[string]{Key: key, Create: create, Role: "host"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s, r
-		}
-		sb, _ := start("b", "host")
-		sa, ra := start("a") // a proxy: every message is forwarded to b
+		})
 		var forwards, unlocked atomic.Int32
 		net.Intercept(func(from, to cluster.UniqueAddress, m any) error {
 			if _, msg, ok := sentProtocol(to, m); ok && from == addr("a") && to == addr("b") {
@@ -248,8 +226,6 @@ func TestRegionForwardsUnderItsLock(t *testing.T) {
 		if forwards.Load() != 5 || unlocked.Load() != 0 {
 			t.Fatalf("%d forwards, %d of them without the region lock", forwards.Load(), unlocked.Load())
 		}
-		sa.Terminate()
-		sb.Terminate()
 	})
 }
 

@@ -39,6 +39,21 @@ func (rec *recorder) of(id string) []string {
 	return append([]string(nil), rec.got[id]...)
 }
 
+// hostingRegion is a fastRegion of rec's entities, all in shard "s",
+// which it hosts, with entity "running" started and the shard stamped
+// routable; in the caller's bubble.
+func hostingRegion(t *testing.T, rec *recorder) *Region[string] {
+	t.Helper()
+	r := fastRegion(t, Settings{ShardID: func(string) string { return "s" }}, rec.create)
+	for range 2 { // hosts the shard, starts "running", stamps the shard
+		if err := r.EntityRefFor("running").Tell("warm"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+	}
+	return r
+}
+
 // A Deliver from the transport for a shard the region hosts and routes
 // to goes straight to the entity, running or not yet: the region's write
 // lock is never taken (its epoch does not move, so its local shards stay
@@ -46,13 +61,7 @@ func (rec *recorder) of(id string) []string {
 func TestInboundDeliversGoStraightToHostedShards(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		r := fastRegion(t, Settings{ShardID: func(string) string { return "s" }}, rec.create)
-		for range 2 { // hosts the shard, starts "running", stamps the shard
-			if err := r.EntityRefFor("running").Tell("warm"); err != nil {
-				t.Fatal(err)
-			}
-			synctest.Wait()
-		}
+		r := hostingRegion(t, rec)
 		epoch := r.mu.epoch.Load()
 		for i, id := range []string{"running", "new", "running", "new"} {
 			d := protocol.Deliver{Shard: "s", EntityID: id, Msg: string(rune('a' + i))}
@@ -133,13 +142,7 @@ func TestInboundDeliverWaitsBehindQueuedMessages(t *testing.T) {
 func TestInboundDeliversKeepOwnedIDs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		r := fastRegion(t, Settings{ShardID: func(string) string { return "s" }}, rec.create)
-		for range 2 { // hosts the shard, starts "running", stamps the shard
-			if err := r.EntityRefFor("running").Tell("warm"); err != nil {
-				t.Fatal(err)
-			}
-			synctest.Wait()
-		}
+		r := hostingRegion(t, rec)
 		frame := []byte("s" + "started" + "queued!")
 		view := func(from, to int) string { return unsafe.String(&frame[from], to-from) }
 		// Starts an entity: its id goes into the shard.

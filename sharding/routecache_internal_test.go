@@ -1,8 +1,6 @@
 package sharding
 
 import (
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,7 +8,6 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/entity/codec"
 )
 
 // A slot keeps the first route of an epoch against colliding entities,
@@ -43,34 +40,15 @@ func TestRouteCacheKeepsAnEpochsFirstRoute(t *testing.T) {
 // the locked path again (and remembers the route anew).
 func TestRemoteRoutesLastOneEpoch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		members, net := newTestCluster(), newTestNet(t)
-		key := entity.NewTypeKey[string]("Echo")
-		reg := codec.NewRegistry()
-		codec.MustRegister[string](reg, "test.string")
 		var got atomic.Int32
-		create := func(entity.Context[string]) entity.Behavior[string] {
+		var shardIDs atomic.Int32
+		settings := Settings{ShardID: func(string) string { shardIDs.Add(1); return "s" }}
+		_, ra := proxyPair(t, settings, func(entity.Context[string]) entity.Behavior[string] {
 			return entity.Receive(func(entity.Context[string], string) entity.Behavior[string] {
 				got.Add(1)
 				return entity.Same[string]()
 			})
-		}
-		var shardIDs atomic.Int32
-		settings := Settings{ShardID: func(string) string { shardIDs.Add(1); return "s" }}
-		start := func(name string, roles ...string) (*Sharding, *Region[string]) {
-			sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet, Codec: reg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := startOn(t, net, sys, Config{Membership: members.Join(name, roles...)})
-			r, err := Init(s, Entity[string]{Key: key, Create: create, Role: "host", Settings: settings})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s, r
-		}
-		sb, _ := start("b", "host")
-		sa, ra := start("a") // a proxy: every message is forwarded to b
+		})
 		ref := ra.EntityRefFor("e")
 		tell := func(n int) int32 {
 			t.Helper()
@@ -97,7 +75,5 @@ func TestRemoteRoutesLastOneEpoch(t *testing.T) {
 		if n := got.Load(); n != 22 {
 			t.Fatalf("b's entity got %d messages, want 22", n)
 		}
-		sa.Terminate()
-		sb.Terminate()
 	})
 }

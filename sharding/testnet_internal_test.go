@@ -80,3 +80,31 @@ func sentProtocol(to cluster.UniqueAddress, m any) (at Address, msg Message, ok 
 	msg, ok = env.Msg.(protocol.Message)
 	return Address{Node: to, Type: env.To.Type, Coordinator: env.To.Coordinator}, msg, ok
 }
+
+// proxyPair starts, in the caller's bubble, two nodes on a network of
+// their own: b hosts the Echo entities that create makes, and a, without
+// their role, is a proxy that forwards every message to b. Both
+// terminate with the test.
+func proxyPair(t *testing.T, settings Settings, create func(entity.Context[string]) entity.Behavior[string]) (net *inproc.Network, a *Region[string]) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	members := newTestCluster()
+	net = newTestNet(t)
+	reg := codec.NewRegistry()
+	codec.MustRegister[string](reg, "test.string")
+	start := func(name string, roles ...string) *Region[string] {
+		sys, err := entity.NewSystem(entity.Config{NodeID: name, Logger: quiet, Codec: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := startOn(t, net, sys, Config{Membership: members.Join(name, roles...)})
+		t.Cleanup(s.Terminate)
+		r, err := Init(s, Entity[string]{Key: entity.NewTypeKey[string]("Echo"), Create: create, Role: "host", Settings: settings})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	start("b", "host")
+	return net, start("a")
+}

@@ -4,7 +4,6 @@ package tcp_test
 
 import (
 	"context"
-	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -43,26 +42,7 @@ func BenchmarkLoopbackEncoded(b *testing.B) {
 	}
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for i := 0; i < b.N; {
-		switch err := a.SendEncoded(to, manifest, payload); {
-		case err == nil:
-			i++
-		case errors.Is(err, cluster.ErrQueueFull):
-			select {
-			case <-c.progress:
-			case <-c.done:
-			case <-time.After(deadline):
-				b.Fatalf("no progress with %d of %d handled", c.n.Load(), b.N)
-			}
-		default:
-			b.Fatal(err)
-		}
-	}
-	select {
-	case <-c.done:
-	case <-time.After(deadline):
-		b.Fatalf("%d of %d handled", c.n.Load(), b.N)
-	}
+	pumpWith(b, func() error { return a.SendEncoded(to, manifest, payload) }, c, b.N)
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")

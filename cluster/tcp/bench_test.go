@@ -57,8 +57,13 @@ func (c *counter) handle(cluster.UniqueAddress, any) {
 // pump sends n messages from tr to to as fast as the link takes them, then
 // waits for the last to be handled.
 func pump(b *testing.B, tr cluster.Transport, to cluster.UniqueAddress, c *counter, n int) {
+	pumpWith(b, func() error { return tr.Send(to, sample) }, c, n)
+}
+
+// pumpWith is pump of what send sends.
+func pumpWith(b *testing.B, send func() error, c *counter, n int) {
 	for i := 0; i < n; {
-		err := tr.Send(to, sample)
+		err := send()
 		switch {
 		case err == nil:
 			i++

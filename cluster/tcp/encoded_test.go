@@ -24,16 +24,9 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 	reg := codec.NewRegistry()
 	codec.MustRegister[clustertest.Ping](reg, clustertest.PingManifest)
 	codec.MustRegister[string](reg, "text")
-	nw := newNetwork(t, reg, nil)
-	var mu sync.Mutex
-	var got []string
-	record := func(s string) {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, s)
-	}
-	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
-	b := nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { record("handler " + msg.(string)) }, "")
+	rec := &received{}
+	a, b := recordedPair(t, reg, rec)
+	record := rec.add
 	b.HandleEncoded(clustertest.PingManifest, func(from cluster.UniqueAddress, payload []byte) error {
 		v, err := reg.Decode(clustertest.PingManifest, payload)
 		if err != nil {
@@ -62,14 +55,8 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 		}
 	}
 	want := []string{"a sent", "a encoded", "handler value", "a last"}
-	eventually(t, "all delivered", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == len(want)
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(got, want) {
+	eventually(t, "all delivered", func() bool { return len(rec.all()) == len(want) })
+	if got := rec.all(); !slices.Equal(got, want) {
 		t.Fatalf("received %q, want %q", got, want)
 	}
 	if s := b.Stats(); s.BadFrames != 1 || s.Delivered != 4 {
@@ -86,16 +73,9 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 func TestEncodedHandlerChangesApplyToTheNextFrame(t *testing.T) {
 	reg := codec.NewRegistry()
 	codec.MustRegister[string](reg, "text")
-	nw := newNetwork(t, reg, nil)
-	var mu sync.Mutex
-	var got []string
-	record := func(s string) {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, s)
-	}
-	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
-	b := nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { record("handler " + msg.(string)) }, "")
+	rec := &received{}
+	a, b := recordedPair(t, reg, rec)
+	record := rec.add
 	named := func(name string) cluster.EncodedHandler {
 		return func(_ cluster.UniqueAddress, payload []byte) error {
 			record(name + " " + string(payload))
@@ -128,9 +108,7 @@ func TestEncodedHandlerChangesApplyToTheNextFrame(t *testing.T) {
 	b.HandleEncoded("text", named("first"))
 	send("6")
 	want := []string{`handler 1`, `first "2"`, `second "3"`, `second "4"`, `handler 5`, `first "6"`}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(got, want) {
+	if got := rec.all(); !slices.Equal(got, want) {
 		t.Fatalf("received %q, want %q", got, want)
 	}
 }
@@ -214,4 +192,32 @@ func TestSendEncodedToAFullQueue(t *testing.T) {
 	if n := got.Load(); n != 3 {
 		t.Fatalf("%d delivered, want the 3 queued", n)
 	}
+}
+
+// received records what a handler got, in order, for any goroutine.
+type received struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *received) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, s)
+}
+
+func (r *received) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// recordedPair starts a and b on a network of reg's; b's Handler records
+// each message, a string, in rec as "handler" and the message.
+func recordedPair(t *testing.T, reg *codec.Registry, rec *received) (a, b *tcp.Transport) {
+	t.Helper()
+	nw := newNetwork(t, reg, nil)
+	a = nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b = nw.start(t, addr("b", 1), func(_ cluster.UniqueAddress, msg any) { rec.add("handler " + msg.(string)) }, "")
+	return a, b
 }
