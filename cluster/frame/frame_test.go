@@ -354,7 +354,9 @@ func TestReaderReadsEachFramesOwnHeader(t *testing.T) {
 	sent = append(sent, frame.Frame{}, frame.Frame{}, frame.Frame{}, last)
 
 	for name, next := range readers {
-		t.Run(name, func(t *testing.T) { testReadsOwnHeader(t, next(bytes.NewReader(stream.Bytes()), 255), stream.Bytes(), sent) })
+		t.Run(name, func(t *testing.T) {
+			testReadsOwnHeader(t, next(bytes.NewReader(stream.Bytes()), 255), stream.Bytes(), sent)
+		})
 	}
 }
 
