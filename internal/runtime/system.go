@@ -424,7 +424,11 @@ type dispatcher struct {
 
 // spins is how many times an idle worker yields and looks again before it
 // exits; a short spin keeps a worker through the gaps of a steady stream.
-const spins = 16
+// Short, because a spinning worker is always runnable, and the scheduler
+// polls the network only when nothing else is: 16 yields held back the
+// reader of a cross-node ask's reply by some 8 µs, where 4 keep steady
+// streams as fast.
+const spins = 4
 
 func (d *dispatcher) submit(r runnable) {
 	d.mu.Lock()
