@@ -75,12 +75,6 @@ func Size(f *Frame) int {
 		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + stringSize(string(f.Payload))
 }
 
-// MaxSize bounds Size(f) from above, at less cost: each length and
-// incarnation counted at its largest.
-func MaxSize(f *Frame) int {
-	return 1 + len(f.From.Node) + len(f.To.Node) + len(f.Manifest) + len(f.Payload) + 6*binary.MaxVarintLen64
-}
-
 func stringSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
 
 func uvarintSize(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }

@@ -432,7 +432,7 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 // encoded, its payload copied into the frame before it returns.
 func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
 	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
-	if frame.MaxSize(&f) > t.cfg.MaxFrameSize && frame.Size(&f) > t.cfg.MaxFrameSize {
+	if frame.Size(&f) > t.cfg.MaxFrameSize {
 		_, err := frame.Marshal(nil, f, t.cfg.MaxFrameSize) // says why
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
