@@ -289,7 +289,7 @@ func (r *reader) strings(field string) []string {
 // body returns a reader of the next length-prefixed body, for message msg.
 func (r *reader) body(msg string) reader {
 	b := r.raw("body")
-	return reader{b: b, err: r.err, msg: msg, names: r.names, open: r.open}
+	return reader{b: b, err: r.err, msg: msg, names: r.names, open: r.open, borrow: r.borrow}
 }
 
 // done reports the error of a body reader back into its parent. A body's
