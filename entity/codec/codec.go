@@ -27,7 +27,6 @@
 package codec
 
 import (
-	"encoding"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -102,25 +101,28 @@ type binding struct {
 	// encoding is always {}, and {} or null decode to this value, so
 	// neither takes encoding/json. Nil otherwise.
 	empty any
+	// plan writes and reads typ under the JSON serializer without
+	// encoding/json when typ is a plain struct (see jsonPlan); nil
+	// otherwise.
+	plan *jsonPlan
 }
 
 // emptyJSON is the encoding JSON gives every struct without fields.
 const emptyJSON = "{}"
 
-// setEmpty sets b.empty for a marker type under the JSON serializer. A
-// type with its own JSON or text (un)marshalling is left to encoding/json.
-func (b *binding) setEmpty() {
-	b.empty = nil
-	if _, ok := b.serializer.(JSON); !ok || b.typ.Kind() != reflect.Struct || b.typ.NumField() != 0 {
+// setJSONPaths sets b.empty for a marker type, or b.plan for another
+// plain struct, under the JSON serializer. A type with its own JSON or
+// text (un)marshalling is left to encoding/json.
+func (b *binding) setJSONPaths() {
+	b.empty, b.plan = nil, nil
+	if _, ok := b.serializer.(JSON); !ok || b.typ.Kind() != reflect.Struct || hasOwnMethods(b.typ) {
 		return
 	}
-	for _, t := range []reflect.Type{b.typ, reflect.PointerTo(b.typ)} {
-		if t.Implements(reflect.TypeFor[json.Marshaler]()) || t.Implements(reflect.TypeFor[json.Unmarshaler]()) ||
-			t.Implements(reflect.TypeFor[encoding.TextMarshaler]()) || t.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
-			return
-		}
+	if b.typ.NumField() == 0 {
+		b.empty = reflect.Zero(b.typ).Interface()
+		return
 	}
-	b.empty = reflect.Zero(b.typ).Interface()
+	b.plan = compileJSONPlan(b.typ)
 }
 
 // isEmptyObject reports whether data is a JSON document that
@@ -157,6 +159,11 @@ func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c =
 func (b *binding) decode(stored string, payload []byte) (any, error) {
 	if b.empty != nil && isEmptyObject(payload) {
 		return b.empty, nil
+	}
+	if b.plan != nil {
+		if v, ok := b.plan.decodeJSON(payload); ok {
+			return v, nil
+		}
 	}
 	if d, ok := b.serializer.(ValueDecoder); ok {
 		v, err := d.DecodeValue(payload)
@@ -224,7 +231,7 @@ func Register[T any](r *Registry, manifest string, opts ...Option) error {
 	for _, o := range opts {
 		o(b)
 	}
-	b.setEmpty()
+	b.setJSONPaths()
 	for _, a := range b.aliases {
 		if a == "" {
 			return fmt.Errorf("codec: empty alias for %q", manifest)
@@ -289,6 +296,11 @@ func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {
 	if b.empty != nil {
 		return b.manifest, []byte(emptyJSON), nil
 	}
+	if b.plan != nil {
+		if payload, ok := b.plan.appendJSON(nil, v); ok {
+			return b.manifest, payload, nil
+		}
+	}
 	payload, err = b.serializer.Marshal(v)
 	if err != nil {
 		return "", nil, fmt.Errorf("codec: encode %q: %w", b.manifest, err)
@@ -345,6 +357,11 @@ func (r *Registry) AppendPrefixed(dst []byte, v any) (manifest string, out []byt
 func (b *binding) appendEncode(dst []byte, v any) (manifest string, out []byte, err error) {
 	if b.empty != nil {
 		return b.manifest, append(dst, emptyJSON...), nil
+	}
+	if b.plan != nil {
+		if out, ok := b.plan.appendJSON(dst, v); ok {
+			return b.manifest, out, nil
+		}
 	}
 	if a, ok := b.serializer.(Appender); ok {
 		out, err = a.AppendMarshal(dst, v)
