@@ -292,3 +292,47 @@ func TestPlanLeavesOtherShapesToEncodingJSON(t *testing.T) {
 		t.Error("a struct of a field with JSON methods got no plan")
 	}
 }
+
+// BenchmarkPlainStruct writes and reads a command of a payment's shape
+// with its plan and, for the baseline, with encoding/json.
+func BenchmarkPlainStruct(b *testing.B) {
+	type authorize struct {
+		PaymentID string
+		Amount    int64
+		Currency  string
+		Capture   bool
+		ReplyTo   ownJSON
+	}
+	v := authorize{PaymentID: "pay-12345", Amount: 1999, Currency: "EUR", Capture: true,
+		ReplyTo: ownJSON{out: `{"node":"node-1","incarnation":3,"id":12345}`}}
+	for _, c := range []struct {
+		name string
+		s    Serializer
+	}{{"plan", JSON{}}, {"encoding-json", encodingJSON{}}} {
+		r := NewRegistry()
+		if err := Register[authorize](r, "authorize", WithSerializer(c.s)); err != nil {
+			b.Fatal(err)
+		}
+		_, payload, err := r.Encode(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name+"/encode", func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				if _, buf, err = r.AppendEncode(buf[:0], v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/decode", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Decode("authorize", payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
