@@ -72,7 +72,7 @@ func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
 // Size is the length of f's body, what Marshal appends.
 func Size(f *Frame) int {
 	return 1 + stringSize(f.From.Node) + uvarintSize(f.From.Incarnation) + stringSize(f.To.Node) +
-		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + stringSize(string(f.Payload))
+		uvarintSize(f.To.Incarnation) + stringSize(f.Manifest) + uvarintSize(uint64(len(f.Payload))) + len(f.Payload)
 }
 
 func stringSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
