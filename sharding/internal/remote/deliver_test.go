@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/entity"
 	"github.com/shoal-dev/shoal/entity/codec"
+	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
 )
@@ -244,6 +246,46 @@ func TestDeliversThatMayBeKeptOwnTheirIDs(t *testing.T) {
 			if d.Shard != fmt.Sprintf("shard-%d", i) || d.EntityID != fmt.Sprintf("entity-%d", i) {
 				t.Fatalf("%s: Deliver %d kept as %+v: its ids changed with the next frame", c.name, i, d)
 			}
+		}
+	}
+}
+
+// farRef is a Ref to an entity on the other end of a pipe: a Get told
+// through it is answered there, by reply on the other node's System, as
+// an entity would.
+type farRef struct {
+	asker, replier *entity.System
+	reply          any // what the far entity answers
+}
+
+func (r farRef) System() *entity.System { return r.asker }
+func (r farRef) Tell(m Get) error        { return runtime.Reply(r.replier, m.ReplyTo, r.reply.(Count)) }
+
+// A reply to an ask of another node reaches the ask, over a cluster
+// transport that takes encoded messages (the envelope's bytes, written
+// by wire.AppendReply) and over one that takes values; a reply with no
+// ask waiting is refused on the asking node as it is either way.
+func TestRouteReplyReachesTheAsk(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		a, b, _, pb := pair(t, newCodec(), nil, plain, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+		var sys [2]*entity.System
+		for i, tr := range []*remote.Transport{a, b} {
+			s, err := entity.NewSystem(entity.Config{NodeID: tr.Node().Node, Incarnation: tr.Node().Incarnation, Codec: newCodec(), Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.Attach(s)
+			sys[i] = s
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		got, err := entity.Ask(ctx, farRef{asker: sys[1], replier: sys[0], reply: Count{N: 7, Node: "a"}},
+			func(to entity.ReplyTo[Count]) Get { return Get{ReplyTo: to} })
+		cancel()
+		if err != nil || got != (Count{N: 7, Node: "a"}) {
+			t.Fatalf("plain %v: ask = %+v, %v", plain, got, err)
+		}
+		if st := b.Stats(); st.Replies != 1 || len(pb.bad) != 0 {
+			t.Fatalf("plain %v: asker's stats %+v, bad frames %v", plain, st, pb.bad)
 		}
 	}
 }

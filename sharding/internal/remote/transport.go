@@ -507,8 +507,17 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 	if err != nil {
 		return fmt.Errorf("remote: reply to %s: %w", to, err)
 	}
-	return t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation},
-		wire.Envelope{Msg: wire.Reply{To: to, Manifest: manifest, Payload: payload}})
+	node, r := cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, wire.Reply{To: to, Manifest: manifest, Payload: payload}
+	b := t.ct.Load()
+	if b == nil || b.encoded == nil {
+		return t.send(node, wire.Envelope{Msg: r})
+	}
+	// As SendDeliver does: the envelope's bytes, for the cluster
+	// transport to frame, without the Reply in an interface value.
+	buf := t.bufs.Get()
+	defer t.bufs.Put(buf)
+	*buf = wire.AppendReply((*buf)[:0], r)
+	return t.sent(b.encoded.SendEncoded(node, wire.EnvelopeManifest, *buf))
 }
 
 // Handle is the cluster.Handler of the bound transport: Receive, whose

@@ -185,3 +185,23 @@ func within(s string, b []byte) bool {
 	p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return p >= lo && p < lo+uintptr(len(b))
 }
+
+// AppendReply writes the bytes the codec writes for the envelope of a
+// Reply, whatever the length of its body's prefix.
+func TestAppendReplyEncodesAsTheCodec(t *testing.T) {
+	reg := openingCodec(t)
+	to := entity.ReplyAddress{Node: "n1", Incarnation: 3, AskID: 1 << 40}
+	for _, r := range []wire.Reply{
+		{To: to},
+		{To: to, Manifest: "test.Count", Payload: []byte(`{"N":1}`)},
+		{To: to, Manifest: entity.AskFailureManifest, Payload: bytes.Repeat([]byte("x"), 300)},
+	} {
+		_, want, err := reg.Encode(wire.Envelope{Msg: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := wire.AppendReply([]byte("head"), r); !bytes.Equal(got, append([]byte("head"), want...)) {
+			t.Fatalf("%+v: AppendReply = %x\nthe codec writes %x", r, got, want)
+		}
+	}
+}

@@ -115,9 +115,7 @@ func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, erro
 		case protocol.GetRegionStats:
 			id, b = IDGetRegionStats, appendReplyAddress(b, m.ReplyTo.Address())
 		case Reply:
-			id, b = IDReply, appendReplyAddress(b, m.To)
-			b = appendString(b, m.Manifest)
-			b = appendBytes(b, m.Payload)
+			id, b = IDReply, appendReply(b, m)
 		case AskFailed:
 			id, b = IDAskFailed, appendReplyAddress(b, m.To)
 			b = appendString(b, m.Kind)
@@ -128,6 +126,14 @@ func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, erro
 		return b
 	})
 	return dst, id, err
+}
+
+// appendReply writes a Reply's fields: the ask's address, then the reply
+// as the codec encoded it (manifest, payload).
+func appendReply(b []byte, r Reply) []byte {
+	b = appendReplyAddress(b, r.To)
+	b = appendString(b, r.Manifest)
+	return appendBytes(b, r.Payload)
 }
 
 // appendDeliver writes a Deliver's fields: shard, entity id, start, ask,

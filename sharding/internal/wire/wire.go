@@ -174,6 +174,15 @@ func AppendDeliver(dst []byte, reg *codec.Registry, to Target, d protocol.Delive
 	return closeBody(dst, at), nil
 }
 
+// AppendReply appends the envelope of r: the bytes the codec writes for
+// Envelope{Msg: r}. It is for a sender that hands the cluster transport
+// the bytes (cluster.EncodedSender): r is never copied into an interface
+// value.
+func AppendReply(dst []byte, r Reply) []byte {
+	dst, at := openBody(append(dst, byte(IDReply)))
+	return closeBody(appendReply(dst, r), at)
+}
+
 // appendTarget writes a protocol message's target: its type and a flags
 // byte.
 func appendTarget(dst []byte, to Target) []byte {
