@@ -348,27 +348,11 @@ func (f *planField) decode(data []byte, i int, fv reflect.Value) (int, bool) {
 			return i + 5, true
 		}
 		return i, false
-	case planInt:
-		j, ok := integerEnd(data, i, true)
-		if !ok {
+	case planInt, planUint:
+		j, ok := integerEnd(data, i, f.kind == planInt)
+		if !ok || !f.setInteger(fv, string(data[i:j])) {
 			return i, false
 		}
-		v, err := strconv.ParseInt(string(data[i:j]), 10, f.bits)
-		if err != nil {
-			return i, false
-		}
-		fv.SetInt(v)
-		return j, true
-	case planUint:
-		j, ok := integerEnd(data, i, false)
-		if !ok {
-			return i, false
-		}
-		v, err := strconv.ParseUint(string(data[i:j]), 10, f.bits)
-		if err != nil {
-			return i, false
-		}
-		fv.SetUint(v)
 		return j, true
 	case planStruct:
 		return f.nested.decodeValue(data, i, fv)
@@ -385,6 +369,19 @@ func (f *planField) decode(data []byte, i int, fv reflect.Value) (int, bool) {
 		return j, true
 	}
 	return i, false
+}
+
+// setInteger sets fv, an integer field, to the JSON integer s; false if s
+// is out of the field's range.
+func (f *planField) setInteger(fv reflect.Value, s string) bool {
+	if f.kind == planInt {
+		v, err := strconv.ParseInt(s, 10, f.bits)
+		fv.SetInt(v)
+		return err == nil
+	}
+	v, err := strconv.ParseUint(s, 10, f.bits)
+	fv.SetUint(v)
+	return err == nil
 }
 
 func hasAt(data []byte, i int, lit string) bool {
