@@ -259,7 +259,7 @@ type farRef struct {
 }
 
 func (r farRef) System() *entity.System { return r.asker }
-func (r farRef) Tell(m Get) error        { return runtime.Reply(r.replier, m.ReplyTo, r.reply.(Count)) }
+func (r farRef) Tell(m Get) error       { return runtime.Reply(r.replier, m.ReplyTo, r.reply.(Count)) }
 
 // A reply to an ask of another node reaches the ask, over a cluster
 // transport that takes encoded messages (the envelope's bytes, written
