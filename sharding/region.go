@@ -209,15 +209,21 @@ func (r *Region[C]) tell(entityID string, h uint64, msg C, start, failFast bool,
 		return ErrInvalidEntityID
 	}
 	if !start {
-		if ok, err := r.tellFast(entityID, h, msg, parent); ok {
-			return err
-		}
-		if rt := r.routes.load(entityID, h); rt != nil {
+		// A route of the current epoch first: its shard is another node's
+		// in this epoch, so the fast path's table could not route it (a
+		// shard stamped routable here in this epoch is hosted here), and
+		// its look-up is spared. The epoch read before the lock only
+		// skips a stale route; the check that counts is the one under it
+		// (see docs/DESIGN.md, "Routing").
+		if rt := r.routes.load(entityID, h); rt != nil && rt.epoch == r.mu.epoch.Load() {
 			rt.stripe.RLock()
 			if rt.epoch == r.mu.epoch.Load() {
 				return r.forwardRLocked(rt.stripe, rt.home, rt.shardID, pending[C]{entityID, msg, start, failFast, parent})
 			}
 			rt.stripe.RUnlock()
+		}
+		if ok, err := r.tellFast(entityID, h, msg, parent); ok {
+			return err
 		}
 	}
 	shardID := r.settings.ShardID(entityID)

@@ -129,3 +129,29 @@ func TestSizeAllocatesNothing(t *testing.T) {
 		t.Fatalf("Size allocated %.0f times per call", allocs)
 	}
 }
+
+// A Head writes the bytes Marshal writes and measures what Size measures,
+// whatever the lengths of the names, manifest and payload.
+func TestHeadWritesMarshalsBytes(t *testing.T) {
+	long := cluster.UniqueAddress{Node: strings.Repeat("n", 200), Incarnation: 1 << 40}
+	for _, from := range []cluster.UniqueAddress{a1, long, {}} {
+		for _, to := range []cluster.UniqueAddress{b2, long} {
+			h := frame.NewHead(from, to)
+			for _, manifest := range []string{"", "shoal.sharding", strings.Repeat("m", 130)} {
+				for _, n := range []int{0, 1, 127, 128, 20000} {
+					f := frame.Frame{From: from, To: to, Manifest: manifest, Payload: bytes.Repeat([]byte{7}, n)}
+					want, err := frame.Marshal([]byte("dst"), f, 1<<20)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := h.Append([]byte("dst"), manifest, f.Payload); !bytes.Equal(got, want) {
+						t.Fatalf("%v → %v, manifest %q, payload %d: Append = %x, want %x", from, to, manifest, n, got, want)
+					}
+					if got, want := h.Size(manifest, n), frame.Size(&f); got != want {
+						t.Fatalf("%v → %v, manifest %q, payload %d: Size = %d, want %d", from, to, manifest, n, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -69,6 +69,36 @@ func Marshal(dst []byte, f Frame, maxSize int) ([]byte, error) {
 	return dst, nil
 }
 
+// Head is the start Marshal writes of the body of every frame from one
+// node incarnation to another, ahead of the manifest: a sender that
+// writes many frames on one link builds it once (see docs/DESIGN.md,
+// "Transport").
+type Head []byte
+
+// NewHead is the head of the frames from from to to.
+func NewHead(from, to cluster.UniqueAddress) Head {
+	h := append(make([]byte, 0, 1+stringSize(from.Node)+uvarintSize(from.Incarnation)+stringSize(to.Node)+uvarintSize(to.Incarnation)), version)
+	h = appendString(h, from.Node)
+	h = binary.AppendUvarint(h, from.Incarnation)
+	h = appendString(h, to.Node)
+	return binary.AppendUvarint(h, to.Incarnation)
+}
+
+// Size is Size of the frame of h with manifest and a payload of
+// payloadLen bytes.
+func (h Head) Size(manifest string, payloadLen int) int {
+	return len(h) + stringSize(manifest) + uvarintSize(uint64(payloadLen)) + payloadLen
+}
+
+// Append appends the body Marshal writes for the frame of h with
+// manifest and payload, with no size limit: its caller checked Size.
+func (h Head) Append(dst []byte, manifest string, payload []byte) []byte {
+	dst = append(dst, h...)
+	dst = appendString(dst, manifest)
+	dst = binary.AppendUvarint(dst, uint64(len(payload)))
+	return append(dst, payload...)
+}
+
 // Size is the length of f's body, what Marshal appends.
 func Size(f *Frame) int {
 	return 1 + stringSize(f.From.Node) + uvarintSize(f.From.Incarnation) + stringSize(f.To.Node) +

@@ -65,6 +65,11 @@ func TestEncodedFramesBypassTheCodec(t *testing.T) {
 	if err := a.SendEncoded(to, "big", make([]byte, 5000)); !errors.Is(err, cluster.ErrFrameTooLarge) || !errors.Is(err, frame.ErrTooLarge) {
 		t.Fatalf("SendEncoded over the frame limit: %v", err)
 	}
+	// Measured without the last link's head too (a node never sent to),
+	// and refused for its size before the node is looked up.
+	if err := a.SendEncoded(addr("nowhere", 1), "big", make([]byte, 5000)); !errors.Is(err, cluster.ErrFrameTooLarge) || errors.Is(err, cluster.ErrUnreachable) {
+		t.Fatalf("SendEncoded over the frame limit to an unknown node: %v", err)
+	}
 }
 
 // A connection's reader remembers the handler of the last manifest it

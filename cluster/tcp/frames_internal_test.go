@@ -12,11 +12,11 @@ import (
 	"github.com/shoal-dev/shoal/cluster/frame"
 )
 
-// Frames marshalled into a link's queue come out of its batches whole and
-// in order, also when each batch leaves some queued and more are queued
+// Frames marshalled into a link's queue (after its head) come out of its
+// batches whole, in order and with Marshal's bytes, also when each batch leaves some queued and more are queued
 // before the next: the bodies left are moved, not overwritten.
 func TestFramesLeftBehindABatchStayWhole(t *testing.T) {
-	tr := &Transport{cfg: Config{MaxFrameSize: 4096, MaxBatchBytes: 1000, QueueCapacity: 1000}}
+	tr := &Transport{cfg: Config{Self: cluster.UniqueAddress{Node: "a", Incarnation: 1}, MaxFrameSize: 4096, MaxBatchBytes: 1000, QueueCapacity: 1000}}
 	to := cluster.UniqueAddress{Node: "b", Incarnation: 1}
 	l := newLink(tr, to)
 	var want, got [][]byte
@@ -33,7 +33,7 @@ func TestFramesLeftBehindABatchStayWhole(t *testing.T) {
 			*buf = append(*buf, body...)
 			err = l.enqueue(buf)
 		} else {
-			err = l.enqueueFrame(&f)
+			err = l.enqueueFrame(f.Manifest, f.Payload)
 		}
 		if err != nil {
 			t.Fatalf("frame %d: %v", i, err)

@@ -49,6 +49,7 @@ type flushWaiter struct {
 type link struct {
 	t    *Transport
 	to   cluster.UniqueAddress
+	head frame.Head    // of every frame from t's node to to, for enqueueFrame
 	wake chan struct{} // capacity 1: something changed
 
 	mu     sync.Mutex
@@ -71,7 +72,7 @@ type link struct {
 }
 
 func newLink(t *Transport, to cluster.UniqueAddress) *link {
-	return &link{t: t, to: to, wake: make(chan struct{}, 1), inflight: make(map[uint64]*flushWaiter), m: t.m.Peer(to.Node)}
+	return &link{t: t, to: to, head: frame.NewHead(t.cfg.Self, to), wake: make(chan struct{}, 1), inflight: make(map[uint64]*flushWaiter), m: t.m.Peer(to.Node)}
 }
 
 func (l *link) signal() {
@@ -111,21 +112,19 @@ func (l *link) enqueue(buf *[]byte) error {
 	return nil
 }
 
-// enqueueFrame is enqueue of a frame f marshalled under l.mu, into l.inline
-// when it is written inline, else at the end of l.frames: no buffer is
-// taken from or handed back to a pool. f must fit in the frame size limit.
-func (l *link) enqueueFrame(f *frame.Frame) error {
+// enqueueFrame is enqueue of the frame of manifest and payload from this
+// node to l.to, marshalled under l.mu after l.head, into l.inline when it
+// is written inline, else at the end of l.frames: no buffer is taken from
+// or handed back to a pool. The frame must fit in the frame size limit
+// (l.head.Size): its caller checked.
+func (l *link) enqueueFrame(manifest string, payload []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.full(); err != nil {
 		return err
 	}
-	maxSize := l.t.cfg.MaxFrameSize
 	if l.canWriteInline() {
-		prefixed, err := frame.Marshal(append(l.inline[:0], 0, 0, 0, 0), *f, maxSize)
-		if err != nil {
-			return err
-		}
+		prefixed := l.head.Append(append(l.inline[:0], 0, 0, 0, 0), manifest, payload)
 		binary.BigEndian.PutUint32(prefixed, uint32(len(prefixed)-4))
 		it, done := l.writeInline(prefixed)
 		if done {
@@ -141,10 +140,7 @@ func (l *link) enqueueFrame(f *frame.Frame) error {
 		l.queueFirst(it)
 	} else {
 		start := len(l.frames)
-		var err error
-		if l.frames, err = frame.Marshal(l.frames, *f, maxSize); err != nil {
-			return err
-		}
+		l.frames = l.head.Append(l.frames, manifest, payload)
 		l.queue = append(l.queue, item{body: l.frames[start:len(l.frames):len(l.frames)], framed: true})
 	}
 	l.queued++
@@ -617,10 +613,11 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 	}
 }
 
-// enqueueEither is enqueue of buf, or enqueueFrame of f when buf is nil.
-func (l *link) enqueueEither(buf *[]byte, f *frame.Frame) error {
+// enqueueEither is enqueue of buf, or enqueueFrame of manifest and
+// payload when buf is nil.
+func (l *link) enqueueEither(buf *[]byte, manifest string, payload []byte) error {
 	if buf != nil {
 		return l.enqueue(buf)
 	}
-	return l.enqueueFrame(f)
+	return l.enqueueFrame(manifest, payload)
 }

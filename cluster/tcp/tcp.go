@@ -425,32 +425,50 @@ func (t *Transport) Send(to cluster.UniqueAddress, msg any) error {
 		t.bodies.Put(buf)
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
-	return t.enqueue(to, buf, nil)
+	return t.enqueue(to, t.lastLinkTo(to), buf, "", nil)
 }
 
 // SendEncoded implements cluster.EncodedSender: Send of a message already
 // encoded, its payload copied into the frame before it returns.
 func (t *Transport) SendEncoded(to cluster.UniqueAddress, manifest string, payload []byte) error {
-	f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
-	if frame.Size(&f) > t.cfg.MaxFrameSize {
+	// The last link's head measures the frame when it is to's (see
+	// enqueue); the size is the same either way.
+	var size int
+	last := t.lastLinkTo(to)
+	if last != nil {
+		size = last.head.Size(manifest, len(payload))
+	} else {
+		size = frame.Size(&frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload})
+	}
+	if size > t.cfg.MaxFrameSize {
+		f := frame.Frame{From: t.cfg.Self, To: to, Manifest: manifest, Payload: payload}
 		_, err := frame.Marshal(nil, f, t.cfg.MaxFrameSize) // says why
 		return fmt.Errorf("tcp: send to %s: %w", to, err)
 	}
 	// Marshalled by the link, under its lock, into its queue.
-	return t.enqueue(to, nil, &f)
+	return t.enqueue(to, last, nil, manifest, payload)
 }
 
-// enqueue queues a frame on the link to to: the body in buf, a buffer of
-// t.bodies (the link's once queued, back in the pool otherwise), or else
-// f, which the link marshals.
-func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte, f *frame.Frame) error {
+// lastLinkTo is the link Send used last when it is to's, else nil.
+func (t *Transport) lastLinkTo(to cluster.UniqueAddress) *link {
+	if l := t.lastLink.Load(); l != nil && l.to == to {
+		return l
+	}
+	return nil
+}
+
+// enqueue queues a frame on the link to to, last when it is not nil (the
+// caller's lastLinkTo): the body in buf, a buffer of t.bodies (the link's
+// once queued, back in the pool otherwise), or else the frame of manifest
+// and payload, which the link marshals.
+func (t *Transport) enqueue(to cluster.UniqueAddress, last *link, buf *[]byte, manifest string, payload []byte) error {
 	// The link Send used last, when it is to's: no lock, no look-up. A
 	// live link is always the one in t.links (a link leaves it only
 	// killed), so only a dead one needs the look-up, which finds what
 	// replaced it or why there is none.
 	err := errLinkDead
-	if l := t.lastLink.Load(); l != nil && l.to == to {
-		err = l.enqueueEither(buf, f)
+	if last != nil {
+		err = last.enqueueEither(buf, manifest, payload)
 	}
 	if errors.Is(err, errLinkDead) {
 		var l *link
@@ -459,7 +477,7 @@ func (t *Transport) enqueue(to cluster.UniqueAddress, buf *[]byte, f *frame.Fram
 			return err
 		}
 		t.lastLink.Store(l)
-		err = l.enqueueEither(buf, f)
+		err = l.enqueueEither(buf, manifest, payload)
 	}
 	if err != nil {
 		t.bodies.Put(buf)

@@ -195,6 +195,7 @@ type Registry struct {
 type bindings struct {
 	byType     map[reflect.Type]*binding
 	byManifest map[string]*binding // manifests and their aliases
+	cache      typeCache           // byType's entries looked up lately
 }
 
 // NewRegistry returns an empty registry whose types use JSON unless they are
@@ -285,7 +286,7 @@ func (r *Registry) Manifest(v any) (string, bool) {
 	return b.manifest, true
 }
 
-func (r *Registry) lookupType(t reflect.Type) *binding { return r.bound.Load().byType[t] }
+func (r *Registry) lookupType(t reflect.Type) *binding { return r.bound.Load().lookupType(t) }
 
 // Encode serializes v, whose dynamic type must be registered.
 func (r *Registry) Encode(v any) (manifest string, payload []byte, err error) {

@@ -352,3 +352,17 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A repeated registration that changes a type's serializer takes effect
+// for the next message, also after messages of the type were encoded.
+func TestReRegistrationReplacesAnEncodedTypesSerializer(t *testing.T) {
+	r := codec.NewRegistry()
+	codec.MustRegister[Note](r, "note")
+	if _, p, err := r.Encode(Note{Text: "a"}); err != nil || !bytes.HasPrefix(p, []byte("{")) {
+		t.Fatalf("Encode = %q, %v, want JSON", p, err)
+	}
+	codec.MustRegister[Note](r, "note", codec.WithSerializer(&upper{}))
+	if _, p, err := r.Encode(Note{Text: "a"}); err != nil || string(p) != "v=A" {
+		t.Fatalf("Encode after re-registration = %q, %v, want v=A", p, err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/entity"
 )
@@ -14,20 +16,52 @@ import (
 // cannot (most commands: no ReplyTo field anywhere) costs a map lookup,
 // and only the commands of asks are searched.
 func replyAddresses(msg any) []entity.ReplyAddress {
-	t := reflect.TypeOf(msg)
-	holds, ok := holdsReplyTo.Load(t)
-	if !ok {
-		holds, _ = holdsReplyTo.LoadOrStore(t, mayHoldReplyTo(t, 0))
-	}
-	if !holds.(bool) {
+	if !mayHold(reflect.TypeOf(msg)) {
 		return nil
 	}
 	return entity.ReplyAddresses(msg)
 }
 
+// mayHold is mayHoldReplyTo(t, 0), decided once per type: found in a
+// slot of recentVerdicts with a load and a compare, else in holdsReplyTo.
+func mayHold(t reflect.Type) bool {
+	slot := &recentVerdicts[verdictSlot(t)]
+	if v := slot.Load(); v != nil && v.t == t {
+		return v.holds
+	}
+	holds, ok := holdsReplyTo.Load(t)
+	if !ok {
+		holds, _ = holdsReplyTo.LoadOrStore(t, mayHoldReplyTo(t, 0))
+	}
+	slot.Store(&verdict{t: t, holds: holds.(bool)})
+	return holds.(bool)
+}
+
 // holdsReplyTo caches mayHoldReplyTo by type: reflect.Type → bool. Types
 // are finite and never change, so it only grows to the program's types.
 var holdsReplyTo sync.Map
+
+// recentVerdicts holds the verdicts of holdsReplyTo looked up lately,
+// direct-mapped by the address of the type's descriptor: a message's type
+// costs no hash of an interface, once per message (see docs/DESIGN.md,
+// "Wire"). A verdict never changes, so no entry goes stale; colliding
+// types take turns in a slot.
+var recentVerdicts [verdictSlots]atomic.Pointer[verdict]
+
+const verdictSlots = 64
+
+// verdict is mayHoldReplyTo(t, 0), immutable once published.
+type verdict struct {
+	t     reflect.Type
+	holds bool
+}
+
+// verdictSlot is t's slot in recentVerdicts: from the address of its
+// descriptor, which is what a reflect.Type holds.
+func verdictSlot(t reflect.Type) uintptr {
+	p := uintptr((*[2]unsafe.Pointer)(unsafe.Pointer(&t))[1])
+	return (p>>4 ^ p>>10) % verdictSlots
+}
 
 var replyToPkg = reflect.TypeFor[entity.ReplyTo[struct{}]]().PkgPath()
 
