@@ -206,7 +206,7 @@ func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, n
 func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
 	var e Envelope
 	var d protocol.Deliver
-	id, err := readEnvelope(reader{b: src, names: names, open: open}, &e, &d)
+	id, err := readEnvelope(reader{b: src, end: len(src), names: names, open: open}, &e, &d)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -243,21 +243,21 @@ func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 		// would be moved to the heap for every message). The body's bytes
 		// after the fields this node knows, fields a newer node appended,
 		// are skipped with it.
-		b := r.raw("body")
-		rest := r.b
-		r.b, r.msg = b, k.name
+		n := len(r.raw("body"))
+		end := r.end
+		r.off, r.end, r.msg = r.off-n, r.off, k.name
 		readDeliver(&r, d)
-		r.b, r.msg = rest, "Envelope"
+		r.off, r.end, r.msg = r.end, end, "Envelope"
 		if r.err != nil {
-			r.b = nil
+			r.off = r.end
 		}
 	} else {
 		body := r.body(k.name)
 		e.Msg = k.read(&body)
 		r.done(&body)
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
+	if r.err == nil && r.more() {
+		r.fail(ErrCorrupt, "body", "%d bytes after the body", r.left())
 	}
 	return id, r.err
 }
@@ -299,7 +299,7 @@ func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, is
 		return Target{}, protocol.Deliver{}, false, nil
 	}
 	var e Envelope
-	if _, err := readEnvelope(reader{b: src, names: dec.names, open: dec.open, borrow: true}, &e, &d); err != nil {
+	if _, err := readEnvelope(reader{b: src, end: len(src), names: dec.names, open: dec.open, borrow: true}, &e, &d); err != nil {
 		return Target{}, protocol.Deliver{}, true, err
 	}
 	return e.To, d, true, nil
