@@ -206,7 +206,8 @@ func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, n
 func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
 	var e Envelope
 	var d protocol.Deliver
-	id, err := readEnvelope(reader{b: src, end: len(src), names: names, open: open}, &e, &d)
+	r := reader{b: src, end: len(src), names: names, open: open}
+	id, err := readEnvelope(&r, &e, &d)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -219,7 +220,7 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 // readEnvelope reads r's input into e, the message of a Deliver into d (a
 // zero Deliver) instead of e.Msg (the caller decides whether it goes into
 // an interface), and returns the message's type id.
-func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
+func readEnvelope(r *reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 	r.msg = "Envelope"
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
@@ -246,7 +247,7 @@ func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 		n := len(r.raw("body"))
 		end := r.end
 		r.off, r.end, r.msg = r.off-n, r.off, k.name
-		readDeliver(&r, d)
+		readDeliver(r, d)
 		r.off, r.end, r.msg = r.end, end, "Envelope"
 		if r.err != nil {
 			r.off = r.end
@@ -299,7 +300,8 @@ func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, is
 		return Target{}, protocol.Deliver{}, false, nil
 	}
 	var e Envelope
-	if _, err := readEnvelope(reader{b: src, end: len(src), names: dec.names, open: dec.open, borrow: true}, &e, &d); err != nil {
+	r := reader{b: src, end: len(src), names: dec.names, open: dec.open, borrow: true}
+	if _, err := readEnvelope(&r, &e, &d); err != nil {
 		return Target{}, protocol.Deliver{}, true, err
 	}
 	return e.To, d, true, nil
