@@ -296,15 +296,27 @@ func (dec *Decoder) Decode(src []byte) (Envelope, error) {
 // beyond handling it takes strings of their own first (Own): else what it
 // keeps pins src's memory, and with it the block a frame body was cut from.
 func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, isDeliver bool, err error) {
+	isDeliver, err = dec.DecodeDeliverInto(src, &to, &d)
+	return to, d, isDeliver, err
+}
+
+// DecodeDeliverInto is DecodeDeliver writing the target and the Deliver
+// into *to and *d, the caller's, which it sets to zero values first (and
+// leaves so unless it read a Deliver): a receiver that hands them on by
+// pointer copies them out of no returned values.
+func (dec *Decoder) DecodeDeliverInto(src []byte, to *Target, d *protocol.Deliver) (isDeliver bool, err error) {
+	*to, *d = Target{}, protocol.Deliver{}
 	if len(src) == 0 || TypeID(src[0]) != IDDeliver {
-		return Target{}, protocol.Deliver{}, false, nil
+		return false, nil
 	}
 	var e Envelope
 	r := reader{b: src, end: len(src), names: dec.names, open: dec.open, borrow: true}
-	if _, err := readEnvelope(&r, &e, &d); err != nil {
-		return Target{}, protocol.Deliver{}, true, err
+	if _, err := readEnvelope(&r, &e, d); err != nil {
+		*d = protocol.Deliver{}
+		return true, err
 	}
-	return e.To, d, true, nil
+	*to = e.To
+	return true, nil
 }
 
 // Own gives the borrowed strings of a Deliver and its target from
