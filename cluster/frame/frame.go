@@ -275,8 +275,11 @@ type Reader struct {
 	// in one comparison instead of parsed field by field.
 	header []byte
 	prefix [4]byte
-	// block is what is left of the block that small bodies are cut from.
+	// block is the block that small bodies are cut from, cut up to
+	// block[cut:]: an offset moves per frame, not the slice (no pointer
+	// stored per frame).
 	block []byte
+	cut   int
 }
 
 // Bodies of at most blockMax bytes are cut, one after the other, from
@@ -349,7 +352,7 @@ func (fr *Reader) readBody() ([]byte, error) {
 	if n > blockMax {
 		body = make([]byte, n)
 	} else {
-		body = fr.cut(n)
+		body = fr.cutBody(n)
 	}
 	if _, err := io.ReadFull(fr.r, body); err != nil {
 		return nil, unexpected(err)
@@ -372,20 +375,20 @@ func (fr *Reader) readBuffered() (_ []byte, ok bool) {
 		return nil, false
 	}
 	whole, _ := br.Peek(4 + n)
-	body := fr.cut(n)
+	body := fr.cutBody(n)
 	copy(body, whole[4:])
 	br.Discard(4 + n)
 	return body, true
 }
 
-// cut returns the next n bytes of the block, n at most blockMax.
-func (fr *Reader) cut(n int) []byte {
-	if len(fr.block) < n {
-		fr.block = make([]byte, blockSize)
+// cutBody returns the next n bytes of the block, n at most blockMax.
+func (fr *Reader) cutBody(n int) []byte {
+	if len(fr.block)-fr.cut < n {
+		fr.block, fr.cut = make([]byte, blockSize), 0
 	}
-	body := fr.block[:n:n]
-	fr.block = fr.block[n:]
-	return body
+	at := fr.cut
+	fr.cut += n
+	return fr.block[at:fr.cut:fr.cut]
 }
 
 // readPrefix reads a frame's length prefix into prefix and returns the

@@ -142,25 +142,32 @@ func (d *delivery) handOver(batch []inbound) bool {
 
 // handle hands msgs to the handler under deliverMu, each after checking
 // that the connection is still current and the transport open: a swap
-// while the handler runs stops the rest of the batch.
+// while the handler runs stops the rest of the batch. The messages handed
+// over are counted once, when it returns: one atomic add per run of
+// messages rather than per message.
 func (d *delivery) handle(msgs []inbound) bool {
 	t := d.t
+	var delivered uint64
 	t.deliverMu.Lock()
-	defer t.deliverMu.Unlock()
+	defer func() {
+		t.deliverMu.Unlock()
+		t.stat.delivered.Add(delivered)
+	}()
+	from := d.c.from
 	for i := range msgs {
 		if t.ctx.Err() != nil || !t.isCurrent(d.c) {
 			d.stopped.Store(true)
 			return false
 		}
 		if m := &msgs[i]; m.encoded != nil {
-			if err := m.encoded(d.c.from, m.payload); err != nil {
+			if err := m.encoded(from, m.payload); err != nil {
 				t.badFrame(d.c, err) // it did not decode
 				continue
 			}
 		} else {
-			t.cfg.Handler(d.c.from, m.msg)
+			t.cfg.Handler(from, m.msg)
 		}
-		t.stat.delivered.Add(1)
+		delivered++
 	}
 	return true
 }

@@ -574,7 +574,9 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 // is an envelope that does not decode: the cluster transport counts and
 // drops it as one its codec could not decode.
 func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) error {
-	target, d, isDeliver, err := t.dec.DecodeDeliver(payload)
+	var target wire.Target
+	var d protocol.Deliver
+	isDeliver, err := t.dec.DecodeDeliverInto(payload, &target, &d)
 	switch {
 	case err != nil:
 		return fmt.Errorf("remote: %w", err)
@@ -591,26 +593,28 @@ func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) e
 		_ = t.Receive(from, wire.Envelope{To: target, Msg: d})
 		return nil
 	}
-	_ = t.receiveDeliver(from, target, d)
+	_ = t.receiveDeliver(from, &target, &d)
 	return nil
 }
 
 // receiveDeliver is Receive of an opened Deliver for target, which
-// carries no reply address: there is no ask to fail.
-func (t *Transport) receiveDeliver(from cluster.UniqueAddress, target wire.Target, d protocol.Deliver) error {
+// carries no reply address: there is no ask to fail. It takes both by
+// pointer (its caller's, which it may modify), so that they are copied
+// once, into the listener's call.
+func (t *Transport) receiveDeliver(from cluster.UniqueAddress, target *wire.Target, d *protocol.Deliver) error {
 	t.stat.received.Add(1)
 	if t.staleSender(from) {
 		return t.refuse(&t.stat.stale, from, fmt.Errorf("remote: message from %s: %w", from, cluster.ErrStaleIncarnation))
 	}
-	l, ok, stopped := t.handler(target)
+	l, ok, stopped := t.handler(*target)
 	if !ok {
-		return t.unknownTarget(from, target, stopped, nil)
+		return t.unknownTarget(from, *target, stopped, nil)
 	}
 	if l.deliver == nil {
-		t.dec.Own(&d, nil) // handle may keep it
+		t.dec.Own(d, nil) // handle may keep it
 	}
-	if herr := l.handleDeliver(d); herr != nil {
-		return t.listenerRefused(from, target, herr, nil)
+	if herr := l.handleDeliver(*d); herr != nil {
+		return t.listenerRefused(from, *target, herr, nil)
 	}
 	t.stat.delivered.Add(1)
 	return nil

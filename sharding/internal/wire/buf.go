@@ -95,12 +95,16 @@ func closeBody(dst []byte, at int) []byte {
 	return dst
 }
 
-// reader decodes fields from b, keeping the first error; once it failed,
-// b is empty and every read returns a zero value (so a read that finds
-// its bytes need not look at err first).
+// reader decodes fields from b[off:end], keeping the first error; once
+// it failed, nothing is left to read and every read returns a zero value
+// (so a read that finds its bytes need not look at err first). A read
+// moves off, an integer: the slice itself is never written again while
+// reading, so a message's many reads store no pointer (and, while the
+// collector runs, pay no write barrier).
 type reader struct {
-	b   []byte
-	err error
+	b        []byte
+	off, end int
+	err      error
 	// what is read, for the error ("Deliver.EntityID").
 	msg string
 	// names, when set, shares the strings read; open, when set, opens
@@ -112,27 +116,33 @@ type reader struct {
 	borrow bool
 }
 
+// newReader returns a reader of all of b.
+func newReader(b []byte) reader { return reader{b: b, end: len(b)} }
+
+// left is the number of bytes not read yet.
+func (r *reader) left() int { return r.end - r.off }
+
 func (r *reader) fail(sentinel error, field, format string, args ...any) {
 	if r.err == nil {
 		r.err = fmt.Errorf("%w: %s.%s: %s", sentinel, r.msg, field, fmt.Sprintf(format, args...))
 	}
-	r.b = nil
+	r.off = r.end
 }
 
 // more reports whether the body has bytes left: false once a message of
 // an older layout, without the fields appended since, has been read.
-func (r *reader) more() bool { return len(r.b) > 0 }
+func (r *reader) more() bool { return r.off < r.end }
 
 func (r *reader) uvarint(field string) uint64 {
-	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: most lengths, ids, counts
-		v := r.b[0]
-		r.b = r.b[1:]
+	if r.off < r.end && r.b[r.off] < 0x80 { // one byte: most lengths, ids, counts
+		v := r.b[r.off]
+		r.off++
 		return uint64(v)
 	}
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := binary.Uvarint(r.b[r.off:r.end])
 	switch {
 	case n == 0:
 		r.fail(ErrShort, field, "no number")
@@ -141,20 +151,20 @@ func (r *reader) uvarint(field string) uint64 {
 		r.fail(ErrCorrupt, field, "number overflows 64 bits")
 		return 0
 	}
-	r.b = r.b[n:]
+	r.off += n
 	return v
 }
 
 // raw returns the next length-prefixed field, sharing b's memory.
 func (r *reader) raw(field string) []byte {
 	n := r.uvarint(field)
-	if n > uint64(len(r.b)) {
-		r.fail(ErrShort, field, "%d bytes, %d left", n, len(r.b))
+	if n > uint64(r.left()) {
+		r.fail(ErrShort, field, "%d bytes, %d left", n, r.left())
 		return nil
 	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
+	at := r.off
+	r.off += int(n)
+	return r.b[at:r.off:r.off]
 }
 
 // view reads a string field as string does or, when r borrows, as a view
@@ -241,14 +251,14 @@ func (r *reader) bytes(field string) []byte {
 }
 
 func (r *reader) bool(field string) bool {
-	if len(r.b) == 0 {
+	if r.off >= r.end {
 		if r.err == nil {
 			r.fail(ErrShort, field, "no bool")
 		}
 		return false
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.b[r.off]
+	r.off++
 	if c > 1 {
 		r.fail(ErrCorrupt, field, "bool %d", c)
 		return false
@@ -264,8 +274,8 @@ func (r *reader) count(field string, minItem int) int {
 	if n == 0 { // most lists: no division by minItem
 		return 0
 	}
-	if n > uint64(len(r.b)/minItem) {
-		r.fail(ErrCorrupt, field, "%d items in %d bytes", n, len(r.b))
+	if n > uint64(r.left()/minItem) {
+		r.fail(ErrCorrupt, field, "%d items in %d bytes", n, r.left())
 		return 0
 	}
 	return int(n)
@@ -289,7 +299,7 @@ func (r *reader) strings(field string) []string {
 // body returns a reader of the next length-prefixed body, for message msg.
 func (r *reader) body(msg string) reader {
 	b := r.raw("body")
-	return reader{b: b, err: r.err, msg: msg, names: r.names, open: r.open, borrow: r.borrow}
+	return reader{b: b, end: len(b), err: r.err, msg: msg, names: r.names, open: r.open, borrow: r.borrow}
 }
 
 // done reports the error of a body reader back into its parent. A body's
@@ -298,19 +308,19 @@ func (r *reader) body(msg string) reader {
 func (r *reader) done(body *reader) {
 	if r.err == nil && body.err != nil {
 		r.err = body.err
-		r.b = nil
+		r.off = r.end
 	}
 }
 
 func (r *reader) byte(field string) byte {
-	if len(r.b) == 0 {
+	if r.off >= r.end {
 		if r.err == nil {
 			r.fail(ErrShort, field, "no byte")
 		}
 		return 0
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.b[r.off]
+	r.off++
 	return c
 }
 

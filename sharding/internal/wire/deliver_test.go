@@ -205,3 +205,38 @@ func TestAppendReplyEncodesAsTheCodec(t *testing.T) {
 		}
 	}
 }
+
+// DecodeDeliverInto writes what DecodeDeliver returns, whatever its
+// outputs held before: a Deliver (an untraced one after a traced one),
+// another envelope and one that does not decode leave no field behind.
+func TestDecodeDeliverIntoOverwritesItsOutputs(t *testing.T) {
+	reg := openingCodec(t)
+	dec := wire.NewDecoder(reg)
+	to := wire.Target{Type: "t"}
+	var envs [][]byte
+	for _, d := range []protocol.Deliver{
+		{Shard: "1", EntityID: "e", Msg: plain{N: 1}, Trace: &protocol.TraceContext{Parent: "00-ab-cd-01"}},
+		{Shard: "2", EntityID: "f", Msg: plain{N: 2}},
+		{Shard: "3", EntityID: "g", Start: true},
+	} {
+		env, err := wire.AppendDeliver(nil, reg, to, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, env)
+	}
+	_, otherEnv, err := reg.Encode(wire.Envelope{To: to, Msg: protocol.Register{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs = append(envs, otherEnv, envs[0][:len(envs[0])-3], nil)
+	gotTo := wire.Target{Type: "stale", Coordinator: true}
+	got := protocol.Deliver{Shard: "x", EntityID: "y", Msg: plain{N: 9}, Start: true, Ask: true, Trace: &protocol.TraceContext{}}
+	for i, env := range envs {
+		wantTo, want, wantIs, wantErr := dec.DecodeDeliver(env)
+		is, err := dec.DecodeDeliverInto(env, &gotTo, &got)
+		if is != wantIs || (err == nil) != (wantErr == nil) || gotTo != wantTo || !reflect.DeepEqual(got, want) {
+			t.Fatalf("envelope %d: Into gave %v %v %+v %+v, DecodeDeliver %v %v %+v %+v", i, is, err, gotTo, got, wantIs, wantErr, wantTo, want)
+		}
+	}
+}

@@ -3,7 +3,7 @@ package wire
 // SplitEnvelope returns an envelope's head (type id and target) and its
 // body, without the body's length prefix; nil, nil when b does not parse.
 func SplitEnvelope(b []byte) (head, body []byte) {
-	r := reader{b: b}
+	r := newReader(b)
 	k := kindOf(TypeID(r.uvarint("id")))
 	if k == nil {
 		return nil, nil
@@ -12,7 +12,7 @@ func SplitEnvelope(b []byte) (head, body []byte) {
 		r.string("To.Type")
 		r.byte("To.Flags")
 	}
-	headLen := len(b) - len(r.b)
+	headLen := r.off
 	body = r.raw("body")
 	if r.err != nil {
 		return nil, nil

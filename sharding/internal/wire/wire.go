@@ -206,7 +206,8 @@ func DecodeEnvelope(src []byte) (Envelope, error) { return decodeEnvelope(src, n
 func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope, error) {
 	var e Envelope
 	var d protocol.Deliver
-	id, err := readEnvelope(reader{b: src, names: names, open: open}, &e, &d)
+	r := reader{b: src, end: len(src), names: names, open: open}
+	id, err := readEnvelope(&r, &e, &d)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -219,7 +220,7 @@ func decodeEnvelope(src []byte, names *interner, open *codec.Registry) (Envelope
 // readEnvelope reads r's input into e, the message of a Deliver into d (a
 // zero Deliver) instead of e.Msg (the caller decides whether it goes into
 // an interface), and returns the message's type id.
-func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
+func readEnvelope(r *reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 	r.msg = "Envelope"
 	id := TypeID(r.uvarint("TypeID"))
 	if r.err != nil {
@@ -243,21 +244,21 @@ func readEnvelope(r reader, e *Envelope, d *protocol.Deliver) (TypeID, error) {
 		// would be moved to the heap for every message). The body's bytes
 		// after the fields this node knows, fields a newer node appended,
 		// are skipped with it.
-		b := r.raw("body")
-		rest := r.b
-		r.b, r.msg = b, k.name
-		readDeliver(&r, d)
-		r.b, r.msg = rest, "Envelope"
+		n := len(r.raw("body"))
+		end := r.end
+		r.off, r.end, r.msg = r.off-n, r.off, k.name
+		readDeliver(r, d)
+		r.off, r.end, r.msg = r.end, end, "Envelope"
 		if r.err != nil {
-			r.b = nil
+			r.off = r.end
 		}
 	} else {
 		body := r.body(k.name)
 		e.Msg = k.read(&body)
 		r.done(&body)
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.fail(ErrCorrupt, "body", "%d bytes after the body", len(r.b))
+	if r.err == nil && r.more() {
+		r.fail(ErrCorrupt, "body", "%d bytes after the body", r.left())
 	}
 	return id, r.err
 }
@@ -295,14 +296,27 @@ func (dec *Decoder) Decode(src []byte) (Envelope, error) {
 // beyond handling it takes strings of their own first (Own): else what it
 // keeps pins src's memory, and with it the block a frame body was cut from.
 func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, isDeliver bool, err error) {
+	isDeliver, err = dec.DecodeDeliverInto(src, &to, &d)
+	return to, d, isDeliver, err
+}
+
+// DecodeDeliverInto is DecodeDeliver writing the target and the Deliver
+// into *to and *d, the caller's, which it sets to zero values first (and
+// leaves so unless it read a Deliver): a receiver that hands them on by
+// pointer copies them out of no returned values.
+func (dec *Decoder) DecodeDeliverInto(src []byte, to *Target, d *protocol.Deliver) (isDeliver bool, err error) {
+	*to, *d = Target{}, protocol.Deliver{}
 	if len(src) == 0 || TypeID(src[0]) != IDDeliver {
-		return Target{}, protocol.Deliver{}, false, nil
+		return false, nil
 	}
 	var e Envelope
-	if _, err := readEnvelope(reader{b: src, names: dec.names, open: dec.open, borrow: true}, &e, &d); err != nil {
-		return Target{}, protocol.Deliver{}, true, err
+	r := reader{b: src, end: len(src), names: dec.names, open: dec.open, borrow: true}
+	if _, err := readEnvelope(&r, &e, d); err != nil {
+		*d = protocol.Deliver{}
+		return true, err
 	}
-	return e.To, d, true, nil
+	*to = e.To
+	return true, nil
 }
 
 // Own gives the borrowed strings of a Deliver and its target from
