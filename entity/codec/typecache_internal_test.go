@@ -3,6 +3,8 @@ package codec
 import (
 	"reflect"
 	"testing"
+
+	"github.com/shoal-dev/shoal/internal/typeslot"
 )
 
 // A snapshot's type cache finds each type's own binding, also among many
@@ -10,7 +12,7 @@ import (
 func TestTypeCacheFindsEachTypesBinding(t *testing.T) {
 	bs := &bindings{byType: make(map[reflect.Type]*binding)}
 	var types []reflect.Type
-	for n := range 4 * typeCacheSlots {
+	for n := range 4 * typeslot.Slots {
 		typ := reflect.ArrayOf(n, reflect.TypeFor[int]())
 		types = append(types, typ)
 		if n%3 != 0 {

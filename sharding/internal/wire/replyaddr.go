@@ -4,10 +4,9 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/typeslot"
 )
 
 // replyAddresses lists the reply addresses inside a user message, for
@@ -25,7 +24,7 @@ func replyAddresses(msg any) []entity.ReplyAddress {
 // mayHold is mayHoldReplyTo(t, 0), decided once per type: found in a
 // slot of recentVerdicts with a load and a compare, else in holdsReplyTo.
 func mayHold(t reflect.Type) bool {
-	slot := &recentVerdicts[verdictSlot(t)]
+	slot := recentVerdicts.Slot(t)
 	if v := slot.Load(); v != nil && v.t == t {
 		return v.holds
 	}
@@ -42,25 +41,13 @@ func mayHold(t reflect.Type) bool {
 var holdsReplyTo sync.Map
 
 // recentVerdicts holds the verdicts of holdsReplyTo looked up lately,
-// direct-mapped by the address of the type's descriptor: a message's type
-// costs no hash of an interface, once per message (see docs/DESIGN.md,
-// "Wire"). A verdict never changes, so no entry goes stale; colliding
-// types take turns in a slot.
-var recentVerdicts [verdictSlots]atomic.Pointer[verdict]
-
-const verdictSlots = 64
+// by type (see typeslot). A verdict never changes, so no entry goes stale.
+var recentVerdicts typeslot.Table[verdict]
 
 // verdict is mayHoldReplyTo(t, 0), immutable once published.
 type verdict struct {
 	t     reflect.Type
 	holds bool
-}
-
-// verdictSlot is t's slot in recentVerdicts: from the address of its
-// descriptor, which is what a reflect.Type holds.
-func verdictSlot(t reflect.Type) uintptr {
-	p := uintptr((*[2]unsafe.Pointer)(unsafe.Pointer(&t))[1])
-	return (p>>4 ^ p>>10) % verdictSlots
 }
 
 var replyToPkg = reflect.TypeFor[entity.ReplyTo[struct{}]]().PkgPath()

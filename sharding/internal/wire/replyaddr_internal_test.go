@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/shoal-dev/shoal/entity"
+	"github.com/shoal-dev/shoal/internal/typeslot"
 )
 
 // mayHold gives mayHoldReplyTo's verdict on each type, also among many
 // types that share its slots, whatever the order they come in.
 func TestMayHoldKeepsEachTypesVerdict(t *testing.T) {
 	var types []reflect.Type
-	for n := range 4 * verdictSlots {
+	for n := range 4 * typeslot.Slots {
 		elem := reflect.TypeFor[int]()
 		if n%2 == 0 {
 			elem = reflect.TypeFor[entity.ReplyTo[string]]()
