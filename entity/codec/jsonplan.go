@@ -443,42 +443,30 @@ func skipJSON(data []byte, i, depth int) (int, bool) {
 		return i, false
 	}
 	switch c := data[i]; {
-	case c == '{':
+	case c == '{' || c == '[':
+		end := byte('}')
+		if c == '[' {
+			end = ']'
+		}
 		i++
-		if i < len(data) && data[i] == '}' {
+		if i < len(data) && data[i] == end {
 			return i + 1, true
 		}
 		for {
 			var ok bool
-			if i, ok = skipString(data, i); !ok || i >= len(data) || data[i] != ':' {
-				return i, false
-			}
-			if i, ok = skipJSON(data, i+1, depth+1); !ok || i >= len(data) {
-				return i, false
-			}
-			switch data[i] {
-			case ',':
+			if c == '{' { // a member's name and colon before its value
+				if i, ok = skipString(data, i); !ok || i >= len(data) || data[i] != ':' {
+					return i, false
+				}
 				i++
-			case '}':
-				return i + 1, true
-			default:
-				return i, false
 			}
-		}
-	case c == '[':
-		i++
-		if i < len(data) && data[i] == ']' {
-			return i + 1, true
-		}
-		for {
-			var ok bool
 			if i, ok = skipJSON(data, i, depth+1); !ok || i >= len(data) {
 				return i, false
 			}
 			switch data[i] {
 			case ',':
 				i++
-			case ']':
+			case end:
 				return i + 1, true
 			default:
 				return i, false
