@@ -131,7 +131,7 @@ func TestMixedWireVersions(t *testing.T) {
 	}
 	send(v1.DeliverManifest, v1.Deliver("counter", "3", "c-1", "test.Add", []byte(`{"N":5}`)))
 	send(wire.EnvelopeManifest, []byte{99, 0})
-	env, err := wire.Seal(reg, wire.Target{Type: "counter"}, protocol.Deliver{Shard: "3", EntityID: "c-1", Msg: Add{N: 5}})
+	env, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "counter"}, protocol.Deliver{Shard: "3", EntityID: "c-1", Msg: Add{N: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}

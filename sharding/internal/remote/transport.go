@@ -15,28 +15,28 @@
 //
 // Messages to the node itself are handed over as values, as the local
 // transport does; messages to other nodes are sealed in their wire
-// envelopes, their user messages encoded by this node's codec (wire.Seal;
-// a lone Deliver's by the envelope's encoder, wire.Pack), and sent over
-// the cluster transport, which encodes the rest; on receipt
-// wire.Open decodes the user messages with this node's codec. A tell
-// (SendDeliver) to a cluster transport that takes encoded messages is
-// encoded here, and one that hands envelopes over undecoded gives them
-// to this package, so that a Deliver reaches its listener (ListenDelivers)
-// without ever being put in an interface value. On receipt a bad
-// message (a user message whose manifest is unknown or whose payload is
-// corrupt, a target nobody listens at, a sender the view says is down or
-// replaced, a type that is no protocol message) is dropped with a typed
-// error that Receive returns, counted in Stats and logged once per kind and
-// sender; the node keeps serving. The asks waiting on a user message that
-// was refused fail at once: every message travels with the reply
-// addresses inside it, and the refusing node sends each asker an
+// envelopes, their user messages encoded by this node's codec
+// (wire.Encoder.Seal; a lone Deliver's by the envelope's encoder,
+// wire.Encoder.Pack), and sent over the cluster transport, which encodes
+// the rest; on receipt wire.Open decodes the user messages with this
+// node's codec. A tell (SendDeliver) to a cluster transport that takes
+// encoded messages is encoded here, and one that hands envelopes over
+// undecoded gives them to this package, so that a Deliver reaches its
+// listener (ListenDelivers) without ever being put in an interface value.
+// On receipt a bad message (a user message whose manifest is unknown or
+// whose payload is corrupt, a target nobody listens at, a sender the view
+// says is down or replaced, a type that is no protocol message) is dropped
+// with a typed error that Receive returns, counted in Stats and logged
+// once per kind and sender; the node keeps serving. The asks waiting on a
+// user message that was refused fail at once: every message travels with
+// the reply addresses inside it, and the refusing node sends each asker an
 // AskFailed, which fails its ask with a *RefusedError. An ask that the
 // runtime there fails once its command was accepted (unhandled, stopped,
 // crashed, persist failed, refused by its shard) comes back as a Reply
 // that carries an entity.AskFailedError's code, on the route replies take.
 // Frames that do not even decode (unknown manifest, corrupt, oversized,
-// for another incarnation) never reach this package: the cluster
-// transport drops, counts and logs them.
+// for another incarnation) never reach this package: the cluster transport
+// drops, counts and logs them.
 package remote
 
 import (
@@ -185,8 +185,10 @@ type Transport struct {
 
 	ct  atomic.Pointer[bound]
 	sys atomic.Pointer[entity.System]
-	// dec decodes the envelopes the cluster transport hands over
-	// undecoded (cluster.EncodedReceiver).
+	// enc puts what this node sends in envelopes; dec decodes the
+	// envelopes the cluster transport hands over undecoded
+	// (cluster.EncodedReceiver).
+	enc *wire.Encoder
 	dec *wire.Decoder
 
 	// bufs recycles the buffers SendDeliver encodes envelopes into.
@@ -285,7 +287,7 @@ func New(self cluster.UniqueAddress, cfg Config) (*Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger, self: self, dec: wire.NewDecoder(cfg.Codec)}
+	t := &Transport{cfg: cfg, log: cfg.Logger, self: self, enc: wire.NewEncoder(cfg.Codec), dec: wire.NewDecoder(cfg.Codec)}
 	t.listeners.Store(&listeners{
 		handlers: make(map[wire.Target]listener),
 		stopped:  make(map[wire.Target]bool),
@@ -421,7 +423,7 @@ func (t *Transport) Send(to Address, msg protocol.Message) error {
 		}
 		return l.take(msg)
 	}
-	w, err := wire.Pack(t.cfg.Codec, target, msg)
+	w, err := t.enc.Pack(target, msg)
 	if errors.Is(err, wire.ErrUnknownType) {
 		return fmt.Errorf("%w: %w", ErrNotProtocol, err)
 	}
@@ -451,7 +453,7 @@ func (t *Transport) SendDeliver(to Address, d protocol.Deliver) error {
 	}
 	buf := t.bufs.Get()
 	defer t.bufs.Put(buf)
-	env, err := wire.AppendDeliver((*buf)[:0], t.cfg.Codec, target, d)
+	env, err := t.enc.AppendDeliver((*buf)[:0], target, d)
 	*buf = env
 	if err != nil {
 		return fmt.Errorf("remote: %w", err)

@@ -42,8 +42,9 @@ func BenchmarkDeliverFrame(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var size int
+			enc := wire.NewEncoder(reg)
 			for b.Loop() {
-				env, err := wire.Seal(reg, target, bc.d)
+				env, err := enc.Seal(target, bc.d)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -87,7 +88,7 @@ func BenchmarkEnvelopeCodec(b *testing.B) {
 		{"typical", protocol.Deliver{Shard: "17", EntityID: "account-42", Msg: note{Text: "deposit 100", ReplyTo: rt}, Ask: true}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			env, err := wire.Seal(reg, wire.Target{Type: "counter"}, bc.d)
+			env, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "counter"}, bc.d)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -119,14 +120,15 @@ func BenchmarkTellEnvelope(b *testing.B) {
 	to := wire.Target{Type: "counter"}
 	d := protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: count{}}
 	buf := make([]byte, 0, 256)
+	enc := wire.NewEncoder(reg)
 	b.Run("append", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := wire.AppendDeliver(buf[:0], reg, to, d); err != nil {
+			if _, err := enc.AppendDeliver(buf[:0], to, d); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	env, err := wire.AppendDeliver(nil, reg, to, d)
+	env, err := enc.AppendDeliver(nil, to, d)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 
 	"github.com/shoal-dev/shoal/entity"
-	"github.com/shoal-dev/shoal/entity/codec"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 )
 
@@ -23,16 +22,16 @@ import (
 // docs/DESIGN.md, "Wire").
 
 // appendMessage appends m's body, length-prefixed, and returns its type id.
-// With reg, a lone Deliver's user message may be unsealed: it is encoded
-// with reg in place (see Pack).
-func appendMessage(dst []byte, m any, reg *codec.Registry) ([]byte, TypeID, error) {
+// With enc, a lone Deliver's user message may be unsealed: it is encoded
+// with enc's codec in place (see Encoder.Pack).
+func appendMessage(dst []byte, m any, enc *Encoder) ([]byte, TypeID, error) {
 	var id TypeID
 	var err error
 	dst = appendBody(dst, func(b []byte) []byte {
 		switch m := m.(type) {
 		case protocol.Deliver:
 			id = IDDeliver
-			b, err = appendDeliver(b, m, reg)
+			b, err = appendDeliver(b, m, enc)
 		case protocol.Register:
 			id, b = IDRegister, appendAddress(b, m.Region)
 		case protocol.RegisterProxy:
@@ -143,17 +142,17 @@ func appendReply(b []byte, r Reply) []byte {
 // Deliver has the bytes it had before they existed. A field appended after
 // them must write them, empty, first. A Deliver that only starts its
 // entity has an empty manifest.
-func appendDeliver(b []byte, d protocol.Deliver, reg *codec.Registry) ([]byte, error) {
+func appendDeliver(b []byte, d protocol.Deliver, enc *Encoder) ([]byte, error) {
 	var e Encoded
-	var unsealed any // a user message to encode with reg, in place
+	var unsealed any // a user message to encode with enc's codec, in place
 	if d.Msg != nil {
 		var ok bool
 		if e, ok = d.Msg.(Encoded); !ok {
-			if reg == nil {
+			if enc == nil {
 				return b, fmt.Errorf("%w: %T in a Deliver for entity %q", ErrNotSealed, d.Msg, d.EntityID)
 			}
 			unsealed = d.Msg
-			e.ReplyTo = replyAddresses(unsealed)
+			e.ReplyTo = enc.reply.addresses(unsealed)
 		}
 	}
 	b = appendString(b, d.Shard)
@@ -163,7 +162,7 @@ func appendDeliver(b []byte, d protocol.Deliver, reg *codec.Registry) ([]byte, e
 	if unsealed != nil {
 		// The manifest, then the payload encoded in place after its length.
 		var err error
-		if _, b, err = reg.AppendPrefixed(b, unsealed); err != nil {
+		if _, b, err = enc.reg.AppendPrefixed(b, unsealed); err != nil {
 			return b, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
 		}
 	} else {

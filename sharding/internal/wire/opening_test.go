@@ -48,7 +48,7 @@ func TestOpeningDecoderOpensTellsOnly(t *testing.T) {
 		{nil, false}, // a StartEntity: nothing to open
 	} {
 		d := protocol.Deliver{Shard: "1", EntityID: "e", Msg: tc.msg, Start: tc.msg == nil}
-		env, err := wire.Seal(plainReg, wire.Target{Type: "t"}, d)
+		env, err := wire.NewEncoder(plainReg).Seal(wire.Target{Type: "t"}, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestOpeningDecoderOpensTellsOnly(t *testing.T) {
 	if err := wire.RegisterOpeningTypes(older); err != nil {
 		t.Fatal(err)
 	}
-	env, err := wire.Seal(plainReg, wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 1}})
+	env, err := wire.NewEncoder(plainReg).Seal(wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestOpeningDecoderOpensTellsOnly(t *testing.T) {
 // nothing more.
 func TestOpeningDecoderAllocations(t *testing.T) {
 	reg := openingCodec(t)
-	env, err := wire.Seal(reg, wire.Target{Type: "account"}, protocol.Deliver{Shard: "12", EntityID: "account-42", Msg: plain{N: 1}})
+	env, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "account"}, protocol.Deliver{Shard: "12", EntityID: "account-42", Msg: plain{N: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,11 +32,11 @@ func TestPackEncodesAsSeal(t *testing.T) {
 		{Shard: "2", EntityID: "f", Start: true},
 		{Shard: "1", EntityID: "e", Msg: plain{N: 1}, Trace: &protocol.TraceContext{Parent: "00-ab-cd-01", State: "k=v"}},
 	} {
-		sealed, err := wire.Seal(reg, wire.Target{Type: "t"}, d)
+		sealed, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "t"}, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		packed, err := wire.Pack(reg, wire.Target{Type: "t"}, d)
+		packed, err := wire.NewEncoder(reg).Pack(wire.Target{Type: "t"}, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,11 +57,11 @@ func TestPackEncodesAsSeal(t *testing.T) {
 		}
 	}
 	// Encoded without the codec's serializer, a packed Deliver is refused.
-	packed, _ := wire.Pack(reg, wire.Target{Type: "t"}, protocol.Deliver{Msg: plain{}})
+	packed, _ := wire.NewEncoder(reg).Pack(wire.Target{Type: "t"}, protocol.Deliver{Msg: plain{}})
 	if _, err := wire.AppendEnvelope(nil, packed); !errors.Is(err, wire.ErrNotSealed) {
 		t.Fatalf("AppendEnvelope of a packed Deliver: %v, want ErrNotSealed", err)
 	}
-	if _, err := wire.Pack(reg, wire.Target{}, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) {
+	if _, err := wire.NewEncoder(reg).Pack(wire.Target{}, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) {
 		t.Fatalf("Pack of an unregistered user message: %v", err)
 	}
 }
@@ -77,8 +77,9 @@ func TestPackAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	enc := wire.NewEncoder(reg)
 	n := testing.AllocsPerRun(100, func() {
-		env, err := wire.Pack(reg, wire.Target{Type: "account"}, msg)
+		env, err := enc.Pack(wire.Target{Type: "account"}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestPackEncodesWithTheSendersCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 7}}
-	sealed, err := wire.Seal(sender, wire.Target{Type: "t"}, d)
+	sealed, err := wire.NewEncoder(sender).Seal(wire.Target{Type: "t"}, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestPackEncodesWithTheSendersCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	packed, err := wire.Pack(sender, wire.Target{Type: "t"}, d)
+	packed, err := wire.NewEncoder(sender).Pack(wire.Target{Type: "t"}, d)
 	if err != nil {
 		t.Fatal(err)
 	}

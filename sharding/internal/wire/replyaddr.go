@@ -9,40 +9,44 @@ import (
 	"github.com/shoal-dev/shoal/internal/typeslot"
 )
 
-// replyAddresses lists the reply addresses inside a user message, for
-// the Deliver's ReplyTo field. Whether a type can hold one at all is
-// decided once per type, from its declaration: a message of a type that
-// cannot (most commands: no ReplyTo field anywhere) costs a map lookup,
-// and only the commands of asks are searched.
-func replyAddresses(msg any) []entity.ReplyAddress {
-	if !mayHold(reflect.TypeOf(msg)) {
+// replyFinder lists the reply addresses inside user messages, for the
+// Deliver's ReplyTo field. Whether a type can hold one at all is decided
+// once per type, from its declaration: a message of a type that cannot
+// (most commands: no ReplyTo field anywhere) costs a load and a compare,
+// and only the commands of asks are searched. Each Encoder has its own:
+// the verdicts are memos of a pure function of a type, kept by whoever
+// encodes, not in package state.
+type replyFinder struct {
+	// all caches mayHoldReplyTo by type: reflect.Type → bool. Types are
+	// finite and never change, so it only grows to the program's types.
+	all sync.Map
+	// recent holds the verdicts of all looked up lately, by type (see
+	// typeslot). A verdict never changes, so no entry goes stale.
+	recent typeslot.Table[verdict]
+}
+
+// addresses lists the reply addresses inside msg.
+func (f *replyFinder) addresses(msg any) []entity.ReplyAddress {
+	if !f.mayHold(reflect.TypeOf(msg)) {
 		return nil
 	}
 	return entity.ReplyAddresses(msg)
 }
 
 // mayHold is mayHoldReplyTo(t, 0), decided once per type: found in a
-// slot of recentVerdicts with a load and a compare, else in holdsReplyTo.
-func mayHold(t reflect.Type) bool {
-	slot := recentVerdicts.Slot(t)
+// slot of recent with a load and a compare, else in all.
+func (f *replyFinder) mayHold(t reflect.Type) bool {
+	slot := f.recent.Slot(t)
 	if v := slot.Load(); v != nil && v.t == t {
 		return v.holds
 	}
-	holds, ok := holdsReplyTo.Load(t)
+	holds, ok := f.all.Load(t)
 	if !ok {
-		holds, _ = holdsReplyTo.LoadOrStore(t, mayHoldReplyTo(t, 0))
+		holds, _ = f.all.LoadOrStore(t, mayHoldReplyTo(t, 0))
 	}
 	slot.Store(&verdict{t: t, holds: holds.(bool)})
 	return holds.(bool)
 }
-
-// holdsReplyTo caches mayHoldReplyTo by type: reflect.Type → bool. Types
-// are finite and never change, so it only grows to the program's types.
-var holdsReplyTo sync.Map
-
-// recentVerdicts holds the verdicts of holdsReplyTo looked up lately,
-// by type (see typeslot). A verdict never changes, so no entry goes stale.
-var recentVerdicts typeslot.Table[verdict]
 
 // verdict is mayHoldReplyTo(t, 0), immutable once published.
 type verdict struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/shoal-dev/shoal/internal/typeslot"
 )
 
-// mayHold gives mayHoldReplyTo's verdict on each type, also among many
+// replyFinder.mayHold gives mayHoldReplyTo's verdict on each type, also among many
 // types that share its slots, whatever the order they come in.
 func TestMayHoldKeepsEachTypesVerdict(t *testing.T) {
 	var types []reflect.Type
@@ -19,12 +19,13 @@ func TestMayHoldKeepsEachTypesVerdict(t *testing.T) {
 		}
 		types = append(types, reflect.ArrayOf(n+1, elem))
 	}
+	var f replyFinder
 	for round := range 3 {
 		for i, typ := range types {
 			if round == 1 {
 				typ = types[len(types)-1-i]
 			}
-			if got, want := mayHold(typ), mayHoldReplyTo(typ, 0); got != want {
+			if got, want := f.mayHold(typ), mayHoldReplyTo(typ, 0); got != want {
 				t.Fatalf("round %d: mayHold(%v) = %v, want %v", round, typ, got, want)
 			}
 		}

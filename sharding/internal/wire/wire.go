@@ -14,8 +14,8 @@
 // travels as one codec type, Envelope, under EnvelopeManifest.
 //
 // The user messages a protocol.Deliver carries (in its Msg field, alone or
-// in a HandOver's Msgs) are encoded by the codec of the node: Seal encodes
-// them into Encoded values (the codec's manifest and bytes, carried as
+// in a HandOver's Msgs) are encoded by the codec of the node: an Encoder
+// seals them into Encoded values (the codec's manifest and bytes, carried as
 // they are) before a message is sent, and Open decodes them on receipt,
 // reporting the ones that do not decode instead of failing the whole
 // frame, so that the asks waiting on them can be failed (their reply
@@ -64,21 +64,21 @@ type Envelope struct {
 	To  Target
 	Msg any
 
-	// packedWith is the sending node's codec, set by Pack: the user
-	// message of a packed Deliver is encoded with it when the transport
-	// encodes the envelope, whatever codec the transport itself uses (the
-	// nodes of one process share a network whose codec knows only this
-	// wire). Nil: the envelope's serializer's own codec.
-	packedWith *codec.Registry
+	// packedWith is the sending node's encoder, set by Pack: the user
+	// message of a packed Deliver is encoded with its codec when the
+	// transport encodes the envelope, whatever codec the transport itself
+	// uses (the nodes of one process share a network whose codec knows
+	// only this wire). Nil: the envelope's serializer's own encoder.
+	packedWith *Encoder
 }
 
-// userCodec is the codec that encodes the user message of a packed
-// Deliver in e: the sender's, or the serializer's own, reg.
-func (e Envelope) userCodec(reg *codec.Registry) *codec.Registry {
+// userEncoder is the encoder of the user message of a packed Deliver in
+// e: the sender's, or the serializer's own, enc.
+func (e Envelope) userEncoder(enc *Encoder) *Encoder {
 	if e.packedWith != nil {
 		return e.packedWith
 	}
-	return reg
+	return enc
 }
 
 // Encoded is a user message encoded by the sending node's codec, in the
@@ -139,9 +139,9 @@ const targetCoordinator = 1 << 0
 // ErrUnknownType. On error dst is returned unchanged.
 func AppendEnvelope(dst []byte, e Envelope) ([]byte, error) { return appendEnvelope(dst, e, nil) }
 
-// appendEnvelope is AppendEnvelope; with reg, a lone Deliver's user
-// message may be unsealed (see Pack).
-func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error) {
+// appendEnvelope is AppendEnvelope; with enc, a lone Deliver's user
+// message may be unsealed (see Encoder.Pack).
+func appendEnvelope(dst []byte, e Envelope, enc *Encoder) ([]byte, error) {
 	id := idOf(e.Msg)
 	if id == 0 {
 		return dst, fmt.Errorf("%w: %T", ErrUnknownType, e.Msg)
@@ -151,23 +151,36 @@ func appendEnvelope(dst []byte, e Envelope, reg *codec.Registry) ([]byte, error)
 	if kinds[id].protocol {
 		dst = appendTarget(dst, e.To)
 	}
-	dst, _, err := appendMessage(dst, e.Msg, reg)
+	dst, _, err := appendMessage(dst, e.Msg, enc)
 	if err != nil {
 		return dst[:start], err
 	}
 	return dst, nil
 }
 
+// Encoder puts a node's outgoing protocol messages in their envelopes,
+// encoding the user messages of their Delivers with the node's codec. It
+// remembers, per user message type, whether a message of that type can
+// hold a reply address at all (see replyFinder). It is safe for
+// concurrent use.
+type Encoder struct {
+	reg   *codec.Registry
+	reply replyFinder
+}
+
+// NewEncoder is the encoder of the user messages that reg encodes.
+func NewEncoder(reg *codec.Registry) *Encoder { return &Encoder{reg: reg} }
+
 // AppendDeliver appends the envelope of d for to: the bytes the codec
-// writes for Pack(reg, to, d), its user message encoded with reg in
-// place. It is for a sender that hands the cluster transport the bytes
-// (cluster.EncodedSender): d is never copied into an interface value. A
-// user message reg cannot encode is the codec's error; on error dst is
-// returned unchanged.
-func AppendDeliver(dst []byte, reg *codec.Registry, to Target, d protocol.Deliver) ([]byte, error) {
+// writes for enc.Pack(to, d), its user message encoded with enc's codec
+// in place. It is for a sender that hands the cluster transport the
+// bytes (cluster.EncodedSender): d is never copied into an interface
+// value. A user message the codec cannot encode is the codec's error; on
+// error dst is returned unchanged.
+func (enc *Encoder) AppendDeliver(dst []byte, to Target, d protocol.Deliver) ([]byte, error) {
 	start := len(dst)
 	dst, at := openBody(appendTarget(append(dst, byte(IDDeliver)), to))
-	dst, err := appendDeliver(dst, d, reg)
+	dst, err := appendDeliver(dst, d, enc)
 	if err != nil {
 		return dst[:start], err
 	}
@@ -405,9 +418,9 @@ func idOf(m any) TypeID {
 // the strings it decodes again and again. With open, its decoder opens the
 // user messages of Delivers as it reads them (see RegisterOpeningTypes).
 type serializer struct {
-	// reg is the registry the serializer is registered in: it encodes the
-	// user message of a packed Deliver (see Pack).
-	reg *codec.Registry
+	// enc encodes with the registry the serializer is registered in: the
+	// user message of a packed Deliver (see Encoder.Pack).
+	enc *Encoder
 	dec *Decoder
 }
 
@@ -416,7 +429,7 @@ func (s *serializer) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, e.userCodec(s.reg))
+	return appendEnvelope(make([]byte, 0, 64+sealedSize(e.Msg)), e, e.userEncoder(s.enc))
 }
 
 func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
@@ -424,7 +437,7 @@ func (s *serializer) AppendMarshal(dst []byte, v any) ([]byte, error) {
 	if !ok {
 		return dst, fmt.Errorf("wire: %T is no Envelope", v)
 	}
-	return appendEnvelope(dst, e, e.userCodec(s.reg))
+	return appendEnvelope(dst, e, e.userEncoder(s.enc))
 }
 
 func (s *serializer) Unmarshal(data []byte, ptr any) error {
@@ -473,21 +486,21 @@ func RegisterTypes(reg *codec.Registry) error { return register(reg, nil) }
 func RegisterOpeningTypes(reg *codec.Registry) error { return register(reg, reg) }
 
 func register(reg, open *codec.Registry) error {
-	s := &serializer{reg: reg, dec: NewDecoder(open)}
+	s := &serializer{enc: NewEncoder(reg), dec: NewDecoder(open)}
 	if err := codec.Register[Envelope](reg, EnvelopeManifest, codec.WithSerializer(s)); err != nil {
 		return fmt.Errorf("wire: %w", err)
 	}
 	return nil
 }
 
-// Seal puts msg in its Envelope for to, encoding with reg the user
-// messages it carries; msg itself is not changed. A type that is not a
-// protocol message of the table is ErrUnknownType, a user message reg
-// cannot encode the codec's error.
-func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error) {
+// Seal puts msg in its Envelope for to, encoding with enc's codec the
+// user messages it carries; msg itself is not changed. A type that is not
+// a protocol message of the table is ErrUnknownType, a user message the
+// codec cannot encode the codec's error.
+func (enc *Encoder) Seal(to Target, msg protocol.Message) (Envelope, error) {
 	switch m := msg.(type) {
 	case protocol.Deliver:
-		d, err := sealDeliver(reg, m)
+		d, err := enc.sealDeliver(m)
 		if err != nil {
 			return Envelope{}, err
 		}
@@ -497,7 +510,7 @@ func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 			msgs := make([]protocol.Deliver, len(m.Msgs))
 			for i, d := range m.Msgs {
 				var err error
-				if msgs[i], err = sealDeliver(reg, d); err != nil {
+				if msgs[i], err = enc.sealDeliver(d); err != nil {
 					return Envelope{}, err
 				}
 			}
@@ -513,21 +526,21 @@ func Seal(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error
 
 // Pack puts msg in its Envelope for to as Seal does, but a lone
 // Deliver's user message stays as it is: the Envelope's codec type
-// encodes it with reg (the envelope remembers it, whatever codec the
+// encodes it with enc (the envelope remembers it, whatever codec the
 // transport encodes with) straight into the frame when the transport
 // encodes the envelope (on Send, as every cluster.Transport does), with
 // the bytes Seal would have given it. So
 // a tell is encoded once, into its frame, and its Deliver is not copied
-// into a new interface value. A user message reg cannot encode fails
-// that encoding, with the codec's error.
-func Pack(reg *codec.Registry, to Target, msg protocol.Message) (Envelope, error) {
+// into a new interface value. A user message the codec cannot encode
+// fails that encoding, with the codec's error.
+func (enc *Encoder) Pack(to Target, msg protocol.Message) (Envelope, error) {
 	if d, ok := msg.(protocol.Deliver); ok {
-		if _, known := reg.Manifest(d.Msg); d.Msg != nil && !known {
+		if _, known := enc.reg.Manifest(d.Msg); d.Msg != nil && !known {
 			return Envelope{}, fmt.Errorf("wire: message for entity %q: %w: %T", d.EntityID, codec.ErrUnregisteredType, d.Msg)
 		}
-		return Envelope{To: to, Msg: msg, packedWith: reg}, nil
+		return Envelope{To: to, Msg: msg, packedWith: enc}, nil
 	}
-	return Seal(reg, to, msg)
+	return enc.Seal(to, msg)
 }
 
 // Undecodable is a user message that did not decode on receipt: the
@@ -606,18 +619,18 @@ func Asks(e Envelope) []entity.ReplyAddress {
 }
 
 // sealDeliver encodes d's user message.
-func sealDeliver(reg *codec.Registry, d protocol.Deliver) (protocol.Deliver, error) {
+func (enc *Encoder) sealDeliver(d protocol.Deliver) (protocol.Deliver, error) {
 	if d.Msg == nil {
 		return d, nil
 	}
 	if _, done := d.Msg.(Encoded); done {
 		return d, nil
 	}
-	m, p, err := reg.Encode(d.Msg)
+	m, p, err := enc.reg.Encode(d.Msg)
 	if err != nil {
 		return d, fmt.Errorf("wire: message for entity %q: %w", d.EntityID, err)
 	}
-	d.Msg = Encoded{Manifest: m, Payload: p, ReplyTo: replyAddresses(d.Msg)}
+	d.Msg = Encoded{Manifest: m, Payload: p, ReplyTo: enc.reply.addresses(d.Msg)}
 	return d, nil
 }
 

@@ -137,7 +137,7 @@ func samples(t testing.TB) []wire.Envelope {
 	for _, typ := range wire.Types() {
 		for _, v := range []any{typ.Zero, fill(t, reflect.TypeOf(typ.Zero)).Interface()} {
 			if m, ok := v.(protocol.Message); ok {
-				env, err := wire.Seal(reg, to, m)
+				env, err := wire.NewEncoder(reg).Seal(to, m)
 				if err != nil {
 					t.Fatalf("Seal(%T): %v", m, err)
 				}
@@ -179,7 +179,7 @@ func TestEveryMessageRoundTrips(t *testing.T) {
 		if err != nil || len(failed) > 0 {
 			t.Fatalf("Open(%s): %v, failed %v", name, err, failed)
 		}
-		again, _ := wire.Seal(reg, env.To, opened)
+		again, _ := wire.NewEncoder(reg).Seal(env.To, opened)
 		if !reflect.DeepEqual(again, env) {
 			t.Errorf("%s opened as %+v", name, opened)
 		}
@@ -252,7 +252,7 @@ func TestDeliverCarriesReplyAddresses(t *testing.T) {
 		{nested{List: []note{{}, {ReplyTo: rt}}}, []entity.ReplyAddress{rt.Address()}},
 		{nested{Any: note{ReplyTo: rt}}, []entity.ReplyAddress{rt.Address()}},
 	} {
-		env, err := wire.Seal(reg, wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: tc.msg})
+		env, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: tc.msg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestOpenReportsUndecodable(t *testing.T) {
 		{Shard: "s", EntityID: "2", Msg: note{Text: "lost", ReplyTo: rt}},
 		{Shard: "s", EntityID: "3", Start: true},
 	}}
-	env, err := wire.Seal(reg, wire.Target{Type: "t"}, ho)
+	env, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "t"}, ho)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestOpenReportsUndecodable(t *testing.T) {
 		t.Fatalf("kept %+v, want the StartEntity only", got.Msgs)
 	}
 	// A lone Deliver that does not decode is dropped whole.
-	d, err := wire.Seal(reg, wire.Target{Type: "t"}, ho.Msgs[1])
+	d, err := wire.NewEncoder(reg).Seal(wire.Target{Type: "t"}, ho.Msgs[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,13 +320,13 @@ func TestOpenReportsUndecodable(t *testing.T) {
 func TestBadInputIsTyped(t *testing.T) {
 	reg := newCodec(t)
 	type local struct{ protocol.LeaveRequest }
-	if _, err := wire.Seal(reg, wire.Target{}, local{}); !errors.Is(err, wire.ErrUnknownType) {
+	if _, err := wire.NewEncoder(reg).Seal(wire.Target{}, local{}); !errors.Is(err, wire.ErrUnknownType) {
 		t.Fatalf("Seal of a local type: %v, want ErrUnknownType", err)
 	}
 	if _, err := wire.AppendEnvelope(nil, wire.Envelope{Msg: local{}}); !errors.Is(err, wire.ErrUnknownType) {
 		t.Fatalf("AppendEnvelope of a local type: %v, want ErrUnknownType", err)
 	}
-	if _, err := wire.Seal(reg, wire.Target{}, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) {
+	if _, err := wire.NewEncoder(reg).Seal(wire.Target{}, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) {
 		t.Fatalf("Seal of an unregistered user message: %v, want codec.ErrUnregisteredType", err)
 	}
 	unsealed := wire.Envelope{Msg: protocol.HandOver{Msgs: []protocol.Deliver{{Msg: note{}}}}}
