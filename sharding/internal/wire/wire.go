@@ -15,8 +15,8 @@
 //
 // The user messages a protocol.Deliver carries (in its Msg field, alone or
 // in a HandOver's Msgs) are encoded by the codec of the node: an Encoder
-// seals them into Encoded values (the codec's manifest and bytes, carried as
-// they are) before a message is sent, and Open decodes them on receipt,
+// seals them into Encoded values (the codec's manifest and bytes, carried
+// as they are) before a message is sent, and Open decodes them on receipt,
 // reporting the ones that do not decode instead of failing the whole
 // frame, so that the asks waiting on them can be failed (their reply
 // addresses travel beside the payload, as a field of the Deliver).
