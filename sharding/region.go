@@ -269,15 +269,16 @@ func (r *Region[C]) forwardRLocked(stripe *sync.RWMutex, home cluster.UniqueAddr
 // forward sends p to the region on home. A traced p goes in a
 // "shoal.remote.send" span, whose context the Deliver carries.
 func (r *Region[C]) forward(home cluster.UniqueAddress, shardID string, p pending[C]) error {
-	d := p.deliver(shardID)
+	var d protocol.Deliver
+	p.fill(&d, shardID)
 	var err error
 	if p.trace != nil && r.s.sys.Tracing() {
 		span := r.startRemote("shoal.remote.send", trace.SpanKindProducer, *p.trace, home.String(), p.entityID)
 		setTrace(&d, span.SpanContext())
-		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, &d)
 		endSpan(span, err)
 	} else {
-		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, d)
+		err = r.s.remote.SendDeliver(address{Node: home, Type: r.typ}, &d)
 	}
 	if err != nil {
 		return fmt.Errorf("sharding: forward to %s: %w", home, err)

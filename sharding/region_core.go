@@ -1393,15 +1393,23 @@ func (c *regionCore[C, S]) handedOff(shardID string, leftover []pending[C]) {
 }
 
 // deliver is p as the protocol carries it.
-func (p pending[C]) deliver(shardID string) protocol.Deliver {
-	d := protocol.Deliver{Shard: shardID, EntityID: p.entityID, Start: p.start, Ask: p.ask}
+func (p *pending[C]) deliver(shardID string) protocol.Deliver {
+	var d protocol.Deliver
+	p.fill(&d, shardID)
+	return d
+}
+
+// fill sets *d, a zero Deliver, to p as the protocol carries it: in
+// place, for a sender that passes d on by pointer (a Deliver is eight
+// words, copied at every call that takes it by value).
+func (p *pending[C]) fill(d *protocol.Deliver, shardID string) {
+	d.Shard, d.EntityID, d.Start, d.Ask = shardID, p.entityID, p.start, p.ask
 	if !p.start {
 		d.Msg = p.msg
 	}
 	if p.trace != nil {
-		setTrace(&d, *p.trace)
+		setTrace(d, *p.trace)
 	}
-	return d
 }
 
 // prepend puts ps ahead of a shard's buffer. They were accepted already,

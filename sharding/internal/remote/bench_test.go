@@ -15,7 +15,7 @@ func BenchmarkReceiveEncodedDeliver(b *testing.B) {
 	a, _, pa, pb := pair(b, newCodec(), nil, false,
 		func(protocol.Message) error { return nil },
 		func(protocol.Deliver) error { delivered++; return nil })
-	env, err := wire.NewEncoder(pa.reg).AppendDeliver(nil, wire.Target{Type: "Counter"}, protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: Add{N: 3}})
+	env, err := wire.NewEncoder(pa.reg).AppendDeliver(nil, wire.Target{Type: "Counter"}, &protocol.Deliver{Shard: "17", EntityID: "c-42", Msg: Add{N: 3}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func TestSendDeliverReachesDeliver(t *testing.T) {
 			func(m protocol.Message) error { handled = append(handled, m); return nil },
 			func(d protocol.Deliver) error { delivered = append(delivered, d); return nil })
 		to := remote.Address{Node: b.Node(), Type: "Counter"}
-		if err := a.SendDeliver(to, protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 3}}); err != nil {
+		if err := a.SendDeliver(to, &protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 3}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Send(to, protocol.Register{Region: a.Node()}); err != nil {
@@ -140,10 +140,10 @@ func TestEncodedDeliverChecks(t *testing.T) {
 	codec.MustRegister[Add](regA, "test.Other") // a manifest b does not know
 	a, b, pa, pb := pair(t, regA, nil, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
 	d := protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}
-	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Nope"}, protocol.Deliver{Shard: "1", EntityID: "c", Start: true}); err != nil {
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Nope"}, &protocol.Deliver{Shard: "1", EntityID: "c", Start: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, d); err != nil {
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, &d); err != nil {
 		t.Fatal(err)
 	}
 	if err := pa.SendEncoded(b.Node(), "shoal.sharding", []byte{23, 0xff}); err != nil {
@@ -164,7 +164,7 @@ func TestEncodedDeliverFromAStaleSender(t *testing.T) {
 	var delivered int
 	a, b, _, _ := pair(t, newCodec(), func() *cluster.View { return &view }, false,
 		func(protocol.Message) error { return nil }, func(protocol.Deliver) error { delivered++; return nil })
-	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}); err != nil {
+	if err := a.SendDeliver(remote.Address{Node: b.Node(), Type: "Counter"}, &protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if s := b.Stats(); s.Received != 1 || s.Stale != 1 || delivered != 0 {
@@ -195,7 +195,7 @@ func TestSendDeliverAllocations(t *testing.T) {
 		}
 	})
 	n := testing.AllocsPerRun(100, func() {
-		if err := a.SendDeliver(to, d); err != nil {
+		if err := a.SendDeliver(to, &d); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -235,7 +235,7 @@ func TestDeliversThatMayBeKeptOwnTheirIDs(t *testing.T) {
 		to := remote.Address{Node: b.Node(), Type: "Counter"}
 		for i := range 2 {
 			d := protocol.Deliver{Shard: fmt.Sprintf("shard-%d", i), EntityID: fmt.Sprintf("entity-%d", i), Msg: c.msg(i)}
-			if err := a.SendDeliver(to, d); err != nil {
+			if err := a.SendDeliver(to, &d); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -37,7 +37,7 @@ func TestEachTargetReachesItsListener(t *testing.T) {
 				}
 			}
 			for _, addr := range addrs {
-				if err := tr.SendDeliver(addr, protocol.Deliver{EntityID: addr.String(), Start: true}); err != nil {
+				if err := tr.SendDeliver(addr, &protocol.Deliver{EntityID: addr.String(), Start: true}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -49,10 +49,10 @@ func TestEachTargetReachesItsListener(t *testing.T) {
 			last := addrs[len(addrs)-1]
 			stops[last]()
 			delete(got, last)
-			if err := tr.SendDeliver(last, protocol.Deliver{EntityID: "late", Start: true}); !errors.Is(err, remote.ErrUnknownTarget) {
+			if err := tr.SendDeliver(last, &protocol.Deliver{EntityID: "late", Start: true}); !errors.Is(err, remote.ErrUnknownTarget) {
 				t.Fatalf("a Deliver for %s, stopped: %v, want ErrUnknownTarget", last, err)
 			}
-			if err := tr.SendDeliver(addrs[0], protocol.Deliver{EntityID: "again", Start: true}); err != nil || got[addrs[0]] != "again" {
+			if err := tr.SendDeliver(addrs[0], &protocol.Deliver{EntityID: "again", Start: true}); err != nil || got[addrs[0]] != "again" {
 				t.Fatalf("after another stopped, %s's listener got %q, %v", addrs[0], got[addrs[0]], err)
 			}
 		})

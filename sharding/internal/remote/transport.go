@@ -433,23 +433,24 @@ func (t *Transport) Send(to Address, msg protocol.Message) error {
 	return t.send(to.Node, w)
 }
 
-// SendDeliver is Send of a Deliver, which it takes by value: to a
+// SendDeliver is Send of *d, which it neither keeps nor modifies: to a
 // cluster transport that takes encoded messages (cluster.EncodedSender),
 // it encodes the envelope itself, into a buffer it reuses, so that the
-// Deliver is never put in an interface value; to this node it hands d to
-// the listener's deliver (see ListenDelivers). The errors are Send's.
-func (t *Transport) SendDeliver(to Address, d protocol.Deliver) error {
+// Deliver is never put in an interface value nor copied; to this node it
+// hands a copy to the listener's deliver (see ListenDelivers). The errors
+// are Send's.
+func (t *Transport) SendDeliver(to Address, d *protocol.Deliver) error {
 	target := wire.Target{Type: to.Type, Coordinator: to.Coordinator}
 	if to.Node == t.self {
 		l, err := t.local(to, target)
 		if err != nil {
 			return err
 		}
-		return l.handleDeliver(d)
+		return l.handleDeliver(*d)
 	}
 	b := t.ct.Load()
 	if b == nil || b.encoded == nil {
-		return t.Send(to, d)
+		return t.Send(to, *d)
 	}
 	buf := t.bufs.Get()
 	defer t.bufs.Put(buf)

@@ -123,12 +123,12 @@ func BenchmarkTellEnvelope(b *testing.B) {
 	enc := wire.NewEncoder(reg)
 	b.Run("append", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := enc.AppendDeliver(buf[:0], to, d); err != nil {
+			if _, err := enc.AppendDeliver(buf[:0], to, &d); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	env, err := enc.AppendDeliver(nil, to, d)
+	env, err := enc.AppendDeliver(nil, to, &d)
 	if err != nil {
 		b.Fatal(err)
 	}

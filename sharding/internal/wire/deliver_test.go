@@ -39,7 +39,7 @@ func TestAppendDeliverEncodesAsPack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := wire.NewEncoder(reg).AppendDeliver([]byte("head"), to, d)
+		got, err := wire.NewEncoder(reg).AppendDeliver([]byte("head"), to, &d)
 		if err != nil || !bytes.Equal(got, append([]byte("head"), want...)) {
 			t.Fatalf("%+v: AppendDeliver = %x, %v\nthe codec writes %x", d, got, err, want)
 		}
@@ -52,7 +52,7 @@ func TestAppendDeliverEncodesAsPack(t *testing.T) {
 			t.Fatalf("DecodeDeliver = %v %+v %v %v, the codec decodes %+v", gotTo, gotD, isDeliver, err, decoded)
 		}
 	}
-	if got, err := wire.NewEncoder(reg).AppendDeliver([]byte("head"), to, protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) || string(got) != "head" {
+	if got, err := wire.NewEncoder(reg).AppendDeliver([]byte("head"), to, &protocol.Deliver{Msg: struct{ X int }{1}}); !errors.Is(err, codec.ErrUnregisteredType) || string(got) != "head" {
 		t.Fatalf("AppendDeliver of an unregistered user message: %q, %v", got, err)
 	}
 }
@@ -72,7 +72,7 @@ func TestDecodeDeliverOfOtherEnvelopes(t *testing.T) {
 	if e, err := dec.Decode(b); err != nil || e.Msg != (protocol.LeaveRequest{}) {
 		t.Fatalf("Decode of a LeaveRequest: %+v, %v", e, err)
 	}
-	good, err := wire.NewEncoder(reg).AppendDeliver(nil, wire.Target{Type: "t"}, protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 1}})
+	good, err := wire.NewEncoder(reg).AppendDeliver(nil, wire.Target{Type: "t"}, &protocol.Deliver{Shard: "1", EntityID: "e", Msg: plain{N: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestDeliverRoundTripAllocations(t *testing.T) {
 	})
 	enc := wire.NewEncoder(reg)
 	n := testing.AllocsPerRun(100, func() {
-		b, err := enc.AppendDeliver(buf[:0], to, d)
+		b, err := enc.AppendDeliver(buf[:0], to, &d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestDecodeDeliverBorrowsUntilOwned(t *testing.T) {
 		{Shard: "shard-1", EntityID: "entity-1", Msg: plain{N: 7}},
 		{Shard: "shard-1", EntityID: "entity-1", Msg: note{Text: "ask", ReplyTo: rt}, Ask: true}, // left encoded
 	} {
-		src, err := wire.NewEncoder(reg).AppendDeliver(nil, wire.Target{Type: "type-1"}, d)
+		src, err := wire.NewEncoder(reg).AppendDeliver(nil, wire.Target{Type: "type-1"}, &d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestDecodeDeliverIntoOverwritesItsOutputs(t *testing.T) {
 		{Shard: "2", EntityID: "f", Msg: plain{N: 2}},
 		{Shard: "3", EntityID: "g", Start: true},
 	} {
-		env, err := wire.NewEncoder(reg).AppendDeliver(nil, to, d)
+		env, err := wire.NewEncoder(reg).AppendDeliver(nil, to, &d)
 		if err != nil {
 			t.Fatal(err)
 		}

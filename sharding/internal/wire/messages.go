@@ -31,7 +31,7 @@ func appendMessage(dst []byte, m any, enc *Encoder) ([]byte, TypeID, error) {
 		switch m := m.(type) {
 		case protocol.Deliver:
 			id = IDDeliver
-			b, err = appendDeliver(b, m, enc)
+			b, err = appendDeliver(b, &m, enc)
 		case protocol.Register:
 			id, b = IDRegister, appendAddress(b, m.Region)
 		case protocol.RegisterProxy:
@@ -142,7 +142,7 @@ func appendReply(b []byte, r Reply) []byte {
 // Deliver has the bytes it had before they existed. A field appended after
 // them must write them, empty, first. A Deliver that only starts its
 // entity has an empty manifest.
-func appendDeliver(b []byte, d protocol.Deliver, enc *Encoder) ([]byte, error) {
+func appendDeliver(b []byte, d *protocol.Deliver, enc *Encoder) ([]byte, error) {
 	var e Encoded
 	var unsealed any // a user message to encode with enc's codec, in place
 	if d.Msg != nil {
@@ -192,7 +192,7 @@ func appendHandOver(b []byte, m protocol.HandOver) ([]byte, error) {
 	for _, d := range m.Msgs {
 		b = appendBody(b, func(b []byte) []byte {
 			var derr error
-			b, derr = appendDeliver(b, d, nil)
+			b, derr = appendDeliver(b, &d, nil)
 			if err == nil {
 				err = derr
 			}

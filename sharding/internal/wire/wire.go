@@ -171,13 +171,13 @@ type Encoder struct {
 // NewEncoder is the encoder of the user messages that reg encodes.
 func NewEncoder(reg *codec.Registry) *Encoder { return &Encoder{reg: reg} }
 
-// AppendDeliver appends the envelope of d for to: the bytes the codec
-// writes for enc.Pack(to, d), its user message encoded with enc's codec
+// AppendDeliver appends the envelope of *d for to: the bytes the codec
+// writes for enc.Pack(to, *d), its user message encoded with enc's codec
 // in place. It is for a sender that hands the cluster transport the
-// bytes (cluster.EncodedSender): d is never copied into an interface
-// value. A user message the codec cannot encode is the codec's error; on
+// bytes (cluster.EncodedSender): *d is never copied, into an interface
+// value or otherwise. A user message the codec cannot encode is the codec's error; on
 // error dst is returned unchanged.
-func (enc *Encoder) AppendDeliver(dst []byte, to Target, d protocol.Deliver) ([]byte, error) {
+func (enc *Encoder) AppendDeliver(dst []byte, to Target, d *protocol.Deliver) ([]byte, error) {
 	start := len(dst)
 	dst, at := openBody(appendTarget(append(dst, byte(IDDeliver)), to))
 	dst, err := appendDeliver(dst, d, enc)
