@@ -12,8 +12,8 @@ func (l *link) loseQueued() {
 	defer l.mu.Unlock()
 	l.t.stat.lost.Add(uint64(l.queued))
 	for _, it := range l.queue {
-		if it.marker != nil {
-			it.marker.done <- errMarkerLost
+		if w := it.marker(); w != nil {
+			w.done <- errMarkerLost
 		}
 	}
 	l.queue, l.queued, l.frames = l.queue[:0], 0, l.frames[:0]

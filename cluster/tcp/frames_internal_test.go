@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
@@ -72,5 +73,13 @@ func TestFramesLeftBehindABatchStayWhole(t *testing.T) {
 	}
 	if len(l.frames) != 0 {
 		t.Fatalf("l.frames keeps %d bytes with nothing queued", len(l.frames))
+	}
+}
+
+// Every message appends an item to its link's queue: what only a marker or
+// a frame begun inline needs stays out of it.
+func TestQueueItemIsFiveWords(t *testing.T) {
+	if got, want := unsafe.Sizeof(item{}), 5*unsafe.Sizeof(uintptr(0)); got > want {
+		t.Fatalf("item is %d bytes, want at most %d", got, want)
 	}
 }

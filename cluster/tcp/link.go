@@ -26,17 +26,34 @@ var errLinkDead = errors.New("tcp: link dead")
 // before acknowledging it; Flush sends another.
 var errMarkerLost = errors.New("tcp: flush marker lost")
 
-// item is one queued frame body: a message, or a flush marker. A message
-// a sender began to write inline (see writeInline) carries the connection
-// it wrote the first bytes of its frame (length prefix included) on: the
-// rest goes on that connection, the whole frame again on another.
+// item is one queued frame body: a message, or a flush marker. Most are
+// a message whose body lies in the link's frames (neither pooled nor
+// rare): an item is kept small, for every message appends one.
 type item struct {
-	body    []byte
-	pooled  *[]byte // body's buffer, handed back once body is copied out
-	framed  bool    // body lies in the link's frames
+	body   []byte
+	pooled *[]byte // body's buffer, handed back once body is copied out
+	rare   *itemRare
+}
+
+// itemRare is what an item seldom has: a flush marker, or the connection
+// a sender began to write the frame inline on (see writeInline), and how
+// much of it (length prefix included) went there: the rest goes on that
+// connection, the whole frame again on another.
+type itemRare struct {
 	marker  *flushWaiter
 	on      net.Conn
 	written int
+}
+
+// framed reports whether its body lies in the link's frames.
+func (it *item) framed() bool { return it.pooled == nil && it.rare == nil }
+
+// marker is its flush marker, nil for a message.
+func (it *item) marker() *flushWaiter {
+	if it.rare == nil {
+		return nil
+	}
+	return it.rare.marker
 }
 
 type flushWaiter struct {
@@ -141,7 +158,7 @@ func (l *link) enqueueFrame(manifest string, payload []byte) error {
 	} else {
 		start := len(l.frames)
 		l.frames = l.head.Append(l.frames, manifest, payload)
-		l.queue = append(l.queue, item{body: l.frames[start:len(l.frames):len(l.frames)], framed: true})
+		l.queue = append(l.queue, item{body: l.frames[start:len(l.frames):len(l.frames)]})
 	}
 	l.queued++
 	l.signal()
@@ -205,7 +222,7 @@ func (l *link) writeInline(prefixed []byte) (_ item, done bool) {
 		}
 		return item{}, true
 	}
-	return item{on: conn, written: n}, false
+	return item{rare: &itemRare{on: conn, written: n}}, false
 }
 
 // kill ends the link for good: what is queued is lost, flushes return.
@@ -217,9 +234,9 @@ func (l *link) kill(cause error) {
 	}
 	l.dead = fmt.Errorf("%w: %w", errLinkDead, cause)
 	l.t.stat.lost.Add(uint64(l.queued))
-	for _, it := range l.queue {
-		if it.marker != nil {
-			it.marker.done <- l.dead
+	for i := range l.queue {
+		if w := l.queue[i].marker(); w != nil {
+			w.done <- l.dead
 		}
 	}
 	for id, w := range l.inflight {
@@ -244,7 +261,7 @@ const maxFramesKept = 256 << 10
 func (l *link) compactFrames() {
 	off := 0
 	for i := range l.queue {
-		if it := &l.queue[i]; it.framed {
+		if it := &l.queue[i]; it.framed() {
 			n := copy(l.frames[off:], it.body)
 			it.body = l.frames[off : off+n : off+n]
 			off += n
@@ -303,7 +320,7 @@ func (l *link) flush(ctx context.Context) error {
 			l.mu.Unlock()
 			return err
 		}
-		l.queue = append(l.queue, item{body: body, marker: w})
+		l.queue = append(l.queue, item{body: body, rare: &itemRare{marker: w}})
 		l.signal()
 		l.mu.Unlock()
 		select {
@@ -576,16 +593,16 @@ func (l *link) take(buf []byte, conn net.Conn, connDone <-chan struct{}) (_ []by
 		if !l.held && !l.writing && len(l.queue) > 0 {
 			n := 0
 			for n < len(l.queue) && (n == 0 || len(buf)+4+len(l.queue[n].body) <= l.t.cfg.MaxBatchBytes) {
-				it := l.queue[n]
+				it := &l.queue[n]
 				start := len(buf)
 				buf = binary.BigEndian.AppendUint32(buf, uint32(len(it.body)))
 				buf = append(buf, it.body...)
-				if it.on == conn && it.written > 0 {
+				if r := it.rare; r != nil && r.on == conn && r.written > 0 {
 					// Its first bytes went on this connection inline.
-					buf = append(buf[:start], buf[start+it.written:]...)
+					buf = append(buf[:start], buf[start+r.written:]...)
 				}
-				if it.marker != nil {
-					l.inflight[it.marker.id] = it.marker
+				if w := it.marker(); w != nil {
+					l.inflight[w.id] = w
 				} else {
 					messages++
 				}
