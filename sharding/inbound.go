@@ -1,6 +1,9 @@
 package sharding
 
-import "github.com/shoal-dev/shoal/sharding/internal/protocol"
+import (
+	"github.com/shoal-dev/shoal/sharding/internal/protocol"
+	"go.opentelemetry.io/otel/trace"
+)
 
 // inboundDeliver is the region's listener for the Delivers other regions
 // send it over the transport, which hands them over by value (every other
@@ -27,15 +30,16 @@ import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 //
 // d's ids may be borrowed from the frame it came in (remote.ListenDelivers):
 // the fast path uses them as they are, everything else owns them first.
-func (r *Region[C]) inboundDeliver(d protocol.Deliver) error {
+// It takes d by pointer, the listener's copy, which it does not keep.
+func (r *Region[C]) inboundDeliver(d *protocol.Deliver) error {
 	if r.queued.Load() == 0 && r.tellInboundFast(d) {
 		return nil
 	}
-	d = r.s.remote.OwnDeliver(d)
-	if r.queued.Load() == 0 && r.deliverInbound(d) {
+	own := r.s.remote.OwnDeliver(*d)
+	if r.queued.Load() == 0 && r.deliverInbound(own) {
 		return nil
 	}
-	return r.queueInbound(d)
+	return r.queueInbound(own)
 }
 
 // queueInbound queues m, from the transport, for the control entity.
@@ -57,15 +61,19 @@ func (queuedInbound) ProtocolMessage() {}
 // tellInboundFast hands d to its entity on the fast path and reports true,
 // or reports false having done nothing. It keeps neither of d's ids, which
 // may be borrowed, but for a message the entity refused (a dead letter).
-func (r *Region[C]) tellInboundFast(d protocol.Deliver) bool {
+func (r *Region[C]) tellInboundFast(d *protocol.Deliver) bool {
 	msg, ok := d.Msg.(C)
 	if !ok || d.Start {
 		return false
 	}
-	ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, traceOf(d))
+	var parent *trace.SpanContext
+	if d.Trace != nil {
+		parent = traceOf(*d)
+	}
+	ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, parent)
 	if ok && err != nil {
-		d = r.s.remote.OwnDeliver(d)
-		r.deadLetter(err, pending[C]{entityID: d.EntityID, msg: msg, ask: d.Ask}, "forwarded or buffered message refused")
+		own := r.s.remote.OwnDeliver(*d)
+		r.deadLetter(err, pending[C]{entityID: own.EntityID, msg: msg, ask: own.Ask}, "forwarded or buffered message refused")
 	}
 	return ok
 }

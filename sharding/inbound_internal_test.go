@@ -146,12 +146,12 @@ func TestInboundDeliversKeepOwnedIDs(t *testing.T) {
 		frame := []byte("s" + "started" + "queued!")
 		view := func(from, to int) string { return unsafe.String(&frame[from], to-from) }
 		// Starts an entity: its id goes into the shard.
-		if err := r.inboundDeliver(protocol.Deliver{Shard: view(0, 1), EntityID: view(1, 8), Msg: "a"}); err != nil {
+		if err := r.inboundDeliver(&protocol.Deliver{Shard: view(0, 1), EntityID: view(1, 8), Msg: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		// Queued behind a message from the transport that waits already.
 		r.queued.Add(1)
-		if err := r.inboundDeliver(protocol.Deliver{Shard: view(0, 1), EntityID: view(8, 15), Msg: "b"}); err != nil {
+		if err := r.inboundDeliver(&protocol.Deliver{Shard: view(0, 1), EntityID: view(8, 15), Msg: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		r.queued.Add(-1)

@@ -127,10 +127,10 @@ func (r *Region[C]) listen() error {
 	}, r.self.String())
 	deliver := func(d protocol.Deliver) error {
 		if d.Trace == nil { // the common case, without a copy of d
-			return r.inboundDeliver(d)
+			return r.inboundDeliver(&d)
 		}
 		d, span := r.traceInbound(r.s.remote.OwnDeliver(d)) // the span keeps the entity id
-		err := r.inboundDeliver(d)
+		err := r.inboundDeliver(&d)
 		if span != nil {
 			endSpan(span, err)
 		}

@@ -269,9 +269,10 @@ type Reader struct {
 	r       io.Reader
 	br      *bufio.Reader // r, when it is one: see readBuffered
 	maxSize int
-	prev    Frame
-	// header is prev's body up to its payload's length: a body that
-	// starts with the same bytes has prev's addresses and manifest, taken
+	// cur is the frame Next returned last.
+	cur Frame
+	// header is cur's body up to its payload's length: a body that
+	// starts with the same bytes has cur's addresses and manifest, taken
 	// in one comparison instead of parsed field by field.
 	header []byte
 	prefix [4]byte
@@ -300,28 +301,33 @@ func NewReader(r io.Reader, maxSize int) *Reader {
 	return &Reader{r: r, br: br, maxSize: maxSize}
 }
 
-// Next reads the next frame; its errors are ReadFrame's.
-func (fr *Reader) Next() (Frame, error) {
+// Next reads the next frame; its errors are ReadFrame's. The frame is
+// the Reader's, valid until the next call and not to be modified (its
+// payload, though, is the frame's own): a frame with the previous one's
+// header changes only its payload, rather than be copied out whole.
+func (fr *Reader) Next() (*Frame, error) {
+	fr.cur.Payload = nil // not kept alive while the connection waits
 	body, err := fr.readBody()
 	if err != nil {
-		return Frame{}, err
+		return nil, err
 	}
 	if h := fr.header; len(h) > 0 && len(body) >= len(h) && string(body[:len(h)]) == string(h) {
 		// The header parsed once already: the same bytes parse the same.
 		r := reader{b: body[len(h):]}
-		f := fr.prev
-		f.Payload = r.payload(true)
+		payload := r.payload(true)
 		if r.err != nil {
-			return Frame{}, r.err
+			return nil, r.err
 		}
-		return f, nil
+		fr.cur.Payload = payload
+		return &fr.cur, nil
 	}
-	f, header, err := unmarshal(body, &fr.prev, true)
-	if err == nil {
-		fr.prev = Frame{From: f.From, To: f.To, Manifest: f.Manifest}
-		fr.header = append(fr.header[:0], body[:header]...)
+	f, header, err := unmarshal(body, &fr.cur, true)
+	if err != nil {
+		return nil, err
 	}
-	return f, err
+	fr.cur = f
+	fr.header = append(fr.header[:0], body[:header]...)
+	return &fr.cur, nil
 }
 
 // readBody reads the next frame's body: its length prefix, then that many

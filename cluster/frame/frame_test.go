@@ -95,10 +95,22 @@ var readers = map[string]func(r io.Reader, maxSize int) func() (frame.Frame, err
 	"ReadFrame": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
 		return func() (frame.Frame, error) { return frame.ReadFrame(r, maxSize) }
 	},
-	"Reader": func(r io.Reader, maxSize int) func() (frame.Frame, error) { return frame.NewReader(r, maxSize).Next },
+	"Reader": func(r io.Reader, maxSize int) func() (frame.Frame, error) { return nextOf(frame.NewReader(r, maxSize)) },
 	"Reader on bufio": func(r io.Reader, maxSize int) func() (frame.Frame, error) {
-		return frame.NewReader(bufio.NewReaderSize(r, 64), maxSize).Next
+		return nextOf(frame.NewReader(bufio.NewReaderSize(r, 64), maxSize))
 	},
+}
+
+// nextOf reads r's frames as copies, the zero Frame on error, as ReadFrame
+// returns them.
+func nextOf(r *frame.Reader) func() (frame.Frame, error) {
+	return func() (frame.Frame, error) {
+		f, err := r.Next()
+		if err != nil {
+			return frame.Frame{}, err
+		}
+		return *f, nil
+	}
 }
 
 func TestStreamSkipsBadFrames(t *testing.T) {
@@ -231,10 +243,10 @@ func TestReaderSharesRepeatedStrings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := frame.NewReader(&stream, 1024)
+	next := nextOf(frame.NewReader(&stream, 1024))
 	var got []frame.Frame
 	for range sent {
-		f, err := r.Next()
+		f, err := next()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,17 +287,17 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
-		stream := frame.NewReader(bytes.NewReader(b), 256)
-		buffered := frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256)
+		stream := nextOf(frame.NewReader(bytes.NewReader(b), 256))
+		buffered := nextOf(frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256))
 		for i := 0; ; i++ {
 			if i > len(b) {
 				t.Fatal("more frames than bytes")
 			}
 			fr, err := frame.ReadFrame(r, 256)
-			if fr2, err2 := stream.Next(); !reflect.DeepEqual(fr, fr2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
+			if fr2, err2 := stream(); !reflect.DeepEqual(fr, fr2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
 				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader %+v, %v", i, fr, err, fr2, err2)
 			}
-			if fr3, err3 := buffered.Next(); !reflect.DeepEqual(fr, fr3) || (err == nil) != (err3 == nil) || (err != nil && err.Error() != err3.Error()) {
+			if fr3, err3 := buffered(); !reflect.DeepEqual(fr, fr3) || (err == nil) != (err3 == nil) || (err != nil && err.Error() != err3.Error()) {
 				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader on bufio %+v, %v", i, fr, err, fr3, err3)
 			}
 			switch {

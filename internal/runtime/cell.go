@@ -74,6 +74,10 @@ type Cell[C any] struct {
 	mark     uint64              // the greatest mark of TellUnsealed
 	control  *ring.Queue[func()] // runtime work that bypasses suspension; allocated on first use
 	term     *termination
+	// lent holds the mailbox's idle buffer while the mailbox uses a
+	// burst's spare, to swap back when the cell goes idle; nil otherwise.
+	// It fits the Cell's allocation size class as it was.
+	lent *spare[C]
 
 	// Owned by the goroutine running the cell.
 	behavior Behavior[C]
@@ -431,8 +435,8 @@ const maxSpare = 1 << 12
 // swaps it for a spare from an earlier burst, when there is one, rather
 // than grow through new buffers of 4, 8, 16... entries.
 func (c *Cell[C]) push(e envelope[C]) {
-	if c.mailbox.Len() == idleMailbox && c.mailbox.Cap() == idleMailbox {
-		sparesOf[C](c.sys).forBurst(&c.mailbox)
+	if c.mailbox.Len() == idleMailbox && c.mailbox.Cap() == idleMailbox && c.lent == nil {
+		c.lent = sparesOf[C](c.sys).forBurst(&c.mailbox)
 	}
 	c.mailbox.Push(e)
 }
@@ -443,20 +447,24 @@ func (c *Cell[C]) push(e envelope[C]) {
 // otherwise allocate it anew for each. A burst's larger buffer goes to the
 // spares, for the next burst of any entity with the same command type.
 func (c *Cell[C]) shrinkMailbox() {
-	if n := c.mailbox.Cap(); n > idleMailbox && n <= maxSpare && c.mailbox.Len() == 0 {
-		sparesOf[C](c.sys).forIdle(&c.mailbox)
+	if c.mailbox.Len() != 0 {
+		return
+	}
+	if c.mailbox.Cap() > idleMailbox {
+		c.lent = sparesOf[C](c.sys).forIdle(&c.mailbox, c.lent)
 	}
 	c.mailbox.Shrink(idleMailbox)
 }
 
-// spares keeps mailbox buffers between bursts, each in a holder: burst has
-// the buffers cells grew for bursts, idle the two-entry buffers bursting
-// cells gave for them (or empty holders). Cells swap rather than take or
-// give, so that in a steady state nothing is allocated, not even a holder
-// or an idle buffer. Both are sync.Pools, which the garbage collector
-// empties: spares outlive no burst by long, and a quiet System keeps none.
+// spares keeps the buffers cells grew for bursts, each in a holder, for
+// the next burst of another cell. A cell that takes one keeps the holder,
+// with its own idle buffer in it, and swaps back when it goes idle: two
+// pool operations a burst, and in a steady state nothing is allocated, not
+// even a holder or an idle buffer. burst is a sync.Pool, which the garbage
+// collector empties: spares outlive no burst by long, and a quiet System
+// keeps none.
 type spares[C any] struct {
-	burst, idle sync.Pool // of *spare[C]
+	burst sync.Pool // of *spare[C]
 }
 
 // sparesOf returns the spares of the mailboxes of entities with command
@@ -475,27 +483,34 @@ func sparesOf[C any](s *System) *spares[C] {
 
 type spare[C any] struct{ buf []envelope[C] }
 
-// forBurst swaps the full idle buffer of q for a burst's spare, if any.
-func (s *spares[C]) forBurst(q *ring.Queue[envelope[C]]) {
+// forBurst swaps the full idle buffer of q for a burst's spare, if any,
+// and returns the spare's holder, which now holds the idle buffer, or nil.
+func (s *spares[C]) forBurst(q *ring.Queue[envelope[C]]) *spare[C] {
 	h, _ := s.burst.Get().(*spare[C])
 	if h == nil {
-		return
+		return nil
 	}
 	h.buf = q.Adopt(h.buf)
-	s.idle.Put(h)
+	return h
 }
 
-// forIdle swaps the empty burst buffer of q for an idle spare, or none.
-func (s *spares[C]) forIdle(q *ring.Queue[envelope[C]]) {
+// forIdle takes the empty burst buffer of q, giving q the idle buffer
+// lent holds, if any, and spares the burst buffer unless it is too big to
+// be worth holding. It returns what lent becomes: nil.
+func (s *spares[C]) forIdle(q *ring.Queue[envelope[C]], lent *spare[C]) *spare[C] {
 	buf := q.Take()
-	h, _ := s.idle.Get().(*spare[C])
-	if h == nil {
-		h = new(spare[C])
-	} else if h.buf != nil {
-		q.Adopt(h.buf)
+	if lent != nil && lent.buf != nil {
+		q.Adopt(lent.buf)
 	}
-	h.buf = buf
-	s.burst.Put(h)
+	if len(buf) > maxSpare {
+		return nil // dropped, and lent's holder with it
+	}
+	if lent == nil {
+		lent = new(spare[C])
+	}
+	lent.buf = buf
+	s.burst.Put(lent)
+	return nil
 }
 
 // popMailbox is called with c.mu held.

@@ -152,6 +152,31 @@ func TestHugeBurstBufferIsNotSpared(t *testing.T) {
 	}
 }
 
+// A cell whose burst, begun in a spare, outgrew what is worth sparing
+// goes idle with its own small buffer back, so that its next message
+// allocates none.
+func TestHugeBurstKeepsTheIdleBuffer(t *testing.T) {
+	if raceDetector {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1)) // one P: the pool's Get sees every Put
+	var handled atomic.Int64
+	cells := burstCells(t, 2, &handled)
+	tellBurst(t, cells[0], 4) // spares a buffer of 4
+	c := cells[1]
+	tellBurst(t, c, 1) // its idle buffer
+	tellBurst(t, c, maxSpare+1)
+	c.mu.Lock()
+	size := c.mailbox.Cap()
+	c.mu.Unlock()
+	if size != idleMailbox {
+		t.Fatalf("idle after a huge burst: mailbox buffer of %d, want its own %d", size, idleMailbox)
+	}
+	if n := testing.AllocsPerRun(20, func() { tellBurst(t, c, 1) }); n != 0 {
+		t.Fatalf("a message after a huge burst allocated %v times", n)
+	}
+}
+
 // BenchmarkBurstyTell tells several entities of a type (a Props each, as
 // in shards of their own) a burst each, with idle in between, as a node
 // spreading a stream of remote tells over its entities does: an op is one
