@@ -1169,7 +1169,13 @@ func (c *regionCore[C, S]) setHome(shardID string, home cluster.UniqueAddress) {
 			return
 		}
 		// Moved on before the hand-over came: it follows the shard.
-		e.awaiting, e.handedIn, e.then = cluster.UniqueAddress{}, nil, cluster.UniqueAddress{}
+		e.awaiting, e.then = cluster.UniqueAddress{}, cluster.UniqueAddress{}
+		if !home.IsZero() {
+			// The mail the hand-overs brought goes on with the buffer.
+			// With no home known it stays here: should the shard then
+			// come here from one of them, that wait is over already.
+			e.handedIn = nil
+		}
 	}
 	e.home, e.requested, e.handingOff = home, false, false
 	if home.IsZero() { // stopped shard: ask again if anything waits for it
