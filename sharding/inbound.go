@@ -1,9 +1,6 @@
 package sharding
 
-import (
-	"github.com/shoal-dev/shoal/sharding/internal/protocol"
-	"go.opentelemetry.io/otel/trace"
-)
+import "github.com/shoal-dev/shoal/sharding/internal/protocol"
 
 // inboundDeliver is the region's listener for the Delivers other regions
 // send it over the transport, which hands them over by value (every other
@@ -66,11 +63,7 @@ func (r *Region[C]) tellInboundFast(d *protocol.Deliver) bool {
 	if !ok || d.Start {
 		return false
 	}
-	var parent *trace.SpanContext
-	if d.Trace != nil {
-		parent = traceOf(*d)
-	}
-	ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, parent)
+	ok, err := r.tellFast(d.EntityID, r.fast.entities.hash(d.EntityID), msg, traceOf(d))
 	if ok && err != nil {
 		own := r.s.remote.OwnDeliver(*d)
 		r.deadLetter(err, pending[C]{entityID: own.EntityID, msg: msg, ask: own.Ask}, "forwarded or buffered message refused")
@@ -90,7 +83,7 @@ func (r *Region[C]) deliverInbound(d protocol.Deliver) bool {
 	if !ok && !d.Start {
 		return false // the core notes it
 	}
-	parent := traceOf(d)
+	parent := traceOf(&d)
 	stripe := r.mu.TryRLockShard(d.Shard)
 	if stripe == nil {
 		return false

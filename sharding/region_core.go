@@ -751,7 +751,7 @@ func (c *regionCore[C, S]) fromDeliver(d protocol.Deliver) (pending[C], bool) {
 		c.notef(slog.LevelError, "sharding: message of the wrong type for entity type", "got", fmt.Sprintf("%T", d.Msg))
 		return pending[C]{}, false
 	}
-	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask, trace: traceOf(d)}, true
+	return pending[C]{entityID: d.EntityID, msg: msg, start: d.Start, ask: d.Ask, trace: traceOf(&d)}, true
 }
 
 // fromDelivers is the entity messages a HandOver carries, in order,

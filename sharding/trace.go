@@ -55,7 +55,7 @@ func setTrace(d *protocol.Deliver, sc trace.SpanContext) {
 
 // traceOf is the trace context d carries: nil when none, or when it does
 // not parse (a bad traceparent costs the message its trace, nothing else).
-func traceOf(d protocol.Deliver) *trace.SpanContext {
+func traceOf(d *protocol.Deliver) *trace.SpanContext {
 	if d.Trace == nil {
 		return nil
 	}
@@ -103,7 +103,7 @@ func (r *Region[C]) traceInbound(d protocol.Deliver) (protocol.Deliver, trace.Sp
 	if d.Trace == nil || !r.s.sys.Tracing() {
 		return d, nil
 	}
-	parent := traceOf(d)
+	parent := traceOf(&d)
 	if parent == nil {
 		return d, nil
 	}

@@ -451,7 +451,8 @@ func (c *Cell[C]) shrinkMailbox() {
 		return
 	}
 	if c.mailbox.Cap() > idleMailbox {
-		c.lent = sparesOf[C](c.sys).forIdle(&c.mailbox, c.lent)
+		sparesOf[C](c.sys).forIdle(&c.mailbox, c.lent)
+		c.lent = nil
 	}
 	c.mailbox.Shrink(idleMailbox)
 }
@@ -495,22 +496,21 @@ func (s *spares[C]) forBurst(q *ring.Queue[envelope[C]]) *spare[C] {
 }
 
 // forIdle takes the empty burst buffer of q, giving q the idle buffer
-// lent holds, if any, and spares the burst buffer unless it is too big to
-// be worth holding. It returns what lent becomes: nil.
-func (s *spares[C]) forIdle(q *ring.Queue[envelope[C]], lent *spare[C]) *spare[C] {
+// lent holds, if any, and spares the burst buffer in lent's holder unless
+// it is too big to be worth holding. The cell keeps no holder after it.
+func (s *spares[C]) forIdle(q *ring.Queue[envelope[C]], lent *spare[C]) {
 	buf := q.Take()
 	if lent != nil && lent.buf != nil {
 		q.Adopt(lent.buf)
 	}
 	if len(buf) > maxSpare {
-		return nil // dropped, and lent's holder with it
+		return // dropped, and lent's holder with it
 	}
 	if lent == nil {
 		lent = new(spare[C])
 	}
 	lent.buf = buf
 	s.burst.Put(lent)
-	return nil
 }
 
 // popMailbox is called with c.mu held.

@@ -175,8 +175,8 @@ func NewEncoder(reg *codec.Registry) *Encoder { return &Encoder{reg: reg} }
 // writes for enc.Pack(to, *d), its user message encoded with enc's codec
 // in place. It is for a sender that hands the cluster transport the
 // bytes (cluster.EncodedSender): *d is never copied, into an interface
-// value or otherwise. A user message the codec cannot encode is the codec's error; on
-// error dst is returned unchanged.
+// value or otherwise. A user message the codec cannot encode is the
+// codec's error; on error dst is returned unchanged.
 func (enc *Encoder) AppendDeliver(dst []byte, to Target, d *protocol.Deliver) ([]byte, error) {
 	start := len(dst)
 	dst, at := openBody(appendTarget(append(dst, byte(IDDeliver)), to))
