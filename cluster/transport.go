@@ -73,9 +73,12 @@ type EncodedReceiver interface {
 }
 
 // EncodedHandler receives from the incarnation from a message's payload,
-// undecoded; the payload is the frame's own and may be kept. It returns
-// an error only when payload does not decode: the transport then drops
-// and counts it as a frame its codec could not decode. It must not block.
+// undecoded. The payload is lent for the call: the transport may read the
+// next frames into its bytes once the handler returns, so the handler
+// copies what it keeps, and what it decodes keeps no part of it (see
+// codec.Registry.DecodeBorrowed). It returns an error only when payload
+// does not decode: the transport then drops and counts it as a frame its
+// codec could not decode. It must not block.
 type EncodedHandler func(from UniqueAddress, payload []byte) error
 
 // ErrQueueFull is returned (wrapped) by Send when the link's bounded queue

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/cluster/frame"
@@ -71,6 +73,75 @@ func TestReaderAllocatesBlocksNotBodies(t *testing.T) {
 	})
 	if perFrame := allocs / frames; perFrame > 0.1 {
 		t.Fatalf("%.2f allocations per frame, want blocks shared by many", perFrame)
+	}
+}
+
+// A Reader lent a block cuts small bodies from it while it has room, and
+// from blocks of its own once it has none; a large body is its own, in
+// or out of a lent block. Reading into the same block again allocates
+// nothing, through a buffer (a connection's reader) or not.
+func TestReaderCutsBodiesFromTheLentBlock(t *testing.T) {
+	small, large := sample(), sample()
+	large.Payload = bytes.Repeat([]byte{9}, frame.BlockMax+1)
+	var stream bytes.Buffer
+	for _, f := range []frame.Frame{small, small, large, small} {
+		if err := frame.WriteFrame(&stream, f, 4*frame.BlockMax); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := stream.Bytes()
+	smallBody := frame.Size(&small)
+	for _, buffered := range []bool{false, true} {
+		src := bytes.NewReader(data)
+		var in io.Reader = src
+		if buffered {
+			in = bufio.NewReaderSize(src, 64<<10)
+		}
+		r := frame.NewReader(in, 4*frame.BlockMax)
+		if r.Room() != 0 {
+			t.Fatalf("a Reader lent no block has Room %d, want 0", r.Room())
+		}
+		// Room for two small bodies and a part of a third.
+		block := make([]byte, 2*smallBody+smallBody/2)
+		r.UseBlock(block)
+		inBlock := func(p []byte) bool {
+			start, end := uintptr(unsafe.Pointer(&block[0])), uintptr(unsafe.Pointer(&block[len(block)-1]))
+			return len(p) > 0 && uintptr(unsafe.Pointer(&p[0])) >= start && uintptr(unsafe.Pointer(&p[len(p)-1])) <= end
+		}
+		want := []struct {
+			inBlock bool
+			room    int
+		}{
+			{true, len(block) - smallBody},
+			{true, len(block) - 2*smallBody},
+			{false, len(block) - 2*smallBody}, // large: its own
+			{false, 0},                        // no room left: the Reader's own block
+		}
+		for i, w := range want {
+			f, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := inBlock(f.Payload); got != w.inBlock || r.Room() != w.room {
+				t.Fatalf("buffered %v, frame %d: payload in the lent block %v, Room %d; want %v, %d", buffered, i, got, r.Room(), w.inBlock, w.room)
+			}
+		}
+		// Again into the same block, the first two frames only.
+		allocs := testing.AllocsPerRun(10, func() {
+			src.Reset(data)
+			if buffered {
+				in.(*bufio.Reader).Reset(src)
+			}
+			r.UseBlock(block)
+			for range 2 {
+				if _, err := r.Next(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("buffered %v: reading into a lent block allocated %.1f times", buffered, allocs)
+		}
 	}
 }
 

@@ -264,7 +264,9 @@ func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
 // that carries many: a node name or manifest equal to the previous
 // frame's is shared with it rather than allocated again (a connection
 // carries one sender's frames to one receiver, in a few manifests), and
-// a frame's payload lies in the frame's own body, read for it alone.
+// a frame's payload lies in the frame's own body, read for it alone,
+// unless the caller lends the Reader the block to cut bodies from
+// (UseBlock) and reuses it once done with them.
 type Reader struct {
 	r       io.Reader
 	br      *bufio.Reader // r, when it is one: see readBuffered
@@ -278,22 +280,47 @@ type Reader struct {
 	prefix [4]byte
 	// block is the block that small bodies are cut from, cut up to
 	// block[cut:]: an offset moves per frame, not the slice (no pointer
-	// stored per frame).
+	// stored per frame). lent says the caller's block (UseBlock).
 	block []byte
 	cut   int
+	lent  bool
 }
 
-// Bodies of at most blockMax bytes are cut, one after the other, from
+// Bodies of at most BlockMax bytes are cut, one after the other, from
 // blocks of blockSize bytes that the Reader allocates as it needs them:
 // one allocation for many small frames instead of one each. A block is
 // never written again once a body is cut from it, so a body stays the
 // frame's alone; what keeps a body's bytes (a decoded value that aliases
-// its payload) keeps its block, at most blockSize/blockMax times the
-// body's size.
+// its payload) keeps its block, at most blockSize/BlockMax times the
+// body's size. A block the caller lends (UseBlock) is the caller's to
+// write again.
 const (
 	blockSize = 32 << 10
-	blockMax  = 1 << 10
+	BlockMax  = 1 << 10
 )
+
+// UseBlock makes Next cut the bodies of small frames (at most BlockMax
+// bytes) from block, from its start, while it has room for them (see
+// Room), and from blocks of the Reader's own after that. The bodies cut
+// from block, and so the payloads of those frames, are only as good as
+// block: the caller may write block again, or lend it again, once it no
+// longer needs any of them. A receiver that hands frames on in batches
+// lends each batch a block and reuses it with the batch, rather than
+// leave a block a few hundred frames long to the garbage collector.
+func (fr *Reader) UseBlock(block []byte) {
+	fr.block, fr.cut, fr.lent = block, 0, true
+}
+
+// Room is how many bytes the block lent by UseBlock has left; 0 once
+// Next cuts from blocks of the Reader's own. A caller that lends a new
+// block when Room falls below BlockMax has every small body in a block
+// of its own.
+func (fr *Reader) Room() int {
+	if !fr.lent {
+		return 0
+	}
+	return len(fr.block) - fr.cut
+}
 
 // NewReader reads frames of at most maxSize bytes from r.
 func NewReader(r io.Reader, maxSize int) *Reader {
@@ -355,7 +382,7 @@ func (fr *Reader) readBody() ([]byte, error) {
 		return nil, err
 	}
 	var body []byte
-	if n > blockMax {
+	if n > BlockMax {
 		body = make([]byte, n)
 	} else {
 		body = fr.cutBody(n)
@@ -377,7 +404,7 @@ func (fr *Reader) readBuffered() (_ []byte, ok bool) {
 	}
 	prefix, _ := br.Peek(4) // buffered: no read, no error
 	n := int(binary.BigEndian.Uint32(prefix))
-	if n > blockMax || n > fr.maxSize || br.Buffered() < 4+n {
+	if n > BlockMax || n > fr.maxSize || br.Buffered() < 4+n {
 		return nil, false
 	}
 	whole, _ := br.Peek(4 + n)
@@ -387,10 +414,10 @@ func (fr *Reader) readBuffered() (_ []byte, ok bool) {
 	return body, true
 }
 
-// cutBody returns the next n bytes of the block, n at most blockMax.
+// cutBody returns the next n bytes of the block, n at most BlockMax.
 func (fr *Reader) cutBody(n int) []byte {
 	if len(fr.block)-fr.cut < n {
-		fr.block, fr.cut = make([]byte, blockSize), 0
+		fr.block, fr.cut, fr.lent = make([]byte, blockSize), 0, false
 	}
 	at := fr.cut
 	fr.cut += n

@@ -20,6 +20,15 @@ import (
 // over the last (an encoded handler decodes there): the two halves of the
 // receiving work run on two cores (docs/DESIGN.md, "Transport").
 //
+// The bodies of a batch's small frames lie in a block the batch lends the
+// frame reader (frame.Reader.UseBlock), and the block is reused with the
+// batch once the batch is handed over: an encoded handler keeps nothing
+// of a payload past its call (cluster.EncodedHandler), so a stream of
+// frames leaves no garbage behind. A batch with a message decoded for the
+// plain Handler keeps its block to that message instead, for a codec may
+// decode values that share the payload's memory (docs/DESIGN.md,
+// "Transport").
+//
 // Order holds because the reader hands over inline only when the
 // deliverer has nothing left (pending is 0, and only the reader adds to
 // it). Across connections, every message is handed over under the
@@ -28,14 +37,15 @@ import (
 // before it reads its first frame, so nothing of the older one is handled
 // after the newer one's first message.
 type delivery struct {
-	t *Transport
-	c *inConn
+	t      *Transport
+	c      *inConn
+	frames *frame.Reader
 	// batch collects what was read and not yet handed over.
-	batch []inbound
+	batch *batch
 	// pending counts batches passed to the deliverer and not yet handled.
 	pending atomic.Int32
-	batches chan []inbound
-	free    chan []inbound
+	batches chan *batch
+	free    chan *batch
 	done    chan struct{}
 	// stopped is set by whichever goroutine found the connection no
 	// longer current, or the transport closed: nothing more is handed over.
@@ -54,26 +64,51 @@ type inbound struct {
 	flush   bool
 }
 
+// batch is a run of items read, and the block the bodies of their small
+// frames were cut from.
+type batch struct {
+	items []inbound
+	block []byte
+	// kept: an item's decoded message may share the block's memory, so
+	// the block is left to it and the batch takes a new one.
+	kept bool
+}
+
 const (
 	batchSize     = 128 // messages per batch passed to the deliverer
 	batchesQueued = 4   // batches the reader may be ahead of the deliverer
+	// batchBlock is the size of a batch's block: a batch is handed over
+	// once its block has no room for one more small body, so a full
+	// batch of the typical small frames fits.
+	batchBlock = 16 << 10
 )
 
-func newDelivery(t *Transport, c *inConn) *delivery {
-	return &delivery{t: t, c: c, batch: make([]inbound, 0, batchSize)}
+func newDelivery(t *Transport, c *inConn, frames *frame.Reader) *delivery {
+	d := &delivery{t: t, c: c, frames: frames, batch: newBatch()}
+	frames.UseBlock(d.batch.block)
+	return d
 }
+
+func newBatch() *batch {
+	return &batch{items: make([]inbound, 0, batchSize), block: make([]byte, batchBlock)}
+}
+
+// keep marks the batch being read as holding a message that may share its
+// block's memory; the reader calls it for each message it decodes itself.
+func (d *delivery) keep() { d.batch.kept = true }
 
 // add takes the next item read; more says the frames after it are
 // already read. False means stop reading the connection.
 func (d *delivery) add(item inbound, more bool) bool {
-	d.batch = append(d.batch, item)
-	if more && len(d.batch) < batchSize {
+	b := d.batch
+	b.items = append(b.items, item)
+	if more && len(b.items) < batchSize && d.frames.Room() >= frame.BlockMax {
 		return true // decode on: the batch is handed over in one go
 	}
 	if d.pending.Load() == 0 && !more {
-		ok := d.handOver(d.batch)
-		clear(d.batch)
-		d.batch = d.batch[:0]
+		ok := d.handOver(b.items)
+		b.reset()
+		d.frames.UseBlock(b.block)
 		return ok
 	}
 	if d.batches == nil {
@@ -83,17 +118,27 @@ func (d *delivery) add(item inbound, more bool) bool {
 		return false
 	}
 	d.pending.Add(1)
-	d.batches <- d.batch
+	d.batches <- b
 	d.batch = <-d.free
+	d.frames.UseBlock(d.batch.block)
 	return true
+}
+
+// reset empties b for reuse, with a new block if its own was kept.
+func (b *batch) reset() {
+	clear(b.items)
+	b.items = b.items[:0]
+	if b.kept {
+		b.block, b.kept = make([]byte, batchBlock), false
+	}
 }
 
 // start starts the deliverer, the first time the reader is ahead.
 func (d *delivery) start() {
-	d.batches = make(chan []inbound, batchesQueued)
-	d.free = make(chan []inbound, batchesQueued+1)
+	d.batches = make(chan *batch, batchesQueued)
+	d.free = make(chan *batch, batchesQueued+1)
 	for range batchesQueued + 1 {
-		d.free <- make([]inbound, 0, batchSize)
+		d.free <- newBatch()
 	}
 	d.done = make(chan struct{})
 	go d.deliver()
@@ -101,15 +146,17 @@ func (d *delivery) start() {
 
 // deliver is the deliverer: it hands over the batches in order, and
 // drops them once stopped, so that the reader never waits on it for long.
+// A batch goes back to the reader, block and all, only once handed over
+// or dropped: the reader never writes a body the handler may still read.
 func (d *delivery) deliver() {
 	defer close(d.done)
 	for b := range d.batches {
-		if !d.stopped.Load() && !d.handOver(b) {
+		if !d.stopped.Load() && !d.handOver(b.items) {
 			// The reader may be waiting for the next frame: end it.
 			d.c.conn.Close()
 		}
-		clear(b)
-		d.free <- b[:0]
+		b.reset()
+		d.free <- b
 		d.pending.Add(-1)
 	}
 }

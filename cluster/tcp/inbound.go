@@ -120,7 +120,7 @@ func (t *Transport) serveInbound(c *inConn) {
 	c.read = br.Buffered() // read with the handshake, the start of the first frames
 	frames := frame.NewReader(br, t.cfg.MaxFrameSize)
 	var handlers encodedHandlers
-	d := newDelivery(t, c)
+	d := newDelivery(t, c, frames)
 	defer d.close()
 	for {
 		f, err := frames.Next()
@@ -155,6 +155,8 @@ func (t *Transport) serveInbound(c *inConn) {
 			} else if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
 				t.badFrame(c, err)
 				continue
+			} else {
+				d.keep()
 			}
 		}
 		if !d.add(item, br.Buffered() > 0) {

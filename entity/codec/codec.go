@@ -27,6 +27,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -395,6 +396,22 @@ func (r *Registry) Decode(manifest string, payload []byte) (any, error) {
 		return nil, fmt.Errorf("%w: manifest %q upcasts to %d values", ErrNotOneValue, manifest, len(vs))
 	}
 	return vs[0], nil
+}
+
+// DecodeBorrowed is Decode of a payload the caller lends for the call
+// only, and writes again after it: the value it returns shares no memory
+// with payload. The JSON serializer copies what it decodes (encoding/json
+// requires the same of UnmarshalJSON and UnmarshalText), so its payloads
+// are decoded in place; another serializer, or an upcaster, may keep a
+// part of its input, and gets a copy.
+func (r *Registry) DecodeBorrowed(manifest string, payload []byte) (any, error) {
+	if b := r.bound.Load().byManifest[manifest]; b != nil {
+		if _, copies := b.serializer.(JSON); !copies {
+			payload = bytes.Clone(payload)
+		}
+		return b.decode(manifest, payload)
+	}
+	return r.Decode(manifest, bytes.Clone(payload))
 }
 
 // ErrTypeMismatch is returned by DecodeAs when the stored value is not a T.

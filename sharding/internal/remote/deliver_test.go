@@ -1,9 +1,11 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,11 +15,15 @@ import (
 	"github.com/shoal-dev/shoal/internal/runtime"
 	"github.com/shoal-dev/shoal/sharding/internal/protocol"
 	"github.com/shoal-dev/shoal/sharding/internal/remote"
+	"github.com/shoal-dev/shoal/sharding/internal/wire"
 )
 
 // pipe is a cluster transport to one peer that delivers on the sender's
 // goroutine, as values or, to a manifest with an EncodedHandler, as bytes
 // (as cluster/tcp does), so that a test counts both ends' allocations.
+// Bytes handed to an EncodedHandler are lent for the call: the pipe
+// writes over them once it returns, as cluster/tcp reads the next frames
+// into them, so that what a receiver kept of them would change.
 type pipe struct {
 	self    cluster.UniqueAddress
 	reg     *codec.Registry
@@ -46,6 +52,9 @@ func (p *pipe) SendEncoded(_ cluster.UniqueAddress, manifest string, payload []b
 	if h := to.encoded[manifest]; h != nil {
 		if err := h(p.self, p.buf); err != nil {
 			to.bad = append(to.bad, err)
+		}
+		for i := range p.buf {
+			p.buf[i] = 0xff
 		}
 		return nil
 	}
@@ -108,7 +117,12 @@ func TestSendDeliverReachesDeliver(t *testing.T) {
 		var handled []protocol.Message
 		a, b, _, pb := pair(t, newCodec(), nil, plain,
 			func(m protocol.Message) error { handled = append(handled, m); return nil },
-			func(d protocol.Deliver) error { delivered = append(delivered, d); return nil })
+			func(d protocol.Deliver) error {
+				// Kept past the call: ids of their own (see ListenDelivers).
+				d.Shard, d.EntityID = strings.Clone(d.Shard), strings.Clone(d.EntityID)
+				delivered = append(delivered, d)
+				return nil
+			})
 		to := remote.Address{Node: b.Node(), Type: "Counter"}
 		if err := a.SendDeliver(to, &protocol.Deliver{Shard: "1", EntityID: "c", Msg: Add{N: 3}}); err != nil {
 			t.Fatal(err)
@@ -209,9 +223,10 @@ func TestSendDeliverAllocations(t *testing.T) {
 
 // A Deliver received encoded borrows its ids from the frame only on its
 // way to deliver: one that a listener without deliver gets, or that goes
-// the way of every message (a user message with reply addresses), has
-// strings of its own. The pipe writes each frame over the one before, as
-// a transport that kept no frame would: a view of it would change.
+// the way of every message (a user message with reply addresses, left
+// encoded), has strings and a payload of its own. The pipe writes over
+// each frame once handled, as a transport that kept no frame would: a
+// view of it would change.
 func TestDeliversThatMayBeKeptOwnTheirIDs(t *testing.T) {
 	var rt entity.ReplyTo[Count]
 	if err := json.Unmarshal([]byte(`{"node":"a","incarnation":1,"id":5}`), &rt); err != nil {
@@ -246,7 +261,42 @@ func TestDeliversThatMayBeKeptOwnTheirIDs(t *testing.T) {
 			if d.Shard != fmt.Sprintf("shard-%d", i) || d.EntityID != fmt.Sprintf("entity-%d", i) {
 				t.Fatalf("%s: Deliver %d kept as %+v: its ids changed with the next frame", c.name, i, d)
 			}
+			if e, ok := d.Msg.(wire.Encoded); ok {
+				_, want, err := newCodec().Encode(c.msg(i))
+				if err != nil || !bytes.Equal(e.Payload, want) {
+					t.Fatalf("%s: Deliver %d kept its message as %q, want %q: it changed with the frame's bytes", c.name, i, e.Payload, want)
+				}
+			}
 		}
+	}
+}
+
+// What a listener keeps of a message received encoded outlives the
+// frame's bytes, which the transport writes over once the message is
+// handled: a hand-over's mail, and a tell, decoded by a serializer that
+// keeps its input, each hold bytes of their own.
+func TestKeptMessagesOutliveTheFrame(t *testing.T) {
+	var handled []protocol.Message
+	var delivered []protocol.Deliver
+	a, b, _, pb := pair(t, newCodec(), nil, false,
+		func(m protocol.Message) error { handled = append(handled, m); return nil },
+		func(d protocol.Deliver) error { delivered = append(delivered, d); return nil })
+	to := remote.Address{Node: b.Node(), Type: "Counter"}
+	mail := protocol.Deliver{Shard: "s", EntityID: "e", Msg: Blob("mail")}
+	if err := a.Send(to, protocol.HandOver{Shard: "s", From: a.Node(), Seq: 1, Msgs: []protocol.Deliver{mail}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendDeliver(to, &protocol.Deliver{Shard: "s", EntityID: "e", Msg: Blob("tell")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(handled) != 1 || len(delivered) != 1 || len(pb.bad) != 0 {
+		t.Fatalf("handled %+v, delivered %+v, bad frames %v", handled, delivered, pb.bad)
+	}
+	if h, ok := handled[0].(protocol.HandOver); !ok || len(h.Msgs) != 1 || !bytes.Equal(h.Msgs[0].Msg.(Blob), Blob("mail")) {
+		t.Fatalf("kept %+v: the hand-over's mail changed with the frame's bytes", handled[0])
+	}
+	if got := delivered[0].Msg.(Blob); !bytes.Equal(got, Blob("tell")) {
+		t.Fatalf("kept a tell of %q: it changed with the frame's bytes", got)
 	}
 }
 

@@ -20,8 +20,21 @@ type Count struct {
 	Node string
 }
 
+// Blob is a user message whose serializer keeps its input, as a
+// zero-copy binary serializer would: the value shares the payload's bytes.
+type Blob []byte
+
+type keepingSerializer struct{}
+
+func (keepingSerializer) Marshal(v any) ([]byte, error) { return v.(Blob), nil }
+func (keepingSerializer) Unmarshal(data []byte, ptr any) error {
+	*ptr.(*Blob) = data
+	return nil
+}
+
 func newCodec() *codec.Registry {
 	reg := codec.NewRegistry()
+	codec.MustRegister[Blob](reg, "test.Blob", codec.WithSerializer(keepingSerializer{}))
 	codec.MustRegister[Add](reg, "test.Add")
 	codec.MustRegister[Count](reg, "test.Count")
 	codec.MustRegister[Get](reg, "test.Get")

@@ -40,6 +40,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -338,15 +339,16 @@ func (t *Transport) Listen(addr Address, handle func(protocol.Message) error) (f
 // value: sent by SendDeliver, or received from a cluster transport that
 // hands envelopes over undecoded, a Deliver reaches it without being put
 // in an interface value (an allocation per message). A Deliver received
-// so may borrow its shard and entity ids from the frame it came in (see
+// so may borrow its shard and entity ids, and the payload of a user
+// message left encoded, from the frame it came in (see
 // wire.Decoder.DecodeDeliver): deliver uses them during the call, and
 // passes d through OwnDeliver before it keeps d or either id.
 func (t *Transport) ListenDelivers(addr Address, handle func(protocol.Message) error, deliver func(protocol.Deliver) error) (func(), error) {
 	return t.listen(addr, listener{handle: handle, deliver: deliver})
 }
 
-// OwnDeliver returns d with strings of its own where d borrowed them from
-// a frame (see ListenDelivers).
+// OwnDeliver returns d with strings and an encoded payload of its own
+// where d borrowed them from a frame (see ListenDelivers).
 func (t *Transport) OwnDeliver(d protocol.Deliver) protocol.Deliver {
 	t.dec.Own(&d, nil)
 	return d
@@ -575,7 +577,9 @@ func (t *Transport) Receive(from cluster.UniqueAddress, msg any) error {
 // other envelope, and a Deliver whose user message is still encoded (it
 // carries reply addresses, or did not decode), takes Receive. An error
 // is an envelope that does not decode: the cluster transport counts and
-// drops it as one its codec could not decode.
+// drops it as one its codec could not decode. payload is lent for the
+// call (cluster.EncodedHandler): what is kept of it is copied, a Deliver's
+// as DecodeDeliverInto and Own say, any other envelope whole.
 func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) error {
 	var target wire.Target
 	var d protocol.Deliver
@@ -584,7 +588,7 @@ func (t *Transport) receiveEncoded(from cluster.UniqueAddress, payload []byte) e
 	case err != nil:
 		return fmt.Errorf("remote: %w", err)
 	case !isDeliver:
-		env, err := t.dec.Decode(payload)
+		env, err := t.dec.Decode(bytes.Clone(payload)) // Receive keeps what it decodes
 		if err != nil {
 			return fmt.Errorf("remote: %w", err)
 		}

@@ -399,7 +399,11 @@ func readDeliver(r *reader, d *protocol.Deliver) {
 	}
 	if e.Manifest != "" {
 		if r.open != nil && len(e.ReplyTo) == 0 && r.err == nil {
-			if v, err := r.open.Decode(e.Manifest, e.Payload); err == nil {
+			decode := r.open.Decode
+			if r.borrow {
+				decode = r.open.DecodeBorrowed // the value outlives the bytes
+			}
+			if v, err := decode(e.Manifest, e.Payload); err == nil {
 				d.Msg = v
 				return
 			}

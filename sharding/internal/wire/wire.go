@@ -23,6 +23,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -301,13 +302,16 @@ func (dec *Decoder) Decode(src []byte) (Envelope, error) {
 // For the envelope of any other message isDeliver is false and nothing is
 // read: Decode it. Errors are Decode's.
 //
-// The strings of the result that the receiver uses once and drops on a
-// tell's way to its entity (the target's type, the shard and entity ids,
-// the manifest of a user message left encoded) are borrowed: views of
-// src, neither hashed nor copied, valid while src is not written again (a
-// frame's body never is). A caller that keeps the Deliver or its target
-// beyond handling it takes strings of their own first (Own): else what it
-// keeps pins src's memory, and with it the block a frame body was cut from.
+// src is lent for the call: the transport writes the next frames over it
+// once the message is handled (cluster.EncodedHandler). The strings of the
+// result that the receiver uses once and drops on a tell's way to its
+// entity (the target's type, the shard and entity ids, the manifest of a
+// user message left encoded), and the payload of a user message left
+// encoded, are borrowed: views of src, neither hashed nor copied, good
+// until src is written again. A caller that keeps the Deliver or its
+// target beyond handling it takes them as its own first (Own). A user
+// message decoded into its value shares nothing with src
+// (codec.Registry.DecodeBorrowed).
 func (dec *Decoder) DecodeDeliver(src []byte) (to Target, d protocol.Deliver, isDeliver bool, err error) {
 	isDeliver, err = dec.DecodeDeliverInto(src, &to, &d)
 	return to, d, isDeliver, err
@@ -334,13 +338,14 @@ func (dec *Decoder) DecodeDeliverInto(src []byte, to *Target, d *protocol.Delive
 
 // Own gives the borrowed strings of a Deliver and its target from
 // DecodeDeliver strings of their own, shared through the decoder's table
-// as Decode shares them; to may be nil. On strings that are not borrowed
-// it does no harm.
+// as Decode shares them, and a user message left encoded a payload of its
+// own; to may be nil. On what is not borrowed it does no harm.
 func (dec *Decoder) Own(d *protocol.Deliver, to *Target) {
 	d.Shard = dec.own(d.Shard)
 	d.EntityID = dec.own(d.EntityID)
 	if e, ok := d.Msg.(Encoded); ok {
 		e.Manifest = dec.own(e.Manifest)
+		e.Payload = bytes.Clone(e.Payload)
 		d.Msg = e
 	}
 	if to != nil {
