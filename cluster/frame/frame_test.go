@@ -289,6 +289,14 @@ func FuzzReadFrame(f *testing.F) {
 		r := bytes.NewReader(b)
 		stream := nextOf(frame.NewReader(bytes.NewReader(b), 256))
 		buffered := nextOf(frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256))
+		// A Reader lent one block, lent again before every frame (as a
+		// connection's reader whose batches each hold one message).
+		lentReader := frame.NewReader(bufio.NewReaderSize(bytes.NewReader(b), 64), 256)
+		block := make([]byte, 2*frame.BlockMax)
+		lent := func() (frame.Frame, error) {
+			lentReader.UseBlock(block)
+			return nextOf(lentReader)()
+		}
 		for i := 0; ; i++ {
 			if i > len(b) {
 				t.Fatal("more frames than bytes")
@@ -299,6 +307,9 @@ func FuzzReadFrame(f *testing.F) {
 			}
 			if fr3, err3 := buffered(); !reflect.DeepEqual(fr, fr3) || (err == nil) != (err3 == nil) || (err != nil && err.Error() != err3.Error()) {
 				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader on bufio %+v, %v", i, fr, err, fr3, err3)
+			}
+			if fr4, err4 := lent(); !reflect.DeepEqual(fr, fr4) || (err == nil) != (err4 == nil) || (err != nil && err.Error() != err4.Error()) {
+				t.Fatalf("frame %d: ReadFrame %+v, %v; Reader with a lent block %+v, %v", i, fr, err, fr4, err4)
 			}
 			switch {
 			case err == nil:
