@@ -62,6 +62,16 @@ type EncodedSender interface {
 	SendEncoded(to UniqueAddress, manifest string, payload []byte) error
 }
 
+// ReplySender is an EncodedSender that also sends messages that keep no
+// order with the others it sends to the same node (the reply to an ask):
+// SendReply may send one on another way than SendEncoded's (cluster/tcp
+// writes it back on the connection to dialled to this node), and it may
+// arrive before messages sent earlier to to, or after later ones. It
+// never blocks.
+type ReplySender interface {
+	SendReply(to UniqueAddress, manifest string, payload []byte) error
+}
+
 // EncodedReceiver is a Transport that hands the messages of one manifest
 // to an EncodedHandler as they arrived, instead of decoding them with its
 // codec for its Handler: the receiver decodes them into values of its own

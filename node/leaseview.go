@@ -293,6 +293,18 @@ func (t leasedEncodedTransport) SendEncoded(to cluster.UniqueAddress, manifest s
 	return t.encoded.SendEncoded(to, manifest, payload)
 }
 
+// SendReply implements cluster.ReplySender as SendEncoded, on the
+// transport's own way for replies when it has one.
+func (t leasedEncodedTransport) SendReply(to cluster.UniqueAddress, manifest string, payload []byte) error {
+	if err := t.fenced(); err != nil {
+		return err
+	}
+	if r, ok := t.encoded.(cluster.ReplySender); ok {
+		return r.SendReply(to, manifest, payload)
+	}
+	return t.encoded.SendEncoded(to, manifest, payload)
+}
+
 // HandleEncoded implements cluster.EncodedReceiver: h's messages are
 // dropped once the lease is not held.
 func (t leasedEncodedTransport) HandleEncoded(manifest string, h cluster.EncodedHandler) {

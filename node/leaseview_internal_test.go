@@ -238,6 +238,42 @@ func (r *encodedRecordingTransport) SendEncoded(_ cluster.UniqueAddress, _ strin
 
 func (r *encodedRecordingTransport) HandleEncoded(_ string, h cluster.EncodedHandler) { r.handle = h }
 
+// replyRecordingTransport has a way of its own for replies.
+type replyRecordingTransport struct{ encodedRecordingTransport }
+
+func (r *replyRecordingTransport) SendReply(_ cluster.UniqueAddress, _ string, payload []byte) error {
+	r.sent = append(r.sent, "reply "+string(payload))
+	return nil
+}
+
+// The leased transport sends replies under the lease too: on the inner
+// transport's way for replies when it has one, else as encoded messages.
+func TestLeasedTransportOfReplies(t *testing.T) {
+	var held atomic.Bool
+	held.Store(true)
+	to := cluster.UniqueAddress{Node: "b", Incarnation: 1}
+	withWay, without := &replyRecordingTransport{}, &encodedRecordingTransport{}
+	for _, inner := range []interface {
+		cluster.Transport
+		sentSoFar() []any
+	}{withWay, without} {
+		send := leased(inner, held.Load).(cluster.ReplySender).SendReply
+		held.Store(true)
+		if err := send(to, "m", []byte("held")); err != nil {
+			t.Fatal(err)
+		}
+		held.Store(false)
+		if err := send(to, "m", []byte("fenced")); !errors.Is(err, cluster.ErrUnreachable) || !errors.Is(err, ErrFenced) {
+			t.Fatalf("SendReply without the lease: %v, want ErrUnreachable and ErrFenced", err)
+		}
+	}
+	if !slices.Equal(withWay.sent, []any{"reply held"}) || !slices.Equal(without.sent, []any{"held"}) {
+		t.Fatalf("sent %v and %v; want the held reply only, on the way for replies where there is one", withWay.sent, without.sent)
+	}
+}
+
+func (r *encodedRecordingTransport) sentSoFar() []any { return r.sent }
+
 // Over a transport that takes and hands over encoded messages, the leased
 // transport does too, under the same lease; over one that does not, it
 // does not either, so that sharding sends values.

@@ -222,6 +222,8 @@ func (d *delivery) handle(msgs []inbound) bool {
 // acknowledge answers a flush: every message before it was handed over.
 func (d *delivery) acknowledge(id []byte) bool {
 	ack := frame.Frame{From: d.t.cfg.Self, To: d.c.from, Manifest: flushAckManifest, Payload: id}
+	d.c.wmu.Lock() // after any frame written back, whole
+	defer d.c.wmu.Unlock()
 	d.c.conn.SetWriteDeadline(time.Now().Add(d.t.cfg.WriteTimeout))
 	return frame.WriteFrame(d.c.conn, ack, controlMaxSize) == nil
 }

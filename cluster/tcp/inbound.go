@@ -6,10 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/shoal-dev/shoal/internal/metrics"
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
@@ -45,6 +48,16 @@ type inConn struct {
 	// instead of the map.
 	superseded atomic.Bool
 	acks       ackDelayer
+	// back: the dialler reads frames back (see back.go). raw is conn's
+	// when plain TCP (nil otherwise: nothing is written back), head the
+	// head of frames to from; wmu orders the frames written on conn, and
+	// guards wbuf, the buffer they are marshalled in.
+	back atomic.Bool
+	raw  syscall.RawConn
+	head frame.Head
+	m    *metrics.Peer // nil when metrics are off
+	wmu  sync.Mutex
+	wbuf []byte
 }
 
 // Read counts what the connection's reader takes from conn.
@@ -74,6 +87,9 @@ func (t *Transport) acceptLoop() {
 			continue
 		}
 		c := &inConn{conn: conn, acks: newAckDelayer(conn)}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			c.raw, _ = tc.SyscallConn()
+		}
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
@@ -117,6 +133,7 @@ func (t *Transport) serveInbound(c *inConn) {
 	}
 	self := t.cfg.Self
 	peer := t.m.Peer(c.from.Node)
+	c.m = peer             // before back is set, for the frames written back
 	c.read = br.Buffered() // read with the handshake, the start of the first frames
 	frames := frame.NewReader(br, t.cfg.MaxFrameSize)
 	var handlers encodedHandlers
@@ -140,6 +157,9 @@ func (t *Transport) serveInbound(c *inConn) {
 		}
 		var item inbound
 		switch {
+		case f.Manifest == flushManifest && isBackAnnouncement(f.Payload):
+			c.back.Store(true)
+			continue
 		case f.Manifest == flushManifest:
 			item = inbound{flush: true, payload: f.Payload}
 		case f.To != self:
@@ -237,6 +257,7 @@ func (t *Transport) acceptHandshake(c *inConn) (*bufio.Reader, error) {
 		t.markStaleLocked(hello.From.Node, hello.From.Incarnation)
 	}
 	c.from = hello.From
+	c.head = frame.NewHead(self, c.from)
 	t.mu.Unlock()
 
 	var superseded []*inConn

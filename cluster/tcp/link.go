@@ -456,6 +456,10 @@ func (l *link) connect() (net.Conn, *bufio.Reader, error) {
 		}
 		return nil, nil, fmt.Errorf("tcp: handshake with %s at %s: %w", l.to, endpoint, err)
 	}
+	if err := l.announceBack(conn); err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("tcp: connection to %s at %s: %w", l.to, endpoint, err)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dead != nil {
@@ -527,13 +531,22 @@ func (l *link) serve(conn net.Conn, br *bufio.Reader) (wrote bool) {
 	l.t.wg.Go(func() {
 		defer close(connDone)
 		defer conn.Close()
+		var handlers encodedHandlers
 		for {
-			f, err := frame.ReadFrame(br, controlMaxSize)
-			if err != nil {
+			f, err := frame.ReadFrame(br, l.t.cfg.MaxFrameSize)
+			switch {
+			case errors.Is(err, frame.ErrTooLarge) || errors.Is(err, frame.ErrCorrupt):
+				l.t.stat.badFrames.Add(1)
+				continue
+			case err != nil:
 				return
-			}
-			if id, ok := idFromPayload(f.Payload); f.Manifest == flushAckManifest && ok {
-				l.acked(id)
+			case f.Manifest == flushAckManifest:
+				// One without an id answers the announcement (back.go).
+				if id, ok := idFromPayload(f.Payload); ok {
+					l.acked(id)
+				}
+			default: // written back
+				l.receiveBack(f, &handlers)
 			}
 		}
 	})

@@ -275,13 +275,16 @@ type Stats struct {
 	// failed because the peer speaks another wire version
 	// (cluster.WireVersionError).
 	WireVersionMismatches uint64
+	// SentBack counts the messages of Sent that SendReply wrote back on a
+	// connection their addressee dialled to this node.
+	SentBack uint64
 	// Links is the number of live outbound links now: one per incarnation
 	// sent to and not yet known gone.
 	Links int
 }
 
 type counters struct {
-	sent, lost, delivered, batches, dials, badFrames, refused, versionMismatches atomic.Uint64
+	sent, sentBack, lost, delivered, batches, dials, badFrames, refused, versionMismatches atomic.Uint64
 }
 
 // Transport is one incarnation's network transport. It implements
@@ -387,6 +390,7 @@ func (t *Transport) Stats() Stats {
 	return Stats{
 		Links:             links,
 		Sent:              t.stat.sent.Load(),
+		SentBack:          t.stat.sentBack.Load(),
 		Lost:              t.stat.lost.Load(),
 		Delivered:         t.stat.delivered.Load(),
 		Batches:           t.stat.batches.Load(),

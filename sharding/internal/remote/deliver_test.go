@@ -33,6 +33,7 @@ type pipe struct {
 	plain   bool // neither an EncodedSender nor an EncodedReceiver
 	bad     []error
 	buf     []byte
+	replies int // sent by SendReply
 }
 
 func (p *pipe) Self() cluster.UniqueAddress { return p.self }
@@ -68,6 +69,12 @@ func (p *pipe) SendEncoded(_ cluster.UniqueAddress, manifest string, payload []b
 }
 
 func (p *pipe) HandleEncoded(manifest string, h cluster.EncodedHandler) { p.encoded[manifest] = h }
+
+// SendReply is SendEncoded, counted: the pipe has no other way back.
+func (p *pipe) SendReply(to cluster.UniqueAddress, manifest string, payload []byte) error {
+	p.replies++
+	return p.SendEncoded(to, manifest, payload)
+}
 
 // plainPipe hides pipe's optional methods: a cluster transport that
 // takes and hands over values only.
@@ -313,11 +320,12 @@ func (r farRef) Tell(m Get) error       { return runtime.Reply(r.replier, m.Repl
 
 // A reply to an ask of another node reaches the ask, over a cluster
 // transport that takes encoded messages (the envelope's bytes, written
-// by wire.AppendReply) and over one that takes values; a reply with no
-// ask waiting is refused on the asking node as it is either way.
+// by wire.AppendReply, sent as a reply: cluster.ReplySender) and over one
+// that takes values; a reply with no ask waiting is refused on the asking
+// node as it is either way.
 func TestRouteReplyReachesTheAsk(t *testing.T) {
 	for _, plain := range []bool{false, true} {
-		a, b, _, pb := pair(t, newCodec(), nil, plain, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+		a, b, pa, pb := pair(t, newCodec(), nil, plain, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
 		var sys [2]*entity.System
 		for i, tr := range []*remote.Transport{a, b} {
 			s, err := entity.NewSystem(entity.Config{NodeID: tr.Node().Node, Incarnation: tr.Node().Incarnation, Codec: newCodec(), Logger: quiet()})
@@ -338,6 +346,9 @@ func TestRouteReplyReachesTheAsk(t *testing.T) {
 		}
 		if st := b.Stats(); st.Replies != 1 || len(pb.bad) != 0 {
 			t.Fatalf("plain %v: asker's stats %+v, bad frames %v", plain, st, pb.bad)
+		}
+		if want := map[bool]int{false: 1, true: 0}[plain]; pa.replies != want {
+			t.Fatalf("plain %v: %d replies sent by SendReply, want %d", plain, pa.replies, want)
 		}
 	}
 }

@@ -207,11 +207,12 @@ type Transport struct {
 	verdicts atomic.Pointer[verdicts]
 }
 
-// bound is the cluster transport, and the same as an EncodedSender when
-// it is one.
+// bound is the cluster transport, and the same as an EncodedSender and a
+// ReplySender when it is one.
 type bound struct {
 	ct      cluster.Transport
 	encoded cluster.EncodedSender
+	replies cluster.ReplySender
 }
 
 // listeners are the handlers of this node's targets; never modified once
@@ -308,6 +309,7 @@ func (t *Transport) Bind(ct cluster.Transport) error {
 	}
 	b := &bound{ct: ct}
 	b.encoded, _ = ct.(cluster.EncodedSender)
+	b.replies, _ = ct.(cluster.ReplySender)
 	t.ct.Store(b)
 	if r, ok := ct.(cluster.EncodedReceiver); ok {
 		r.HandleEncoded(wire.EnvelopeManifest, t.receiveEncoded)
@@ -518,10 +520,15 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 		return t.send(node, wire.Envelope{Msg: r})
 	}
 	// As SendDeliver does: the envelope's bytes, for the cluster
-	// transport to frame, without the Reply in an interface value.
+	// transport to frame, without the Reply in an interface value. A
+	// reply keeps no order with other messages (an ask takes the first
+	// answer to arrive), so it may take the transport's quicker way back.
 	buf := t.bufs.Get()
 	defer t.bufs.Put(buf)
 	*buf = wire.AppendReply((*buf)[:0], r)
+	if b.replies != nil {
+		return t.sent(b.replies.SendReply(node, wire.EnvelopeManifest, *buf))
+	}
 	return t.sent(b.encoded.SendEncoded(node, wire.EnvelopeManifest, *buf))
 }
 

@@ -1,0 +1,190 @@
+package tcp_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/cluster/clustertest"
+	"github.com/shoal-dev/shoal/cluster/frame"
+	"github.com/shoal-dev/shoal/cluster/tcp"
+)
+
+// A reply goes back on the connection its addressee dialled to this
+// node: to the addressee's Handler, or its EncodedHandler for the
+// manifest, without this node dialling a link of its own. With no such
+// connection it takes a link, as SendEncoded does.
+func TestRepliesGoBackOnTheDiallersConnection(t *testing.T) {
+	reg := pingRegistry()
+	rec := &received{}
+	nw := newNetwork(t, reg, nil)
+	a := nw.start(t, addr("a", 1), func(_ cluster.UniqueAddress, msg any) { rec.add("handler " + msg.(clustertest.Ping).Sender) }, "")
+	b := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	c := nw.start(t, addr("c", 1), func(cluster.UniqueAddress, any) {}, "")
+	a.HandleEncoded("reply", func(from cluster.UniqueAddress, payload []byte) error {
+		rec.add(from.Node + " encoded " + string(payload))
+		return nil
+	})
+	// a's link to b, then b's replies back on it.
+	if err := a.Send(addr("b", 1), clustertest.Ping{Sender: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(t.Context(), addr("b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	manifest, payload, err := reg.Encode(clustertest.Ping{Sender: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, send := range []func() error{
+		func() error { return b.SendReply(addr("a", 1), manifest, payload) },
+		func() error { return b.SendReply(addr("a", 1), "reply", []byte("from b")) },
+		// c has no connection from a: its reply takes a link.
+		func() error { return c.SendReply(addr("a", 1), "reply", []byte("from c")) },
+	} {
+		if err := send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "three replies", func() bool { return len(rec.all()) == 3 })
+	got := rec.all()
+	if want := []string{"handler b", "b encoded from b", "c encoded from c"}; !sameElements(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+	if s := b.Stats(); s.SentBack != 2 || s.Sent != 2 || s.Links != 0 {
+		t.Fatalf("b's stats %+v: want 2 sent back and no link of its own", s)
+	}
+	if s := c.Stats(); s.SentBack != 0 || s.Sent != 1 || s.Links != 1 {
+		t.Fatalf("c's stats %+v: want its reply on a link", s)
+	}
+	if s := a.Stats(); s.Delivered != 3 || s.BadFrames != 0 {
+		t.Fatalf("a's stats %+v: want the 3 replies delivered", s)
+	}
+}
+
+func sameElements(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	left := map[string]int{}
+	for _, s := range a {
+		left[s]++
+	}
+	for _, s := range b {
+		if left[s]--; left[s] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// A dialler of an earlier release does not say it reads frames back: a
+// reply to it never goes back on its connection, which it would not read,
+// but on a link.
+func TestNoReplyGoesBackToADiallerThatDoesNotReadBack(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	b := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	old := addr("old", 1)
+	p := dialRaw(t, b.Addr().String())
+	if answer := p.hello(old, addr("b", 1), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer to hello: %+v", answer)
+	}
+	p.write(encodePing(t, old, addr("b", 1), clustertest.Ping{Sender: "old", Seq: 1}))
+	eventually(t, "the ping delivered", func() bool { return b.Stats().Delivered == 1 })
+	// old has no endpoint: the link cannot dial it, and the reply waits
+	// in its queue; nothing goes back.
+	if err := b.SendReply(old, "reply", []byte("x")); err != nil && !errors.Is(err, cluster.ErrUnreachable) {
+		t.Fatal(err)
+	}
+	p.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if f, err := frame.ReadFrame(p.br, 1<<20); !isTimeout(err) {
+		t.Fatalf("read %+v, %v back on a dialler that does not read back", f, err)
+	}
+	if s := b.Stats(); s.SentBack != 0 {
+		t.Fatalf("b's stats %+v: want nothing sent back", s)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A listener of an earlier release answers the dialler's word that it
+// reads frames back as the flush it looks like, with an acknowledgement
+// without an id: the dialler ignores it, and its link serves on, its
+// flushes answered.
+func TestAListenerThatDoesNotWriteBackServesOn(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	ln, err := newListener(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := addr("old", 1)
+	nw.dir.set(old, ln.Addr().String())
+	frames := make(chan frame.Frame, 16)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if _, err := frame.ReadFrame(conn, 4096); err != nil {
+			return
+		}
+		frame.WriteFrame(conn, frame.Frame{From: old, To: addr("a", 1), Manifest: tcp.WelcomeManifest, Payload: tcp.WelcomePayload()}, 4096)
+		for {
+			f, err := frame.ReadFrame(conn, 4096)
+			if err != nil {
+				return
+			}
+			frames <- f
+			if f.Manifest == tcp.FlushManifest { // as every release answers a flush
+				frame.WriteFrame(conn, frame.Frame{From: old, To: f.From, Manifest: tcp.FlushAckManifest, Payload: f.Payload}, 4096)
+			}
+		}
+	}()
+	if err := a.Send(old, clustertest.Ping{Sender: "a", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(t.Context(), old); err != nil {
+		t.Fatalf("Flush through a listener that does not write back: %v", err)
+	}
+	first := <-frames
+	if first.Manifest != tcp.FlushManifest || len(first.Payload) != 0 {
+		t.Fatalf("first frame after the handshake %+v, want a flush without an id", first)
+	}
+	if second := <-frames; second.Manifest != clustertest.PingManifest {
+		t.Fatalf("second frame %+v, want the ping", second)
+	}
+	if third := <-frames; third.Manifest != tcp.FlushManifest || len(third.Payload) == 0 {
+		t.Fatalf("third frame %+v, want the flush marker", third)
+	}
+	if s := a.Stats(); s.BadFrames != 0 || s.Delivered != 0 {
+		t.Fatalf("a's stats %+v: the acknowledgements are not messages", s)
+	}
+}
+
+// A reply over the frame size limit is refused as SendEncoded refuses it.
+func TestReplyOverTheLimitIsRefused(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), nil)
+	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
+	b := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	if err := a.Send(addr("b", 1), clustertest.Ping{Sender: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(t.Context(), addr("b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	err := b.SendReply(addr("a", 1), "big", bytes.Repeat([]byte{1}, 5000))
+	if !errors.Is(err, cluster.ErrFrameTooLarge) {
+		t.Fatalf("a reply over the limit: %v", err)
+	}
+	if s := b.Stats(); s.SentBack != 0 || s.Sent != 0 {
+		t.Fatalf("b's stats %+v", s)
+	}
+}
