@@ -65,6 +65,18 @@ func TestRepliesGoBackOnTheDiallersConnection(t *testing.T) {
 	}
 }
 
+// listenAs listens on loopback as node, a peer the test speaks for by
+// hand: nw's transports dial it there.
+func listenAs(t *testing.T, nw *network, node cluster.UniqueAddress) net.Listener {
+	t.Helper()
+	ln, err := newListener(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw.dir.set(node, ln.Addr().String())
+	return ln
+}
+
 func sameElements(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
@@ -120,12 +132,8 @@ func isTimeout(err error) bool {
 func TestAListenerThatDoesNotWriteBackServesOn(t *testing.T) {
 	nw := newNetwork(t, pingRegistry(), nil)
 	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
-	ln, err := newListener(t)
-	if err != nil {
-		t.Fatal(err)
-	}
 	old := addr("old", 1)
-	nw.dir.set(old, ln.Addr().String())
+	ln := listenAs(t, nw, old)
 	frames := make(chan frame.Frame, 16)
 	go func() {
 		conn, err := ln.Accept()

@@ -111,12 +111,8 @@ func TestVersionOneListenerRefusesWithATypedError(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logged, nil)).With("side", "a")
 	})
 	a := nw.start(t, addr("a", 1), func(cluster.UniqueAddress, any) {}, "")
-	ln, err := newListener(t)
-	if err != nil {
-		t.Fatal(err)
-	}
 	old := addr("old", 1)
-	nw.dir.set(old, ln.Addr().String())
+	ln := listenAs(t, nw, old)
 	hellos := make(chan frame.Frame, 16)
 	go func() {
 		for {
