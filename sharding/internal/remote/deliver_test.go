@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -304,6 +305,39 @@ func TestKeptMessagesOutliveTheFrame(t *testing.T) {
 	}
 	if got := delivered[0].Msg.(Blob); !bytes.Equal(got, Blob("tell")) {
 		t.Fatalf("kept a tell of %q: it changed with the frame's bytes", got)
+	}
+}
+
+// nowhereRef is a Ref through b's transport to a target type that nobody
+// listens for on a: a refuses the Get, and fails its ask.
+type nowhereRef struct {
+	asker *entity.System
+	b     *remote.Transport
+	a     cluster.UniqueAddress
+}
+
+func (r nowhereRef) System() *entity.System { return r.asker }
+func (r nowhereRef) Tell(m Get) error {
+	return r.b.SendDeliver(remote.Address{Node: r.a, Type: "Nobody"}, &protocol.Deliver{Shard: "s", EntityID: "e", Msg: m})
+}
+
+// The failure of an ask that another node refused takes the way of its
+// reply (cluster.ReplySender), and fails the ask at once.
+func TestAskFailureTakesTheWayOfReplies(t *testing.T) {
+	a, b, pa, _ := pair(t, newCodec(), nil, false, func(protocol.Message) error { return nil }, func(protocol.Deliver) error { return nil })
+	s, err := entity.NewSystem(entity.Config{NodeID: b.Node().Node, Incarnation: b.Node().Incarnation, Codec: newCodec(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Attach(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = entity.Ask(ctx, nowhereRef{asker: s, b: b, a: a.Node()}, func(to entity.ReplyTo[Count]) Get { return Get{ReplyTo: to} })
+	if !errors.Is(err, remote.ErrUnknownTarget) {
+		t.Fatalf("ask of a target nobody listens for: %v, want ErrUnknownTarget", err)
+	}
+	if pa.replies != 1 {
+		t.Fatalf("%d messages sent by SendReply, want the ask's failure", pa.replies)
 	}
 }
 

@@ -522,7 +522,8 @@ func (t *Transport) RouteReply(to entity.ReplyAddress, v any) error {
 	// As SendDeliver does: the envelope's bytes, for the cluster
 	// transport to frame, without the Reply in an interface value. A
 	// reply keeps no order with other messages (an ask takes the first
-	// answer to arrive), so it may take the transport's quicker way back.
+	// answer to arrive), so it may take the transport's quicker way back,
+	// as the failures sent in place of replies do (sendAskFailed).
 	buf := t.bufs.Get()
 	defer t.bufs.Put(buf)
 	*buf = wire.AppendReply((*buf)[:0], r)
@@ -687,12 +688,28 @@ func (t *Transport) failAsks(asks []entity.ReplyAddress, kind string, cause erro
 		if to.Node == t.self.Node && to.Incarnation == t.self.Incarnation {
 			err = t.askFailed(t.self, f)
 		} else {
-			err = t.send(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, wire.Envelope{Msg: f})
+			err = t.sendAskFailed(cluster.UniqueAddress{Node: to.Node, Incarnation: to.Incarnation}, f)
 		}
 		if err == nil {
 			t.stat.asksFailed.Add(1)
 		}
 	}
+}
+
+// sendAskFailed sends f to the node of its ask as a reply is sent, on the
+// cluster transport's way for replies when it has one (RouteReply): an
+// ask's answers, a reply or a failure, take one way.
+func (t *Transport) sendAskFailed(to cluster.UniqueAddress, f wire.AskFailed) error {
+	env := wire.Envelope{Msg: f}
+	b := t.ct.Load()
+	if b == nil || b.replies == nil {
+		return t.send(to, env)
+	}
+	manifest, payload, err := t.cfg.Codec.Encode(env)
+	if err != nil {
+		return fmt.Errorf("remote: ask failure for %s: %w", f.To, err)
+	}
+	return t.sent(b.replies.SendReply(to, manifest, payload))
 }
 
 // askFailed fails this node's ask named by f.
