@@ -196,3 +196,56 @@ func TestReplyOverTheLimitIsRefused(t *testing.T) {
 		t.Fatalf("b's stats %+v", s)
 	}
 }
+
+// A dialler that says it reads frames back and then stops reading: the
+// replies written back fill its socket, the frame the socket takes in
+// part is finished by a goroutine until the write deadline, which then
+// closes the connection, and meanwhile every other reply takes the link.
+// No SendReply waits for the socket.
+func TestADiallerThatStopsReadingBackLosesItsConnection(t *testing.T) {
+	nw := newNetwork(t, pingRegistry(), func(c *tcp.Config) { c.WriteTimeout = 200 * time.Millisecond })
+	b := nw.start(t, addr("b", 1), func(cluster.UniqueAddress, any) {}, "")
+	old := addr("old", 1)
+	p := dialRaw(t, b.Addr().String())
+	if answer := p.hello(old, addr("b", 1), "test"); answer.Manifest != tcp.WelcomeManifest {
+		t.Fatalf("answer to hello: %+v", answer)
+	}
+	p.write(frame.Frame{From: old, To: addr("b", 1), Manifest: tcp.FlushManifest}) // reads back
+	p.write(encodePing(t, old, addr("b", 1), clustertest.Ping{Sender: "old", Seq: 1}))
+	eventually(t, "the ping delivered", func() bool { return b.Stats().Delivered == 1 })
+	payload := bytes.Repeat([]byte{7}, 3000)
+	const replies = 5000 // some 15 MB: more than loopback's socket buffers
+	for range replies {
+		// old has no endpoint: a reply that takes the link is refused.
+		if err := b.SendReply(old, "reply", payload); err != nil && !errors.Is(err, cluster.ErrUnreachable) {
+			t.Fatal(err)
+		}
+	}
+	back := b.Stats().SentBack
+	if back == 0 || back == replies {
+		t.Fatalf("%d of %d replies sent back: want the socket to fill, and the rest to take the link", back, replies)
+	}
+	// The frame left unfinished at the write deadline closes the
+	// connection, and b's reader of it ends.
+	eventually(t, "b closed the connection", func() bool { return b.InboundConnections("old") == 0 })
+	// The dialler reads again: whole frames, then the end of a connection
+	// that b closed inside a frame.
+	var read uint64
+	for {
+		p.conn.SetReadDeadline(time.Now().Add(deadline))
+		f, err := frame.ReadFrame(p.br, 1<<20)
+		if err != nil {
+			if isTimeout(err) {
+				t.Fatalf("read %d frames back, then the connection stayed open: %v", read, err)
+			}
+			break
+		}
+		if f.Manifest != "reply" || !bytes.Equal(f.Payload, payload) {
+			t.Fatalf("frame %d written back: %s, %d bytes", read, f.Manifest, len(f.Payload))
+		}
+		read++
+	}
+	if read >= back {
+		t.Fatalf("read %d whole frames of %d sent back: want the last cut short", read, back)
+	}
+}

@@ -117,3 +117,17 @@ func (t *Transport) InboundQuickAck(node string) []int {
 	}
 	return out
 }
+
+// InboundConnections is the number of connections accepted from node that
+// are still read.
+func (t *Transport) InboundConnections(node string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for c := range t.inbound {
+		if c.from.Node == node {
+			n++
+		}
+	}
+	return n
+}
