@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"net"
 	"time"
 
@@ -26,8 +25,7 @@ import (
 // announceBack writes, on a link's new connection, that its dialler reads
 // frames back.
 func (l *link) announceBack(conn net.Conn) error {
-	buf := l.head.Append([]byte{0, 0, 0, 0}, flushManifest, nil)
-	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	buf := appendPrefixed(nil, l.head, flushManifest, nil)
 	conn.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
 	defer conn.SetWriteDeadline(time.Time{})
 	if _, err := conn.Write(buf); err != nil {
@@ -77,20 +75,18 @@ func (t *Transport) writeBack(c *inConn, manifest string, payload []byte) bool {
 		c.wmu.Unlock()
 		return false // SendEncoded says why
 	}
-	buf := c.head.Append(append(c.wbuf[:0], 0, 0, 0, 0), manifest, payload)
-	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	buf := appendPrefixed(c.wbuf[:0], c.head, manifest, payload)
 	c.wbuf = buf
 	n := writeNow(c.raw, buf)
-	switch {
-	case n == 0:
+	if n == 0 {
 		c.wmu.Unlock()
 		return false
-	case n == len(buf):
-		c.wmu.Unlock()
-		c.m.Sent(1, n)
-		return true
 	}
 	c.m.Sent(1, len(buf))
+	if n == len(buf) {
+		c.wmu.Unlock()
+		return true
+	}
 	t.wg.Go(func() {
 		defer c.wmu.Unlock()
 		c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
@@ -111,29 +107,20 @@ func (l *link) receiveBack(f frame.Frame, handlers *encodedHandlers) {
 		t.log.Warn("tcp: dropped a frame written back by another node", "link", l.to, "from", f.From, "to", f.To)
 		return
 	}
-	h := handlers.get(t, f.Manifest)
-	var msg any
-	if h == nil {
-		var err error
-		if msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
-			t.stat.badFrames.Add(1)
-			t.log.Warn("tcp: dropped a frame written back that does not decode", "from", f.From, "err", err)
+	m, err := t.message(handlers, f.Manifest, f.Payload)
+	if err == nil {
+		t.deliverMu.Lock()
+		if t.ctx.Err() != nil {
+			t.deliverMu.Unlock()
 			return
 		}
+		err = t.handOne(f.From, &m)
+		t.deliverMu.Unlock()
 	}
-	t.deliverMu.Lock()
-	defer t.deliverMu.Unlock()
-	if t.ctx.Err() != nil {
+	if err != nil {
+		t.stat.badFrames.Add(1)
+		t.log.Warn("tcp: dropped a frame written back that does not decode", "from", f.From, "err", err)
 		return
-	}
-	if h != nil {
-		if err := h(f.From, f.Payload); err != nil {
-			t.stat.badFrames.Add(1)
-			t.log.Warn("tcp: dropped a frame written back that does not decode", "from", f.From, "err", err)
-			return
-		}
-	} else {
-		t.cfg.Handler(f.From, msg)
 	}
 	t.stat.delivered.Add(1)
 }

@@ -206,17 +206,34 @@ func (d *delivery) handle(msgs []inbound) bool {
 			d.stopped.Store(true)
 			return false
 		}
-		if m := &msgs[i]; m.encoded != nil {
-			if err := m.encoded(from, m.payload); err != nil {
-				t.badFrame(d.c, err) // it did not decode
-				continue
-			}
-		} else {
-			t.cfg.Handler(from, m.msg)
+		if err := t.handOne(from, &msgs[i]); err != nil {
+			t.badFrame(d.c, err) // it did not decode
+			continue
 		}
 		delivered++
 	}
 	return true
+}
+
+// message is the item of a message frame of manifest and payload: for
+// the manifest's EncodedHandler, which decodes it as it is handed over,
+// or decoded by the codec for the Handler.
+func (t *Transport) message(handlers *encodedHandlers, manifest string, payload []byte) (inbound, error) {
+	if h := handlers.get(t, manifest); h != nil {
+		return inbound{encoded: h, payload: payload}, nil
+	}
+	msg, err := t.cfg.Codec.Decode(manifest, payload)
+	return inbound{msg: msg}, err
+}
+
+// handOne hands m to its handler; an error is a payload its
+// EncodedHandler could not decode. deliverMu is held.
+func (t *Transport) handOne(from cluster.UniqueAddress, m *inbound) error {
+	if m.encoded != nil {
+		return m.encoded(from, m.payload)
+	}
+	t.cfg.Handler(from, m.msg)
+	return nil
 }
 
 // acknowledge answers a flush: every message before it was handed over.

@@ -170,12 +170,11 @@ func (t *Transport) serveInbound(c *inConn) {
 			continue
 		default:
 			peer.Received(1, 0) // a message frame
-			if h := handlers.get(t, f.Manifest); h != nil {
-				item = inbound{encoded: h, payload: f.Payload} // h decodes it as it is handed over
-			} else if item.msg, err = t.cfg.Codec.Decode(f.Manifest, f.Payload); err != nil {
+			if item, err = t.message(&handlers, f.Manifest, f.Payload); err != nil {
 				t.badFrame(c, err)
 				continue
-			} else {
+			}
+			if item.encoded == nil {
 				d.keep()
 			}
 		}

@@ -141,8 +141,7 @@ func (l *link) enqueueFrame(manifest string, payload []byte) error {
 		return err
 	}
 	if l.canWriteInline() {
-		prefixed := l.head.Append(append(l.inline[:0], 0, 0, 0, 0), manifest, payload)
-		binary.BigEndian.PutUint32(prefixed, uint32(len(prefixed)-4))
+		prefixed := appendPrefixed(l.inline[:0], l.head, manifest, payload)
 		it, done := l.writeInline(prefixed)
 		if done {
 			return nil
@@ -163,6 +162,15 @@ func (l *link) enqueueFrame(manifest string, payload []byte) error {
 	l.queued++
 	l.signal()
 	return nil
+}
+
+// appendPrefixed appends to dst the frame of manifest and payload after
+// h, with its length prefix: what goes on a connection as it is.
+func appendPrefixed(dst []byte, h frame.Head, manifest string, payload []byte) []byte {
+	start := len(dst)
+	dst = h.Append(append(dst, 0, 0, 0, 0), manifest, payload)
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst
 }
 
 // full is the error of a link that takes no more messages: dead, or its
